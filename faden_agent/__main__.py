@@ -1,0 +1,3 @@
+from faden_agent.cli import main
+
+main()

@@ -1,0 +1,129 @@
+"""The `faden-agent` command: thin; parses, calls, prints. Heavy imports stay inside commands."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, NoReturn
+
+import orjson
+import typer
+
+from faden_agent import __version__
+from faden_agent.config import Config, ConfigError, load_config
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Host-side execution bridge for Fadenstack GPU node clusters.",
+)
+
+EXIT_NOT_ALL_RUNNING = 1
+EXIT_CONFIG = 2
+EXIT_NO_SUPERVISOR = 3
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    typer.echo(f"faden-agent: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def load() -> Config:
+    try:
+        return load_config()
+    except ConfigError as exc:
+        fail(str(exc), EXIT_CONFIG)
+
+
+def print_json(data: Any) -> None:
+    typer.echo(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        typer.echo(f"faden-agent {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version_callback, is_eager=True, help="Print the version."),
+) -> None:
+    pass
+
+
+@app.command()
+def run() -> None:
+    """Run the agent in the foreground: the supervisor and its workers."""
+    config = load()
+    from faden_agent.logsetup import configure_logging
+    from faden_agent.supervisor import Supervisor
+
+    configure_logging(config.log_level, "faden-agent")
+    try:
+        code = Supervisor(config).run()
+    except OSError as exc:
+        fail(f"cannot start the supervisor: {exc}")
+    raise typer.Exit(code)
+
+
+@app.command()
+def ps(as_json: bool = typer.Option(False, "--json", help="Print JSON for machines.")) -> None:
+    """Show each worker: state, pid, uptime, restarts, last exit, heartbeat age, RSS, CPU."""
+    from faden_agent.ipc import Endpoints, request
+
+    config = load()
+    reply = request(Endpoints(config.runtime_dir).control, "ps", timeout_s=1.0)
+    if reply is None or not isinstance(reply.body, dict):
+        fail(f"no supervisor answers at {config.runtime_dir} (is the agent running?)", EXIT_NO_SUPERVISOR)
+    table = reply.body
+    if as_json:
+        print_json(table)
+    else:
+        typer.echo(format_ps(table))
+    all_running = all(w["state"] == "RUNNING" for w in table["workers"])
+    raise typer.Exit(0 if all_running else EXIT_NOT_ALL_RUNNING)
+
+
+def _fmt(value: Any, unit: str = "") -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.1f}{unit}"
+    return f"{value}{unit}"
+
+
+def format_ps(table: dict[str, Any]) -> str:
+    sup = table["supervisor"]
+    lines = [
+        f"supervisor pid {sup['pid']}  version {sup.get('version', '?')}  uptime {_fmt(sup.get('uptime_s'), 's')}",
+        f"{'WORKER':<10} {'STATE':<9} {'PID':>7} {'UPTIME':>9} {'RESTARTS':>8} {'LAST EXIT':<22} {'HB AGE':>7} {'RSS':>8} {'CPU':>6}",
+    ]
+    for w in table["workers"]:
+        rss = f"{w['rss_bytes'] / 2**20:.1f}M" if w.get("rss_bytes") else "-"
+        lines.append(
+            f"{w['name']:<10} {w['state']:<9} {_fmt(w['pid']):>7} {_fmt(w['uptime_s'], 's'):>9} "
+            f"{w['restarts']:>8} {(w.get('last_exit') or '-'):<22} {_fmt(w['heartbeat_age_s'], 's'):>7} "
+            f"{rss:>8} {_fmt(w.get('cpu_percent'), '%'):>6}"
+        )
+    return "\n".join(lines)
+
+
+@app.command("config")
+def show_config(as_json: bool = typer.Option(False, "--json", help="Print JSON for machines.")) -> None:
+    """Print the effective configuration, secrets redacted."""
+    settings = load().redacted()
+    if as_json:
+        print_json(settings)
+        return
+    width = max(len(k) for k in settings)
+    for key, value in settings.items():
+        shown = "(unset)" if value is None else str(value).lower() if isinstance(value, bool) else value
+        typer.echo(f"{key:<{width}}  {shown}")
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.exit(130)

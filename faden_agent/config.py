@@ -1,0 +1,338 @@
+"""Environment -> one frozen Config.
+
+Every FADEN_NODE_AGENT_* variable is declared once in VARIABLES (name, default, parser,
+help); `load_config` parses them all and fails on the first bad one with a single line
+that names the variable, the value and what is allowed. Secret values are never echoed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+from urllib.parse import urlsplit
+
+PREFIX = "FADEN_NODE_AGENT_"
+
+
+class ConfigError(ValueError):
+    """A bad configuration value; str() is the one-line message for the operator."""
+
+
+# --- value parsers: each takes the raw string and returns the value or raises ValueError
+# with the "allowed" part of the message.
+
+
+def _positive_float(raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError("a positive number of seconds") from None
+    if not value > 0 or value != value or value == float("inf"):
+        raise ValueError("a positive number of seconds")
+    return value
+
+
+def _positive_int(raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError("a positive whole number") from None
+    if value <= 0:
+        raise ValueError("a positive whole number")
+    return value
+
+
+def _bool(raw: str) -> bool:
+    lowered = raw.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("one of true, false, 1, 0, yes, no, on, off")
+
+
+def _url(raw: str) -> str:
+    parts = urlsplit(raw.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("an http:// or https:// URL with a host")
+    try:
+        parts.port  # noqa: B018 - raises on a non-numeric port
+    except ValueError:
+        raise ValueError("an http:// or https:// URL with a valid port") from None
+    return raw.strip().rstrip("/")
+
+
+def _optional_url(raw: str) -> str | None:
+    return _url(raw) if raw.strip() else None
+
+
+def _scheme(raw: str) -> str:
+    if raw not in ("http", "https"):
+        raise ValueError("one of http, https")
+    return raw
+
+
+def _text(raw: str) -> str:
+    value = raw.strip()
+    if not value or any(ch.isspace() for ch in value):
+        raise ValueError("a non-empty value without spaces")
+    return value
+
+
+def _optional_text(raw: str) -> str | None:
+    return raw.strip() or None
+
+
+def _path(raw: str) -> Path:
+    if not raw.strip():
+        raise ValueError("a file system path")
+    return Path(raw.strip()).expanduser()
+
+
+def _optional_path(raw: str) -> Path | None:
+    return _path(raw) if raw.strip() else None
+
+
+def _log_level(raw: str) -> str:
+    lowered = raw.strip().lower()
+    if lowered not in ("debug", "info", "warning", "error"):
+        raise ValueError("one of debug, info, warning, error")
+    return lowered
+
+
+def _path_list(raw: str) -> tuple[Path, ...]:
+    return tuple(Path(p).expanduser() for p in raw.split(":") if p.strip())
+
+
+# --- defaults that depend on the machine
+
+
+def _is_root() -> bool:
+    return os.geteuid() == 0
+
+
+def default_state_path() -> str:
+    if _is_root():
+        return "/var/lib/faden-agent/state.json"
+    return str(Path.home() / ".local/share/faden-agent/state.json")
+
+
+def default_runtime_dir() -> str:
+    if _is_root():
+        return "/run/faden-agent"
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    if xdg:
+        return str(Path(xdg) / "faden-agent")
+    return f"/tmp/faden-agent-{os.getuid()}"
+
+
+def default_ray_log_dir() -> str:
+    if _is_root():
+        return "/var/log/faden-agent/ray"
+    return str(Path.home() / ".local/state/faden-agent/ray")
+
+
+def route_address(url: str) -> str | None:
+    """The source address the kernel would pick to reach the URL's host (no packet sent)."""
+    parts = urlsplit(url)
+    host = parts.hostname
+    if not host:
+        return None
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM)
+    except OSError:
+        return None
+    for family, _, _, _, sockaddr in infos:
+        try:
+            with socket.socket(family, socket.SOCK_DGRAM) as probe:
+                probe.connect(sockaddr)  # UDP connect only selects a route
+                return probe.getsockname()[0]
+        except OSError:
+            continue
+    return None
+
+
+@dataclass(frozen=True)
+class Variable:
+    field: str
+    default: str | None  # None: computed (see _computed_defaults) or unset
+    parse: Callable[[str], Any]
+    help: str
+    secret: bool = False
+
+
+VARIABLES: tuple[Variable, ...] = (
+    Variable("backend_url", "http://127.0.0.1:8000", _url, "Backend base URL"),
+    Variable("agent_id", None, _text, "Agent id (default: hostname)"),
+    Variable("host", None, _text, "This machine's address (default: route address to the backend, else hostname)"),
+    Variable("advertise_host", None, _text, "Address the backend advertises (default: route address, else HOST)"),
+    Variable("advertise_scheme", "http", _scheme, "Scheme the backend advertises: http or https"),
+    Variable("enrollment_token", None, _optional_text, "One-time enrollment token", secret=True),
+    Variable("enrollment_token_file", None, _optional_path, "File holding the one-time enrollment token"),
+    Variable("state_path", None, _path, "State file (default: /var/lib/faden-agent/state.json as root, else ~/.local/share/faden-agent/state.json)"),
+    Variable("runtime_dir", None, _path, "Directory for the IPC sockets, mode 0700 (default: /run/faden-agent as root, else $XDG_RUNTIME_DIR/faden-agent or /tmp/faden-agent-UID)"),
+    Variable("heartbeat_interval_sec", "15", _positive_float, "Heartbeat interval"),
+    Variable("inventory_interval_sec", "60", _positive_float, "Inventory interval"),
+    Variable("reconnect_min_sec", "2", _positive_float, "Smallest reconnect delay"),
+    Variable("reconnect_max_sec", "30", _positive_float, "Largest reconnect delay"),
+    Variable("request_timeout_sec", "20", _positive_float, "Bound on every backend request"),
+    Variable("verify_tls", "true", _bool, "Verify the backend's TLS certificate"),
+    Variable("ca_bundle", None, _optional_path, "PEM file of CA certificates to trust for the backend (and Loki)"),
+    Variable("loki_url", None, _optional_url, "Loki base URL; unset: ask the backend where to push"),
+    Variable("log_batch_size", "100", _positive_int, "Most lines in one Loki push"),
+    Variable("log_flush_interval_sec", "5", _positive_float, "Longest wait before a partial batch is pushed"),
+    Variable("journal_directory", None, _optional_path, "Read journal files from this directory instead of the system journal"),
+    Variable("ray_log_dir", None, _path, "Host directory for Ray session logs of managed Ray containers (default: /var/log/faden-agent/ray as root, else ~/.local/state/faden-agent/ray)"),
+    Variable("disk_paths", "", _path_list, "Extra paths (colon-separated) whose file systems the inventory reports, e.g. model caches"),
+    Variable("docker_host", None, _optional_text, "Docker engine address (default: DOCKER_HOST, else the local socket)"),
+    Variable("worker_heartbeat_sec", "1", _positive_float, "How often each worker reports to the supervisor"),
+    Variable("worker_hang_timeout_sec", "10", _positive_float, "A worker silent this long is dumped, killed and restarted"),
+    Variable("restart_backoff_min_sec", "0.2", _positive_float, "First restart delay of a failed worker"),
+    Variable("restart_backoff_max_sec", "30", _positive_float, "Largest restart delay of a failed worker"),
+    Variable("restart_max", "5", _positive_int, "Restarts allowed within RESTART_WINDOW_SEC before a worker goes FATAL"),
+    Variable("restart_window_sec", "60", _positive_float, "Window of the restart-intensity limit"),
+    Variable("fatal_retry_sec", "300", _positive_float, "Pause before a FATAL worker is tried again"),
+    Variable("stop_timeout_sec", "10", _positive_float, "Orderly-stop bound before stragglers are killed"),
+    Variable("log_level", "info", _log_level, "Agent log level: debug, info, warning, error"),
+)
+
+
+def env_name(field: str) -> str:
+    return PREFIX + field.upper()
+
+
+@dataclass(frozen=True)
+class Config:
+    backend_url: str
+    agent_id: str
+    host: str
+    advertise_host: str
+    advertise_scheme: str
+    enrollment_token: str | None
+    enrollment_token_file: Path | None
+    state_path: Path
+    runtime_dir: Path
+    heartbeat_interval_sec: float
+    inventory_interval_sec: float
+    reconnect_min_sec: float
+    reconnect_max_sec: float
+    request_timeout_sec: float
+    verify_tls: bool
+    ca_bundle: Path | None
+    loki_url: str | None
+    log_batch_size: int
+    log_flush_interval_sec: float
+    journal_directory: Path | None
+    ray_log_dir: Path
+    disk_paths: tuple[Path, ...]
+    docker_host: str | None
+    worker_heartbeat_sec: float
+    worker_hang_timeout_sec: float
+    restart_backoff_min_sec: float
+    restart_backoff_max_sec: float
+    restart_max: int
+    restart_window_sec: float
+    fatal_retry_sec: float
+    stop_timeout_sec: float
+    log_level: str
+    route_address: str | None = None
+
+    @property
+    def state_dir(self) -> Path:
+        return self.state_path.parent
+
+    def token(self) -> str | None:
+        """The enrollment token: the variable, else the token file's first line."""
+        if self.enrollment_token:
+            return self.enrollment_token
+        if self.enrollment_token_file is None:
+            return None
+        try:
+            text = self.enrollment_token_file.read_text().strip()
+        except OSError as exc:
+            raise ConfigError(
+                f"{env_name('enrollment_token_file')}={self.enrollment_token_file}: "
+                f"cannot read the token file ({exc.strerror})"
+            ) from None
+        return text.splitlines()[0].strip() if text else None
+
+    def tls_verify(self) -> bool | str:
+        """The value for requests' `verify=`: False, True, or the CA bundle's path."""
+        if not self.verify_tls:
+            return False
+        return str(self.ca_bundle) if self.ca_bundle else True
+
+    def redacted(self) -> dict[str, Any]:
+        """Every setting by its variable name, secrets replaced, for `faden-agent config`."""
+        out: dict[str, Any] = {}
+        for var in VARIABLES:
+            value = getattr(self, var.field)
+            if var.secret and value:
+                value = "<redacted>"
+            elif isinstance(value, Path):
+                value = str(value)
+            elif isinstance(value, tuple):
+                value = ":".join(str(v) for v in value)
+            out[env_name(var.field)] = value
+        return out
+
+
+def _computed_defaults(values: dict[str, Any]) -> None:
+    hostname = socket.gethostname()
+    route = route_address(values["backend_url"])
+    values["route_address"] = route
+    values.setdefault("agent_id", hostname)
+    values.setdefault("host", route or hostname)
+    values.setdefault("advertise_host", route or values["host"])
+    values.setdefault("state_path", Path(default_state_path()))
+    values.setdefault("runtime_dir", Path(default_runtime_dir()))
+    values.setdefault("ray_log_dir", Path(default_ray_log_dir()))
+    for var in VARIABLES:
+        values.setdefault(var.field, None)
+
+
+def _check_relations(values: dict[str, Any]) -> None:
+    if values["reconnect_min_sec"] > values["reconnect_max_sec"]:
+        raise ConfigError(
+            f"{env_name('reconnect_min_sec')}={values['reconnect_min_sec']:g} is larger than "
+            f"{env_name('reconnect_max_sec')}={values['reconnect_max_sec']:g}: "
+            "the minimum must not exceed the maximum"
+        )
+    if values["restart_backoff_min_sec"] > values["restart_backoff_max_sec"]:
+        raise ConfigError(
+            f"{env_name('restart_backoff_min_sec')} is larger than {env_name('restart_backoff_max_sec')}: "
+            "the minimum must not exceed the maximum"
+        )
+    if values["ca_bundle"] is not None and not values["ca_bundle"].is_file():
+        raise ConfigError(f"{env_name('ca_bundle')}={values['ca_bundle']}: no such file")
+
+
+def load_config(environ: Mapping[str, str] | None = None, **overrides: Any) -> Config:
+    """Parse the environment; raise ConfigError with one line naming the culprit."""
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    for var in VARIABLES:
+        name = env_name(var.field)
+        raw = env.get(name)
+        if raw is None:
+            if var.default is None:
+                continue
+            raw = var.default
+        try:
+            values[var.field] = var.parse(raw)
+        except ValueError as exc:
+            shown = "<redacted>" if var.secret else repr(raw)
+            raise ConfigError(f"{name}={shown} is not allowed: expected {exc}") from None
+    values.update(overrides)
+    _computed_defaults(values)
+    _check_relations(values)
+    return Config(**values)
+
+
+def config_fields() -> list[str]:
+    return [f.name for f in dataclasses.fields(Config)]

@@ -1,0 +1,22 @@
+"""ZeroMQ plumbing shared by the supervisor and every worker.
+
+- endpoints: the runtime directory (mode 0700) and the name of each ipc:// socket;
+- envelope: the small versioned orjson message format;
+- sockets: one place that makes sockets (linger, HWM) and does request/reply with timeouts.
+"""
+
+from faden_agent.ipc.endpoints import Endpoints, ensure_runtime_dir
+from faden_agent.ipc.envelope import ENVELOPE_VERSION, EnvelopeError, Message, decode, encode
+from faden_agent.ipc.sockets import Channel, request
+
+__all__ = [
+    "ENVELOPE_VERSION",
+    "Channel",
+    "Endpoints",
+    "EnvelopeError",
+    "Message",
+    "decode",
+    "encode",
+    "ensure_runtime_dir",
+    "request",
+]

@@ -1,0 +1,63 @@
+"""Where the IPC sockets live: one runtime directory, mode 0700, owned by the agent's user.
+
+Unix-domain sockets inherit no access control of their own that ZeroMQ would check; the
+directory's mode is what keeps other local users from reaching the executor.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class RuntimeDirError(RuntimeError):
+    pass
+
+
+def ensure_runtime_dir(path: Path) -> Path:
+    """Create the directory 0700, or refuse one that others could enter or that we do not own."""
+    path = Path(path)
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = path.lstat()
+    if not stat.S_ISDIR(info.st_mode):
+        raise RuntimeDirError(f"runtime directory {path} is not a directory")
+    if info.st_uid != os.geteuid():
+        raise RuntimeDirError(f"runtime directory {path} is owned by uid {info.st_uid}, not by this user")
+    if stat.S_IMODE(info.st_mode) != 0o700:
+        os.chmod(path, 0o700)
+    return path
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    """The ipc:// address of every socket, derived from the runtime directory."""
+
+    runtime_dir: Path
+
+    def _ipc(self, name: str) -> str:
+        return f"ipc://{self.runtime_dir / name}.sock"
+
+    @property
+    def control(self) -> str:
+        """Supervisor REP: `ps`, the worker table (CLI, stream worker)."""
+        return self._ipc("control")
+
+    @property
+    def heartbeat(self) -> str:
+        """Supervisor PULL: every worker PUSHes its heartbeat here."""
+        return self._ipc("heartbeat")
+
+    @property
+    def executor(self) -> str:
+        """Executor REP: the stream worker hands over commands and gets an ack."""
+        return self._ipc("executor")
+
+    @property
+    def uplink(self) -> str:
+        """Stream PULL: producers poke the stream worker after writing to the outbox."""
+        return self._ipc("uplink")
+
+    def socket_path(self, address: str) -> Path:
+        return Path(address.removeprefix("ipc://"))

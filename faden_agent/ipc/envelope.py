@@ -1,0 +1,48 @@
+"""The message format on every socket: {"v": 1, "type": str, "body": object, "ts": float}.
+
+Version first so a newer peer can be refused with a clear reason instead of misread.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+ENVELOPE_VERSION = 1
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+
+
+class EnvelopeError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Message:
+    type: str
+    body: Any = None
+    ts: float = field(default_factory=time.time)
+
+
+def encode(msg_type: str, body: Any = None) -> bytes:
+    return orjson.dumps({"v": ENVELOPE_VERSION, "type": msg_type, "body": body, "ts": time.time()})
+
+
+def decode(frame: bytes) -> Message:
+    if len(frame) > MAX_MESSAGE_BYTES:
+        raise EnvelopeError(f"message of {len(frame)} bytes exceeds {MAX_MESSAGE_BYTES}")
+    try:
+        data = orjson.loads(frame)
+    except orjson.JSONDecodeError as exc:
+        raise EnvelopeError(f"not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise EnvelopeError("envelope is not an object")
+    if data.get("v") != ENVELOPE_VERSION:
+        raise EnvelopeError(f"unsupported envelope version {data.get('v')!r}")
+    msg_type = data.get("type")
+    if not isinstance(msg_type, str) or not msg_type:
+        raise EnvelopeError("envelope has no type")
+    ts = data.get("ts")
+    return Message(type=msg_type, body=data.get("body"), ts=ts if isinstance(ts, (int, float)) else time.time())

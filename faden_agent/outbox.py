@@ -1,0 +1,137 @@
+"""The durable uplink queue: records that must reach the backend survive any crash.
+
+Producers (executor, logs, inventory, stream) `put` records into one SQLite file in the
+state directory (WAL mode; safe across processes); the stream worker reads `pending`
+batches, sends them, and `ack`s what the backend acknowledged. A record is on disk before
+`put` returns, so a kill -9 of the producer, the stream worker or the whole agent loses
+nothing; resends are harmless because every record has a unique id the backend dedups.
+
+Latest-value records (inventory) are kept one per kind: only the newest matters.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Iterable
+
+import orjson
+
+OUTBOX_FILE = "outbox.sqlite"
+# A bound so a backend gone for weeks cannot fill the disk: the oldest records beyond it
+# are dropped and counted (reported as an event once the backend is back).
+MAX_RECORDS = 500_000
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS outbox (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT UNIQUE NOT NULL,
+    kind TEXT NOT NULL,
+    body BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS latest (
+    kind TEXT PRIMARY KEY,
+    id TEXT NOT NULL,
+    body BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+"""
+
+
+def new_record_id() -> str:
+    return uuid.uuid4().hex
+
+
+def make_record(kind: str, data: dict[str, Any], record_id: str | None = None) -> dict[str, Any]:
+    """One uplink record as it travels: {"id", "kind", "ts", "data"}."""
+    return {"id": record_id or new_record_id(), "kind": kind, "ts": time.time(), "data": data}
+
+
+class Outbox:
+    def __init__(self, state_dir: Path):
+        state_dir = Path(state_dir)
+        state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.path = state_dir / OUTBOX_FILE
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.executescript(_SCHEMA)
+        self.path.chmod(0o600)
+
+    def put(self, kind: str, data: dict[str, Any], record_id: str | None = None) -> dict[str, Any]:
+        """Store a record durably; a repeated id is a no-op. Returns the record."""
+        record = make_record(kind, data, record_id)
+        with self._lock:
+            self._db.execute(
+                "INSERT OR IGNORE INTO outbox (id, kind, body) VALUES (?, ?, ?)",
+                (record["id"], kind, orjson.dumps(record)),
+            )
+        return record
+
+    def put_latest(self, kind: str, data: dict[str, Any]) -> dict[str, Any]:
+        """Replace the pending latest-value record of this kind."""
+        record = make_record(kind, data)
+        with self._lock:
+            self._db.execute(
+                "INSERT OR REPLACE INTO latest (kind, id, body) VALUES (?, ?, ?)",
+                (kind, record["id"], orjson.dumps(record)),
+            )
+        return record
+
+    def pending(self, limit: int) -> list[dict[str, Any]]:
+        """Oldest durable records first, then the latest-value ones."""
+        with self._lock:
+            rows = self._db.execute("SELECT body FROM outbox ORDER BY seq LIMIT ?", (limit,)).fetchall()
+            if len(rows) < limit:
+                rows += self._db.execute("SELECT body FROM latest LIMIT ?", (limit - len(rows),)).fetchall()
+        return [orjson.loads(body) for (body,) in rows]
+
+    def ack(self, ids: Iterable[str]) -> None:
+        ids = list(ids)
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.executemany("DELETE FROM outbox WHERE id = ?", [(i,) for i in ids])
+                self._db.executemany("DELETE FROM latest WHERE id = ?", [(i,) for i in ids])
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+
+    def count(self) -> int:
+        with self._lock:
+            (durable,) = self._db.execute("SELECT COUNT(*) FROM outbox").fetchone()
+            (latest,) = self._db.execute("SELECT COUNT(*) FROM latest").fetchone()
+        return durable + latest
+
+    def trim(self, max_records: int = MAX_RECORDS) -> int:
+        """Drop the oldest durable records beyond the bound; returns how many were dropped."""
+        with self._lock:
+            (count,) = self._db.execute("SELECT COUNT(*) FROM outbox").fetchone()
+            excess = count - max_records
+            if excess <= 0:
+                return 0
+            self._db.execute(
+                "DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox ORDER BY seq LIMIT ?)", (excess,)
+            )
+        return excess
+
+    def get_meta(self, key: str, default: str | None = None) -> str | None:
+        with self._lock:
+            row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else default
+
+    def set_meta(self, key: str, value: str) -> None:
+        with self._lock:
+            self._db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()

@@ -1,0 +1,331 @@
+"""The supervisor loop, after gunicorn's arbiter: one loop of small verb-named steps.
+
+    while running:
+        spawn_due_workers()      BACKOFF/FATAL/STOPPED workers whose time has come
+        wait_for_events()        control requests, worker heartbeats, signals
+        reap_workers()           waitpid(); exit -> BACKOFF or FATAL
+        murder_hung_workers()    no heartbeat for too long -> traceback dump, SIGKILL
+        sample_resources()       RSS/CPU for `ps`
+        notify_systemd()         READY once, WATCHDOG while this loop turns
+
+Workers are forked (not fork+exec): the supervisor imports little (zmq, orjson, psutil),
+so a child starts in milliseconds and shares the parent's pages; each worker then imports
+only what it uses (the docker SDK in the executor, pynvml in inventory). Each child asks
+the kernel to SIGKILL it when the supervisor dies (PR_SET_PDEATHSIG), so none outlives a
+`kill -9` of the supervisor.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import zmq
+
+from faden_agent import __version__
+from faden_agent.config import Config
+from faden_agent.ipc import Channel, Endpoints, EnvelopeError, ensure_runtime_dir
+from faden_agent.proctitle import set_title
+from faden_agent.supervisor.notify import SystemdNotifier
+from faden_agent.supervisor.policy import RestartPolicy
+from faden_agent.supervisor.states import WorkerProcess, WorkerState
+from faden_agent.supervisor.table import ResourceSampler, worker_row
+from faden_agent.workers import WORKERS
+from faden_agent.workers.base import worker_main
+
+log = logging.getLogger(__name__)
+
+HUNG_DUMP_GRACE_S = 0.5  # time for faulthandler to write the traceback before SIGKILL
+RESOURCE_SAMPLE_S = 2.0
+LIVE_STATES = (WorkerState.STARTING, WorkerState.RUNNING, WorkerState.STOPPING)
+
+
+def describe_status(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        try:
+            return f"signal {signal.Signals(sig).name}"
+        except ValueError:
+            return f"signal {sig}"
+    return f"exit {os.WEXITSTATUS(status)}"
+
+
+class Supervisor:
+    def __init__(self, config: Config, workers: dict[str, str] | None = None, notifier: SystemdNotifier | None = None):
+        self.config = config
+        self.endpoints = Endpoints(config.runtime_dir)
+        self.policy = RestartPolicy(
+            backoff_min_s=config.restart_backoff_min_sec,
+            backoff_max_s=config.restart_backoff_max_sec,
+            max_restarts=config.restart_max,
+            window_s=config.restart_window_sec,
+            fatal_retry_s=config.fatal_retry_sec,
+        )
+        self.workers = {name: WorkerProcess(name, target) for name, target in (workers or WORKERS).items()}
+        self.notifier = notifier or SystemdNotifier()
+        self.sampler = ResourceSampler()
+        self.started_at = time.time()
+        self.stop_requested = False
+        self.kill_now = False
+        self.ready_sent = False
+        self._signals: list[int] = []
+        self._last_watchdog = 0.0
+        self._last_sample = 0.0
+        self._resources: dict[int, tuple[int | None, float | None]] = {}
+
+    # ------------------------------------------------------------------ main loop
+
+    def run(self) -> int:
+        self.prepare()
+        log.info("supervisor %s started (pid %d), workers: %s", __version__, os.getpid(), ", ".join(self.workers))
+        while not self.stop_requested:
+            self.spawn_due_workers()
+            self.wait_for_events(self.next_timeout())
+            self.reap_workers()
+            self.murder_hung_workers()
+            self.sample_resources()
+            self.notify_systemd()
+        self.shutdown()
+        return 0
+
+    def prepare(self) -> None:
+        set_title(f"faden-agent: supervisor {__version__}", "faden-super")
+        ensure_runtime_dir(self.config.runtime_dir)
+        self._wakeup_r, wakeup_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(wakeup_w)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP):
+            signal.signal(sig, self._on_signal)
+        self.control = Channel.bind(zmq.REP, self.endpoints.control)
+        self.heartbeats = Channel.bind(zmq.PULL, self.endpoints.heartbeat, hwm=10_000)
+        self.poller = zmq.Poller()
+        self.poller.register(self.control.socket, zmq.POLLIN)
+        self.poller.register(self.heartbeats.socket, zmq.POLLIN)
+        self.poller.register(self._wakeup_r, zmq.POLLIN)
+
+    def next_timeout(self) -> float:
+        """Sleep until the next thing is due, but wake often enough to check hangs."""
+        now = time.monotonic()
+        due = [w.next_start_mono - now for w in self.workers.values() if w.state in (WorkerState.BACKOFF, WorkerState.FATAL)]
+        due.append(0.25)
+        return max(0.0, min(due))
+
+    # ------------------------------------------------------------------ steps
+
+    def spawn_due_workers(self) -> None:
+        now = time.monotonic()
+        for worker in self.workers.values():
+            if worker.state in (WorkerState.STOPPED, WorkerState.BACKOFF, WorkerState.FATAL) and now >= worker.next_start_mono:
+                if worker.state == WorkerState.FATAL:
+                    log.warning("retrying FATAL worker %s", worker.name)
+                    worker.exit_times.clear()
+                self.spawn_worker(worker)
+
+    def spawn_worker(self, worker: WorkerProcess) -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        parent = os.getpid()
+        pid = os.fork()
+        if pid == 0:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)  # until the worker installs its own
+            worker_main(worker.name, worker.target, self.config, parent)
+        if worker.state != WorkerState.STOPPED:
+            worker.restarts += 1
+        worker.pid = pid
+        worker.state = WorkerState.STARTING
+        worker.started_at = time.time()
+        worker.started_mono = time.monotonic()
+        worker.last_heartbeat_mono = None
+        worker.hung_kill_pending = False
+        worker.status = {}
+        log.info("spawned worker %s (pid %d)", worker.name, pid)
+
+    def wait_for_events(self, timeout_s: float) -> None:
+        try:
+            events = dict(self.poller.poll(int(timeout_s * 1000)))
+        except zmq.ZMQError as exc:
+            if exc.errno == errno.EINTR:
+                return
+            raise
+        if self._wakeup_r in events:
+            self.handle_signals()
+        if self.heartbeats.socket in events:
+            self.drain_heartbeats()
+        if self.control.socket in events:
+            self.answer_control()
+
+    def handle_signals(self) -> None:
+        try:
+            while os.read(self._wakeup_r, 512):
+                pass
+        except BlockingIOError:
+            pass
+        pending, self._signals = self._signals, []
+        for sig in pending:
+            if sig in (signal.SIGTERM, signal.SIGINT):
+                if self.stop_requested:
+                    self.kill_now = True
+                self.stop_requested = True
+            elif sig == signal.SIGHUP:
+                log.info("SIGHUP ignored: configuration is read at start; restart the agent to apply changes")
+
+    def drain_heartbeats(self) -> None:
+        while True:
+            try:
+                message = self.heartbeats.recv(0)
+            except EnvelopeError as exc:
+                log.warning("dropped a malformed heartbeat: %s", exc)
+                continue
+            if message is None:
+                return
+            body = message.body if isinstance(message.body, dict) else {}
+            worker = self.workers.get(str(body.get("name")))
+            if worker is None or worker.pid != body.get("pid"):
+                continue  # a late beat from a predecessor
+            worker.last_heartbeat_mono = time.monotonic()
+            worker.status = body.get("status") or {}
+            if worker.state == WorkerState.STARTING:
+                worker.state = WorkerState.RUNNING
+                log.info("worker %s is RUNNING (pid %d)", worker.name, worker.pid)
+
+    def answer_control(self) -> None:
+        try:
+            message = self.control.recv(0)
+            op = message.type if message else None
+        except EnvelopeError as exc:
+            self.control.send("error", {"message": str(exc)})
+            return
+        if op == "ps":
+            self.control.send("ps", self.table())
+        else:
+            self.control.send("error", {"message": f"unknown request {op!r}"})
+
+    def reap_workers(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            worker = next((w for w in self.workers.values() if w.pid == pid), None)
+            if worker is not None:
+                self.record_exit(worker, status)
+
+    def record_exit(self, worker: WorkerProcess, status: int) -> None:
+        exit_text = describe_status(status)
+        if worker.hung_kill_pending:
+            exit_text = f"killed: hung ({exit_text})"
+        worker.last_exit = exit_text
+        worker.pid = None
+        worker.hung_kill_pending = False
+        now = time.monotonic()
+        if self.stop_requested:
+            worker.state = WorkerState.EXITED
+            return
+        worker.exit_times.append(now)
+        if self.policy.is_fatal(worker.exit_times, now):
+            worker.state = WorkerState.FATAL
+            worker.next_start_mono = now + self.policy.fatal_retry_s
+            log.error(
+                "worker %s FATAL: %s; more than %d restarts in %gs; retrying in %gs",
+                worker.name, exit_text, self.policy.max_restarts, self.policy.window_s, self.policy.fatal_retry_s,
+            )
+        else:
+            delay = self.policy.backoff(worker.exit_times, now)
+            worker.state = WorkerState.BACKOFF
+            worker.next_start_mono = now + delay
+            log.warning("worker %s exited (%s); restarting in %.2fs", worker.name, exit_text, delay)
+
+    def murder_hung_workers(self) -> None:
+        now = time.monotonic()
+        limit = self.config.worker_hang_timeout_sec
+        for worker in self.workers.values():
+            if worker.pid is None or worker.state not in (WorkerState.STARTING, WorkerState.RUNNING):
+                continue
+            last = worker.last_heartbeat_mono or worker.started_mono or now
+            silent = now - last
+            if worker.hung_kill_pending:
+                if silent >= limit + HUNG_DUMP_GRACE_S:
+                    self._kill(worker.pid, signal.SIGKILL)
+            elif silent >= limit:
+                log.error("worker %s (pid %d) sent no heartbeat for %.1fs: dumping its traceback and killing it",
+                          worker.name, worker.pid, silent)
+                worker.hung_kill_pending = True
+                self._kill(worker.pid, signal.SIGUSR1)  # faulthandler writes every thread's stack
+                self._kill(worker.pid, signal.SIGCONT)  # a stopped process must run to dump
+
+    def sample_resources(self) -> None:
+        now = time.monotonic()
+        if now - self._last_sample < RESOURCE_SAMPLE_S:
+            return
+        self._last_sample = now
+        pids = {w.pid for w in self.workers.values() if w.pid is not None} | {os.getpid()}
+        self.sampler.forget_dead(pids)
+        self._resources = {pid: self.sampler.sample(pid) for pid in pids}
+
+    def notify_systemd(self) -> None:
+        if not self.ready_sent and all(w.state == WorkerState.RUNNING for w in self.workers.values()):
+            self.ready_sent = True
+            self.notifier.ready(f"{len(self.workers)} workers running")
+            log.info("all %d workers running", len(self.workers))
+        interval = self.notifier.watchdog_interval_s
+        now = time.monotonic()
+        if interval and now - self._last_watchdog >= interval:
+            self._last_watchdog = now
+            self.notifier.watchdog()
+
+    # ------------------------------------------------------------------ stop
+
+    def shutdown(self) -> None:
+        log.info("stopping %d workers (bound %gs)", len(self.workers), self.config.stop_timeout_sec)
+        self.notifier.stopping()
+        for worker in self.workers.values():
+            if worker.pid is not None:
+                worker.state = WorkerState.STOPPING
+                self._kill(worker.pid, signal.SIGTERM)
+                self._kill(worker.pid, signal.SIGCONT)  # a stopped worker cannot act on SIGTERM
+            elif worker.state != WorkerState.EXITED:
+                worker.state = WorkerState.STOPPED
+        deadline = time.monotonic() + self.config.stop_timeout_sec
+        while any(w.pid is not None for w in self.workers.values()):
+            if self.kill_now or time.monotonic() >= deadline:
+                for worker in self.workers.values():
+                    if worker.pid is not None:
+                        log.warning("worker %s did not stop in time: SIGKILL", worker.name)
+                        self._kill(worker.pid, signal.SIGKILL)
+                self.kill_now = False
+                deadline = float("inf")
+            self.wait_for_events(0.05)
+            self.reap_workers()
+        self.close_sockets()
+        log.info("supervisor stopped")
+
+    def close_sockets(self) -> None:
+        for channel, address in ((self.control, self.endpoints.control), (self.heartbeats, self.endpoints.heartbeat)):
+            channel.close()
+            Path(self.endpoints.socket_path(address)).unlink(missing_ok=True)
+
+    # ------------------------------------------------------------------ helpers
+
+    def table(self) -> dict[str, Any]:
+        rows = [worker_row(w, self._resources.get(w.pid, (None, None))) for w in self.workers.values()]
+        sup = {"pid": os.getpid(), "version": __version__, "uptime_s": round(time.time() - self.started_at, 3)}
+        sup["rss_bytes"], sup["cpu_percent"] = self._resources.get(os.getpid(), (None, None))
+        return {"supervisor": sup, "workers": rows}
+
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        self._signals.append(signum)
+
+    @staticmethod
+    def _kill(pid: int, sig: int) -> None:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+

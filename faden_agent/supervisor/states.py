@@ -1,0 +1,51 @@
+"""Each worker's explicit state, after supervisord's state machine.
+
+    STOPPED -> STARTING -> RUNNING -> (exit) -> BACKOFF -> STARTING ...
+                                   \\-> too many exits in the window -> FATAL -> (retry later) STARTING
+    any -> STOPPING -> EXITED   (agent shutdown)
+"""
+
+from __future__ import annotations
+
+import collections
+import enum
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class WorkerState(str, enum.Enum):
+    STOPPED = "STOPPED"
+    STARTING = "STARTING"
+    RUNNING = "RUNNING"
+    BACKOFF = "BACKOFF"
+    STOPPING = "STOPPING"
+    EXITED = "EXITED"
+    FATAL = "FATAL"
+
+
+@dataclass
+class WorkerProcess:
+    name: str
+    target: str
+    state: WorkerState = WorkerState.STOPPED
+    pid: int | None = None
+    started_at: float | None = None  # wall clock, for uptime
+    started_mono: float | None = None
+    last_heartbeat_mono: float | None = None
+    restarts: int = 0
+    last_exit: str | None = None  # "exit 1", "signal SIGKILL", "killed: hung"
+    next_start_mono: float = 0.0
+    exit_times: collections.deque = field(default_factory=lambda: collections.deque(maxlen=256))
+    status: dict[str, Any] = field(default_factory=dict)  # the worker's own heartbeat fields
+    hung_kill_pending: bool = False
+
+    def uptime(self, now_wall: float | None = None) -> float | None:
+        if self.pid is None or self.started_at is None:
+            return None
+        return max(0.0, (now_wall or time.time()) - self.started_at)
+
+    def heartbeat_age(self, now_mono: float | None = None) -> float | None:
+        if self.pid is None or self.last_heartbeat_mono is None:
+            return None
+        return max(0.0, (now_mono or time.monotonic()) - self.last_heartbeat_mono)

@@ -1,0 +1,8 @@
+"""The workers the supervisor forks, by name -> "module:Class" (imported only in the child)."""
+
+WORKERS: dict[str, str] = {
+    "stream": "faden_agent.workers.stream:StreamWorker",
+    "executor": "faden_agent.workers.executor:ExecutorWorker",
+    "inventory": "faden_agent.workers.inventory:InventoryWorker",
+    "logs": "faden_agent.workers.logs:LogsWorker",
+}
