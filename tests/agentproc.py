@@ -1,0 +1,132 @@
+"""Test helpers: run the real agent (`faden-agent run`) as a subprocess in a private
+runtime/state directory and ask it `ps` over its real control socket."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from faden_agent.ipc import Endpoints, request
+
+
+def agent_env(tmp_path: Path, **overrides: Any) -> dict[str, str]:
+    """An environment for one agent under tmp_path; overrides are FIELD=value without prefix."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FADEN_NODE_AGENT_")}
+    env.update(
+        FADEN_NODE_AGENT_RUNTIME_DIR=str(tmp_path / "run"),
+        FADEN_NODE_AGENT_STATE_PATH=str(tmp_path / "state" / "state.json"),
+        FADEN_NODE_AGENT_RAY_LOG_DIR=str(tmp_path / "ray"),
+        FADEN_NODE_AGENT_WORKER_HEARTBEAT_SEC="0.2",
+        FADEN_NODE_AGENT_WORKER_HANG_TIMEOUT_SEC="2",
+        FADEN_NODE_AGENT_RESTART_BACKOFF_MIN_SEC="0.1",
+        FADEN_NODE_AGENT_RESTART_BACKOFF_MAX_SEC="2",
+        FADEN_NODE_AGENT_STOP_TIMEOUT_SEC="5",
+        PYTHONUNBUFFERED="1",
+    )
+    for key, value in overrides.items():
+        env[f"FADEN_NODE_AGENT_{key.upper()}"] = str(value)
+    return env
+
+
+def wait_for(predicate: Callable[[], Any], timeout_s: float = 15.0, interval_s: float = 0.05, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = predicate()
+        if result:
+            return result
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        time.sleep(interval_s)
+
+
+class AgentProcess:
+    """One supervisor process (and its workers) started the way an operator starts it."""
+
+    def __init__(self, env: dict[str, str], log_path: Path, argv: list[str] | None = None):
+        self.env = env
+        self.log_path = log_path
+        self.argv = argv or [sys.executable, "-m", "faden_agent", "run"]
+        self.proc: subprocess.Popen | None = None
+        self.endpoints = Endpoints(Path(env["FADEN_NODE_AGENT_RUNTIME_DIR"]))
+
+    def start(self, wait_running: bool = True, timeout_s: float = 20.0) -> "AgentProcess":
+        self._log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(self.argv, env=self.env, stdout=self._log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        if wait_running:
+            self.wait_all_running(timeout_s)
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def ps(self, timeout_s: float = 1.0) -> dict[str, Any] | None:
+        reply = request(self.endpoints.control, "ps", timeout_s=timeout_s)
+        return reply.body if reply is not None else None
+
+    def workers(self) -> dict[str, dict[str, Any]]:
+        table = self.ps()
+        return {w["name"]: w for w in table["workers"]} if table else {}
+
+    def wait_all_running(self, timeout_s: float = 20.0) -> dict[str, dict[str, Any]]:
+        def all_running() -> dict | None:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise AssertionError(f"agent exited with {self.proc.returncode}: {self.log_text()[-3000:]}")
+            rows = self.workers()
+            return rows if rows and all(w["state"] == "RUNNING" for w in rows.values()) else None
+
+        return wait_for(all_running, timeout_s, what="all workers RUNNING")
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 15.0) -> int | None:
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else None
+        self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return None
+
+    def kill(self) -> None:
+        """SIGKILL the supervisor and, to leave nothing behind in tests, its process group."""
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(10)
+
+    def __enter__(self) -> "AgentProcess":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+        self.kill()
+        if getattr(self, "_log", None):
+            self._log.close()
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is dead for our purposes
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(") ", 1)[1][0] != "Z"
+    except FileNotFoundError:
+        return False

@@ -1,0 +1,69 @@
+"""Shared fixtures. Tests that need the Docker engine use the `docker_client` fixture: it
+skips when no engine answers, except under FADEN_TEST_REQUIRE_DOCKER=1 (set by .ci/run),
+where a missing engine fails the test so a broken install step cannot pass silently."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.agentproc import AgentProcess, agent_env
+
+REGISTRY = os.environ.get("FADEN_TEST_REGISTRY", "127.0.0.1:5000")
+TEST_IMAGE = "faden-test/busybox:1"
+
+
+def require(what: str, reason: str) -> None:
+    if os.environ.get("FADEN_TEST_REQUIRE_DOCKER") == "1":
+        pytest.fail(f"{what} is required under .ci/run but {reason}")
+    pytest.skip(f"{what}: {reason}")
+
+
+@pytest.fixture(scope="session")
+def docker_client():
+    import docker
+
+    try:
+        client = docker.from_env(timeout=30)
+        client.ping()
+    except Exception as exc:  # noqa: BLE001 - any failure means no engine
+        require("the Docker engine", f"it does not answer ({exc}); run tests/infra/start-services.sh")
+    try:
+        client.images.get(TEST_IMAGE)
+    except Exception:  # noqa: BLE001
+        require("the test image", f"{TEST_IMAGE} is missing; run tests/infra/start-services.sh")
+    return client
+
+
+@pytest.fixture(scope="session")
+def registry(docker_client) -> str:
+    import requests
+
+    try:
+        requests.get(f"http://{REGISTRY}/v2/", timeout=5).raise_for_status()
+    except Exception as exc:  # noqa: BLE001
+        require("the registry", f"{REGISTRY} does not answer ({exc})")
+    return REGISTRY
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    return agent_env(tmp_path)
+
+
+@pytest.fixture
+def agent_factory(tmp_path: Path):
+    """Start real agents; every one is stopped (and its group killed) after the test."""
+    started: list[AgentProcess] = []
+
+    def make(env: dict[str, str] | None = None, **kwargs) -> AgentProcess:
+        agent = AgentProcess(env or agent_env(tmp_path), tmp_path / f"agent-{len(started)}.log", **kwargs)
+        started.append(agent)
+        return agent
+
+    yield make
+    for agent in started:
+        agent.stop()
+        agent.kill()

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Install and start what the test suite needs on a machine where nothing runs:
+# the Docker engine, a registry on 127.0.0.1:5000, the journald tools, and the local
+# busybox test image (no image can be pulled from the internet here).
+# Idempotent: already-running services are reused. Exits non-zero when a part is missing.
+set -euo pipefail
+
+REGISTRY_PORT="${FADEN_TEST_REGISTRY_PORT:-5000}"
+STATE="${FADEN_TEST_SERVICES_DIR:-/var/tmp/faden-test-services}"
+mkdir -p "$STATE"
+
+need_pkgs=()
+command -v dockerd >/dev/null || need_pkgs+=(docker.io)
+command -v docker-registry >/dev/null || need_pkgs+=(docker-registry)
+[ -x /bin/busybox ] || need_pkgs+=(busybox-static)
+[ -x /lib/systemd/systemd-journal-remote ] || need_pkgs+=(systemd-journal-remote)
+command -v debootstrap >/dev/null || need_pkgs+=(debootstrap)
+command -v journalctl >/dev/null || need_pkgs+=(systemd)
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+  echo "installing: ${need_pkgs[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
+fi
+
+# --- Docker engine
+if ! docker info >/dev/null 2>&1; then
+  echo "starting dockerd"
+  nohup dockerd >"$STATE/dockerd.log" 2>&1 &
+  for _ in $(seq 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
+fi
+docker info >/dev/null 2>&1 || { echo "dockerd did not start; see $STATE/dockerd.log" >&2; tail -20 "$STATE/dockerd.log" >&2; exit 1; }
+
+# --- registry on loopback
+if ! curl -fsS "http://127.0.0.1:$REGISTRY_PORT/v2/" >/dev/null 2>&1; then
+  echo "starting docker-registry on 127.0.0.1:$REGISTRY_PORT"
+  cat >"$STATE/registry.yml" <<YML
+version: 0.1
+storage:
+  filesystem:
+    rootdirectory: $STATE/registry-data
+  delete:
+    enabled: true
+http:
+  addr: 127.0.0.1:$REGISTRY_PORT
+YML
+  nohup docker-registry serve "$STATE/registry.yml" >"$STATE/registry.log" 2>&1 &
+  for _ in $(seq 30); do curl -fsS "http://127.0.0.1:$REGISTRY_PORT/v2/" >/dev/null 2>&1 && break; sleep 0.5; done
+fi
+curl -fsS "http://127.0.0.1:$REGISTRY_PORT/v2/" >/dev/null || { echo "registry did not start" >&2; exit 1; }
+
+# --- the busybox test image, built locally and pushed to the registry
+if ! docker image inspect faden-test/busybox:1 >/dev/null 2>&1; then
+  rootfs=$(mktemp -d)
+  mkdir -p "$rootfs"/{bin,etc,tmp,proc,sys,dev}
+  cp /bin/busybox "$rootfs/bin/busybox"
+  for applet in sh echo sleep cat ls true false seq yes date env printf mkdir rm touch wc head tail; do
+    ln -s busybox "$rootfs/bin/$applet"
+  done
+  echo "root:x:0:0:root:/:/bin/sh" >"$rootfs/etc/passwd"
+  tar -C "$rootfs" -c . | docker import -c 'CMD ["/bin/sh"]' -c 'ENV PATH=/bin' - faden-test/busybox:1 >/dev/null
+  rm -rf "$rootfs"
+fi
+for tag in 1 2; do
+  ref="127.0.0.1:$REGISTRY_PORT/faden/busybox:$tag"
+  docker tag faden-test/busybox:1 "$ref"
+  docker push -q "$ref" >/dev/null
+done
+echo "services ready: docker $(docker version -f '{{.Server.Version}}'), registry 127.0.0.1:$REGISTRY_PORT, image faden-test/busybox:1"
