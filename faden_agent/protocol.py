@@ -73,3 +73,16 @@ def timeline_data(command_id: str, state: str, **fields: object) -> dict[str, ob
 def timeline_record_id(command_id: str, state: str, step: int = 0) -> str:
     """Deterministic ids: a re-emitted state of the same command dedups at the backend."""
     return f"tl:{command_id}:{state}:{step}"
+
+# Labels on every container the agent creates (the executor sets them; inventory and the
+# log shipper find managed containers by them).
+LABEL_MANAGED = "io.fadenstack.managed"  # "true"
+LABEL_AGENT_ID = "io.fadenstack.agent-id"
+LABEL_COMMAND_ID = "io.fadenstack.command-id"
+LABEL_CLUSTER = "io.fadenstack.cluster"
+LABEL_WORKLOAD = "io.fadenstack.workload"
+LABEL_RAY = "io.fadenstack.ray"  # "true": a Ray container whose logs dir is on the host
+
+# Ray containers get <RAY_LOG_DIR>/<container name>/ mounted here; Ray Serve then writes
+# <RAY_LOG_DIR>/<container name>/session_*/logs/serve/*.log on the host.
+RAY_LOG_MOUNT = "/tmp/ray"
