@@ -190,6 +190,8 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("ray_log_dir", None, _path, "Host directory for Ray session logs of managed Ray containers (default: /var/log/faden-agent/ray as root, else ~/.local/state/faden-agent/ray)"),
     Variable("disk_paths", "", _path_list, "Extra paths (colon-separated) whose file systems the inventory reports, e.g. model caches"),
     Variable("docker_host", None, _optional_text, "Docker engine address (default: DOCKER_HOST, else the local socket)"),
+    Variable("docker_timeout_sec", "60", _positive_float, "Bound on each Docker engine call; a hung engine fails commands with timeout after it"),
+    Variable("max_concurrent_pulls", "3", _positive_int, "Most image pulls the executor runs at once"),
     Variable("worker_heartbeat_sec", "1", _positive_float, "How often each worker reports to the supervisor"),
     Variable("worker_hang_timeout_sec", "10", _positive_float, "A worker silent this long is dumped, killed and restarted"),
     Variable("restart_backoff_min_sec", "0.2", _positive_float, "First restart delay of a failed worker"),
@@ -231,6 +233,8 @@ class Config:
     ray_log_dir: Path
     disk_paths: tuple[Path, ...]
     docker_host: str | None
+    docker_timeout_sec: float
+    max_concurrent_pulls: int
     worker_heartbeat_sec: float
     worker_hang_timeout_sec: float
     restart_backoff_min_sec: float

@@ -54,6 +54,8 @@ REASONS = (
     "cancelled",
     "interrupted",
     "docker_error",
+    "container_exited",
+    "unhealthy",
     "not_implemented",
 )
 
