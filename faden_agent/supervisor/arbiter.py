@@ -141,7 +141,7 @@ class Supervisor:
         worker.started_at = time.time()
         worker.started_mono = time.monotonic()
         worker.last_heartbeat_mono = None
-        worker.hung_kill_pending = False
+        worker.kill_at_mono = None
         worker.status = {}
         log.info("spawned worker %s (pid %d)", worker.name, pid)
 
@@ -219,11 +219,11 @@ class Supervisor:
 
     def record_exit(self, worker: WorkerProcess, status: int) -> None:
         exit_text = describe_status(status)
-        if worker.hung_kill_pending:
+        if worker.kill_at_mono is not None:
             exit_text = f"killed: hung ({exit_text})"
         worker.last_exit = exit_text
         worker.pid = None
-        worker.hung_kill_pending = False
+        worker.kill_at_mono = None
         now = time.monotonic()
         if self.stop_requested:
             worker.state = WorkerState.EXITED
@@ -248,15 +248,15 @@ class Supervisor:
         for worker in self.workers.values():
             if worker.pid is None or worker.state not in (WorkerState.STARTING, WorkerState.RUNNING):
                 continue
-            last = worker.last_heartbeat_mono or worker.started_mono or now
-            silent = now - last
-            if worker.hung_kill_pending:
-                if silent >= limit + HUNG_DUMP_GRACE_S:
+            if worker.kill_at_mono is not None:
+                if now >= worker.kill_at_mono:  # a late beat after SIGCONT does not save it
                     self._kill(worker.pid, signal.SIGKILL)
-            elif silent >= limit:
+                continue
+            silent = now - (worker.last_heartbeat_mono or worker.started_mono or now)
+            if silent >= limit:
                 log.error("worker %s (pid %d) sent no heartbeat for %.1fs: dumping its traceback and killing it",
                           worker.name, worker.pid, silent)
-                worker.hung_kill_pending = True
+                worker.kill_at_mono = now + HUNG_DUMP_GRACE_S
                 self._kill(worker.pid, signal.SIGUSR1)  # faulthandler writes every thread's stack
                 self._kill(worker.pid, signal.SIGCONT)  # a stopped process must run to dump
 

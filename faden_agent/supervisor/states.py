@@ -38,7 +38,7 @@ class WorkerProcess:
     next_start_mono: float = 0.0
     exit_times: collections.deque = field(default_factory=lambda: collections.deque(maxlen=256))
     status: dict[str, Any] = field(default_factory=dict)  # the worker's own heartbeat fields
-    hung_kill_pending: bool = False
+    kill_at_mono: float | None = None  # set when found hung: SIGKILL after the dump grace
 
     def uptime(self, now_wall: float | None = None) -> float | None:
         if self.pid is None or self.started_at is None:

@@ -1,0 +1,314 @@
+"""The reference backend's persistence: one SQLite file under --data.
+
+Secrets are stored hashed (sha256): the file never holds a usable token or credential.
+Every method takes the one lock, so the threaded HTTP server can share one connection.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import sqlite3
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from faden_agent import protocol
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS tokens (
+    token_hash TEXT PRIMARY KEY,
+    created_at REAL NOT NULL,
+    used_at REAL,
+    node_id TEXT
+);
+CREATE TABLE IF NOT EXISTS nodes (
+    node_id TEXT PRIMARY KEY,
+    credential_hash TEXT UNIQUE NOT NULL,
+    revoked INTEGER NOT NULL DEFAULT 0,
+    enrolled_at REAL NOT NULL,
+    facts BLOB NOT NULL,
+    last_seen_at REAL,
+    last_heartbeat_at REAL,
+    heartbeats INTEGER NOT NULL DEFAULT 0,
+    heartbeat BLOB,
+    inventory BLOB,
+    inventory_at REAL
+);
+CREATE TABLE IF NOT EXISTS commands (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT UNIQUE NOT NULL,
+    node_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    spec BLOB NOT NULL,
+    deadline REAL,
+    created_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS records (
+    node_id TEXT NOT NULL,
+    id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    ts REAL,
+    received_at REAL NOT NULL,
+    command_id TEXT,
+    data BLOB NOT NULL,
+    PRIMARY KEY (node_id, id)
+);
+CREATE INDEX IF NOT EXISTS records_by_command ON records (command_id, received_at);
+CREATE INDEX IF NOT EXISTS records_by_kind ON records (node_id, kind, received_at);
+CREATE TABLE IF NOT EXISTS log_lines (
+    n INTEGER PRIMARY KEY AUTOINCREMENT,
+    node_id TEXT NOT NULL,
+    labels BLOB NOT NULL,
+    ts_ns TEXT NOT NULL,
+    line TEXT NOT NULL,
+    metadata BLOB
+);
+"""
+
+
+def secret_hash(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def _json(blob: bytes | None) -> Any:
+    return orjson.loads(blob) if blob is not None else None
+
+
+class TokenRefused(Exception):
+    pass
+
+
+class Store:
+    def __init__(self, data_dir: Path):
+        data_dir = Path(data_dir)
+        data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.path = data_dir / "backend.sqlite"
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.executescript(_SCHEMA)
+        self.path.chmod(0o600)
+
+    # ------------------------------------------------------------------ enrollment
+
+    def mint_token(self) -> str:
+        token = "fdn_enr_" + secrets.token_urlsafe(24)
+        with self._lock:
+            self._db.execute("INSERT INTO tokens (token_hash, created_at) VALUES (?, ?)", (secret_hash(token), time.time()))
+        return token
+
+    def enroll(self, token: str, facts: dict[str, Any]) -> tuple[str, str]:
+        """Spend the token; returns (node_id, credential). Raises TokenRefused."""
+        node_id = "node-" + uuid.uuid4().hex[:12]
+        credential = "fdn_cred_" + secrets.token_urlsafe(32)
+        now = time.time()
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                row = self._db.execute("SELECT used_at FROM tokens WHERE token_hash = ?", (secret_hash(token),)).fetchone()
+                if row is None:
+                    raise TokenRefused("unknown enrollment token")
+                if row[0] is not None:
+                    raise TokenRefused("enrollment token already used")
+                self._db.execute(
+                    "UPDATE tokens SET used_at = ?, node_id = ? WHERE token_hash = ?", (now, node_id, secret_hash(token))
+                )
+                self._db.execute(
+                    "INSERT INTO nodes (node_id, credential_hash, enrolled_at, facts) VALUES (?, ?, ?, ?)",
+                    (node_id, secret_hash(credential), now, orjson.dumps(facts)),
+                )
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        return node_id, credential
+
+    def node_for_credential(self, credential: str) -> tuple[str, bool] | None:
+        """(node_id, revoked) of the credential, or None when unknown."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT node_id, revoked FROM nodes WHERE credential_hash = ?", (secret_hash(credential),)
+            ).fetchone()
+            if row is not None and not row[1]:
+                self._db.execute("UPDATE nodes SET last_seen_at = ? WHERE node_id = ?", (time.time(), row[0]))
+        return (row[0], bool(row[1])) if row else None
+
+    def revoke(self, node_id: str) -> bool:
+        with self._lock:
+            cur = self._db.execute("UPDATE nodes SET revoked = 1 WHERE node_id = ?", (node_id,))
+        return cur.rowcount > 0
+
+    # ------------------------------------------------------------------ commands
+
+    def add_command(self, node_id: str, kind: str, spec: Any, command_id: str | None, deadline: float | None) -> dict[str, Any]:
+        command_id = command_id or uuid.uuid4().hex
+        with self._lock:
+            self._db.execute(
+                "INSERT OR IGNORE INTO commands (id, node_id, kind, spec, deadline, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+                (command_id, node_id, kind, orjson.dumps(spec), deadline, time.time()),
+            )
+            row = self._db.execute("SELECT seq, node_id FROM commands WHERE id = ?", (command_id,)).fetchone()
+        return {"id": command_id, "seq": row[0], "node_id": row[1]}
+
+    def commands_after(self, node_id: str, after: int, limit: int = 100) -> list[dict[str, Any]]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT seq, id, kind, spec, deadline FROM commands WHERE node_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+                (node_id, after, limit),
+            ).fetchall()
+        return [
+            {"type": "command", "seq": seq, "id": cid, "kind": kind, "spec": _json(spec), "deadline": deadline}
+            for seq, cid, kind, spec, deadline in rows
+        ]
+
+    def command(self, command_id: str) -> dict[str, Any] | None:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT id, node_id, seq, kind, spec, deadline, created_at FROM commands WHERE id = ?", (command_id,)
+            ).fetchone()
+            if row is None:
+                return None
+            timeline = self._db.execute(
+                "SELECT data, ts, received_at FROM records WHERE command_id = ? AND kind = ? ORDER BY ts, received_at",
+                (command_id, protocol.TIMELINE),
+            ).fetchall()
+        records = [{**_json(data), "ts": ts, "received_at": received} for data, ts, received in timeline]
+        return {
+            "id": row[0], "node_id": row[1], "seq": row[2], "kind": row[3], "spec": _json(row[4]),
+            "deadline": row[5], "created_at": row[6],
+            "state": records[-1]["state"] if records else "queued",
+            "timeline": records,
+        }
+
+    # ------------------------------------------------------------------ uplink
+
+    def store_records(self, node_id: str, records: list[dict[str, Any]]) -> list[str]:
+        """Store each record once (dedup by id); apply heartbeats and inventory. Returns the acked ids."""
+        acked: list[str] = []
+        now = time.time()
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                for record in records:
+                    acked.append(record["id"])
+                    data = record["data"]
+                    command_id = data.get("command_id") if record["kind"] == protocol.TIMELINE else None
+                    cur = self._db.execute(
+                        "INSERT OR IGNORE INTO records (node_id, id, kind, ts, received_at, command_id, data)"
+                        " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (node_id, record["id"], record["kind"], record.get("ts"), now, command_id, orjson.dumps(data)),
+                    )
+                    if cur.rowcount:
+                        self._apply(node_id, record, now)
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        return acked
+
+    def _apply(self, node_id: str, record: dict[str, Any], now: float) -> None:
+        if record["kind"] == protocol.HEARTBEAT:
+            self._db.execute(
+                "UPDATE nodes SET last_heartbeat_at = ?, heartbeats = heartbeats + 1, heartbeat = ? WHERE node_id = ?",
+                (now, orjson.dumps(record["data"]), node_id),
+            )
+        elif record["kind"] == protocol.INVENTORY:
+            self._db.execute(
+                "UPDATE nodes SET inventory = ?, inventory_at = ? WHERE node_id = ?",
+                (orjson.dumps(record["data"]), now, node_id),
+            )
+
+    def records(self, node_id: str, kind: str, limit: int = 10_000) -> list[dict[str, Any]]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT id, ts, received_at, data FROM records WHERE node_id = ? AND kind = ? ORDER BY received_at, ts LIMIT ?",
+                (node_id, kind, limit),
+            ).fetchall()
+        return [{"id": rid, "ts": ts, "received_at": received, "data": _json(data)} for rid, ts, received, data in rows]
+
+    def count_records(self, node_id: str | None = None) -> dict[str, int]:
+        with self._lock:
+            if node_id is None:
+                rows = self._db.execute("SELECT kind, COUNT(*) FROM records GROUP BY kind").fetchall()
+            else:
+                rows = self._db.execute(
+                    "SELECT kind, COUNT(*) FROM records WHERE node_id = ? GROUP BY kind", (node_id,)
+                ).fetchall()
+        return dict(rows)
+
+    # ------------------------------------------------------------------ nodes
+
+    def nodes(self) -> list[dict[str, Any]]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT node_id, revoked, enrolled_at, facts, last_seen_at, last_heartbeat_at, heartbeats, heartbeat,"
+                " inventory_at FROM nodes ORDER BY enrolled_at"
+            ).fetchall()
+        out = []
+        for node_id, revoked, enrolled_at, facts, seen, hb_at, hb_count, heartbeat, inv_at in rows:
+            facts = _json(facts)
+            heartbeat = _json(heartbeat) or {}
+            out.append({
+                "node_id": node_id,
+                "agent_id": facts.get("agent_id"),
+                "host": facts.get("host"),
+                "advertise_host": facts.get("advertise_host"),
+                "advertise_scheme": facts.get("advertise_scheme"),
+                "version": heartbeat.get("version") or facts.get("version"),
+                "capabilities": heartbeat.get("capabilities") or facts.get("capabilities"),
+                "platform": facts.get("platform"),
+                "revoked": bool(revoked),
+                "enrolled_at": enrolled_at,
+                "last_seen_at": seen,
+                "last_heartbeat_at": hb_at,
+                "heartbeats": hb_count,
+                "uptime_s": heartbeat.get("uptime_s"),
+                "connection": heartbeat.get("connection"),
+                "workers": heartbeat.get("workers"),
+                "inventory_at": inv_at,
+            })
+        return out
+
+    def node(self, node_id: str) -> dict[str, Any] | None:
+        return next((n for n in self.nodes() if n["node_id"] == node_id), None)
+
+    def inventory(self, node_id: str) -> dict[str, Any] | None:
+        with self._lock:
+            row = self._db.execute("SELECT inventory, inventory_at FROM nodes WHERE node_id = ?", (node_id,)).fetchone()
+        if row is None:
+            return None
+        return {"node_id": node_id, "inventory": _json(row[0]), "received_at": row[1]}
+
+    # ------------------------------------------------------------------ logs
+
+    def store_log_push(self, node_id: str, push: dict[str, Any]) -> int:
+        """Keep the lines of one Loki push body; returns how many."""
+        rows = []
+        for stream in push.get("streams") or []:
+            labels = orjson.dumps(stream.get("stream") or {})
+            for value in stream.get("values") or []:
+                ts_ns, line = str(value[0]), str(value[1])
+                metadata = orjson.dumps(value[2]) if len(value) > 2 else None
+                rows.append((node_id, labels, ts_ns, line, metadata))
+        with self._lock:
+            self._db.executemany(
+                "INSERT INTO log_lines (node_id, labels, ts_ns, line, metadata) VALUES (?, ?, ?, ?, ?)", rows
+            )
+        return len(rows)
+
+    def log_lines(self, node_id: str, limit: int = 10_000) -> list[dict[str, Any]]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT labels, ts_ns, line, metadata FROM log_lines WHERE node_id = ? ORDER BY n LIMIT ?",
+                (node_id, limit),
+            ).fetchall()
+        return [{"labels": _json(l), "ts": ts, "line": line, "metadata": _json(m)} for l, ts, line, m in rows]
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()

@@ -1,0 +1,166 @@
+"""The on-disk command journal: a command id is written here before anything runs.
+
+One SQLite file in the state directory (WAL, synchronous=FULL, mode 0600). A row moves
+queued -> running -> done; `outcome` holds the terminal timeline data so a re-delivered id
+is answered with the recorded outcome (same record ids) instead of running twice. Rows left
+queued/running by a killed executor are what the worker resumes or reports as interrupted.
+
+Registry credentials travel in a pull's spec; they are kept in this 0600 file only until
+the command is done, then scrubbed.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+JOURNAL_FILE = "executor.sqlite"
+QUEUED, RUNNING, DONE = "queued", "running", "done"
+SECRET_KEYS = ("auth",)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS commands (
+    id TEXT PRIMARY KEY,
+    seq INTEGER,
+    kind TEXT NOT NULL,
+    spec BLOB NOT NULL,
+    deadline REAL,
+    state TEXT NOT NULL,
+    attempt INTEGER NOT NULL DEFAULT 0,
+    outcome BLOB,
+    received_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS adopted (
+    container_id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    command_id TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+
+@dataclass
+class Entry:
+    id: str
+    seq: int | None
+    kind: str
+    spec: Any
+    deadline: float | None
+    state: str
+    attempt: int
+    outcome: dict[str, Any] | None
+    received_at: float
+
+
+def scrub(spec: Any) -> Any:
+    """The spec without credentials."""
+    if isinstance(spec, dict):
+        return {k: ("<redacted>" if k in SECRET_KEYS else v) for k, v in spec.items()}
+    return spec
+
+
+class Journal:
+    def __init__(self, state_dir: Path):
+        state_dir = Path(state_dir)
+        state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.path = state_dir / JOURNAL_FILE
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.executescript(_SCHEMA)
+        self.path.chmod(0o600)
+
+    def add(self, command_id: str, seq: int | None, kind: str, spec: Any, deadline: float | None) -> tuple[Entry, bool]:
+        """Journal a new command; returns (entry, True) when the id was already there."""
+        now = time.time()
+        with self._lock:
+            cursor = self._db.execute(
+                "INSERT OR IGNORE INTO commands (id, seq, kind, spec, deadline, state, received_at, updated_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (command_id, seq, kind, orjson.dumps(spec), deadline, QUEUED, now, now),
+            )
+            inserted = cursor.rowcount == 1
+        entry = self.get(command_id)
+        assert entry is not None
+        return entry, not inserted
+
+    def get(self, command_id: str) -> Entry | None:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT id, seq, kind, spec, deadline, state, attempt, outcome, received_at FROM commands WHERE id = ?",
+                (command_id,),
+            ).fetchone()
+        return _entry(row) if row else None
+
+    def unfinished(self) -> list[Entry]:
+        """Commands a previous executor accepted but did not finish, oldest first."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT id, seq, kind, spec, deadline, state, attempt, outcome, received_at FROM commands"
+                " WHERE state != ? ORDER BY received_at", (DONE,),
+            ).fetchall()
+        return [_entry(r) for r in rows]
+
+    def mark_running(self, command_id: str) -> int:
+        """Returns the attempt number (1 for the first run, more after a restart)."""
+        with self._lock:
+            self._db.execute(
+                "UPDATE commands SET state = ?, attempt = attempt + 1, updated_at = ? WHERE id = ?",
+                (RUNNING, time.time(), command_id),
+            )
+            (attempt,) = self._db.execute("SELECT attempt FROM commands WHERE id = ?", (command_id,)).fetchone()
+        return attempt
+
+    def finish(self, command_id: str, outcome: dict[str, Any]) -> bool:
+        """Record the terminal outcome once; False when another path already finished it."""
+        with self._lock:
+            row = self._db.execute("SELECT spec, state FROM commands WHERE id = ?", (command_id,)).fetchone()
+            if row is None or row[1] == DONE:
+                return False
+            self._db.execute(
+                "UPDATE commands SET state = ?, outcome = ?, spec = ?, updated_at = ? WHERE id = ?",
+                (DONE, orjson.dumps(outcome), orjson.dumps(scrub(orjson.loads(row[0]))), time.time(), command_id),
+            )
+        return True
+
+    # --- containers adopted explicitly (they carry no labels of ours)
+
+    def adopt(self, container_id: str, name: str, command_id: str) -> None:
+        with self._lock:
+            self._db.execute("INSERT OR REPLACE INTO adopted VALUES (?, ?, ?)", (container_id, name, command_id))
+
+    def forget(self, container_id: str) -> None:
+        with self._lock:
+            self._db.execute("DELETE FROM adopted WHERE container_id = ?", (container_id,))
+
+    def adopted_ids(self) -> set[str]:
+        with self._lock:
+            return {r[0] for r in self._db.execute("SELECT container_id FROM adopted")}
+
+    def get_meta(self, key: str) -> str | None:
+        with self._lock:
+            row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def set_meta(self, key: str, value: str) -> None:
+        with self._lock:
+            self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+def _entry(row: tuple) -> Entry:
+    return Entry(
+        id=row[0], seq=row[1], kind=row[2], spec=orjson.loads(row[3]), deadline=row[4], state=row[5],
+        attempt=row[6], outcome=orjson.loads(row[7]) if row[7] else None, received_at=row[8],
+    )

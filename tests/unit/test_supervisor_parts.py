@@ -1,0 +1,62 @@
+"""Restart policy, envelope and runtime directory: the supervisor's small parts."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+
+from faden_agent.ipc import EnvelopeError, decode, encode, ensure_runtime_dir
+from faden_agent.ipc.endpoints import RuntimeDirError
+from faden_agent.supervisor.policy import RestartPolicy
+
+POLICY = RestartPolicy(backoff_min_s=0.5, backoff_max_s=8, max_restarts=3, window_s=60, fatal_retry_s=300, jitter=0)
+
+
+def test_backoff_doubles_with_recent_exits_and_is_capped():
+    delays = [POLICY.backoff([0.0] * n, now=1.0) for n in range(1, 7)]
+    assert delays == [0.5, 1, 2, 4, 8, 8]
+
+
+def test_backoff_applies_after_a_long_run_and_shrinks_as_exits_age_out():
+    # an exit long ago no longer counts: back to the minimum, never zero
+    assert POLICY.backoff([0.0, 10.0, 1000.0], now=1000.5) == 0.5
+
+
+def test_intensity_limit_makes_fatal():
+    assert not POLICY.is_fatal([1, 2, 3], now=10)
+    assert POLICY.is_fatal([1, 2, 3, 4], now=10)
+    assert not POLICY.is_fatal([1, 2, 3, 4], now=100)  # outside the window
+
+
+def test_jitter_spreads_restarts():
+    policy = RestartPolicy(0.5, 8, 3, 60, 300, jitter=0.2)
+    rng = random.Random(7)
+    values = {round(policy.backoff([0.0], 1.0, rng), 4) for _ in range(20)}
+    assert len(values) > 10
+    assert all(0.4 <= v <= 0.6 for v in values)
+
+
+def test_envelope_round_trip_and_rejections():
+    msg = decode(encode("ps", {"a": 1}))
+    assert (msg.type, msg.body) == ("ps", {"a": 1})
+    for frame in (b"not json", b"[]", b'{"v": 2, "type": "x"}', b'{"v": 1}', b'{"v": 1, "type": ""}'):
+        with pytest.raises(EnvelopeError):
+            decode(frame)
+
+
+def test_runtime_dir_created_0700_and_tightened(tmp_path):
+    path = ensure_runtime_dir(tmp_path / "a" / "run")
+    assert path.stat().st_mode & 0o777 == 0o700
+    os.chmod(path, 0o755)
+    ensure_runtime_dir(path)
+    assert path.stat().st_mode & 0o777 == 0o700
+
+
+def test_runtime_dir_owned_by_someone_else_is_refused(tmp_path):
+    path = tmp_path / "theirs"
+    path.mkdir()
+    os.chown(path, 65534, 65534)
+    with pytest.raises(RuntimeDirError, match="owned by uid 65534"):
+        ensure_runtime_dir(path)
