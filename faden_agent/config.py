@@ -181,6 +181,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("reconnect_min_sec", "2", _positive_float, "Smallest reconnect delay"),
     Variable("reconnect_max_sec", "30", _positive_float, "Largest reconnect delay"),
     Variable("request_timeout_sec", "20", _positive_float, "Bound on every backend request"),
+    Variable("stream_keepalive_sec", "15", _positive_float, "Keepalive interval asked of the backend's stream; 3 silent intervals mean a dead stream"),
     Variable("verify_tls", "true", _bool, "Verify the backend's TLS certificate"),
     Variable("ca_bundle", None, _optional_path, "PEM file of CA certificates to trust for the backend (and Loki)"),
     Variable("loki_url", None, _optional_url, "Loki base URL; unset: ask the backend where to push"),
@@ -224,6 +225,7 @@ class Config:
     reconnect_min_sec: float
     reconnect_max_sec: float
     request_timeout_sec: float
+    stream_keepalive_sec: float
     verify_tls: bool
     ca_bundle: Path | None
     loki_url: str | None
