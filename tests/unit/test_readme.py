@@ -1,0 +1,23 @@
+"""The README stays true: its two commands lead, and it documents every variable."""
+
+from pathlib import Path
+
+from faden_agent.config import VARIABLES, env_name
+
+README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+
+
+def test_readme_starts_with_the_two_commands():
+    head = "\n".join(README.splitlines()[:12])
+    assert "python3 -m pip install . && faden-agent up" in head
+    assert "bash .ci/run" in head
+
+
+def test_readme_documents_every_variable():
+    missing = [env_name(v.field) for v in VARIABLES if f"`{env_name(v.field)}`" not in README]
+    assert not missing, f"README.md lacks rows for {missing}"
+
+
+def test_ci_runs_the_readme_test_command():
+    ci = (Path(__file__).resolve().parents[2] / ".ci" / "run").read_text()
+    assert "tests/run-all.sh" in ci
