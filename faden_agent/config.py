@@ -178,6 +178,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("runtime_dir", None, _path, "Directory for the IPC sockets, mode 0700 (default: /run/faden-agent as root, else $XDG_RUNTIME_DIR/faden-agent or /tmp/faden-agent-UID)"),
     Variable("heartbeat_interval_sec", "15", _positive_float, "Heartbeat interval"),
     Variable("inventory_interval_sec", "60", _positive_float, "Inventory interval"),
+    Variable("inventory_probe_timeout_sec", "10", _positive_float, "Bound on each inventory probe (host, disks, network, Docker, GPU); a slower one is reported as overrun"),
     Variable("reconnect_min_sec", "2", _positive_float, "Smallest reconnect delay"),
     Variable("reconnect_max_sec", "30", _positive_float, "Largest reconnect delay"),
     Variable("request_timeout_sec", "20", _positive_float, "Bound on every backend request"),
@@ -222,6 +223,7 @@ class Config:
     runtime_dir: Path
     heartbeat_interval_sec: float
     inventory_interval_sec: float
+    inventory_probe_timeout_sec: float
     reconnect_min_sec: float
     reconnect_max_sec: float
     request_timeout_sec: float
