@@ -1,0 +1,81 @@
+"""On start: find the containers the agent manages (label, or adopted explicitly) and report
+them, so a restarted or reinstalled agent picks up what is already running.
+
+One event per container ("adopted", with its state) plus a summary event carrying the
+count, so the backend also learns when there are none. The ids carry the executor's start
+time: each start reports once, a re-send of the same start dedups.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from faden_agent import protocol
+from faden_agent.uplink import Uplink
+from faden_agent.workers.executor.docker_ops import CommandFailed, DockerOps
+from faden_agent.workers.executor.journal import Journal
+
+log = logging.getLogger(__name__)
+RETRY_MAX_S = 10.0
+
+
+def container_summary(container: Any) -> dict[str, Any]:
+    labels = container.labels or {}
+    state = container.attrs.get("State") or {}
+    return {
+        "container_id": container.id,
+        "name": container.name,
+        "image": (container.attrs.get("Config") or {}).get("Image"),
+        "status": container.status,
+        "health": (state.get("Health") or {}).get("Status"),
+        "managed_by": "label" if labels.get(protocol.LABEL_MANAGED) == "true" else "adoption",
+        "command_id": labels.get(protocol.LABEL_COMMAND_ID),
+        "cluster": labels.get(protocol.LABEL_CLUSTER),
+        "workload": labels.get(protocol.LABEL_WORKLOAD),
+        "ray": labels.get(protocol.LABEL_RAY) == "true",
+    }
+
+
+def managed_containers(ops: DockerOps, journal: Journal) -> list[Any]:
+    found = {c.id: c for c in ops.managed_containers(f"{protocol.LABEL_MANAGED}=true")}
+    for container_id in journal.adopted_ids() - set(found):
+        container = ops.find(container_id)
+        if container is None:
+            journal.forget(container_id)  # removed behind our back
+        else:
+            found[container.id] = container
+    return list(found.values())
+
+
+def report_managed(ops: DockerOps, journal: Journal, uplink: Uplink, boot: int) -> int:
+    containers = managed_containers(ops, journal)
+    for container in containers:
+        data = {"source": "executor", "action": "adopted", **container_summary(container)}
+        uplink.put(protocol.EVENT, data, record_id=f"ev:{container.id}:adopted:{boot}")
+    uplink.put(protocol.EVENT, {"source": "executor", "action": "adoption", "count": len(containers),
+                                "names": sorted(c.name for c in containers)}, record_id=f"ev:adoption:{boot}")
+    log.info("adopted %d managed container(s)", len(containers))
+    return len(containers)
+
+
+def start_adoption(ops: DockerOps, journal: Journal, uplink: Uplink, stopping: threading.Event) -> threading.Thread:
+    """Report in a thread, retrying until the engine answers."""
+    boot = time.time_ns()
+
+    def run() -> None:
+        delay = 0.5
+        while not stopping.is_set():
+            try:
+                report_managed(ops, journal, uplink, boot)
+                return
+            except CommandFailed as exc:
+                log.warning("adoption waits for the Docker engine: %s", exc.message)
+                stopping.wait(delay)
+                delay = min(delay * 2, RETRY_MAX_S)
+
+    thread = threading.Thread(target=run, name="adoption", daemon=True)
+    thread.start()
+    return thread

@@ -1,0 +1,257 @@
+"""The Docker SDK calls of the executor, each bounded, each failure -> CommandFailed(reason).
+
+The client is made lazily in the calling thread's first use (never in the worker loop) with
+a timeout on every socket read, so a hung dockerd surfaces as `timeout` after
+DOCKER_TIMEOUT_SEC and a dead one as `docker_unavailable`; requests reconnects per call, so
+nothing has to be rebuilt when the engine comes back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from typing import Any, Callable, Iterator
+
+import docker
+import requests
+from docker.errors import APIError, DockerException, ImageNotFound, NotFound
+from docker.types import Mount, Ulimit
+from docker.utils import parse_repository_tag
+from docker.utils.json_stream import json_stream
+
+from faden_agent.config import Config
+from faden_agent.workers.executor.gpu import device_requests, is_gpu_runtime_missing
+
+API_VERSION = "1.41"  # device requests need >= 1.40; pinned so no version probe blocks at start
+PROGRESS_INTERVAL_S = 1.0
+
+
+class CommandFailed(Exception):
+    def __init__(self, reason: str, message: str, **result: Any):
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+        self.result = result
+
+
+class Cancelled(Exception):
+    """The command was cancelled (command.cancel) or abandoned at its deadline."""
+
+
+def _engine_text(exc: APIError) -> str:
+    return str(exc.explanation or exc).strip()
+
+
+@contextlib.contextmanager
+def translated(what: str, not_found: str = "not_found") -> Iterator[None]:
+    """Map Docker SDK and transport errors to a reason and a one-line message."""
+    try:
+        yield
+    except CommandFailed:
+        raise
+    except (requests.exceptions.Timeout, TimeoutError) as exc:
+        raise CommandFailed("timeout", f"{what}: the Docker engine did not answer in time ({type(exc).__name__})") from None
+    except requests.exceptions.ConnectionError as exc:
+        if "Read timed out" in str(exc):
+            raise CommandFailed("timeout", f"{what}: the Docker engine did not answer in time") from None
+        raise CommandFailed("docker_unavailable", f"{what}: cannot reach the Docker engine ({_short(exc)})") from None
+    except (ImageNotFound, NotFound) as exc:
+        raise CommandFailed(not_found, f"{what}: {_engine_text(exc)}") from None
+    except APIError as exc:
+        text = _engine_text(exc)
+        if is_gpu_runtime_missing(text):
+            raise CommandFailed("gpu_runtime_missing", f"{what}: GPUs were requested but this machine's Docker engine "
+                                f"has no NVIDIA container runtime ({text})") from None
+        if exc.status_code == 409:
+            raise CommandFailed("conflict", f"{what}: {text}") from None
+        if exc.status_code in (401, 403) or "unauthorized" in text or "authentication required" in text:
+            raise CommandFailed("registry_auth_failed", f"{what}: the registry refused the credentials ({text})") from None
+        raise CommandFailed("docker_error", f"{what}: {text}") from None
+    except DockerException as exc:
+        raise CommandFailed("docker_unavailable", f"{what}: {_short(exc)}") from None
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return text[:300]
+
+
+def split_image(image: str) -> tuple[str, str]:
+    repo, tag = parse_repository_tag(image)
+    return repo, tag or "latest"
+
+
+class PullProgress:
+    """Bytes done/total over all layers from the engine's pull messages."""
+
+    def __init__(self) -> None:
+        self.layers: dict[str, list[int]] = {}  # layer id -> [done, total]
+
+    def update(self, line: dict[str, Any]) -> None:
+        layer, status = line.get("id"), line.get("status", "")
+        if not layer or layer == "latest" or ":" in layer:
+            return
+        detail = line.get("progressDetail") or {}
+        entry = self.layers.setdefault(layer, [0, 0])
+        if status == "Downloading" and detail.get("total"):
+            entry[0], entry[1] = int(detail.get("current", 0)), int(detail["total"])
+        elif status in ("Download complete", "Verifying Checksum", "Pull complete", "Already exists"):
+            entry[0] = entry[1]
+
+    def figures(self) -> dict[str, int]:
+        return {
+            "bytes_done": sum(d for d, _ in self.layers.values()),
+            "bytes_total": sum(t for _, t in self.layers.values()),
+            "layers": len(self.layers),
+        }
+
+
+class DockerOps:
+    def __init__(self, config: Config):
+        self.base_url = config.docker_host or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+        self.timeout_s = config.docker_timeout_sec
+        self._local = threading.local()  # one client per thread: requests sessions are not shared safely
+
+    @property
+    def client(self) -> docker.DockerClient:
+        client = getattr(self._local, "client", None)
+        if client is None:
+            with translated("connecting to the Docker engine"):
+                client = docker.DockerClient(base_url=self.base_url, version=API_VERSION, timeout=self.timeout_s)
+            self._local.client = client
+        return client
+
+    def ping(self) -> bool:
+        try:
+            return bool(self.client.ping())
+        except Exception:  # noqa: BLE001 - any failure means "not reachable now"
+            return False
+
+    # --- images
+
+    def has_image(self, image: str) -> bool:
+        with translated(f"looking up image {image}"):
+            try:
+                self.client.images.get(image)
+                return True
+            except ImageNotFound:
+                return False
+
+    def pull(self, image: str, auth: dict[str, str] | None, on_progress: Callable[[dict[str, int]], None],
+             on_abort: Callable[[Callable[[], None]], None], should_stop: Callable[[], bool]) -> dict[str, Any]:
+        """Pull with progress at most once a second. The request goes through the SDK's
+        low-level helpers because `APIClient.pull` sets no read timeout and hides the
+        response, which we need to bound a hung engine and to abort on cancel."""
+        repo, tag = split_image(image)
+        api = self.client.api
+        headers = {"X-Registry-Auth": docker.auth.encode_header(auth)} if auth else {}
+        progress = PullProgress()
+        last_report = 0.0
+        with translated(f"pulling {image}", not_found="image_not_found"):
+            response = api._post(api._url("/images/create"), params={"fromImage": repo, "tag": tag},
+                                 headers=headers, stream=True, timeout=self.timeout_s)
+            on_abort(response.close)
+            try:
+                api._raise_for_status(response)
+                for line in json_stream(api._stream_helper(response, False)):
+                    if should_stop():
+                        raise Cancelled()
+                    if "error" in line:
+                        raise _pull_error(image, line["error"])
+                    progress.update(line)
+                    now = time.monotonic()
+                    if now - last_report >= PROGRESS_INTERVAL_S:
+                        last_report = now
+                        on_progress(progress.figures())
+            except (requests.exceptions.ChunkedEncodingError, AttributeError, ValueError):
+                if should_stop():
+                    raise Cancelled() from None
+                raise
+            finally:
+                response.close()
+            if should_stop():
+                raise Cancelled()
+            pulled = self.client.images.get(image)
+        on_progress(progress.figures())
+        return {"image": image, "image_id": pulled.id, "digests": pulled.attrs.get("RepoDigests", [])}
+
+    def remove_image(self, image: str, force: bool) -> dict[str, Any]:
+        with translated(f"removing image {image}"):
+            try:
+                self.client.images.remove(image, force=force)
+            except ImageNotFound:
+                return {"image": image, "already_absent": True}
+        return {"image": image, "already_absent": False}
+
+    # --- containers
+
+    def find(self, name: str):
+        """The container of that name, or None."""
+        with translated(f"looking up container {name}"):
+            try:
+                return self.client.containers.get(name)
+            except NotFound:
+                return None
+
+    def managed_containers(self, label: str) -> list:
+        with translated("listing managed containers"):
+            return self.client.containers.list(all=True, filters={"label": label})
+
+    def create(self, spec: dict[str, Any], labels: dict[str, str], extra_mounts: list[dict[str, Any]]):
+        kwargs: dict[str, Any] = {
+            "image": spec["image"], "name": spec["name"], "labels": labels, "detach": True,
+            "environment": spec["env"], "ports": spec["ports"] or None,
+            "mounts": [Mount(m["target"], m["source"], type=m["type"], read_only=m["read_only"])
+                       for m in spec["mounts"] + extra_mounts] or None,
+            "ulimits": [Ulimit(**u) for u in spec["ulimits"]] or None,
+            "devices": spec["devices"] or None,
+            "device_requests": device_requests(spec["gpus"]) or None,
+        }
+        for key in ("command", "entrypoint", "network_mode", "ipc_mode", "shm_size", "restart_policy",
+                    "healthcheck", "user", "working_dir"):
+            if spec.get(key) is not None:
+                kwargs[key] = spec[key]
+        with translated(f"creating container {spec['name']}", not_found="image_not_found"):
+            return self.client.containers.create(**kwargs)
+
+    def start(self, container) -> None:
+        with translated(f"starting container {container.name}"):
+            container.start()
+
+    def stop(self, container, timeout_s: int) -> None:
+        with translated(f"stopping container {container.name}"):
+            container.stop(timeout=timeout_s)
+
+    def restart(self, container, timeout_s: int) -> None:
+        with translated(f"restarting container {container.name}"):
+            container.restart(timeout=timeout_s)
+
+    def remove(self, container, force: bool = True, volumes: bool = False) -> None:
+        with translated(f"removing container {container.name}"):
+            try:
+                container.remove(force=force, v=volumes)
+            except NotFound:
+                pass
+
+    def reload(self, container) -> dict[str, Any]:
+        with translated(f"inspecting container {container.name}"):
+            container.reload()
+        return container.attrs
+
+    def logs_tail(self, container, lines: int = 5) -> str:
+        try:
+            with translated("reading logs"):
+                return container.logs(tail=lines).decode(errors="replace").strip()
+        except CommandFailed:
+            return ""
+
+
+def _pull_error(image: str, text: str) -> CommandFailed:
+    lowered = text.lower()
+    if "not found" in lowered or "manifest unknown" in lowered or "does not exist" in lowered:
+        return CommandFailed("image_not_found", f"pulling {image}: {text}")
+    if "unauthorized" in lowered or "authentication required" in lowered or "denied" in lowered:
+        return CommandFailed("registry_auth_failed", f"pulling {image}: the registry refused the credentials ({text})")
+    return CommandFailed("docker_error", f"pulling {image}: {text}")

@@ -1,0 +1,51 @@
+"""Timeline records of commands, with deterministic ids so every re-emission dedups.
+
+received/started/terminal use step 0 (started: one per attempt), progress steps are
+numbered within an attempt. A terminal state is written to the journal first and sent only
+when this call was the one that finished the command, so racing paths (the deadline
+watchdog and the job's own thread) never report two outcomes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from faden_agent import protocol
+from faden_agent.uplink import Uplink
+from faden_agent.workers.executor.journal import Entry, Journal
+
+PROGRESS_STEPS_PER_ATTEMPT = 1_000_000
+
+
+class Timeline:
+    def __init__(self, uplink: Uplink, journal: Journal):
+        self.uplink = uplink
+        self.journal = journal
+
+    def _put(self, command_id: str, state: str, step: int, **fields: Any) -> None:
+        data = protocol.timeline_data(command_id, state, **fields)
+        self.uplink.put(protocol.TIMELINE, data, record_id=protocol.timeline_record_id(command_id, state, step))
+
+    def received(self, command_id: str, kind: str, seq: int | None) -> None:
+        self._put(command_id, protocol.RECEIVED, 0, kind=kind, seq=seq)
+
+    def started(self, command_id: str, attempt: int) -> None:
+        self._put(command_id, protocol.STARTED, attempt - 1, attempt=attempt)
+
+    def progress(self, command_id: str, attempt: int, step: int, **fields: Any) -> None:
+        self._put(command_id, protocol.PROGRESS, attempt * PROGRESS_STEPS_PER_ATTEMPT + step, **fields)
+
+    def finish(self, command_id: str, state: str, reason: str, message: str, **result: Any) -> bool:
+        """Record and send the terminal state; False when the command had already ended."""
+        data = protocol.timeline_data(command_id, state, reason=reason, message=message, **result)
+        if not self.journal.finish(command_id, data):
+            return False
+        self._put(command_id, state, 0, **{k: v for k, v in data.items() if k not in ("command_id", "state")})
+        return True
+
+    def replay(self, entry: Entry) -> None:
+        """A re-delivered, already finished command: the same records again (same ids)."""
+        self.received(entry.id, entry.kind, entry.seq)
+        if entry.outcome:
+            fields = {k: v for k, v in entry.outcome.items() if k not in ("command_id", "state")}
+            self._put(entry.id, entry.outcome["state"], 0, **fields)

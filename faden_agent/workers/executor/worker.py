@@ -1,0 +1,168 @@
+"""The executor worker's loop.
+
+Inputs: "command" requests from the stream worker on endpoints.executor (REP), each
+journaled on disk before the ack. Outputs: the ack, then timeline records of every command
+and event records (Docker events, adoption) through Uplink.
+
+Nothing here calls Docker: commands run on scheduler threads, events and adoption have
+their own threads, and tick() only enforces deadlines, so a hung dockerd never stalls the
+loop or its heartbeat to the supervisor.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+import time
+from typing import Any
+
+import zmq
+
+from faden_agent import protocol
+from faden_agent.ipc import Channel, Message
+from faden_agent.uplink import Uplink
+from faden_agent.workers.base import Worker
+from faden_agent.workers.executor import specs
+from faden_agent.workers.executor.adoption import start_adoption
+from faden_agent.workers.executor.commands import Commands
+from faden_agent.workers.executor.docker_ops import DockerOps
+from faden_agent.workers.executor.events import EventWatcher
+from faden_agent.workers.executor.journal import QUEUED, Entry, Journal
+from faden_agent.workers.executor.scheduler import Job, Scheduler, job_key
+from faden_agent.workers.executor.timeline import Timeline
+
+log = logging.getLogger(__name__)
+
+ENGINE_PROBE_S = 5.0
+
+
+class ExecutorWorker(Worker):
+    name = "executor"
+    tick_interval_s = 0.25  # deadline checks
+
+    def setup(self) -> None:
+        self.journal = Journal(self.config.state_dir)
+        self.uplink = Uplink(self.config)
+        self.timeline = Timeline(self.uplink, self.journal)
+        self.ops = DockerOps(self.config)
+        self.commands_ = Commands(self.config, self.ops, self.journal, self.timeline)
+        self.scheduler = Scheduler(self.commands_.execute, self.config.max_concurrent_pulls)
+        self.commands_.scheduler = self.scheduler
+        self.engine_ok: bool | None = None
+        self.threads_stop = threading.Event()
+        self.events = EventWatcher(self.ops, self.uplink, self.journal, lambda cid: cid in self.journal.adopted_ids())
+        self.events.start()
+        start_adoption(self.ops, self.journal, self.uplink, self.threads_stop)
+        threading.Thread(target=self._probe_engine, name="engine-probe", daemon=True).start()
+        self.resume_unfinished()
+        self.requests = Channel.bind(zmq.REP, self.endpoints.executor)
+
+    def channels(self) -> list[Channel]:
+        return [self.requests]
+
+    def handle(self, channel: Channel, message: Message) -> None:
+        if message.type != "command":
+            channel.send("error", {"message": f"unknown request type {message.type!r}; expected 'command'"})
+            return
+        channel.send("ack", self.accept(message.body))
+
+    def tick(self) -> None:
+        self.enforce_deadlines()
+
+    def status(self) -> dict[str, Any]:
+        engine = {None: "unknown", True: "ok", False: "unreachable"}[self.engine_ok]
+        return {**self.scheduler.counts(), "docker": engine, "events": self.events.connected}
+
+    def teardown(self) -> None:
+        # Running commands stay "running" in the journal; the next start resumes them.
+        self.threads_stop.set()
+        self.events.stop()
+        self.requests.close()
+        self.uplink.close()
+
+    # --- inputs
+
+    def accept(self, body: Any) -> dict[str, Any]:
+        """Journal the command, then own it: ack accepted unless it cannot be journaled."""
+        command_id = body.get("id") if isinstance(body, dict) else None
+        if not isinstance(command_id, str) or not command_id.strip():
+            return {"id": command_id, "accepted": False, "duplicate": False, "reason": "invalid_spec",
+                    "message": "a command needs a non-empty string id"}
+        kind = body.get("kind")
+        kind = kind if isinstance(kind, str) else repr(kind)
+        seq = body.get("seq") if isinstance(body.get("seq"), int) else None
+        deadline = body.get("deadline")
+        deadline = float(deadline) if isinstance(deadline, (int, float)) and not isinstance(deadline, bool) else None
+        try:
+            entry, duplicate = self.journal.add(command_id, seq, kind, body.get("spec"), deadline)
+        except sqlite3.Error as exc:
+            log.error("cannot journal command %s: %s", command_id, exc)
+            return {"id": command_id, "accepted": False, "duplicate": False, "reason": "journal_error",
+                    "message": f"the executor cannot journal the command: {exc}"}
+        if duplicate:
+            if entry.outcome is not None:
+                self.timeline.replay(entry)
+            return {"id": command_id, "accepted": True, "duplicate": True}
+        self.timeline.received(command_id, kind, seq)
+        self.dispatch(entry)
+        return {"id": command_id, "accepted": True, "duplicate": False}
+
+    def dispatch(self, entry: Entry) -> None:
+        """Validate and schedule a journaled command (new, or left unfinished by a predecessor)."""
+        if entry.kind not in specs.KINDS:
+            known = ", ".join(protocol.COMMAND_KINDS)
+            self.timeline.finish(entry.id, protocol.REJECTED, "unknown_kind",
+                                 f"unknown command kind {entry.kind}; this agent knows {known}")
+            return
+        try:
+            spec = specs.validate(entry.kind, entry.spec)
+        except specs.SpecError as exc:
+            self.timeline.finish(entry.id, protocol.REJECTED, "invalid_spec", f"{entry.kind}: {exc}")
+            return
+        deadline = specs.deadline_for(entry.kind, spec, entry.deadline, entry.received_at)
+        job = Job(id=entry.id, kind=entry.kind, spec=spec, deadline=deadline, key=job_key(entry.kind, spec),
+                  attempt=entry.attempt)
+        if entry.kind == "command.cancel":
+            self.commands_.execute(job)  # touches no Docker: inline keeps cancel ahead of queues
+        else:
+            self.scheduler.submit(job)
+
+    def resume_unfinished(self) -> None:
+        """Commands a killed predecessor accepted: finish them, or report them interrupted."""
+        for entry in self.journal.unfinished():
+            if self.scheduler.find(entry.id):
+                continue
+            late = entry.deadline is not None and entry.deadline <= time.time()
+            if entry.state != QUEUED and late:
+                self.timeline.finish(entry.id, protocol.FAILED, "interrupted",
+                                     f"{entry.kind} was interrupted when the executor stopped "
+                                     f"(attempt {entry.attempt}) and its deadline has passed")
+                continue
+            if entry.state != QUEUED:
+                log.info("resuming command %s (%s) interrupted by an executor restart", entry.id, entry.kind)
+                self.timeline.progress(entry.id, entry.attempt, 0, phase="resumed",
+                                       message="the executor restarted while this command ran; resuming it")
+            self.dispatch(entry)
+
+    # --- deadlines
+
+    def enforce_deadlines(self) -> None:
+        now = time.time()
+        for job in self.scheduler.jobs():
+            if job.stop_reason is None and job.deadline <= now:
+                job.stop("timeout")
+                self.timeline.finish(job.id, protocol.FAILED, "timeout",
+                                     f"{job.kind} did not finish before its deadline"
+                                     + (" (the Docker engine is not answering)" if self.engine_ok is False else ""))
+
+    def _probe_engine(self) -> None:
+        while not self.threads_stop.is_set():
+            ok = self.ops.ping()
+            if ok != self.engine_ok:
+                if ok:
+                    log.info("the Docker engine answers")
+                else:
+                    log.warning("the Docker engine does not answer; commands fail until it is back")
+                self.engine_ok = ok
+            self.threads_stop.wait(ENGINE_PROBE_S)
