@@ -97,6 +97,7 @@ class Supervisor:
     def prepare(self) -> None:
         set_title(f"faden-agent: supervisor {__version__}", "faden-super")
         ensure_runtime_dir(self.config.runtime_dir)
+        self.notifier.announce_main_pid()  # the standalone binary: we, not its bootloader
         self._wakeup_r, wakeup_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.set_wakeup_fd(wakeup_w)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP):

@@ -2,24 +2,45 @@
 
 READY=1 once the workers run, WATCHDOG=1 from the supervisor loop while it is healthy,
 STOPPING=1 on shutdown, STATUS= for `systemctl status`. A no-op outside systemd.
+
+The standalone (PyInstaller onefile) binary runs Python as a child of its bootloader, and
+the bootloader is what systemd started. The supervisor then announces itself with
+MAINPID= (the unit has NotifyAccess=all), so systemd's main-process signals (stop, watchdog
+abort, `systemctl kill --kill-who=main`) reach the supervisor itself; WATCHDOG_PID names
+the bootloader in that case and is accepted as ours.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+import sys
+from typing import Mapping
+
+
+def is_onefile_child() -> bool:
+    """True in the Python process that PyInstaller's onefile bootloader started."""
+    if not getattr(sys, "frozen", False):
+        return False
+    try:
+        return os.readlink(f"/proc/{os.getppid()}/exe") == os.readlink("/proc/self/exe")
+    except OSError:
+        return False
 
 
 class SystemdNotifier:
-    def __init__(self, environ: dict[str, str] | None = None):
+    def __init__(self, environ: Mapping[str, str] | None = None, onefile_child: bool | None = None):
         env = os.environ if environ is None else environ
         address = env.get("NOTIFY_SOCKET") or None
         if address and address.startswith("@"):
             address = "\0" + address[1:]  # abstract namespace
         self.address = address
+        self.onefile_child = is_onefile_child() if onefile_child is None else onefile_child
         usec = env.get("WATCHDOG_USEC", "")
         pid = env.get("WATCHDOG_PID", "")
-        watchdog_for_us = usec.isdigit() and (not pid or pid == str(os.getpid()))
+        ours = {str(os.getpid())} | ({str(os.getppid())} if self.onefile_child else set())
+        watchdog_for_us = usec.isdigit() and int(usec) > 0 and (not pid or pid in ours)
+        # Pet twice per period, as sd_watchdog_enabled(3) advises.
         self.watchdog_interval_s = int(usec) / 1e6 / 2 if watchdog_for_us else None
 
     @property
@@ -35,6 +56,10 @@ class SystemdNotifier:
             return True
         except OSError:
             return False
+
+    def announce_main_pid(self) -> bool:
+        """Under the onefile bootloader, make systemd treat this process as the main one."""
+        return self.send(f"MAINPID={os.getpid()}") if self.onefile_child else False
 
     def ready(self, status: str = "") -> bool:
         return self.send("READY=1", f"STATUS={status}") if status else self.send("READY=1")

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Build the standalone agent: dist/faden-agent-linux-<arch> (one self-contained executable,
+# no Python needed on the target) and dist/faden-agent-linux-<arch>.sha256 (sha256sum format).
+#
+#   bash packaging/build.sh                          # version from faden_agent/__init__.py
+#   FADEN_AGENT_BUILD_VERSION=0.1.1 bash packaging/build.sh   # stamp another version
+#   FADEN_AGENT_DIST=/some/dir bash packaging/build.sh        # write elsewhere than dist/
+#
+# The same script builds aarch64 on an aarch64 machine (PyInstaller does not cross-build).
+# Reuses the previous binary when neither the sources nor the version changed (the build
+# takes minutes on 2 cores); FADEN_AGENT_REBUILD=1 forces a build.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(dirname "$here")
+cd "$repo"
+
+PYTHON="${PYTHON:-python3}"
+arch=$(uname -m)
+case "$arch" in
+  x86_64|amd64) arch=x86_64 ;;
+  aarch64|arm64) arch=aarch64 ;;
+  *) echo "build.sh: unsupported architecture $arch" >&2; exit 1 ;;
+esac
+dist="${FADEN_AGENT_DIST:-$repo/dist}"
+name="faden-agent-linux-$arch"
+source_version=$("$PYTHON" -c 'import re,sys; print(re.search(r"__version__ = \"([^\"]+)\"", open("faden_agent/__init__.py").read()).group(1))')
+version="${FADEN_AGENT_BUILD_VERSION:-$source_version}"
+
+# Fingerprint of everything that goes into the binary: skip the build when unchanged.
+fingerprint=$( { echo "$version"; "$PYTHON" --version; \
+  find faden_agent packaging/entry.py packaging/build.sh pyproject.toml -name '*.py' -o -name '*.sh' -o -name '*.toml' \
+  | LC_ALL=C sort | xargs sha256sum; } | sha256sum | cut -d' ' -f1)
+stamp="$dist/.$name.fingerprint"
+if [ "${FADEN_AGENT_REBUILD:-0}" != 1 ] && [ -x "$dist/$name" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$fingerprint" ]; then
+  echo "build.sh: $dist/$name is up to date ($version)"
+  exit 0
+fi
+
+# PyInstaller is a build-time tool only: it is not a dependency of the agent.
+"$PYTHON" -m PyInstaller --version >/dev/null 2>&1 || "$PYTHON" -m pip install -q 'pyinstaller>=6.3'
+"$PYTHON" -m pip install -q -e . >/dev/null
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/faden-build.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+# The version is stamped by a runtime hook (runs before the CLI is imported), so a build
+# with another version needs no edit of the sources.
+cat >"$work/stamp_version.py" <<PY
+import faden_agent
+faden_agent.__version__ = "$version"
+PY
+
+# Workers are imported by name after fork ("module:Class"), so PyInstaller cannot see them:
+# collect every faden_agent module, the zmq backend, the docker SDK and pynvml explicitly.
+# Other packages of the build machine's Python that optional imports would drag in
+# (typer -> rich, docker -> paramiko/cryptography, ...): the agent needs none of them.
+EXCLUDES="tkinter _tkinter pytest _pytest hypothesis numpy pandas scipy cryptography paramiko nacl bcrypt
+  yaml IPython jedi matplotlib PIL setuptools pkg_resources
+  pip curses _curses readline lib2to3 pydoc_data unittest xmlrpc cffi pycparser"
+"$PYTHON" -m PyInstaller --noconfirm --clean --onefile --log-level WARN \
+  --name "$name" --distpath "$work/dist" --workpath "$work/build" --specpath "$work" \
+  --runtime-hook "$work/stamp_version.py" \
+  --collect-submodules faden_agent \
+  --collect-submodules zmq.backend.cython \
+  --collect-data faden_agent \
+  --collect-submodules docker \
+  --hidden-import pynvml \
+  --hidden-import psutil \
+  --hidden-import setproctitle \
+  $(printf -- '--exclude-module %s ' $EXCLUDES) \
+  packaging/entry.py
+
+got=$("$work/dist/$name" --version)
+[ "$got" = "faden-agent $version" ] || { echo "build.sh: the binary says '$got', expected 'faden-agent $version'" >&2; exit 1; }
+mkdir -p "$dist"
+# Atomic replacement: a reader never sees a half-written binary or a stale checksum pair.
+cp "$work/dist/$name" "$dist/.$name.tmp"
+mv -f "$dist/.$name.tmp" "$dist/$name"
+(cd "$dist" && sha256sum "$name" >".$name.sha256.tmp" && mv -f ".$name.sha256.tmp" "$name.sha256")
+echo "$version" >"$dist/$name.version"
+echo "$fingerprint" >"$stamp"
+echo "build.sh: built $dist/$name ($version, $(du -h "$dist/$name" | cut -f1))"

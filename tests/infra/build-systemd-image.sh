@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Build (once) the Docker image of a minimal Debian bookworm with a real systemd and no
+# Python: debootstrap minbase + systemd, systemd-sysv, dbus, curl (install.sh downloads
+# with it), ca-certificates; then `docker import`. Cached by its tag: a second call is a no-op.
+# Usage: build-systemd-image.sh [TAG]   (default faden-test/systemd:bookworm-1)
+# Run it with the flags of DESIGN.md section 5 (no --privileged here):
+#   docker run -d --cap-add SYS_ADMIN --security-opt seccomp=unconfined --cgroupns=host \
+#     -v /sys/fs/cgroup:/sys/fs/cgroup:rw --tmpfs /run --tmpfs /run/lock TAG /lib/systemd/systemd
+set -euo pipefail
+TAG="${1:-faden-test/systemd:bookworm-1}"
+if docker image inspect "$TAG" >/dev/null 2>&1; then
+  echo "$TAG"
+  exit 0
+fi
+command -v debootstrap >/dev/null || {
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
+}
+MIRROR="${FADEN_TEST_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+root=$(mktemp -d /var/tmp/faden-systemd-root.XXXXXX)
+trap 'rm -rf "$root"' EXIT
+debootstrap --variant=minbase --include=systemd,systemd-sysv,dbus,curl,ca-certificates,procps \
+  bookworm "$root" "$MIRROR" >"$root.log" 2>&1 || { tail -30 "$root.log" >&2; rm -f "$root.log"; exit 1; }
+rm -f "$root.log"
+# No Python inside: the agent must run from its standalone binary alone.
+if compgen -G "$root/usr/bin/python*" >/dev/null; then
+  echo "the systemd image unexpectedly contains Python" >&2
+  exit 1
+fi
+# Units that make no sense in a container or slow its boot.
+for unit in getty.target console-getty.service systemd-udevd.service systemd-udev-trigger.service \
+            systemd-timesyncd.service apt-daily.timer apt-daily-upgrade.timer \
+            e2scrub_all.timer fstrim.timer systemd-tmpfiles-clean.timer; do
+  ln -sf /dev/null "$root/etc/systemd/system/$unit"
+done
+echo "faden-systemd" >"$root/etc/hostname"
+# Persistent journal is not needed; volatile journal in /run is enough for the tests.
+mkdir -p "$root/etc/systemd/journald.conf.d"
+printf '[Journal]\nStorage=volatile\n' >"$root/etc/systemd/journald.conf.d/volatile.conf"
+rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
+tar -C "$root" --numeric-owner -c . | docker import \
+  -c 'ENV container=docker' -c 'CMD ["/lib/systemd/systemd"]' - "$TAG" >/dev/null
+echo "$TAG"

@@ -1,0 +1,130 @@
+"""The systemd notify protocol against a real AF_UNIX datagram socket, as systemd listens.
+
+The last test runs a real supervisor (one idle worker) with NOTIFY_SOCKET/WATCHDOG_USEC set
+and reads what it sends: READY once the worker runs, WATCHDOG while its loop turns,
+STOPPING on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from faden_agent.supervisor.notify import SystemdNotifier, is_onefile_child
+from tests.agentproc import agent_env
+
+
+@pytest.fixture
+def listener(tmp_path: Path):
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    path = tmp_path / "notify.sock"
+    sock.bind(str(path))
+    sock.settimeout(5)
+    yield sock, str(path)
+    sock.close()
+
+
+def receive(sock: socket.socket) -> list[str]:
+    return sock.recv(4096).decode().split("\n")
+
+
+def test_ready_watchdog_stopping_status_reach_the_socket(listener):
+    sock, path = listener
+    notifier = SystemdNotifier({"NOTIFY_SOCKET": path}, onefile_child=False)
+    assert notifier.enabled
+    assert notifier.ready("4 workers running")
+    assert receive(sock) == ["READY=1", "STATUS=4 workers running"]
+    assert notifier.watchdog()
+    assert receive(sock) == ["WATCHDOG=1"]
+    assert notifier.stopping()
+    assert receive(sock) == ["STOPPING=1"]
+    assert notifier.status("stream reconnecting")
+    assert receive(sock) == ["STATUS=stream reconnecting"]
+
+
+def test_abstract_namespace_address():
+    name = f"faden-test-{uuid.uuid4().hex}"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind("\0" + name)
+        sock.settimeout(5)
+        assert SystemdNotifier({"NOTIFY_SOCKET": "@" + name}, onefile_child=False).ready()
+        assert receive(sock) == ["READY=1"]
+
+
+def test_outside_systemd_everything_is_a_no_op():
+    notifier = SystemdNotifier({}, onefile_child=False)
+    assert not notifier.enabled
+    assert not notifier.ready() and not notifier.watchdog() and not notifier.stopping()
+    assert notifier.watchdog_interval_s is None
+
+
+def test_a_vanished_socket_does_not_raise(tmp_path):
+    assert SystemdNotifier({"NOTIFY_SOCKET": str(tmp_path / "gone.sock")}, onefile_child=False).ready() is False
+
+
+def test_watchdog_interval_is_half_the_period_and_only_for_our_pid():
+    mine = {"NOTIFY_SOCKET": "/x", "WATCHDOG_USEC": "20000000", "WATCHDOG_PID": str(os.getpid())}
+    assert SystemdNotifier(mine, onefile_child=False).watchdog_interval_s == 10.0
+    assert SystemdNotifier({**mine, "WATCHDOG_PID": ""}, onefile_child=False).watchdog_interval_s == 10.0
+    other = {**mine, "WATCHDOG_PID": str(os.getppid())}
+    assert SystemdNotifier(other, onefile_child=False).watchdog_interval_s is None
+    # Under the standalone binary's bootloader, systemd's WATCHDOG_PID is our parent.
+    assert SystemdNotifier(other, onefile_child=True).watchdog_interval_s == 10.0
+    assert SystemdNotifier({**mine, "WATCHDOG_USEC": "0"}, onefile_child=False).watchdog_interval_s is None
+    assert SystemdNotifier({**mine, "WATCHDOG_USEC": "soon"}, onefile_child=False).watchdog_interval_s is None
+
+
+def test_main_pid_is_announced_only_under_the_onefile_bootloader(listener):
+    sock, path = listener
+    assert not is_onefile_child()  # this is plain Python, not the frozen binary
+    assert SystemdNotifier({"NOTIFY_SOCKET": path}, onefile_child=False).announce_main_pid() is False
+    assert SystemdNotifier({"NOTIFY_SOCKET": path}, onefile_child=True).announce_main_pid()
+    assert receive(sock) == [f"MAINPID={os.getpid()}"]
+
+
+SUPERVISOR = textwrap.dedent(
+    """
+    import sys
+    from faden_agent.config import load_config
+    from faden_agent.supervisor import Supervisor
+    sys.exit(Supervisor(load_config(), workers={"idle": "faden_agent.workers.base:Worker"}).run())
+    """
+)
+
+
+def test_real_supervisor_sends_ready_watchdog_and_stopping(listener, tmp_path):
+    sock, path = listener
+    env = agent_env(tmp_path)
+    env.update(NOTIFY_SOCKET=path, WATCHDOG_USEC="400000")  # pet every 0.2 s
+    proc = subprocess.Popen([sys.executable, "-c", SUPERVISOR], env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        seen: list[list[str]] = []
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and sum(m == ["WATCHDOG=1"] for m in seen) < 3:
+            seen.append(receive(sock))
+        ready = [m for m in seen if "READY=1" in m]
+        assert len(ready) == 1, seen
+        assert "STATUS=1 workers running" in ready[0]
+        assert sum(m == ["WATCHDOG=1"] for m in seen) >= 3, seen
+        assert not any("MAINPID" in field for m in seen for field in m)  # plain Python: no bootloader
+        proc.send_signal(signal.SIGTERM)
+        while True:
+            message = receive(sock)
+            if message != ["WATCHDOG=1"]:
+                break
+        assert message == ["STOPPING=1"]
+        assert proc.wait(timeout=15) == 0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
