@@ -122,6 +122,26 @@ def show_config(as_json: bool = typer.Option(False, "--json", help="Print JSON f
         typer.echo(f"{key:<{width}}  {shown}")
 
 
+@app.command()
+def status(as_json: bool = typer.Option(False, "--json", help="Print JSON for machines.")) -> None:
+    """Enrolled or not, node id, backend, connection state, last contact, last error (no secrets)."""
+    from faden_agent.status import collect_status, format_status
+
+    report = collect_status(load())
+    if as_json:
+        print_json(report)
+    else:
+        typer.echo(format_status(report))
+    raise typer.Exit(0 if report["enrolled"] and report["connection"] == "connected" else 1)
+
+
+# The reference backend and its admin client (faden_agent/devbackend; typer only at import).
+from faden_agent.devbackend.cli import admin_app, dev_backend  # noqa: E402
+
+app.command("dev-backend")(dev_backend)
+app.add_typer(admin_app, name="admin")
+
+
 def main() -> None:
     try:
         app()

@@ -1,0 +1,246 @@
+"""The agent's HTTP client of the backend (docs/protocol.md): one requests Session per thread.
+
+Every request is bounded by REQUEST_TIMEOUT_SEC, verifies TLS as configured (VERIFY_TLS,
+CA_BUNDLE), and honours HTTPS_PROXY/NO_PROXY through requests' environment handling.
+Answers become typed exceptions so callers decide with `except`, not status codes:
+
+    Maintenance          503 (+ Retry-After): wait exactly that long, then retry
+    CredentialRejected   401/403 on the credential: removed or revoked; retry slowly
+    TokenRefused         403 on enrollment: the one-time token is unknown or spent
+    RequestRejected      another 4xx: the request itself is wrong; do not resend it as is
+    BackendUnavailable   connection error, timeout, other 5xx, 408, 429: back off, retry
+
+Secrets travel in the Authorization header or the JSON body, never in a URL, and no
+exception text includes them.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import gzip as gzip_module
+import time
+from typing import Any, Iterator
+
+import orjson
+import requests
+
+from faden_agent import __version__
+from faden_agent.config import Config
+
+API = "/api/agent/v1"
+# A stream line longer than this is a broken or hostile server, not a command.
+MAX_STREAM_LINE = 16 * 1024 * 1024
+
+
+class BackendError(Exception):
+    """Base of every failure talking to the backend; str() is safe to log."""
+
+    status: int | None = None
+    retry_after: float | None = None
+
+
+class BackendUnavailable(BackendError):
+    def __init__(self, message: str, status: int | None = None, retry_after: float | None = None):
+        super().__init__(message)
+        self.status, self.retry_after = status, retry_after
+
+
+class Maintenance(BackendUnavailable):
+    """503: the backend asks us to wait `retry_after` seconds."""
+
+
+class CredentialRejected(BackendError):
+    def __init__(self, message: str, status: int):
+        super().__init__(message)
+        self.status = status
+
+
+class TokenRefused(BackendError):
+    pass
+
+
+class RequestRejected(BackendError):
+    def __init__(self, message: str, status: int, detail: str = ""):
+        super().__init__(message)
+        self.status, self.detail = status, detail
+
+
+class ProtocolError(BackendError):
+    """The backend answered something this protocol version does not allow."""
+
+
+DEFAULT_MAINTENANCE_WAIT_S = 30.0
+
+
+def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
+    """Seconds to wait from a Retry-After header (delta-seconds or an HTTP date)."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value).timestamp()
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when - (time.time() if now is None else now))
+
+
+def _detail(reply: requests.Response) -> str:
+    try:
+        body = reply.json()
+        return str(body.get("message") or body.get("error") or "")[:200]
+    except (ValueError, AttributeError):
+        return reply.text[:200].strip()
+
+
+class BackendClient:
+    def __init__(self, config: Config, credential: str | None = None):
+        self.base_url = config.backend_url
+        self.timeout_s = config.request_timeout_sec
+        self.session = requests.Session()
+        self.session.verify = config.tls_verify()
+        self.session.headers["User-Agent"] = f"faden-agent/{__version__}"
+        if credential:
+            self.session.headers["Authorization"] = f"Bearer {credential}"
+
+    def close(self) -> None:
+        self.session.close()
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _request(self, method: str, path: str, *, timeout: Any = None, auth: bool = True, **kwargs: Any) -> requests.Response:
+        url = self.base_url + path
+        try:
+            reply = self.session.request(method, url, timeout=timeout or self.timeout_s, **kwargs)
+        except requests.exceptions.SSLError as exc:
+            raise BackendUnavailable(f"TLS verification of {self.base_url} failed: {_reason(exc)}") from None
+        except requests.RequestException as exc:
+            raise BackendUnavailable(f"{method} {path}: {exc.__class__.__name__}: {_reason(exc)}") from None
+        if reply.status_code < 400:
+            return reply
+        self._raise_for(reply, method, path, auth)
+        raise AssertionError("unreachable")
+
+    def _raise_for(self, reply: requests.Response, method: str, path: str, auth: bool) -> None:
+        status = reply.status_code
+        detail = _detail(reply)
+        reply.close()
+        where = f"{method} {path}: HTTP {status}"
+        if status == 503:
+            retry_after = parse_retry_after(reply.headers.get("Retry-After"))
+            raise Maintenance(f"{where} (maintenance; retry after {retry_after if retry_after is not None else DEFAULT_MAINTENANCE_WAIT_S:g}s)",
+                              status, retry_after if retry_after is not None else DEFAULT_MAINTENANCE_WAIT_S)
+        if status in (401, 403) and auth:
+            raise CredentialRejected(
+                f"{where}: the backend rejected this node's credential ({detail or 'no detail'}); "
+                "the machine was removed or its credential revoked", status)
+        if status in (408, 429) or status >= 500:
+            raise BackendUnavailable(f"{where} {detail}".strip(), status, parse_retry_after(reply.headers.get("Retry-After")))
+        raise RequestRejected(f"{where} {detail}".strip(), status, detail)
+
+    # ------------------------------------------------------------------ the protocol
+
+    def enroll(self, token: str, facts: dict[str, Any]) -> dict[str, Any]:
+        """Spend the one-time token; returns {"node_id", "credential", ...}."""
+        try:
+            reply = self._request("POST", f"{API}/enroll", auth=False, data=orjson.dumps({**facts, "token": token}),
+                                  headers={"Content-Type": "application/json"})
+        except RequestRejected as exc:
+            if exc.status in (401, 403):
+                raise TokenRefused(f"the backend refused the enrollment token ({exc.detail or exc.status})") from None
+            raise
+        body = self._json(reply)
+        if not isinstance(body.get("node_id"), str) or not isinstance(body.get("credential"), str):
+            raise ProtocolError("enrollment answer lacks node_id or credential")
+        return body
+
+    def open_stream(self, after: int, keepalive_sec: float) -> "DownlinkStream":
+        """Open the downlink; reading it raises BackendUnavailable after 3 silent keepalive periods."""
+        read_timeout = stream_read_timeout(keepalive_sec)
+        reply = self._request("GET", f"{API}/stream", params={"after": after, "keepalive": f"{keepalive_sec:g}"},
+                              stream=True, timeout=(self.timeout_s, read_timeout))
+        return DownlinkStream(reply)
+
+    def uplink(self, records: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
+        """Send one batch; returns (acked ids, ids the backend rejected as malformed)."""
+        reply = self._request("POST", f"{API}/uplink", data=orjson.dumps({"records": records}),
+                              headers={"Content-Type": "application/json"})
+        body = self._json(reply)
+        acked, rejected = body.get("acked"), body.get("rejected") or []
+        if not isinstance(acked, list) or not isinstance(rejected, list):
+            raise ProtocolError("uplink answer lacks an 'acked' list")
+        return [str(i) for i in acked], [str(i) for i in rejected]
+
+    def log_target(self) -> dict[str, Any]:
+        """Where the log shipper pushes: {"mode": "loki", "url": ...} or {"mode": "push", "path": ...}."""
+        body = self._json(self._request("GET", f"{API}/logs/target"))
+        if body.get("mode") == "loki" and isinstance(body.get("url"), str):
+            return body
+        if body.get("mode") == "push" and isinstance(body.get("path"), str):
+            return body
+        raise ProtocolError(f"logs/target answer has no usable mode: {str(body)[:200]}")
+
+    def push_logs(self, body: bytes, gzip: bool = True, path: str = f"{API}/logs/push") -> None:
+        """One Loki push body through the backend. 400/413 raise RequestRejected (see .status)."""
+        headers = {"Content-Type": "application/json"}
+        if gzip:
+            body = gzip_module.compress(body, compresslevel=5)
+            headers["Content-Encoding"] = "gzip"
+        self._request("POST", path, data=body, headers=headers).close()
+
+    @staticmethod
+    def _json(reply: requests.Response) -> dict[str, Any]:
+        try:
+            body = orjson.loads(reply.content)
+        except orjson.JSONDecodeError:
+            raise ProtocolError(f"answer to {reply.request.method} {reply.request.path_url.split('?')[0]} is not JSON") from None
+        if not isinstance(body, dict):
+            raise ProtocolError("answer is not a JSON object")
+        return body
+
+
+def stream_read_timeout(keepalive_sec: float) -> float:
+    """A stream silent for three keepalive periods (plus slack) is dead."""
+    return 3 * keepalive_sec + 1.0
+
+
+def _reason(exc: Exception) -> str:
+    """The innermost cause, short: 'Connection refused', 'Read timed out', ..."""
+    text = str(exc)
+    for marker in ("] ", "): "):
+        if marker in text:
+            text = text.rsplit(marker, 1)[-1]
+    return text.strip(" ')\"")[:200] or exc.__class__.__name__
+
+
+class DownlinkStream:
+    """The NDJSON lines of one open stream, decoded; BackendUnavailable when it breaks."""
+
+    def __init__(self, reply: requests.Response):
+        self.reply = reply
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        try:
+            for line in self.reply.iter_lines(chunk_size=None):
+                if not line:
+                    continue
+                if len(line) > MAX_STREAM_LINE:
+                    raise ProtocolError(f"stream line of {len(line)} bytes exceeds {MAX_STREAM_LINE}")
+                try:
+                    message = orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    raise ProtocolError(f"stream line is not JSON: {line[:80]!r}") from None
+                if not isinstance(message, dict) or not isinstance(message.get("type"), str):
+                    raise ProtocolError(f"stream line has no type: {line[:80]!r}")
+                yield message
+        except requests.RequestException as exc:
+            raise BackendUnavailable(f"stream broke: {exc.__class__.__name__}: {_reason(exc)}") from None
+        finally:
+            self.reply.close()
+        raise BackendUnavailable("stream ended by the backend")
+
+    def close(self) -> None:
+        self.reply.close()

@@ -1,0 +1,143 @@
+"""`faden-agent dev-backend` and `faden-agent admin ...`: the reference backend and a small
+client of its admin API. Heavy imports stay inside the commands; the agent's `run` never
+touches them. The admin token comes from --admin-token or FADEN_ADMIN_TOKEN (prefer the
+variable: a command line is visible to every local user in `ps`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import orjson
+import typer
+
+ADMIN_TOKEN_ENV = "FADEN_ADMIN_TOKEN"
+URL_ENV = "FADEN_NODE_AGENT_BACKEND_URL"
+
+admin_app = typer.Typer(no_args_is_help=True, help="Talk to a reference backend's admin API.")
+
+UrlOption = typer.Option("http://127.0.0.1:8000", "--url", envvar=URL_ENV, help="Backend base URL.")
+TokenOption = typer.Option(..., "--admin-token", envvar=ADMIN_TOKEN_ENV, help=f"Admin token (or {ADMIN_TOKEN_ENV}).",
+                           show_default=False)
+CaOption = typer.Option(None, "--ca-bundle", help="PEM CA bundle to verify an https backend.")
+
+
+def _echo_json(data: Any) -> None:
+    typer.echo(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
+
+
+def dev_backend(
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
+    port: int = typer.Option(8000, "--port", help="Port (0: any free port; the first output line says which)."),
+    data: Path = typer.Option(Path("./faden-backend-data"), "--data", help="Directory for the SQLite store."),
+    admin_token: str = TokenOption,
+    downloads: Optional[Path] = typer.Option(None, "--downloads", help="Serve this directory's files at /downloads/<file>."),
+    loki_url: Optional[str] = typer.Option(None, "--loki-url", help="Forward log pushes to this Loki; else keep them (admin .../logs)."),
+    keepalive_sec: float = typer.Option(15.0, "--keepalive-sec", help="Default stream keepalive when the agent asks for none."),
+    tls_cert: Optional[Path] = typer.Option(None, "--tls-cert", help="Serve https with this PEM certificate (chain)."),
+    tls_key: Optional[Path] = typer.Option(None, "--tls-key", help="Private key of --tls-cert."),
+) -> None:
+    """Run the reference backend (docs/protocol.md) in the foreground."""
+    import logging
+
+    from faden_agent.devbackend.serve import serve
+    from faden_agent.logsetup import configure_logging
+
+    configure_logging("info", "faden-dev-backend")
+    logging.getLogger("faden_agent.devbackend").setLevel(logging.INFO)
+    if downloads is not None and not downloads.is_dir():
+        raise typer.BadParameter(f"{downloads} is not a directory", param_hint="--downloads")
+    raise typer.Exit(serve(host, port, data, admin_token, downloads=downloads, loki_url=loki_url,
+                           keepalive_sec=keepalive_sec, tls_cert=tls_cert, tls_key=tls_key))
+
+
+def _client(url: str, admin_token: str, ca_bundle: Optional[Path]):
+    from faden_agent.devbackend.admin import AdminClient
+
+    return AdminClient(url, admin_token, verify=str(ca_bundle) if ca_bundle else True)
+
+
+def _run(call):
+    from faden_agent.devbackend.admin import AdminError
+
+    try:
+        return call()
+    except AdminError as exc:
+        typer.echo(f"faden-agent admin: {exc}", err=True)
+        raise typer.Exit(1) from None
+
+
+@admin_app.command("token")
+def admin_token_cmd(url: str = UrlOption, admin_token: str = TokenOption, ca_bundle: Optional[Path] = CaOption) -> None:
+    """Mint a one-time enrollment token and print it."""
+    typer.echo(_run(lambda: _client(url, admin_token, ca_bundle).mint_token()))
+
+
+@admin_app.command("nodes")
+def admin_nodes(url: str = UrlOption, admin_token: str = TokenOption, ca_bundle: Optional[Path] = CaOption,
+                as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """List enrolled nodes: id, agent, version, heartbeats, worker states."""
+    import time
+
+    nodes = _run(lambda: _client(url, admin_token, ca_bundle).nodes())
+    if as_json:
+        _echo_json(nodes)
+        return
+    typer.echo(f"{'NODE':<18} {'AGENT':<20} {'VERSION':<9} {'LAST BEAT':>9} {'BEATS':>6}  WORKERS")
+    for node in nodes:
+        age = f"{time.time() - node['last_heartbeat_at']:.0f}s" if node.get("last_heartbeat_at") else "-"
+        workers = " ".join(f"{w['name']}={w['state']}" for w in node.get("workers") or [])
+        revoked = " (revoked)" if node.get("revoked") else ""
+        typer.echo(f"{node['node_id']:<18} {str(node['agent_id']):<20} {str(node['version']):<9} {age:>9} "
+                   f"{node['heartbeats']:>6}  {workers}{revoked}")
+
+
+@admin_app.command("send")
+def admin_send(node_id: str, kind: str, spec: str = typer.Option("{}", "--spec", help="The command's spec as JSON."),
+               command_id: Optional[str] = typer.Option(None, "--id", help="Command id (default: generated)."),
+               url: str = UrlOption, admin_token: str = TokenOption, ca_bundle: Optional[Path] = CaOption) -> None:
+    """Queue a command for a node and print its id."""
+    try:
+        spec_value = orjson.loads(spec)
+    except orjson.JSONDecodeError as exc:
+        raise typer.BadParameter(f"not JSON: {exc}", param_hint="--spec") from None
+    typer.echo(_run(lambda: _client(url, admin_token, ca_bundle).send_command(node_id, kind, spec_value, command_id)))
+
+
+@admin_app.command("command")
+def admin_command(command_id: str, url: str = UrlOption, admin_token: str = TokenOption,
+                  ca_bundle: Optional[Path] = CaOption) -> None:
+    """Show a command: state and timeline (JSON)."""
+    _echo_json(_run(lambda: _client(url, admin_token, ca_bundle).command(command_id)))
+
+
+@admin_app.command("show")
+def admin_show(node_id: str, what: str = typer.Argument(..., help="events, inventory, heartbeats, timeline or logs"),
+               url: str = UrlOption, admin_token: str = TokenOption, ca_bundle: Optional[Path] = CaOption) -> None:
+    """Show a node's events, inventory, heartbeats, timeline records or stored log lines (JSON)."""
+    _echo_json(_run(lambda: _client(url, admin_token, ca_bundle).call("GET", f"/nodes/{node_id}/{what}")))
+
+
+@admin_app.command("revoke")
+def admin_revoke(node_id: str, url: str = UrlOption, admin_token: str = TokenOption,
+                 ca_bundle: Optional[Path] = CaOption) -> None:
+    """Remove a node: its credential is refused (403) from now on."""
+    _echo_json(_run(lambda: _client(url, admin_token, ca_bundle).revoke(node_id)))
+
+
+@admin_app.command("faults")
+def admin_faults(
+    maintenance: Optional[int] = typer.Option(None, "--maintenance", help="Answer 503 with this Retry-After (s); -1 ends it."),
+    stall: Optional[bool] = typer.Option(None, "--stall/--no-stall", help="Stall streams (headers, then silence)."),
+    drop: bool = typer.Option(False, "--drop", help="Drop every open stream now."),
+    url: str = UrlOption, admin_token: str = TokenOption, ca_bundle: Optional[Path] = CaOption,
+) -> None:
+    """Switch fault modes for testing; with no option, show them."""
+    switches: dict[str, Any] = {}
+    if maintenance is not None:
+        switches["maintenance_retry_after"] = None if maintenance < 0 else maintenance
+    if stall is not None:
+        switches["stall_streams"] = stall
+    if drop:
+        switches["drop_streams"] = True
+    _echo_json(_run(lambda: _client(url, admin_token, ca_bundle).faults(**switches)))

@@ -1,0 +1,482 @@
+"""The reference backend's HTTP server: the agent protocol (docs/protocol.md), the admin
+API, fault switches and a downloads directory. Standard library only (plus orjson), so it
+runs anywhere Python does; the agent itself never imports this package.
+"""
+
+from __future__ import annotations
+
+import collections
+import gzip
+import hmac
+import logging
+import re
+import ssl
+import threading
+import time
+import urllib.error
+import urllib.request
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Callable
+from urllib.parse import parse_qs, urlsplit
+
+import orjson
+
+from faden_agent import protocol
+from faden_agent.devbackend.store import Store, TokenRefused
+
+log = logging.getLogger("faden_agent.devbackend")
+
+AGENT_PREFIX = "/api/agent/v1"
+ADMIN_PREFIX = "/api/admin/system"
+MAX_BODY_BYTES = 32 * 1024 * 1024
+DEFAULT_KEEPALIVE_SEC = 15.0
+KEEPALIVE_RANGE = (0.2, 300.0)
+STREAM_POLL_S = 0.2
+REQUEST_LOG_SIZE = 5000
+
+
+class HttpError(Exception):
+    def __init__(self, status: int, error: str, message: str, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status, self.error, self.message, self.headers = status, error, message, headers or {}
+
+
+class Faults:
+    """Switches for fault tests: maintenance (503 + Retry-After), dropped and stalled streams."""
+
+    def __init__(self) -> None:
+        self.maintenance_retry_after: int | None = None
+        self.stall_streams = False
+        self.drop_generation = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "maintenance_retry_after": self.maintenance_retry_after,
+            "stall_streams": self.stall_streams,
+            "drop_generation": self.drop_generation,
+        }
+
+
+class Backend:
+    """Everything a request handler needs: the store, the switches, the settings."""
+
+    def __init__(self, data_dir: Path, admin_token: str, *, downloads: Path | None = None,
+                 loki_url: str | None = None, keepalive_sec: float = DEFAULT_KEEPALIVE_SEC):
+        self.store = Store(data_dir)
+        self.admin_token = admin_token
+        self.downloads = downloads
+        self.loki_url = loki_url.rstrip("/") if loki_url else None
+        self.keepalive_sec = keepalive_sec
+        self.faults = Faults()
+        self.new_commands = threading.Condition()
+        self.requests: collections.deque[dict[str, Any]] = collections.deque(maxlen=REQUEST_LOG_SIZE)
+        self.requests_lock = threading.Lock()
+
+    def log_request(self, method: str, path: str, status: int) -> None:
+        with self.requests_lock:
+            self.requests.append({"at": time.time(), "method": method, "path": path, "status": status})
+
+    def notify_streams(self) -> None:
+        with self.new_commands:
+            self.new_commands.notify_all()
+
+
+Route = tuple[str, re.Pattern[str], Callable[..., Any]]
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "faden-dev-backend"
+    backend: Backend  # set on the subclass made by make_server
+
+    # ------------------------------------------------------------------ plumbing
+
+    def do_GET(self) -> None:
+        self.dispatch("GET")
+
+    def do_POST(self) -> None:
+        self.dispatch("POST")
+
+    def do_DELETE(self) -> None:
+        self.dispatch("DELETE")
+
+    def log_message(self, fmt: str, *args: Any) -> None:
+        log.debug("%s %s", self.address_string(), fmt % args)  # paths only: secrets travel in headers/bodies
+
+    def dispatch(self, method: str) -> None:
+        url = urlsplit(self.path)
+        self.query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+        status = 500
+        try:
+            for route_method, pattern, action in ROUTES:
+                match = pattern.fullmatch(url.path)
+                if match and route_method == method:
+                    status = action(self, **match.groupdict()) or 200
+                    break
+            else:
+                raise HttpError(404, "not_found", f"no route for {method} {url.path}")
+        except HttpError as exc:
+            status = exc.status
+            self.send_json(exc.status, {"error": exc.error, "message": exc.message}, exc.headers)
+        except (BrokenPipeError, ConnectionResetError):
+            status = 499
+            self.close_connection = True
+        except Exception as exc:  # noqa: BLE001 - one bad request must not kill the server
+            log.exception("internal error on %s %s", method, url.path)
+            status = 500
+            try:
+                self.send_json(500, {"error": "internal", "message": str(exc)})
+            except OSError:
+                pass
+        if url.path.startswith(AGENT_PREFIX):
+            self.backend.log_request(method, url.path, status)
+
+    def send_json(self, status: int, body: Any, headers: dict[str, str] | None = None) -> int:
+        data = orjson.dumps(body)
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(data)
+        return status
+
+    def read_body(self) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > MAX_BODY_BYTES:
+            raise HttpError(413, "too_large", f"body of {length} bytes exceeds {MAX_BODY_BYTES}")
+        data = self.rfile.read(length) if length else b""
+        if self.headers.get("Content-Encoding", "").lower() == "gzip":
+            try:
+                data = gzip.decompress(data)
+            except (OSError, EOFError) as exc:
+                raise HttpError(400, "bad_body", f"body is not valid gzip: {exc}") from None
+        return data
+
+    def read_json(self) -> dict[str, Any]:
+        try:
+            body = orjson.loads(self.read_body() or b"{}")
+        except orjson.JSONDecodeError as exc:
+            raise HttpError(400, "bad_body", f"body is not JSON: {exc}") from None
+        if not isinstance(body, dict):
+            raise HttpError(400, "bad_body", "body must be a JSON object")
+        return body
+
+    def bearer(self) -> str | None:
+        value = self.headers.get("Authorization", "")
+        return value[7:].strip() if value.startswith("Bearer ") else None
+
+    # ------------------------------------------------------------------ guards
+
+    def require_admin(self) -> None:
+        given = self.bearer() or ""
+        if not hmac.compare_digest(given.encode(), self.backend.admin_token.encode()):
+            raise HttpError(401, "unauthorized", "admin token missing or wrong")
+
+    def check_maintenance(self) -> None:
+        retry_after = self.backend.faults.maintenance_retry_after
+        if retry_after is not None:
+            raise HttpError(503, "maintenance", "backend under maintenance", {"Retry-After": str(retry_after)})
+
+    def require_node(self) -> str:
+        """The node id of the request's credential; 401 unknown, 403 revoked."""
+        self.check_maintenance()
+        credential = self.bearer()
+        if not credential:
+            raise HttpError(401, "unauthorized", "no credential")
+        found = self.backend.store.node_for_credential(credential)
+        if found is None:
+            raise HttpError(401, "unauthorized", "unknown credential")
+        node_id, revoked = found
+        if revoked:
+            raise HttpError(403, "revoked", "this node was removed; its credential is revoked")
+        return node_id
+
+    # ------------------------------------------------------------------ agent protocol
+
+    def agent_enroll(self) -> int:
+        self.check_maintenance()
+        body = self.read_json()
+        token = body.pop("token", None)
+        if not isinstance(token, str) or not token:
+            raise HttpError(400, "bad_body", "enrollment needs a token")
+        if not isinstance(body.get("agent_id"), str) or not body["agent_id"]:
+            raise HttpError(400, "bad_body", "enrollment needs an agent_id")
+        try:
+            node_id, credential = self.backend.store.enroll(token, body)
+        except TokenRefused as exc:
+            raise HttpError(403, "token_refused", str(exc)) from None
+        log.info("enrolled agent %s as %s", body["agent_id"], node_id)
+        return self.send_json(200, {"node_id": node_id, "credential": credential, "protocol": protocol.PROTOCOL_VERSION})
+
+    def agent_stream(self) -> int:
+        node_id = self.require_node()
+        try:
+            after = int(self.query.get("after", "0"))
+            keepalive = float(self.query.get("keepalive", self.backend.keepalive_sec))
+        except ValueError:
+            raise HttpError(400, "bad_query", "after must be an integer and keepalive a number") from None
+        keepalive = min(max(keepalive, KEEPALIVE_RANGE[0]), KEEPALIVE_RANGE[1])
+        faults = self.backend.faults
+        generation = faults.drop_generation
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-ndjson")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Cache-Control", "no-store")
+        self.end_headers()
+        self.wfile.flush()
+        self.close_connection = True
+        if faults.stall_streams:
+            return self.stall(generation)
+        self.write_line({"type": "hello", "node_id": node_id, "keepalive_sec": keepalive, "after": after})
+        last_write = time.monotonic()
+        while True:
+            if faults.drop_generation != generation or faults.maintenance_retry_after is not None:
+                self.connection.shutdown(2)  # abrupt: like a crashed server or a cut link
+                return 200
+            if faults.stall_streams:
+                return self.stall(generation)
+            for command in self.backend.store.commands_after(node_id, after):
+                self.write_line(command)
+                after = command["seq"]
+                last_write = time.monotonic()
+            if time.monotonic() - last_write >= keepalive:
+                self.write_line({"type": "keepalive", "ts": time.time()})
+                last_write = time.monotonic()
+            with self.backend.new_commands:
+                self.backend.new_commands.wait(min(STREAM_POLL_S, keepalive))
+
+    def stall(self, generation: int) -> int:
+        """Headers sent, then silence (a hung proxy or server), until the streams are dropped."""
+        while self.backend.faults.drop_generation == generation:
+            time.sleep(STREAM_POLL_S)
+        self.connection.shutdown(2)
+        return 200
+
+    def write_line(self, obj: Any) -> None:
+        data = orjson.dumps(obj) + b"\n"
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
+    def agent_uplink(self) -> int:
+        node_id = self.require_node()
+        body = self.read_json()
+        records = body.get("records")
+        if not isinstance(records, list):
+            raise HttpError(400, "bad_body", "body needs a list 'records'")
+        valid = [r for r in records if _valid_record(r)]
+        acked = self.backend.store.store_records(node_id, valid)
+        rejected = [r.get("id") for r in records if not _valid_record(r) and isinstance(r, dict)]
+        return self.send_json(200, {"acked": acked, "rejected": rejected})
+
+    def agent_logs_target(self) -> int:
+        self.require_node()
+        if self.backend.loki_url:
+            return self.send_json(200, {"mode": "loki", "url": self.backend.loki_url})
+        return self.send_json(200, {"mode": "push", "path": f"{AGENT_PREFIX}/logs/push"})
+
+    def agent_logs_push(self) -> int:
+        node_id = self.require_node()
+        if self.backend.loki_url:
+            return self.forward_to_loki()
+        try:
+            push = orjson.loads(self.read_body())
+        except orjson.JSONDecodeError as exc:
+            raise HttpError(400, "bad_body", f"push body is not JSON: {exc}") from None
+        if not isinstance(push, dict) or not isinstance(push.get("streams"), list):
+            raise HttpError(400, "bad_body", "push body needs a list 'streams'")
+        try:
+            self.backend.store.store_log_push(node_id, push)
+        except (TypeError, IndexError, AttributeError) as exc:
+            raise HttpError(400, "bad_body", f"malformed stream entry: {exc}") from None
+        self.send_response(204)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+        return 204
+
+    def forward_to_loki(self) -> int:
+        length = int(self.headers.get("Content-Length") or 0)
+        data = self.rfile.read(length) if length else b""
+        headers = {"Content-Type": self.headers.get("Content-Type", "application/json")}
+        if self.headers.get("Content-Encoding"):
+            headers["Content-Encoding"] = self.headers["Content-Encoding"]
+        request = urllib.request.Request(f"{self.backend.loki_url}/loki/api/v1/push", data=data, headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=30) as reply:
+                status, payload = reply.status, reply.read()
+        except urllib.error.HTTPError as exc:
+            status, payload = exc.code, exc.read()
+        except OSError as exc:
+            raise HttpError(502, "loki_unreachable", f"Loki did not answer: {exc}") from None
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+        return status
+
+    # ------------------------------------------------------------------ downloads
+
+    def downloads(self, name: str) -> int:
+        root = self.backend.downloads
+        if root is None:
+            raise HttpError(404, "not_found", "no downloads directory configured")
+        path = (root / name).resolve()
+        if path.parent != root.resolve() or not path.is_file():
+            raise HttpError(404, "not_found", f"no such download: {name}")
+        data = path.read_bytes()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+        return 200
+
+    # ------------------------------------------------------------------ admin
+
+    def admin_mint_token(self) -> int:
+        self.require_admin()
+        return self.send_json(200, {"token": self.backend.store.mint_token()})
+
+    def admin_nodes(self) -> int:
+        self.require_admin()
+        return self.send_json(200, {"nodes": self.backend.store.nodes()})
+
+    def admin_node(self, node_id: str) -> int:
+        self.require_admin()
+        return self.send_json(200, self.node_or_404(node_id))
+
+    def admin_revoke(self, node_id: str) -> int:
+        self.require_admin()
+        if not self.backend.store.revoke(node_id):
+            raise HttpError(404, "not_found", f"no node {node_id}")
+        self.backend.faults.drop_generation += 1  # its open stream ends now
+        return self.send_json(200, {"node_id": node_id, "revoked": True})
+
+    def admin_send_command(self, node_id: str) -> int:
+        self.require_admin()
+        self.node_or_404(node_id)
+        body = self.read_json()
+        kind, spec = body.get("kind"), body.get("spec", {})
+        if not isinstance(kind, str) or not kind:
+            raise HttpError(400, "bad_body", "a command needs a string 'kind'")
+        command_id = body.get("id")
+        if command_id is not None and (not isinstance(command_id, str) or not command_id):
+            raise HttpError(400, "bad_body", "'id' must be a non-empty string")
+        deadline = body.get("deadline")
+        if deadline is not None and not isinstance(deadline, (int, float)):
+            raise HttpError(400, "bad_body", "'deadline' must be epoch seconds")
+        created = self.backend.store.add_command(node_id, kind, spec, command_id, deadline)
+        if created["node_id"] != node_id:
+            raise HttpError(409, "conflict", f"command id {command_id} belongs to another node")
+        self.backend.notify_streams()
+        return self.send_json(200, {"id": created["id"], "seq": created["seq"]})
+
+    def admin_command(self, command_id: str) -> int:
+        self.require_admin()
+        command = self.backend.store.command(command_id)
+        if command is None:
+            raise HttpError(404, "not_found", f"no command {command_id}")
+        return self.send_json(200, command)
+
+    def admin_records(self, node_id: str, kind: str) -> int:
+        self.require_admin()
+        if kind not in RECORD_VIEWS:
+            raise HttpError(404, "not_found", f"no view {kind!r}; one of {', '.join(RECORD_VIEWS)}")
+        self.node_or_404(node_id)
+        store = self.backend.store
+        if kind == "inventory":
+            return self.send_json(200, store.inventory(node_id))
+        if kind == "logs":
+            return self.send_json(200, {"lines": store.log_lines(node_id)})
+        record_kind = {"events": protocol.EVENT, "heartbeats": protocol.HEARTBEAT, "timeline": protocol.TIMELINE}[kind]
+        return self.send_json(200, {kind: store.records(node_id, record_kind)})
+
+    def admin_faults(self) -> int:
+        self.require_admin()
+        faults = self.backend.faults
+        if self.command == "POST":
+            body = self.read_json()
+            if "maintenance_retry_after" in body:
+                value = body["maintenance_retry_after"]
+                if value is not None and (not isinstance(value, int) or value < 0):
+                    raise HttpError(400, "bad_body", "maintenance_retry_after must be whole seconds or null")
+                faults.maintenance_retry_after = value
+            if "stall_streams" in body:
+                faults.stall_streams = bool(body["stall_streams"])
+            if body.get("drop_streams"):
+                faults.drop_generation += 1
+            self.backend.notify_streams()
+        return self.send_json(200, faults.as_dict())
+
+    def admin_requests(self) -> int:
+        self.require_admin()
+        since = float(self.query.get("since", "0"))
+        with self.backend.requests_lock:
+            rows = [r for r in self.backend.requests if r["at"] >= since]
+        return self.send_json(200, {"requests": rows})
+
+    def admin_stats(self) -> int:
+        self.require_admin()
+        return self.send_json(200, {"records": self.backend.store.count_records()})
+
+    def node_or_404(self, node_id: str) -> dict[str, Any]:
+        node = self.backend.store.node(node_id)
+        if node is None:
+            raise HttpError(404, "not_found", f"no node {node_id}")
+        return node
+
+
+def _valid_record(record: Any) -> bool:
+    return (
+        isinstance(record, dict)
+        and isinstance(record.get("id"), str) and bool(record["id"])
+        and isinstance(record.get("kind"), str)
+        and isinstance(record.get("data"), dict)
+    )
+
+
+def _route(method: str, path: str, action: Callable[..., Any]) -> Route:
+    pattern = re.compile(re.sub(r"\{(\w+)\}", r"(?P<\1>[A-Za-z0-9._:-]+)", path))
+    return (method, pattern, action)
+
+
+H = Handler
+ROUTES: list[Route] = [
+    _route("POST", f"{AGENT_PREFIX}/enroll", H.agent_enroll),
+    _route("GET", f"{AGENT_PREFIX}/stream", H.agent_stream),
+    _route("POST", f"{AGENT_PREFIX}/uplink", H.agent_uplink),
+    _route("GET", f"{AGENT_PREFIX}/logs/target", H.agent_logs_target),
+    _route("POST", f"{AGENT_PREFIX}/logs/push", H.agent_logs_push),
+    _route("GET", "/downloads/{name}", H.downloads),
+    _route("POST", f"{ADMIN_PREFIX}/nodes/enrollment-tokens", H.admin_mint_token),
+    _route("GET", f"{ADMIN_PREFIX}/nodes", H.admin_nodes),
+    _route("GET", f"{ADMIN_PREFIX}/nodes/{{node_id}}", H.admin_node),
+    _route("DELETE", f"{ADMIN_PREFIX}/nodes/{{node_id}}", H.admin_revoke),
+    _route("POST", f"{ADMIN_PREFIX}/nodes/{{node_id}}/commands", H.admin_send_command),
+    _route("GET", f"{ADMIN_PREFIX}/nodes/{{node_id}}/{{kind}}", H.admin_records),
+    _route("GET", f"{ADMIN_PREFIX}/commands/{{command_id}}", H.admin_command),
+    _route("GET", f"{ADMIN_PREFIX}/faults", H.admin_faults),
+    _route("POST", f"{ADMIN_PREFIX}/faults", H.admin_faults),
+    _route("GET", f"{ADMIN_PREFIX}/requests", H.admin_requests),
+    _route("GET", f"{ADMIN_PREFIX}/stats", H.admin_stats),
+]
+RECORD_VIEWS = ("events", "heartbeats", "timeline", "inventory", "logs")
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+def make_server(backend: Backend, host: str, port: int, *, tls_cert: Path | None = None,
+                tls_key: Path | None = None) -> Server:
+    handler = type("BoundHandler", (Handler,), {"backend": backend})
+    server = Server((host, port), handler)
+    if tls_cert is not None:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(str(tls_cert), str(tls_key) if tls_key else None)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+    return server

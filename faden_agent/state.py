@@ -1,0 +1,121 @@
+"""The state file: this machine's membership (node id, credential, backend URL).
+
+Written once, at enrollment: temp file in the same directory, fsync, rename, fsync of the
+directory, mode 0600. The agent never deletes or overwrites it on its own; an operator who
+wants to re-enroll removes it. Every way it can be wrong has one clear error (StateError),
+and no message ever contains the credential.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import orjson
+
+STATE_VERSION = 1
+
+
+class StateError(RuntimeError):
+    """The state file cannot be used; str() is the one-line message for the operator."""
+
+
+@dataclass(frozen=True)
+class AgentState:
+    backend_url: str
+    node_id: str
+    credential: str
+    agent_id: str
+    enrolled_at: float
+
+    def __repr__(self) -> str:  # keep the credential out of any accidental log line
+        return f"AgentState(node_id={self.node_id!r}, backend_url={self.backend_url!r}, agent_id={self.agent_id!r})"
+
+    __str__ = __repr__
+
+
+def load_state(path: Path) -> AgentState | None:
+    """The state, or None when the file does not exist (not enrolled yet)."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise StateError(f"state file {path} is unreadable ({exc.strerror}); fix its permissions") from None
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise StateError(f"state file {path} is corrupt (not JSON); restore it from a backup or remove it to enroll again") from None
+    if not isinstance(data, dict) or data.get("version") != STATE_VERSION:
+        raise StateError(f"state file {path} is not a version-{STATE_VERSION} faden-agent state file")
+    try:
+        return AgentState(
+            backend_url=_text(data, "backend_url"),
+            node_id=_text(data, "node_id"),
+            credential=_text(data, "credential"),
+            agent_id=_text(data, "agent_id"),
+            enrolled_at=float(data.get("enrolled_at") or 0.0),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StateError(f"state file {path} is corrupt: {exc}") from None
+
+
+def _text(data: dict, key: str) -> str:
+    value = data.get(key)
+    if not isinstance(value, str) or not value:
+        raise KeyError(f"field {key!r} is missing or empty")
+    return value
+
+
+def check_backend(state: AgentState, backend_url: str, path: Path) -> None:
+    """Refuse a state file written for another backend (a credential is only valid at its issuer)."""
+    if state.backend_url.rstrip("/") != backend_url.rstrip("/"):
+        raise StateError(
+            f"state file {path} belongs to backend {state.backend_url}, not {backend_url}; "
+            "set FADEN_NODE_AGENT_BACKEND_URL back, or move the state file away to enroll with the new backend"
+        )
+
+
+def write_state(path: Path, state: AgentState) -> None:
+    """Write a new state file atomically; refuses to replace an existing one."""
+    path = Path(path)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    data = orjson.dumps({"version": STATE_VERSION, **asdict(state)}, option=orjson.OPT_INDENT_2)
+    fd, tmp = tempfile.mkstemp(prefix=".state-", dir=path.parent)  # mkstemp creates it 0600
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        _publish(tmp, path)
+    except FileExistsError:
+        raise StateError(f"state file {path} already exists; it is never overwritten") from None
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def _publish(tmp: str, path: Path) -> None:
+    """Atomically give the temp file its final name, never replacing an existing file."""
+    try:
+        os.link(tmp, path)  # like rename, but fails when the target exists
+    except FileExistsError:
+        raise
+    except OSError:  # a file system without hard links: check, then rename
+        if path.exists():
+            raise FileExistsError(path) from None
+        os.rename(tmp, path)
+
+
+def new_state(backend_url: str, node_id: str, credential: str, agent_id: str) -> AgentState:
+    return AgentState(backend_url=backend_url, node_id=node_id, credential=credential, agent_id=agent_id,
+                      enrolled_at=time.time())

@@ -1,0 +1,114 @@
+"""What `faden-agent status` reports: membership and the backend link, never a secret.
+
+collect_status() returns a dict (for --json and for other parts to extend, e.g. with the
+systemd unit's state); format_status() renders it for people. The live link state comes
+from the running stream worker (via the supervisor's `ps`); when the agent is not running,
+from the status file the stream worker last wrote.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+
+from faden_agent.config import Config
+from faden_agent.ipc import Endpoints, EnvelopeError, request
+from faden_agent.state import StateError, load_state
+
+STATUS_FILE = "status.json"  # written by the stream worker (workers/stream/link.py)
+PS_TIMEOUT_S = 1.0
+
+
+def collect_status(config: Config) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "backend_url": config.backend_url,
+        "state_path": str(config.state_path),
+        "enrolled": False,
+        "node_id": None,
+        "agent_id": config.agent_id,
+        "enrolled_at": None,
+        "state_error": None,
+        "agent_running": False,
+        "connection": "unknown",
+        "connection_since": None,
+        "last_contact_at": None,
+        "last_error": None,
+        "last_error_at": None,
+        "link_source": None,
+    }
+    try:
+        state = load_state(config.state_path)
+    except StateError as exc:
+        out["state_error"] = str(exc)
+    else:
+        if state is not None:
+            out.update(enrolled=True, node_id=state.node_id, agent_id=state.agent_id, enrolled_at=state.enrolled_at)
+            if state.backend_url != config.backend_url:
+                out["state_error"] = f"state file belongs to backend {state.backend_url}"
+    link, source = _live_link(config)
+    if link is None:
+        link, source = _link_from_file(config), "status file"
+    else:
+        out["agent_running"] = True
+    if link:
+        out.update(
+            connection=link.get("state", "unknown") if out["agent_running"] else "stopped",
+            connection_since=link.get("since"),
+            last_contact_at=link.get("last_contact_at"),
+            last_error=link.get("last_error"),
+            last_error_at=link.get("last_error_at"),
+            link_source=source,
+        )
+    elif not out["agent_running"]:
+        out["connection"] = "stopped"
+    return out
+
+
+def _live_link(config: Config) -> tuple[dict[str, Any] | None, str | None]:
+    try:
+        reply = request(Endpoints(config.runtime_dir).control, "ps", timeout_s=PS_TIMEOUT_S)
+    except EnvelopeError:
+        return None, None
+    if reply is None or not isinstance(reply.body, dict):
+        return None, None
+    for worker in reply.body.get("workers", []):
+        if worker.get("name") == "stream":
+            link = (worker.get("status") or {}).get("link")
+            if link:
+                return link, "stream worker"
+            return {"state": f"stream worker {worker.get('state', '?').lower()}"}, "supervisor"
+    return {"state": "no stream worker"}, "supervisor"
+
+
+def _link_from_file(config: Config) -> dict[str, Any] | None:
+    try:
+        data = orjson.loads((config.state_dir / STATUS_FILE).read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _when(epoch: float | None) -> str:
+    if not epoch:
+        return "never"
+    ago = max(0.0, time.time() - epoch)
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(epoch))
+    return f"{stamp} ({ago:.0f}s ago)"
+
+
+def format_status(status: dict[str, Any]) -> str:
+    member = f"yes, node {status['node_id']}" if status["enrolled"] else "no"
+    lines = [
+        f"enrolled:      {member}",
+        f"agent id:      {status['agent_id']}",
+        f"backend:       {status['backend_url']}",
+        f"agent running: {'yes' if status['agent_running'] else 'no'}",
+        f"connection:    {status['connection']}" + (f" since {_when(status['connection_since'])}" if status.get("connection_since") else ""),
+        f"last contact:  {_when(status['last_contact_at'])}",
+        f"last error:    {status['last_error'] or '-'}" + (f" at {_when(status['last_error_at'])}" if status.get("last_error_at") else ""),
+    ]
+    if status.get("state_error"):
+        lines.append(f"state file:    {status['state_error']}")
+    return "\n".join(lines)

@@ -1,0 +1,83 @@
+"""Stream worker: owns the backend link (docs/protocol.md).
+
+Its loop only passes pokes on; the network lives in threads, so a slow backend never
+delays the worker's own heartbeat to the supervisor:
+
+    membership  load the state file, or enroll once (enroll.py); then starts:
+    downlink    the NDJSON stream -> commands handed to the executor (downlink.py)
+    uplink      the durable outbox -> the backend, in batches (uplink_sender.py)
+    heartbeat   every HEARTBEAT_INTERVAL_SEC, with the worker table (heartbeat.py)
+
+Inputs: pokes on endpoints.uplink (a producer wrote to the outbox). Outputs: the link's
+state in status() (shown by `ps` and `faden-agent status`) and the status file.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+import zmq
+
+from faden_agent.ipc import Channel, Message
+from faden_agent.outbox import Outbox
+from faden_agent.workers.base import Worker
+from faden_agent.workers.stream import link
+from faden_agent.workers.stream.downlink import Downlink
+from faden_agent.workers.stream.enroll import Membership
+from faden_agent.workers.stream.heartbeat import HeartbeatSender
+from faden_agent.workers.stream.link import Gate, LinkStatus
+from faden_agent.workers.stream.uplink_sender import UplinkSender
+
+log = logging.getLogger(__name__)
+
+JOIN_TIMEOUT_S = 2.0
+
+
+class StreamWorker(Worker):
+    name = "stream"
+
+    def setup(self) -> None:
+        self.pokes = Channel.bind(zmq.PULL, self.endpoints.uplink)
+        self.stop_event = threading.Event()
+        self.link_status = LinkStatus(self.config.backend_url, self.config.state_dir / link.STATUS_FILE)
+        self.gate = Gate(self.stop_event)
+        self.outbox = Outbox(self.config.state_dir)
+        self.uplink: UplinkSender | None = None
+        self.threads: list[threading.Thread] = []
+        self.starter = threading.Thread(target=self.start_link, name="membership", daemon=True)
+        self.starter.start()
+
+    def start_link(self) -> None:
+        """Become a member (may take long: no token yet, backend down), then run the link."""
+        state = Membership(self.config, self.link_status, self.gate, self.stop_event).establish()
+        if state is None:
+            return
+        self.link_status.set_node(state.node_id)
+        args = (self.config, state)
+        self.uplink = UplinkSender(*args, self.outbox, self.link_status, self.gate, self.stop_event)
+        self.threads = [
+            Downlink(*args, self.outbox, self.link_status, self.gate, self.stop_event, self.endpoints.executor),
+            self.uplink,
+            HeartbeatSender(*args, self.link_status, self.gate, self.stop_event, self.endpoints.control,
+                            self.outbox.count),
+        ]
+        for thread in self.threads:
+            thread.start()
+
+    def channels(self) -> list[Channel]:
+        return [self.pokes]
+
+    def handle(self, channel: Channel, message: Message) -> None:
+        if self.uplink is not None:
+            self.uplink.poke()
+
+    def status(self) -> dict[str, Any]:
+        return {"link": self.link_status.snapshot()}
+
+    def teardown(self) -> None:
+        self.stop_event.set()
+        for thread in [self.starter, *self.threads]:
+            thread.join(JOIN_TIMEOUT_S)  # a read blocked on a silent stream is left to die with us
+        self.pokes.close()

@@ -1,0 +1,134 @@
+"""The downlink: read the backend's NDJSON stream and hand each command to the executor.
+
+    loop: wait for the gate -> open the stream after the cursor -> for each line:
+          keepalive: note the contact; command: hand off (REQ, retried until the executor
+          acks) -> advance the durable cursor. On any failure: back off and reconnect.
+
+The cursor (last acknowledged sequence number) lives in the outbox's meta table, so it
+survives restarts; it advances only after the executor's ack, so a crash between
+receiving and acking re-delivers the command, which the executor recognises by its id.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from faden_agent.backend import BackendClient, BackendError, BackendUnavailable, CredentialRejected, Maintenance
+from faden_agent.config import Config
+from faden_agent.ipc import EnvelopeError, request
+from faden_agent.outbox import Outbox
+from faden_agent.state import AgentState
+from faden_agent.workers.stream import link
+from faden_agent.workers.stream.link import Backoff, Gate, LinkStatus
+
+log = logging.getLogger(__name__)
+
+CURSOR_KEY = "downlink_after"
+HANDOFF_TIMEOUT_S = 5.0  # the executor journals to disk before it acks: seconds, not minutes
+HANDOFF_RETRY_S = 1.0
+
+
+class Downlink(threading.Thread):
+    def __init__(self, config: Config, state: AgentState, outbox: Outbox, status: LinkStatus, gate: Gate,
+                 stop: threading.Event, executor_address: str):
+        super().__init__(name="downlink", daemon=True)
+        self.config = config
+        self.state = state
+        self.outbox = outbox
+        self.status = status
+        self.gate = gate
+        self.stop = stop
+        self.executor_address = executor_address
+        self.backoff = Backoff(config.reconnect_min_sec, config.reconnect_max_sec)
+        self.cursor = int(outbox.get_meta(CURSOR_KEY, "0") or 0)
+        self.connects = 0
+
+    def run(self) -> None:
+        while self.gate.wait():
+            self.status.set_state(link.CONNECTING)
+            client = BackendClient(self.config, self.state.credential)
+            try:
+                self.follow(client)
+            except Maintenance as exc:
+                self.gate.hold(exc.retry_after or 0)
+                self.status.set_state(link.MAINTENANCE, str(exc))
+                log.warning("%s", exc)
+            except CredentialRejected as exc:
+                # Retried slowly, never re-enrolled: the operator decides (see status).
+                self.gate.hold(self.config.reconnect_max_sec)
+                self.status.set_state(link.CREDENTIAL_REJECTED, str(exc))
+                log.error("%s", exc)
+            except BackendError as exc:
+                delay = self.backoff.next_delay()
+                if isinstance(exc, BackendUnavailable) and exc.retry_after:
+                    delay = max(delay, exc.retry_after)
+                self.status.set_state(link.BACKOFF, f"{exc}; reconnecting in {delay:.1f}s")
+                log.warning("downlink: %s; reconnecting in %.1fs", exc, delay)
+                self.stop.wait(delay)
+            finally:
+                client.close()
+
+    def follow(self, client: BackendClient) -> None:
+        stream = client.open_stream(self.cursor, self.config.stream_keepalive_sec)
+        self.connects += 1
+        self.status.set_state(link.CONNECTED)
+        self.status.contact()
+        self.backoff.reset()
+        log.info("downlink connected (after seq %d)", self.cursor)
+        for message in stream:
+            if self.stop.is_set():
+                stream.close()
+                return
+            self.status.contact()
+            if message["type"] == "command":
+                self.deliver(message)
+            # "hello" and "keepalive" only prove the stream is alive; unknown types are
+            # skipped so a newer backend can add some.
+
+    def deliver(self, message: dict[str, Any]) -> None:
+        command = parse_command(message)
+        if command is None:
+            log.error("downlink: skipped a malformed command line: %.200r", message)
+            return
+        if command["seq"] <= self.cursor:
+            return  # already acknowledged (a backend replaying from an older cursor)
+        if not self.hand_off(command):
+            return  # stopping; the cursor stays, the command comes again next start
+        self.cursor = command["seq"]
+        self.outbox.set_meta(CURSOR_KEY, str(self.cursor))
+
+    def hand_off(self, command: dict[str, Any]) -> bool:
+        """Send the command to the executor until it acks; False only when stopping."""
+        warned = False
+        while not self.stop.is_set():
+            try:
+                reply = request(self.executor_address, "command", command, timeout_s=HANDOFF_TIMEOUT_S)
+            except EnvelopeError as exc:
+                reply = None
+                log.error("downlink: the executor's reply is malformed: %s", exc)
+            if reply is not None and reply.type == "ack" and isinstance(reply.body, dict) \
+                    and reply.body.get("id") == command["id"]:
+                log.info("command %s (%s, seq %d) handed to the executor: accepted=%s duplicate=%s", command["id"],
+                         command["kind"], command["seq"], reply.body.get("accepted"), reply.body.get("duplicate"))
+                return True
+            if not warned:
+                log.warning("downlink: the executor did not ack command %s within %.0fs; retrying",
+                            command["id"], HANDOFF_TIMEOUT_S)
+                warned = True
+            self.stop.wait(HANDOFF_RETRY_S)
+        return False
+
+
+def parse_command(message: dict[str, Any]) -> dict[str, Any] | None:
+    """The executor's hand-off body, or None when a required field is missing or mistyped."""
+    command_id, seq, kind = message.get("id"), message.get("seq"), message.get("kind")
+    deadline = message.get("deadline")
+    if not isinstance(command_id, str) or not command_id or not isinstance(kind, str):
+        return None
+    if not isinstance(seq, int) or isinstance(seq, bool) or seq <= 0:
+        return None
+    if deadline is not None and not isinstance(deadline, (int, float)):
+        return None
+    return {"id": command_id, "seq": seq, "kind": kind, "spec": message.get("spec"), "deadline": deadline}

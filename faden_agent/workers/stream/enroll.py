@@ -1,0 +1,110 @@
+"""Membership: load the state file, or enroll once with the one-time token and write it.
+
+A machine with a state file is a member and never enrolls again, whatever token is set.
+Every problem (no token, refused token, unreadable/corrupt/foreign state file) is one
+clear line in `status` and the log, retried slowly so an operator's fix is picked up
+without a restart; the state file is never deleted or overwritten.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import platform
+import threading
+
+from faden_agent import __version__, protocol
+from faden_agent.backend import BackendClient, BackendUnavailable, Maintenance, ProtocolError, RequestRejected, TokenRefused
+from faden_agent.config import Config, ConfigError, env_name
+from faden_agent.state import AgentState, StateError, check_backend, load_state, new_state, write_state
+from faden_agent.workers.stream import link
+from faden_agent.workers.stream.link import Backoff, Gate, LinkStatus
+
+log = logging.getLogger(__name__)
+
+
+def enrollment_facts(config: Config) -> dict[str, object]:
+    """What the backend learns about this machine at enrollment (never the token)."""
+    uname = platform.uname()
+    return {
+        "agent_id": config.agent_id,
+        "host": config.host,
+        "advertise_host": config.advertise_host,
+        "advertise_scheme": config.advertise_scheme,
+        "version": __version__,
+        "protocol": protocol.PROTOCOL_VERSION,
+        "capabilities": list(protocol.CAPABILITIES),
+        "platform": {
+            "system": uname.system,
+            "release": uname.release,
+            "machine": uname.machine,
+            "hostname": uname.node,
+            "python": platform.python_version(),
+            "cpu_count": os.cpu_count(),
+        },
+    }
+
+
+class Membership:
+    def __init__(self, config: Config, status: LinkStatus, gate: Gate, stop: threading.Event):
+        self.config = config
+        self.status = status
+        self.gate = gate
+        self.stop = stop
+        self.backoff = Backoff(config.reconnect_min_sec, config.reconnect_max_sec)
+        self._last_problem: str | None = None
+
+    def establish(self) -> AgentState | None:
+        """Block (in a thread) until this machine is a member; None when stopping."""
+        while not self.stop.is_set():
+            try:
+                state = self.attempt()
+            except (StateError, ConfigError) as exc:
+                self.problem(link.STATE_ERROR, str(exc), self.config.reconnect_max_sec)
+            except TokenRefused as exc:
+                self.problem(link.ENROLLMENT_REFUSED, f"{exc}; mint a new token and set it, then restart", self.config.reconnect_max_sec)
+            except Maintenance as exc:
+                self.gate.hold(exc.retry_after or 0)
+                self.problem(link.MAINTENANCE, str(exc), 0)
+            except (BackendUnavailable, ProtocolError, RequestRejected) as exc:
+                self.problem(link.BACKOFF, f"enrollment failed: {exc}", self.backoff.next_delay())
+            else:
+                if state is not None:
+                    return state
+                self.problem(
+                    link.NOT_ENROLLED,
+                    f"not enrolled: set {env_name('enrollment_token')} or {env_name('enrollment_token_file')}",
+                    self.config.reconnect_max_sec,
+                )
+        return None
+
+    def attempt(self) -> AgentState | None:
+        path = self.config.state_path
+        state = load_state(path)
+        if state is not None:
+            check_backend(state, self.config.backend_url, path)
+            note = " (the enrollment token set is ignored)" if self._token_set() else ""
+            log.info("already a member of %s as node %s%s", state.backend_url, state.node_id, note)
+            return state
+        token = self.config.token()
+        if not token:
+            return None
+        if not self.gate.wait():
+            return None
+        self.status.set_state(link.ENROLLING)
+        reply = BackendClient(self.config).enroll(token, enrollment_facts(self.config))
+        state = new_state(self.config.backend_url, reply["node_id"], reply["credential"], self.config.agent_id)
+        write_state(path, state)
+        log.info("enrolled with %s as node %s; state written to %s", state.backend_url, state.node_id, path)
+        return state
+
+    def _token_set(self) -> bool:
+        return bool(self.config.enrollment_token or self.config.enrollment_token_file)
+
+    def problem(self, state: str, message: str, wait_s: float) -> None:
+        if message != self._last_problem:  # one line per distinct problem, not one per retry
+            log.error("%s", message)
+            self._last_problem = message
+        self.status.set_state(state, message)
+        self.stop.wait(wait_s)
+        self.gate.wait()

@@ -1,0 +1,97 @@
+"""The uplink sender: drain the durable outbox to the backend in batches.
+
+    loop: wait for a poke (a producer wrote) or the poll interval -> wait for the gate ->
+          send the oldest batch -> ack what the backend acknowledged -> repeat until empty.
+
+Records leave the outbox only after the backend acknowledged their ids, so a backend
+outage or a kill -9 loses nothing; a resend is harmless because the backend dedups ids.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from faden_agent import protocol
+from faden_agent.backend import BackendClient, BackendError, CredentialRejected, Maintenance, ProtocolError
+from faden_agent.config import Config
+from faden_agent.outbox import Outbox
+from faden_agent.state import AgentState
+from faden_agent.workers.stream.link import Backoff, Gate, LinkStatus
+
+log = logging.getLogger(__name__)
+
+BATCH_SIZE = 500
+POLL_S = 2.0  # a lost poke delays a record at most this long
+TRIM_EVERY_S = 60.0
+
+
+class UplinkSender(threading.Thread):
+    def __init__(self, config: Config, state: AgentState, outbox: Outbox, status: LinkStatus, gate: Gate,
+                 stop: threading.Event):
+        super().__init__(name="uplink", daemon=True)
+        self.config = config
+        self.state = state
+        self.outbox = outbox
+        self.status = status
+        self.gate = gate
+        self.stop = stop
+        self.wakeup = threading.Event()
+        self.backoff = Backoff(config.reconnect_min_sec, config.reconnect_max_sec)
+        self.sent = 0
+        self._next_trim = 0.0
+
+    def poke(self) -> None:
+        self.wakeup.set()
+
+    def run(self) -> None:
+        client = BackendClient(self.config, self.state.credential)
+        try:
+            while not self.stop.is_set():
+                self.wakeup.wait(POLL_S)
+                self.wakeup.clear()
+                self.trim_if_due()
+                if not self.gate.wait():
+                    break
+                try:
+                    self.drain(client)
+                except Maintenance as exc:
+                    self.gate.hold(exc.retry_after or 0)
+                except CredentialRejected as exc:
+                    self.gate.hold(self.config.reconnect_max_sec)
+                    log.debug("uplink: %s", exc)  # the downlink reports it in status
+                except BackendError as exc:
+                    delay = max(self.backoff.next_delay(), exc.retry_after or 0)
+                    log.warning("uplink: %s; retrying in %.1fs (%d records wait on disk)", exc, delay, self.outbox.count())
+                    self.stop.wait(delay)
+        finally:
+            client.close()
+
+    def drain(self, client: BackendClient) -> None:
+        while not self.stop.is_set():
+            batch = self.outbox.pending(BATCH_SIZE)
+            if not batch:
+                return
+            acked, rejected = client.uplink(batch)
+            if rejected:
+                # Malformed records would be resent forever and block the queue: drop them, loudly.
+                log.error("uplink: the backend rejected %d malformed records (ids %s); dropped", len(rejected), rejected[:5])
+            done = set(acked) | set(rejected)
+            if not done & {r["id"] for r in batch}:
+                raise ProtocolError("the backend acknowledged none of the batch")
+            self.outbox.ack(done)
+            self.sent += len(acked)
+            self.status.contact()
+            self.backoff.reset()
+
+    def trim_if_due(self) -> None:
+        now = time.monotonic()
+        if now < self._next_trim:
+            return
+        self._next_trim = now + TRIM_EVERY_S
+        dropped = self.outbox.trim()
+        if dropped:
+            log.error("uplink: the outbox exceeded its bound; dropped the %d oldest records", dropped)
+            self.outbox.put(protocol.EVENT, {"type": "agent.outbox_overflow", "dropped": dropped,
+                                             "message": f"{dropped} oldest unsent records dropped"})
