@@ -127,12 +127,86 @@ def status(as_json: bool = typer.Option(False, "--json", help="Print JSON for ma
     """Enrolled or not, node id, backend, connection state, last contact, last error (no secrets)."""
     from faden_agent.status import collect_status, format_status
 
-    report = collect_status(load())
+    from faden_agent.service import service_state
+
+    report = collect_status(load_installed())
+    report["service"] = service_state()
     if as_json:
         print_json(report)
     else:
         typer.echo(format_status(report))
     raise typer.Exit(0 if report["enrolled"] and report["connection"] == "connected" else 1)
+
+
+def load_installed() -> Config:
+    """The configuration of the installed service (its environment file), the shell's variables on top."""
+    from faden_agent.service import ServicePaths
+    from faden_agent.service.envfile import effective_environ
+
+    try:
+        return load_config(effective_environ(ServicePaths.for_current_user().env_path))
+    except ConfigError as exc:
+        fail(str(exc), EXIT_CONFIG)
+
+
+def _service_action(action: Any, *args: Any) -> None:
+    from faden_agent.service import ServiceError
+
+    try:
+        outcome = action(*args)
+    except ServiceError as exc:
+        fail(str(exc))
+    for line in outcome.messages:
+        typer.echo(line)
+
+
+@app.command()
+def start() -> None:
+    """Install and start the systemd service with the current FADEN_NODE_AGENT_* settings (repeatable).
+
+    As root a system service, else a user service. The settings go to a 0600 environment file.
+    """
+    from faden_agent.service import install_and_start
+
+    _service_action(install_and_start)
+
+
+@app.command()
+def stop() -> None:
+    """Stop the service (containers keep running)."""
+    from faden_agent.service import stop as stop_service
+
+    _service_action(stop_service)
+
+
+@app.command()
+def restart() -> None:
+    """Restart the service (containers keep running)."""
+    from faden_agent.service import restart as restart_service
+
+    _service_action(restart_service)
+
+
+@app.command()
+def uninstall(purge: bool = typer.Option(False, "--purge", help="Also remove the state (the node's identity).")) -> None:
+    """Stop and remove the service and its environment file; the state file stays unless --purge."""
+    from faden_agent.service import uninstall as uninstall_service
+
+    _service_action(uninstall_service, purge)
+
+
+@app.command()
+def doctor(as_json: bool = typer.Option(False, "--json", help="Print JSON for machines.")) -> None:
+    """Check the backend, credential, state, Docker, GPUs, journald, logs, disks and the service."""
+    from faden_agent.doctor import FAIL, Doctor, report
+
+    checks = Doctor(load_installed()).run()
+    if as_json:
+        print_json(report(checks))
+    else:
+        for check in checks:
+            typer.echo(check.line())
+    raise typer.Exit(1 if any(c.status == FAIL for c in checks) else 0)
 
 
 # The reference backend and its admin client (faden_agent/devbackend; typer only at import).

@@ -111,4 +111,16 @@ def format_status(status: dict[str, Any]) -> str:
     ]
     if status.get("state_error"):
         lines.append(f"state file:    {status['state_error']}")
+    if status.get("service") is not None:  # added by `faden-agent status` (faden_agent/service)
+        lines.append(f"service:       {format_service(status['service'])}")
     return "\n".join(lines)
+
+
+def format_service(service: dict[str, Any]) -> str:
+    if not service.get("systemd"):
+        return "systemd not reachable (not run as a service here)"
+    if not service.get("installed"):
+        return f"no {service['scope']} service installed (`faden-agent start`)"
+    pid = f", main pid {service['main_pid']}" if service.get("main_pid") else ""
+    return (f"{service['scope']} service {service['active']} ({service['sub']}), {service['enabled']}, "
+            f"{service['restarts']} restarts{pid}")

@@ -1,0 +1,339 @@
+"""`faden-agent doctor`: one line per check (ok / warn / fail) and what to do about it.
+
+Checks what an operator needs when a node misbehaves: the backend (DNS, TCP, TLS with the
+configured CA, clock skew from its Date header), the credential, the state file, Docker
+and its NVIDIA runtime, NVML, journald, the log path (Loki or the backend), free disk, and
+the service. Each check is bounded in time and independent: one failing never hides another.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import os
+import shutil
+import socket
+import ssl
+import stat
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable
+from urllib.parse import urlsplit
+
+from faden_agent.config import Config, env_name
+
+OK, WARN, FAIL = "ok", "warn", "fail"
+CHECK_TIMEOUT_S = 5.0
+CLOCK_WARN_S, CLOCK_FAIL_S = 5.0, 60.0
+DISK_WARN_BYTES, DISK_FAIL_BYTES = 2 * 2**30, 200 * 2**20
+
+
+@dataclass
+class Check:
+    name: str
+    status: str
+    detail: str
+    hint: str = ""
+
+    def line(self) -> str:
+        text = f"{self.status:<4}  {self.name:<16} {self.detail}"
+        return f"{text}\n{'':<22}-> {self.hint}" if self.hint and self.status != OK else text
+
+
+class Doctor:
+    def __init__(self, config: Config, service_paths: Any = None):
+        self.config = config
+        self.service_paths = service_paths
+        self.timeout_s = min(config.request_timeout_sec, CHECK_TIMEOUT_S)
+        parts = urlsplit(config.backend_url)
+        self.host = parts.hostname or ""
+        self.port = parts.port or (443 if parts.scheme == "https" else 80)
+        self.https = parts.scheme == "https"
+        self.addresses: list[tuple] = []
+        self.tcp_ok = False
+        self.docker_info: dict[str, Any] | None = None
+        self.state = None
+        self.checks: list[Check] = []
+
+    def run(self) -> list[Check]:
+        steps: list[Callable[[], Check | None]] = [
+            self.backend_dns, self.backend_tcp, self.backend_tls, self.backend_clock,
+            self.state_file, self.credential, self.docker, self.nvidia_runtime, self.nvml,
+            self.journald, self.log_path, self.disk_state, self.disk_docker, self.service,
+        ]
+        for step in steps:
+            try:
+                check = step()
+            except Exception as exc:  # noqa: BLE001 - a broken check is reported, never fatal
+                check = Check(step.__name__.replace("_", " "), FAIL, f"check crashed: {exc.__class__.__name__}: {exc}")
+            if check is not None:
+                self.checks.append(check)
+        return self.checks
+
+    # ------------------------------------------------------------------ the backend
+
+    def backend_dns(self) -> Check:
+        try:
+            infos = socket.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
+        except socket.gaierror as exc:
+            return Check("backend dns", FAIL, f"{self.host} does not resolve ({exc.strerror})",
+                         f"check {env_name('backend_url')} and this machine's DNS (/etc/resolv.conf)")
+        self.addresses = [info[4] for info in infos]
+        shown = ", ".join(sorted({str(a[0]) for a in self.addresses}))
+        return Check("backend dns", OK, f"{self.host} -> {shown}")
+
+    def backend_tcp(self) -> Check:
+        if not self.addresses:
+            return Check("backend tcp", FAIL, "skipped: the name does not resolve", "fix DNS first")
+        errors = []
+        for address in self.addresses:
+            start = time.monotonic()
+            try:
+                with socket.create_connection(address[:2], timeout=self.timeout_s):
+                    self.tcp_ok = True
+                    return Check("backend tcp", OK, f"connected to {address[0]}:{address[1]} in {1000 * (time.monotonic() - start):.0f} ms")
+            except OSError as exc:
+                errors.append(f"{address[0]}:{address[1]}: {exc.strerror or exc}")
+        proxy = " (an HTTPS proxy is set; the agent uses it, this check does not)" if _proxy_set() else ""
+        return Check("backend tcp", FAIL, "cannot connect: " + "; ".join(errors) + proxy,
+                     "is the backend running and reachable from here (firewall, port)?")
+
+    def backend_tls(self) -> Check:
+        if not self.https:
+            return Check("backend tls", WARN, f"{self.config.backend_url} is plain http: the credential travels unencrypted",
+                         "use an https:// backend URL outside a lab")
+        if not self.tcp_ok:
+            return Check("backend tls", FAIL, "skipped: no TCP connection", "fix the connection first")
+        if not self.config.verify_tls:
+            return Check("backend tls", WARN, "certificate verification is off", f"set {env_name('verify_tls')}=true")
+        ca = self.config.ca_bundle
+        context = ssl.create_default_context(cafile=str(ca)) if ca else ssl.create_default_context()
+        trust = f"CA bundle {ca}" if ca else "the system CAs"
+        try:
+            with socket.create_connection((self.host, self.port), timeout=self.timeout_s) as raw:
+                with context.wrap_socket(raw, server_hostname=self.host) as tls:
+                    cert = tls.getpeercert() or {}
+                    version = tls.version()
+        except ssl.SSLCertVerificationError as exc:
+            return Check("backend tls", FAIL, f"certificate not trusted with {trust}: {exc.verify_message}",
+                         f"point {env_name('ca_bundle')} at the CA that signed the backend's certificate")
+        except (ssl.SSLError, OSError) as exc:
+            return Check("backend tls", FAIL, f"TLS handshake failed: {exc}", "is this port serving TLS?")
+        until = cert.get("notAfter", "?")
+        return Check("backend tls", OK, f"{version}, certificate verified with {trust}, valid until {until}")
+
+    def backend_clock(self) -> Check:
+        import requests
+
+        try:
+            reply = requests.get(self.config.backend_url + "/", timeout=self.timeout_s, verify=self.config.tls_verify())
+        except requests.RequestException as exc:
+            return Check("clock skew", FAIL, f"no HTTP answer from the backend: {_reason(exc)}",
+                         "see the backend checks above")
+        received = time.time()
+        date = reply.headers.get("Date")
+        if not date:
+            return Check("clock skew", WARN, "the backend sent no Date header; skew unknown")
+        skew = received - email.utils.parsedate_to_datetime(date).timestamp()
+        text = f"this clock is {abs(skew):.1f}s {'ahead of' if skew > 0 else 'behind'} the backend's"
+        if abs(skew) >= CLOCK_FAIL_S:
+            return Check("clock skew", FAIL, text, "synchronise the clock (chrony/systemd-timesyncd): TLS and tokens depend on it")
+        if abs(skew) >= CLOCK_WARN_S:
+            return Check("clock skew", WARN, text, "synchronise the clock (chrony/systemd-timesyncd)")
+        return Check("clock skew", OK, text)
+
+    # ------------------------------------------------------------------ membership
+
+    def state_file(self) -> Check:
+        from faden_agent.state import StateError, check_backend, load_state
+
+        path = self.config.state_path
+        try:
+            mode = stat.S_IMODE(path.stat().st_mode)
+        except FileNotFoundError:
+            how = "the configured enrollment token will enroll it" if _has_token(self.config) else "no enrollment token is configured"
+            return Check("state file", WARN, f"{path} does not exist: not enrolled yet ({how})",
+                         f"start the agent with {env_name('enrollment_token')} from the console's install line")
+        except OSError as exc:
+            return Check("state file", FAIL, f"{path}: {exc.strerror}", "fix the permissions of the state directory")
+        try:
+            self.state = load_state(path)
+            check_backend(self.state, self.config.backend_url, path)
+        except StateError as exc:
+            return Check("state file", FAIL, str(exc))
+        if mode != 0o600:
+            return Check("state file", FAIL, f"{path} has mode {mode:04o}: it holds the credential",
+                         f"chmod 600 {path}")
+        return Check("state file", OK, f"{path} (0600), node {self.state.node_id}")
+
+    def credential(self) -> Check:
+        from faden_agent.backend import BackendClient, BackendError, CredentialRejected
+
+        if self.state is None:
+            return Check("credential", WARN, "none yet (not enrolled)", "see the state file check")
+        client = BackendClient(self.config, self.state.credential)
+        client.timeout_s = self.timeout_s
+        try:
+            self.log_target = client.log_target()
+        except CredentialRejected as exc:
+            return Check("credential", FAIL, f"rejected by the backend (HTTP {exc.status})",
+                         "the machine was removed or its credential revoked: run the console's install line again "
+                         "after removing the state file")
+        except BackendError as exc:
+            return Check("credential", FAIL, f"not verified: {exc}", "see the backend checks above")
+        finally:
+            client.close()
+        return Check("credential", OK, f"accepted for node {self.state.node_id}")
+
+    # ------------------------------------------------------------------ Docker and GPUs
+
+    def docker(self) -> Check:
+        import docker
+
+        base_url = self.config.docker_host or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+        try:
+            client = docker.DockerClient(base_url=base_url, timeout=self.timeout_s)
+            try:
+                self.docker_info = client.info()
+            finally:
+                client.close()
+        except Exception as exc:  # noqa: BLE001 - the SDK raises many types for one cause
+            return Check("docker", FAIL, f"engine at {base_url} does not answer: {_reason(exc)}",
+                         f"start the Docker engine (systemctl start docker) or fix {env_name('docker_host')}")
+        info = self.docker_info
+        return Check("docker", OK, f"engine {info.get('ServerVersion', '?')} at {base_url}, {info.get('Containers', 0)} containers")
+
+    def nvidia_runtime(self) -> Check:
+        if self.docker_info is None:
+            return Check("nvidia runtime", FAIL, "skipped: the engine does not answer", "fix Docker first")
+        runtimes = sorted((self.docker_info.get("Runtimes") or {}).keys())
+        if "nvidia" in runtimes or any("nvidia" in str(d) for d in self.docker_info.get("CDISpecDirs") or []):
+            return Check("nvidia runtime", OK, f"runtimes: {', '.join(runtimes)}")
+        return Check("nvidia runtime", WARN, f"no nvidia runtime (runtimes: {', '.join(runtimes) or 'none'}): GPU containers cannot start",
+                     "install nvidia-container-toolkit and run `nvidia-ctk runtime configure --runtime=docker`")
+
+    def nvml(self) -> Check:
+        import pynvml
+
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError_LibraryNotFound:
+            return Check("nvml", WARN, "libnvidia-ml not found: no NVIDIA driver on this machine",
+                         "install the NVIDIA driver if this machine has GPUs")
+        except pynvml.NVMLError as exc:
+            return Check("nvml", FAIL, f"NVML does not initialise: {exc}", "check the driver (nvidia-smi)")
+        try:
+            count = pynvml.nvmlDeviceGetCount()
+            driver = pynvml.nvmlSystemGetDriverVersion()
+        finally:
+            pynvml.nvmlShutdown()
+        return Check("nvml", OK, f"{count} GPU(s), driver {driver.decode() if isinstance(driver, bytes) else driver}")
+
+    # ------------------------------------------------------------------ logs
+
+    def journald(self) -> Check:
+        journalctl = shutil.which("journalctl")
+        if journalctl is None:
+            return Check("journald", WARN, "journalctl not found: system logs are not shipped", "install systemd's journalctl")
+        where = ["--directory", str(self.config.journal_directory)] if self.config.journal_directory else []
+        try:
+            done = subprocess.run([journalctl, *where, "-n", "1", "-q", "--no-pager", "-o", "cat"],
+                                  capture_output=True, text=True, timeout=self.timeout_s)
+        except subprocess.TimeoutExpired:
+            return Check("journald", FAIL, f"journalctl did not answer within {self.timeout_s:g}s")
+        source = f"directory {self.config.journal_directory}" if where else "the system journal"
+        if done.returncode != 0:
+            return Check("journald", FAIL, f"cannot read {source}: {done.stderr.strip().splitlines()[-1] if done.stderr.strip() else done.returncode}",
+                         "run the agent as root or add its user to the systemd-journal group")
+        if not done.stdout.strip() and "No journal files" in done.stderr + done.stdout:
+            return Check("journald", WARN, f"{source} holds no journal files")
+        return Check("journald", OK, f"{source} is readable")
+
+    def log_path(self) -> Check:
+        import requests
+
+        target = getattr(self, "log_target", None)
+        loki = self.config.loki_url or (target.get("url") if target and target.get("mode") == "loki" else None)
+        if loki:
+            try:
+                reply = requests.get(loki + "/ready", timeout=self.timeout_s, verify=self.config.tls_verify())
+            except requests.RequestException as exc:
+                return Check("log path", FAIL, f"Loki at {loki} does not answer: {_reason(exc)}",
+                             f"check {env_name('loki_url')} or the backend's log settings")
+            if reply.status_code != 200:
+                return Check("log path", WARN, f"Loki at {loki} answers HTTP {reply.status_code} on /ready")
+            return Check("log path", OK, f"Loki at {loki} is ready")
+        if target and target.get("mode") == "push":
+            return Check("log path", OK, f"logs go through the backend ({target['path']})")
+        return Check("log path", WARN, "unknown: no Loki URL set and the backend could not be asked",
+                     f"set {env_name('loki_url')} or fix the credential")
+
+    # ------------------------------------------------------------------ disks and service
+
+    def disk_state(self) -> Check:
+        return _disk_check("disk (state)", self.config.state_dir)
+
+    def disk_docker(self) -> Check | None:
+        root = (self.docker_info or {}).get("DockerRootDir")
+        if not root:
+            return None
+        if not Path(root).exists():
+            return Check("disk (docker)", WARN, f"Docker's data root {root} is not visible from here")
+        return _disk_check("disk (docker)", Path(root))
+
+    def service(self) -> Check:
+        from faden_agent.service import service_state
+
+        state = service_state(self.service_paths)
+        if not state.get("systemd"):
+            return Check("service", WARN, "systemd cannot be asked: the agent is not run as a service here",
+                         "run `faden-agent start` on a systemd machine, or supervise `faden-agent run` yourself")
+        if not state["installed"]:
+            return Check("service", WARN, f"no {state['scope']} service installed", "run `faden-agent start`")
+        text = f"{state['scope']} service {state['active']} ({state['sub']}), {state['enabled']}, {state['restarts']} restarts"
+        if state["active"] == "active":
+            return Check("service", OK, text + f", main pid {state['main_pid']}")
+        if state["active"] == "failed":
+            return Check("service", FAIL, text, "see `journalctl -u faden-agent` (add --user for a user service)")
+        return Check("service", WARN, text, "run `faden-agent start`")
+
+
+def _disk_check(name: str, path: Path) -> Check:
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    usage = shutil.disk_usage(probe)
+    text = f"{_gib(usage.free)} free of {_gib(usage.total)} at {path}"
+    if usage.free < DISK_FAIL_BYTES:
+        return Check(name, FAIL, text, "free space: the agent cannot persist its outbox or state")
+    if usage.free < DISK_WARN_BYTES:
+        return Check(name, WARN, text, "free space soon")
+    return Check(name, OK, text)
+
+
+def _gib(value: int) -> str:
+    return f"{value / 2**30:.1f} GiB"
+
+
+def _has_token(config: Config) -> bool:
+    return bool(config.enrollment_token or config.enrollment_token_file)
+
+
+def _proxy_set() -> bool:
+    return any(os.environ.get(k) for k in ("HTTPS_PROXY", "https_proxy"))
+
+
+def _reason(exc: BaseException) -> str:
+    """The innermost useful text of an exception chain (requests nests them deeply)."""
+    text = str(exc)
+    while exc.__cause__ or exc.__context__:
+        exc = exc.__cause__ or exc.__context__
+        if str(exc):
+            text = str(exc)
+    return text.splitlines()[0][:300] if text else exc.__class__.__name__
+
+
+def report(checks: list[Check]) -> dict[str, Any]:
+    worst = FAIL if any(c.status == FAIL for c in checks) else WARN if any(c.status == WARN for c in checks) else OK
+    return {"result": worst, "checks": [asdict(c) for c in checks]}
