@@ -1,0 +1,72 @@
+"""Changes the inventory can see as they happen: Docker events of managed containers and
+of images. Each one calls `on_change`, so a new record follows within seconds instead of
+at the next interval. Runs in its own thread with its own client; reconnects with backoff
+when the engine goes away."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Callable
+
+from faden_agent import protocol
+from faden_agent.workers.inventory import docker_probe
+
+log = logging.getLogger(__name__)
+
+CONTAINER_ACTIONS = frozenset({
+    "create", "start", "restart", "die", "stop", "kill", "oom", "destroy", "pause", "unpause",
+    "rename", "update", "health_status",
+})
+IMAGE_ACTIONS = frozenset({"pull", "delete", "tag", "untag", "import", "load"})
+RETRY_MIN_S = 1.0
+RETRY_MAX_S = 30.0
+
+
+def is_change(event: dict[str, Any]) -> bool:
+    action = (event.get("Action") or "").split(":", 1)[0]  # "health_status: healthy"
+    attributes = (event.get("Actor") or {}).get("Attributes") or {}
+    if event.get("Type") == "container":
+        return action in CONTAINER_ACTIONS and attributes.get(protocol.LABEL_MANAGED) == "true"
+    return event.get("Type") == "image" and action in IMAGE_ACTIONS
+
+
+class DockerChangeWatcher:
+    def __init__(self, docker_host: str | None, on_change: Callable[[], None]):
+        self.docker_host = docker_host
+        self.on_change = on_change
+        self._stop = threading.Event()
+        self._stream: Any = None
+        self.thread = threading.Thread(target=self._run, name="inventory-docker-events", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        stream = self._stream
+        if stream is not None:
+            try:
+                stream.close()
+            except Exception:  # noqa: BLE001 - closing a broken stream is best effort
+                pass
+
+    def _run(self) -> None:
+        delay = RETRY_MIN_S
+        connected_before = False
+        while not self._stop.is_set():
+            try:
+                client = docker_probe.make_client(self.docker_host, timeout_s=10)
+                self._stream = client.api.events(decode=True, filters={"type": ["container", "image"]})
+                delay = RETRY_MIN_S
+                if connected_before:
+                    self.on_change()  # events may have been missed while disconnected
+                connected_before = True
+                for event in self._stream:
+                    if is_change(event):
+                        self.on_change()
+            except Exception as exc:  # noqa: BLE001 - any engine failure: wait, reconnect
+                if not self._stop.is_set():
+                    log.debug("docker events unavailable (%s); retrying in %.0f s", exc, delay)
+            self._stop.wait(delay)
+            delay = min(delay * 2, RETRY_MAX_S)

@@ -1,0 +1,59 @@
+"""The probes of one machine, run together: `Collector(config).collect()` -> sections."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from faden_agent.config import Config
+from faden_agent.workers.inventory import docker_probe
+from faden_agent.workers.inventory.disks import probe_disks
+from faden_agent.workers.inventory.gpu import GpuProbe
+from faden_agent.workers.inventory.host import probe_host
+from faden_agent.workers.inventory.network import probe_network
+from faden_agent.workers.inventory.probes import Probe, run_probes
+from faden_agent.workers.inventory.record import sections_from
+
+
+class DockerProbe:
+    """The engine probe with one reused client, made in the probe thread (making it
+    already talks to the engine) and made again after a failure."""
+
+    def __init__(self, docker_host: str | None):
+        self.docker_host = docker_host
+        self._client = None
+
+    def __call__(self) -> dict[str, Any]:
+        try:
+            if self._client is None:
+                self._client = docker_probe.make_client(self.docker_host)
+            return docker_probe.probe_docker(self._client)
+        except Exception:
+            self._client = None
+            raise
+
+
+class Collector:
+    def __init__(self, config: Config, nvml: Any = None, timeout_s: float | None = None):
+        timeout = timeout_s or config.inventory_probe_timeout_sec
+        self.last_good: dict[str, Any] = {}
+        self.probes = [
+            Probe("host", lambda: probe_host(config), timeout),
+            Probe("disks", lambda: probe_disks(config.state_dir, config.disk_paths, self.docker_root()), timeout),
+            Probe("network", probe_network, timeout),
+            Probe("docker", DockerProbe(config.docker_host), timeout),
+            Probe("gpu", GpuProbe(nvml), timeout),
+        ]
+        self.timeouts = {p.name: p.timeout_s for p in self.probes}
+
+    def docker_root(self) -> str | None:
+        """Docker's data root as the engine last reported it (None: the default)."""
+        return (self.last_good.get("docker") or {}).get("data_root")
+
+    def probe(self, name: str) -> Probe:
+        return next(p for p in self.probes if p.name == name)
+
+    def collect(self) -> dict[str, Any]:
+        return sections_from(run_probes(self.probes), self.last_good, self.timeouts)
+
+    def overrun(self) -> list[str]:
+        return [p.name for p in self.probes if p.stuck()]

@@ -1,0 +1,108 @@
+"""The Docker engine as the backend needs to see it: engine and API version, storage,
+runtimes (is the NVIDIA runtime there?), the images present, and the containers this
+agent manages (by label) with their state, image and GPU assignment."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import docker
+
+from faden_agent import protocol
+
+# A stuck engine leaves the probe's thread blocked until this socket timeout; the probe's
+# own (shorter) timeout reports the overrun long before (see probes.py).
+CLIENT_TIMEOUT_S = 60
+MANAGED_FILTER = {"label": f"{protocol.LABEL_MANAGED}=true"}
+LABEL_PREFIX = "io.fadenstack."
+
+
+def make_client(docker_host: str | None, timeout_s: float = CLIENT_TIMEOUT_S) -> docker.DockerClient:
+    if docker_host:
+        return docker.DockerClient(base_url=docker_host, timeout=timeout_s)
+    return docker.from_env(timeout=timeout_s)
+
+
+def probe_docker(client: docker.DockerClient) -> dict[str, Any]:
+    api = client.api
+    version = api.version()
+    info = api.info()
+    runtimes = sorted((info.get("Runtimes") or {}).keys())
+    return {
+        "engine_version": version.get("Version"),
+        "api_version": version.get("ApiVersion"),
+        "storage_driver": info.get("Driver"),
+        "data_root": info.get("DockerRootDir"),
+        "cgroup_version": info.get("CgroupVersion"),
+        "runtimes": runtimes,
+        "default_runtime": info.get("DefaultRuntime"),
+        "nvidia_runtime": "nvidia" in runtimes,
+        "images": images(api),
+        "containers": managed_containers(api),
+    }
+
+
+def images(api: docker.APIClient) -> list[dict[str, Any]]:
+    found = []
+    for image in api.images():
+        refs = [t for t in image.get("RepoTags") or () if t != "<none>:<none>"]
+        found.append({
+            "id": image["Id"],
+            "references": sorted(refs),
+            "digests": sorted(d for d in image.get("RepoDigests") or () if not d.startswith("<none>")),
+            "size": image.get("Size"),
+            "created": image.get("Created"),
+        })
+    return sorted(found, key=lambda i: i["id"])
+
+
+def managed_containers(api: docker.APIClient) -> list[dict[str, Any]]:
+    found = []
+    for summary in api.containers(all=True, filters=MANAGED_FILTER):
+        try:
+            details = api.inspect_container(summary["Id"])
+        except docker.errors.NotFound:
+            continue  # removed between the list and the inspect
+        found.append(container_facts(details))
+    return sorted(found, key=lambda c: c["name"])
+
+
+def container_facts(details: dict[str, Any]) -> dict[str, Any]:
+    state = details.get("State") or {}
+    config = details.get("Config") or {}
+    host_config = details.get("HostConfig") or {}
+    health = (state.get("Health") or {}).get("Status")
+    return {
+        "id": details["Id"],
+        "name": details.get("Name", "").lstrip("/"),
+        "image": config.get("Image"),
+        "image_id": details.get("Image"),
+        "state": state.get("Status"),
+        "health": health,
+        "exit_code": state.get("ExitCode"),
+        "oom_killed": state.get("OOMKilled"),
+        "started_at": state.get("StartedAt"),
+        "restart_count": details.get("RestartCount"),
+        "runtime": host_config.get("Runtime"),
+        "labels": {k: v for k, v in (config.get("Labels") or {}).items() if k.startswith(LABEL_PREFIX)},
+        "gpus": gpu_assignment(host_config, config.get("Env") or []),
+    }
+
+
+def gpu_assignment(host_config: dict[str, Any], env: list[str]) -> dict[str, Any] | None:
+    """GPUs given to the container: Docker device requests (`--gpus`), else the NVIDIA
+    runtime's NVIDIA_VISIBLE_DEVICES. None: no GPU. Only that one variable is read from
+    the environment (others may hold secrets)."""
+    for request in host_config.get("DeviceRequests") or ():
+        capabilities = [c for group in request.get("Capabilities") or () for c in group]
+        if request.get("Driver") == "nvidia" or "gpu" in capabilities:
+            ids = request.get("DeviceIDs") or []
+            count = request.get("Count")
+            return {"source": "device_requests", "count": "all" if count == -1 else (count or len(ids)),
+                    "device_ids": ids}
+    for item in env:
+        name, _, value = item.partition("=")
+        if name == "NVIDIA_VISIBLE_DEVICES" and value and value not in ("void", "none"):
+            ids = [] if value == "all" else value.split(",")
+            return {"source": "env", "count": "all" if value == "all" else len(ids), "device_ids": ids}
+    return None

@@ -1,0 +1,211 @@
+"""GPUs through NVML (pynvml): the driver, and per GPU what placement needs.
+
+Never crashes: no pynvml, no NVML library, no driver or no GPU gives an empty device list
+with a reason. An NVML error on one GPU marks that GPU `"state": "error"` and the others
+are still reported. Fields a GPU does not support (MIG, ECC, power on some boards) are
+null. Values that move all the time (memory in use, utilization, temperature, power
+draw, corrected ECC counts, per-process memory) sit under "usage" (see record.py).
+
+NVML is initialised once and kept (nvmlInit can take seconds on a large machine without
+persistence mode); it is initialised again after the driver said "uninitialized" or
+"driver not loaded". The probe is called from one thread at a time (probes.py).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable
+
+import psutil
+
+REASON_NO_PYNVML = "pynvml (nvidia-ml-py) not installed"
+REASON_NO_LIBRARY = "NVML library not found"
+REASON_NO_DRIVER = "no NVIDIA driver loaded"
+REASON_NO_GPU = "no GPU found"
+
+
+def _text(value: Any) -> Any:
+    return value.decode(errors="replace") if isinstance(value, bytes) else value
+
+
+class GpuProbe:
+    def __init__(self, nvml: Any = None):
+        """`nvml` is the pynvml module (imported on first use when None); tests pass a fake."""
+        self.nvml = nvml
+        self._initialized = False
+
+    # --- the probe
+
+    def __call__(self) -> dict[str, Any]:
+        nvml = self._module()
+        if nvml is None:
+            return unavailable(REASON_NO_PYNVML)
+        reason = self._init(nvml)
+        if reason:
+            return unavailable(reason)
+        try:
+            count = nvml.nvmlDeviceGetCount()
+            system = {
+                "available": count > 0,
+                "reason": None if count else REASON_NO_GPU,
+                "driver_version": _text(nvml.nvmlSystemGetDriverVersion()),
+                "cuda_driver_version": cuda_version(self._optional(nvml.nvmlSystemGetCudaDriverVersion)),
+                "nvml_version": _text(self._optional(nvml.nvmlSystemGetNVMLVersion)),
+            }
+        except nvml.NVMLError as exc:
+            self._forget_on(exc)
+            return unavailable(f"NVML error: {exc}")
+        system["devices"] = [self._device(index) for index in range(count)]
+        return system
+
+    def _module(self) -> Any:
+        if self.nvml is None:
+            try:
+                self.nvml = importlib.import_module("pynvml")
+            except ImportError:
+                return None
+        return self.nvml
+
+    def _init(self, nvml: Any) -> str | None:
+        if self._initialized:
+            return None
+        try:
+            nvml.nvmlInit()
+        except nvml.NVMLError as exc:
+            if exc.value == nvml.NVML_ERROR_LIBRARY_NOT_FOUND:
+                return REASON_NO_LIBRARY
+            if exc.value == nvml.NVML_ERROR_DRIVER_NOT_LOADED:
+                return REASON_NO_DRIVER
+            return f"NVML init failed: {exc}"
+        self._initialized = True
+        return None
+
+    def _forget_on(self, exc: Any) -> None:
+        if exc.value in (self.nvml.NVML_ERROR_UNINITIALIZED, self.nvml.NVML_ERROR_DRIVER_NOT_LOADED):
+            self._initialized = False
+
+    def _optional(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """fn(*args), or None where the GPU or driver does not support it."""
+        nvml = self.nvml
+        try:
+            return fn(*args)
+        except nvml.NVMLError as exc:
+            if exc.value in (nvml.NVML_ERROR_NOT_SUPPORTED, nvml.NVML_ERROR_FUNCTION_NOT_FOUND,
+                             nvml.NVML_ERROR_NO_PERMISSION):
+                return None
+            raise
+
+    # --- one GPU
+
+    def _device(self, index: int) -> dict[str, Any]:
+        nvml = self.nvml
+        device: dict[str, Any] = {"index": index, "state": "ok"}
+        try:
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            device["uuid"] = _text(nvml.nvmlDeviceGetUUID(handle))
+            device["name"] = _text(nvml.nvmlDeviceGetName(handle))
+            device["pci_bus_id"] = _text(nvml.nvmlDeviceGetPciInfo(handle).busId)
+            memory = nvml.nvmlDeviceGetMemoryInfo(handle)
+            device["memory_total"] = memory.total
+            capability = self._optional(nvml.nvmlDeviceGetCudaComputeCapability, handle)
+            device["compute_capability"] = f"{capability[0]}.{capability[1]}" if capability else None
+            limit = self._optional(nvml.nvmlDeviceGetEnforcedPowerLimit, handle)
+            device["power_limit_w"] = round(limit / 1000, 1) if limit is not None else None
+            device["mig"] = self._mig(handle)
+            ecc = self._ecc(handle)
+            device["ecc"] = ecc["facts"] if ecc else None
+            device["processes"] = self._processes(handle)
+            device["usage"] = self._usage(handle, memory, ecc)
+        except nvml.NVMLError as exc:
+            self._forget_on(exc)
+            device["state"] = "error"
+            device["error"] = str(exc)
+            device.pop("usage", None)
+        return device
+
+    def _usage(self, handle: Any, memory: Any, ecc: dict[str, Any] | None) -> dict[str, Any]:
+        nvml = self.nvml
+        rates = self._optional(nvml.nvmlDeviceGetUtilizationRates, handle)
+        power = self._optional(nvml.nvmlDeviceGetPowerUsage, handle)
+        return {
+            "memory_used": memory.used,
+            "memory_free": memory.free,
+            "utilization_gpu": rates.gpu if rates else None,
+            "utilization_memory": rates.memory if rates else None,
+            "temperature_c": self._optional(nvml.nvmlDeviceGetTemperature, handle, nvml.NVML_TEMPERATURE_GPU),
+            "power_draw_w": round(power / 1000, 1) if power is not None else None,
+            "ecc_corrected_volatile": ecc["corrected_volatile"] if ecc else None,
+        }
+
+    def _mig(self, handle: Any) -> dict[str, Any] | None:
+        nvml = self.nvml
+        modes = self._optional(nvml.nvmlDeviceGetMigMode, handle)
+        if modes is None:
+            return None
+        current, pending = modes
+        mig = {"enabled": current == nvml.NVML_DEVICE_MIG_ENABLE,
+               "pending": pending == nvml.NVML_DEVICE_MIG_ENABLE, "devices": []}
+        if mig["enabled"]:
+            for slot in range(nvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
+                try:
+                    child = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+                except nvml.NVMLError as exc:
+                    if exc.value == nvml.NVML_ERROR_NOT_FOUND:
+                        continue  # an empty slot
+                    raise
+                mig["devices"].append({
+                    "slot": slot,
+                    "uuid": _text(nvml.nvmlDeviceGetUUID(child)),
+                    "memory_total": nvml.nvmlDeviceGetMemoryInfo(child).total,
+                })
+        return mig
+
+    def _ecc(self, handle: Any) -> dict[str, Any] | None:
+        nvml = self.nvml
+        modes = self._optional(nvml.nvmlDeviceGetEccMode, handle)
+        if modes is None:
+            return None
+        enabled = bool(modes[0])
+        if not enabled:
+            return {"facts": {"enabled": False}, "corrected_volatile": None}
+
+        def count(kind: int, counter: int) -> int | None:
+            return self._optional(nvml.nvmlDeviceGetTotalEccErrors, handle, kind, counter)
+
+        return {
+            "facts": {
+                "enabled": True,
+                "uncorrected_volatile": count(nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nvml.NVML_VOLATILE_ECC),
+                "uncorrected_aggregate": count(nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nvml.NVML_AGGREGATE_ECC),
+            },
+            "corrected_volatile": count(nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, nvml.NVML_VOLATILE_ECC),
+        }
+
+    def _processes(self, handle: Any) -> list[dict[str, Any]]:
+        nvml = self.nvml
+        found: dict[int, dict[str, Any]] = {}
+        for kind, fn in (("compute", nvml.nvmlDeviceGetComputeRunningProcesses),
+                         ("graphics", nvml.nvmlDeviceGetGraphicsRunningProcesses)):
+            for proc in self._optional(fn, handle) or ():
+                entry = found.setdefault(proc.pid, {"pid": proc.pid, "name": process_name(proc.pid), "types": []})
+                entry["types"].append(kind)
+                used = getattr(proc, "usedGpuMemory", None)
+                entry["usage"] = {"used_memory": used if isinstance(used, int) else None}
+        return [found[pid] for pid in sorted(found)]
+
+
+def process_name(pid: int) -> str | None:
+    try:
+        return psutil.Process(pid).name()
+    except (psutil.Error, OSError):
+        return None  # gone, or in a PID namespace we cannot see
+
+
+def cuda_version(raw: int | None) -> str | None:
+    """NVML's CUDA driver version 12040 -> "12.4"."""
+    return f"{raw // 1000}.{(raw % 1000) // 10}" if raw else None
+
+
+def unavailable(reason: str) -> dict[str, Any]:
+    return {"available": False, "reason": reason, "driver_version": None, "cuda_driver_version": None,
+            "nvml_version": None, "devices": []}

@@ -1,0 +1,103 @@
+"""Run probes with a timeout each, in their own threads, so one stuck call (a hung NVML
+driver, a dockerd that stopped answering, a dead NFS mount) is reported as "overrun" and
+never delays the other probes or the worker's loop.
+
+A call that hangs cannot be cancelled in Python: its thread stays blocked until the call
+returns. So each probe has at most ONE call in flight: while an earlier call is still
+stuck, the probe is not started again but reported as still overrun (with the time it has
+been stuck since). A stuck probe costs one thread, never a growing pile of them.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+OK = "ok"
+ERROR = "error"
+OVERRUN = "overrun"
+
+
+@dataclass
+class ProbeResult:
+    name: str
+    status: str  # ok | error | overrun
+    data: Any = None
+    error: str | None = None
+    duration_s: float = 0.0
+    since: float | None = None  # overrun: wall time the stuck call started
+
+    def summary(self, timeout_s: float) -> dict[str, Any]:
+        """The record's probes.<name> entry; the duration is a gauge (under "usage")."""
+        entry: dict[str, Any] = {"status": self.status}
+        if self.error:
+            entry["error"] = self.error
+        if self.status == OVERRUN:
+            entry["since"] = self.since
+            entry["timeout_s"] = timeout_s
+        entry["usage"] = {"duration_ms": round(self.duration_s * 1000, 1)}
+        return entry
+
+
+@dataclass
+class _Call:
+    started_wall: float
+    started_mono: float
+    done: threading.Event = field(default_factory=threading.Event)
+    finished_mono: float = 0.0
+    result: Any = None
+    error: str | None = None
+
+
+class Probe:
+    """One named probe: a function run on a fresh daemon thread, one call at a time."""
+
+    def __init__(self, name: str, fn: Callable[[], Any], timeout_s: float):
+        self.name = name
+        self.fn = fn
+        self.timeout_s = timeout_s
+        self._call: _Call | None = None
+
+    def stuck(self) -> bool:
+        return self._call is not None and not self._call.done.is_set()
+
+    def start(self) -> None:
+        """Start a call unless the previous one is still running (then it is reused)."""
+        if self.stuck():
+            return
+        call = _Call(time.time(), time.monotonic())
+        self._call = call
+        thread = threading.Thread(target=self._run, args=(call,), name=f"probe-{self.name}", daemon=True)
+        thread.start()
+
+    def _run(self, call: _Call) -> None:
+        try:
+            call.result = self.fn()
+        except Exception as exc:  # noqa: BLE001 - any failure of a probe is reported, not raised
+            call.error = f"{type(exc).__name__}: {exc}".strip()
+        finally:
+            call.finished_mono = time.monotonic()
+            call.done.set()
+
+    def wait(self) -> ProbeResult:
+        """The result of the current call, waiting until its own deadline at most."""
+        call = self._call
+        assert call is not None, "start() first"
+        remaining = call.started_mono + self.timeout_s - time.monotonic()
+        if not call.done.wait(max(0.0, remaining)):
+            return ProbeResult(self.name, OVERRUN, error=f"no answer within {self.timeout_s:g} s",
+                               duration_s=time.monotonic() - call.started_mono, since=call.started_wall)
+        duration = call.finished_mono - call.started_mono
+        if call.error is not None:
+            return ProbeResult(self.name, ERROR, error=call.error, duration_s=duration)
+        return ProbeResult(self.name, OK, data=call.result, duration_s=duration)
+
+
+def run_probes(probes: list[Probe]) -> dict[str, ProbeResult]:
+    """Start every probe at once, then collect each by its own deadline: the slowest
+    answer or the longest timeout bounds the whole round, never their sum."""
+    for probe in probes:
+        probe.start()
+    return {probe.name: probe.wait() for probe in probes}

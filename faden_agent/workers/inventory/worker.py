@@ -1,0 +1,97 @@
+"""Inventory worker: what this machine is and has, reported to the backend.
+
+Loop (a collector thread; the worker's main loop only heartbeats and watches it):
+  every INVENTORY_INTERVAL_SEC, at start, and SETTLE_S after a change it can see (a
+  Docker event of a managed container or an image) -> run the probes (each in its own
+  thread with a timeout, see probes.py) -> one record (record.py).
+Inputs: psutil, the Docker engine, NVML.
+Outputs: `inventory` records through Uplink: full ones durable (`put`), unchanged ones
+in the latest-value slot (`put_latest`), so an unchanged record never replaces a full
+one still waiting for delivery.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from faden_agent import protocol
+from faden_agent.uplink import Uplink
+from faden_agent.workers.base import Worker
+from faden_agent.workers.inventory.changes import DockerChangeWatcher
+from faden_agent.workers.inventory.collector import Collector
+from faden_agent.workers.inventory.record import FULL, RecordEmitter, full_record_id
+
+log = logging.getLogger(__name__)
+
+SETTLE_S = 1.0  # a burst of events (create, start, ...) becomes one record
+
+
+class InventoryReporter:
+    """One cycle: collect, decide full or unchanged, hand it to the outbox."""
+
+    def __init__(self, collector: Collector, uplink: Uplink, emitter: RecordEmitter | None = None):
+        self.collector = collector
+        self.uplink = uplink
+        self.emitter = emitter or RecordEmitter()
+        self.cycles = 0
+        self.last: dict[str, Any] | None = None
+
+    def report(self) -> dict[str, Any]:
+        data = self.emitter.build(self.collector.collect())
+        if data["type"] == FULL:
+            self.uplink.put(protocol.INVENTORY, data, record_id=full_record_id(data))
+        else:
+            self.uplink.put_latest(protocol.INVENTORY, data)
+        self.emitter.sent(data)  # only once it is in the outbox
+        self.cycles += 1
+        self.last = data
+        return data
+
+
+class InventoryWorker(Worker):
+    name = "inventory"
+
+    def setup(self) -> None:
+        self.uplink = Uplink(self.config)
+        self.collector = Collector(self.config)
+        self.reporter = InventoryReporter(self.collector, self.uplink)
+        self._changed = threading.Event()
+        self._quit = threading.Event()
+        self.watcher = DockerChangeWatcher(self.config.docker_host, self._changed.set)
+        self._loop = threading.Thread(target=self._collect_loop, name="inventory-collect", daemon=True)
+        self._loop.start()
+        self.watcher.start()
+
+    def _collect_loop(self) -> None:
+        while not self._quit.is_set():
+            try:
+                data = self.reporter.report()
+                log.debug("inventory %s record %s", data["type"], data["hash"])
+            except Exception:  # noqa: BLE001 - e.g. the outbox disk is full: try again next time
+                log.exception("inventory cycle failed")
+            if self._changed.wait(self.config.inventory_interval_sec):
+                self._quit.wait(SETTLE_S)
+                self._changed.clear()
+
+    def tick(self) -> None:
+        if not self._loop.is_alive() and not self.stopping:
+            raise RuntimeError("the inventory collect thread died")  # the supervisor restarts us
+
+    def status(self) -> dict[str, Any]:
+        last = self.reporter.last
+        return {
+            "cycles": self.reporter.cycles,
+            "last_record": last["type"] if last else None,
+            "last_age_s": round(time.time() - last["collected_at"], 1) if last else None,
+            "overrun": self.collector.overrun(),
+        }
+
+    def teardown(self) -> None:
+        self._quit.set()
+        self._changed.set()
+        self.watcher.stop()
+        self._loop.join(timeout=2)
+        self.uplink.close()

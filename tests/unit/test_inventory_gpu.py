@@ -1,0 +1,247 @@
+"""The GPU probe against a FAKE NVML.
+
+This machine has no NVIDIA GPU and no NVML library, so the real pynvml can only show the
+"library not found" path (tested below too). Everything else is tested by substituting a
+small fake module for pynvml at the probe's boundary (GpuProbe(nvml=...)). The fake takes
+pynvml's real constants and real exception classes (NVMLError(code) builds the same
+NVMLError_* subclass the real library raises) and fakes only the functions that would
+talk to the driver. bench/gpu_probe.py runs the real probe on a machine with GPUs.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import types
+from dataclasses import dataclass, field
+
+import pynvml
+import pytest
+
+from faden_agent.workers.inventory.gpu import (REASON_NO_DRIVER, REASON_NO_GPU, REASON_NO_LIBRARY,
+                                               REASON_NO_PYNVML, GpuProbe)
+from faden_agent.workers.inventory.probes import OVERRUN, Probe
+
+GiB = 1024**3
+
+
+@dataclass
+class FakeGpu:
+    uuid: str
+    name: str = "NVIDIA H100 80GB HBM3"
+    bus_id: str = "00000000:17:00.0"
+    total: int = 80 * GiB
+    used: int = 2 * GiB
+    mig: tuple[int, int] | None = (0, 0)  # (current, pending); None: not supported
+    mig_children: list[tuple[str, int]] = field(default_factory=list)  # (uuid, memory)
+    ecc: int | None = 1
+    processes: list[tuple[int, int]] = field(default_factory=list)  # (pid, used memory)
+    fail: dict[str, int] = field(default_factory=dict)  # function name -> NVML error code
+    hang: threading.Event | None = None  # set: calls block until it is released
+
+
+class FakeNvml(types.ModuleType):
+    """Stands in for the pynvml module: real constants and errors, fake devices."""
+
+    def __init__(self, gpus: list[FakeGpu], init_error: int | None = None):
+        super().__init__("fake_pynvml")
+        for name in dir(pynvml):
+            if name.startswith(("NVML_", "NVMLError")):
+                setattr(self, name, getattr(pynvml, name))
+        self.gpus = gpus
+        self.init_error = init_error
+        self.init_calls = 0
+
+    def _check(self, fn: str, gpu: FakeGpu) -> None:
+        if gpu.hang is not None:
+            gpu.hang.wait()
+        if fn in gpu.fail:
+            raise pynvml.NVMLError(gpu.fail[fn])
+
+    def nvmlInit(self):
+        self.init_calls += 1
+        if self.init_error is not None:
+            raise pynvml.NVMLError(self.init_error)
+
+    def nvmlDeviceGetCount(self): return len(self.gpus)
+    def nvmlSystemGetDriverVersion(self): return "550.54.15"
+    def nvmlSystemGetCudaDriverVersion(self): return 12040
+    def nvmlSystemGetNVMLVersion(self): return "12.550.54.15"
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        self._check("nvmlDeviceGetHandleByIndex", self.gpus[index])
+        return self.gpus[index]
+
+    def nvmlDeviceGetUUID(self, h):
+        if isinstance(h, tuple):  # a MIG child handle
+            return h[0]
+        self._check("nvmlDeviceGetUUID", h)
+        return h.uuid
+
+    def nvmlDeviceGetName(self, h):
+        self._check("nvmlDeviceGetName", h)
+        return h.name.encode()  # older pynvml returns bytes: the probe must decode
+
+    def nvmlDeviceGetPciInfo(self, h):
+        self._check("nvmlDeviceGetPciInfo", h)
+        return types.SimpleNamespace(busId=h.bus_id)
+
+    def nvmlDeviceGetMemoryInfo(self, h):
+        if isinstance(h, tuple):
+            return types.SimpleNamespace(total=h[1], used=0, free=h[1])
+        self._check("nvmlDeviceGetMemoryInfo", h)
+        return types.SimpleNamespace(total=h.total, used=h.used, free=h.total - h.used)
+
+    def nvmlDeviceGetCudaComputeCapability(self, h): return (9, 0)
+    def nvmlDeviceGetEnforcedPowerLimit(self, h): return 700_000
+
+    def nvmlDeviceGetPowerUsage(self, h):
+        self._check("nvmlDeviceGetPowerUsage", h)
+        return 123_456
+
+    def nvmlDeviceGetTemperature(self, h, sensor):
+        assert sensor == pynvml.NVML_TEMPERATURE_GPU
+        return 41
+
+    def nvmlDeviceGetUtilizationRates(self, h): return types.SimpleNamespace(gpu=37, memory=12)
+
+    def nvmlDeviceGetMigMode(self, h):
+        if h.mig is None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return list(h.mig)
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, h): return 7
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, h, slot):
+        if slot >= len(h.mig_children):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+        return h.mig_children[slot]
+
+    def nvmlDeviceGetEccMode(self, h):
+        if h.ecc is None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return [h.ecc, h.ecc]
+
+    def nvmlDeviceGetTotalEccErrors(self, h, kind, counter):
+        return 5 if kind == pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED else 0
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h):
+        return [types.SimpleNamespace(pid=pid, usedGpuMemory=mem) for pid, mem in h.processes]
+
+    def nvmlDeviceGetGraphicsRunningProcesses(self, h):
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+
+
+def two_gpus() -> list[FakeGpu]:
+    return [FakeGpu("GPU-aaaa", processes=[(1, 4 * GiB)]),
+            FakeGpu("GPU-bbbb", bus_id="00000000:2A:00.0", ecc=None, mig=None)]
+
+
+def test_two_gpus_report_every_field():
+    result = GpuProbe(FakeNvml(two_gpus()))()
+    assert result["available"] is True and result["reason"] is None
+    assert result["driver_version"] == "550.54.15"
+    assert result["cuda_driver_version"] == "12.4"
+    first, second = result["devices"]
+    assert first == {
+        "index": 0, "state": "ok", "uuid": "GPU-aaaa", "name": "NVIDIA H100 80GB HBM3",
+        "pci_bus_id": "00000000:17:00.0", "memory_total": 80 * GiB, "compute_capability": "9.0",
+        "power_limit_w": 700.0, "mig": {"enabled": False, "pending": False, "devices": []},
+        "ecc": {"enabled": True, "uncorrected_volatile": 0, "uncorrected_aggregate": 0},
+        "processes": [{"pid": 1, "name": first["processes"][0]["name"], "types": ["compute"],
+                       "usage": {"used_memory": 4 * GiB}}],
+        "usage": {"memory_used": 2 * GiB, "memory_free": 78 * GiB, "utilization_gpu": 37,
+                  "utilization_memory": 12, "temperature_c": 41, "power_draw_w": 123.5,
+                  "ecc_corrected_volatile": 5},
+    }
+    assert first["processes"][0]["name"]  # pid 1 exists here, psutil names it
+    # Not supported on this board: null, not an error.
+    assert second["state"] == "ok" and second["mig"] is None and second["ecc"] is None
+    assert second["index"] == 1 and second["pci_bus_id"] == "00000000:2A:00.0"
+
+
+def test_an_nvml_error_on_one_gpu_marks_it_and_keeps_the_other():
+    gpus = two_gpus()
+    gpus[0].fail["nvmlDeviceGetMemoryInfo"] = pynvml.NVML_ERROR_GPU_IS_LOST
+    result = GpuProbe(FakeNvml(gpus))()
+    broken, healthy = result["devices"]
+    assert broken["state"] == "error" and broken["error"] == "GPU is lost"
+    assert broken["uuid"] == "GPU-aaaa" and "usage" not in broken  # what was read before the error stays
+    assert healthy["state"] == "ok" and healthy["usage"]["memory_free"] == 78 * GiB
+
+
+def test_unsupported_power_reading_is_null_not_an_error():
+    gpus = two_gpus()
+    gpus[1].fail["nvmlDeviceGetPowerUsage"] = pynvml.NVML_ERROR_NOT_SUPPORTED
+    device = GpuProbe(FakeNvml(gpus))()["devices"][1]
+    assert device["state"] == "ok" and device["usage"]["power_draw_w"] is None
+
+
+def test_mig_enabled_lists_its_instances():
+    gpu = FakeGpu("GPU-mig", mig=(1, 1), mig_children=[("MIG-1111", 10 * GiB), ("MIG-2222", 20 * GiB)])
+    device = GpuProbe(FakeNvml([gpu]))()["devices"][0]
+    assert device["mig"] == {"enabled": True, "pending": True, "devices": [
+        {"slot": 0, "uuid": "MIG-1111", "memory_total": 10 * GiB},
+        {"slot": 1, "uuid": "MIG-2222", "memory_total": 20 * GiB}]}
+
+
+def test_library_missing_gives_an_empty_list_with_a_reason():
+    fake = FakeNvml([], init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
+    result = GpuProbe(fake)()
+    assert result == {"available": False, "reason": REASON_NO_LIBRARY, "driver_version": None,
+                      "cuda_driver_version": None, "nvml_version": None, "devices": []}
+
+
+def test_real_pynvml_here_has_no_library():
+    # The real module on this GPU-less machine: the same answer as the fake above.
+    assert GpuProbe()()["reason"] == REASON_NO_LIBRARY
+
+
+def test_no_driver_and_no_gpu_have_their_reasons():
+    assert GpuProbe(FakeNvml([], init_error=pynvml.NVML_ERROR_DRIVER_NOT_LOADED))()["reason"] == REASON_NO_DRIVER
+    result = GpuProbe(FakeNvml([]))()
+    assert result["available"] is False and result["reason"] == REASON_NO_GPU and result["devices"] == []
+
+
+def test_no_pynvml_module():
+    probe = GpuProbe()
+    probe._module = lambda: None  # what an ImportError of pynvml leads to
+    assert probe()["reason"] == REASON_NO_PYNVML
+
+
+def test_init_once_and_again_after_the_driver_went_away():
+    fake = FakeNvml(two_gpus())
+    probe = GpuProbe(fake)
+    probe()
+    probe()
+    assert fake.init_calls == 1
+    fake.gpus[0].fail["nvmlDeviceGetUUID"] = pynvml.NVML_ERROR_UNINITIALIZED
+    assert probe()["devices"][0]["state"] == "error"
+    fake.gpus[0].fail.clear()
+    assert probe()["devices"][0]["state"] == "ok"
+    assert fake.init_calls == 2
+
+
+def test_a_hanging_nvml_call_is_reported_as_overrun_without_piling_up_threads():
+    release = threading.Event()
+    gpus = two_gpus()
+    gpus[1].hang = release
+    probe = Probe("gpu", GpuProbe(FakeNvml(gpus)), timeout_s=0.3)
+    try:
+        started = time.monotonic()
+        probe.start()
+        result = probe.wait()
+        assert result.status == OVERRUN and time.monotonic() - started < 2
+        for _ in range(3):  # later rounds: still the same stuck call, no new thread
+            probe.start()
+            again = probe.wait()
+            assert again.status == OVERRUN and again.since == result.since
+        assert [t.name for t in threading.enumerate()].count("probe-gpu") == 1
+    finally:
+        release.set()
+    gpus[1].hang = None
+    deadline = time.monotonic() + 5
+    while probe.stuck() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    probe.start()
+    assert probe.wait().data["devices"][1]["state"] == "ok"

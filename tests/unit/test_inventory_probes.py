@@ -1,0 +1,57 @@
+"""Probe isolation: a hung probe is reported as overrun on time and never delays the
+others; a failing one is reported with its error; a stuck call is never started twice."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from faden_agent.workers.inventory.probes import ERROR, OK, OVERRUN, Probe, run_probes
+
+
+def test_a_hung_probe_does_not_delay_the_others():
+    release = threading.Event()
+    hung = Probe("hung", release.wait, timeout_s=0.5)
+    fast = Probe("fast", lambda: {"x": 1}, timeout_s=0.5)
+    slow = Probe("slow", lambda: time.sleep(0.3) or "done", timeout_s=2)
+    try:
+        started = time.monotonic()
+        results = run_probes([hung, fast, slow])
+        elapsed = time.monotonic() - started
+        assert results["fast"].status == OK and results["fast"].data == {"x": 1}
+        assert results["slow"].status == OK and results["slow"].data == "done"
+        assert results["hung"].status == OVERRUN and results["hung"].error == "no answer within 0.5 s"
+        assert elapsed < 1.5  # bounded by the longest single wait, not the sum
+
+        # The next round: the stuck call is not waited for again, the others run as usual.
+        started = time.monotonic()
+        results = run_probes([hung, fast])
+        assert time.monotonic() - started < 0.3
+        assert results["hung"].status == OVERRUN and results["fast"].status == OK
+        assert sum(t.name == "probe-hung" for t in threading.enumerate()) == 1
+    finally:
+        release.set()
+
+
+def test_a_late_answer_frees_the_probe_for_the_next_round():
+    gate = threading.Event()
+    probe = Probe("late", lambda: gate.wait(5) and "answer", timeout_s=0.1)
+    probe.start()
+    assert probe.wait().status == OVERRUN
+    gate.set()
+    deadline = time.monotonic() + 5
+    while probe.stuck() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    probe.start()
+    result = probe.wait()
+    assert result.status == OK and result.data == "answer"
+
+
+def test_an_exception_is_an_error_result_with_its_message():
+    def broken():
+        raise ConnectionError("engine refused the connection")
+
+    result = run_probes([Probe("docker", broken, timeout_s=1)])["docker"]
+    assert result.status == ERROR and result.error == "ConnectionError: engine refused the connection"
+    summary = result.summary(1)
+    assert summary["status"] == ERROR and "duration_ms" in summary["usage"]
