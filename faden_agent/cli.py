@@ -161,14 +161,14 @@ def _service_action(action: Any, *args: Any) -> None:
 
 
 @app.command()
-def start() -> None:
+def start(restart_running: bool = typer.Option(False, "--restart", help="Restart the service if it already runs (after an upgrade).")) -> None:
     """Install and start the systemd service with the current FADEN_NODE_AGENT_* settings (repeatable).
 
     As root a system service, else a user service. The settings go to a 0600 environment file.
     """
     from faden_agent.service import install_and_start
 
-    _service_action(install_and_start)
+    _service_action(lambda: install_and_start(restart_running=restart_running))
 
 
 @app.command()

@@ -88,6 +88,8 @@ def admin_nodes(url: str = UrlOption, admin_token: str = TokenOption, ca_bundle:
         age = f"{time.time() - node['last_heartbeat_at']:.0f}s" if node.get("last_heartbeat_at") else "-"
         workers = " ".join(f"{w['name']}={w['state']}" for w in node.get("workers") or [])
         revoked = " (revoked)" if node.get("revoked") else ""
+        if node.get("available_version"):
+            revoked += f" (agent version {node['available_version']} available)"
         typer.echo(f"{node['node_id']:<18} {str(node['agent_id']):<20} {str(node['version']):<9} {age:>9} "
                    f"{node['heartbeats']:>6}  {workers}{revoked}")
 

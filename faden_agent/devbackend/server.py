@@ -24,6 +24,7 @@ from urllib.parse import parse_qs, urlsplit
 import orjson
 
 from faden_agent import protocol
+from faden_agent.devbackend.builds import with_available_version
 from faden_agent.devbackend.store import Store, TokenRefused
 
 log = logging.getLogger("faden_agent.devbackend")
@@ -342,11 +343,12 @@ class Handler(BaseHTTPRequestHandler):
 
     def admin_nodes(self) -> int:
         self.require_admin()
-        return self.send_json(200, {"nodes": self.backend.store.nodes()})
+        downloads = self.backend.downloads
+        return self.send_json(200, {"nodes": [with_available_version(n, downloads) for n in self.backend.store.nodes()]})
 
     def admin_node(self, node_id: str) -> int:
         self.require_admin()
-        return self.send_json(200, self.node_or_404(node_id))
+        return self.send_json(200, with_available_version(self.node_or_404(node_id), self.backend.downloads))
 
     def admin_revoke(self, node_id: str) -> int:
         self.require_admin()

@@ -66,7 +66,10 @@ def install_files(paths: ServicePaths, environ: Mapping[str, str], command: list
     return unit_changed, env_changed
 
 
-def install_and_start(paths: ServicePaths | None = None, environ: Mapping[str, str] | None = None) -> Outcome:
+def install_and_start(paths: ServicePaths | None = None, environ: Mapping[str, str] | None = None,
+                      restart_running: bool = False) -> Outcome:
+    """Install and start; a running service is restarted when its files changed or when
+    `restart_running` says so (a new build was installed under the same path)."""
     paths = paths or ServicePaths.for_current_user()
     out = Outcome()
     unit_changed, env_changed = install_files(paths, os.environ if environ is None else environ)
@@ -77,9 +80,9 @@ def install_and_start(paths: ServicePaths | None = None, environ: Mapping[str, s
         systemctl(paths, "daemon-reload")
     systemctl(paths, "enable", UNIT_NAME)
     systemctl(paths, "reset-failed", UNIT_NAME, check=False)  # a start limit hit earlier must not block
-    if was_active and (unit_changed or env_changed):
+    if was_active and (unit_changed or env_changed or restart_running):
         systemctl(paths, "restart", UNIT_NAME)
-        out.say(f"{paths.scope} service {UNIT_NAME} restarted with the new settings")
+        out.say(f"{paths.scope} service {UNIT_NAME} restarted (containers keep running)")
     else:
         systemctl(paths, "start", UNIT_NAME)
         out.say(f"{paths.scope} service {UNIT_NAME} {'already running' if was_active else 'enabled and started'}")
