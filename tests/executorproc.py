@@ -92,3 +92,117 @@ def wait_executor_ready(client: ExecutorClient, timeout_s: float = 20.0) -> None
         except AssertionError:
             continue
     raise AssertionError("the executor never answered")
+
+
+# --- a big image in the local registry, so a pull takes a few seconds
+
+BIG_IMAGE_REPO = "faden/fx-big"
+BIG_LAYERS = 4
+BIG_LAYER_BYTES = 128 * 1024 * 1024
+_LOCK_PATH = "/tmp/faden-test-big-image.lock"
+
+
+def ensure_big_image(docker_client: Any, registry: str) -> str:
+    """Build (once per registry) an image of a few layers of random data and push it."""
+    import io
+    import os
+    import tarfile
+
+    import requests
+
+    ref = f"{registry}/{BIG_IMAGE_REPO}:2"
+    manifest = requests.head(f"http://{registry}/v2/{BIG_IMAGE_REPO}/manifests/2", timeout=5,
+                             headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"})
+    if manifest.status_code == 200:
+        return ref
+    context = io.BytesIO()
+    with tarfile.open(fileobj=context, mode="w") as tar:
+        dockerfile = "FROM faden-test/busybox:1\n" + "".join(f"COPY blob{i} /blob{i}\n" for i in range(BIG_LAYERS))
+        for name, data in [("Dockerfile", dockerfile.encode())] + [
+                (f"blob{i}", os.urandom(BIG_LAYER_BYTES)) for i in range(BIG_LAYERS)]:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    context.seek(0)
+    docker_client.images.build(fileobj=context, custom_context=True, tag=ref, rm=True)
+    for line in docker_client.images.push(ref, stream=True, decode=True):
+        assert "error" not in line, line
+    return ref
+
+
+class BigImage:
+    """Holds an exclusive lock (across xdist workers) while a test pulls the big image, and
+    makes sure no local copy exists before and after, so the pull really downloads."""
+
+    def __init__(self, docker_client: Any, registry: str):
+        import fcntl
+
+        self.docker = docker_client
+        self._lock = open(_LOCK_PATH, "w")
+        fcntl.flock(self._lock, fcntl.LOCK_EX)
+        self.ref = ensure_big_image(docker_client, registry)
+        self.drop_local()
+
+    def drop_local(self) -> None:
+        import docker
+
+        try:
+            self.docker.images.remove(self.ref, force=True)
+        except docker.errors.ImageNotFound:
+            pass
+
+    def release(self) -> None:
+        self.drop_local()
+        self._lock.close()
+
+
+def remove_containers(docker_client: Any, prefix: str) -> None:
+    for container in docker_client.containers.list(all=True, filters={"name": prefix}):
+        container.remove(force=True)
+
+
+# --- fixtures (import them into a test module)
+
+import pytest  # noqa: E402
+
+from tests.agentproc import agent_env  # noqa: E402
+
+
+@pytest.fixture
+def prefix(docker_client):
+    """A unique container-name prefix; every container with it is removed after the test."""
+    value = unique_prefix()
+    yield value
+    remove_containers(docker_client, value)
+
+
+@pytest.fixture
+def executor_factory(tmp_path, docker_client):
+    """Start the real supervisor with only the executor worker; returns (agent, client)."""
+    started: list[AgentProcess] = []
+
+    def make(full_agent: bool = False, **overrides: Any) -> tuple[AgentProcess, ExecutorClient]:
+        settings = {"docker_timeout_sec": 5, "agent_id": "fx-agent", **overrides}
+        env = agent_env(tmp_path, **settings)
+        argv = None if full_agent else EXECUTOR_ONLY
+        agent = AgentProcess(env, tmp_path / f"agent-{len(started)}.log", argv=argv)
+        started.append(agent)
+        agent.start()
+        client = ExecutorClient(agent)
+        return agent, client
+
+    yield make
+    for agent in started:
+        agent.stop()
+        agent.kill()
+
+
+@pytest.fixture
+def big_image(docker_client, registry):
+    image = BigImage(docker_client, registry)
+    yield image.ref
+    image.release()
+
+
+def executor_pid(agent: AgentProcess) -> int:
+    return agent.workers()["executor"]["pid"]
