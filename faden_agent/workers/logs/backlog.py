@@ -1,0 +1,71 @@
+"""The bounded hand-off between the source readers and the shipper.
+
+Readers block in put() while it is full: a reader that is not reading leaves its data in
+the source (journal, container log, file), which is how memory stays bounded while Loki is
+down. One FIFO for all sources keeps every stream's lines in the order they were read.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+
+from faden_agent.workers.logs.entry import Entry
+
+# Caps on what waits in memory besides the batch in flight (see docs/logs.md, memory bound).
+MAX_LINES = 10_000
+MAX_BYTES = 4 * 1024 * 1024
+
+
+class Backlog:
+    def __init__(self, max_lines: int = MAX_LINES, max_bytes: int = MAX_BYTES):
+        self.max_lines = max_lines
+        self.max_bytes = max_bytes
+        self._items: deque[tuple[float, Entry]] = deque()
+        self._bytes = 0
+        self._cond = threading.Condition()
+        self.closed = False
+        self.blocked_puts = 0  # how many puts had to wait: the "stopped reading" counter
+
+    def put(self, entry: Entry) -> bool:
+        """Add one entry, waiting while full; False once closed (the entry is not kept)."""
+        with self._cond:
+            if self._full() and not self.closed:
+                self.blocked_puts += 1
+                while self._full() and not self.closed:
+                    self._cond.wait(1.0)
+            if self.closed:
+                return False
+            self._items.append((time.monotonic(), entry))
+            self._bytes += entry.size
+            self._cond.notify_all()
+            return True
+
+    def _full(self) -> bool:
+        # One entry always fits into an empty backlog, however large.
+        return bool(self._items) and (len(self._items) >= self.max_lines or self._bytes >= self.max_bytes)
+
+    def get(self, timeout_s: float) -> tuple[float, Entry] | None:
+        """(when it was queued, entry), or None after timeout_s."""
+        with self._cond:
+            if not self._items:
+                self._cond.wait_for(lambda: self._items or self.closed, timeout_s)
+                if not self._items:
+                    return None
+            item = self._items.popleft()
+            self._bytes -= item[1].size
+            self._cond.notify_all()
+            return item
+
+    def close(self) -> None:
+        with self._cond:
+            self.closed = True
+            self._cond.notify_all()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @property
+    def bytes(self) -> int:
+        return self._bytes

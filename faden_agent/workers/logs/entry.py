@@ -1,0 +1,48 @@
+"""One log line on its way to Loki, and the rules every source applies to its text.
+
+An Entry carries its Loki stream (labels), its source's own timestamp (so a replay after a
+crash is an exact duplicate that Loki drops), the line, optional structured metadata, and
+the source position that may be stored once Loki has accepted it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+# Longest line shipped, in UTF-8 bytes. Loki's default max_line_size is 256 KB and it rejects
+# (400) longer lines; we cut well below that, keep the head and say how much was cut.
+MAX_LINE_BYTES = 64 * 1024
+TRUNCATION_MARKER = " [faden-agent: truncated {cut} bytes]"
+
+Labels = tuple[tuple[str, str], ...]  # sorted (name, value) pairs: hashable, one per stream
+
+
+@dataclass(slots=True)
+class Entry:
+    stream: Labels
+    ts_ns: int
+    line: str
+    metadata: dict[str, str] | None
+    source: str  # the position key, e.g. "journal", "container:<id>:stdout", "file:<dev>:<ino>"
+    position: Any  # what positions.py stores for `source` once this entry is accepted
+    size: int = field(default=0)  # bytes counted against the batch and backlog caps
+
+    def __post_init__(self) -> None:
+        if not self.size:
+            self.size = len(self.line) + 64 + (sum(len(k) + len(v) for k, v in self.metadata.items()) if self.metadata else 0)
+
+
+def clean_line(raw: bytes | str) -> str:
+    """Valid UTF-8 text of at most MAX_LINE_BYTES, the cut marked; never raises."""
+    if isinstance(raw, str):
+        if len(raw) * 4 <= MAX_LINE_BYTES:  # cheap path: cannot be too long
+            return raw
+        raw = raw.encode("utf-8", "surrogatepass")
+    if len(raw) > MAX_LINE_BYTES:
+        end = MAX_LINE_BYTES
+        while end > MAX_LINE_BYTES - 3 and raw[end] & 0xC0 == 0x80:
+            end -= 1  # do not split a multi-byte character
+        head = raw[:end].decode("utf-8", "replace")
+        return head + TRUNCATION_MARKER.format(cut=len(raw) - end)
+    return raw.decode("utf-8", "replace")

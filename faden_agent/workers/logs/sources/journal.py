@@ -1,0 +1,169 @@
+"""System logs: journald through `journalctl --follow --all --output=json`.
+
+journalctl is the reader systemd supports for every journal format and version, and it
+follows appends and rotation itself; we only parse its JSON lines. It runs as a child
+process: if it dies it is started again after the last cursor read; if it says nothing for
+IDLE_RESTART_SEC while we are waiting for it, it is restarted the same way (insurance
+against a hung reader that costs nothing when it is merely idle). It gets SIGKILL when
+this worker dies (PR_SET_PDEATHSIG via setpriv), so a kill -9 leaves no orphan.
+
+Resume: after the cursor Loki last accepted (`--after-cursor`); first start: the last
+FIRST_START_WINDOW_SEC (`--since`). FADEN_NODE_AGENT_JOURNAL_DIRECTORY reads journal files
+from a directory instead of the system journal.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import subprocess
+import tempfile
+import time
+
+import orjson
+
+from faden_agent.workers.logs.entry import Entry, clean_line
+from faden_agent.workers.logs.labels import level_from_priority
+from faden_agent.workers.logs.sources import FIRST_START_WINDOW_SEC, Source
+
+POSITION_KEY = "journal"
+IDLE_RESTART_SEC = 300.0
+# journald fields that become Loki structured metadata (name in Loki <- journald field).
+METADATA_FIELDS = (
+    ("unit", "_SYSTEMD_UNIT"),
+    ("user_unit", "_SYSTEMD_USER_UNIT"),
+    ("syslog_identifier", "SYSLOG_IDENTIFIER"),
+    ("pid", "_PID"),
+    ("comm", "_COMM"),
+    ("transport", "_TRANSPORT"),
+    ("boot_id", "_BOOT_ID"),
+)
+log = logging.getLogger(__name__)
+
+
+def field_text(value: object) -> str:
+    """journalctl's JSON value of a field as text: a string; an array of byte values for
+    binary data; an array of those for a field that occurs more than once; null when absent."""
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return ""
+    if isinstance(value, list):
+        if all(isinstance(b, int) for b in value):
+            try:
+                return bytes(value).decode("utf-8", "replace")
+            except ValueError:  # not bytes after all
+                return str(value)
+        return "\n".join(field_text(v) for v in value)
+    return str(value)
+
+
+class JournalSource(Source):
+    kind = "journal"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.cursor: str | None = self.positions.get(POSITION_KEY)  # last cursor read
+        self.proc: subprocess.Popen | None = None
+        self.last_output = time.monotonic()
+        self.waiting_on_backlog = False
+        self.restarts = 0
+        self.idle_killed = False
+        self._last_ts_ns = 0
+
+    def argv(self) -> list[str]:
+        argv = ["journalctl", "--follow", "--all", "--output=json", "--no-pager"]
+        if self.config.journal_directory is not None:
+            argv.append(f"--directory={self.config.journal_directory}")
+        if self.cursor:
+            argv.append(f"--after-cursor={self.cursor}")
+        else:
+            argv.append(f"--since=@{int(time.time()) - FIRST_START_WINDOW_SEC}")
+        setpriv = shutil.which("setpriv")
+        return [setpriv, "--pdeathsig", "KILL", "--", *argv] if setpriv else argv
+
+    def follow(self) -> None:
+        argv = self.argv()
+        with tempfile.TemporaryFile() as errors:
+            self.proc = proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                                stderr=errors, bufsize=1 << 16)
+            self.last_output = time.monotonic()
+            read = 0
+            try:
+                for raw in proc.stdout:
+                    self.last_output = time.monotonic()
+                    entry = self.to_entry(raw)
+                    if entry is None:
+                        continue
+                    self.waiting_on_backlog = True
+                    kept = self.backlog.put(entry)
+                    self.waiting_on_backlog = False
+                    if not kept:
+                        return
+                    self.cursor = entry.position
+                    self.lines_read += 1
+                    read += 1
+            finally:
+                self.waiting_on_backlog = False
+                self._end(proc)
+            errors.seek(0)
+            self._report_exit(proc, read, errors.read()[-1000:].decode("utf-8", "replace").strip())
+
+    def _report_exit(self, proc: subprocess.Popen, read: int, stderr: str) -> None:
+        self.restarts += 1
+        if self.stop_event.is_set() or self.idle_killed:
+            self.idle_killed = False
+            return
+        self.last_error = f"journalctl exited with {proc.returncode}: {stderr}"[:300]
+        if read == 0 and self.cursor and "cursor" in stderr.lower():
+            log.error("logs: journalctl refused the stored cursor (%s); starting from the first-start window", stderr)
+            self.cursor = None
+            return
+        log.warning("logs: %s; restarting it after the last cursor read", self.last_error)
+
+    def _end(self, proc: subprocess.Popen) -> None:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        proc.stdout.close()
+
+    def to_entry(self, raw: bytes) -> Entry | None:
+        try:
+            record = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            log.warning("logs: skipped a line journalctl did not write as JSON: %r", raw[:200])
+            return None
+        cursor = record.get("__CURSOR")
+        if not isinstance(cursor, str):
+            return None  # cannot be resumed after: not a journal entry
+        try:
+            ts_ns = int(record["__REALTIME_TIMESTAMP"]) * 1000
+        except (KeyError, TypeError, ValueError):
+            ts_ns = self._last_ts_ns  # stays in order; the cursor still tells where we are
+        self._last_ts_ns = ts_ns
+        metadata = {name: field_text(record[field]) for name, field in METADATA_FIELDS if field in record}
+        return Entry(
+            stream=self.labels.system(level_from_priority(record.get("PRIORITY"))),
+            ts_ns=ts_ns,
+            line=clean_line(field_text(record.get("MESSAGE"))),
+            metadata=metadata or None,
+            source=POSITION_KEY,
+            position=cursor,
+        )
+
+    def check(self) -> None:
+        proc = self.proc
+        if (proc is not None and proc.poll() is None and not self.waiting_on_backlog
+                and time.monotonic() - self.last_output > IDLE_RESTART_SEC):
+            log.info("logs: journalctl silent for %.0fs; restarting it", IDLE_RESTART_SEC)
+            self.last_output = time.monotonic()
+            self.idle_killed = True
+            proc.kill()
+
+    def stop(self) -> None:
+        proc = self.proc
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+
+    def status(self) -> dict[str, object]:
+        return {**super().status(), "restarts": self.restarts}

@@ -1,0 +1,325 @@
+"""A Loki-compatible push receiver for tests: a real HTTP server following Loki's documented
+push API (POST /loki/api/v1/push, JSON, optional gzip) and its limits:
+
+- 204 on success;
+- 400 for a bad body or bad entries (too old, too far in the future, line too long, bad
+  labels, structured metadata when not allowed); like Loki, the valid entries of such a
+  push ARE stored and only the bad ones are named in the answer;
+- 413 when the (decompressed) body exceeds max_body_bytes; 415 for other content types;
+- switchable failure modes: "ok", "throttle" (429 + Retry-After), "error" (a 5xx), and
+  down()/up() to stop and resume listening on the same port.
+
+It records what it accepted, in order, duplicates included (Loki would drop exact
+duplicates; tests check that duplicates are exact). Use it in a thread:
+
+    with LokiReceiver() as loki:             # .url -> http://127.0.0.1:PORT
+        loki.set_mode("throttle", retry_after=1)
+        loki.wait_for(lambda entries: len(entries) >= 10)
+
+or as a process (`python -m tests.lokireceiver --port P [--record FILE]`), controlled over
+HTTP with ReceiverClient(url): POST /receiver/mode {"mode", "retry_after", "status"},
+GET /receiver/entries, GET /receiver/stats. The same endpoints exist in thread mode.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import threading
+import time
+import zlib
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable
+
+import orjson
+
+PUSH_PATH = "/loki/api/v1/push"
+LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*\Z")
+MODES = ("ok", "throttle", "error")
+
+
+@dataclass(frozen=True)
+class Accepted:
+    labels: dict[str, str]
+    ts: str  # nanoseconds, as sent
+    line: str
+    metadata: dict[str, str] | None
+
+    @property
+    def stream(self) -> tuple[tuple[str, str], ...]:
+        return tuple(sorted(self.labels.items()))
+
+    def key(self) -> tuple[Any, ...]:
+        """What makes two entries exact duplicates for Loki: stream, timestamp, line."""
+        return (self.stream, self.ts, self.line)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"labels": self.labels, "ts": self.ts, "line": self.line, "metadata": self.metadata}
+
+
+class LokiReceiver:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, max_body_bytes: int = 4 * 1024 * 1024,
+                 max_line_bytes: int = 256 * 1024, reject_older_than_s: float = 7 * 86400,
+                 creation_grace_s: float = 600, allow_structured_metadata: bool = True,
+                 record_path: str | None = None):
+        self.host, self.port = host, port
+        self.max_body_bytes = max_body_bytes
+        self.max_line_bytes = max_line_bytes
+        self.reject_older_than_s = reject_older_than_s
+        self.creation_grace_s = creation_grace_s
+        self.allow_structured_metadata = allow_structured_metadata
+        self.record_path = record_path
+        self.mode, self.retry_after, self.error_status = "ok", 1.0, 500
+        self._entries: list[Accepted] = []
+        self.statuses: dict[int, int] = {}
+        self.pushes = 0
+        self._lock = threading.Condition()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> "LokiReceiver":
+        self._server = _Server((self.host, self.port), _Handler)
+        self._server.receiver = self
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def down(self) -> None:
+        """Stop listening: pushes get connection refused."""
+        self.stop()
+
+    def up(self) -> None:
+        """Listen again on the same port."""
+        if self._server is None:
+            self.start()
+
+    def __enter__(self) -> "LokiReceiver":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------ control and results
+
+    def set_mode(self, mode: str, retry_after: float | None = None, status: int | None = None) -> None:
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}")
+        with self._lock:
+            self.mode = mode
+            if retry_after is not None:
+                self.retry_after = retry_after
+            if status is not None:
+                self.error_status = status
+
+    def entries(self) -> list[Accepted]:
+        with self._lock:
+            return list(self._entries)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+    def wait_for(self, predicate: Callable[[list[Accepted]], Any], timeout_s: float = 30.0) -> Any:
+        """Wait until predicate(entries) is true; raises AssertionError on timeout."""
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            while True:
+                result = predicate(self._entries)
+                if result:
+                    return result
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(f"receiver: condition not met within {timeout_s}s "
+                                         f"({len(self._entries)} entries, statuses {self.statuses})")
+                self._lock.wait(min(left, 0.2))
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            return {"entries": len(self._entries), "pushes": self.pushes, "statuses": dict(self.statuses),
+                    "mode": self.mode}
+
+    # ------------------------------------------------------------------ the push API
+
+    def handle_push(self, headers: Any, raw: bytes) -> tuple[int, dict[str, str], bytes]:
+        with self._lock:
+            mode, retry_after, error_status = self.mode, self.retry_after, self.error_status
+        if mode == "throttle":
+            return 429, {"Retry-After": f"{retry_after:g}"}, b"Ingestion rate limit exceeded\n"
+        if mode == "error":
+            return error_status, {}, b"internal error\n"
+        if (headers.get("Content-Type") or "").split(";")[0].strip() != "application/json":
+            return 415, {}, b"unsupported Content-Type (this receiver speaks JSON only)\n"
+        body = raw
+        if (headers.get("Content-Encoding") or "").lower() == "gzip":
+            try:
+                body = _gunzip(raw, self.max_body_bytes)
+            except (OSError, EOFError, zlib.error):
+                return 400, {}, b"invalid gzip body\n"
+        if body is None or len(body) > self.max_body_bytes:
+            return 413, {}, f"request body too large (limit {self.max_body_bytes} bytes)\n".encode()
+        try:
+            accepted, errors = self._validate(orjson.loads(body))
+        except (orjson.JSONDecodeError, ValueError, TypeError, AttributeError, KeyError) as exc:
+            return 400, {}, f"error parsing push request: {exc}\n".encode()
+        with self._lock:
+            self._entries.extend(accepted)
+            self._lock.notify_all()
+        if self.record_path and accepted:
+            with open(self.record_path, "ab") as fh:
+                fh.write(b"".join(orjson.dumps(a.as_json()) + b"\n" for a in accepted))
+        if errors:
+            return 400, {}, ("\n".join(errors[:10]) + f"\ntotal ignored: {len(errors)} out of "
+                             f"{len(errors) + len(accepted)}\n").encode()
+        return 204, {}, b""
+
+    def _validate(self, payload: Any) -> tuple[list[Accepted], list[str]]:
+        now_ns = time.time_ns()
+        oldest = now_ns - int(self.reject_older_than_s * 1e9)
+        newest = now_ns + int(self.creation_grace_s * 1e9)
+        accepted, errors = [], []
+        for stream in payload["streams"]:
+            labels = stream["stream"]
+            if not isinstance(labels, dict) or not labels:
+                raise ValueError("at least one label pair is required per stream")
+            for name, value in labels.items():
+                if not LABEL_NAME.match(name) or not isinstance(value, str):
+                    raise ValueError(f"invalid label {name!r}={value!r}")
+            for value in stream["values"]:
+                if not isinstance(value, list) or len(value) not in (2, 3):
+                    raise ValueError(f"an entry must be [ts, line] or [ts, line, metadata], got {value!r:.100}")
+                ts, line = value[0], value[1]
+                if not isinstance(ts, str) or not ts.isdigit() or not isinstance(line, str):
+                    raise ValueError(f"timestamp must be a string of nanoseconds, got {ts!r:.40}")
+                metadata = value[2] if len(value) == 3 else None
+                where = f"entry for stream '{_selector(labels)}' with timestamp {ts}"
+                if metadata is not None:
+                    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+                        raise ValueError("structured metadata must be an object of strings")
+                    if not self.allow_structured_metadata:
+                        errors.append(f"{where}: stream includes structured metadata, but this feature is disallowed")
+                        continue
+                if int(ts) < oldest:
+                    errors.append(f"{where} has timestamp too old")
+                elif int(ts) > newest:
+                    errors.append(f"{where} has timestamp too new")
+                elif len(line.encode()) > self.max_line_bytes:
+                    errors.append(f"{where}: max line size ({self.max_line_bytes}) exceeded")
+                else:
+                    accepted.append(Accepted(labels, ts, line, metadata))
+        return accepted, errors
+
+
+def _selector(labels: dict[str, str]) -> str:
+    return "{" + ", ".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
+
+
+def _gunzip(raw: bytes, limit: int) -> bytes | None:
+    """Decompress at most limit+1 bytes (a gzip bomb stays a 413, not an OOM)."""
+    out = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(raw, limit + 1)
+    return None if len(out) > limit else out
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    receiver: LokiReceiver
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def _answer(self, status: int, headers: dict[str, str], body: bytes) -> None:
+        receiver = self.server.receiver
+        with receiver._lock:
+            receiver.statuses[status] = receiver.statuses.get(status, 0) + 1
+        self.send_response(status)
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length)
+        receiver = self.server.receiver
+        if self.path == PUSH_PATH:
+            with receiver._lock:
+                receiver.pushes += 1
+            return self._answer(*receiver.handle_push(self.headers, raw))
+        if self.path == "/receiver/mode":
+            body = orjson.loads(raw or b"{}")
+            receiver.set_mode(body.get("mode", "ok"), body.get("retry_after"), body.get("status"))
+            return self._answer(204, {}, b"")
+        self._answer(404, {}, b"not found\n")
+
+    def do_GET(self) -> None:
+        receiver = self.server.receiver
+        if self.path == "/receiver/entries":
+            return self._answer(200, {"Content-Type": "application/json"},
+                                orjson.dumps([a.as_json() for a in receiver.entries()]))
+        if self.path in ("/receiver/stats", "/ready"):
+            return self._answer(200, {"Content-Type": "application/json"}, orjson.dumps(receiver.stats()))
+        self._answer(404, {}, b"not found\n")
+
+
+class ReceiverClient:
+    """Control a receiver running in another process (`python -m tests.lokireceiver`)."""
+
+    def __init__(self, url: str):
+        self.url = url.rstrip("/")
+
+    def set_mode(self, mode: str, retry_after: float | None = None, status: int | None = None) -> None:
+        import requests
+
+        requests.post(f"{self.url}/receiver/mode", timeout=5,
+                      data=orjson.dumps({"mode": mode, "retry_after": retry_after, "status": status})).raise_for_status()
+
+    def entries(self) -> list[Accepted]:
+        import requests
+
+        reply = requests.get(f"{self.url}/receiver/entries", timeout=30)
+        reply.raise_for_status()
+        return [Accepted(e["labels"], e["ts"], e["line"], e["metadata"]) for e in reply.json()]
+
+    def stats(self) -> dict[str, Any]:
+        import requests
+
+        return requests.get(f"{self.url}/receiver/stats", timeout=5).json()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Loki-compatible push receiver for tests")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--record", help="append accepted entries to this file as JSON lines")
+    parser.add_argument("--max-body-bytes", type=int, default=4 * 1024 * 1024)
+    args = parser.parse_args()
+    receiver = LokiReceiver(args.host, args.port, max_body_bytes=args.max_body_bytes, record_path=args.record).start()
+    print(receiver.url, flush=True)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        receiver.stop()
+
+
+if __name__ == "__main__":
+    main()
