@@ -1,0 +1,99 @@
+"""The inventory worker inside the real agent: a full inventory record lands in the outbox
+at start, and an engine that accepts connections but never answers (a hung dockerd) is
+reported as an overrun probe while the worker keeps reporting and heartbeating."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+import time
+
+import pytest
+
+from faden_agent import protocol
+from faden_agent.outbox import Outbox
+from tests.agentproc import agent_env, wait_for
+
+pytestmark = pytest.mark.docker
+
+
+def inventory_records(state_dir):
+    outbox = Outbox(state_dir)
+    try:
+        return [r for r in outbox.pending(1000) if r["kind"] == protocol.INVENTORY]
+    finally:
+        outbox.close()
+
+
+class HungEngine:
+    """A unix socket that accepts and then never answers: what a stuck dockerd looks like
+    to a client. Remembers the pid of every connecting process (SO_PEERCRED)."""
+
+    def __init__(self, path):
+        self.path = path
+        self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.server.bind(str(path))
+        self.server.listen(64)
+        self.peers: list[int] = []
+        self.held: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+            self.peers.append(struct.unpack("3i", creds)[0])
+            self.held.append(conn)
+
+    def close(self):
+        self.server.close()
+        for conn in self.held:
+            conn.close()
+
+
+def test_full_record_at_start(tmp_path, agent_factory, docker_client):
+    env = agent_env(tmp_path, inventory_interval_sec=60)
+    agent = agent_factory(env).start()
+    state_dir = tmp_path / "state"
+    records = wait_for(lambda: inventory_records(state_dir), 20, what="an inventory record")
+    data = records[0]["data"]
+    assert data["type"] == "full" and records[0]["id"].startswith("inv:")
+    assert data["host"]["memory_total"] > 0 and data["disks"] and data["network"]
+    assert data["docker"]["engine_version"] == docker_client.version()["Version"]
+    assert data["gpu"] == {"available": False, "reason": "NVML library not found", "driver_version": None,
+                           "cuda_driver_version": None, "nvml_version": None, "devices": []}
+    assert all(p["status"] == "ok" for p in data["probes"].values())
+    assert agent.workers()["inventory"]["state"] == "RUNNING"
+
+
+def test_a_hung_engine_is_an_overrun_and_the_worker_keeps_going(tmp_path, agent_factory):
+    engine = HungEngine(tmp_path / "hung-docker.sock")
+    env = agent_env(tmp_path, inventory_interval_sec=0.5, inventory_probe_timeout_sec=1,
+                    docker_host=f"unix://{engine.path}")
+    try:
+        agent = agent_factory(env).start()
+        state_dir = tmp_path / "state"
+        first = wait_for(lambda: inventory_records(state_dir), 20, what="an inventory record")[0]["data"]
+        assert first["type"] == "full"
+        assert first["probes"]["docker"]["status"] == "overrun" and first["docker"] is None
+        assert first["probes"]["host"]["status"] == "ok" and first["host"]["cpu_logical"] > 0
+
+        # Later cycles still come (unchanged: the same probe is still stuck), on time.
+        def later_unchanged():
+            rows = [r["data"] for r in inventory_records(state_dir) if r["data"]["type"] == "unchanged"]
+            return rows and rows[-1]["collected_at"] > first["collected_at"] + 3 and rows[-1]
+
+        unchanged = wait_for(later_unchanged, 20, what="an unchanged record 3 s after the first")
+        assert unchanged["hash"] == first["hash"]
+        worker = agent.workers()["inventory"]
+        assert worker["state"] == "RUNNING" and worker["restarts"] == 0
+        assert worker["heartbeat_age_s"] < 2
+        assert worker["status"]["overrun"] == ["docker"] and worker["status"]["cycles"] >= 4
+        # One stuck probe call and the change watcher's attempt: no pile-up of connections.
+        assert 1 <= engine.peers.count(worker["pid"]) <= 3, engine.peers
+    finally:
+        engine.close()

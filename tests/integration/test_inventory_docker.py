@@ -1,0 +1,117 @@
+"""The Docker section against the real engine: images and managed containers appear and
+disappear as they are created and removed, GPU assignment is read from device requests,
+unmanaged containers stay out, and the change watcher sees Docker events as they happen."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import docker
+import pytest
+
+from faden_agent import protocol
+from faden_agent.workers.inventory.changes import DockerChangeWatcher, is_change
+from faden_agent.workers.inventory.collector import DockerProbe
+from tests.agentproc import wait_for
+from tests.conftest import TEST_IMAGE
+
+pytestmark = pytest.mark.docker
+
+PREFIX = "faden-inv-test-"
+
+
+@pytest.fixture
+def unique(docker_client):
+    """A unique name prefix; every container and image tag with it is removed afterwards."""
+    name = PREFIX + uuid.uuid4().hex[:8]
+    yield name
+    for container in docker_client.containers.list(all=True, filters={"name": name}):
+        container.remove(force=True)
+    for image in docker_client.images.list():
+        for tag in image.tags:
+            if tag.startswith(f"{name}/"):
+                docker_client.images.remove(tag)
+
+
+def managed(docker_client, name, **kwargs):
+    labels = {protocol.LABEL_MANAGED: "true", protocol.LABEL_CLUSTER: "c-1", "other.label": "x"}
+    return docker_client.containers.create(TEST_IMAGE, ["sleep", "300"], name=name, labels=labels, **kwargs)
+
+
+def test_engine_facts(docker_client):
+    section = DockerProbe(None)()
+    version = docker_client.version()
+    info = docker_client.info()
+    assert section["engine_version"] == version["Version"] and section["api_version"] == version["ApiVersion"]
+    assert section["storage_driver"] == info["Driver"] and section["data_root"] == info["DockerRootDir"]
+    assert section["runtimes"] == sorted(info["Runtimes"])
+    assert section["nvidia_runtime"] is ("nvidia" in info["Runtimes"])
+
+
+def test_images_appear_and_disappear(docker_client, unique):
+    probe = DockerProbe(None)
+    reference = f"{unique}/busybox:probe"
+    test_image = docker_client.images.get(TEST_IMAGE)
+    assert not any(reference in i["references"] for i in probe()["images"])
+    test_image.tag(reference)
+    entry = next(i for i in probe()["images"] if reference in i["references"])
+    assert entry["id"] == test_image.id and entry["size"] == test_image.attrs["Size"]
+    assert TEST_IMAGE in entry["references"]
+    docker_client.images.remove(reference)
+    assert not any(reference in i["references"] for i in probe()["images"])
+
+
+def test_managed_containers_appear_with_state_and_gpus_and_disappear(docker_client, unique):
+    probe = DockerProbe(None)
+    with_gpus = managed(docker_client, f"{unique}-gpu", device_requests=[
+        docker.types.DeviceRequest(device_ids=["0", "2"], capabilities=[["gpu"]])])
+    running = managed(docker_client, f"{unique}-cpu")
+    running.start()
+    unmanaged = docker_client.containers.create(TEST_IMAGE, ["sleep", "300"], name=f"{unique}-plain")
+
+    containers = {c["name"]: c for c in probe()["containers"] if c["name"].startswith(unique)}
+    assert set(containers) == {f"{unique}-gpu", f"{unique}-cpu"}  # the unmanaged one is not listed
+    gpu, cpu = containers[f"{unique}-gpu"], containers[f"{unique}-cpu"]
+    assert gpu["state"] == "created" and cpu["state"] == "running"
+    assert gpu["gpus"] == {"source": "device_requests", "count": 2, "device_ids": ["0", "2"]}
+    assert cpu["gpus"] is None
+    assert cpu["image"] == TEST_IMAGE and cpu["id"] == running.id
+    assert cpu["labels"] == {protocol.LABEL_MANAGED: "true", protocol.LABEL_CLUSTER: "c-1"}
+
+    running.kill()
+    after_kill = next(c for c in probe()["containers"] if c["name"] == f"{unique}-cpu")
+    assert after_kill["state"] == "exited" and after_kill["exit_code"] == 137
+    for container in (with_gpus, running, unmanaged):
+        container.remove(force=True)
+    assert not any(c["name"].startswith(unique) for c in probe()["containers"])
+
+
+def test_real_events_of_managed_containers_and_images_are_changes_others_not(docker_client, unique):
+    start = int(time.time()) - 1
+    managed(docker_client, f"{unique}-m").remove()
+    docker_client.containers.create(TEST_IMAGE, ["true"], name=f"{unique}-plain").remove()
+    docker_client.images.get(TEST_IMAGE).tag(f"{unique}/busybox:events")
+    changes: dict[str, list[bool]] = {}
+    for event in docker_client.api.events(since=start, until=int(time.time()) + 1, decode=True):
+        name = event.get("Actor", {}).get("Attributes", {}).get("name", "")
+        if name.startswith(unique):
+            changes.setdefault(name, []).append(is_change(event))
+    assert changes[f"{unique}-m"] and all(changes[f"{unique}-m"])  # create, destroy
+    assert changes[f"{unique}-plain"] and not any(changes[f"{unique}-plain"])
+    assert changes[f"{unique}/busybox:events"] == [True]  # tag
+
+
+def test_the_watcher_calls_back_on_a_managed_container(docker_client, unique):
+    seen = threading.Event()
+    watcher = DockerChangeWatcher(None, seen.set)
+    watcher.start()
+    try:
+        wait_for(lambda: watcher._stream is not None, 10, what="the events stream")
+        managed(docker_client, f"{unique}-w").remove()
+        assert seen.wait(5), "no change seen for a managed container"
+    finally:
+        watcher.stop()
+        watcher.thread.join(5)
+    assert not watcher.thread.is_alive()
