@@ -270,7 +270,9 @@ class Handler(BaseHTTPRequestHandler):
             raise HttpError(400, "bad_body", "body needs a list 'records'")
         valid = [r for r in records if _valid_record(r)]
         acked = self.backend.store.store_records(node_id, valid)
-        rejected = [r.get("id") for r in records if not _valid_record(r) and isinstance(r, dict)]
+        # Malformed records are named back (when they have an id) so the agent can drop them.
+        rejected = [r["id"] for r in records
+                    if not _valid_record(r) and isinstance(r, dict) and isinstance(r.get("id"), str)]
         return self.send_json(200, {"acked": acked, "rejected": rejected})
 
     def agent_logs_target(self) -> int:
