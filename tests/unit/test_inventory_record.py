@@ -11,8 +11,8 @@ from faden_agent.outbox import Outbox
 from faden_agent.uplink import Uplink
 from faden_agent.workers.inventory.collector import Collector
 from faden_agent.workers.inventory.probes import OK, OVERRUN, ProbeResult
-from faden_agent.workers.inventory.record import (FULL, UNCHANGED, RecordEmitter, content_hash, only_usage,
-                                                  sections_from, without_usage)
+from faden_agent.workers.inventory.record import (FULL, UNCHANGED, RecordEmitter, apply_record, content_hash,
+                                                  only_usage, sections_from, without_usage)
 from faden_agent.workers.inventory.worker import InventoryReporter
 
 SAMPLE = {
@@ -40,6 +40,23 @@ def test_the_hash_ignores_gauges_but_not_facts():
     assert content_hash(moved) == content_hash(SAMPLE)
     moved["gpu"]["devices"][0]["processes"].append({"pid": 8})
     assert content_hash(moved) != content_hash(SAMPLE)
+
+
+def test_a_receiver_rebuilds_the_current_record_from_full_plus_unchanged():
+    emitter = RecordEmitter()
+    full = emitter.build(SAMPLE, now=1000)
+    emitter.sent(full)
+    moved = orjson.loads(orjson.dumps(SAMPLE))
+    moved["gpu"]["devices"][0]["usage"]["temperature_c"] = 77
+    moved["gpu"]["devices"][0]["processes"][0]["usage"]["used_memory"] = 9
+    moved["host"]["usage"]["load_avg"] = [3.0, 2.0, 1.0]
+    small = emitter.build(moved, now=1060)
+    assert small["type"] == UNCHANGED
+    held = apply_record(apply_record(None, full), small)
+    assert held == {**full, **moved, "collected_at": 1060}  # what a full record of `moved` would hold
+    # An unchanged record of another (older) state is ignored, never merged.
+    assert apply_record(held, dict(small, hash="0" * 32)) is None
+    assert apply_record(None, small) is None
 
 
 def test_full_at_start_on_change_and_after_the_refresh_period():

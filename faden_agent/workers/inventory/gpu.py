@@ -14,9 +14,8 @@ persistence mode); it is initialised again after the driver said "uninitialized"
 from __future__ import annotations
 
 import importlib
+import os
 from typing import Any, Callable
-
-import psutil
 
 REASON_NO_PYNVML = "pynvml (nvidia-ml-py) not installed"
 REASON_NO_LIBRARY = "NVML library not found"
@@ -195,9 +194,12 @@ class GpuProbe:
 
 
 def process_name(pid: int) -> str | None:
+    """The process's command name (from /proc: this module needs nothing but pynvml, so
+    bench/gpu_probe.py can run it on a bare GPU machine)."""
     try:
-        return psutil.Process(pid).name()
-    except (psutil.Error, OSError):
+        with open(os.path.join("/proc", str(pid), "comm"), encoding="utf-8", errors="replace") as fh:
+            return fh.read().strip() or None
+    except OSError:
         return None  # gone, or in a PID namespace we cannot see
 
 
