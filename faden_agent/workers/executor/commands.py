@@ -71,6 +71,11 @@ class Commands:
     def _finish_stopped(self, job: Job, failure: CommandFailed | None) -> None:
         if job.stop_reason == "cancelled":
             self.timeline.finish(job.id, protocol.CANCELLED, "cancelled", f"{job.kind} was cancelled")
+        elif job.stop_reason == "interrupted":
+            removed = self._discard_own(job)
+            self.timeline.finish(job.id, protocol.FAILED, "interrupted",
+                                 f"{job.kind} was interrupted when the executor stopped (attempt {job.attempt}) "
+                                 "and its deadline has passed" + ("; removed the container it had made" if removed else ""))
         else:
             detail = f" (last error: {failure.message})" if failure else ""
             self.timeline.finish(job.id, protocol.FAILED, "timeout",
@@ -159,6 +164,19 @@ class Commands:
         except Cancelled:
             self._discard(container)
             raise
+
+    def _discard_own(self, job: Job) -> bool:
+        """Remove the container an interrupted container.run had made, so failed means no effect."""
+        if job.kind != "container.run":
+            return False
+        try:
+            container = self.ops.find(job.spec["name"])
+        except CommandFailed:
+            return False
+        if container is None or (container.labels or {}).get(protocol.LABEL_COMMAND_ID) != job.id:
+            return False
+        self._discard(container)
+        return True
 
     def _discard(self, container: Any) -> None:
         try:

@@ -108,7 +108,7 @@ class ExecutorWorker(Worker):
         self.dispatch(entry)
         return {"id": command_id, "accepted": True, "duplicate": False}
 
-    def dispatch(self, entry: Entry) -> None:
+    def dispatch(self, entry: Entry, stop_reason: str | None = None) -> None:
         """Validate and schedule a journaled command (new, or left unfinished by a predecessor)."""
         if entry.kind not in specs.KINDS:
             known = ", ".join(protocol.COMMAND_KINDS)
@@ -122,7 +122,7 @@ class ExecutorWorker(Worker):
             return
         deadline = specs.deadline_for(entry.kind, spec, entry.deadline, entry.received_at)
         job = Job(id=entry.id, kind=entry.kind, spec=spec, deadline=deadline, key=job_key(entry.kind, spec),
-                  attempt=entry.attempt)
+                  attempt=entry.attempt, stop_reason=stop_reason)
         if entry.kind == "command.cancel":
             self.commands_.execute(job)  # touches no Docker: inline keeps cancel ahead of queues
         else:
@@ -133,11 +133,9 @@ class ExecutorWorker(Worker):
         for entry in self.journal.unfinished():
             if self.scheduler.find(entry.id):
                 continue
-            late = entry.deadline is not None and entry.deadline <= time.time()
+            late = self._deadline(entry) <= time.time()
             if entry.state != QUEUED and late:
-                self.timeline.finish(entry.id, protocol.FAILED, "interrupted",
-                                     f"{entry.kind} was interrupted when the executor stopped "
-                                     f"(attempt {entry.attempt}) and its deadline has passed")
+                self.dispatch(entry, stop_reason="interrupted")  # reported (and cleaned up) on a thread
                 continue
             if entry.state != QUEUED:
                 log.info("resuming command %s (%s) interrupted by an executor restart", entry.id, entry.kind)
@@ -146,6 +144,17 @@ class ExecutorWorker(Worker):
             self.dispatch(entry)
 
     # --- deadlines
+
+    @staticmethod
+    def _deadline(entry: Entry) -> float:
+        """The command's deadline; +inf for one that will be rejected anyway."""
+        try:
+            spec = specs.validate(entry.kind, entry.spec) if entry.kind in specs.KINDS else None
+        except specs.SpecError:
+            spec = None
+        if spec is None:
+            return float("inf")
+        return specs.deadline_for(entry.kind, spec, entry.deadline, entry.received_at)
 
     def enforce_deadlines(self) -> None:
         now = time.time()

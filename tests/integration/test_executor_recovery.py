@@ -1,0 +1,92 @@
+"""Crashes and restarts: kill -9 of the executor mid-command, the whole agent stopped or
+killed, adoption of running containers on start. Real processes, real signals."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from faden_agent import protocol
+from tests.agentproc import wait_for
+from tests.conftest import TEST_IMAGE
+from tests.executorproc import big_image, executor_factory, executor_pid, prefix  # noqa: F401
+
+pytestmark = pytest.mark.docker
+
+
+def kill_executor_and_wait_restart(agent) -> None:
+    old = executor_pid(agent)
+    os.kill(old, signal.SIGKILL)
+    wait_for(lambda: (w := agent.workers().get("executor")) and w["pid"] != old and w["state"] == "RUNNING",
+             20, what="the executor restarted by the supervisor")
+
+
+def test_kill_9_of_the_executor_during_a_long_pull(executor_factory, prefix, big_image, docker_client):
+    agent, ex = executor_factory()
+    cid = f"{prefix}-pull"
+    ex.send(cid, "image.pull", {"image": big_image})
+    wait_for(lambda: any(r["data"].get("bytes_done", 0) > 0 for r in ex.timeline(cid)), 60, what="pull progress")
+    kill_executor_and_wait_restart(agent)
+    done = ex.wait_terminal(cid, 120)
+    assert done["state"] == "succeeded", done
+    assert any(r["data"].get("phase") == "resumed" for r in ex.timeline(cid))
+    assert docker_client.images.get(big_image)
+
+
+def test_kill_9_of_the_executor_during_a_start_leaves_one_container(executor_factory, prefix, docker_client):
+    agent, ex = executor_factory()
+    cid, name = f"{prefix}-run", f"{prefix}-slow"
+    spec = {"name": name, "image": TEST_IMAGE, "command": ["sh", "-c", "sleep 2; touch /tmp/ready; sleep 300"],
+            "healthcheck": {"test": ["CMD-SHELL", "test -f /tmp/ready"], "interval_s": 0.3, "retries": 50}}
+    ex.send(cid, "container.run", spec)
+    wait_for(lambda: docker_client.containers.list(filters={"name": name}), 20, what="the container created")
+    kill_executor_and_wait_restart(agent)
+    done = ex.wait_terminal(cid, 60)
+    assert done["state"] == "succeeded", done
+    assert done["result"]["status"] == "healthy" and done["result"]["created"] is False
+    assert len(docker_client.containers.list(all=True, filters={"name": name})) == 1
+    assert ex.states(cid).count("started") == 2  # the attempt before the kill and the resumed one
+
+
+def test_command_in_flight_past_its_deadline_is_reported_interrupted(executor_factory, prefix, docker_client):
+    agent, ex = executor_factory()
+    cid, name = f"{prefix}-run", f"{prefix}-never"
+    spec = {"name": name, "image": TEST_IMAGE, "command": ["sleep", "300"], "deadline_s": 3,
+            "healthcheck": {"test": ["CMD-SHELL", "false"], "interval_s": 5, "retries": 5}}
+    ex.send(cid, "container.run", spec)
+    wait_for(lambda: "started" in ex.states(cid), 10, what="started")
+    agent.kill()  # the whole agent, kill -9
+    time.sleep(3.5)
+    agent.start()
+    done = ex.wait_terminal(cid, 20)
+    assert (done["state"], done["reason"]) == ("failed", "interrupted"), done
+    assert "removed the container" in done["message"]
+    assert not docker_client.containers.list(all=True, filters={"name": name})
+
+
+def test_containers_outlive_the_agent_and_are_adopted_on_start(executor_factory, prefix, docker_client):
+    agent, ex = executor_factory()
+    names = [f"{prefix}-keep{i}" for i in range(2)]
+    for i, name in enumerate(names):
+        assert ex.run(f"{prefix}-run{i}", "container.run",
+                      {"name": name, "image": TEST_IMAGE, "command": ["sleep", "300"], "cluster": "c1"})["state"] == "succeeded"
+    def adopted_names(starts: int):
+        seen = [e for e in ex.events("adopted") if e["name"] in names]
+        return seen if len(seen) >= starts * len(names) else None  # reported once per start
+
+    agent.stop()  # orderly stop
+    assert all(docker_client.containers.get(n).status == "running" for n in names)
+    agent.start()
+    wait_for(lambda: adopted_names(1), 20, what="adoption events after the restart")
+    agent.kill()  # and kill -9 of the whole process group
+    assert all(docker_client.containers.get(n).status == "running" for n in names)
+    agent.start()
+    adopted = wait_for(lambda: adopted_names(2), 20, what="adoption events after the second start")
+    assert {e["cluster"] for e in adopted} == {"c1"} and {e["status"] for e in adopted} == {"running"}
+    summaries = [e for e in ex.events("adoption") if set(names) <= set(e["names"])]
+    assert len(summaries) >= 2
+    # and they are still managed: the restarted agent can stop them
+    assert ex.run(f"{prefix}-stop", "container.stop", {"name": names[0], "timeout_s": 0})["state"] == "succeeded"
