@@ -75,9 +75,9 @@ class Backend:
         self.requests: collections.deque[dict[str, Any]] = collections.deque(maxlen=REQUEST_LOG_SIZE)
         self.requests_lock = threading.Lock()
 
-    def log_request(self, method: str, path: str, status: int) -> None:
+    def log_request(self, at: float, method: str, path: str, status: int) -> None:
         with self.requests_lock:
-            self.requests.append({"at": time.time(), "method": method, "path": path, "status": status})
+            self.requests.append({"at": at, "method": method, "path": path, "status": status})
 
     def notify_streams(self) -> None:
         with self.new_commands:
@@ -108,6 +108,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def dispatch(self, method: str) -> None:
         url = urlsplit(self.path)
+        self.arrived_at = time.time()
+        self.logged = False
         self.query = {k: v[-1] for k, v in parse_qs(url.query).items()}
         status = 500
         try:
@@ -131,8 +133,8 @@ class Handler(BaseHTTPRequestHandler):
                 self.send_json(500, {"error": "internal", "message": str(exc)})
             except OSError:
                 pass
-        if url.path.startswith(AGENT_PREFIX):
-            self.backend.log_request(method, url.path, status)
+        if url.path.startswith(AGENT_PREFIX) and not self.logged:
+            self.backend.log_request(self.arrived_at, method, url.path, status)
 
     def send_json(self, status: int, body: Any, headers: dict[str, str] | None = None) -> int:
         data = orjson.dumps(body)
@@ -230,6 +232,8 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.flush()
         self.close_connection = True
+        self.backend.log_request(self.arrived_at, "GET", urlsplit(self.path).path, 200)  # now, not at its end
+        self.logged = True
         if faults.stall_streams:
             return self.stall(generation)
         self.write_line({"type": "hello", "node_id": node_id, "keepalive_sec": keepalive, "after": after})
