@@ -47,6 +47,12 @@ def parse_ray_ts_ns(line: bytes) -> int | None:
     return seconds * 1_000_000_000 + int((match[7] or b"").ljust(9, b"0"))
 
 
+def _oldest_first(path: str) -> tuple[str, int]:
+    """x.log.3 before x.log.2 before x.log.1 (RotatingFileHandler's numbering)."""
+    base, _, suffix = path.rpartition(".log.")
+    return (base, -int(suffix) if suffix.isdigit() else 0)
+
+
 @dataclass
 class Tail:
     path: str
@@ -69,6 +75,7 @@ class RayFileSource(Source):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.tails: dict[tuple[int, int], Tail] = {}
+        self.finished: dict[tuple[int, int], int] = {}  # read to the end (or skipped) -> mtime then
         self.rotations = 0
         self.truncations = 0
 
@@ -89,32 +96,35 @@ class RayFileSource(Source):
             self.close_all()
 
     def scan(self, root: Path, first: bool) -> None:
-        seen = set()
-        for path in sorted(glob.glob(str(root / LIVE))):
-            seen.add(self.open(path, resume=first, rotated=False))
-        if first:  # rotated files that a position names: their tail was not read yet
-            for path in sorted(glob.glob(str(root / ROTATED))):
-                seen.add(self.open(path, resume=True, rotated=True))
+        """Open files not tailed yet: rotated ones first (oldest first), then the live ones,
+        so a file that rotated away more than once between two scans is still read in order."""
+        rotated = sorted(glob.glob(str(root / ROTATED)), key=_oldest_first)
+        present = {self.open(path, first, rotated=True) for path in rotated}
+        present |= {self.open(path, first, rotated=False) for path in sorted(glob.glob(str(root / LIVE)))}
+        self.finished = {ident: mtime for ident, mtime in self.finished.items() if ident in present}
+        if first:
+            keys = {f"file:{d}:{i}" for d, i in present if d is not None}
             for key in self.positions.keys("file:"):
-                if key not in {f"file:{d}:{i}" for d, i in seen if d is not None}:
+                if key not in keys:
                     self.positions.forget(key)  # the file is gone
 
-    def open(self, path: str, resume: bool, rotated: bool) -> tuple[int, int] | tuple[None, None]:
+    def open(self, path: str, first: bool, rotated: bool) -> tuple[int, int] | tuple[None, None]:
         try:
             st = os.stat(path)
         except FileNotFoundError:
             return (None, None)
         ident = (st.st_dev, st.st_ino)
-        if ident in self.tails:
+        if ident in self.tails or self.finished.get(ident) == st.st_mtime_ns:
             return ident
         key = f"file:{ident[0]}:{ident[1]}"
-        stored = self.positions.get(key) if resume else None
-        if rotated and not isinstance(stored, dict):
-            return ident  # read before it was rotated (or older than this agent): skip
+        stored = self.positions.get(key) if first else None
+        if first and rotated and not isinstance(stored, dict):
+            self.finished[ident] = st.st_mtime_ns  # rotated before this agent started: not ours
+            return ident
         if isinstance(stored, dict):
             offset, ts_ns = int(stored.get("offset", 0)), int(stored.get("ts", st.st_mtime_ns))
-        else:
-            old = resume and st.st_mtime < time.time() - FIRST_START_WINDOW_SEC
+        else:  # a new file (or, after start, one that rotated away before a scan saw it)
+            old = first and st.st_mtime < time.time() - FIRST_START_WINDOW_SEC
             offset, ts_ns = (st.st_size if old else 0), st.st_mtime_ns
             self.positions.initialize(key, {"offset": offset, "ts": ts_ns, "path": path}, replace=True)
         try:
@@ -143,6 +153,7 @@ class RayFileSource(Source):
             if not self.read(tail) or (tail.pending and not self.ship(tail, tail.pending, len(tail.pending))):
                 return False
             self.rotations += 1
+            self.finished[ident] = os.fstat(tail.fd).st_mtime_ns
             os.close(tail.fd)
             del self.tails[ident]
         return True

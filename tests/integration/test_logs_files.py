@@ -1,0 +1,103 @@
+"""Ray Serve log files: tailed by inode+offset, through rename rotation (Python's
+RotatingFileHandler, which Ray Serve uses) and truncation, without losing a line."""
+
+from __future__ import annotations
+
+import logging
+import logging.handlers
+import threading
+import time
+from pathlib import Path
+
+from faden_agent.config import load_config
+from faden_agent.workers.logs.backlog import Backlog
+from faden_agent.workers.logs.labels import LabelMaker
+from faden_agent.workers.logs.positions import Positions
+from faden_agent.workers.logs.sources.files import RayFileSource
+
+
+class Collector:
+    """Plays the shipper: drains the backlog and accepts every position at once."""
+
+    def __init__(self, backlog: Backlog, positions: Positions):
+        self.lines: list = []
+        self.backlog, self.positions = backlog, positions
+        threading.Thread(target=self.run, daemon=True).start()
+
+    def run(self) -> None:
+        while True:
+            item = self.backlog.get(0.2)
+            if item is not None:
+                self.lines.append(item[1])
+                self.positions.advance({item[1].source: item[1].position})
+
+    def wait(self, n: int, timeout_s: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while len(self.lines) < n and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
+def start_source(tmp_path: Path, ray_dir: Path):
+    config = load_config({}, agent_id="a", advertise_host="h", state_path=tmp_path / "state" / "s.json", ray_log_dir=ray_dir)
+    backlog, positions, stop = Backlog(max_lines=50), Positions(config.state_dir), threading.Event()
+    source = RayFileSource(config, backlog, positions, LabelMaker(config), stop)
+    source.start()
+    return source, Collector(backlog, positions), stop
+
+
+def serve_dir(ray_dir: Path, container: str = "ray-head-1") -> Path:
+    path = ray_dir / container / "session_2024-01-01_00-00-00_1" / "logs" / "serve"
+    path.mkdir(parents=True)
+    return path
+
+
+def test_rename_rotation_while_reading_loses_no_line(tmp_path):
+    ray_dir = tmp_path / "ray"
+    serve = serve_dir(ray_dir)
+    logger = logging.getLogger("test-ray-serve-rotation")
+    logger.propagate = False
+    handler = logging.handlers.RotatingFileHandler(serve / "replica_app_Model_abc.log", maxBytes=20_000, backupCount=50)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(asctime)s replica 7 -- %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    source, collector, stop = start_source(tmp_path, ray_dir)
+    try:
+        total = 3000
+        for i in range(total):
+            logger.info("request %05d done", i)
+            if i % 100 == 0:
+                time.sleep(0.02)  # let the reader interleave with the writer
+        handler.close()
+        collector.wait(total)
+        numbers = [int(e.line.split("request ")[1].split()[0]) for e in collector.lines]
+        assert numbers == list(range(total))  # every line, once, in order
+        assert source.rotations >= 5  # the files really rotated under the reader
+        first = collector.lines[0]
+        assert dict(first.stream)["container"] == "ray-head-1" and dict(first.stream)["file"] == "replica"
+        assert first.metadata == {"filename": "replica_app_Model_abc.log", "session": "session_2024-01-01_00-00-00_1"}
+    finally:
+        stop.set()
+        logger.removeHandler(handler)
+
+
+def test_a_restart_resumes_at_the_accepted_offset_and_truncation_restarts_the_file(tmp_path):
+    ray_dir = tmp_path / "ray"
+    log_file = serve_dir(ray_dir) / "controller_12.log"
+    log_file.write_text("".join(f"INFO 2024-05-01 10:00:0{i},000 controller 12 -- step {i}\n" for i in range(5)))
+    source, collector, stop = start_source(tmp_path, ray_dir)
+    collector.wait(5)
+    stop.set()
+    source.join(5)
+    collector.positions.save(force=True)
+    assert [e.ts_ns for e in collector.lines][:2] == [1714557600_000000000, 1714557601_000000000]
+    with open(log_file, "a") as fh:
+        fh.write("INFO 2024-05-01 10:00:09,000 controller 12 -- step 5\n  a traceback line\n")
+    source, collector, stop = start_source(tmp_path, ray_dir)
+    collector.wait(2)
+    time.sleep(0.5)
+    assert [e.line.split(" -- ")[-1] for e in collector.lines] == ["step 5", "  a traceback line"]
+    assert collector.lines[1].ts_ns == collector.lines[0].ts_ns  # the line without a stamp keeps the last one
+    log_file.write_text("INFO 2024-05-01 11:00:00,000 controller 12 -- after truncate\n")
+    collector.wait(3)
+    assert collector.lines[-1].line.endswith("after truncate") and source.truncations == 1
+    stop.set()

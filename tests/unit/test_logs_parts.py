@@ -1,0 +1,151 @@
+"""The log shipper's pure parts: line rules, labels, journal fields, timestamps, the push
+body, batching, the bounded backlog and durable positions."""
+
+from __future__ import annotations
+
+import gzip
+import threading
+import time
+
+import orjson
+import pytest
+
+from faden_agent.config import load_config
+from faden_agent.workers.logs.backlog import Backlog
+from faden_agent.workers.logs.batcher import Batcher
+from faden_agent.workers.logs.entry import MAX_LINE_BYTES, Entry, clean_line
+from faden_agent.workers.logs.labels import LabelMaker, file_kind, level_from_priority
+from faden_agent.workers.logs.loki import encode
+from faden_agent.workers.logs.positions import Positions
+from faden_agent.workers.logs.sources.containers import parse_rfc3339_ns
+from faden_agent.workers.logs.sources.files import parse_ray_ts_ns
+from faden_agent.workers.logs.sources.journal import field_text
+
+
+def entry(i: int, stream=(("job", "x"),), size: int = 0) -> Entry:
+    return Entry(stream, 1_000 + i, f"line {i}", None, "src", i, size)
+
+
+def test_long_lines_are_cut_with_a_marker_at_a_character_boundary():
+    line = clean_line(("é" * MAX_LINE_BYTES).encode())  # 2 bytes each: the cut falls inside one
+    head, marker = line.split(" [faden-agent: truncated ")
+    assert head == "é" * (MAX_LINE_BYTES // 2)
+    assert marker == f"{MAX_LINE_BYTES} bytes]"
+    assert clean_line("short") == "short"
+
+
+def test_invalid_utf8_is_replaced_not_fatal():
+    assert clean_line(b"ok \xff\xfe end") == "ok \ufffd\ufffd end"
+
+
+@pytest.mark.parametrize("priority,level", [("0", "emerg"), ("1", "alert"), ("2", "crit"), ("3", "error"),
+                                            ("4", "warning"), ("5", "notice"), ("6", "info"), ("7", "debug"),
+                                            (None, "info"), ("9", "info"), ("x", "info"), ([1], "info")])
+def test_levels_from_journald_priority(priority, level):
+    assert level_from_priority(priority) == level
+
+
+def test_system_labels_are_exactly_the_documented_five(tmp_path):
+    config = load_config({}, agent_id="gpu-7", advertise_host="10.1.2.3", state_path=tmp_path / "s.json")
+    labels = dict(LabelMaker(config).system("warning"))
+    assert labels == {"job": "node-agent", "host": "10.1.2.3", "agent_id": "gpu-7",
+                      "container": "node-gpu-7", "level": "warning"}
+
+
+def test_container_and_ray_labels_name_the_container_and_stay_low_cardinality(tmp_path):
+    maker = LabelMaker(load_config({}, agent_id="a", advertise_host="h", state_path=tmp_path / "s.json"))
+    assert dict(maker.container("ray-head", "c1", None, "stderr")) == {
+        "job": "node-agent", "host": "h", "agent_id": "a", "container": "ray-head", "cluster": "c1",
+        "source": "container", "stream": "stderr"}
+    assert dict(maker.ray_file("ray-head", "replica_app_Model_x1y2.log"))["file"] == "replica"
+    assert file_kind("controller_1234.log") == "controller"
+    assert file_kind("_odd.log") == "other"
+
+
+def test_journal_field_values_text_binary_repeated_missing():
+    assert field_text("plain") == "plain"
+    assert field_text([104, 105, 255]) == "hi\ufffd"  # binary: an array of byte values
+    assert field_text(["one", [116, 119, 111]]) == "one\ntwo"  # a field that occurs twice
+    assert field_text(None) == ""
+
+
+def test_docker_and_ray_timestamps():
+    assert parse_rfc3339_ns(b"2024-01-02T03:04:05.123456789Z") == 1704164645_123456789
+    assert parse_rfc3339_ns(b"2024-01-02T03:04:05.1Z") == 1704164645_100000000  # trailing zeros trimmed
+    assert parse_rfc3339_ns(b"2024-01-02T03:04:05Z") == 1704164645_000000000
+    assert parse_rfc3339_ns(b"2024-01-02T04:04:05+01:00") == 1704164645_000000000
+    assert parse_rfc3339_ns(b"garbage") is None
+    assert parse_ray_ts_ns(b"INFO 2024-01-02 03:04:05,250 controller 12 -- up") == 1704164645_250000000
+    assert parse_ray_ts_ns(b"  File \"x.py\", line 3") is None
+
+
+def test_push_body_groups_streams_in_order_with_ns_strings_and_metadata():
+    a, b = (("job", "a"),), (("job", "b"),)
+    entries = [Entry(a, 5, "a1", {"unit": "u"}, "s", 1), Entry(b, 6, "b1", None, "s", 2), Entry(a, 7, "a2", None, "s", 3)]
+    body = orjson.loads(encode(entries))
+    assert body == {"streams": [
+        {"stream": {"job": "a"}, "values": [["5", "a1", {"unit": "u"}], ["7", "a2"]]},
+        {"stream": {"job": "b"}, "values": [["6", "b1"]]},
+    ]}
+    assert orjson.loads(encode(entries, with_metadata=False))["streams"][0]["values"][0] == ["5", "a1"]
+
+
+def test_batches_are_capped_by_lines_and_bytes_and_a_backlog_drains_at_once():
+    backlog = Backlog()
+    for i in range(25):
+        backlog.put(entry(i))
+    batcher = Batcher(backlog, max_lines=10, flush_interval_s=30)
+    started = time.monotonic()
+    sizes = [len(batcher.collect(lambda: False)) for _ in range(2)]
+    assert sizes == [10, 10] and time.monotonic() - started < 5  # full batches never wait
+    by_bytes = Batcher(backlog, max_lines=100, flush_interval_s=0.2, max_bytes=1000)
+    for i in range(5):
+        backlog.put(entry(100 + i, size=400))
+    first = by_bytes.collect(lambda: False)
+    # 5 small (71 bytes each) + 2 of 400 reach the 1000-byte cap; order is kept.
+    assert [e.line for e in first.entries] == [f"line {i}" for i in (20, 21, 22, 23, 24, 100, 101)]
+    assert [e.line for e in by_bytes.collect(lambda: False).entries] == ["line 102", "line 103", "line 104"]
+
+
+def test_a_partial_batch_waits_at_most_the_flush_interval():
+    backlog = Backlog()
+    backlog.put(entry(1))
+    started = time.monotonic()
+    batch = Batcher(backlog, max_lines=100, flush_interval_s=0.3).collect(lambda: False)
+    assert len(batch) == 1 and 0.25 <= time.monotonic() - started < 3
+
+
+def test_the_backlog_blocks_readers_when_full_and_releases_them_when_drained():
+    backlog = Backlog(max_lines=3)
+    for i in range(3):
+        backlog.put(entry(i))
+    done = threading.Event()
+    threading.Thread(target=lambda: (backlog.put(entry(9)), done.set()), daemon=True).start()
+    assert not done.wait(0.3) and len(backlog) == 3  # the reader waits: memory stays bounded
+    backlog.get(0)
+    assert done.wait(5) and backlog.blocked_puts == 1
+    backlog.close()
+    assert backlog.put(entry(10)) is False
+
+
+def test_positions_survive_a_restart_and_the_file_is_private(tmp_path):
+    positions = Positions(tmp_path)
+    positions.advance({"journal": "s=1;i=2", "file:1:2": {"offset": 10, "ts": 5}})
+    positions.save(force=True)
+    assert (tmp_path / "logs-positions.json").stat().st_mode & 0o777 == 0o600
+    again = Positions(tmp_path)
+    assert again.get("journal") == "s=1;i=2" and again.get("file:1:2") == {"offset": 10, "ts": 5}
+    again.initialize("journal", "other")  # a start position never moves a stored one
+    assert Positions(tmp_path).get("journal") == "s=1;i=2"
+
+
+def test_corrupt_positions_start_over_instead_of_failing(tmp_path):
+    (tmp_path / "logs-positions.json").write_text("{not json")
+    assert Positions(tmp_path).get("journal") is None
+
+
+def test_gzip_level_round_trip_of_a_push():
+    from faden_agent.workers.logs.targets import GZIP_LEVEL
+
+    body = encode([entry(i) for i in range(100)])
+    assert gzip.decompress(gzip.compress(body, GZIP_LEVEL)) == body
