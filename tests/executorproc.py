@@ -77,8 +77,8 @@ class ExecutorClient:
         assert ack["accepted"], ack
         return self.wait_terminal(command_id, timeout_s)
 
-    def events(self, action: str | None = None) -> list[dict[str, Any]]:
-        return [r["data"] for r in self.records(protocol.EVENT) if action is None or r["data"].get("action") == action]
+    def events(self, event_type: str | None = None) -> list[dict[str, Any]]:
+        return [r["data"] for r in self.records(protocol.EVENT) if event_type is None or r["data"].get("type") == event_type]
 
 
 def wait_executor_ready(client: ExecutorClient, timeout_s: float = 20.0) -> None:

@@ -78,11 +78,12 @@ def test_run_with_options_then_stop_start_restart_remove(executor_factory, prefi
 
     # Docker events of the managed container reached the outbox, with exit code on die.
     def lifecycle_events():
-        actions = [e["action"] for e in ex.events() if e.get("name") == name]
-        return actions if {"start", "die", "destroy", "health_status"} <= set(actions) else None
+        types = [e["type"] for e in ex.events() if e.get("name") == name]
+        wanted = {"container.start", "container.die", "container.destroy", "container.health_status"}
+        return types if wanted <= set(types) else None
 
     wait_for(lifecycle_events, 10, what="start/die/destroy/health events")
-    dies = [e for e in ex.events("die") if e["name"] == name]
+    dies = [e for e in ex.events("container.die") if e["name"] == name]
     assert all(isinstance(e["exit_code"], int) for e in dies)
 
 

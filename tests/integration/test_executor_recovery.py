@@ -74,7 +74,7 @@ def test_containers_outlive_the_agent_and_are_adopted_on_start(executor_factory,
         assert ex.run(f"{prefix}-run{i}", "container.run",
                       {"name": name, "image": TEST_IMAGE, "command": ["sleep", "300"], "cluster": "c1"})["state"] == "succeeded"
     def adopted_names(starts: int):
-        seen = [e for e in ex.events("adopted") if e["name"] in names]
+        seen = [e for e in ex.events("container.adopted") if e["name"] in names]
         return seen if len(seen) >= starts * len(names) else None  # reported once per start
 
     agent.stop()  # orderly stop
@@ -86,7 +86,7 @@ def test_containers_outlive_the_agent_and_are_adopted_on_start(executor_factory,
     agent.start()
     adopted = wait_for(lambda: adopted_names(2), 20, what="adoption events after the second start")
     assert {e["cluster"] for e in adopted} == {"c1"} and {e["status"] for e in adopted} == {"running"}
-    summaries = [e for e in ex.events("adoption") if set(names) <= set(e["names"])]
+    summaries = [e for e in ex.events("executor.adoption") if set(names) <= set(e["names"])]
     assert len(summaries) >= 2
     # and they are still managed: the restarted agent can stop them
     assert ex.run(f"{prefix}-stop", "container.stop", {"name": names[0], "timeout_s": 0})["state"] == "succeeded"

@@ -53,9 +53,9 @@ def managed_containers(ops: DockerOps, journal: Journal) -> list[Any]:
 def report_managed(ops: DockerOps, journal: Journal, uplink: Uplink, boot: int) -> int:
     containers = managed_containers(ops, journal)
     for container in containers:
-        data = {"source": "executor", "action": "adopted", **container_summary(container)}
+        data = {"type": "container.adopted", **container_summary(container)}
         uplink.put(protocol.EVENT, data, record_id=f"ev:{container.id}:adopted:{boot}")
-    uplink.put(protocol.EVENT, {"source": "executor", "action": "adoption", "count": len(containers),
+    uplink.put(protocol.EVENT, {"type": "executor.adoption", "count": len(containers),
                                 "names": sorted(c.name for c in containers)}, record_id=f"ev:adoption:{boot}")
     log.info("adopted %d managed container(s)", len(containers))
     return len(containers)

@@ -36,8 +36,7 @@ def event_record(event: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
     container_id = actor.get("ID") or event.get("id", "")
     time_nano = int(event.get("timeNano") or int(event.get("time", 0)) * 1_000_000_000)
     data: dict[str, Any] = {
-        "source": "docker",
-        "action": action,
+        "type": f"container.{action}",
         "container_id": container_id,
         "name": attrs.get("name"),
         "image": attrs.get("image"),
