@@ -101,7 +101,10 @@ class BackendClient:
         self.base_url = config.backend_url
         self.timeout_s = config.request_timeout_sec
         self.session = requests.Session()
-        self.session.verify = config.tls_verify()
+        # Passed on every request: a Session-level verify loses to REQUESTS_CA_BUNDLE in the
+        # environment (requests merges the environment over the session), which would let a
+        # stray variable replace FADEN_NODE_AGENT_CA_BUNDLE or even VERIFY_TLS=false.
+        self.verify = config.tls_verify()
         self.session.headers["User-Agent"] = f"faden-agent/{__version__}"
         if credential:
             self.session.headers["Authorization"] = f"Bearer {credential}"
@@ -114,7 +117,7 @@ class BackendClient:
     def _request(self, method: str, path: str, *, timeout: Any = None, auth: bool = True, **kwargs: Any) -> requests.Response:
         url = self.base_url + path
         try:
-            reply = self.session.request(method, url, timeout=timeout or self.timeout_s, **kwargs)
+            reply = self.session.request(method, url, timeout=timeout or self.timeout_s, verify=self.verify, **kwargs)
         except requests.exceptions.SSLError as exc:
             raise BackendUnavailable(f"TLS verification of {self.base_url} failed: {_reason(exc)}") from None
         except requests.RequestException as exc:

@@ -21,13 +21,13 @@ class AdminClient:
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
         self.session = requests.Session()
-        self.session.verify = verify
+        self.verify = verify  # per request: a Session-level value loses to REQUESTS_CA_BUNDLE
         self.session.headers["Authorization"] = f"Bearer {admin_token}"
 
     def call(self, method: str, path: str, body: Any = None, **params: Any) -> Any:
         try:
             reply = self.session.request(method, self.url + ADMIN + path, json=body, params=params or None,
-                                         timeout=self.timeout_s)
+                                         timeout=self.timeout_s, verify=self.verify)
         except requests.RequestException as exc:
             raise AdminError(f"{self.url} did not answer: {exc.__class__.__name__}") from None
         if reply.status_code >= 400:

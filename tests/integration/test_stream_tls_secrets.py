@@ -1,0 +1,136 @@
+"""TLS verification against a private CA, and secrets kept out of logs, ps, titles and
+command lines (issue 3). The CA and server certificate are made here with `cryptography`."""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from tests.agentproc import AgentProcess, wait_for
+from tests.backendproc import BackendProcess, agent_env_for, agent_on_backend, backend  # noqa: F401
+from tests.integration.test_stream_enroll import agent_status
+
+
+def _name(common_name: str) -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+
+
+def make_ca_and_server_cert(directory: Path) -> tuple[Path, Path, Path]:
+    """(ca.pem, server.pem, server.key) for 127.0.0.1, signed by a fresh private CA."""
+    now = datetime.datetime.now(datetime.timezone.utc)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_cert = (
+        x509.CertificateBuilder().subject_name(_name("faden test CA")).issuer_name(_name("faden test CA"))
+        .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
+                                     key_encipherment=False, data_encipherment=False, key_agreement=False,
+                                     encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        x509.CertificateBuilder().subject_name(_name("127.0.0.1")).issuer_name(ca_cert.subject)
+        .public_key(key.public_key()).serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    ca_path, cert_path, key_path = directory / "ca.pem", directory / "server.pem", directory / "server.key"
+    ca_path.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    key_path.chmod(0o600)
+    return ca_path, cert_path, key_path
+
+
+def without_ca_overrides(env: dict[str, str]) -> dict[str, str]:
+    """requests would use these instead of our settings; an operator's shell may have them."""
+    for name in ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "SSL_CERT_FILE", "SSL_CERT_DIR"):
+        env.pop(name, None)
+    return env
+
+
+def test_unknown_ca_refused_right_ca_bundle_accepted(tmp_path):
+    ca, cert, key = make_ca_and_server_cert(tmp_path)
+    tls_backend = BackendProcess(tmp_path / "data", tmp_path / "backend.log", tls_cert=cert, tls_key=key, ca_bundle=ca)
+    tls_backend.start()
+    try:
+        assert tls_backend.url.startswith("https://")
+        refused_root = tmp_path / "refused"
+        refused_root.mkdir()
+        refused_env = without_ca_overrides(agent_env_for(tls_backend, refused_root, verify_tls="true"))
+        refused = AgentProcess(refused_env, refused_root / "agent.log").start()
+        try:
+            report = wait_for(lambda: "TLS verification" in ((s := agent_status(refused_env))["last_error"] or "") and s,
+                              20, what="TLS refusal in status")
+            assert "CERTIFICATE_VERIFY_FAILED" in report["last_error"] or "verify" in report["last_error"]
+            assert not report["enrolled"] and tls_backend.nodes() == []
+        finally:
+            refused.stop()
+        accepted_root = tmp_path / "accepted"
+        accepted_root.mkdir()
+        accepted_env = without_ca_overrides(agent_env_for(tls_backend, accepted_root, ca_bundle=ca))
+        # A stray REQUESTS_CA_BUNDLE (common in shells) must not replace the configured CA bundle.
+        accepted_env["REQUESTS_CA_BUNDLE"] = str(tmp_path / "server.pem")
+        with AgentProcess(accepted_env, accepted_root / "agent.log"):
+            node = tls_backend.wait_node(accepted_env["FADEN_NODE_AGENT_AGENT_ID"], heartbeats=2)
+            assert node["workers"]
+    finally:
+        tls_backend.stop()
+
+
+def _all_cmdlines_and_titles() -> list[bytes]:
+    texts = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        for name in ("cmdline", "comm"):
+            try:
+                texts.append((proc / name).read_bytes())
+            except OSError:
+                pass
+    return texts
+
+
+def test_token_and_credential_never_leak(backend, agent_on_backend, tmp_path):  # noqa: F811
+    agent, node = agent_on_backend()
+    token = agent.env["FADEN_NODE_AGENT_ENROLLMENT_TOKEN"]
+    credential = orjson.loads((tmp_path / "agent0" / "state" / "state.json").read_bytes())["credential"]
+    secrets = [token.encode(), credential.encode()]
+    # Exercise the paths that log: errors, maintenance, a command, a reconnect.
+    backend.admin.faults(maintenance_retry_after=1)
+    wait_for(lambda: agent_status(agent.env)["connection"] == "maintenance", 10, what="maintenance")
+    backend.admin.faults(maintenance_retry_after=None)
+    command_id = backend.send_command(node["node_id"], "no.such.kind")
+    backend.wait_command(command_id)
+    outputs = []
+    for args in (["ps", "--json"], ["ps"], ["status", "--json"], ["status"], ["config"], ["config", "--json"]):
+        result = subprocess.run([sys.executable, "-m", "faden_agent", *args], env=agent.env, capture_output=True,
+                                timeout=20)
+        outputs.append(result.stdout + result.stderr)
+    ps_table = json.loads(outputs[0])
+    assert {w["name"] for w in ps_table["workers"]} >= {"stream", "executor"}
+    system_ps = subprocess.run(["ps", "auxww"], capture_output=True, timeout=20).stdout
+    texts = outputs + [system_ps, agent.log_path.read_bytes(), backend.log_path.read_bytes(),
+                       (tmp_path / "agent0" / "state" / "status.json").read_bytes()] + _all_cmdlines_and_titles()
+    for secret in secrets:
+        leaks = [text[:200] for text in texts if secret in text]
+        assert not leaks, leaks
+    assert b"<redacted>" in outputs[4]  # the token is set, and `config` shows that without its value
