@@ -55,6 +55,7 @@ class DockerChangeWatcher:
         delay = RETRY_MIN_S
         connected_before = False
         while not self._stop.is_set():
+            client = None
             try:
                 client = docker_probe.make_client(self.docker_host, timeout_s=10)
                 self._stream = client.api.events(decode=True, filters={"type": ["container", "image"]})
@@ -68,5 +69,9 @@ class DockerChangeWatcher:
             except Exception as exc:  # noqa: BLE001 - any engine failure: wait, reconnect
                 if not self._stop.is_set():
                     log.debug("docker events unavailable (%s); retrying in %.0f s", exc, delay)
+            finally:
+                self._stream = None
+                if client is not None:
+                    client.close()
             self._stop.wait(delay)
             delay = min(delay * 2, RETRY_MAX_S)

@@ -28,7 +28,9 @@ class DockerProbe:
                 self._client = docker_probe.make_client(self.docker_host)
             return docker_probe.probe_docker(self._client)
         except Exception:
-            self._client = None
+            client, self._client = self._client, None
+            if client is not None:
+                client.close()  # its connection may be the stuck one: do not keep it
             raise
 
 
