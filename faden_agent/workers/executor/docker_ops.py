@@ -89,9 +89,12 @@ class PullProgress:
     def __init__(self) -> None:
         self.layers: dict[str, list[int]] = {}  # layer id -> [done, total]
 
+    LAYER_STATUSES = ("Pulling fs layer", "Waiting", "Downloading", "Verifying Checksum", "Download complete",
+                      "Extracting", "Pull complete", "Already exists")
+
     def update(self, line: dict[str, Any]) -> None:
         layer, status = line.get("id"), line.get("status", "")
-        if not layer or layer == "latest" or ":" in layer:
+        if not layer or status not in self.LAYER_STATUSES:  # e.g. "Pulling from repo" carries the tag as id
             return
         detail = line.get("progressDetail") or {}
         entry = self.layers.setdefault(layer, [0, 0])

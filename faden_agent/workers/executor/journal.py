@@ -75,6 +75,7 @@ class Journal:
         self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute("PRAGMA secure_delete=ON")  # scrubbed credentials must not linger in free pages
         self._db.executescript(_SCHEMA)
         self.path.chmod(0o600)
 
@@ -125,10 +126,13 @@ class Journal:
             row = self._db.execute("SELECT spec, state FROM commands WHERE id = ?", (command_id,)).fetchone()
             if row is None or row[1] == DONE:
                 return False
+            spec = orjson.loads(row[0])
             self._db.execute(
                 "UPDATE commands SET state = ?, outcome = ?, spec = ?, updated_at = ? WHERE id = ?",
-                (DONE, orjson.dumps(outcome), orjson.dumps(scrub(orjson.loads(row[0]))), time.time(), command_id),
+                (DONE, orjson.dumps(outcome), orjson.dumps(scrub(spec)), time.time(), command_id),
             )
+            if scrub(spec) != spec:  # rare (pulls with credentials): also flush the old page out of the WAL
+                self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         return True
 
     # --- containers adopted explicitly (they carry no labels of ours)

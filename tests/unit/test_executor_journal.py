@@ -1,0 +1,40 @@
+"""The command journal on a real SQLite file: exactly-once bookkeeping across reopen."""
+
+from __future__ import annotations
+
+import stat
+
+from faden_agent.workers.executor.journal import DONE, QUEUED, RUNNING, Journal
+
+
+def test_add_is_idempotent_and_survives_reopen(tmp_path):
+    journal = Journal(tmp_path)
+    entry, duplicate = journal.add("c1", 1, "image.pull", {"image": "x", "auth": {"password": "s3cret"}}, None)
+    assert not duplicate and entry.state == QUEUED
+    again, duplicate = journal.add("c1", 2, "container.run", {}, None)
+    assert duplicate and again.kind == "image.pull" and again.seq == 1
+    assert journal.mark_running("c1") == 1
+    journal.close()
+
+    reopened = Journal(tmp_path)
+    (unfinished,) = reopened.unfinished()
+    assert unfinished.id == "c1" and unfinished.state == RUNNING and unfinished.attempt == 1
+    assert reopened.mark_running("c1") == 2
+    outcome = {"command_id": "c1", "state": "succeeded", "reason": "ok", "message": "done"}
+    assert reopened.finish("c1", outcome) is True
+    assert reopened.finish("c1", {**outcome, "state": "failed"}) is False  # one outcome only
+    done = reopened.get("c1")
+    assert done.state == DONE and done.outcome == outcome
+    assert done.spec["auth"] == "<redacted>"  # credentials leave the journal once done
+    assert reopened.unfinished() == []
+    for path in tmp_path.glob("executor.sqlite*"):  # the database and its WAL
+        assert b"s3cret" not in path.read_bytes(), path
+    assert stat.S_IMODE((tmp_path / "executor.sqlite").stat().st_mode) == 0o600
+
+
+def test_adopted_containers_are_remembered(tmp_path):
+    journal = Journal(tmp_path)
+    journal.adopt("abc", "legacy", "c9")
+    assert Journal(tmp_path).adopted_ids() == {"abc"}
+    journal.forget("abc")
+    assert journal.adopted_ids() == set()
