@@ -10,6 +10,7 @@ talk to the driver. bench/gpu_probe.py runs the real probe on a machine with GPU
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 import types
@@ -20,6 +21,7 @@ import pytest
 
 from faden_agent.workers.inventory.gpu import (REASON_NO_DRIVER, REASON_NO_GPU, REASON_NO_LIBRARY,
                                                REASON_NO_PYNVML, GpuProbe)
+from faden_agent.workers.inventory.gpu_events import GpuErrorWatcher
 from faden_agent.workers.inventory.probes import OVERRUN, Probe
 
 GiB = 1024**3
@@ -46,11 +48,14 @@ class FakeNvml(types.ModuleType):
     def __init__(self, gpus: list[FakeGpu], init_error: int | None = None):
         super().__init__("fake_pynvml")
         for name in dir(pynvml):
-            if name.startswith(("NVML_", "NVMLError")):
+            if name.startswith(("NVML_", "NVMLError", "nvmlEventType")):
                 setattr(self, name, getattr(pynvml, name))
         self.gpus = gpus
         self.init_error = init_error
         self.init_calls = 0
+        self.events: "queue.Queue[int]" = queue.Queue()  # pushed by a test: a GPU event
+        self.event_support = True
+        self.shutdowns = 0
 
     def _check(self, fn: str, gpu: FakeGpu) -> None:
         if gpu.hang is not None:
@@ -62,6 +67,26 @@ class FakeNvml(types.ModuleType):
         self.init_calls += 1
         if self.init_error is not None:
             raise pynvml.NVMLError(self.init_error)
+
+    def nvmlShutdown(self):
+        self.shutdowns += 1
+
+    def nvmlEventSetCreate(self): return "event-set"
+    def nvmlEventSetFree(self, event_set): pass
+
+    def nvmlDeviceRegisterEvents(self, h, mask, event_set):
+        assert mask == pynvml.nvmlEventTypeXidCriticalError | pynvml.nvmlEventTypeDoubleBitEccError
+        if not self.event_support:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+
+    def nvmlEventSetWait_v2(self, event_set, timeout_ms):
+        try:
+            code = self.events.get(timeout=timeout_ms / 1000)
+        except queue.Empty:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_TIMEOUT) from None
+        if code:
+            raise pynvml.NVMLError(code)
+        return types.SimpleNamespace(eventType=pynvml.nvmlEventTypeXidCriticalError, eventData=79)
 
     def nvmlDeviceGetCount(self): return len(self.gpus)
     def nvmlSystemGetDriverVersion(self): return "550.54.15"
@@ -245,3 +270,45 @@ def test_a_hanging_nvml_call_is_reported_as_overrun_without_piling_up_threads():
         time.sleep(0.01)
     probe.start()
     assert probe.wait().data["devices"][1]["state"] == "ok"
+
+
+def watch(fake: FakeNvml) -> tuple[GpuErrorWatcher, threading.Event]:
+    seen = threading.Event()
+    watcher = GpuErrorWatcher(seen.set, nvml=fake)
+    watcher.start()
+    return watcher, seen
+
+
+def test_a_gpu_error_event_calls_for_a_record_at_once():
+    fake = FakeNvml(two_gpus())
+    watcher, seen = watch(fake)
+    try:
+        assert not seen.wait(0.3)  # quiet GPUs: wait timeouts are not changes
+        assert watcher.watching == 2
+        fake.events.put(0)  # an Xid 79 ("fallen off the bus") event
+        assert seen.wait(3)
+    finally:
+        watcher.stop()
+        watcher.thread.join(3)
+    assert not watcher.thread.is_alive() and fake.shutdowns == 1
+
+
+def test_a_lost_gpu_during_the_wait_is_a_change_too():
+    fake = FakeNvml(two_gpus())
+    watcher, seen = watch(fake)
+    try:
+        fake.events.put(pynvml.NVML_ERROR_GPU_IS_LOST)
+        assert seen.wait(3)
+    finally:
+        watcher.stop()
+        watcher.thread.join(3)
+    assert not watcher.thread.is_alive()
+
+
+def test_nothing_to_watch_ends_the_thread_quietly():
+    unsupported = FakeNvml(two_gpus())
+    unsupported.event_support = False
+    for fake in (unsupported, FakeNvml([], init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND), FakeNvml([])):
+        watcher, seen = watch(fake)
+        watcher.thread.join(3)
+        assert not watcher.thread.is_alive() and not seen.is_set() and watcher.watching == 0

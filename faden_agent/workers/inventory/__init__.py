@@ -9,6 +9,7 @@
     docker_probe.py  engine, runtimes, images, managed containers and their GPUs
     gpu.py           NVML: driver and every GPU (needs nothing but pynvml)
     changes.py       Docker events that call for a record now
+    gpu_events.py    NVML error events (critical Xid, double-bit ECC) that do the same
     record.py        full / unchanged records, content hash, the receiver's rule
 
 InventoryWorker is loaded on first use, so importing record.py (the reference backend

@@ -2,7 +2,8 @@
 
 Loop (a collector thread; the worker's main loop only heartbeats and watches it):
   every INVENTORY_INTERVAL_SEC, at start, and SETTLE_S after a change it can see (a
-  Docker event of a managed container or an image) -> run the probes (each in its own
+  Docker event of a managed container or an image, an NVML critical-Xid or double-bit
+  ECC event) -> run the probes (each in its own
   thread with a timeout, see probes.py) -> one record (record.py).
 Inputs: psutil, the Docker engine, NVML.
 Outputs: `inventory` records through Uplink: full ones durable (`put`), unchanged ones
@@ -22,6 +23,7 @@ from faden_agent.uplink import Uplink
 from faden_agent.workers.base import Worker
 from faden_agent.workers.inventory.changes import DockerChangeWatcher
 from faden_agent.workers.inventory.collector import Collector
+from faden_agent.workers.inventory.gpu_events import GpuErrorWatcher
 from faden_agent.workers.inventory.record import FULL, RecordEmitter, full_record_id
 
 log = logging.getLogger(__name__)
@@ -60,10 +62,12 @@ class InventoryWorker(Worker):
         self.reporter = InventoryReporter(self.collector, self.uplink)
         self._changed = threading.Event()
         self._quit = threading.Event()
-        self.watcher = DockerChangeWatcher(self.config.docker_host, self._changed.set)
+        self.watchers = [DockerChangeWatcher(self.config.docker_host, self._changed.set),
+                         GpuErrorWatcher(self._changed.set)]
         self._loop = threading.Thread(target=self._collect_loop, name="inventory-collect", daemon=True)
         self._loop.start()
-        self.watcher.start()
+        for watcher in self.watchers:
+            watcher.start()
 
     def _collect_loop(self) -> None:
         while not self._quit.is_set():
@@ -92,6 +96,7 @@ class InventoryWorker(Worker):
     def teardown(self) -> None:
         self._quit.set()
         self._changed.set()
-        self.watcher.stop()
+        for watcher in self.watchers:
+            watcher.stop()
         self._loop.join(timeout=2)
         self.uplink.close()

@@ -1,0 +1,91 @@
+"""GPU errors as they happen: NVML's event set (critical Xid errors, double-bit ECC
+errors) wakes a thread that calls `on_change`, so a GPU falling into error is reported
+within seconds instead of at the next interval. No NVML, no GPU, or no GPU that supports
+events: the thread ends quietly (the interval still covers those machines).
+
+The thread has its own nvmlInit (NVML counts them) and waits in slices of WAIT_MS so it
+can stop; a wait that hangs in the driver holds only this thread.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import threading
+from typing import Any, Callable
+
+log = logging.getLogger(__name__)
+
+WAIT_MS = 1000
+RETRY_S = 30.0
+
+
+class GpuErrorWatcher:
+    def __init__(self, on_change: Callable[[], None], nvml: Any = None):
+        self.on_change = on_change
+        self.nvml = nvml
+        self.watching = 0  # GPUs registered for events
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="inventory-gpu-events", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        try:
+            nvml = self.nvml or importlib.import_module("pynvml")
+        except ImportError:
+            return
+        while not self._stop.is_set():
+            try:
+                nvml.nvmlInit()
+            except nvml.NVMLError as exc:
+                log.debug("no GPU events: %s", exc)
+                return  # no library or no driver: nothing to watch
+            try:
+                if not self._watch(nvml):
+                    return
+            except nvml.NVMLError as exc:
+                log.warning("GPU event wait failed (%s); a record follows, watching again in %.0f s", exc, RETRY_S)
+                self.on_change()  # the failure itself (e.g. "GPU is lost") is news
+            finally:
+                self._shutdown(nvml)
+            self._stop.wait(RETRY_S)
+
+    def _watch(self, nvml: Any) -> bool:
+        """Wait for events until stopped; False when no GPU supports them."""
+        event_set = nvml.nvmlEventSetCreate()
+        try:
+            mask = nvml.nvmlEventTypeXidCriticalError | nvml.nvmlEventTypeDoubleBitEccError
+            self.watching = 0
+            for index in range(nvml.nvmlDeviceGetCount()):
+                try:
+                    nvml.nvmlDeviceRegisterEvents(nvml.nvmlDeviceGetHandleByIndex(index), mask, event_set)
+                    self.watching += 1
+                except nvml.NVMLError as exc:
+                    if exc.value != nvml.NVML_ERROR_NOT_SUPPORTED:
+                        raise
+            if not self.watching:
+                return False
+            wait = getattr(nvml, "nvmlEventSetWait_v2", None) or nvml.nvmlEventSetWait
+            while not self._stop.is_set():
+                try:
+                    wait(event_set, WAIT_MS)
+                except nvml.NVMLError as exc:
+                    if exc.value == nvml.NVML_ERROR_TIMEOUT:
+                        continue
+                    raise
+                self.on_change()
+            return True
+        finally:
+            nvml.nvmlEventSetFree(event_set)
+
+    @staticmethod
+    def _shutdown(nvml: Any) -> None:
+        try:
+            nvml.nvmlShutdown()
+        except nvml.NVMLError:
+            pass
