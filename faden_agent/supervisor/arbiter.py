@@ -33,6 +33,7 @@ from faden_agent.config import Config
 from faden_agent.ipc import Channel, Endpoints, EnvelopeError, ensure_runtime_dir
 from faden_agent.proctitle import set_title
 from faden_agent.supervisor.notify import SystemdNotifier
+from faden_agent.supervisor.onefile import follow_bootloader
 from faden_agent.supervisor.policy import RestartPolicy
 from faden_agent.supervisor.states import WorkerProcess, WorkerState
 from faden_agent.supervisor.table import ResourceSampler, worker_row
@@ -97,7 +98,7 @@ class Supervisor:
     def prepare(self) -> None:
         set_title(f"faden-agent: supervisor {__version__}", "faden-super")
         ensure_runtime_dir(self.config.runtime_dir)
-        self.notifier.announce_main_pid()  # the standalone binary: we, not its bootloader
+        follow_bootloader()  # the standalone binary: stop when its bootloader is killed
         self._wakeup_r, wakeup_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.set_wakeup_fd(wakeup_w)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP):

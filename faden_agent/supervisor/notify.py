@@ -3,29 +3,18 @@
 READY=1 once the workers run, WATCHDOG=1 from the supervisor loop while it is healthy,
 STOPPING=1 on shutdown, STATUS= for `systemctl status`. A no-op outside systemd.
 
-The standalone (PyInstaller onefile) binary runs Python as a child of its bootloader, and
-the bootloader is what systemd started. The supervisor then announces itself with
-MAINPID= (the unit has NotifyAccess=all), so systemd's main-process signals (stop, watchdog
-abort, `systemctl kill --kill-who=main`) reach the supervisor itself; WATCHDOG_PID names
-the bootloader in that case and is accepted as ours.
+Under the standalone binary, systemd's main process is PyInstaller's onefile bootloader
+and these messages come from its child (the unit has NotifyAccess=all); WATCHDOG_PID then
+names the bootloader, our parent, and is accepted as ours.
 """
 
 from __future__ import annotations
 
 import os
 import socket
-import sys
 from typing import Mapping
 
-
-def is_onefile_child() -> bool:
-    """True in the Python process that PyInstaller's onefile bootloader started."""
-    if not getattr(sys, "frozen", False):
-        return False
-    try:
-        return os.readlink(f"/proc/{os.getppid()}/exe") == os.readlink("/proc/self/exe")
-    except OSError:
-        return False
+from faden_agent.supervisor.onefile import is_onefile_child
 
 
 class SystemdNotifier:
@@ -56,10 +45,6 @@ class SystemdNotifier:
             return True
         except OSError:
             return False
-
-    def announce_main_pid(self) -> bool:
-        """Under the onefile bootloader, make systemd treat this process as the main one."""
-        return self.send(f"MAINPID={os.getpid()}") if self.onefile_child else False
 
     def ready(self, status: str = "") -> bool:
         return self.send("READY=1", f"STATUS={status}") if status else self.send("READY=1")

@@ -2,12 +2,12 @@
 # Build (once) the Docker image of a minimal Debian bookworm with a real systemd and no
 # Python: debootstrap minbase + systemd, systemd-sysv, dbus, curl (install.sh downloads
 # with it), ca-certificates; then `docker import`. Cached by its tag: a second call is a no-op.
-# Usage: build-systemd-image.sh [TAG]   (default faden-test/systemd:bookworm-1)
+# Usage: build-systemd-image.sh [TAG]   (default faden-test/systemd:bookworm-2)
 # Run it with the flags of DESIGN.md section 5 (no --privileged here):
 #   docker run -d --cap-add SYS_ADMIN --security-opt seccomp=unconfined --cgroupns=host \
 #     -v /sys/fs/cgroup:/sys/fs/cgroup:rw --tmpfs /run --tmpfs /run/lock TAG /lib/systemd/systemd
 set -euo pipefail
-TAG="${1:-faden-test/systemd:bookworm-1}"
+TAG="${1:-faden-test/systemd:bookworm-2}"
 if docker image inspect "$TAG" >/dev/null 2>&1; then
   echo "$TAG"
   exit 0
@@ -32,7 +32,8 @@ for unit in getty.target console-getty.service systemd-udevd.service systemd-ude
             e2scrub_all.timer fstrim.timer systemd-tmpfiles-clean.timer; do
   ln -sf /dev/null "$root/etc/systemd/system/$unit"
 done
-echo "faden-systemd" >"$root/etc/hostname"
+# No /etc/hostname: with the host network, systemd must not touch any hostname.
+rm -f "$root/etc/hostname"
 # Persistent journal is not needed; volatile journal in /run is enough for the tests.
 mkdir -p "$root/etc/systemd/journald.conf.d"
 printf '[Journal]\nStorage=volatile\n' >"$root/etc/systemd/journald.conf.d/volatile.conf"

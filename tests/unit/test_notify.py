@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from faden_agent.supervisor.notify import SystemdNotifier, is_onefile_child
+from faden_agent.supervisor.notify import SystemdNotifier
+from faden_agent.supervisor.onefile import is_onefile_child
 from tests.agentproc import agent_env
 
 
@@ -83,12 +84,8 @@ def test_watchdog_interval_is_half_the_period_and_only_for_our_pid():
     assert SystemdNotifier({**mine, "WATCHDOG_USEC": "soon"}, onefile_child=False).watchdog_interval_s is None
 
 
-def test_main_pid_is_announced_only_under_the_onefile_bootloader(listener):
-    sock, path = listener
-    assert not is_onefile_child()  # this is plain Python, not the frozen binary
-    assert SystemdNotifier({"NOTIFY_SOCKET": path}, onefile_child=False).announce_main_pid() is False
-    assert SystemdNotifier({"NOTIFY_SOCKET": path}, onefile_child=True).announce_main_pid()
-    assert receive(sock) == [f"MAINPID={os.getpid()}"]
+def test_plain_python_is_not_the_onefile_child():
+    assert not is_onefile_child()  # only the frozen binary's Python runs under its bootloader
 
 
 SUPERVISOR = textwrap.dedent(
@@ -116,7 +113,6 @@ def test_real_supervisor_sends_ready_watchdog_and_stopping(listener, tmp_path):
         assert len(ready) == 1, seen
         assert "STATUS=1 workers running" in ready[0]
         assert sum(m == ["WATCHDOG=1"] for m in seen) >= 3, seen
-        assert not any("MAINPID" in field for m in seen for field in m)  # plain Python: no bootloader
         proc.send_signal(signal.SIGTERM)
         while True:
             message = receive(sock)

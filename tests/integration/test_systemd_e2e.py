@@ -1,0 +1,193 @@
+"""The agent as operators meet it: the install line, a real systemd, no Python (issue 7).
+
+A systemd container (tests/infra/build-systemd-image.sh; host network, the host's Docker
+socket, no Python inside) runs the console's install line against the reference backend on
+127.0.0.1, which serves the standalone builds (packaging/build.sh) from --downloads:
+install -> enroll -> heartbeats; `systemctl kill -s KILL` of the main process -> restarted,
+containers untouched; upgrade by re-running the install line -> same node, new version,
+containers untouched; a corrupt checksum -> the old build keeps running; the agent's logs
+are in that container's journal; a stalled supervisor is restarted by the watchdog.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from faden_agent import __version__, protocol
+from tests.agentproc import wait_for
+from tests.backendproc import BackendProcess
+from tests.conftest import TEST_IMAGE
+from tests.systemdctr import REPO, SystemdContainer, agent_build, systemd_image
+
+pytestmark = [pytest.mark.docker, pytest.mark.systemd]
+
+UPGRADE_VERSION = f"{__version__}.post1"  # newer than the source version by construction
+UNIT = "faden-agent"
+INSTALL_LINE = "curl -fsSL \"$FADEN_NODE_AGENT_BACKEND_URL/downloads/install.sh\" | sh"
+# Operators' knobs, set faster for the test: a drop-in like an operator would write.
+FAST_DROP_IN = "[Service]\nRestartSec=1\nWatchdogSec=4\nTimeoutAbortSec=3\n"
+
+
+@pytest.fixture(scope="module")
+def image(docker_client) -> str:
+    return systemd_image()
+
+
+@pytest.fixture(scope="module")
+def builds(tmp_path_factory) -> dict[str, Path]:
+    """The current build and an upgrade build (same sources, newer version stamp)."""
+    current = agent_build()
+    upgrade = agent_build(UPGRADE_VERSION, dist=REPO / "build" / "dist-upgrade")
+    return {"current": current, "upgrade": upgrade}
+
+
+def offer(downloads: Path, binary: Path) -> None:
+    """Put one build (binary, .sha256, .version) and install.sh where the backend serves them."""
+    downloads.mkdir(exist_ok=True)
+    for suffix in ("", ".sha256", ".version"):
+        shutil.copy2(f"{binary}{suffix}", downloads / f"{binary.name}{suffix}")
+    shutil.copy2(REPO / "packaging/install.sh", downloads / "install.sh")
+
+
+@pytest.fixture
+def served(tmp_path, builds):
+    downloads = tmp_path / "downloads"
+    offer(downloads, builds["current"])
+    backend = BackendProcess(tmp_path / "backend-data", tmp_path / "backend.log", downloads=downloads)
+    backend.start()
+    yield backend, downloads
+    backend.stop()
+
+
+def install_env(backend: BackendProcess, agent_id: str, token: str | None) -> dict[str, str]:
+    env = {
+        "FADEN_NODE_AGENT_BACKEND_URL": backend.url,
+        "FADEN_NODE_AGENT_AGENT_ID": agent_id,
+        "FADEN_NODE_AGENT_HEARTBEAT_INTERVAL_SEC": "1",
+        "FADEN_NODE_AGENT_RECONNECT_MIN_SEC": "0.2",
+        "FADEN_NODE_AGENT_RECONNECT_MAX_SEC": "1",
+    }
+    if token:
+        env["FADEN_NODE_AGENT_ENROLLMENT_TOKEN"] = token
+    return env
+
+
+def run_install_line(box: SystemdContainer, env: dict[str, str], check: bool = True):
+    return box.sh(INSTALL_LINE, env=env, check=check, timeout_s=180)
+
+
+@pytest.fixture
+def managed_container(docker_client):
+    """A container labelled as the agent's: it must survive every restart and upgrade."""
+    made = []
+
+    def make(agent_id: str):
+        container = docker_client.containers.run(
+            TEST_IMAGE, ["sleep", "3600"], detach=True, name=f"faden-test-sd-{uuid.uuid4().hex[:8]}",
+            labels={protocol.LABEL_MANAGED: "true", protocol.LABEL_AGENT_ID: agent_id},
+        )
+        made.append(container)
+        return container
+
+    yield make
+    for container in made:
+        container.remove(force=True)
+
+
+def started_at(container) -> str:
+    container.reload()
+    assert container.status == "running", container.status
+    return container.attrs["State"]["StartedAt"]
+
+
+def test_install_line_restart_upgrade_and_bad_checksum(image, served, builds, managed_container):
+    backend, downloads = served
+    upgrade = builds["upgrade"]
+    agent_id = "sd-" + uuid.uuid4().hex[:8]
+    with SystemdContainer(image) as box:
+        assert box.sh("command -v python3 python || true").stdout.strip() == ""  # no Python in there
+
+        # The install line: download, verify, install, start; the node enrolls and heartbeats.
+        begin = time.monotonic()
+        done = run_install_line(box, install_env(backend, agent_id, backend.mint_token()))
+        node = backend.wait_node(agent_id, heartbeats=1, timeout_s=60)
+        first_heartbeat_s = time.monotonic() - begin
+        print(f"\ninstall line -> first heartbeat: {first_heartbeat_s:.1f}s")
+        assert f"installed faden-agent {__version__}" in done.stderr
+        assert node["version"] == __version__ and node["available_version"] is None
+        props = box.wait_active(UNIT)
+        env_file = box.sh("stat -c '%a %U' /etc/faden-agent/agent.env && cat /etc/faden-agent/agent.env").stdout
+        assert env_file.startswith("600 root")
+        assert box.sh("stat -c %a /var/lib/faden-agent/state.json").stdout.strip() == "600"
+        container = managed_container(agent_id)
+        container_started = started_at(container)
+
+        # kill -9 of the main process: systemd restarts the agent, the container runs on.
+        box.sh("mkdir -p /etc/systemd/system/faden-agent.service.d")
+        box.sh(f"printf '{FAST_DROP_IN}' > /etc/systemd/system/faden-agent.service.d/test.conf && systemctl daemon-reload")
+        box.sh(f"systemctl kill -s KILL --kill-who=main {UNIT}")
+        after_kill = box.wait_active(UNIT, other_than_pid=props["MainPID"])
+        assert int(after_kill["NRestarts"]) >= 1
+        beats = backend.node_by_agent(agent_id)["heartbeats"]
+        backend.wait_node(agent_id, heartbeats=beats + 2, timeout_s=30)
+        assert started_at(container) == container_started
+        assert len([n for n in backend.nodes() if n["agent_id"] == agent_id]) == 1
+
+        # The backend now serves a newer build: it says so, and the install line upgrades in place.
+        offer(downloads, upgrade)
+        assert backend.node_by_agent(agent_id)["available_version"] == UPGRADE_VERSION
+        done = run_install_line(box, install_env(backend, agent_id, token=backend.mint_token()))
+        assert f"installed faden-agent {UPGRADE_VERSION}" in done.stderr
+        upgraded = wait_for(lambda: (n := backend.node_by_agent(agent_id)) and n["version"] == UPGRADE_VERSION and n,
+                            60, interval_s=0.3, what="the node to report the new version")
+        assert upgraded["node_id"] == node["node_id"]  # no new enrollment
+        assert upgraded["available_version"] is None
+        assert len([n for n in backend.nodes() if n["agent_id"] == agent_id]) == 1
+        assert started_at(container) == container_started
+        running = box.wait_active(UNIT)
+
+        # A corrupt checksum: refused, the installed build stays and keeps running.
+        (downloads / f"{upgrade.name}.sha256").write_text("0" * 64 + f"  {upgrade.name}\n")
+        bad = run_install_line(box, install_env(backend, agent_id, token=None), check=False)
+        assert bad.returncode != 0
+        assert "checksum mismatch" in bad.stderr and "unchanged and keeps running" in bad.stderr
+        assert box.sh("/usr/local/bin/faden-agent --version").stdout.strip() == f"faden-agent {UPGRADE_VERSION}"
+        assert box.show(UNIT)["MainPID"] == running["MainPID"]  # not even restarted
+        assert not box.sh("ls -a /usr/local/bin").stdout.count(".faden-agent.new")  # no leftovers
+
+        # A download error (the build is gone): same promise.
+        (downloads / upgrade.name).unlink()
+        gone = run_install_line(box, install_env(backend, agent_id, token=None), check=False)
+        assert gone.returncode != 0 and "download of" in gone.stderr and "keeps running" in gone.stderr
+        assert box.show(UNIT)["MainPID"] == running["MainPID"]
+
+        # The agent's own logs are in this container's journal; the token is not.
+        journal = box.journal(UNIT)
+        assert "supervisor" in journal and "enrolled with" in journal
+        assert "fdn_enr_" not in journal
+        status = box.sh("faden-agent status").stdout
+        assert f"node {node['node_id']}" in status and "system service active" in status
+
+
+def test_watchdog_restarts_a_stalled_supervisor(image, served):
+    backend, _ = served
+    agent_id = "sdw-" + uuid.uuid4().hex[:8]
+    with SystemdContainer(image) as box:
+        box.sh("mkdir -p /etc/systemd/system/faden-agent.service.d")
+        box.sh(f"printf '{FAST_DROP_IN}' > /etc/systemd/system/faden-agent.service.d/test.conf")
+        run_install_line(box, install_env(backend, agent_id, backend.mint_token()))
+        backend.wait_node(agent_id, heartbeats=1, timeout_s=60)
+        before = box.wait_active(UNIT)
+        # The supervisor is the bootloader's child (the main process is PyInstaller's bootloader).
+        supervisor = box.sh(f"pgrep -P {before['MainPID']}").stdout.split()[0]
+        box.sh(f"kill -STOP {supervisor}")
+        after = box.wait_active(UNIT, timeout_s=40, other_than_pid=before["MainPID"])
+        assert int(after["NRestarts"]) > int(before["NRestarts"])
+        assert "Watchdog timeout" in box.sh(f"journalctl -u {UNIT} --no-pager").stdout
+        beats = backend.node_by_agent(agent_id)["heartbeats"]
+        backend.wait_node(agent_id, heartbeats=beats + 2, timeout_s=30)
