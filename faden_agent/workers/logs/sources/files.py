@@ -28,6 +28,7 @@ from faden_agent.workers.logs.entry import MAX_LINE_BYTES, Entry, Labels, clean_
 from faden_agent.workers.logs.sources import FIRST_START_WINDOW_SEC, Source
 
 POLL_SEC = 0.5
+FORGET_AFTER_SEC = 300.0
 READ_CHUNK = 256 * 1024
 LIVE = "*/session_*/logs/serve/*.log"
 ROTATED = "*/session_*/logs/serve/*.log.*"  # resumed after a restart when a position names them
@@ -75,7 +76,8 @@ class RayFileSource(Source):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.tails: dict[tuple[int, int], Tail] = {}
-        self.finished: dict[tuple[int, int], int] = {}  # read to the end (or skipped) -> mtime then
+        # Files read to their end (or skipped): ident -> (mtime then, last seen in a scan).
+        self.finished: dict[tuple[int, int], tuple[int, float]] = {}
         self.rotations = 0
         self.truncations = 0
 
@@ -88,7 +90,7 @@ class RayFileSource(Source):
                 if not self.drain_detached():
                     return
                 self.scan(root, first=False)
-                for tail in list(self.tails.values()):
+                for tail in self.oldest_first():
                     if not self.read(tail):
                         return
                 self.stop_event.wait(POLL_SEC)
@@ -96,12 +98,24 @@ class RayFileSource(Source):
             self.close_all()
 
     def scan(self, root: Path, first: bool) -> None:
-        """Open files not tailed yet: rotated ones first (oldest first), then the live ones,
-        so a file that rotated away more than once between two scans is still read in order."""
-        rotated = sorted(glob.glob(str(root / ROTATED)), key=_oldest_first)
-        present = {self.open(path, first, rotated=True) for path in rotated}
-        present |= {self.open(path, first, rotated=False) for path in sorted(glob.glob(str(root / LIVE)))}
-        self.finished = {ident: mtime for ident, mtime in self.finished.items() if ident in present}
+        """Open files not tailed yet, including files that rotated away more than once
+        between two scans. Renames during a listing can hide a file from it, so the listing
+        repeats until it finds nothing new: all of them are open before any is read."""
+        present: set = set()
+        for _ in range(10):
+            known = len(self.tails) + len(self.finished)
+            live = sorted(glob.glob(str(root / LIVE)))  # live first: a predecessor is renamed by then
+            rotated = sorted(glob.glob(str(root / ROTATED)), key=_oldest_first)
+            present = {self.open(path, first, rotated=True) for path in rotated}
+            present |= {self.open(path, first, rotated=False) for path in live}
+            if len(self.tails) + len(self.finished) == known:
+                break
+        now = time.monotonic()
+        for ident in present & self.finished.keys():
+            self.finished[ident] = (self.finished[ident][0], now)
+        # Forget finished files only after a while unseen: a rename during the listing can
+        # hide a file from one scan, and forgetting it then would read it twice.
+        self.finished = {i: seen for i, seen in self.finished.items() if now - seen[1] < FORGET_AFTER_SEC}
         if first:
             keys = {f"file:{d}:{i}" for d, i in present if d is not None}
             for key in self.positions.keys("file:"):
@@ -109,17 +123,20 @@ class RayFileSource(Source):
                     self.positions.forget(key)  # the file is gone
 
     def open(self, path: str, first: bool, rotated: bool) -> tuple[int, int] | tuple[None, None]:
-        try:
-            st = os.stat(path)
+        try:  # open, then fstat: the descriptor names the file even if a rename races us
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
             return (None, None)
+        st = os.fstat(fd)
         ident = (st.st_dev, st.st_ino)
-        if ident in self.tails or self.finished.get(ident) == st.st_mtime_ns:
+        if ident in self.tails or self.finished.get(ident, (None,))[0] == st.st_mtime_ns:
+            os.close(fd)
             return ident
         key = f"file:{ident[0]}:{ident[1]}"
         stored = self.positions.get(key) if first else None
         if first and rotated and not isinstance(stored, dict):
-            self.finished[ident] = st.st_mtime_ns  # rotated before this agent started: not ours
+            os.close(fd)
+            self.finished[ident] = (st.st_mtime_ns, time.monotonic())  # rotated before we started
             return ident
         if isinstance(stored, dict):
             offset, ts_ns = int(stored.get("offset", 0)), int(stored.get("ts", st.st_mtime_ns))
@@ -127,10 +144,6 @@ class RayFileSource(Source):
             old = first and st.st_mtime < time.time() - FIRST_START_WINDOW_SEC
             offset, ts_ns = (st.st_size if old else 0), st.st_mtime_ns
             self.positions.initialize(key, {"offset": offset, "ts": ts_ns, "path": path}, replace=True)
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return (None, None)
         parts = Path(path).relative_to(self.config.ray_log_dir).parts  # container/session/logs/serve/file
         filename = Path(path).name
         self.tails[ident] = Tail(
@@ -140,9 +153,14 @@ class RayFileSource(Source):
         )
         return ident
 
+    def oldest_first(self) -> list[Tail]:
+        """Tails by last write: a rotated file's lines go out before its successor's."""
+        return sorted(self.tails.values(), key=lambda tail: os.fstat(tail.fd).st_mtime_ns)
+
     def drain_detached(self) -> bool:
         """Read rotated-away (renamed or deleted) files to their end, then close them."""
-        for ident, tail in list(self.tails.items()):
+        for tail in self.oldest_first():
+            ident = tail.ident
             try:
                 st = os.stat(tail.path)
                 current = (st.st_dev, st.st_ino)
@@ -153,7 +171,7 @@ class RayFileSource(Source):
             if not self.read(tail) or (tail.pending and not self.ship(tail, tail.pending, len(tail.pending))):
                 return False
             self.rotations += 1
-            self.finished[ident] = os.fstat(tail.fd).st_mtime_ns
+            self.finished[ident] = (os.fstat(tail.fd).st_mtime_ns, time.monotonic())
             os.close(tail.fd)
             del self.tails[ident]
         return True
