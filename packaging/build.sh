@@ -26,6 +26,11 @@ name="faden-agent-linux-$arch"
 source_version=$("$PYTHON" -c 'import re,sys; print(re.search(r"__version__ = \"([^\"]+)\"", open("faden_agent/__init__.py").read()).group(1))')
 version="${FADEN_AGENT_BUILD_VERSION:-$source_version}"
 
+# One build at a time per output directory (parallel test workers share dist/).
+mkdir -p "$dist"
+exec 9>"$dist/.$name.lock"
+flock 9
+
 # Fingerprint of everything that goes into the binary: skip the build when unchanged.
 fingerprint=$( { echo "$version"; "$PYTHON" --version; \
   find faden_agent packaging/entry.py packaging/build.sh pyproject.toml -name '*.py' -o -name '*.sh' -o -name '*.toml' \

@@ -12,6 +12,7 @@ from typing import Mapping
 
 from faden_agent.config import PREFIX
 
+_BLANKS = " \t\r"
 _ESCAPES = {"\\": "\\\\", '"': '\\"', "$": "\\$", "`": "\\`"}
 
 
@@ -36,12 +37,12 @@ def format_env(values: Mapping[str, str]) -> str:
 def parse_env(text: str) -> dict[str, str]:
     """The subset of systemd's EnvironmentFile syntax that format_env writes (plus bare values)."""
     values: dict[str, str] = {}
-    for raw in text.splitlines():
-        line = raw.strip()
+    for raw in text.split("\n"):  # systemd splits on newlines only (not on every Unicode break)
+        line = raw.strip(_BLANKS)
         if not line or line.startswith(("#", ";")) or "=" not in line:
             continue
         key, _, value = line.partition("=")
-        value = value.strip()
+        value = value.strip(_BLANKS)
         if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
             inner, out, i = value[1:-1], [], 0
             while i < len(inner):
@@ -52,7 +53,7 @@ def parse_env(text: str) -> dict[str, str]:
                     out.append(inner[i])
                     i += 1
             value = "".join(out)
-        values[key.strip()] = value
+        values[key.strip(_BLANKS)] = value
     return values
 
 

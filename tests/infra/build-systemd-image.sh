@@ -8,6 +8,9 @@
 #     -v /sys/fs/cgroup:/sys/fs/cgroup:rw --tmpfs /run --tmpfs /run/lock TAG /lib/systemd/systemd
 set -euo pipefail
 TAG="${1:-faden-test/systemd:bookworm-2}"
+# One build at a time (parallel test workers may ask together); the second finds it cached.
+exec 9>"/var/tmp/faden-systemd-image.lock"
+flock 9
 if docker image inspect "$TAG" >/dev/null 2>&1; then
   echo "$TAG"
   exit 0
