@@ -1,0 +1,99 @@
+"""`faden-agent doctor` against a healthy node and a broken one (issue 7).
+
+Healthy: a TLS backend with a private CA, an enrolled agent, the real Docker engine.
+Broken: the wrong CA, a Docker address with no engine behind it (not a stopped shared
+dockerd), a state file readable by others. Each failing check names its cause.
+No GPU exists here: the NVML and NVIDIA-runtime checks warn, which is not a failure.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+from tests.agentproc import AgentProcess
+from tests.backendproc import BackendProcess, agent_env_for
+from tests.integration.test_stream_tls_secrets import make_ca_and_server_cert, without_ca_overrides
+
+pytestmark = pytest.mark.docker
+
+MUST_BE_OK = ["backend dns", "backend tcp", "backend tls", "clock skew", "state file", "credential", "docker",
+              "journald", "log path", "disk (state)", "disk (docker)"]
+
+
+def doctor(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "faden_agent", "doctor", *args], env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+def by_name(done: subprocess.CompletedProcess) -> dict[str, dict]:
+    return {c["name"]: c for c in orjson.loads(done.stdout)["checks"]}
+
+
+@pytest.fixture
+def enrolled(tmp_path, docker_client):
+    """A TLS backend with a private CA and an agent enrolled with it (then stopped)."""
+    ca, cert, key = make_ca_and_server_cert(tmp_path)
+    backend = BackendProcess(tmp_path / "data", tmp_path / "backend.log", tls_cert=cert, tls_key=key, ca_bundle=ca)
+    backend.start()
+    env = without_ca_overrides(agent_env_for(backend, tmp_path, ca_bundle=str(ca)))
+    agent = AgentProcess(env, tmp_path / "agent.log").start()
+    try:
+        backend.wait_node(env["FADEN_NODE_AGENT_AGENT_ID"])
+        agent.stop()
+        env.pop("FADEN_NODE_AGENT_ENROLLMENT_TOKEN")  # spent
+        yield env, backend, tmp_path
+    finally:
+        agent.stop()
+        agent.kill()
+        backend.stop()
+
+
+def test_healthy_node_has_no_failure(enrolled):
+    env, _, _ = enrolled
+    done = doctor(env, "--json")
+    checks = by_name(done)
+    assert done.returncode == 0, done.stdout
+    assert {name: checks[name]["status"] for name in MUST_BE_OK} == {name: "ok" for name in MUST_BE_OK}, done.stdout
+    assert "verified with CA bundle" in checks["backend tls"]["detail"]
+    assert checks["nvml"]["status"] == "warn"  # no GPU on this machine
+    assert orjson.loads(done.stdout)["result"] in ("ok", "warn")
+    text = doctor(env)
+    assert text.returncode == 0
+    assert any(line.startswith("ok    credential") for line in text.stdout.splitlines())
+
+
+def test_broken_node_names_each_cause(enrolled, tmp_path):
+    env, _, root = enrolled
+    other = root / "other-ca"
+    other.mkdir()
+    wrong_ca, _, _ = make_ca_and_server_cert(other)
+    no_engine = tmp_path / "no-engine.sock"
+    state = Path(env["FADEN_NODE_AGENT_STATE_PATH"])
+    state.chmod(0o644)
+    broken = {**env, "FADEN_NODE_AGENT_CA_BUNDLE": str(wrong_ca), "FADEN_NODE_AGENT_DOCKER_HOST": f"unix://{no_engine}"}
+    done = doctor(broken, "--json")
+    checks = by_name(done)
+    assert done.returncode == 1
+    assert checks["backend tls"]["status"] == "fail"
+    assert f"not trusted with CA bundle {wrong_ca}" in checks["backend tls"]["detail"]
+    assert "FADEN_NODE_AGENT_CA_BUNDLE" in checks["backend tls"]["hint"]
+    assert checks["docker"]["status"] == "fail"
+    assert str(no_engine) in checks["docker"]["detail"]
+    assert "FADEN_NODE_AGENT_DOCKER_HOST" in checks["docker"]["hint"]
+    assert checks["state file"]["status"] == "fail" and "mode 0644" in checks["state file"]["detail"]
+    assert checks["credential"]["status"] == "fail" and "TLS" in checks["credential"]["detail"]
+    assert checks["backend dns"]["status"] == "ok" and checks["backend tcp"]["status"] == "ok"
+    text = doctor(broken).stdout
+    assert "fail  backend tls" in text and "-> point FADEN_NODE_AGENT_CA_BUNDLE" in text
+
+
+def test_doctor_never_prints_the_credential(enrolled):
+    env, _, _ = enrolled
+    credential = orjson.loads(Path(env["FADEN_NODE_AGENT_STATE_PATH"]).read_bytes())["credential"]
+    done = doctor(env, "--json")
+    assert credential not in done.stdout + done.stderr
