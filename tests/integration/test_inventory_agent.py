@@ -72,7 +72,7 @@ def test_full_record_at_start(tmp_path, agent_factory, docker_client):
 
 def test_a_hung_engine_is_an_overrun_and_the_worker_keeps_going(tmp_path, agent_factory):
     engine = HungEngine(tmp_path / "hung-docker.sock")
-    env = agent_env(tmp_path, inventory_interval_sec=0.5, inventory_probe_timeout_sec=1,
+    env = agent_env(tmp_path, inventory_interval_sec=0.5, inventory_probe_timeout_sec=2,
                     docker_host=f"unix://{engine.path}")
     try:
         agent = agent_factory(env).start()
@@ -97,7 +97,7 @@ def test_a_hung_engine_is_an_overrun_and_the_worker_keeps_going(tmp_path, agent_
         worker = agent.workers()["inventory"]
         assert worker["state"] == "RUNNING" and worker["restarts"] == 0
         assert worker["heartbeat_age_s"] < 2
-        assert worker["status"]["overrun"] == ["docker"] and worker["status"]["cycles"] >= 4
+        assert "docker" in worker["status"]["overrun"] and worker["status"]["cycles"] >= 3
         # One stuck probe call and the change watcher's attempt: no pile-up of connections.
         assert 1 <= engine.peers.count(worker["pid"]) <= 3, engine.peers
     finally:

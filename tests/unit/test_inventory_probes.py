@@ -28,6 +28,7 @@ def test_a_hung_probe_does_not_delay_the_others():
         results = run_probes([hung, fast])
         assert time.monotonic() - started < 0.3
         assert results["hung"].status == OVERRUN and results["fast"].status == OK
+        assert hung.overrun() and not fast.overrun() and not slow.overrun()
         assert sum(t.name == "probe-hung" for t in threading.enumerate()) == 1
     finally:
         release.set()

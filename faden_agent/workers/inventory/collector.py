@@ -58,4 +58,4 @@ class Collector:
         return sections_from(run_probes(self.probes), self.last_good, self.timeouts)
 
     def overrun(self) -> list[str]:
-        return [p.name for p in self.probes if p.stuck()]
+        return [p.name for p in self.probes if p.overrun()]

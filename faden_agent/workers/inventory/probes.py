@@ -61,7 +61,13 @@ class Probe:
         self._call: _Call | None = None
 
     def stuck(self) -> bool:
+        """A call is in flight (running now, or hung)."""
         return self._call is not None and not self._call.done.is_set()
+
+    def overrun(self) -> bool:
+        """A call in flight for longer than the timeout."""
+        call = self._call
+        return self.stuck() and time.monotonic() - call.started_mono > self.timeout_s
 
     def start(self) -> None:
         """Start a call unless the previous one is still running (then it is reused)."""
