@@ -62,11 +62,11 @@ class AdminClient:
     def command(self, command_id: str) -> dict[str, Any]:
         return self.call("GET", f"/commands/{command_id}")
 
-    def events(self, node_id: str) -> list[dict[str, Any]]:
-        return self.call("GET", f"/nodes/{node_id}/events")["events"]
+    def events(self, node_id: str, limit: int = 10_000) -> list[dict[str, Any]]:
+        return self.call("GET", f"/nodes/{node_id}/events", limit=limit)["events"]
 
-    def heartbeats(self, node_id: str) -> list[dict[str, Any]]:
-        return self.call("GET", f"/nodes/{node_id}/heartbeats")["heartbeats"]
+    def heartbeats(self, node_id: str, limit: int = 10_000) -> list[dict[str, Any]]:
+        return self.call("GET", f"/nodes/{node_id}/heartbeats", limit=limit)["heartbeats"]
 
     def timeline(self, node_id: str) -> list[dict[str, Any]]:
         return self.call("GET", f"/nodes/{node_id}/timeline")["timeline"]

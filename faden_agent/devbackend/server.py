@@ -400,7 +400,11 @@ class Handler(BaseHTTPRequestHandler):
         if kind == "logs":
             return self.send_json(200, {"lines": store.log_lines(node_id)})
         record_kind = {"events": protocol.EVENT, "heartbeats": protocol.HEARTBEAT, "timeline": protocol.TIMELINE}[kind]
-        return self.send_json(200, {kind: store.records(node_id, record_kind)})
+        try:
+            limit = int(self.query.get("limit", "10000"))
+        except ValueError:
+            raise HttpError(400, "bad_query", "limit must be an integer") from None
+        return self.send_json(200, {kind: store.records(node_id, record_kind, limit)})
 
     def admin_faults(self) -> int:
         self.require_admin()
