@@ -4,8 +4,6 @@ worker does, and read its timeline/event records from the real outbox file."""
 
 from __future__ import annotations
 
-import sys
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -14,17 +12,9 @@ from faden_agent import protocol
 from faden_agent.ipc import request
 from faden_agent.outbox import Outbox
 from tests.agentproc import AgentProcess, wait_for
+from tests.sampleworkers import supervisor_argv
 
-EXECUTOR_ONLY = [
-    sys.executable, "-c",
-    "import sys\n"
-    "from faden_agent.config import load_config\n"
-    "from faden_agent.logsetup import configure_logging\n"
-    "from faden_agent.supervisor import Supervisor\n"
-    "config = load_config()\n"
-    "configure_logging(config.log_level, 'faden-agent')\n"
-    "sys.exit(Supervisor(config, workers={'executor': 'faden_agent.workers.executor:ExecutorWorker'}).run())\n",
-]
+EXECUTOR_ONLY = supervisor_argv({"executor": "faden_agent.workers.executor:ExecutorWorker"})
 
 
 def unique_prefix() -> str:
@@ -79,19 +69,6 @@ class ExecutorClient:
 
     def events(self, event_type: str | None = None) -> list[dict[str, Any]]:
         return [r["data"] for r in self.records(protocol.EVENT) if event_type is None or r["data"].get("type") == event_type]
-
-
-def wait_executor_ready(client: ExecutorClient, timeout_s: float = 20.0) -> None:
-    """The REP socket answers (a command.cancel of an unknown id is cheap and harmless)."""
-    probe = f"probe-{uuid.uuid4().hex[:8]}"
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            client.send(probe, "command.cancel", {"command_id": "none"}, timeout_s=1.0)
-            return
-        except AssertionError:
-            continue
-    raise AssertionError("the executor never answered")
 
 
 # --- a big image in the local registry, so a pull takes a few seconds

@@ -9,7 +9,6 @@ import time
 
 import pytest
 
-from faden_agent import protocol
 from tests.agentproc import wait_for
 from tests.conftest import TEST_IMAGE
 from tests.executorproc import big_image, executor_factory, executor_pid, prefix  # noqa: F401

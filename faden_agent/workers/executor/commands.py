@@ -24,6 +24,9 @@ log = logging.getLogger(__name__)
 
 POLL_START_S = 0.05
 POLL_MAX_S = 0.5
+# A container must still run this long after it was first seen running: a crash at start
+# (bad arguments, missing file) then fails the command instead of passing as "running".
+RUN_SETTLE_S = 0.2
 
 
 class Commands:
@@ -217,13 +220,20 @@ class Commands:
         """Until the container runs (and is healthy when it has a healthcheck)."""
         wants_health = bool(job.spec.get("healthcheck")) and job.spec["healthcheck"]["test"][0] != "NONE"
         delay = POLL_START_S
+        seen_running: tuple[float, str] | None = None  # (when, StartedAt) of the first sighting
         while True:
             attrs = self.ops.reload(container)
             state = attrs["State"]
             health = (state.get("Health") or {}).get("Status")
             if state.get("Running") and not state.get("Restarting"):
-                if not wants_health or health == "healthy":
-                    return self._run_result(container, attrs, created_now, "healthy" if wants_health else "running")
+                if wants_health and health == "healthy":
+                    return self._run_result(container, attrs, created_now, "healthy")
+                if not wants_health:
+                    if seen_running is None or seen_running[1] != state.get("StartedAt"):
+                        seen_running = (time.monotonic(), state.get("StartedAt"))
+                    if time.monotonic() - seen_running[0] >= RUN_SETTLE_S:
+                        return self._run_result(container, attrs, created_now, "running")
+                    delay = min(delay, RUN_SETTLE_S / 2)
                 if health == "unhealthy":
                     raise CommandFailed("unhealthy", f"container {container.name} runs but its healthcheck fails",
                                         container_id=container.id)

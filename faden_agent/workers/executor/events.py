@@ -2,9 +2,9 @@
 
 A thread follows the engine's event stream (start, die with exit code, oom, health status,
 destroy) of containers labelled managed or adopted explicitly. The position (the last
-event's timeNano) is kept in the journal so a restarted executor replays what it missed;
-record ids "ev:<container id>:<action>:<timeNano>" make the replay harmless. When the
-engine goes away the thread reconnects with backoff.
+event's timeNano) is kept in the outbox's meta table, so a restarted executor replays what
+it missed; record ids "ev:<container id>:<action>:<timeNano>" make the replay harmless.
+When the engine goes away the thread reconnects with backoff.
 """
 
 from __future__ import annotations
@@ -17,12 +17,11 @@ from typing import Any, Callable
 from faden_agent import protocol
 from faden_agent.uplink import Uplink
 from faden_agent.workers.executor.docker_ops import DockerOps
-from faden_agent.workers.executor.journal import Journal
 
 log = logging.getLogger(__name__)
 
 ACTIONS = ("start", "die", "oom", "health_status", "destroy")
-SINCE_KEY = "events_since"
+SINCE_KEY = "executor.events_since"  # in the outbox's meta table
 RECONNECT_MAX_S = 10.0
 
 
@@ -53,18 +52,18 @@ def event_record(event: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
 
 
 class EventWatcher:
-    def __init__(self, ops: DockerOps, uplink: Uplink, journal: Journal, is_adopted: Callable[[str], bool]):
+    def __init__(self, ops: DockerOps, uplink: Uplink, is_adopted: Callable[[str], bool]):
         self.ops = ops
         self.uplink = uplink
-        self.journal = journal
+        self.meta = uplink.outbox
         self.is_adopted = is_adopted
         self.stopping = threading.Event()
         self.connected = False
         self._thread = threading.Thread(target=self._loop, name="docker-events", daemon=True)
 
     def start(self) -> None:
-        if self.journal.get_meta(SINCE_KEY) is None:
-            self.journal.set_meta(SINCE_KEY, f"{time.time():.9f}")  # first start: from now on
+        if self.meta.get_meta(SINCE_KEY) is None:
+            self.meta.set_meta(SINCE_KEY, f"{time.time():.9f}")  # first start: from now on
         self._thread.start()
 
     def stop(self) -> None:
@@ -84,7 +83,7 @@ class EventWatcher:
                 delay = min(delay * 2, RECONNECT_MAX_S)
 
     def _follow(self) -> None:
-        since = self.journal.get_meta(SINCE_KEY)
+        since = self.meta.get_meta(SINCE_KEY)
         stream = self.ops.client.api.events(since=since, decode=True, filters={"type": "container"})
         if not self.connected:
             log.info("following docker events since %s", since)
@@ -103,4 +102,4 @@ class EventWatcher:
             if record is not None:
                 self.uplink.put(protocol.EVENT, record[1], record_id=record[0])
         if event.get("timeNano"):
-            self.journal.set_meta(SINCE_KEY, f"{int(event['timeNano']) / 1e9:.9f}")
+            self.meta.set_meta(SINCE_KEY, f"{int(event['timeNano']) / 1e9:.9f}")

@@ -42,7 +42,6 @@ CREATE TABLE IF NOT EXISTS adopted (
     name TEXT NOT NULL,
     command_id TEXT NOT NULL
 );
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
 
@@ -148,15 +147,6 @@ class Journal:
     def adopted_ids(self) -> set[str]:
         with self._lock:
             return {r[0] for r in self._db.execute("SELECT container_id FROM adopted")}
-
-    def get_meta(self, key: str) -> str | None:
-        with self._lock:
-            row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-        return row[0] if row else None
-
-    def set_meta(self, key: str, value: str) -> None:
-        with self._lock:
-            self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
 
     def close(self) -> None:
         with self._lock:

@@ -51,7 +51,7 @@ class ExecutorWorker(Worker):
         self.commands_.scheduler = self.scheduler
         self.engine_ok: bool | None = None
         self.threads_stop = threading.Event()
-        self.events = EventWatcher(self.ops, self.uplink, self.journal, lambda cid: cid in self.journal.adopted_ids())
+        self.events = EventWatcher(self.ops, self.uplink, lambda cid: cid in self.journal.adopted_ids())
         self.events.start()
         start_adoption(self.ops, self.journal, self.uplink, self.threads_stop)
         threading.Thread(target=self._probe_engine, name="engine-probe", daemon=True).start()
