@@ -173,3 +173,27 @@ def test_container_that_exits_at_once_fails_with_its_exit_code(executor_factory,
                   {"name": f"{prefix}-x", "image": TEST_IMAGE, "command": ["sh", "-c", "echo boom; exit 3"]})
     assert (done["state"], done["reason"]) == ("failed", "container_exited"), done
     assert "code 3" in done["message"] and "boom" in done["message"]
+
+
+def test_unreachable_engine_fails_with_docker_unavailable(executor_factory, prefix, tmp_path):
+    agent, ex = executor_factory(docker_host=f"unix://{tmp_path}/no-docker.sock")
+    pid = executor_pid(agent)
+    done = ex.run(f"{prefix}-x", "container.run", {"name": f"{prefix}-x", "image": TEST_IMAGE}, timeout_s=15)
+    assert (done["state"], done["reason"]) == ("failed", "docker_unavailable"), done
+    assert executor_pid(agent) == pid and agent.workers()["executor"]["state"] == "RUNNING"
+
+
+def test_registry_credentials_never_reach_logs_or_records(executor_factory, prefix, registry, tmp_path):
+    agent, ex = executor_factory(log_level="debug")
+    secret = "pw-" + prefix
+    done = ex.run(f"{prefix}-pull", "image.pull",
+                  {"image": f"{registry}/faden/busybox:1", "auth": {"username": "bot", "password": secret}})
+    assert done["state"] == "succeeded", done  # this registry needs no login; the header is still sent
+    rejected = ex.run(f"{prefix}-bad", "image.pull", {"image": "x", "auth": {"username": "bot", "password": 7}})
+    assert rejected["reason"] == "invalid_spec"
+    agent.stop()
+    state_dir = ex.state_dir
+    places = [agent.log_path, *state_dir.glob("*")]
+    for path in places:
+        if path.is_file():
+            assert secret.encode() not in path.read_bytes(), path
