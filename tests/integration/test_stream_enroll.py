@@ -115,3 +115,19 @@ def test_revoked_credential_is_reported_never_reenrolled(backend, agent_on_backe
     assert state_path.read_bytes() == before
     assert len([r for r in backend.admin.requests_log() if r["path"].endswith("/enroll")]) == 1
     assert len(backend.nodes()) == 1
+
+
+def test_commands_queued_while_the_agent_is_down_arrive_once(backend, agent_on_backend):  # noqa: F811
+    agent, node = agent_on_backend()
+    first = backend.send_command(node["node_id"], "no.such.kind")
+    backend.wait_command(first)
+    agent.stop()
+    queued = [backend.send_command(node["node_id"], "no.such.kind", {"n": i}) for i in range(3)]
+    log_size = len(agent.log_text())
+    agent.start()
+    for command_id in [first, *queued]:
+        assert backend.wait_command(command_id)["state"] == protocol.REJECTED
+    # The durable cursor: the command acknowledged before the restart is not handed over again.
+    after_restart = agent.log_text()[log_size:]
+    assert "duplicate=True" not in after_restart and first not in after_restart
+    assert all(command_id in after_restart for command_id in queued)

@@ -59,8 +59,10 @@ class Membership:
         while not self.stop.is_set():
             try:
                 state = self.attempt()
-            except (StateError, ConfigError) as exc:
+            except StateError as exc:
                 self.problem(link.STATE_ERROR, str(exc), self.config.reconnect_max_sec)
+            except ConfigError as exc:  # an unreadable token file
+                self.problem(link.CONFIG_ERROR, str(exc), self.config.reconnect_max_sec)
             except TokenRefused as exc:
                 self.problem(link.ENROLLMENT_REFUSED, f"{exc}; mint a new token and set it, then restart", self.config.reconnect_max_sec)
             except Maintenance as exc:
@@ -92,7 +94,11 @@ class Membership:
         if not self.gate.wait():
             return None
         self.status.set_state(link.ENROLLING)
-        reply = BackendClient(self.config).enroll(token, enrollment_facts(self.config))
+        client = BackendClient(self.config)
+        try:
+            reply = client.enroll(token, enrollment_facts(self.config))
+        finally:
+            client.close()
         state = new_state(self.config.backend_url, reply["node_id"], reply["credential"], self.config.agent_id)
         write_state(path, state)
         log.info("enrolled with %s as node %s; state written to %s", state.backend_url, state.node_id, path)

@@ -37,6 +37,7 @@ MAINTENANCE = "maintenance"
 CREDENTIAL_REJECTED = "credential_rejected"
 ENROLLMENT_REFUSED = "enrollment_refused"
 STATE_ERROR = "state_error"
+CONFIG_ERROR = "config_error"
 
 
 class LinkStatus:
