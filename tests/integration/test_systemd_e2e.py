@@ -191,3 +191,37 @@ def test_watchdog_restarts_a_stalled_supervisor(image, served):
         assert "Watchdog timeout" in box.sh(f"journalctl -u {UNIT} --no-pager").stdout
         beats = backend.node_by_agent(agent_id)["heartbeats"]
         backend.wait_node(agent_id, heartbeats=beats + 2, timeout_s=30)
+
+
+def test_service_commands_are_idempotent_and_keep_the_state(image, served, managed_container):
+    backend, _ = served
+    agent_id = "sdc-" + uuid.uuid4().hex[:8]
+    with SystemdContainer(image) as box:
+        run_install_line(box, install_env(backend, agent_id, backend.mint_token()))
+        node = backend.wait_node(agent_id, heartbeats=1, timeout_s=60)
+        running = box.wait_active(UNIT)
+        container = managed_container(agent_id)
+        container_started = started_at(container)
+
+        again = box.sh("faden-agent start").stdout  # no variables this time: the env file keeps them
+        assert "unchanged" in again and "already running" in again
+        assert box.show(UNIT)["MainPID"] == running["MainPID"]
+
+        assert "stopped" in box.sh("faden-agent stop").stdout
+        assert box.show(UNIT)["ActiveState"] == "inactive"
+        assert box.sh("faden-agent stop").returncode == 0  # stopping a stopped service is fine
+        assert "restarted" in box.sh("faden-agent restart").stdout
+        box.wait_active(UNIT)
+        beats = backend.node_by_agent(agent_id)["heartbeats"]
+        assert backend.wait_node(agent_id, heartbeats=beats + 1, timeout_s=30)["node_id"] == node["node_id"]
+        assert "system service active" in box.sh("faden-agent status").stdout
+
+        removed = box.sh("faden-agent uninstall").stdout
+        assert "kept the state directory /var/lib/faden-agent" in removed
+        assert box.sh("test -e /etc/systemd/system/faden-agent.service", check=False).returncode != 0
+        assert box.sh("test -e /etc/faden-agent/agent.env", check=False).returncode != 0
+        assert box.sh("test -f /var/lib/faden-agent/state.json", check=False).returncode == 0
+        assert "no system service installed" in box.sh("faden-agent uninstall").stdout
+        assert "purged" in box.sh("faden-agent uninstall --purge").stdout
+        assert box.sh("test -e /var/lib/faden-agent", check=False).returncode != 0
+        assert started_at(container) == container_started  # through all of it
