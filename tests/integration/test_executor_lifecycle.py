@@ -197,3 +197,14 @@ def test_registry_credentials_never_reach_logs_or_records(executor_factory, pref
     for path in places:
         if path.is_file():
             assert secret.encode() not in path.read_bytes(), path
+
+
+def test_image_remove(executor_factory, prefix, docker_client):
+    agent, ex = executor_factory()
+    tag = f"faden-test/{prefix}:rm"
+    docker_client.images.get(TEST_IMAGE).tag(tag)
+    done = ex.run(f"{prefix}-rm", "image.remove", {"image": tag})
+    assert done["state"] == "succeeded" and done["result"]["already_absent"] is False, done
+    assert not docker_client.images.list(name=f"faden-test/{prefix}")
+    again = ex.run(f"{prefix}-rm2", "image.remove", {"image": tag})
+    assert again["state"] == "succeeded" and again["result"]["already_absent"] is True
