@@ -15,7 +15,6 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable

@@ -64,7 +64,7 @@ def test_maintenance_retry_after_is_obeyed(backend, agent_on_backend):  # noqa: 
         # a moment; after that, nothing until Retry-After has passed.
         later = [r["at"] for r in log if r["at"] > refusal["at"] + 0.25]
         if later and min(later) < switched_on + 7:
-            assert min(later) >= refusal["at"] + retry_after - 0.05, (refusal, later)
+            assert min(later) >= refusal["at"] + retry_after - 0.05, (refusal, log)
     assert len(refusals) <= 3 * (5 // retry_after + 2)  # three threads, each at most once per wait
     assert backend.wait_command(command_id)["state"] == protocol.REJECTED
 

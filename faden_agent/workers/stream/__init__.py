@@ -22,12 +22,12 @@ import zmq
 
 from faden_agent.ipc import Channel, Message
 from faden_agent.outbox import Outbox
+from faden_agent.status import STATUS_FILE
 from faden_agent.workers.base import Worker
-from faden_agent.workers.stream import link
 from faden_agent.workers.stream.downlink import Downlink
 from faden_agent.workers.stream.enroll import Membership
 from faden_agent.workers.stream.heartbeat import HeartbeatSender
-from faden_agent.workers.stream.link import Gate, LinkStatus
+from faden_agent.workers.stream.link import Gate, Link, LinkStatus
 from faden_agent.workers.stream.uplink_sender import UplinkSender
 
 log = logging.getLogger(__name__)
@@ -41,7 +41,7 @@ class StreamWorker(Worker):
     def setup(self) -> None:
         self.pokes = Channel.bind(zmq.PULL, self.endpoints.uplink)
         self.stop_event = threading.Event()
-        self.link_status = LinkStatus(self.config.backend_url, self.config.state_dir / link.STATUS_FILE)
+        self.link_status = LinkStatus(self.config.backend_url, self.config.state_dir / STATUS_FILE)
         self.gate = Gate(self.stop_event)
         self.outbox = Outbox(self.config.state_dir)
         self.uplink: UplinkSender | None = None
@@ -55,14 +55,9 @@ class StreamWorker(Worker):
         if state is None:
             return
         self.link_status.set_node(state.node_id)
-        args = (self.config, state)
-        self.uplink = UplinkSender(*args, self.outbox, self.link_status, self.gate, self.stop_event)
-        self.threads = [
-            Downlink(*args, self.outbox, self.link_status, self.gate, self.stop_event, self.endpoints.executor),
-            self.uplink,
-            HeartbeatSender(*args, self.link_status, self.gate, self.stop_event, self.endpoints.control,
-                            self.outbox.count),
-        ]
+        shared = Link(self.config, state, self.outbox, self.link_status, self.gate, self.stop_event, self.endpoints)
+        self.uplink = UplinkSender(shared)
+        self.threads = [Downlink(shared), self.uplink, HeartbeatSender(shared)]
         for thread in self.threads:
             thread.start()
 

@@ -12,16 +12,12 @@ receiving and acking re-delivers the command, which the executor recognises by i
 from __future__ import annotations
 
 import logging
-import threading
 from typing import Any
 
 from faden_agent.backend import BackendClient, BackendError, BackendUnavailable, CredentialRejected, Maintenance
-from faden_agent.config import Config
 from faden_agent.ipc import EnvelopeError, request
-from faden_agent.outbox import Outbox
-from faden_agent.state import AgentState
 from faden_agent.workers.stream import link
-from faden_agent.workers.stream.link import Backoff, Gate, LinkStatus
+from faden_agent.workers.stream.link import Link, LinkThread
 
 log = logging.getLogger(__name__)
 
@@ -30,20 +26,10 @@ HANDOFF_TIMEOUT_S = 5.0  # the executor journals to disk before it acks: seconds
 HANDOFF_RETRY_S = 1.0
 
 
-class Downlink(threading.Thread):
-    def __init__(self, config: Config, state: AgentState, outbox: Outbox, status: LinkStatus, gate: Gate,
-                 stop: threading.Event, executor_address: str):
-        super().__init__(name="downlink", daemon=True)
-        self.config = config
-        self.state = state
-        self.outbox = outbox
-        self.status = status
-        self.gate = gate
-        self.stop = stop
-        self.executor_address = executor_address
-        self.backoff = Backoff(config.reconnect_min_sec, config.reconnect_max_sec)
-        self.cursor = int(outbox.get_meta(CURSOR_KEY, "0") or 0)
-        self.connects = 0
+class Downlink(LinkThread):
+    def __init__(self, link: Link):
+        super().__init__("downlink", link)
+        self.cursor = int(self.outbox.get_meta(CURSOR_KEY, "0") or 0)
 
     def run(self) -> None:
         while self.gate.wait():
@@ -72,7 +58,6 @@ class Downlink(threading.Thread):
 
     def follow(self, client: BackendClient) -> None:
         stream = client.open_stream(self.cursor, self.config.stream_keepalive_sec)
-        self.connects += 1
         self.status.set_state(link.CONNECTED)
         self.status.contact()
         self.backoff.reset()
@@ -104,7 +89,7 @@ class Downlink(threading.Thread):
         warned = False
         while not self.stop.is_set():
             try:
-                reply = request(self.executor_address, "command", command, timeout_s=HANDOFF_TIMEOUT_S)
+                reply = request(self.endpoints.executor, "command", command, timeout_s=HANDOFF_TIMEOUT_S)
             except EnvelopeError as exc:
                 reply = None
                 log.error("downlink: the executor's reply is malformed: %s", exc)

@@ -11,17 +11,14 @@ from __future__ import annotations
 import logging
 import math
 import os
-import threading
 import time
-from typing import Any, Callable
+from typing import Any
 
 from faden_agent import __version__, protocol
 from faden_agent.backend import BackendClient, BackendError, CredentialRejected, Maintenance
-from faden_agent.config import Config
 from faden_agent.ipc import EnvelopeError, request
 from faden_agent.outbox import make_record
-from faden_agent.state import AgentState
-from faden_agent.workers.stream.link import Gate, LinkStatus
+from faden_agent.workers.stream.link import Link, LinkThread
 
 log = logging.getLogger(__name__)
 
@@ -30,17 +27,9 @@ WORKER_FIELDS = ("name", "state", "pid", "uptime_s", "restarts", "last_exit", "h
                  "cpu_percent", "status")
 
 
-class HeartbeatSender(threading.Thread):
-    def __init__(self, config: Config, state: AgentState, status: LinkStatus, gate: Gate, stop: threading.Event,
-                 control_address: str, pending_count: Callable[[], int]):
-        super().__init__(name="heartbeat", daemon=True)
-        self.config = config
-        self.state = state
-        self.status = status
-        self.gate = gate
-        self.stop = stop
-        self.control_address = control_address
-        self.pending_count = pending_count
+class HeartbeatSender(LinkThread):
+    def __init__(self, link: Link):
+        super().__init__("heartbeat", link)
         self.started_at = time.time()
         self.beats = 0
 
@@ -60,6 +49,8 @@ class HeartbeatSender(threading.Thread):
 
     def send(self, client: BackendClient, beat: int, due_at: float) -> None:
         record = make_record(protocol.HEARTBEAT, self.heartbeat_data(beat, due_at))
+        if self.gate.remaining() > 0:  # another thread was told to wait while we asked `ps`
+            return
         try:
             client.uplink([record])
         except Maintenance as exc:
@@ -88,14 +79,14 @@ class HeartbeatSender(threading.Thread):
             "supervisor": supervisor,
             "workers": [{k: w.get(k) for k in WORKER_FIELDS} for w in table.get("workers", [])],
             "connection": self.status.snapshot(),
-            "outbox_pending": self.pending_count(),
+            "outbox_pending": self.outbox.count(),
             "pid": os.getpid(),
         }
 
     def worker_table(self) -> dict[str, Any]:
         """The supervisor's `ps` table; empty when it does not answer in time."""
         try:
-            reply = request(self.control_address, "ps", timeout_s=PS_TIMEOUT_S)
+            reply = request(self.endpoints.control, "ps", timeout_s=PS_TIMEOUT_S)
         except EnvelopeError:
             return {}
         return reply.body if reply is not None and isinstance(reply.body, dict) else {}

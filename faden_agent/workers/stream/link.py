@@ -4,7 +4,8 @@
   kept in a small 0600 status file so `faden-agent status` can answer while the agent is down;
 - Gate: one "not before" time for every request, so a 503 Retry-After or a rejected
   credential seen by one thread holds back all of them;
-- Backoff: exponential backoff with full jitter between RECONNECT_MIN and RECONNECT_MAX.
+- Backoff: exponential backoff with full jitter between RECONNECT_MIN and RECONNECT_MAX;
+- Link + LinkThread: what every link thread (downlink, uplink, heartbeat) is given.
 """
 
 from __future__ import annotations
@@ -15,12 +16,16 @@ import random
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from faden_agent.status import STATUS_FILE
+from faden_agent.config import Config
+from faden_agent.ipc import Endpoints
+from faden_agent.outbox import Outbox
+from faden_agent.state import AgentState
 
 log = logging.getLogger(__name__)
 
@@ -155,3 +160,26 @@ class Backoff:
 
     def reset(self) -> None:
         self.attempt = 0
+
+
+@dataclass(frozen=True)
+class Link:
+    """The membership and the shared parts every link thread works with."""
+
+    config: Config
+    state: AgentState
+    outbox: Outbox
+    status: LinkStatus
+    gate: Gate
+    stop: threading.Event
+    endpoints: Endpoints
+
+
+class LinkThread(threading.Thread):
+    """A daemon thread of the link, with its own backoff."""
+
+    def __init__(self, name: str, link: Link):
+        super().__init__(name=name, daemon=True)
+        self.config, self.state, self.outbox = link.config, link.state, link.outbox
+        self.status, self.gate, self.stop, self.endpoints = link.status, link.gate, link.stop, link.endpoints
+        self.backoff = Backoff(link.config.reconnect_min_sec, link.config.reconnect_max_sec)

@@ -15,10 +15,7 @@ import time
 
 from faden_agent import protocol
 from faden_agent.backend import BackendClient, BackendError, CredentialRejected, Maintenance, ProtocolError
-from faden_agent.config import Config
-from faden_agent.outbox import Outbox
-from faden_agent.state import AgentState
-from faden_agent.workers.stream.link import Backoff, Gate, LinkStatus
+from faden_agent.workers.stream.link import Link, LinkThread
 
 log = logging.getLogger(__name__)
 
@@ -27,18 +24,10 @@ POLL_S = 2.0  # a lost poke delays a record at most this long
 TRIM_EVERY_S = 60.0
 
 
-class UplinkSender(threading.Thread):
-    def __init__(self, config: Config, state: AgentState, outbox: Outbox, status: LinkStatus, gate: Gate,
-                 stop: threading.Event):
-        super().__init__(name="uplink", daemon=True)
-        self.config = config
-        self.state = state
-        self.outbox = outbox
-        self.status = status
-        self.gate = gate
-        self.stop = stop
+class UplinkSender(LinkThread):
+    def __init__(self, link: Link):
+        super().__init__("uplink", link)
         self.wakeup = threading.Event()
-        self.backoff = Backoff(config.reconnect_min_sec, config.reconnect_max_sec)
         self.sent = 0
         self._next_trim = 0.0
 
@@ -69,7 +58,7 @@ class UplinkSender(threading.Thread):
             client.close()
 
     def drain(self, client: BackendClient) -> None:
-        while not self.stop.is_set():
+        while not self.stop.is_set() and self.gate.remaining() <= 0:
             batch = self.outbox.pending(BATCH_SIZE)
             if not batch:
                 return
