@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import sys
-from typing import Any, NoReturn
+from pathlib import Path
+from typing import Any, NoReturn, Optional
 
 import orjson
 import typer
@@ -207,6 +209,26 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="Print JSON for ma
         for check in checks:
             typer.echo(check.line())
     raise typer.Exit(1 if any(c.status == FAIL for c in checks) else 0)
+
+
+@app.command()
+def up(
+    port: int = typer.Option(8000, "--port", help="Port of the embedded reference backend."),
+    data: Optional[Path] = typer.Option(None, "--data", help="Its data directory (default: dev-backend/ beside the state file)."),
+) -> None:
+    """Run in the foreground; with no FADEN_NODE_AGENT_BACKEND_URL, against the embedded reference backend."""
+    if os.environ.get("FADEN_NODE_AGENT_BACKEND_URL"):
+        run()
+        return
+    from faden_agent.devbackend.up import UpError, embedded_backend
+
+    state_path = load().state_path
+    try:
+        with embedded_backend(port, data or state_path.parent / "dev-backend", state_path) as extra_env:
+            os.environ.update(extra_env)
+            run()
+    except UpError as exc:
+        fail(str(exc))
 
 
 # The reference backend and its admin client (faden_agent/devbackend; typer only at import).

@@ -254,8 +254,10 @@ class Handler(BaseHTTPRequestHandler):
                 self.backend.new_commands.wait(min(STREAM_POLL_S, keepalive))
 
     def stall(self, generation: int) -> int:
-        """Headers sent, then silence (a hung proxy or server), until the streams are dropped."""
-        while self.backend.faults.drop_generation == generation:
+        """Headers sent, then silence (a hung proxy or server), until the streams are dropped
+        or the stall is switched off (then cut, so no thread waits forever on a gone client)."""
+        faults = self.backend.faults
+        while faults.drop_generation == generation and faults.stall_streams:
             time.sleep(STREAM_POLL_S)
         self.connection.shutdown(2)
         return 200

@@ -9,6 +9,7 @@ import sys
 import time
 
 import orjson
+import pytest
 import requests
 
 from faden_agent.backend import BackendClient, RequestRejected
@@ -79,3 +80,31 @@ def test_log_pushes_are_forwarded_to_loki(tmp_path):
                 raise AssertionError("a malformed push was accepted")
         finally:
             process.stop()
+
+
+def test_up_runs_the_agent_against_the_embedded_backend(tmp_path):
+    import signal
+
+    from tests.agentproc import AgentProcess, agent_env, wait_for
+    from tests.backendproc import free_port
+    from tests.integration.test_stream_enroll import agent_status
+
+    port = free_port()
+    env = agent_env(tmp_path, heartbeat_interval_sec=1, reconnect_min_sec=0.2, reconnect_max_sec=1)
+    agent = AgentProcess(env, tmp_path / "up.log", argv=[sys.executable, "-m", "faden_agent", "up", "--port", str(port)])
+    agent.start()
+    try:
+        status_env = {**env, "FADEN_NODE_AGENT_BACKEND_URL": f"http://127.0.0.1:{port}"}
+        report = wait_for(lambda: (s := agent_status(status_env))["connection"] == "connected" and s, 20,
+                          what="up: connected")
+        assert report["enrolled"]
+        data_dir = tmp_path / "state" / "dev-backend"
+        token = (data_dir / "admin-token").read_text().strip()
+        nodes = requests.get(f"http://127.0.0.1:{port}/api/admin/system/nodes", timeout=5,
+                             headers={"Authorization": f"Bearer {token}"}).json()["nodes"]
+        assert [n["node_id"] for n in nodes] == [report["node_id"]]
+        assert agent.stop(signal.SIGTERM) == 0
+        with pytest.raises(requests.ConnectionError):
+            requests.get(f"http://127.0.0.1:{port}/api/admin/system/nodes", timeout=5)
+    finally:
+        agent.kill()
