@@ -71,6 +71,7 @@ class LokiReceiver:
         self.allow_structured_metadata = allow_structured_metadata
         self.record_path = record_path
         self.mode, self.retry_after, self.error_status = "ok", 1.0, 500
+        self.delay_s = 0.0  # answer every push this much later (a slow Loki)
         self._entries: list[Accepted] = []
         self.statuses: dict[int, int] = {}
         self.pushes = 0
@@ -155,6 +156,8 @@ class LokiReceiver:
     # ------------------------------------------------------------------ the push API
 
     def handle_push(self, headers: Any, raw: bytes) -> tuple[int, dict[str, str], bytes]:
+        if self.delay_s:
+            time.sleep(self.delay_s)
         with self._lock:
             mode, retry_after, error_status = self.mode, self.retry_after, self.error_status
         if mode == "throttle":

@@ -72,7 +72,9 @@ class JournalSource(Source):
         self._last_ts_ns = 0
 
     def argv(self) -> list[str]:
-        argv = ["journalctl", "--follow", "--all", "--output=json", "--no-pager"]
+        # --lines=all: with --follow, journalctl otherwise prints only the last 10 entries
+        # after the cursor (systemd 252), silently skipping the rest.
+        argv = ["journalctl", "--follow", "--all", "--output=json", "--no-pager", "--lines=all"]
         if self.config.journal_directory is not None:
             argv.append(f"--directory={self.config.journal_directory}")
         if self.cursor:

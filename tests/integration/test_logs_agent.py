@@ -1,0 +1,157 @@
+"""The log shipper inside the real agent (`faden-agent run`), with real journal files made by
+systemd-journal-remote, a Loki-compatible receiver over HTTP, real signals and real files."""
+
+from __future__ import annotations
+
+import logging
+import logging.handlers
+import os
+import signal
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.agentproc import AgentProcess, agent_env, wait_for
+from tests.journalfiles import JournalWriter
+from tests.lokireceiver import LokiReceiver
+
+# Documented in docs/logs.md: the log worker's RSS stays under this while Loki is down,
+# whatever the size of the waiting backlog in the journal.
+RSS_BOUND_BYTES = 160 * 1024 * 1024
+
+
+@pytest.fixture
+def loki():
+    with LokiReceiver() as receiver:
+        yield receiver
+
+
+def start_agent(tmp_path: Path, loki: LokiReceiver, journal: Path, **overrides) -> AgentProcess:
+    env = agent_env(tmp_path, loki_url=loki.url, journal_directory=journal, agent_id="logs-node",
+                    advertise_host="10.9.8.7", log_flush_interval_sec=0.2, reconnect_min_sec=0.1,
+                    reconnect_max_sec=0.5, **overrides)
+    return AgentProcess(env, tmp_path / "agent.log")  # `with` starts it
+
+
+def system_lines(entries, agent_id: str = "logs-node"):
+    """The system-log entries, by timestamp (a push groups lines by stream, not by time)."""
+    return sorted((e for e in entries if e.labels.get("container") == f"node-{agent_id}"), key=lambda e: int(e.ts))
+
+
+def logs_pid(agent: AgentProcess) -> int:
+    return wait_for(lambda: (agent.workers().get("logs") or {}).get("pid"), 10, what="logs worker pid")
+
+
+def assert_only_exact_duplicates(entries) -> None:
+    seen = defaultdict(set)
+    for e in entries:
+        seen[e.line].add((e.stream, e.ts))
+    inexact = {line: keys for line, keys in seen.items() if len(keys) > 1}
+    assert not inexact, f"{len(inexact)} lines arrived with different streams or timestamps, e.g. {next(iter(inexact.items()))}"
+
+
+def test_journal_lines_arrive_with_exact_labels_and_timestamps_and_appends_follow(tmp_path, loki):
+    journal = JournalWriter(tmp_path / "journal")
+    first = [journal.entry("disk ok", 6, _SYSTEMD_UNIT="smartd.service", _PID="412", SYSLOG_IDENTIFIER="smartd"),
+             journal.entry("fan failed", 2, _SYSTEMD_UNIT="ipmi.service", _PID="77"),
+             journal.entry(b"raw \xff bytes", None),  # binary MESSAGE, no PRIORITY
+             journal.entry(None, 4)]  # no MESSAGE at all
+    journal.append(first)
+    with start_agent(tmp_path, loki, journal.directory):
+        got = loki.wait_for(lambda e: len(system_lines(e)) >= 4 and system_lines(e), 20)
+        base = {"job": "node-agent", "host": "10.9.8.7", "agent_id": "logs-node", "container": "node-logs-node"}
+        assert [(e.labels, e.ts, e.line) for e in got] == [
+            ({**base, "level": "info"}, first[0]["__REALTIME_TIMESTAMP"] + "000", "disk ok"),
+            ({**base, "level": "crit"}, first[1]["__REALTIME_TIMESTAMP"] + "000", "fan failed"),
+            ({**base, "level": "info"}, first[2]["__REALTIME_TIMESTAMP"] + "000", "raw \ufffd bytes"),
+            ({**base, "level": "warning"}, first[3]["__REALTIME_TIMESTAMP"] + "000", ""),
+        ]
+        assert got[0].metadata == {"unit": "smartd.service", "pid": "412", "syslog_identifier": "smartd",
+                                   "boot_id": journal.boot_id}
+        # Appending to the followed journal file delivers the new lines.
+        journal.append(journal.lines([f"appended {i}" for i in range(50)], priority=3))
+        got = loki.wait_for(lambda e: len(system_lines(e)) >= 54 and system_lines(e), 20)
+        assert [e.line for e in got[4:]] == [f"appended {i}" for i in range(50)]
+        assert {e.labels["level"] for e in got[4:]} == {"error"}
+        assert len(got) == 54
+
+
+def test_kill_9_of_the_log_worker_while_shipping_50000_lines_loses_nothing(tmp_path, loki):
+    total = 50_000
+    journal = JournalWriter(tmp_path / "journal")
+    journal.append(journal.lines([f"line {i:05d}" for i in range(total)], _SYSTEMD_UNIT="load.service"))
+    loki.delay_s = 0.01  # a Loki that takes a moment: the kill lands mid-way
+    with start_agent(tmp_path, loki, journal.directory, log_batch_size=200) as agent:
+        victim = logs_pid(agent)
+        loki.wait_for(lambda e: len(e) >= 5_000, 60)
+        os.kill(victim, signal.SIGKILL)
+        at_kill = len(loki.entries())
+        assert at_kill < total, "the shipping finished before the kill; the test proves nothing"
+        wait_for(lambda: logs_pid(agent) != victim, 20, what="the supervisor to restart the log worker")
+        loki.wait_for(lambda e: len({x.line for x in e}) >= total, 120)
+        entries = system_lines(loki.entries())
+        assert {e.line for e in entries} == {f"line {i:05d}" for i in range(total)}
+        assert_only_exact_duplicates(entries)  # Loki drops exact duplicates
+
+
+def test_loki_down_then_throttling_then_up_loses_nothing_and_memory_stays_bounded(tmp_path, loki):
+    total = 40_000
+    journal = JournalWriter(tmp_path / "journal")
+    journal.append(journal.lines([f"outage {i:05d} " + "x" * 200 for i in range(total)]))
+    loki.down()
+    with start_agent(tmp_path, loki, journal.directory, log_batch_size=500) as agent:
+        worker = psutil.Process(logs_pid(agent))
+        peak = 0
+        deadline = time.monotonic() + 4
+        while time.monotonic() < deadline:  # Loki down: the reader must stop, not hoard
+            peak = max(peak, worker.memory_info().rss)
+            time.sleep(0.1)
+        status = agent.workers()["logs"]["status"]
+        assert status["backlog_full_waits"] >= 1
+        assert status["sources"]["journal"]["lines_read"] < total / 2  # it stopped reading
+        loki.up()
+        loki.set_mode("throttle", retry_after=0.5)
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline:
+            peak = max(peak, worker.memory_info().rss)
+            time.sleep(0.1)
+        loki.set_mode("ok")
+        while len({e.line for e in loki.entries()}) < total:
+            peak = max(peak, worker.memory_info().rss)
+            assert worker.is_running(), "the log worker died"
+            time.sleep(0.1)
+        entries = system_lines(loki.entries())
+        assert {e.line[:12] for e in entries} == {f"outage {i:05d}"[:12] for i in range(total)}
+        assert loki.statuses.get(429, 0) >= 1
+        assert_only_exact_duplicates(entries)
+        print(f"peak RSS of the log worker: {peak / 2**20:.1f} MiB")
+        assert peak < RSS_BOUND_BYTES
+
+
+def test_ray_serve_file_rotated_by_rename_while_shipping_loses_no_line(tmp_path, loki):
+    serve = tmp_path / "ray" / "ray-head-7" / "session_2024-06-01_10-00-00_1" / "logs" / "serve"
+    serve.mkdir(parents=True)
+    journal = JournalWriter(tmp_path / "journal")
+    journal.append(journal.lines(["boot"]))
+    with start_agent(tmp_path, loki, journal.directory):
+        logger = logging.getLogger("test-agent-ray-rotation")
+        logger.propagate = False
+        handler = logging.handlers.RotatingFileHandler(serve / "proxy_10.0.0.1.log", maxBytes=8_000, backupCount=100)
+        handler.setFormatter(logging.Formatter("%(levelname)s %(asctime)s proxy 10.0.0.1 -- %(message)s"))
+        logger.addHandler(handler)
+        try:
+            for i in range(2000):
+                logger.warning("GET /v1/models %04d 200", i)
+                if i % 50 == 0:
+                    time.sleep(0.05)
+        finally:
+            handler.close()
+            logger.removeHandler(handler)
+        got = loki.wait_for(lambda e: len([x for x in e if x.labels.get("source") == "ray-serve"]) >= 2000
+                            and [x for x in e if x.labels.get("source") == "ray-serve"], 30)
+        assert [int(e.line.split()[-2]) for e in got] == list(range(2000))
+        assert got[0].labels == {"job": "node-agent", "host": "10.9.8.7", "agent_id": "logs-node",
+                                 "container": "ray-head-7", "source": "ray-serve", "file": "proxy"}
