@@ -25,6 +25,9 @@ dist="${FADEN_AGENT_DIST:-$repo/dist}"
 name="faden-agent-linux-$arch"
 source_version=$("$PYTHON" -c 'import re,sys; print(re.search(r"__version__ = \"([^\"]+)\"", open("faden_agent/__init__.py").read()).group(1))')
 version="${FADEN_AGENT_BUILD_VERSION:-$source_version}"
+case "$version" in
+  ""|*[!0-9A-Za-z.+-]*) echo "build.sh: FADEN_AGENT_BUILD_VERSION='$version' is not allowed: expected letters, digits and . + -" >&2; exit 2 ;;
+esac
 
 # One build at a time per output directory (parallel test workers share dist/).
 mkdir -p "$dist"
@@ -43,7 +46,9 @@ fi
 
 # PyInstaller is a build-time tool only: it is not a dependency of the agent.
 "$PYTHON" -m PyInstaller --version >/dev/null 2>&1 || "$PYTHON" -m pip install -q 'pyinstaller>=6.3'
-"$PYTHON" -m pip install -q -e . >/dev/null
+# The agent's own dependencies must be importable to be bundled.
+"$PYTHON" -c 'import docker, orjson, psutil, pynvml, requests, setproctitle, typer, zmq' 2>/dev/null \
+  || "$PYTHON" -m pip install -q -e .
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/faden-build.XXXXXX")
 trap 'rm -rf "$work"' EXIT

@@ -39,11 +39,14 @@ def image(docker_client) -> str:
 
 
 @pytest.fixture(scope="module")
-def builds(tmp_path_factory) -> dict[str, Path]:
-    """The current build and an upgrade build (same sources, newer version stamp)."""
-    current = agent_build()
-    upgrade = agent_build(UPGRADE_VERSION, dist=REPO / "build" / "dist-upgrade")
-    return {"current": current, "upgrade": upgrade}
+def current_build() -> Path:
+    return agent_build()
+
+
+@pytest.fixture(scope="module")
+def upgrade_build() -> Path:
+    """Same sources, a newer version stamp: what the backend offers next."""
+    return agent_build(UPGRADE_VERSION, dist=REPO / "build" / "dist-upgrade")
 
 
 def offer(downloads: Path, binary: Path) -> None:
@@ -55,9 +58,9 @@ def offer(downloads: Path, binary: Path) -> None:
 
 
 @pytest.fixture
-def served(tmp_path, builds):
+def served(tmp_path, current_build):
     downloads = tmp_path / "downloads"
-    offer(downloads, builds["current"])
+    offer(downloads, current_build)
     backend = BackendProcess(tmp_path / "backend-data", tmp_path / "backend.log", downloads=downloads)
     backend.start()
     yield backend, downloads
@@ -105,9 +108,9 @@ def started_at(container) -> str:
     return container.attrs["State"]["StartedAt"]
 
 
-def test_install_line_restart_upgrade_and_bad_checksum(image, served, builds, managed_container):
+def test_install_line_restart_upgrade_and_bad_checksum(image, served, upgrade_build, managed_container):
     backend, downloads = served
-    upgrade = builds["upgrade"]
+    upgrade = upgrade_build
     agent_id = "sd-" + uuid.uuid4().hex[:8]
     with SystemdContainer(image) as box:
         assert box.sh("command -v python3 python || true").stdout.strip() == ""  # no Python in there
