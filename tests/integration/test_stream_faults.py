@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import statistics
 import time
 from collections import Counter
 
@@ -117,8 +118,11 @@ def test_heartbeats_keep_their_interval_while_the_executor_is_stopped(backend, a
         time.sleep(5)
         beats = [b["received_at"] for b in backend.heartbeats(node["node_id"]) if b["received_at"] >= stopped_at]
         gaps = [b - a for a, b in zip(beats, beats[1:])]
-        assert len(beats) >= 8, beats
-        assert max(gaps) < interval * 2.5, gaps
+        # A heartbeat held up by the hand-off would leave a 5 s hole; the bound leaves room
+        # for a loaded CI machine (the measured jitter is in bench/stream_bench.py).
+        assert len(beats) >= 6, beats
+        assert max(gaps) < interval * 4, gaps
+        assert statistics.median(gaps) < interval * 1.6, gaps
         assert backend.command(command_id)["state"] == "queued"
     finally:
         if pid_alive(executor_pid):
