@@ -8,6 +8,7 @@ import logging.handlers
 import os
 import signal
 import time
+import uuid
 from collections import defaultdict
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from tests.lokireceiver import LokiReceiver
 
 # Documented in docs/logs.md: the log worker's RSS stays under this while Loki is down,
 # whatever the size of the waiting backlog in the journal.
-RSS_BOUND_BYTES = 160 * 1024 * 1024
+RSS_BOUND_BYTES = 100 * 1024 * 1024
 
 
 @pytest.fixture
@@ -155,3 +156,43 @@ def test_ray_serve_file_rotated_by_rename_while_shipping_loses_no_line(tmp_path,
         assert [int(e.line.split()[-2]) for e in got] == list(range(2000))
         assert got[0].labels == {"job": "node-agent", "host": "10.9.8.7", "agent_id": "logs-node",
                                  "container": "ray-head-7", "source": "ray-serve", "file": "proxy"}
+
+
+@pytest.mark.docker
+def test_logs_of_a_managed_container_that_prints_restarts_and_prints_again(tmp_path, loki, docker_client):
+    from faden_agent import protocol
+    from faden_agent.workers.logs.sources.containers import parse_rfc3339_ns
+    from tests.conftest import TEST_IMAGE
+
+    name = f"faden-logs-test-{uuid.uuid4().hex[:8]}"
+    container = docker_client.containers.create(
+        TEST_IMAGE, ["sh", "-c", "echo out-one; echo err-one >&2; sleep 0.2; echo out-two"], name=name,
+        labels={protocol.LABEL_MANAGED: "true", protocol.LABEL_AGENT_ID: "logs-node",
+                protocol.LABEL_CLUSTER: "cluster-a", protocol.LABEL_WORKLOAD: "serve-1"})
+    journal = JournalWriter(tmp_path / "journal")
+    journal.append(journal.lines(["boot"]))
+
+    def mine(entries):
+        return sorted((e for e in entries if e.labels.get("container") == name), key=lambda e: int(e.ts))
+
+    try:
+        with start_agent(tmp_path, loki, journal.directory):
+            container.start()
+            assert container.wait(timeout=30)["StatusCode"] == 0
+            loki.wait_for(lambda e: len(mine(e)) >= 3, 30)
+            container.start()  # the same container runs again and prints again
+            assert container.wait(timeout=30)["StatusCode"] == 0
+            got = loki.wait_for(lambda e: len(mine(e)) >= 6 and mine(e), 30)
+            time.sleep(1)  # nothing more may come (no re-reads of the first run)
+            got = mine(loki.entries())
+        stdout = [e for e in got if e.labels["stream"] == "stdout"]
+        assert [e.line for e in stdout] == ["out-one", "out-two", "out-one", "out-two"]
+        assert [e.line for e in got if e.labels["stream"] == "stderr"] == ["err-one", "err-one"]
+        assert stdout[0].labels == {"job": "node-agent", "host": "10.9.8.7", "agent_id": "logs-node",
+                                    "container": name, "cluster": "cluster-a", "workload": "serve-1",
+                                    "source": "container", "stream": "stdout"}
+        docker_stamps = [parse_rfc3339_ns(line.split(b" ", 1)[0]) for line in
+                         container.logs(stdout=True, stderr=False, timestamps=True).splitlines()]
+        assert [int(e.ts) for e in stdout] == docker_stamps  # Docker's own timestamps
+    finally:
+        container.remove(force=True)
