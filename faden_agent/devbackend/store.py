@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 
 from faden_agent import protocol
+from faden_agent.workers.inventory.record import apply_record  # the receiver's rule (docs/inventory.md)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS tokens (
@@ -218,10 +219,13 @@ class Store:
                 (now, orjson.dumps(record["data"]), node_id),
             )
         elif record["kind"] == protocol.INVENTORY:
-            self._db.execute(
-                "UPDATE nodes SET inventory = ?, inventory_at = ? WHERE node_id = ?",
-                (orjson.dumps(record["data"]), now, node_id),
-            )
+            row = self._db.execute("SELECT inventory FROM nodes WHERE node_id = ?", (node_id,)).fetchone()
+            merged = apply_record(_json(row[0]) if row else None, record["data"])
+            if merged is not None:  # None: an unchanged record of a full one we do not hold
+                self._db.execute(
+                    "UPDATE nodes SET inventory = ?, inventory_at = ? WHERE node_id = ?",
+                    (orjson.dumps(merged), now, node_id),
+                )
 
     def records(self, node_id: str, kind: str, limit: int = 10_000) -> list[dict[str, Any]]:
         with self._lock:

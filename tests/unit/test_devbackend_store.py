@@ -1,0 +1,63 @@
+"""The reference backend's store: single-use tokens, record dedup, command timelines, and the
+inventory receiver rule (full replaces; unchanged refreshes the gauges of the same hash)."""
+
+from __future__ import annotations
+
+import pytest
+
+from faden_agent import protocol
+from faden_agent.devbackend.store import Store, TokenRefused
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = Store(tmp_path)
+    yield s
+    s.close()
+
+
+def node(store: Store) -> str:
+    node_id, _ = store.enroll(store.mint_token(), {"agent_id": "a"})
+    return node_id
+
+
+def record(kind, data, record_id, ts=1.0):
+    return {"id": record_id, "kind": kind, "ts": ts, "data": data}
+
+
+def test_tokens_are_single_use_and_stored_hashed(store, tmp_path):
+    token = store.mint_token()
+    node_id, credential = store.enroll(token, {"agent_id": "a"})
+    with pytest.raises(TokenRefused):
+        store.enroll(token, {"agent_id": "b"})
+    assert store.node_for_credential(credential) == (node_id, False)
+    files = list(tmp_path.glob("backend.sqlite*"))  # the WAL holds the newest pages
+    raw = b"".join(path.read_bytes() for path in files)
+    assert len(files) >= 2 and node_id.encode() in raw
+    assert token.encode() not in raw and credential.encode() not in raw
+
+
+def test_timeline_dedups_and_orders_by_ts(store):
+    node_id = node(store)
+    store.add_command(node_id, "no.such.kind", {}, "c1", None)
+    rejected = protocol.timeline_data("c1", protocol.REJECTED, reason="unknown_kind", message="no")
+    received = protocol.timeline_data("c1", protocol.RECEIVED)
+    store.store_records(node_id, [record(protocol.TIMELINE, rejected, "tl:c1:rejected:0", ts=2.0)])
+    store.store_records(node_id, [record(protocol.TIMELINE, received, "tl:c1:received:0", ts=1.0),
+                                  record(protocol.TIMELINE, rejected, "tl:c1:rejected:0", ts=2.0)])
+    command = store.command("c1")
+    assert [t["state"] for t in command["timeline"]] == ["received", "rejected"]
+    assert command["state"] == "rejected"
+
+
+def test_inventory_receiver_rule(store):
+    node_id = node(store)
+    full = {"type": "full", "hash": "h1", "collected_at": 1.0, "host": {"name": "x", "usage": {"load": 1}}}
+    store.store_records(node_id, [record(protocol.INVENTORY, full, "inv:1")])
+    unchanged = {"type": "unchanged", "hash": "h1", "collected_at": 2.0, "usage": {"host": {"usage": {"load": 5}}}}
+    store.store_records(node_id, [record(protocol.INVENTORY, unchanged, "inv:2")])
+    held = store.inventory(node_id)["inventory"]
+    assert held["host"] == {"name": "x", "usage": {"load": 5}} and held["collected_at"] == 2.0
+    stale = {"type": "unchanged", "hash": "old", "collected_at": 3.0, "usage": {}}
+    store.store_records(node_id, [record(protocol.INVENTORY, stale, "inv:3")])
+    assert store.inventory(node_id)["inventory"] == held
