@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
 import zmq
@@ -73,6 +74,8 @@ class StreamWorker(Worker):
 
     def teardown(self) -> None:
         self.stop_event.set()
+        deadline = time.monotonic() + JOIN_TIMEOUT_S  # one bound for all: the stop has a budget
         for thread in [self.starter, *self.threads]:
-            thread.join(JOIN_TIMEOUT_S)  # a read blocked on a silent stream is left to die with us
+            # A read blocked on a silent stream is left to die with the process.
+            thread.join(max(0.0, deadline - time.monotonic()))
         self.pokes.close()
