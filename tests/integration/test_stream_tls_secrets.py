@@ -6,8 +6,10 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import json
+import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import orjson
@@ -134,3 +136,76 @@ def test_token_and_credential_never_leak(backend, agent_on_backend, tmp_path):  
         leaks = [text[:200] for text in texts if secret in text]
         assert not leaks, leaks
     assert b"<redacted>" in outputs[4]  # the token is set, and `config` shows that without its value
+
+
+class ConnectProxy:
+    """A minimal HTTPS proxy (HTTP CONNECT tunnels), recording each tunnel's target."""
+
+    def __init__(self) -> None:
+        self.targets: list[str] = []
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        threading.Thread(target=self.accept_loop, daemon=True).start()
+
+    def accept_loop(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self.tunnel, args=(client,), daemon=True).start()
+
+    def tunnel(self, client) -> None:
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = client.recv(4096)
+            if not chunk:
+                client.close()
+                return
+            head += chunk
+        method, target = head.split(b" ")[:2]
+        if method != b"CONNECT":
+            client.sendall(b"HTTP/1.1 405 Method Not Allowed\r\nContent-Length: 0\r\n\r\n")
+            client.close()
+            return
+        self.targets.append(target.decode())
+        host, port = target.decode().rsplit(":", 1)
+        upstream = socket.create_connection((host, int(port)))
+        client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+
+        def pipe(src, dst) -> None:
+            try:
+                while data := src.recv(65536):
+                    dst.sendall(data)
+            except OSError:
+                pass
+            finally:
+                for sock in (src, dst):
+                    try:
+                        sock.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+
+        threading.Thread(target=pipe, args=(upstream, client), daemon=True).start()
+        pipe(client, upstream)
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def test_https_proxy_is_used_for_the_backend(tmp_path):
+    ca, cert, key = make_ca_and_server_cert(tmp_path)
+    tls_backend = BackendProcess(tmp_path / "data", tmp_path / "backend.log", tls_cert=cert, tls_key=key, ca_bundle=ca)
+    tls_backend.start()
+    proxy = ConnectProxy()
+    try:
+        env = without_ca_overrides(agent_env_for(tls_backend, tmp_path, ca_bundle=ca))
+        for name in ("NO_PROXY", "no_proxy", "HTTP_PROXY", "http_proxy"):
+            env.pop(name, None)
+        env["HTTPS_PROXY"] = proxy.url
+        with AgentProcess(env, tmp_path / "agent.log"):
+            tls_backend.wait_node(env["FADEN_NODE_AGENT_AGENT_ID"], heartbeats=2)
+        assert f"127.0.0.1:{tls_backend.port}" in proxy.targets
+    finally:
+        proxy.close()
+        tls_backend.stop()
