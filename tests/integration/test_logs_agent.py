@@ -196,3 +196,21 @@ def test_logs_of_a_managed_container_that_prints_restarts_and_prints_again(tmp_p
         assert [int(e.ts) for e in stdout] == docker_stamps  # Docker's own timestamps
     finally:
         container.remove(force=True)
+
+
+def test_a_stopped_journalctl_never_delays_the_log_workers_heartbeat(tmp_path, loki):
+    journal = JournalWriter(tmp_path / "journal")
+    journal.append(journal.lines(["before the stop"]))
+    with start_agent(tmp_path, loki, journal.directory) as agent:
+        loki.wait_for(lambda e: system_lines(e), 20)
+        worker = psutil.Process(logs_pid(agent))
+        reader = wait_for(lambda: [c for c in worker.children() if c.name() == "journalctl"], 10, what="journalctl")[0]
+        reader.send_signal(signal.SIGSTOP)  # a hung journald reader
+        try:
+            journal.append(journal.lines(["while stopped"]))
+            time.sleep(3)  # longer than the hang timeout (2 s) of these tests
+            row = agent.workers()["logs"]
+            assert row["pid"] == worker.pid and row["state"] == "RUNNING" and row["heartbeat_age_s"] < 1.5
+        finally:
+            reader.send_signal(signal.SIGCONT)
+        loki.wait_for(lambda e: [x for x in system_lines(e) if x.line == "while stopped"], 20)

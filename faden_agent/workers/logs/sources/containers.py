@@ -65,7 +65,8 @@ class ContainerSource(Source):
             client.close()
 
     def refresh(self, client) -> None:
-        containers = client.containers.list(all=True, filters={"label": f"{protocol.LABEL_MANAGED}=true"})
+        containers = client.containers.list(all=True, filters={"label": f"{protocol.LABEL_MANAGED}=true"},
+                                            ignore_removed=True)  # removed while listing: skip it
         present = set()
         for container in containers:
             for stream in STREAMS:
@@ -124,6 +125,10 @@ class ContainerFollower(threading.Thread):
                         break
         except docker.errors.NotFound:
             return  # removed; its remaining lines went with it
+        except docker.errors.APIError as exc:
+            if exc.status_code == 409:  # "dead or marked for removal": gone in a moment
+                return
+            log.warning("logs: following %s %s stopped (%s); resuming shortly", self.container.name, self.stream, exc)
         except Exception as exc:  # noqa: BLE001 - the source's next refresh starts a new follower
             log.warning("logs: following %s %s stopped (%s); resuming shortly", self.container.name, self.stream, exc)
 
