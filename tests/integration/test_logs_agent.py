@@ -214,3 +214,22 @@ def test_a_stopped_journalctl_never_delays_the_log_workers_heartbeat(tmp_path, l
         finally:
             reader.send_signal(signal.SIGCONT)
         loki.wait_for(lambda e: [x for x in system_lines(e) if x.line == "while stopped"], 20)
+
+
+def test_lines_loki_refuses_are_not_resent_and_are_reported_as_an_event(tmp_path):
+    from faden_agent.outbox import Outbox
+
+    with LokiReceiver(reject_older_than_s=60) as picky:
+        journal = JournalWriter(tmp_path / "journal")
+        ten_minutes_ago = time.time_ns() // 1000 - 600 * 10**6
+        journal.append([journal.entry(f"stale {i}", 6, realtime_us=ten_minutes_ago + i) for i in range(3)]
+                       + journal.lines(["fresh"]))
+        with start_agent(tmp_path, picky, journal.directory):
+            picky.wait_for(lambda e: [x for x in e if x.line == "fresh"], 20)
+            outbox = Outbox(tmp_path / "state")
+            event = wait_for(lambda: next((r for r in outbox.pending(100) if r["kind"] == "event"
+                                           and r["data"].get("type") == "logs.lines_lost"), None),
+                             10, what="a logs.lines_lost event in the outbox")
+            assert event["data"]["rejected"] == 4 and event["data"]["too_large"] == 0
+            time.sleep(1)
+            assert picky.statuses == {400: 1}  # the 400 batch was never sent again

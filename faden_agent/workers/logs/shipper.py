@@ -37,7 +37,7 @@ class Shipper(threading.Thread):
         self.totals = Outcome()
         self.batches = 0
         self.unreported = Outcome()
-        self.reported_at = time.monotonic()
+        self.reported_at = -REPORT_INTERVAL_SEC  # the first loss is reported at once
 
     def run(self) -> None:
         while not self.stop_event.is_set():
