@@ -233,3 +233,15 @@ def test_lines_loki_refuses_are_not_resent_and_are_reported_as_an_event(tmp_path
             assert event["data"]["rejected"] == 4 and event["data"]["too_large"] == 0
             time.sleep(1)
             assert picky.statuses == {400: 1}  # the 400 batch was never sent again
+
+
+def test_first_start_ships_the_last_hour_not_the_whole_history(tmp_path, loki):
+    journal = JournalWriter(tmp_path / "journal")
+    now_us = time.time_ns() // 1000
+    journal.append([journal.entry("two hours ago", 6, realtime_us=now_us - 7200 * 10**6),
+                    journal.entry("ten minutes ago", 6, realtime_us=now_us - 600 * 10**6),
+                    journal.entry("just now", 6, realtime_us=now_us)])
+    with start_agent(tmp_path, loki, journal.directory):
+        loki.wait_for(lambda e: [x for x in e if x.line == "just now"], 20)
+        time.sleep(0.5)
+        assert [e.line for e in system_lines(loki.entries())] == ["ten minutes ago", "just now"]
