@@ -245,3 +245,29 @@ def test_first_start_ships_the_last_hour_not_the_whole_history(tmp_path, loki):
         loki.wait_for(lambda e: [x for x in e if x.line == "just now"], 20)
         time.sleep(0.5)
         assert [e.line for e in system_lines(loki.entries())] == ["ten minutes ago", "just now"]
+
+
+@pytest.mark.docker
+def test_a_recreated_managed_container_is_read_from_its_first_line(tmp_path, loki, docker_client):
+    from faden_agent import protocol
+    from tests.conftest import TEST_IMAGE
+
+    name = f"faden-logs-test-{uuid.uuid4().hex[:8]}"
+    journal = JournalWriter(tmp_path / "journal")
+    journal.append(journal.lines(["boot"]))
+
+    def run(generation: int) -> None:
+        container = docker_client.containers.run(
+            TEST_IMAGE, ["sh", "-c", f"echo generation-{generation}"], name=name, detach=True,
+            labels={protocol.LABEL_MANAGED: "true", protocol.LABEL_AGENT_ID: "logs-node"})
+        try:
+            assert container.wait(timeout=30)["StatusCode"] == 0
+            loki.wait_for(lambda e: [x for x in e if x.line == f"generation-{generation}"], 30)
+        finally:
+            container.remove(force=True)
+
+    with start_agent(tmp_path, loki, journal.directory):
+        run(1)
+        run(2)  # same name, new container id
+    lines = [e.line for e in loki.entries() if e.labels.get("container") == name]
+    assert lines == ["generation-1", "generation-2"]
