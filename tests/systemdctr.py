@@ -75,9 +75,10 @@ class SystemdContainer:
         subprocess.run(["docker", "rm", "-f", "-v", self.name], capture_output=True, timeout=60)
 
     def sh(self, script: str, check: bool = True, env: Mapping[str, str] | None = None,
-           timeout_s: float = 120) -> subprocess.CompletedProcess:
-        """Run a shell script inside; `env` values are handed over by name (never on a command line)."""
-        names: list[str] = []
+           timeout_s: float = 120, exec_args: list[str] | None = None) -> subprocess.CompletedProcess:
+        """Run a shell script inside; `env` values are handed over by name (never on a command line);
+        `exec_args` are extra `docker exec` options (e.g. -u USER)."""
+        names: list[str] = list(exec_args or [])
         for key in env or {}:
             names += ["-e", key]
         done = subprocess.run(["docker", "exec", *names, self.name, "sh", "-c", script], capture_output=True, text=True,

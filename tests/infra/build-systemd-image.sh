@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Build (once) the Docker image of a minimal Debian bookworm with a real systemd and no
-# Python: debootstrap minbase + systemd, systemd-sysv, dbus, curl (install.sh downloads
-# with it), ca-certificates; then `docker import`. Cached by its tag: a second call is a no-op.
-# Usage: build-systemd-image.sh [TAG]   (default faden-test/systemd:bookworm-2)
+# Python: debootstrap minbase + systemd, systemd-sysv, dbus, libpam-systemd (user managers),
+# curl (install.sh downloads with it), ca-certificates; then `docker import`. Cached by its tag: a second call is a no-op.
+# Usage: build-systemd-image.sh [TAG]   (default faden-test/systemd:bookworm-3)
 # Run it with the flags of DESIGN.md section 5 (no --privileged here):
 #   docker run -d --cap-add SYS_ADMIN --security-opt seccomp=unconfined --cgroupns=host \
 #     -v /sys/fs/cgroup:/sys/fs/cgroup:rw --tmpfs /run --tmpfs /run/lock TAG /lib/systemd/systemd
 set -euo pipefail
-TAG="${1:-faden-test/systemd:bookworm-2}"
+TAG="${1:-faden-test/systemd:bookworm-3}"
 # One build at a time (parallel test workers may ask together); the second finds it cached.
 exec 9>"/var/tmp/faden-systemd-image.lock"
 flock 9
@@ -21,7 +21,7 @@ command -v debootstrap >/dev/null || {
 MIRROR="${FADEN_TEST_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 root=$(mktemp -d /var/tmp/faden-systemd-root.XXXXXX)
 trap 'rm -rf "$root"' EXIT
-debootstrap --variant=minbase --include=systemd,systemd-sysv,dbus,curl,ca-certificates,procps \
+debootstrap --variant=minbase --include=systemd,systemd-sysv,dbus,libpam-systemd,curl,ca-certificates,procps \
   bookworm "$root" "$MIRROR" >"$root.log" 2>&1 || { tail -30 "$root.log" >&2; rm -f "$root.log"; exit 1; }
 rm -f "$root.log"
 # No Python inside: the agent must run from its standalone binary alone.

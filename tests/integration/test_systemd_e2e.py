@@ -173,7 +173,7 @@ def test_install_line_restart_upgrade_and_bad_checksum(image, served, upgrade_bu
         journal = box.journal(UNIT)
         assert "supervisor" in journal and "enrolled with" in journal
         assert "fdn_enr_" not in journal
-        status = box.sh("faden-agent status").stdout
+        status = box.sh("faden-agent status", check=False).stdout
         assert f"node {node['node_id']}" in status and "system service active" in status
 
 
@@ -217,7 +217,7 @@ def test_service_commands_are_idempotent_and_keep_the_state(image, served, manag
         box.wait_active(UNIT)
         beats = backend.node_by_agent(agent_id)["heartbeats"]
         assert backend.wait_node(agent_id, heartbeats=beats + 1, timeout_s=30)["node_id"] == node["node_id"]
-        assert "system service active" in box.sh("faden-agent status").stdout
+        assert "system service active" in box.sh("faden-agent status", check=False).stdout
 
         removed = box.sh("faden-agent uninstall").stdout
         assert "kept the state directory /var/lib/faden-agent" in removed
@@ -228,3 +228,29 @@ def test_service_commands_are_idempotent_and_keep_the_state(image, served, manag
         assert "purged" in box.sh("faden-agent uninstall --purge").stdout
         assert box.sh("test -e /var/lib/faden-agent", check=False).returncode != 0
         assert started_at(container) == container_started  # through all of it
+
+
+def test_install_line_as_a_user_makes_a_user_service(image, served):
+    backend, _ = served
+    agent_id = "sdu-" + uuid.uuid4().hex[:8]
+    socket_gid = Path("/var/run/docker.sock").stat().st_gid
+    with SystemdContainer(image) as box:
+        # A user allowed to use Docker (the host socket's group), with lingering so that
+        # its user manager runs without a login session.
+        box.sh(f"groupadd -g {socket_gid} hostdocker; useradd -m -s /bin/sh -G hostdocker agentuser && "
+               "loginctl enable-linger agentuser")
+        box.wait_active("user@1000")
+        user = ["-u", "agentuser", "-w", "/home/agentuser", "-e", "XDG_RUNTIME_DIR=/run/user/1000", "-e", "HOME=/home/agentuser"]
+        done = box.sh(INSTALL_LINE, env=install_env(backend, agent_id, backend.mint_token()), timeout_s=180, exec_args=user)
+        assert "user service faden-agent.service enabled and started" in done.stdout
+        backend.wait_node(agent_id, heartbeats=1, timeout_s=60)
+        files = box.sh("stat -c '%a %U %n' /home/agentuser/.config/faden-agent/agent.env "
+                       "/home/agentuser/.local/share/faden-agent/state.json /home/agentuser/.local/bin/faden-agent").stdout
+        assert files.splitlines() == [
+            "600 agentuser /home/agentuser/.config/faden-agent/agent.env",
+            "600 agentuser /home/agentuser/.local/share/faden-agent/state.json",
+            "755 agentuser /home/agentuser/.local/bin/faden-agent",
+        ]
+        status = box.sh("/home/agentuser/.local/bin/faden-agent status", exec_args=user, check=False).stdout
+        assert "user service active" in status
+        assert box.sh("test -e /etc/systemd/system/faden-agent.service", check=False).returncode != 0
