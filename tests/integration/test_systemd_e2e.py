@@ -16,6 +16,7 @@ import time
 import uuid
 from pathlib import Path
 
+import orjson
 import pytest
 
 from faden_agent import __version__, protocol
@@ -205,6 +206,12 @@ def test_service_commands_are_idempotent_and_keep_the_state(image, served, manag
         running = box.wait_active(UNIT)
         container = managed_container(agent_id)
         container_started = started_at(container)
+
+        # doctor from the binary (docker SDK, pynvml, requests bundled) reads the service's settings.
+        report = orjson.loads(box.sh("faden-agent doctor --json").stdout)
+        checks = {c["name"]: c["status"] for c in report["checks"]}
+        assert checks["service"] == "ok" and checks["credential"] == "ok" and checks["docker"] == "ok", report
+        assert checks["journald"] == "ok" and checks["state file"] == "ok", report
 
         again = box.sh("faden-agent start").stdout  # no variables this time: the env file keeps them
         assert "unchanged" in again and "already running" in again
