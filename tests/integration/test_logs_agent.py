@@ -89,10 +89,10 @@ def test_kill_9_of_the_log_worker_while_shipping_50000_lines_loses_nothing(tmp_p
         victim = logs_pid(agent)
         loki.wait_for(lambda e: len(e) >= 5_000, 60)
         os.kill(victim, signal.SIGKILL)
-        at_kill = len(loki.entries())
+        at_kill = len(system_lines(loki.entries()))
         assert at_kill < total, "the shipping finished before the kill; the test proves nothing"
         wait_for(lambda: logs_pid(agent) != victim, 20, what="the supervisor to restart the log worker")
-        loki.wait_for(lambda e: len({x.line for x in e}) >= total, 120)
+        loki.wait_for(lambda e: len({x.line for x in system_lines(e)}) >= total, 120)
         entries = system_lines(loki.entries())
         assert {e.line for e in entries} == {f"line {i:05d}" for i in range(total)}
         assert_only_exact_duplicates(entries)  # Loki drops exact duplicates
@@ -120,7 +120,7 @@ def test_loki_down_then_throttling_then_up_loses_nothing_and_memory_stays_bounde
             peak = max(peak, worker.memory_info().rss)
             time.sleep(0.1)
         loki.set_mode("ok")
-        while len({e.line for e in loki.entries()}) < total:
+        while len({e.line for e in system_lines(loki.entries())}) < total:
             peak = max(peak, worker.memory_info().rss)
             assert worker.is_running(), "the log worker died"
             time.sleep(0.1)
@@ -230,9 +230,10 @@ def test_lines_loki_refuses_are_not_resent_and_are_reported_as_an_event(tmp_path
             event = wait_for(lambda: next((r for r in outbox.pending(100) if r["kind"] == "event"
                                            and r["data"].get("type") == "logs.lines_lost"), None),
                              10, what="a logs.lines_lost event in the outbox")
-            assert event["data"]["rejected"] == 4 and event["data"]["too_large"] == 0
+            # The batch of 4 (more if a managed container of another test wrote meanwhile).
+            assert event["data"]["rejected"] >= 4 and event["data"]["too_large"] == 0
             time.sleep(1)
-            assert picky.statuses == {400: 1}  # the 400 batch was never sent again
+            assert picky.statuses[400] == 1  # the 400 batch was never sent again
 
 
 def test_first_start_ships_the_last_hour_not_the_whole_history(tmp_path, loki):
