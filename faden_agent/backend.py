@@ -18,14 +18,18 @@ from __future__ import annotations
 
 import email.utils
 import gzip as gzip_module
+import logging
 import time
 from typing import Any, Iterator
 
 import orjson
 import requests
+import urllib3
 
 from faden_agent import __version__
 from faden_agent.config import Config
+
+log = logging.getLogger(__name__)
 
 API = "/api/agent/v1"
 # A stream line longer than this is a broken or hostile server, not a command.
@@ -105,6 +109,8 @@ class BackendClient:
         # environment (requests merges the environment over the session), which would let a
         # stray variable replace FADEN_NODE_AGENT_CA_BUNDLE or even VERIFY_TLS=false.
         self.verify = config.tls_verify()
+        if self.verify is False:
+            _warn_unverified_once(self.base_url)
         self.session.headers["User-Agent"] = f"faden-agent/{__version__}"
         if credential:
             self.session.headers["Authorization"] = f"Bearer {credential}"
@@ -203,6 +209,20 @@ class BackendClient:
         if not isinstance(body, dict):
             raise ProtocolError("answer is not a JSON object")
         return body
+
+
+_unverified_warned = False
+
+
+def _warn_unverified_once(base_url: str) -> None:
+    """One clear line instead of urllib3's warning on every connection."""
+    global _unverified_warned
+    if _unverified_warned:
+        return
+    _unverified_warned = True
+    urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+    log.warning("TLS verification of %s is OFF (FADEN_NODE_AGENT_VERIFY_TLS=false): anyone on the path "
+                "can impersonate the backend", base_url)
 
 
 def stream_read_timeout(keepalive_sec: float) -> float:

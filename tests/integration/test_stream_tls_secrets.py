@@ -94,6 +94,15 @@ def test_unknown_ca_refused_right_ca_bundle_accepted(tmp_path):
         with AgentProcess(accepted_env, accepted_root / "agent.log"):
             node = tls_backend.wait_node(accepted_env["FADEN_NODE_AGENT_AGENT_ID"], heartbeats=2)
             assert node["workers"]
+        # VERIFY_TLS=false: the operator's explicit choice to trust any certificate.
+        unverified_root = tmp_path / "unverified"
+        unverified_root.mkdir()
+        unverified_env = without_ca_overrides(agent_env_for(tls_backend, unverified_root, verify_tls="false"))
+        with AgentProcess(unverified_env, unverified_root / "agent.log") as unverified:
+            tls_backend.wait_node(unverified_env["FADEN_NODE_AGENT_AGENT_ID"], heartbeats=2)
+            log_text = unverified.log_text()
+        assert "TLS verification of https://127.0.0.1" in log_text and "is OFF" in log_text
+        assert "InsecureRequestWarning" not in log_text  # one clear line, not a warning per request
     finally:
         tls_backend.stop()
 
