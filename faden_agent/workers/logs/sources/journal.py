@@ -100,6 +100,7 @@ class JournalSource(Source):
                     self.waiting_on_backlog = True
                     kept = self.backlog.put(entry)
                     self.waiting_on_backlog = False
+                    self.last_output = time.monotonic()  # a long wait for Loki is not silence
                     if not kept:
                         return
                     self.cursor = entry.position
