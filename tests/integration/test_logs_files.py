@@ -26,10 +26,9 @@ class Collector:
 
     def run(self) -> None:
         while True:
-            item = self.backlog.get(0.2)
-            if item is not None:
-                self.lines.append(item[1])
-                self.positions.advance({item[1].source: item[1].position})
+            for entry in self.backlog.take(100, 10**6, 0.05, 0.2):
+                self.lines.append(entry)
+                self.positions.advance({entry.source: entry.position})
 
     def wait(self, n: int, timeout_s: float = 20.0) -> None:
         deadline = time.monotonic() + timeout_s

@@ -27,6 +27,10 @@ class Backlog:
         self._cond = threading.Condition()
         self.closed = False
         self.blocked_puts = 0  # how many puts had to wait: the "stopped reading" counter
+        # What the waiting taker needs before it wants to be woken (one wake-up per batch,
+        # not per line: waking the shipper for every line costs more than the line).
+        self._want_lines = 1
+        self._want_bytes = max_bytes
 
     def put(self, entry: Entry) -> bool:
         """Add one entry, waiting while full; False once closed (the entry is not kept)."""
@@ -39,24 +43,42 @@ class Backlog:
                 return False
             self._items.append((time.monotonic(), entry))
             self._bytes += entry.size
-            self._cond.notify_all()
+            if len(self._items) >= self._want_lines or self._bytes >= self._want_bytes or self._full():
+                self._cond.notify_all()
             return True
 
     def _full(self) -> bool:
         # One entry always fits into an empty backlog, however large.
         return bool(self._items) and (len(self._items) >= self.max_lines or self._bytes >= self.max_bytes)
 
-    def get(self, timeout_s: float) -> tuple[float, Entry] | None:
-        """(when it was queued, entry), or None after timeout_s."""
+    def take(self, max_lines: int, max_bytes: int, linger_s: float, poll_s: float) -> list[Entry]:
+        """Up to max_lines entries (about max_bytes), in order. Waits up to poll_s for a
+        first entry, then until the caps are reached or linger_s has passed since that
+        first entry was queued; [] when nothing came (or the backlog closed)."""
         with self._cond:
             if not self._items:
-                self._cond.wait_for(lambda: self._items or self.closed, timeout_s)
+                self._cond.wait_for(lambda: self._items or self.closed, poll_s)
                 if not self._items:
-                    return None
-            item = self._items.popleft()
-            self._bytes -= item[1].size
-            self._cond.notify_all()
-            return item
+                    return []
+            deadline = self._items[0][0] + linger_s
+            self._want_lines, self._want_bytes = min(max_lines, self.max_lines), max_bytes
+            try:
+                while len(self._items) < max_lines and self._bytes < max_bytes and not self.closed and not self._full():
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._cond.wait(min(left, poll_s))
+            finally:
+                self._want_lines, self._want_bytes = 1, self.max_bytes
+            taken: list[Entry] = []
+            size = 0
+            while self._items and len(taken) < max_lines and size < max_bytes:
+                entry = self._items.popleft()[1]
+                taken.append(entry)
+                size += entry.size
+            self._bytes -= size
+            self._cond.notify_all()  # room again for blocked readers
+            return taken
 
     def close(self) -> None:
         with self._cond:

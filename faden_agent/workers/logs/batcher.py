@@ -8,8 +8,6 @@ drains at full speed). Entries keep their backlog order, so every stream keeps i
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,17 +15,13 @@ from faden_agent.workers.logs.backlog import Backlog
 from faden_agent.workers.logs.entry import Entry
 
 MAX_BATCH_BYTES = 1024 * 1024  # uncompressed; well under Loki's default push limits
-POLL_SEC = 0.5  # how often an idle collector looks at `stopping`
+POLL_SEC = 0.5  # how long an idle collector waits before the shipper looks at `stopping`
 
 
 @dataclass
 class Batch:
     entries: list[Entry] = field(default_factory=list)
     bytes: int = 0
-
-    def add(self, entry: Entry) -> None:
-        self.entries.append(entry)
-        self.bytes += entry.size
 
     def positions(self) -> dict[str, Any]:
         """The newest position of every source in the batch: what acceptance lets us store."""
@@ -44,21 +38,7 @@ class Batcher:
         self.flush_interval_s = flush_interval_s
         self.max_bytes = max_bytes
 
-    def collect(self, stopping: Callable[[], bool]) -> Batch | None:
-        """The next batch, or None when stopping (or idle for POLL_SEC)."""
-        first = self.backlog.get(POLL_SEC)
-        if first is None or stopping():
-            return None
-        queued_at, entry = first
-        batch = Batch()
-        batch.add(entry)
-        deadline = queued_at + self.flush_interval_s
-        while len(batch) < self.max_lines and batch.bytes < self.max_bytes:
-            wait = deadline - time.monotonic()
-            item = self.backlog.get(max(0.0, min(wait, POLL_SEC)))
-            if item is None:
-                if wait <= 0 or stopping():
-                    break
-                continue
-            batch.add(item[1])
-        return batch
+    def collect(self) -> Batch | None:
+        """The next batch, or None when nothing came within POLL_SEC (or the backlog closed)."""
+        entries = self.backlog.take(self.max_lines, self.max_bytes, self.flush_interval_s, POLL_SEC)
+        return Batch(entries, sum(e.size for e in entries)) if entries else None

@@ -41,7 +41,7 @@ class Shipper(threading.Thread):
 
     def run(self) -> None:
         while not self.stop_event.is_set():
-            batch = self.batcher.collect(self.stop_event.is_set)
+            batch = self.batcher.collect()
             if batch is not None:
                 outcome = self.pusher.push(batch.entries)
                 if outcome is None:
