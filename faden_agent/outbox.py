@@ -11,7 +11,6 @@ Latest-value records (inventory) are kept one per kind: only the newest matters.
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 import time
 import uuid
@@ -19,6 +18,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 import orjson
+
+from faden_agent.sqlitefile import open_private_sqlite
 
 OUTBOX_FILE = "outbox.sqlite"
 # A bound so a backend gone for weeks cannot fill the disk: the oldest records beyond it
@@ -55,15 +56,9 @@ def make_record(kind: str, data: dict[str, Any], record_id: str | None = None) -
 
 class Outbox:
     def __init__(self, state_dir: Path):
-        state_dir = Path(state_dir)
-        state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        self.path = state_dir / OUTBOX_FILE
+        self.path = Path(state_dir) / OUTBOX_FILE
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.executescript(_SCHEMA)
-        self.path.chmod(0o600)
+        self._db = open_private_sqlite(self.path, _SCHEMA)
 
     def put(self, kind: str, data: dict[str, Any], record_id: str | None = None) -> dict[str, Any]:
         """Store a record durably; a repeated id is a no-op. Returns the record."""

@@ -11,7 +11,6 @@ the command is done, then scrubbed.
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 import time
 from dataclasses import dataclass
@@ -19,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+
+from faden_agent.sqlitefile import open_private_sqlite
 
 JOURNAL_FILE = "executor.sqlite"
 QUEUED, RUNNING, DONE = "queued", "running", "done"
@@ -67,16 +68,10 @@ def scrub(spec: Any) -> Any:
 
 class Journal:
     def __init__(self, state_dir: Path):
-        state_dir = Path(state_dir)
-        state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        self.path = state_dir / JOURNAL_FILE
+        self.path = Path(state_dir) / JOURNAL_FILE
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
+        self._db = open_private_sqlite(self.path, _SCHEMA)
         self._db.execute("PRAGMA secure_delete=ON")  # scrubbed credentials must not linger in free pages
-        self._db.executescript(_SCHEMA)
-        self.path.chmod(0o600)
 
     def add(self, command_id: str, seq: int | None, kind: str, spec: Any, deadline: float | None) -> tuple[Entry, bool]:
         """Journal a new command; returns (entry, True) when the id was already there."""
