@@ -250,9 +250,6 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     def _answer(self, status: int, headers: dict[str, str], body: bytes) -> None:
-        receiver = self.server.receiver
-        with receiver._lock:
-            receiver.statuses[status] = receiver.statuses.get(status, 0) + 1
         self.send_response(status)
         for name, value in headers.items():
             self.send_header(name, value)
@@ -265,9 +262,11 @@ class _Handler(BaseHTTPRequestHandler):
         raw = self.rfile.read(length)
         receiver = self.server.receiver
         if self.path == PUSH_PATH:
-            with receiver._lock:
+            status, headers, body = receiver.handle_push(self.headers, raw)
+            with receiver._lock:  # only pushes count, not the control endpoints
                 receiver.pushes += 1
-            return self._answer(*receiver.handle_push(self.headers, raw))
+                receiver.statuses[status] = receiver.statuses.get(status, 0) + 1
+            return self._answer(status, headers, body)
         if self.path == "/receiver/mode":
             body = orjson.loads(raw or b"{}")
             receiver.set_mode(body.get("mode", "ok"), body.get("retry_after"), body.get("status"))
@@ -280,7 +279,7 @@ class _Handler(BaseHTTPRequestHandler):
             return self._answer(200, {"Content-Type": "application/json"},
                                 orjson.dumps([a.as_json() for a in receiver.entries()]))
         if self.path in ("/receiver/stats", "/ready"):
-            return self._answer(200, {"Content-Type": "application/json"}, orjson.dumps(receiver.stats()))
+            return self._answer(200, {"Content-Type": "application/json"}, orjson.dumps(receiver.stats(), option=orjson.OPT_NON_STR_KEYS))
         self._answer(404, {}, b"not found\n")
 
 
@@ -304,6 +303,7 @@ class ReceiverClient:
         return [Accepted(e["labels"], e["ts"], e["line"], e["metadata"]) for e in reply.json()]
 
     def stats(self) -> dict[str, Any]:
+        """Like LokiReceiver.stats(); the status keys come back as strings ("204")."""
         import requests
 
         return requests.get(f"{self.url}/receiver/stats", timeout=5).json()
