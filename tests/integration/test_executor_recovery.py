@@ -85,7 +85,8 @@ def test_containers_outlive_the_agent_and_are_adopted_on_start(executor_factory,
     agent.start()
     adopted = wait_for(lambda: adopted_names(2), 20, what="adoption events after the second start")
     assert {e["cluster"] for e in adopted} == {"c1"} and {e["status"] for e in adopted} == {"running"}
-    summaries = [e for e in ex.events("executor.adoption") if set(names) <= set(e["names"])]
-    assert len(summaries) >= 2
+    # the summary is written right after the per-container events: wait for it too
+    wait_for(lambda: len([e for e in ex.events("executor.adoption") if set(names) <= set(e["names"])]) >= 2,
+             10, what="an adoption summary per start")
     # and they are still managed: the restarted agent can stop them
     assert ex.run(f"{prefix}-stop", "container.stop", {"name": names[0], "timeout_s": 0})["state"] == "succeeded"
