@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Iterator
 
 from faden_agent.devbackend.admin import AdminClient, AdminError
+from faden_agent.service.paths import agent_command
 
 ADMIN_TOKEN_FILE = "admin-token"
 START_TIMEOUT_S = 20.0
@@ -44,8 +45,7 @@ def embedded_backend(port: int, data_dir: Path, state_path: Path) -> Iterator[di
     token = admin_token(data_dir)
     url = f"http://127.0.0.1:{port}"
     log_path = data_dir / "dev-backend.log"
-    argv = [sys.executable, "-m", "faden_agent", "dev-backend", "--host", "127.0.0.1", "--port", str(port),
-            "--data", str(data_dir)]
+    argv = [*agent_command(), "dev-backend", "--host", "127.0.0.1", "--port", str(port), "--data", str(data_dir)]
     with open(log_path, "ab") as log:
         backend = subprocess.Popen(argv, env={**os.environ, "FADEN_ADMIN_TOKEN": token}, stdout=log,
                                    stderr=subprocess.STDOUT, start_new_session=True)
