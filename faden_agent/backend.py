@@ -19,6 +19,7 @@ from __future__ import annotations
 import email.utils
 import gzip as gzip_module
 import logging
+import math
 import time
 from typing import Any, Iterator
 
@@ -74,22 +75,25 @@ class ProtocolError(BackendError):
 
 
 DEFAULT_MAINTENANCE_WAIT_S = 30.0
+MAX_RETRY_AFTER_SEC = 3600.0  # a broken or hostile header must not park the agent for days
 
 
 def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
-    """Seconds to wait from a Retry-After header (delta-seconds or an HTTP date)."""
+    """Seconds to wait from a Retry-After header (delta-seconds or an HTTP date), at most
+    MAX_RETRY_AFTER_SEC; None when absent or unreadable ("inf", "nan", garbage)."""
     if not value:
         return None
     value = value.strip()
     try:
-        return max(0.0, float(value))
+        seconds = float(value)
     except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value).timestamp()
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when - (time.time() if now is None else now))
+        try:
+            seconds = email.utils.parsedate_to_datetime(value).timestamp() - (time.time() if now is None else now)
+        except (TypeError, ValueError, OverflowError):
+            return None
+    if not math.isfinite(seconds):
+        return None  # Event.wait(inf) raises OverflowError in the waiting thread
+    return min(max(0.0, seconds), MAX_RETRY_AFTER_SEC)
 
 
 def _detail(reply: requests.Response) -> str:

@@ -190,7 +190,10 @@ def _healthcheck(key: str, value: Any) -> dict[str, Any]:
     ns = 1_000_000_000
     for field, docker_name in (("interval_s", "interval"), ("timeout_s", "timeout"), ("start_period_s", "start_period")):
         if field in value:
-            out[docker_name] = int(_seconds(f"{key}.{field}", value[field]) * ns)
+            nanoseconds = _seconds(f"{key}.{field}", value[field]) * ns
+            if nanoseconds >= 2**63:  # Docker's int64; int(inf) would raise out of validate
+                raise SpecError(f"{key!r}.{field} is too large, got {value[field]!r}")
+            out[docker_name] = int(nanoseconds)
     if "retries" in value:
         retries = value["retries"]
         if not isinstance(retries, int) or isinstance(retries, bool) or retries < 1:
