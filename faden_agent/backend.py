@@ -97,11 +97,13 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
 
 
 def _detail(reply: requests.Response) -> str:
+    """The answer's explanation, on one line (it ends up in an error message)."""
     try:
         body = reply.json()
-        return str(body.get("message") or body.get("error") or "")[:200]
+        text = str(body.get("message") or body.get("error") or "")
     except (ValueError, AttributeError):
-        return reply.text[:200].strip()
+        text = reply.text
+    return " ".join(text[:200].split())
 
 
 class BackendClient:

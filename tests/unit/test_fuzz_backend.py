@@ -1,0 +1,145 @@
+"""Property tests over backend answers as the agent's HTTP client sees them, on a real socket:
+any status, body and Retry-After becomes a typed outcome (a value of the promised shape or
+a BackendError subclass with a one-line message), never another exception."""
+
+from __future__ import annotations
+
+import math
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from faden_agent.backend import (
+    DEFAULT_MAINTENANCE_WAIT_S,
+    MAX_RETRY_AFTER_SEC,
+    BackendError,
+    BackendUnavailable,
+    CredentialRejected,
+    Maintenance,
+    ProtocolError,
+    RequestRejected,
+    TokenRefused,
+    BackendClient,
+    parse_retry_after,
+)
+from faden_agent.config import load_config
+from tests.scriptedhttp import ScriptedHTTP
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=12),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=10)
+# The keys the client reads, with any value: the wrong-shape answers that look almost right.
+shaped = st.fixed_dictionaries({}, optional={k: json_values for k in (
+    "node_id", "credential", "acked", "rejected", "mode", "url", "path", "message", "error")})
+bodies = st.one_of(
+    st.binary(max_size=64),
+    json_values.map(orjson.dumps),
+    shaped.map(orjson.dumps),
+    st.sampled_from([b"", b"not json", b"{", b"[]", b"null", b'"text"', b"\xff\xfe{}", b"line one\nline two\r\n",
+                     b'{"acked": ["a"], "rejected": null}', b'{"mode": "loki", "url": "http://x"}',
+                     b'{"node_id": "n", "credential": "c"}', b'{"message": "' + b"x" * (1 << 20) + b'"}']),
+)
+# Header values a server can put on the wire (latin-1, no line breaks), plus the nasty classics.
+header_text = st.text(st.characters(min_codepoint=0x20, max_codepoint=0xFF, blacklist_characters="\x7f"), max_size=40)
+retry_afters = st.none() | header_text | st.sampled_from([
+    "30", "-5", "0", "1e400", "inf", "-inf", "nan", "99999999999999", "1_000", " 7 ", "0x10",
+    "Sun, 06 Nov 1994 08:49:37 GMT", "Fri, 31 Dec 9999 23:59:59 GMT", "Mon, 32 Jan 2020 00:00:00 GMT",
+    "Thu, 01 Jan 1970 00:00:00 +9999", "Sunday, 06-Nov-94 08:49:37 GMT", "tomorrow"])
+statuses = st.integers(200, 599) | st.sampled_from([200, 204, 400, 401, 403, 404, 408, 413, 429, 500, 502, 503])
+operations = st.sampled_from(["enroll", "uplink", "log_target", "push_logs", "stream"])
+
+
+@pytest.fixture(scope="module")
+def http():
+    server = ScriptedHTTP()
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="module")
+def client(http, tmp_path_factory):
+    config = load_config({"FADEN_NODE_AGENT_BACKEND_URL": http.url, "FADEN_NODE_AGENT_REQUEST_TIMEOUT_SEC": "2",
+                          "FADEN_NODE_AGENT_STATE_PATH": str(tmp_path_factory.mktemp("s") / "state.json")})
+    backend = BackendClient(config, "fuzz-credential")
+    yield backend
+    backend.close()
+
+
+def call(client: BackendClient, operation: str):
+    if operation == "enroll":
+        return client.enroll("fuzz-token", {"agent_id": "a"})
+    if operation == "uplink":
+        return client.uplink([{"id": "r1", "kind": "event", "ts": 1.0, "data": {}}])
+    if operation == "log_target":
+        return client.log_target()
+    if operation == "push_logs":
+        return client.push_logs(b'{"streams": []}')
+    return list(client.open_stream(0, 1.0))  # ends with an exception by contract
+
+
+def check_value(operation: str, value) -> None:
+    if operation == "enroll":
+        assert isinstance(value["node_id"], str) and isinstance(value["credential"], str)
+    elif operation == "uplink":
+        acked, rejected = value
+        assert all(isinstance(i, str) for i in acked + rejected)
+    elif operation == "log_target":
+        assert (value["mode"], type(value.get("url") or value.get("path"))) in (("loki", str), ("push", str))
+    else:
+        assert value is None
+
+
+def check_error(operation: str, status: int, exc: BackendError) -> None:
+    message = str(exc)
+    assert message and "\n" not in message and "\r" not in message, f"not one line: {message!r}"
+    assert "fuzz-credential" not in message and "fuzz-token" not in message
+    if status == 503:
+        assert isinstance(exc, Maintenance)
+        assert 0 <= exc.retry_after <= MAX_RETRY_AFTER_SEC
+    elif status in (401, 403):
+        assert isinstance(exc, TokenRefused if operation == "enroll" else CredentialRejected)
+    elif status in (408, 429) or status >= 500:
+        assert type(exc) is BackendUnavailable and exc.status == status
+        assert exc.retry_after is None or 0 <= exc.retry_after <= MAX_RETRY_AFTER_SEC
+    elif status >= 400:
+        assert isinstance(exc, RequestRejected) and exc.status == status
+    elif operation == "stream":
+        assert isinstance(exc, (ProtocolError, BackendUnavailable))  # a bad line, or the end of the stream
+    else:
+        assert isinstance(exc, ProtocolError), f"HTTP {status} answered with {exc!r}"
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(operation=operations, status=statuses, body=bodies, retry_after=retry_afters)
+def test_any_answer_is_a_typed_outcome(http, client, operation, status, body, retry_after):
+    http.answer(status, body, {"Retry-After": retry_after} if retry_after is not None else {})
+    try:
+        value = call(client, operation)
+    except BackendError as exc:
+        check_error(operation, status, exc)
+    else:
+        assert status < 400, f"HTTP {status} returned {value!r}"
+        check_value(operation, value)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=retry_afters)
+def test_retry_after_is_none_or_a_bounded_wait(value):
+    seconds = parse_retry_after(value)
+    assert seconds is None or (math.isfinite(seconds) and 0 <= seconds <= MAX_RETRY_AFTER_SEC)
+
+
+def test_maintenance_without_a_usable_retry_after_waits_the_default(http, client):
+    for header in ("inf", "nan", "soon"):
+        http.answer(503, b"", {"Retry-After": header})
+        with pytest.raises(Maintenance) as caught:
+            client.uplink([])
+        assert caught.value.retry_after == DEFAULT_MAINTENANCE_WAIT_S
+    http.answer(503, b"", {"Retry-After": "1e12"})
+    with pytest.raises(Maintenance) as caught:
+        client.uplink([])
+    assert caught.value.retry_after == MAX_RETRY_AFTER_SEC
