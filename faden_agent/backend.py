@@ -251,10 +251,26 @@ class DownlinkStream:
     def __init__(self, reply: requests.Response):
         self.reply = reply
 
+    def _lines(self) -> Iterator[bytes]:
+        """The raw lines; one that outgrows MAX_STREAM_LINE fails before it is all in memory
+        (requests' iter_lines would buffer an endless line until the read timeout)."""
+        pending = bytearray()
+        for chunk in self.reply.iter_content(chunk_size=None):
+            *complete, rest = chunk.split(b"\n")
+            for part in complete:
+                pending += part
+                yield bytes(pending)
+                pending.clear()
+            pending += rest
+            if len(pending) > MAX_STREAM_LINE:
+                raise ProtocolError(f"stream line of over {len(pending)} bytes exceeds {MAX_STREAM_LINE}")
+        if pending:
+            yield bytes(pending)
+
     def __iter__(self) -> Iterator[dict[str, Any]]:
         try:
-            for line in self.reply.iter_lines(chunk_size=None):
-                if not line:
+            for line in self._lines():
+                if not line.strip():
                     continue
                 if len(line) > MAX_STREAM_LINE:
                     raise ProtocolError(f"stream line of {len(line)} bytes exceeds {MAX_STREAM_LINE}")
