@@ -191,8 +191,8 @@ def _healthcheck(key: str, value: Any) -> dict[str, Any]:
     for field, docker_name in (("interval_s", "interval"), ("timeout_s", "timeout"), ("start_period_s", "start_period")):
         if field in value:
             nanoseconds = _seconds(f"{key}.{field}", value[field]) * ns
-            if nanoseconds >= 2**63:  # Docker's int64; int(inf) would raise out of validate
-                raise SpecError(f"{key!r}.{field} is too large, got {value[field]!r}")
+            if not 1_000_000 <= nanoseconds < 2**63:  # Docker's bounds: 1 ms, int64 (int(inf) would raise)
+                raise SpecError(f"{key!r}.{field} must be from 0.001 s to 9e9 s, got {value[field]!r}")
             out[docker_name] = int(nanoseconds)
     if "retries" in value:
         retries = value["retries"]

@@ -1,0 +1,105 @@
+"""Property tests over command specs, key by key (tests/unit/test_executor_specs.py fuzzes whole
+specs; most of those fail on the first key, so the nested checks are reached here): start
+from a valid spec of each kind, replace one key (or a field inside it) with any JSON value
+as the stream delivers it (orjson round trip: no NaN/inf, ints up to 64 bits), and require
+a normalised spec or one SpecError line; never another exception (which would crash the
+executor on every restart, since the command is journaled before it is validated)."""
+
+from __future__ import annotations
+
+import math
+
+import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from faden_agent import protocol
+from faden_agent.workers.executor.scheduler import job_key
+from faden_agent.workers.executor.specs import KINDS, SpecError, deadline_for, validate
+from tests.unit.test_fuzz_backend import json_values
+
+VALID = {
+    "image.pull": {"image": "busybox:1", "auth": {"username": "u", "password": "SECRET-PW"}},
+    "image.remove": {"image": "busybox:1"},
+    "container.run": {"name": "c1", "image": "busybox:1", "command": ["sleep", "1"], "env": {"A": "1"},
+                      "ports": {"8000/tcp": 8000}, "mounts": [{"type": "bind", "source": "/tmp", "target": "/x"}],
+                      "ulimits": {"nofile": {"soft": 1, "hard": 2}}, "restart_policy": "always",
+                      "healthcheck": {"test": ["CMD", "true"], "interval_s": 1}, "shm_size": "1g", "gpus": "all"},
+    "container.stop": {"name": "c1", "timeout_s": 3},
+    "container.start": {"name": "c1"},
+    "container.restart": {"name": "c1"},
+    "container.remove": {"name": "c1"},
+    "command.cancel": {"command_id": "c-1"},
+}
+assert set(VALID) == set(protocol.COMMAND_KINDS)
+# Nested places where one field can go wrong while the rest stays valid.
+NESTED = {
+    "mounts": lambda v: [{"type": "bind", "source": "/tmp", "target": "/x", "read_only": v}],
+    "healthcheck": lambda v: {"test": ["CMD", "true"], "interval_s": v, "timeout_s": 1, "retries": 1},
+    "ports": lambda v: {"8000/tcp": v},
+    "ulimits": lambda v: {"nofile": v},
+    "restart_policy": lambda v: {"name": "on-failure", "maximum_retry_count": v},
+    "env": lambda v: {"A": v},
+    "labels": lambda v: {"a": v},
+    "auth": lambda v: {"username": "u", "password": v},
+}
+nasty = st.sampled_from([0, -1, 1e308, -1e308, 5e-324, 2**63, 2**64 - 1, -(2**63), "", " ", "8g", "0g", "all",
+                         "/", "/dev/x", "CMD", ["CMD"], ["NONE"], [], {}, {"soft": 1}, {"soft": 1, "hard": "2"}, None,
+                         True, "a" * 10_000, "\u0000", "\ud7ff", "io.fadenstack.managed"])
+values = (json_values | nasty).map(lambda v: orjson.loads(orjson.dumps(v)))
+
+
+def all_keys(kind: str) -> list[str]:
+    required, optional = KINDS[kind]
+    return [*required, *optional, "not_a_key"]
+
+
+@st.composite
+def mutated(draw):
+    kind = draw(st.sampled_from(sorted(KINDS)))
+    spec = dict(VALID[kind])
+    for _ in range(draw(st.integers(1, 3))):
+        key = draw(st.sampled_from(all_keys(kind)))
+        value = draw(values)
+        spec[key] = NESTED[key](value) if key in NESTED and draw(st.booleans()) else value
+    if draw(st.booleans()):
+        spec.pop(draw(st.sampled_from(sorted(spec))))
+    return kind, spec
+
+
+def test_the_valid_specs_are_valid():
+    for kind, spec in VALID.items():
+        validate(kind, spec)
+
+
+@settings(max_examples=300, deadline=None)
+@given(case=mutated(), envelope_deadline=st.none() | st.floats(allow_nan=False, allow_infinity=False))
+def test_each_key_is_normalised_or_refused_in_one_line(case, envelope_deadline):
+    check(*case, envelope_deadline)
+
+
+@settings(max_examples=300, deadline=None)
+@given(place=st.sampled_from(sorted(NESTED)), value=values)
+def test_each_nested_field_is_normalised_or_refused_in_one_line(place, value):
+    kind = "image.pull" if place == "auth" else "container.run"
+    check(kind, {**VALID[kind], place: NESTED[place](value)}, None)
+
+
+def check(kind: str, spec: dict, envelope_deadline: float | None) -> None:
+    try:
+        normal = validate(kind, spec)
+    except SpecError as exc:
+        message = str(exc)
+        assert message and "\n" not in message
+        assert "SECRET-PW" not in message
+        password = spec["auth"].get("password") if isinstance(spec.get("auth"), dict) else None
+        if "'auth'" in message and password:
+            assert repr(password) not in message, "a registry password was echoed"
+        return
+    required, optional = KINDS[kind]
+    assert set(normal) == set(required) | set(optional)
+    assert job_key(kind, normal)
+    deadline = deadline_for(kind, normal, envelope_deadline, 1_700_000_000.0)
+    assert isinstance(deadline, float) and not math.isnan(deadline)
+    if "healthcheck" in normal and normal["healthcheck"]:
+        assert all(1_000_000 <= normal["healthcheck"].get(k, 1_000_000) < 2**63 for k in ("interval", "timeout", "start_period"))
