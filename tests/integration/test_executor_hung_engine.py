@@ -8,24 +8,18 @@ import os
 import signal
 import time
 
-import psutil
 import pytest
 
 from tests.agentproc import wait_for
 from tests.backendproc import agent_on_backend, backend  # noqa: F401
 from tests.conftest import TEST_IMAGE
+from tests.dockerd import dockerd_pid
 from tests.executorproc import prefix  # noqa: F401
 
 pytestmark = [pytest.mark.docker, pytest.mark.serial]
 
 STOP_S = 4.0
 DEADLINE_S = 1.5
-
-
-def dockerd_pid() -> int:
-    pids = [p.pid for p in psutil.process_iter(["name"]) if p.info["name"] == "dockerd"]
-    assert len(pids) == 1, f"expected one dockerd, found {pids}"
-    return pids[0]
 
 
 def test_stopped_dockerd_fails_the_command_keeps_heartbeats_and_recovers(backend, agent_on_backend, prefix,

@@ -1,0 +1,457 @@
+"""The chaos run (issue 8): the whole agent under its supervisor, against the reference
+backend, the real Docker engine and registry, a journal file being appended to and a
+Loki-compatible receiver, while seeded faults hit every part. Invariants are checked at
+the end, each with its own message.
+
+    FADEN_CHAOS_SEED=1234 FADEN_CHAOS_SECONDS=600 pytest -m serial tests/chaos -s
+    FADEN_CHAOS_SEED=random ...     a fresh seed, printed
+
+The seed is printed (and named in every failure) so a run can be replayed. A few minutes
+by default; FADEN_CHAOS_SECONDS asks for longer.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import random
+import signal
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import docker
+import psutil
+import pytest
+
+from faden_agent import protocol
+from faden_agent.outbox import Outbox
+from tests.agentproc import AgentProcess, pid_alive, wait_for
+from tests.backendproc import BackendProcess, agent_env_for
+from tests.conftest import TEST_IMAGE
+from tests.dockerd import restart_dockerd, sigcont_dockerd, sigstop_dockerd
+from tests.journalfiles import JournalWriter
+from tests.lokireceiver import LokiReceiver
+
+pytestmark = [pytest.mark.docker, pytest.mark.serial]
+
+# A fixed default keeps CI's run the same faults in the same order; "random" explores.
+_seed = os.environ.get("FADEN_CHAOS_SEED", "20261129")
+SEED = random.SystemRandom().randrange(2**31) if _seed == "random" else int(_seed)
+DURATION_S = float(os.environ.get("FADEN_CHAOS_SECONDS", "150"))
+HEARTBEAT_S = 1.0
+HANG_TIMEOUT_S = 3.0
+RECONNECT_MAX_S = 2.0
+WORKERS = ("stream", "executor", "inventory", "logs")
+# Faults during which the backend cannot hear heartbeats; gaps then are excused but bounded.
+HEARTBEAT_FAULTS = {"kill_stream", "stop_stream", "kill_agent", "backend_restart", "backend_503"}
+EXCUSED_GAP_SLACK_S = HANG_TIMEOUT_S + RECONNECT_MAX_S + 6.0
+MEMORY_BOUND_MIB = 700  # PSS of the whole agent tree (supervisor, workers, journalctl)
+
+
+@dataclass
+class Fault:
+    kind: str
+    start: float
+    end: float = 0.0
+
+
+@dataclass
+class Chaos:
+    """Everything the run did, for the invariants and the closing report."""
+
+    commands: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
+    faults: list[Fault] = field(default_factory=list)
+    journal_markers: list[str] = field(default_factory=list)
+    creates: collections.Counter = field(default_factory=collections.Counter)
+    peak_pss_mib: float = 0.0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def fail(self, message: str) -> None:
+        pytest.fail(f"[chaos seed={SEED}] {message}", pytrace=False)
+
+
+def tree_pss_mib(root_pid: int) -> float:
+    try:
+        root = psutil.Process(root_pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0.0
+    total = 0
+    for proc in procs:
+        try:
+            total += proc.memory_full_info().pss
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    return total / 2**20
+
+
+class Run:
+    def __init__(self, tmp_path: Path, registry: str):
+        self.tmp = tmp_path
+        self.registry = registry
+        self.tag = f"chaos{SEED % 100000}"
+        self.chaos = Chaos()
+        self.stop = threading.Event()
+        self.backend = BackendProcess(tmp_path / "backend-data", tmp_path / "backend.log", keepalive_sec=0.5)
+        self.loki = LokiReceiver()
+        self.journal = JournalWriter(tmp_path / "journal")
+        self.agent: AgentProcess | None = None
+        self.node_id = ""
+        self.agent_lock = threading.Lock()  # the agent object is replaced on a whole-agent kill
+
+    # ------------------------------------------------------------------ set-up
+
+    def start(self) -> None:
+        self.backend.start()
+        self.loki.start()
+        self.append_journal(5)
+        env = agent_env_for(
+            self.backend, self.tmp / "agent",
+            heartbeat_interval_sec=HEARTBEAT_S, reconnect_max_sec=RECONNECT_MAX_S, reconnect_min_sec=0.2,
+            worker_heartbeat_sec=0.5, worker_hang_timeout_sec=HANG_TIMEOUT_S, restart_max=1000,
+            restart_window_sec=30, restart_backoff_max_sec=2, docker_timeout_sec=8, request_timeout_sec=5,
+            loki_url=self.loki.url, journal_directory=self.tmp / "journal", log_flush_interval_sec=0.5,
+            inventory_interval_sec=5, log_level="info",
+        )
+        (self.tmp / "agent").mkdir(exist_ok=True)
+        self.env = env
+        self.agent = AgentProcess(env, self.tmp / "agent.log").start()
+        self.agent_id = env["FADEN_NODE_AGENT_AGENT_ID"]
+        self.node_id = self.backend.wait_node(self.agent_id, heartbeats=1)["node_id"]
+
+    def close(self) -> None:
+        self.stop.set()
+        try:
+            sigcont_dockerd()
+        except AssertionError:
+            pass
+        if self.agent:
+            self.agent.stop()
+            self.agent.kill()
+        self.backend.stop()
+        self.loki.stop()
+        client = docker.from_env(timeout=60)
+        for container in client.containers.list(all=True, filters={"label": f"{protocol.LABEL_AGENT_ID}={self.agent_id}"}):
+            container.remove(force=True)
+
+    # ------------------------------------------------------------------ workload
+
+    def append_journal(self, count: int) -> None:
+        markers = [f"chaos-journal-{self.tag}-{len(self.chaos.journal_markers) + i}" for i in range(count)]
+        self.journal.append(self.journal.lines(markers, SYSLOG_IDENTIFIER="chaos"))
+        self.chaos.journal_markers.extend(markers)
+
+    def send(self, kind: str, spec: dict[str, Any]) -> str | None:
+        command_id = f"{self.tag}-{len(self.chaos.commands)}-{uuid.uuid4().hex[:6]}"
+        try:
+            self.backend.send_command(self.node_id, kind, spec, command_id=command_id)
+        except Exception:  # noqa: BLE001 - the backend may be down right now: not sent, not counted
+            return None
+        self.chaos.commands[command_id] = (kind, spec)
+        return command_id
+
+    def workload(self, rng: random.Random) -> None:
+        slots = [f"{self.tag}-c{i}" for i in range(4)]
+        images = [TEST_IMAGE, f"{self.registry}/faden/busybox:1", f"{self.registry}/faden/busybox:2"]
+        recent: list[str] = []
+        step = 0
+        while not self.stop.is_set():
+            step += 1
+            name = rng.choice(slots)
+            action = rng.choices(
+                ["run", "stop", "start", "restart", "remove", "pull", "cancel"], [5, 2, 2, 1, 2, 2, 1])[0]
+            if action == "run":
+                script = f"echo chaos-line {name} start $(date +%s%N); i=0; while true; do i=$((i+1)); echo chaos-line {name} $i; sleep 1; done"
+                cid = self.send("container.run", {"name": name, "image": rng.choice(images), "command": ["sh", "-c", script],
+                                                  "replace": rng.random() < 0.5, "cluster": "chaos", "deadline_s": 40})
+            elif action == "pull":
+                cid = self.send("image.pull", {"image": rng.choice(images[1:]), "deadline_s": 40})
+            elif action == "cancel" and recent:
+                cid = self.send("command.cancel", {"command_id": rng.choice(recent[-4:])})
+            elif action in ("stop", "start", "restart", "remove"):
+                spec: dict[str, Any] = {"name": name}
+                if action == "stop":
+                    spec["timeout_s"] = 1
+                if action == "remove":
+                    spec["force"] = True
+                cid = self.send(f"container.{action}", spec)
+            else:
+                cid = None
+            if cid:
+                recent.append(cid)
+            if step % 2 == 0:
+                self.append_journal(10)
+            self.stop.wait(rng.uniform(0.3, 1.2))
+
+    def watch_creates(self) -> None:
+        """Count Docker's create events per command id: a command runs at most once."""
+        since = time.time() - 1
+        while not self.stop.is_set():
+            try:
+                client = docker.from_env(timeout=5)
+                stream = client.events(since=since, decode=True,
+                                       filters={"type": "container", "event": "create",
+                                                "label": f"{protocol.LABEL_AGENT_ID}={self.agent_id}"})
+                for event in stream:
+                    since = event.get("time", since)
+                    command_id = event.get("Actor", {}).get("Attributes", {}).get(protocol.LABEL_COMMAND_ID)
+                    with self.chaos.lock:
+                        self.chaos.creates[command_id] += 1
+                    if self.stop.is_set():
+                        break
+            except Exception:  # noqa: BLE001 - engine stopped/restarting: reconnect from `since`
+                self.stop.wait(0.5)
+
+    def watch_memory(self) -> None:
+        while not self.stop.wait(2):
+            agent = self.agent
+            if agent and agent.proc and agent.proc.poll() is None:
+                self.chaos.peak_pss_mib = max(self.chaos.peak_pss_mib, tree_pss_mib(agent.pid))
+
+    # ------------------------------------------------------------------ faults
+
+    def faults(self, rng: random.Random, until: float) -> None:
+        """First every fault once (each worker killed and stopped), in seeded order; then at random."""
+        plan: list[tuple[Callable[..., None], tuple[Any, ...]]] = [
+            *[(self.kill_worker, (name,)) for name in WORKERS],
+            *[(self.stop_worker, (name,)) for name in WORKERS],
+            *[(fault, ()) for fault in (self.kill_agent, self.backend_restart, self.backend_503, self.stall_stream,
+                                        self.loki_down, self.loki_429, self.dockerd_stop, self.dockerd_restart)],
+        ]
+        everything = list(plan)
+        weights = [3] * 8 + [1, 1, 1, 1, 1, 1, 1, 0.4]  # worker faults are cheap: more of them
+        rng.shuffle(plan)
+        while time.monotonic() < until and not self.stop.is_set():
+            fault, args = plan.pop() if plan else rng.choices(everything, weights)[0]
+            fault(*args, rng)
+            self.stop.wait(rng.uniform(1.0, 4.0))
+
+    def _window(self, kind: str) -> Fault:
+        fault = Fault(kind, time.time())
+        self.chaos.faults.append(fault)
+        return fault
+
+    def kill_worker(self, name: str, rng: random.Random) -> None:
+        row = self.agent.workers().get(name) if self.agent else None
+        if row and row["pid"]:
+            fault = self._window("kill_stream" if name == "stream" else f"kill_{name}")
+            os.kill(row["pid"], signal.SIGKILL)
+            fault.end = time.time() + 1
+
+    def stop_worker(self, name: str, rng: random.Random) -> None:
+        row = self.agent.workers().get(name) if self.agent else None
+        if not row or not row["pid"]:
+            return
+        fault = self._window("stop_stream" if name == "stream" else f"stop_{name}")
+        os.kill(row["pid"], signal.SIGSTOP)
+        self.stop.wait(rng.uniform(0.5, HANG_TIMEOUT_S + 2))  # past the hang timeout: replaced
+        if pid_alive(row["pid"]):
+            os.kill(row["pid"], signal.SIGCONT)
+        fault.end = time.time()
+
+    def kill_agent(self, rng: random.Random) -> None:
+        fault = self._window("kill_agent")
+        with self.agent_lock:
+            old = self.agent
+            os.kill(old.pid, signal.SIGKILL)  # the supervisor only: its workers must die with it
+            old.proc.wait(10)
+            self.stop.wait(rng.uniform(0.2, 2.0))
+            self.agent = AgentProcess(self.env, self.tmp / "agent.log").start(timeout_s=40)
+        fault.end = time.time()
+
+    def backend_restart(self, rng: random.Random) -> None:
+        fault = self._window("backend_restart")
+        self.backend.restart(down_s=rng.uniform(0.0, 3.0))
+        fault.end = time.time()
+
+    def backend_503(self, rng: random.Random) -> None:
+        fault = self._window("backend_503")
+        self.backend.admin.faults(maintenance_retry_after=rng.randint(1, 3))
+        self.stop.wait(rng.uniform(1.0, 5.0))
+        self.backend.admin.faults(maintenance_retry_after=None)
+        fault.end = time.time()
+
+    def stall_stream(self, rng: random.Random) -> None:
+        fault = self._window("stall_stream")
+        self.backend.admin.faults(stall_streams=True, drop_streams=True)
+        self.stop.wait(rng.uniform(2.0, 6.0))
+        self.backend.admin.faults(stall_streams=False)
+        fault.end = time.time()
+
+    def loki_down(self, rng: random.Random) -> None:
+        fault = self._window("loki_down")
+        self.loki.down()
+        self.stop.wait(rng.uniform(2.0, 8.0))
+        self.loki.up()
+        fault.end = time.time()
+
+    def loki_429(self, rng: random.Random) -> None:
+        fault = self._window("loki_429")
+        self.loki.set_mode("throttle", retry_after=1)
+        self.stop.wait(rng.uniform(2.0, 6.0))
+        self.loki.set_mode("ok")
+        fault.end = time.time()
+
+    def dockerd_stop(self, rng: random.Random) -> None:
+        fault = self._window("dockerd_stop")
+        pid = sigstop_dockerd()
+        try:
+            self.stop.wait(rng.uniform(2.0, 10.0))
+        finally:
+            sigcont_dockerd(pid)
+        fault.end = time.time()
+
+    def dockerd_restart(self, rng: random.Random) -> None:
+        fault = self._window("dockerd_restart")
+        restart_dockerd(down_s=rng.uniform(0.0, 2.0))
+        fault.end = time.time()
+
+
+def test_chaos(tmp_path, docker_client, registry):
+    print(f"\nchaos: seed={SEED} duration={DURATION_S:.0f}s (replay with FADEN_CHAOS_SEED={SEED})")
+    run = Run(tmp_path, registry)
+    started = time.monotonic()
+    try:
+        run.start()
+        threads = [
+            threading.Thread(target=run.workload, args=(random.Random(SEED + 1),), daemon=True),
+            threading.Thread(target=run.watch_creates, daemon=True),
+            threading.Thread(target=run.watch_memory, daemon=True),
+        ]
+        for thread in threads:
+            thread.start()
+        run.faults(random.Random(SEED + 2), until=time.monotonic() + DURATION_S)
+        run.stop.set()
+        for thread in threads[:1]:
+            thread.join(30)
+        settle_and_check(run)
+    finally:
+        run.close()
+    print(f"chaos: finished in {time.monotonic() - started:.0f}s (seed={SEED})")
+
+
+def settle_and_check(run: Run) -> None:
+    chaos, backend = run.chaos, run.backend
+    run.append_journal(5)  # lines written after the last fault must arrive too
+    run.agent.wait_all_running(40)
+
+    # 1. every command reached exactly one terminal state
+    def all_terminal() -> bool:
+        return all(backend.command(cid)["state"] in protocol.TERMINAL_STATES for cid in chaos.commands)
+
+    try:
+        wait_for(all_terminal, 180, interval_s=1, what="every command to reach a terminal state")
+    except AssertionError:
+        stuck = {cid: backend.command(cid)["state"] for cid in chaos.commands
+                 if backend.command(cid)["state"] not in protocol.TERMINAL_STATES}
+        chaos.fail(f"{len(stuck)} command(s) never reached a terminal state: {dict(list(stuck.items())[:10])}")
+    outcomes: collections.Counter = collections.Counter()
+    for cid, (kind, _) in chaos.commands.items():
+        timeline = backend.command(cid)["timeline"]
+        terminal = [r for r in timeline if r["state"] in protocol.TERMINAL_STATES]
+        if len(terminal) != 1:
+            chaos.fail(f"command {cid} ({kind}) has {len(terminal)} terminal records: {[r['state'] for r in terminal]}")
+        if timeline[0]["state"] not in (protocol.RECEIVED, protocol.REJECTED):
+            chaos.fail(f"command {cid} ({kind}) timeline does not start with received: {[r['state'] for r in timeline]}")
+        if not terminal[0].get("reason") or not terminal[0].get("message"):
+            chaos.fail(f"command {cid} terminal record lacks reason or message: {terminal[0]}")
+        outcomes[(kind, terminal[0]["state"])] += 1
+
+    # 2. ran at most once, and no duplicated or orphaned managed container
+    time.sleep(2)  # let the create watcher see the last events
+    with chaos.lock:
+        twice = {cid: n for cid, n in chaos.creates.items() if n > 1}
+    if twice:
+        chaos.fail(f"containers created more than once for commands {twice}")
+    client = docker.from_env(timeout=60)
+    managed = client.containers.list(all=True, filters={"label": f"{protocol.LABEL_AGENT_ID}={run.agent_id}"})
+    by_command = collections.Counter(c.labels.get(protocol.LABEL_COMMAND_ID) for c in managed)
+    if any(n > 1 for n in by_command.values()):
+        chaos.fail(f"duplicated managed containers: {by_command}")
+    for container in managed:
+        cid = container.labels.get(protocol.LABEL_COMMAND_ID)
+        state = backend.command(cid)["state"] if cid in chaos.commands else None
+        if state != protocol.SUCCEEDED:
+            chaos.fail(f"orphaned managed container {container.name}: its command {cid} ended {state}")
+
+    # 3. every timeline record and event delivered: nothing left in the agent's outbox
+    outbox = Outbox(Path(run.env["FADEN_NODE_AGENT_STATE_PATH"]).parent)
+    try:
+        wait_for(lambda: not [r for r in outbox.pending(10_000) if r["kind"] in (protocol.TIMELINE, protocol.EVENT)],
+                 90, interval_s=1, what="the outbox to drain")
+    except AssertionError:
+        left = outbox.pending(10_000)
+        chaos.fail(f"{len(left)} record(s) never delivered: {collections.Counter(r['kind'] for r in left)}")
+    finally:
+        outbox.close()
+    events = backend.events(run.node_id)
+
+    # 4. every log line delivered (journal markers; lines of the containers that still exist)
+    def missing_journal() -> set[str]:
+        shipped = {e.line for e in run.loki.entries() if e.labels.get("container") == f"node-{run.agent_id}"}
+        return set(chaos.journal_markers) - shipped
+
+    try:
+        wait_for(lambda: not missing_journal(), 120, interval_s=1, what="every journal line in the receiver")
+    except AssertionError:
+        missing = sorted(missing_journal())
+        chaos.fail(f"{len(missing)} of {len(chaos.journal_markers)} journal lines never reached Loki, e.g. {missing[:5]}")
+    container_lines = 0
+
+    def missing_container_lines() -> list[str]:
+        nonlocal container_lines
+        shipped = collections.defaultdict(set)
+        for entry in run.loki.entries():
+            if entry.labels.get("source") == "container":
+                shipped[entry.labels.get("container")].add(entry.line.rstrip("\n"))
+        missing, container_lines = [], 0
+        for container in client.containers.list(all=True, filters={"label": f"{protocol.LABEL_AGENT_ID}={run.agent_id}"}):
+            settled = int(time.time()) - 5  # the newest lines may still be in flight
+            cutoff = [line for line in container.logs(stdout=True, stderr=True, until=settled)
+                      .decode(errors="replace").splitlines() if line.startswith("chaos-line")]
+            container_lines += len(cutoff)
+            missing += [f"{container.name}: {line}" for line in cutoff if line not in shipped[container.name]]
+        return missing
+
+    try:
+        wait_for(lambda: not missing_container_lines(), 90, interval_s=2, what="every container line in the receiver")
+    except AssertionError:
+        missing = missing_container_lines()
+        chaos.fail(f"{len(missing)} container log lines never reached Loki, e.g. {missing[:5]}")
+    keys = [e.key() for e in run.loki.entries()]
+    duplicates = len(keys) - len(set(keys))  # exact duplicates only: Loki drops them
+
+    # 5. heartbeat gaps: 2x the interval, except while a fault silenced the stream, then bounded
+    beats = sorted(b["received_at"] for b in backend.heartbeats(run.node_id))
+    worst = 0.0
+    for earlier, later in zip(beats, beats[1:]):
+        gap = later - earlier
+        if gap <= 2 * HEARTBEAT_S:
+            continue
+        excusing = [f for f in chaos.faults if f.kind in HEARTBEAT_FAULTS
+                    and f.start <= later and (f.end or later) + EXCUSED_GAP_SLACK_S >= earlier]
+        if not excusing:
+            chaos.fail(f"heartbeat gap of {gap:.1f}s at {time.strftime('%H:%M:%S', time.localtime(earlier))} "
+                       f"with no fault on the stream path (faults then: "
+                       f"{[f.kind for f in chaos.faults if f.start <= later and f.end + 5 >= earlier]})")
+        bound = max((f.end or later) - f.start for f in excusing) + EXCUSED_GAP_SLACK_S
+        if gap > bound:
+            chaos.fail(f"heartbeat gap of {gap:.1f}s exceeds its bound {bound:.1f}s during {[f.kind for f in excusing]}")
+        worst = max(worst, gap)
+
+    # 6. memory bounded
+    if chaos.peak_pss_mib > MEMORY_BOUND_MIB:
+        chaos.fail(f"agent tree PSS peaked at {chaos.peak_pss_mib:.0f} MiB, above {MEMORY_BOUND_MIB} MiB")
+
+    faults = collections.Counter(f.kind for f in chaos.faults)
+    print(f"chaos: commands={len(chaos.commands)} outcomes={dict(sorted(outcomes.items()))}")
+    print(f"chaos: faults={sum(faults.values())} {dict(sorted(faults.items()))}")
+    print(f"chaos: managed containers at the end={len(managed)} journal lines={len(chaos.journal_markers)} "
+          f"container lines checked={container_lines} "
+          f"lines received={len(keys)} exact duplicates={duplicates} events={len(events)}")
+    print(f"chaos: heartbeats={len(beats)} worst excused gap={worst:.1f}s peak tree PSS={chaos.peak_pss_mib:.0f} MiB "
+          f"containers created={sum(chaos.creates.values())}")
