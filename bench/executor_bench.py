@@ -57,6 +57,28 @@ def remove(client: docker.DockerClient, prefix: str) -> None:
         container.remove(force=True)
 
 
+def round_trips(backend: BackendProcess, node: str, client: docker.DockerClient, prefix: str,
+                runs: int) -> tuple[list[float], list[float], list[float]]:
+    """Seconds, per run: queued -> running and queued -> 'succeeded' at the backend via the
+    agent, and SDK containers.run -> running, alternating; one warm-up of each not counted."""
+    via_agent_running, via_agent_reported, direct = [], [], []
+    for i in range(runs + 1):
+        name = f"{prefix}-a{i}"
+        t0 = time.time()
+        command_id = backend.send_command(node, "container.run", {"name": name, "image": IMAGE, "command": ["sleep", "600"]})
+        reported = wait_succeeded(backend, command_id)
+        if i:
+            via_agent_running.append(started_at(client, name) - t0)
+            via_agent_reported.append(reported - t0)
+        name = f"{prefix}-d{i}"
+        t0 = time.time()
+        client.containers.run(IMAGE, ["sleep", "600"], name=name, detach=True)
+        if i:
+            direct.append(started_at(client, name) - t0)
+        remove(client, prefix)
+    return via_agent_running, via_agent_reported, direct
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=20)
@@ -71,21 +93,7 @@ def main() -> int:
     agent = AgentProcess(env, root / "agent.log").start()
     try:
         node = backend.wait_node(env["FADEN_NODE_AGENT_AGENT_ID"])["node_id"]
-        via_agent_running, via_agent_reported, direct = [], [], []
-        for i in range(args.runs + 1):  # the first of each is a warm-up, not counted
-            name = f"{prefix}-a{i}"
-            t0 = time.time()
-            command_id = backend.send_command(node, "container.run", {"name": name, "image": IMAGE, "command": ["sleep", "600"]})
-            reported = wait_succeeded(backend, command_id)
-            if i:
-                via_agent_running.append(started_at(client, name) - t0)
-                via_agent_reported.append(reported - t0)
-            name = f"{prefix}-d{i}"
-            t0 = time.time()
-            client.containers.run(IMAGE, ["sleep", "600"], name=name, detach=True)
-            if i:
-                direct.append(started_at(client, name) - t0)
-            remove(client, prefix)
+        via_agent_running, via_agent_reported, direct = round_trips(backend, node, client, prefix, args.runs)
 
         names = [f"{prefix}-c{i}" for i in range(args.concurrent)]
         t0 = time.time()

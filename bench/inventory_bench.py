@@ -31,18 +31,15 @@ def wire_size(data: dict) -> int:
     return len(orjson.dumps(make_record(protocol.INVENTORY, data)))
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=20)
-    parser.add_argument("--json", type=Path)
-    args = parser.parse_args()
+def measure(runs: int) -> dict:
+    """Build time (median/min/max of `runs` full records), per-probe medians and wire sizes."""
     with tempfile.TemporaryDirectory() as tmp:
         config = load_config(state_path=Path(tmp) / "state.json")
         collector = Collector(config)
         collector.collect()  # warm-up: first Docker client, NVML init, psutil caches
         build_s, probe_ms = [], {}
         full = unchanged = None
-        for _ in range(args.runs):
+        for _ in range(runs):
             emitter = RecordEmitter()  # a fresh one: every build is a full record
             started = time.perf_counter()
             sections = collector.collect()
@@ -55,7 +52,7 @@ def main() -> int:
     assert full["type"] == "full" and unchanged["type"] == "unchanged", "the machine changed during the run"
     docker = full.get("docker") or {}
     figures = {
-        "runs": args.runs,
+        "runs": runs,
         "full_build_median_ms": round(statistics.median(build_s) * 1000, 2),
         "full_build_min_ms": round(min(build_s) * 1000, 2),
         "full_build_max_ms": round(max(build_s) * 1000, 2),
@@ -66,6 +63,15 @@ def main() -> int:
                     "interfaces": len(full["network"] or ()), "filesystems": len(full["disks"] or ()),
                     "gpus": len((full.get("gpu") or {}).get("devices") or ())},
     }
+    return figures
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    figures = measure(args.runs)
     text = json.dumps(figures, indent=2)
     print(text)
     if args.json:

@@ -52,13 +52,8 @@ def idle_tree_pss_kib(argv: list[str], settle_s: float) -> tuple[int, int]:
             agent.kill()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--runs", type=int, default=10)
-    parser.add_argument("--settle", type=float, default=8.0, help="seconds the tree idles before PSS is read")
-    parser.add_argument("--json", type=Path)
-    args = parser.parse_args()
-
+def measure(runs: int, settle_s: float) -> dict[str, object]:
+    """Builds the binary if needed; prints and returns size, start times and idle tree PSS of both."""
     binary = agent_build()
     console = shutil.which("faden-agent")
     if console is None:
@@ -67,15 +62,26 @@ def main() -> None:
     results: dict[str, object] = {"binary_bytes": binary.stat().st_size}
     print(f"binary {binary}: {binary.stat().st_size / 2**20:.1f} MiB")
     for name, argv in variants.items():
-        times = start_times([*argv, "--version"], args.runs)
+        times = start_times([*argv, "--version"], runs)
         results[f"{name}_version_median_s"] = statistics.median(times)
         print(f"{name:<6} --version  median {statistics.median(times) * 1000:7.1f} ms  "
               f"(min {min(times) * 1000:.1f}, max {max(times) * 1000:.1f}, n={len(times)})")
     for name, argv in variants.items():
-        pss, count = idle_tree_pss_kib([*argv, "run"], args.settle)
+        pss, count = idle_tree_pss_kib([*argv, "run"], settle_s)
         results[f"{name}_idle_tree_pss_kib"] = pss
         results[f"{name}_idle_tree_processes"] = count
         print(f"{name:<6} idle tree  PSS {pss / 1024:7.1f} MiB over {count} processes")
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--settle", type=float, default=8.0, help="seconds the tree idles before PSS is read")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+
+    results = measure(args.runs, args.settle)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(results, indent=2))

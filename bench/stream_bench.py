@@ -40,9 +40,15 @@ def heartbeat_lateness(backend: BackendProcess, node_id: str, beats: int, interv
     wait_for(lambda: len([b for b in backend.heartbeats(node_id) if b["received_at"] > start]) >= beats,
              beats * interval * 3 + 30, interval_s=0.5, what=f"{beats} heartbeats")
     recent = [b for b in backend.heartbeats(node_id) if b["received_at"] > start][:beats]
-    lateness_ms = [(b["received_at"] - b["data"]["due_at"]) * 1000 for b in recent]
-    skipped = recent[-1]["data"]["beat"] - recent[0]["data"]["beat"] + 1 - len(recent)
-    return {"beats": len(recent), "interval_s": interval, "lateness_p50_ms": round(percentile(lateness_ms, 50), 2),
+    return lateness_figures(recent, interval)
+
+
+def lateness_figures(beats: list[dict], interval: float) -> dict:
+    """p50/p99/max of (received at the backend - due on the agent's grid) over these beats,
+    and how many beats of the grid between the first and the last never arrived."""
+    lateness_ms = [(b["received_at"] - b["data"]["due_at"]) * 1000 for b in beats]
+    skipped = beats[-1]["data"]["beat"] - beats[0]["data"]["beat"] + 1 - len(beats)
+    return {"beats": len(beats), "interval_s": interval, "lateness_p50_ms": round(percentile(lateness_ms, 50), 2),
             "lateness_p99_ms": round(percentile(lateness_ms, 99), 2), "lateness_max_ms": round(max(lateness_ms), 2),
             "skipped_beats": skipped}
 

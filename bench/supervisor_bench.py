@@ -39,6 +39,21 @@ def tree_pss_kib(agent: AgentProcess) -> tuple[int, dict[str, int]]:
     return sum(parts.values()), parts
 
 
+def production_restart_env(tmp_path: Path) -> dict[str, str]:
+    """Production backoff (0.2 s first delay); a 1 s window so every kill spaced 1.2 s apart
+    counts as a first failure."""
+    env = agent_env(tmp_path, RESTART_WINDOW_SEC="1", RESTART_MAX="1000", WORKER_HEARTBEAT_SEC="1",
+                    WORKER_HANG_TIMEOUT_SEC="10", RESTART_BACKOFF_MIN_SEC="0.2")
+    env.pop("FADEN_NODE_AGENT_RESTART_BACKOFF_MAX_SEC")
+    return env
+
+
+def raw_fork_env(tmp_path: Path) -> dict[str, str]:
+    """(Almost) no backoff: a restart is the bare fork to the worker's first heartbeat."""
+    return agent_env(tmp_path, RESTART_WINDOW_SEC="1", RESTART_MAX="1000", WORKER_HEARTBEAT_SEC="1",
+                     RESTART_BACKOFF_MIN_SEC="0.001", RESTART_BACKOFF_MAX_SEC="0.001")
+
+
 def restart_latencies(agent: AgentProcess, name: str, kills: int, spacing_s: float) -> list[float]:
     out = []
     for _ in range(kills):
@@ -90,11 +105,7 @@ def main() -> None:
     results: dict[str, object] = {}
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
-        # Production backoff (0.2 s first delay); a 1 s window so every kill counts as a first failure.
-        env = agent_env(tmp_path, RESTART_WINDOW_SEC="1", RESTART_MAX="1000", WORKER_HEARTBEAT_SEC="1",
-                        WORKER_HANG_TIMEOUT_SEC="10", RESTART_BACKOFF_MIN_SEC="0.2")
-        env.pop("FADEN_NODE_AGENT_RESTART_BACKOFF_MAX_SEC")
-        with AgentProcess(env, tmp_path / "agent.log") as agent:
+        with AgentProcess(production_restart_env(tmp_path), tmp_path / "agent.log") as agent:
             time.sleep(5)
             total, parts = tree_pss_kib(agent)
             results["idle_tree_pss_kib"] = total
@@ -105,10 +116,8 @@ def main() -> None:
             detected, replaced = hang_detection(agent, "logs")
             results["hung_detection_s"] = {"hang_timeout_s": 10, "killed_after_s": detected, "running_again_after_s": replaced}
         # The process model: raw fork-to-first-heartbeat with (almost) no backoff, vs exec cost.
-        env = agent_env(tmp_path / "b", RESTART_WINDOW_SEC="1", RESTART_MAX="1000", WORKER_HEARTBEAT_SEC="1",
-                        RESTART_BACKOFF_MIN_SEC="0.001", RESTART_BACKOFF_MAX_SEC="0.001")
         (tmp_path / "b").mkdir()
-        with AgentProcess(env, tmp_path / "b" / "agent.log") as agent:
+        with AgentProcess(raw_fork_env(tmp_path / "b"), tmp_path / "b" / "agent.log") as agent:
             raw = restart_latencies(agent, "inventory", 10, spacing_s=1.2)
             results["fork_to_running_s"] = {"median": statistics.median(raw), "max": max(raw)}
             time.sleep(2)
