@@ -26,6 +26,8 @@ REJECTED = "rejected"
 TERMINAL_STATES = (SUCCEEDED, FAILED, CANCELLED, REJECTED)
 TIMELINE_STATES = (RECEIVED, STARTED, PROGRESS) + TERMINAL_STATES
 
+MAX_SEQ = 2**63  # command sequence numbers are below this: SQLite INTEGERs (int64) on both sides
+
 # Command kinds the executor knows.
 COMMAND_KINDS = (
     "image.pull",

@@ -21,7 +21,7 @@ from tests.scriptedhttp import ScriptedHTTP
 from tests.unit.test_fuzz_backend import json_values
 
 U64 = 2**64 - 1
-seqs = st.integers(-(2**63), U64) | st.sampled_from([0, -1, 1, U64, 1.0, 1.5, "7", True, None, [1]])
+seqs = st.integers(-(2**63), U64) | st.sampled_from([0, -1, 1, 2**63 - 1, 2**63, U64, 1.0, 1.5, "7", True, None, [1]])
 ids = st.text(max_size=10) | st.sampled_from(["", " ", "c-1", "c-1"]) | json_values  # duplicates on purpose
 kinds = st.sampled_from(["container.run", "image.pull", "command.cancel", "", "no.such.kind"]) | json_values
 deadlines = st.none() | st.floats(allow_nan=False, allow_infinity=False) | st.sampled_from([True, "soon", -1, 0]) | json_values
@@ -72,7 +72,7 @@ def expected(line: bytes):
 def check_command(message: dict) -> None:
     command = parse_command(message)
     well_formed = (isinstance(message.get("id"), str) and message["id"] != "" and isinstance(message.get("kind"), str)
-                   and type(message.get("seq")) is int and message["seq"] > 0
+                   and type(message.get("seq")) is int and 0 < message["seq"] < 2**63
                    and (message.get("deadline") is None or isinstance(message["deadline"], (int, float))))
     if not well_formed:
         assert command is None, f"accepted a malformed command: {message!r}"

@@ -91,7 +91,8 @@ class ExecutorWorker(Worker):
                     "message": "a command needs a non-empty string id"}
         kind = body.get("kind")
         kind = kind if isinstance(kind, str) else repr(kind)
-        seq = body.get("seq") if isinstance(body.get("seq"), int) else None
+        seq = body.get("seq")
+        seq = seq if isinstance(seq, int) and 0 < seq < protocol.MAX_SEQ else None  # beyond int64 SQLite raises OverflowError
         deadline = body.get("deadline")
         deadline = float(deadline) if isinstance(deadline, (int, float)) and not isinstance(deadline, bool) else None
         try:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from faden_agent import protocol
 from faden_agent.backend import BackendClient, BackendError, BackendUnavailable, CredentialRejected, Maintenance
 from faden_agent.ipc import EnvelopeError, request
 from faden_agent.workers.stream import link
@@ -112,7 +113,7 @@ def parse_command(message: dict[str, Any]) -> dict[str, Any] | None:
     deadline = message.get("deadline")
     if not isinstance(command_id, str) or not command_id or not isinstance(kind, str):
         return None
-    if not isinstance(seq, int) or isinstance(seq, bool) or seq <= 0:
+    if not isinstance(seq, int) or isinstance(seq, bool) or not 0 < seq < protocol.MAX_SEQ:
         return None
     if deadline is not None and not isinstance(deadline, (int, float)):
         return None
