@@ -134,8 +134,11 @@ class BackendClient:
             raise BackendUnavailable(f"TLS verification of {self.base_url} failed: {_reason(exc)}") from None
         except requests.RequestException as exc:
             raise BackendUnavailable(f"{method} {path}: {exc.__class__.__name__}: {_reason(exc)}") from None
-        if reply.status_code < 400:
+        if 200 <= reply.status_code < 300:
             return reply
+        if reply.status_code < 400:  # a redirect requests did not follow (no Location, 304, ...): not done
+            reply.close()
+            raise ProtocolError(f"{method} {path}: unexpected HTTP {reply.status_code}")
         self._raise_for(reply, method, path, auth)
         raise AssertionError("unreachable")
 
