@@ -136,12 +136,14 @@ class JournalSource(Source):
         except orjson.JSONDecodeError:
             log.warning("logs: skipped a line journalctl did not write as JSON: %r", raw[:200])
             return None
-        cursor = record.get("__CURSOR")
+        cursor = record.get("__CURSOR") if isinstance(record, dict) else None
         if not isinstance(cursor, str):
             return None  # cannot be resumed after: not a journal entry
         try:
             ts_ns = int(record["__REALTIME_TIMESTAMP"]) * 1000
         except (KeyError, TypeError, ValueError):
+            ts_ns = -1
+        if not 0 <= ts_ns < 2**63:  # outside Loki's nanosecond range: Loki would refuse the line
             ts_ns = self._last_ts_ns  # stays in order; the cursor still tells where we are
         self._last_ts_ns = ts_ns
         metadata = {name: field_text(record[field]) for name, field in METADATA_FIELDS if field in record}
