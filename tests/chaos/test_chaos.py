@@ -359,7 +359,7 @@ def settle_and_check(run: Run) -> None:
             chaos.fail(f"command {cid} ({kind}) timeline does not start with received: {[r['state'] for r in timeline]}")
         if not terminal[0].get("reason") or not terminal[0].get("message"):
             chaos.fail(f"command {cid} terminal record lacks reason or message: {terminal[0]}")
-        outcomes[(kind, terminal[0]["state"])] += 1
+        outcomes[f"{kind}:{terminal[0]['state']}:{terminal[0]['reason']}"] += 1
 
     # 2. ran at most once, and no duplicated or orphaned managed container
     time.sleep(2)  # let the create watcher see the last events
