@@ -21,10 +21,10 @@ class Request(NamedTuple):
     body: bytes
 
 
-class ScriptedHTTP:
+class LocalHTTP:
+    """A threaded stdlib server on a free 127.0.0.1 port; subclasses give `_handler()`."""
+
     def __init__(self) -> None:
-        self.script: Callable[[Request], Reply] = lambda request: Reply(200)
-        self.requests: list[Request] = []
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.httpd.daemon_threads = True
         threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
@@ -33,15 +33,25 @@ class ScriptedHTTP:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.httpd.server_address[1]}"
 
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        raise NotImplementedError
+
+
+class ScriptedHTTP(LocalHTTP):
+    def __init__(self) -> None:
+        self.script: Callable[[Request], Reply] = lambda request: Reply(200)
+        self.requests: list[Request] = []
+        super().__init__()
+
     def answer(self, status: int, body: bytes = b"", headers: dict[str, str] | None = None) -> None:
         """Answer every request alike from now on."""
         reply = Reply(status, body, headers or {})
         self.script = lambda request: reply
         self.requests = []
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         server = self

@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlparse
 
 import orjson
@@ -22,6 +22,7 @@ import pytest
 from faden_agent import protocol
 from faden_agent.backend import MAX_STREAM_LINE
 from tests.agentproc import AgentProcess, agent_env, wait_for
+from tests.scriptedhttp import LocalHTTP
 
 SEED = 8
 U64 = 2**64 - 1
@@ -92,7 +93,7 @@ def breaks_stream(line: bytes) -> bool:
     return not isinstance(message, dict) or not isinstance(message.get("type"), str)
 
 
-class GarbageBackend:
+class GarbageBackend(LocalHTTP):
     def __init__(self, seed: int):
         rng = random.Random(seed)
         self.garbage = garbage(rng)
@@ -108,18 +109,11 @@ class GarbageBackend:
         self.records: list[tuple[float, dict]] = []
         self.streams = 0
         self.stopping = threading.Event()
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.httpd.daemon_threads = True
-        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        super().__init__()
 
     def close(self) -> None:
         self.stopping.set()
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().close()
 
     def of_kind(self, kind: str) -> list[tuple[float, dict]]:
         with self.lock:

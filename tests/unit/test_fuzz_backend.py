@@ -24,8 +24,7 @@ from faden_agent.backend import (
     BackendClient,
     parse_retry_after,
 )
-from faden_agent.config import load_config
-from tests.scriptedhttp import ScriptedHTTP
+from tests.unit.conftest import FUZZ_CREDENTIAL
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats(allow_nan=False, allow_infinity=False)
@@ -51,22 +50,6 @@ retry_afters = st.none() | header_text | st.sampled_from([
     "Thu, 01 Jan 1970 00:00:00 +9999", "Sunday, 06-Nov-94 08:49:37 GMT", "tomorrow"])
 statuses = st.integers(200, 599) | st.sampled_from([200, 204, 400, 401, 403, 404, 408, 413, 429, 500, 502, 503])
 operations = st.sampled_from(["enroll", "uplink", "log_target", "push_logs", "stream"])
-
-
-@pytest.fixture(scope="module")
-def http():
-    server = ScriptedHTTP()
-    yield server
-    server.close()
-
-
-@pytest.fixture(scope="module")
-def client(http, tmp_path_factory):
-    config = load_config({"FADEN_NODE_AGENT_BACKEND_URL": http.url, "FADEN_NODE_AGENT_REQUEST_TIMEOUT_SEC": "2",
-                          "FADEN_NODE_AGENT_STATE_PATH": str(tmp_path_factory.mktemp("s") / "state.json")})
-    backend = BackendClient(config, "fuzz-credential")
-    yield backend
-    backend.close()
 
 
 def call(client: BackendClient, operation: str):
@@ -96,7 +79,7 @@ def check_value(operation: str, value) -> None:
 def check_error(operation: str, status: int, exc: BackendError) -> None:
     message = str(exc)
     assert message and "\n" not in message and "\r" not in message, f"not one line: {message!r}"
-    assert "fuzz-credential" not in message and "fuzz-token" not in message
+    assert FUZZ_CREDENTIAL not in message and "fuzz-token" not in message
     if status == 503:
         assert isinstance(exc, Maintenance)
         assert 0 <= exc.retry_after <= MAX_RETRY_AFTER_SEC
@@ -115,10 +98,10 @@ def check_error(operation: str, status: int, exc: BackendError) -> None:
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(operation=operations, status=statuses, body=bodies, retry_after=retry_afters)
-def test_any_answer_is_a_typed_outcome(http, client, operation, status, body, retry_after):
-    http.answer(status, body, {"Retry-After": retry_after} if retry_after is not None else {})
+def test_any_answer_is_a_typed_outcome(scripted_http, scripted_client, operation, status, body, retry_after):
+    scripted_http.answer(status, body, {"Retry-After": retry_after} if retry_after is not None else {})
     try:
-        value = call(client, operation)
+        value = call(scripted_client, operation)
     except BackendError as exc:
         check_error(operation, status, exc)
     else:
@@ -133,13 +116,13 @@ def test_retry_after_is_none_or_a_bounded_wait(value):
     assert seconds is None or (math.isfinite(seconds) and 0 <= seconds <= MAX_RETRY_AFTER_SEC)
 
 
-def test_maintenance_without_a_usable_retry_after_waits_the_default(http, client):
+def test_maintenance_without_a_usable_retry_after_waits_the_default(scripted_http, scripted_client):
     for header in ("inf", "nan", "soon"):
-        http.answer(503, b"", {"Retry-After": header})
+        scripted_http.answer(503, b"", {"Retry-After": header})
         with pytest.raises(Maintenance) as caught:
-            client.uplink([])
+            scripted_client.uplink([])
         assert caught.value.retry_after == DEFAULT_MAINTENANCE_WAIT_S
-    http.answer(503, b"", {"Retry-After": "1e12"})
+    scripted_http.answer(503, b"", {"Retry-After": "1e12"})
     with pytest.raises(Maintenance) as caught:
-        client.uplink([])
+        scripted_client.uplink([])
     assert caught.value.retry_after == MAX_RETRY_AFTER_SEC

@@ -14,7 +14,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from faden_agent.backend import DEFAULT_MAINTENANCE_WAIT_S, BackendClient, parse_retry_after
-from faden_agent.config import load_config
 from faden_agent.workers.logs.backlog import Backlog
 from faden_agent.workers.logs.entry import MAX_LINE_BYTES, TRUNCATION_MARKER, Entry
 from faden_agent.workers.logs.labels import LEVELS, LabelMaker
@@ -22,30 +21,16 @@ from faden_agent.workers.logs.loki import MAX_RETRY_AFTER_SEC, Pusher, encode
 from faden_agent.workers.logs.positions import Positions
 from faden_agent.workers.logs.sources.journal import JournalSource
 from faden_agent.workers.logs.targets import DirectLoki, ThroughBackend
-from tests.scriptedhttp import ScriptedHTTP
+from tests.unit.conftest import FUZZ_CREDENTIAL
 from tests.unit.test_fuzz_backend import header_text, json_values, retry_afters
 
 BACKOFF_MIN_S, BACKOFF_MAX_S = 0.5, 8.0
 
 
 @pytest.fixture(scope="module")
-def http():
-    server = ScriptedHTTP()
-    yield server
-    server.close()
-
-
-@pytest.fixture(scope="module")
-def config(http, tmp_path_factory):
-    return load_config({"FADEN_NODE_AGENT_BACKEND_URL": http.url, "FADEN_NODE_AGENT_LOKI_URL": http.url,
-                        "FADEN_NODE_AGENT_AGENT_ID": "fuzz", "FADEN_NODE_AGENT_REQUEST_TIMEOUT_SEC": "2",
-                        "FADEN_NODE_AGENT_STATE_PATH": str(tmp_path_factory.mktemp("s") / "state.json")})
-
-
-@pytest.fixture(scope="module")
-def targets(http, config):
-    direct = DirectLoki(http.url, config)
-    through = ThroughBackend(BackendClient(config, "fuzz-credential"), "/api/agent/v1/logs/push")
+def targets(scripted_http, scripted_config):
+    direct = DirectLoki(scripted_http.url, scripted_config)
+    through = ThroughBackend(BackendClient(scripted_config, FUZZ_CREDENTIAL), "/api/agent/v1/logs/push")
     yield {"direct": direct, "through": through}
     direct.close()
     through.close()
@@ -64,13 +49,13 @@ bodies = header_text | st.sampled_from(["", "structured metadata is not enabled"
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(via=st.sampled_from(["direct", "through"]), status=statuses, body=bodies, retry_after=retry_afters,
        n=st.integers(1, 4))
-def test_each_loki_answer_gets_its_decision(http, config, targets, via, status, body, retry_after, n):
-    http.answer(status, body.encode("latin-1"), {"Retry-After": retry_after} if retry_after is not None else {})
+def test_each_loki_answer_gets_its_decision(scripted_http, scripted_config, targets, via, status, body, retry_after, n):
+    scripted_http.answer(status, body.encode("latin-1"), {"Retry-After": retry_after} if retry_after is not None else {})
     waits: list[float] = []
     pusher = Pusher(targets[via], BACKOFF_MIN_S, BACKOFF_MAX_S, sleep=lambda s: waits.append(s) or True)
-    batch = entries(n, LabelMaker(config))
+    batch = entries(n, LabelMaker(scripted_config))
     outcome = pusher.push(batch)
-    pushes = len(http.requests)
+    pushes = len(scripted_http.requests)
 
     if 200 <= status < 300:
         assert (outcome.accepted, outcome.rejected, outcome.dropped, pushes) == (n, 0, 0, 1)
@@ -95,7 +80,7 @@ def test_each_loki_answer_gets_its_decision(http, config, targets, via, status, 
             assert BACKOFF_MIN_S / 2 <= wait <= BACKOFF_MIN_S  # the first backoff step, jittered
         else:
             assert abs(wait - min(told, MAX_RETRY_AFTER_SEC)) < 1  # (an HTTP date moves with the clock)
-        assert pusher.last_error and "fuzz-credential" not in pusher.last_error
+        assert pusher.last_error and FUZZ_CREDENTIAL not in pusher.last_error
 
 
 # --- journal lines
@@ -115,8 +100,8 @@ records = st.fixed_dictionaries({}, optional={
 
 
 @pytest.fixture(scope="module")
-def journal(config, tmp_path_factory):
-    return JournalSource(config, Backlog(), Positions(tmp_path_factory.mktemp("positions")), LabelMaker(config),
+def journal(scripted_config, tmp_path_factory):
+    return JournalSource(scripted_config, Backlog(), Positions(tmp_path_factory.mktemp("positions")), LabelMaker(scripted_config),
                          threading.Event())
 
 

@@ -17,7 +17,6 @@ from hypothesis import strategies as st
 from faden_agent.backend import MAX_STREAM_LINE, BackendClient, BackendError, BackendUnavailable, ProtocolError
 from faden_agent.config import load_config
 from faden_agent.workers.stream.downlink import parse_command
-from tests.scriptedhttp import ScriptedHTTP
 from tests.unit.test_fuzz_backend import json_values
 
 U64 = 2**64 - 1
@@ -44,22 +43,6 @@ bad_lines = st.one_of(
 lines = st.lists(good_lines | bad_lines, max_size=8)
 
 
-@pytest.fixture(scope="module")
-def http():
-    server = ScriptedHTTP()
-    yield server
-    server.close()
-
-
-@pytest.fixture(scope="module")
-def client(http, tmp_path_factory):
-    config = load_config({"FADEN_NODE_AGENT_BACKEND_URL": http.url, "FADEN_NODE_AGENT_REQUEST_TIMEOUT_SEC": "2",
-                          "FADEN_NODE_AGENT_STATE_PATH": str(tmp_path_factory.mktemp("s") / "state.json")})
-    backend = BackendClient(config, "fuzz-credential")
-    yield backend
-    backend.close()
-
-
 def expected(line: bytes):
     """What the stream must yield for one non-empty line; None where it must end the stream."""
     try:
@@ -84,12 +67,12 @@ def check_command(message: dict) -> None:
 
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(stream_lines=lines, final_newline=st.booleans())
-def test_each_line_is_a_message_a_skip_or_a_clean_end(http, client, stream_lines, final_newline):
-    http.answer(200, b"\n".join(stream_lines) + (b"\n" if final_newline else b""),
+def test_each_line_is_a_message_a_skip_or_a_clean_end(scripted_http, scripted_client, stream_lines, final_newline):
+    scripted_http.answer(200, b"\n".join(stream_lines) + (b"\n" if final_newline else b""),
                 {"Content-Type": "application/x-ndjson"})
     received = []
     with pytest.raises(BackendError) as ended:
-        for message in client.open_stream(0, 1.0):
+        for message in scripted_client.open_stream(0, 1.0):
             received.append(message)
             if message["type"] == "command":
                 check_command(message)

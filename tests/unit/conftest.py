@@ -1,0 +1,33 @@
+"""Fixtures of the property tests that put hypothesis' answers on a real socket."""
+
+from __future__ import annotations
+
+import pytest
+
+from faden_agent.backend import BackendClient
+from faden_agent.config import Config, load_config
+from tests.scriptedhttp import ScriptedHTTP
+
+FUZZ_CREDENTIAL = "fuzz-credential"  # must never show up in an error message
+
+
+@pytest.fixture(scope="module")
+def scripted_http():
+    server = ScriptedHTTP()
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="module")
+def scripted_config(scripted_http, tmp_path_factory) -> Config:
+    """The agent's configuration with the backend and Loki both at `scripted_http`."""
+    return load_config({"FADEN_NODE_AGENT_BACKEND_URL": scripted_http.url, "FADEN_NODE_AGENT_LOKI_URL": scripted_http.url,
+                        "FADEN_NODE_AGENT_AGENT_ID": "fuzz", "FADEN_NODE_AGENT_REQUEST_TIMEOUT_SEC": "2",
+                        "FADEN_NODE_AGENT_STATE_PATH": str(tmp_path_factory.mktemp("s") / "state.json")})
+
+
+@pytest.fixture(scope="module")
+def scripted_client(scripted_config):
+    client = BackendClient(scripted_config, FUZZ_CREDENTIAL)
+    yield client
+    client.close()
