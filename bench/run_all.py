@@ -304,7 +304,7 @@ def binary_section(table: Table, results: dict, args: argparse.Namespace, root: 
     from bench import packaging_bench  # needs PyInstaller only when asked for
 
     pk = results["packaging"] = packaging_bench.measure(runs=10, settle_s=8.0)
-    table.row("binary: size", f"{pk['binary_bytes'] / 2**20:.1f} MiB", "")
+    table.row("binary: size", f"{pk['binary_bytes'] / 2**20:.1f} MiB", "pip install: no single file to compare")
     table.row("binary: --version (median)", f"{pk['binary_version_median_s'] * 1000:.0f} ms",
               f"pip install {pk['pip_version_median_s'] * 1000:.0f} ms")
     table.row("binary: idle tree PSS", f"{pk['binary_idle_tree_pss_kib'] / 1024:.1f} MiB",
