@@ -20,7 +20,9 @@ import email.utils
 import gzip as gzip_module
 import logging
 import math
+import os
 import time
+from pathlib import Path
 from typing import Any, Iterator
 
 import orjson
@@ -106,9 +108,36 @@ def _detail(reply: requests.Response) -> str:
     return " ".join(text[:200].split())
 
 
+class MaintenanceHold:
+    """The backend's "503, retry after N s" for every process of this agent, not only the one
+    that heard it: a file in the runtime directory holding the CLOCK_MONOTONIC time (shared
+    by all processes, immune to wall-clock steps) before which no request may be sent."""
+
+    def __init__(self, runtime_dir: Path):
+        self.path = Path(runtime_dir) / "backend-hold"
+
+    def remaining(self) -> float:
+        try:
+            until = float(self.path.read_text())
+        except (OSError, ValueError):
+            return 0.0
+        return max(0.0, until - time.monotonic())
+
+    def hold(self, seconds: float) -> None:
+        if not self.path.parent.is_dir() or seconds <= self.remaining():
+            return  # no agent runtime here (e.g. `doctor` alone), or a longer hold stands
+        tmp = self.path.with_name(f".backend-hold.{os.getpid()}")
+        try:
+            tmp.write_text(repr(time.monotonic() + seconds))
+            os.replace(tmp, self.path)
+        except OSError:
+            tmp.unlink(missing_ok=True)
+
+
 class BackendClient:
     def __init__(self, config: Config, credential: str | None = None):
         self.base_url = config.backend_url
+        self.hold = MaintenanceHold(config.runtime_dir)
         self.timeout_s = config.request_timeout_sec
         self.session = requests.Session()
         # Passed on every request: a Session-level verify loses to REQUESTS_CA_BUNDLE in the
@@ -128,6 +157,9 @@ class BackendClient:
 
     def _request(self, method: str, path: str, *, timeout: Any = None, auth: bool = True, **kwargs: Any) -> requests.Response:
         url = self.base_url + path
+        held = self.hold.remaining()
+        if held > 0:  # another thread or worker was told to wait: send nothing before then
+            raise Maintenance(f"{method} {path}: not sent, the backend asked to wait {held:.1f}s more", 503, held)
         try:
             reply = self.session.request(method, url, timeout=timeout or self.timeout_s, verify=self.verify, **kwargs)
         except requests.exceptions.SSLError as exc:
@@ -149,6 +181,7 @@ class BackendClient:
         where = f"{method} {path}: HTTP {status}"
         if status == 503:
             retry_after = parse_retry_after(reply.headers.get("Retry-After"))
+            self.hold.hold(retry_after if retry_after is not None else DEFAULT_MAINTENANCE_WAIT_S)
             raise Maintenance(f"{where} (maintenance; retry after {retry_after if retry_after is not None else DEFAULT_MAINTENANCE_WAIT_S:g}s)",
                               status, retry_after if retry_after is not None else DEFAULT_MAINTENANCE_WAIT_S)
         if status in (401, 403) and auth:

@@ -42,7 +42,7 @@ def server(tmp_path):
 
 def config_for(url: str, tmp_path, **overrides):
     env = {"FADEN_NODE_AGENT_BACKEND_URL": url, "FADEN_NODE_AGENT_STATE_PATH": str(tmp_path / "s" / "state.json"),
-           "FADEN_NODE_AGENT_REQUEST_TIMEOUT_SEC": "2"}
+           "FADEN_NODE_AGENT_RUNTIME_DIR": str(tmp_path / "run"), "FADEN_NODE_AGENT_REQUEST_TIMEOUT_SEC": "2"}
     env.update({f"FADEN_NODE_AGENT_{k.upper()}": str(v) for k, v in overrides.items()})
     return load_config(env)
 
@@ -87,6 +87,21 @@ def test_maintenance_is_typed_with_retry_after(server, tmp_path):
     with pytest.raises(Maintenance) as info:
         client.uplink([])
     assert info.value.retry_after == 7 and info.value.status == 503
+
+
+def test_a_503_holds_every_client_of_the_agent_until_retry_after(server, tmp_path):
+    backend, _ = server
+    (tmp_path / "run").mkdir(mode=0o700)
+    config, client, reply = enrolled(server, tmp_path)
+    other = BackendClient(config, reply["credential"])  # e.g. the log worker, another process
+    backend.faults.maintenance_retry_after = 1
+    with pytest.raises(Maintenance):
+        client.uplink([])
+    backend.faults.maintenance_retry_after = None  # the backend is back, but we were told to wait
+    with pytest.raises(Maintenance, match="not sent"):
+        other.log_target()
+    time.sleep(1.1)
+    assert other.log_target()["mode"] in ("loki", "push")
 
 
 def test_retry_after_forms():
