@@ -22,6 +22,10 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
 fi
 
+for tool in /lib/systemd/systemd-journal-remote journalctl debootstrap dockerd docker-registry /bin/busybox; do
+  command -v "$tool" >/dev/null || { echo "missing after install: $tool" >&2; exit 1; }
+done
+
 # --- Docker engine
 if ! docker info >/dev/null 2>&1; then
   echo "starting dockerd"
