@@ -75,6 +75,7 @@ class Supervisor:
         self.stop_requested = False
         self.kill_now = False
         self.ready_sent = False
+        self._last_status = ""
         self._signals: list[int] = []
         self._last_watchdog = 0.0
         self._last_sample = 0.0
@@ -272,10 +273,21 @@ class Supervisor:
         self._resources = {pid: self.sampler.sample(pid) for pid in pids}
 
     def notify_systemd(self) -> None:
-        if not self.ready_sent and all(w.state == WorkerState.RUNNING for w in self.workers.values()):
-            self.ready_sent = True
-            self.notifier.ready(f"{len(self.workers)} workers running")
-            log.info("all %d workers running", len(self.workers))
+        """READY once every worker has either run or failed once: a worker that crash-loops
+        (its journal unreadable, say) must not make systemd restart the whole agent, whose
+        other workers keep heartbeating and executing. STATUS names the ones not running."""
+        running = [w.name for w in self.workers.values() if w.state == WorkerState.RUNNING]
+        failing = [w.name for w in self.workers.values() if w.state != WorkerState.RUNNING]
+        status = f"{len(running)} workers running" + (f"; not running: {', '.join(failing)}" if failing else "")
+        if not self.ready_sent:
+            if all(w.state == WorkerState.RUNNING or w.exit_times for w in self.workers.values()):
+                self.ready_sent = True
+                self._last_status = status
+                self.notifier.ready(status)
+                log.info("ready: %s", status)
+        elif status != self._last_status:
+            self._last_status = status
+            self.notifier.status(status)
         interval = self.notifier.watchdog_interval_s
         now = time.monotonic()
         if interval and now - self._last_watchdog >= interval:

@@ -93,16 +93,20 @@ SUPERVISOR = textwrap.dedent(
     import sys
     from faden_agent.config import load_config
     from faden_agent.supervisor import Supervisor
-    sys.exit(Supervisor(load_config(), workers={"idle": "faden_agent.workers.base:Worker"}).run())
+    sys.exit(Supervisor(load_config(), workers={"idle": "faden_agent.workers.base:Worker", **EXTRA}).run())
     """
 )
+
+
+def supervisor_code(extra: dict[str, str] | None = None) -> str:
+    return SUPERVISOR.replace("EXTRA", repr(extra or {}))
 
 
 def test_real_supervisor_sends_ready_watchdog_and_stopping(listener, tmp_path):
     sock, path = listener
     env = agent_env(tmp_path)
     env.update(NOTIFY_SOCKET=path, WATCHDOG_USEC="400000")  # pet every 0.2 s
-    proc = subprocess.Popen([sys.executable, "-c", SUPERVISOR], env=env, start_new_session=True,
+    proc = subprocess.Popen([sys.executable, "-c", supervisor_code()], env=env, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         seen: list[list[str]] = []
@@ -124,3 +128,21 @@ def test_real_supervisor_sends_ready_watchdog_and_stopping(listener, tmp_path):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def test_ready_is_sent_while_one_worker_crash_loops(listener, tmp_path):
+    """systemd must not restart the whole agent because one worker cannot start."""
+    sock, path = listener
+    env = agent_env(tmp_path, restart_max=100)
+    env.update(NOTIFY_SOCKET=path)
+    code = supervisor_code({"broken": "tests.sampleworkers:CrashAtStartWorker"})
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        message = receive(sock)
+        while "READY=1" not in message:
+            message = receive(sock)
+        assert any(m.startswith("STATUS=1 workers running; not running: broken") for m in message), message
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
