@@ -18,6 +18,7 @@ the kernel to SIGKILL it when the supervisor dies (PR_SET_PDEATHSIG), so none ou
 from __future__ import annotations
 
 import errno
+import gc
 import logging
 import os
 import signal
@@ -133,10 +134,12 @@ class Supervisor:
         sys.stdout.flush()
         sys.stderr.flush()
         parent = os.getpid()
+        gc.freeze()  # the child's collector then never touches (and copies) the inherited objects
         pid = os.fork()
         if pid == 0:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)  # until the worker installs its own
             worker_main(worker.name, worker.target, self.config, parent)
+        gc.unfreeze()  # the supervisor itself keeps collecting its own garbage
         if worker.state != WorkerState.STOPPED:
             worker.restarts += 1
         worker.pid = pid
