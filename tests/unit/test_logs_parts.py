@@ -149,3 +149,34 @@ def test_gzip_level_round_trip_of_a_push():
 
     body = encode([entry(i) for i in range(100)])
     assert gzip.decompress(gzip.compress(body, GZIP_LEVEL)) == body
+
+
+class RecordedLog:
+    """A stand-in for a docker SDK container whose log is a fixed list of chunks: Docker
+    stamps lines itself, so identical nanosecond stamps cannot be provoked on a real engine."""
+
+    name, labels, attrs = "recorded", {}, {}
+
+    def __init__(self, chunks: list[bytes]):
+        self.chunks = chunks
+
+    def logs(self, **_: object):
+        return iter(self.chunks)
+
+
+def test_container_lines_sharing_a_nanosecond_stamp_are_all_shipped(tmp_path):
+    from faden_agent.workers.logs.sources.containers import ContainerFollower, ContainerSource
+
+    config = load_config({"FADEN_NODE_AGENT_STATE_PATH": str(tmp_path / "state.json")})
+    backlog = Backlog()
+    source = ContainerSource(config, backlog, Positions(tmp_path), LabelMaker(config), threading.Event())
+    stamp = b"2026-11-29T23:00:00.000000005Z "
+    follower = ContainerFollower(source, RecordedLog([stamp + b"first\n" + stamp + b"second\n",
+                                                      b"2026-11-29T23:00:00.000000009Z third\n"]), "stdout", "c:x")
+    source.read_upto["c:x"] = parse_rfc3339_ns(b"2026-11-29T23:00:00.000000001Z")  # resume point before them
+    assert follower.read_until_stopped()
+    assert [e.line for e in backlog.take(10, 1 << 20, 0, 0.01)] == ["first", "second", "third"]
+    # a second follow from where the first stopped does not read them again
+    follower.container = RecordedLog([stamp + b"first\n" + stamp + b"second\n", b"2026-11-29T23:00:00.000000009Z third\n"])
+    assert follower.read_until_stopped()
+    assert backlog.take(10, 1 << 20, 0, 0.01) == []

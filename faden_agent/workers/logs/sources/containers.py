@@ -134,7 +134,8 @@ class ContainerFollower(threading.Thread):
 
     def read_until_stopped(self) -> bool:
         """Follow the log until the container stops; False when the backlog closed."""
-        after_ns = self.source.start_after(self.key)
+        after_ns = self.start_ns = self.source.start_after(self.key)
+        self.caught_up = False
         chunks = self.container.logs(stream=True, follow=True, timestamps=True, since=max(1, after_ns // 1_000_000_000),
                                      stdout=self.stream == "stdout", stderr=self.stream == "stderr")
         pending = b""
@@ -153,8 +154,12 @@ class ContainerFollower(threading.Thread):
         ts_ns = parse_rfc3339_ns(stamp)
         if ts_ns is None:  # not Docker's prefix after all: keep the whole line, in place
             ts_ns, text = self.source.start_after(self.key) + 1, line
-        if ts_ns <= self.source.start_after(self.key):
-            return True  # read before (a restart of the follow) or older than the window
+        if not self.caught_up:
+            if ts_ns <= self.start_ns:
+                return True  # read before (`since` has 1 s resolution) or older than the window
+            # Past the resume point the stream is in order: a line with the same nanosecond
+            # stamp as the one before it is a new line, not a repeat.
+            self.caught_up = True
         entry = Entry(self.labels, ts_ns, clean_line(text), None, self.key, ts_ns)
         if not self.source.backlog.put(entry):
             return False
