@@ -9,6 +9,7 @@ and no message ever contains the credential.
 from __future__ import annotations
 
 import os
+import secrets
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -119,3 +120,33 @@ def _publish(tmp: str, path: Path) -> None:
 def new_state(backend_url: str, node_id: str, credential: str, agent_id: str) -> AgentState:
     return AgentState(backend_url=backend_url, node_id=node_id, credential=credential, agent_id=agent_id,
                       enrolled_at=time.time())
+
+
+ENROLLMENT_ATTEMPT_FILE = "enrollment-attempt"
+
+
+def enrollment_attempt_id(state_dir: Path) -> str:
+    """This machine's enrollment attempt id, made (0600) before the token is spent.
+
+    If the agent dies after the backend answered but before the state file is on disk, the
+    next start presents the same token with the same id, and the backend answers again for
+    the same node instead of refusing a spent token (docs/protocol.md, Enrollment)."""
+    path = Path(state_dir) / ENROLLMENT_ATTEMPT_FILE
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        existing = path.read_text().strip()
+        if existing:
+            return existing
+        fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+    attempt = secrets.token_hex(16)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(attempt + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    return attempt
+
+
+def forget_enrollment_attempt(state_dir: Path) -> None:
+    (Path(state_dir) / ENROLLMENT_ATTEMPT_FILE).unlink(missing_ok=True)

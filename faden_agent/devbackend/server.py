@@ -207,8 +207,9 @@ class Handler(BaseHTTPRequestHandler):
             raise HttpError(400, "bad_body", "enrollment needs a token")
         if not isinstance(body.get("agent_id"), str) or not body["agent_id"]:
             raise HttpError(400, "bad_body", "enrollment needs an agent_id")
+        attempt = body.pop("enrollment_id", None)
         try:
-            node_id, credential = self.backend.store.enroll(token, body)
+            node_id, credential = self.backend.store.enroll(token, body, attempt if isinstance(attempt, str) else None)
         except TokenRefused as exc:
             raise HttpError(403, "token_refused", str(exc)) from None
         log.info("enrolled agent %s as %s", body["agent_id"], node_id)

@@ -20,12 +20,15 @@ import orjson
 from faden_agent import protocol
 from faden_agent.workers.inventory.record import apply_record  # the receiver's rule (docs/inventory.md)
 
+ENROLL_RETRY_WINDOW_S = 3600  # how long a spent token can be re-presented by the same attempt
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS tokens (
     token_hash TEXT PRIMARY KEY,
     created_at REAL NOT NULL,
     used_at REAL,
-    node_id TEXT
+    node_id TEXT,
+    attempt_hash TEXT
 );
 CREATE TABLE IF NOT EXISTS nodes (
     node_id TEXT PRIMARY KEY,
@@ -93,6 +96,9 @@ class Store:
         self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.executescript(_SCHEMA)
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(tokens)")}
+        if "attempt_hash" not in columns:  # a data directory from before enrollment retries
+            self._db.execute("ALTER TABLE tokens ADD COLUMN attempt_hash TEXT")
         self.path.chmod(0o600)
 
     # ------------------------------------------------------------------ enrollment
@@ -103,31 +109,48 @@ class Store:
             self._db.execute("INSERT INTO tokens (token_hash, created_at) VALUES (?, ?)", (secret_hash(token), time.time()))
         return token
 
-    def enroll(self, token: str, facts: dict[str, Any]) -> tuple[str, str]:
-        """Spend the token; returns (node_id, credential). Raises TokenRefused."""
+    def enroll(self, token: str, facts: dict[str, Any], attempt: str | None = None) -> tuple[str, str]:
+        """Spend the token; returns (node_id, credential). Raises TokenRefused.
+
+        A spent token is answered once more, for the same node with a fresh credential, when
+        the same enrollment attempt id comes back within ENROLL_RETRY_WINDOW_S and the node
+        has never been seen: the agent died before it could write its state file."""
         node_id = "node-" + uuid.uuid4().hex[:12]
         credential = "fdn_cred_" + secrets.token_urlsafe(32)
         now = time.time()
+        token_hash = secret_hash(token)
+        attempt_hash = secret_hash(attempt) if attempt else None
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
-                row = self._db.execute("SELECT used_at FROM tokens WHERE token_hash = ?", (secret_hash(token),)).fetchone()
+                row = self._db.execute("SELECT used_at, node_id, attempt_hash FROM tokens WHERE token_hash = ?",
+                                       (token_hash,)).fetchone()
                 if row is None:
                     raise TokenRefused("unknown enrollment token")
-                if row[0] is not None:
-                    raise TokenRefused("enrollment token already used")
-                self._db.execute(
-                    "UPDATE tokens SET used_at = ?, node_id = ? WHERE token_hash = ?", (now, node_id, secret_hash(token))
-                )
-                self._db.execute(
-                    "INSERT INTO nodes (node_id, credential_hash, enrolled_at, facts) VALUES (?, ?, ?, ?)",
-                    (node_id, secret_hash(credential), now, orjson.dumps(facts)),
-                )
+                used_at, used_by, used_attempt = row
+                if used_at is not None:
+                    if not (attempt_hash and attempt_hash == used_attempt and now - used_at < ENROLL_RETRY_WINDOW_S
+                            and self._never_seen(used_by)):
+                        raise TokenRefused("enrollment token already used")
+                    node_id = used_by
+                    self._db.execute("UPDATE nodes SET credential_hash = ? WHERE node_id = ?",
+                                     (secret_hash(credential), node_id))
+                else:
+                    self._db.execute("UPDATE tokens SET used_at = ?, node_id = ?, attempt_hash = ? WHERE token_hash = ?",
+                                     (now, node_id, attempt_hash, token_hash))
+                    self._db.execute(
+                        "INSERT INTO nodes (node_id, credential_hash, enrolled_at, facts) VALUES (?, ?, ?, ?)",
+                        (node_id, secret_hash(credential), now, orjson.dumps(facts)),
+                    )
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
         return node_id, credential
+
+    def _never_seen(self, node_id: str) -> bool:
+        row = self._db.execute("SELECT last_seen_at, revoked FROM nodes WHERE node_id = ?", (node_id,)).fetchone()
+        return row is not None and row[0] is None and not row[1]
 
     def node_for_credential(self, credential: str) -> tuple[str, bool] | None:
         """(node_id, revoked) of the credential, or None when unknown."""

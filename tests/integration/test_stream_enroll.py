@@ -131,3 +131,29 @@ def test_commands_queued_while_the_agent_is_down_arrive_once(backend, agent_on_b
     after_restart = agent.log_text()[log_size:]
     assert "duplicate=True" not in after_restart and first not in after_restart
     assert all(command_id in after_restart for command_id in queued)
+
+
+def test_death_between_enrollment_and_state_file_is_retried_as_the_same_node(backend, tmp_path):  # noqa: F811
+    """The backend answered, the agent died before its state file was on disk: the next start
+    presents the same token and attempt id and becomes the node it was given, not a refusal."""
+    from faden_agent.backend import BackendClient
+    from faden_agent.config import load_config
+    from faden_agent.state import enrollment_attempt_id
+    from faden_agent.workers.stream.enroll import enrollment_facts
+
+    root = tmp_path / "crashed"
+    root.mkdir()
+    env = agent_env_for(backend, root)
+    config = load_config(env)
+    attempt = enrollment_attempt_id(config.state_dir)  # what the agent writes before enrolling
+    spent = BackendClient(config).enroll(config.token(), {**enrollment_facts(config), "enrollment_id": attempt})
+    assert not config.state_path.exists()  # ... and then it died
+    agent = AgentProcess(env, root / "agent.log").start()
+    try:
+        node = backend.wait_node(config.agent_id, heartbeats=1)
+        assert node["node_id"] == spent["node_id"]
+        assert [n["node_id"] for n in backend.nodes()] == [spent["node_id"]]
+        assert orjson.loads(config.state_path.read_bytes())["node_id"] == spent["node_id"]
+        assert not (config.state_dir / "enrollment-attempt").exists()
+    finally:
+        agent.stop()

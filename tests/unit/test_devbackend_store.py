@@ -61,3 +61,18 @@ def test_inventory_receiver_rule(store):
     stale = {"type": "unchanged", "hash": "old", "collected_at": 3.0, "usage": {}}
     store.store_records(node_id, [record(protocol.INVENTORY, stale, "inv:3")])
     assert store.inventory(node_id)["inventory"] == held
+
+
+def test_a_spent_token_is_answered_again_only_for_the_same_unseen_attempt(store):
+    token = store.mint_token()
+    node_id, first = store.enroll(token, {"agent_id": "a"}, attempt="attempt-1")
+    # the agent died before writing its state file: same token, same attempt -> same node
+    again, second = store.enroll(token, {"agent_id": "a"}, attempt="attempt-1")
+    assert again == node_id and second != first
+    assert store.node_for_credential(first) is None  # the lost credential is dead
+    for other in (None, "attempt-2"):
+        with pytest.raises(TokenRefused, match="already used"):
+            store.enroll(token, {"agent_id": "a"}, attempt=other)
+    assert store.node_for_credential(second) == (node_id, False)  # now the node has been seen
+    with pytest.raises(TokenRefused, match="already used"):
+        store.enroll(token, {"agent_id": "a"}, attempt="attempt-1")

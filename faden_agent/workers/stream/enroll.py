@@ -16,7 +16,16 @@ import threading
 from faden_agent import __version__, protocol
 from faden_agent.backend import BackendClient, BackendUnavailable, Maintenance, ProtocolError, RequestRejected, TokenRefused
 from faden_agent.config import Config, ConfigError, env_name
-from faden_agent.state import AgentState, StateError, check_backend, load_state, new_state, write_state
+from faden_agent.state import (
+    AgentState,
+    StateError,
+    check_backend,
+    enrollment_attempt_id,
+    forget_enrollment_attempt,
+    load_state,
+    new_state,
+    write_state,
+)
 from faden_agent.workers.stream import link
 from faden_agent.workers.stream.link import Backoff, Gate, LinkStatus
 
@@ -94,13 +103,15 @@ class Membership:
         if not self.gate.wait():
             return None
         self.status.set_state(link.ENROLLING)
+        attempt = enrollment_attempt_id(self.config.state_dir)  # on disk before the token is spent
         client = BackendClient(self.config)
         try:
-            reply = client.enroll(token, enrollment_facts(self.config))
+            reply = client.enroll(token, {**enrollment_facts(self.config), "enrollment_id": attempt})
         finally:
             client.close()
         state = new_state(self.config.backend_url, reply["node_id"], reply["credential"], self.config.agent_id)
         write_state(path, state)
+        forget_enrollment_attempt(self.config.state_dir)
         log.info("enrolled with %s as node %s; state written to %s", state.backend_url, state.node_id, path)
         return state
 
