@@ -57,6 +57,8 @@ def test_command_in_flight_past_its_deadline_is_reported_interrupted(executor_fa
             "healthcheck": {"test": ["CMD-SHELL", "false"], "interval_s": 5, "retries": 5}}
     ex.send(cid, "container.run", spec)
     wait_for(lambda: "started" in ex.states(cid), 10, what="started")
+    # kill once the container exists: "started" is recorded before the engine creates it
+    wait_for(lambda: docker_client.containers.list(all=True, filters={"name": name}), 20, what="the container created")
     agent.kill()  # the whole agent, kill -9
     time.sleep(3.5)
     agent.start()
