@@ -20,4 +20,4 @@ def test_readme_documents_every_variable():
 
 def test_ci_runs_the_readme_test_command():
     ci = (Path(__file__).resolve().parents[2] / ".ci" / "run").read_text()
-    assert "tests/run-all.sh" in ci
+    assert "python3 -m pytest -n 2" in ci and "tests/infra/start-services.sh" in ci
