@@ -20,7 +20,6 @@ import email.utils
 import gzip as gzip_module
 import logging
 import math
-import os
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -31,6 +30,7 @@ import urllib3
 
 from faden_agent import __version__
 from faden_agent.config import Config
+from faden_agent.files import replace_file
 
 log = logging.getLogger(__name__)
 
@@ -126,12 +126,10 @@ class MaintenanceHold:
     def hold(self, seconds: float) -> None:
         if not self.path.parent.is_dir() or seconds <= self.remaining():
             return  # no agent runtime here (e.g. `doctor` alone), or a longer hold stands
-        tmp = self.path.with_name(f".backend-hold.{os.getpid()}")
         try:
-            tmp.write_text(repr(time.monotonic() + seconds))
-            os.replace(tmp, self.path)
+            replace_file(self.path, repr(time.monotonic() + seconds).encode(), fsync=False)
         except OSError:
-            tmp.unlink(missing_ok=True)
+            pass  # best effort: this process still waits as told
 
 
 class BackendClient:

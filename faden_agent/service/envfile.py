@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Mapping
 
 from faden_agent.config import PREFIX
+from faden_agent.files import replace_file_if_changed
 
 _BLANKS = " \t\r"
 _ESCAPES = {"\\": "\\\\", '"': '\\"', "$": "\\$", "`": "\\`"}
@@ -66,26 +67,7 @@ def read_env(path: Path) -> dict[str, str]:
 
 def write_env(path: Path, values: Mapping[str, str]) -> bool:
     """Atomically write the file with mode 0600; return whether its content changed."""
-    text = format_env(values)
-    try:
-        if path.read_text() == text and (path.stat().st_mode & 0o777) == 0o600:
-            return False
-    except FileNotFoundError:
-        pass
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return True
+    return replace_file_if_changed(path, format_env(values).encode(), 0o600)
 
 
 def effective_environ(path: Path, environ: Mapping[str, str] | None = None) -> dict[str, str]:

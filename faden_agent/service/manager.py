@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from faden_agent.config import ConfigError, load_config
+from faden_agent.files import replace_file_if_changed
 from faden_agent.service.envfile import EnvFileError, agent_variables, read_env, write_env
 from faden_agent.service.paths import UNIT_NAME, ServicePaths, agent_command
 from faden_agent.service.systemctl import ServiceError, show, systemctl
@@ -26,20 +27,6 @@ class Outcome:
 
     def say(self, text: str) -> None:
         self.messages.append(text)
-
-
-def _write_if_changed(path: Path, text: str, mode: int) -> bool:
-    try:
-        if path.read_text() == text:
-            return False
-    except FileNotFoundError:
-        pass
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)
-    return True
 
 
 def lingering_enabled(user: str) -> bool:
@@ -62,7 +49,7 @@ def install_files(paths: ServicePaths, environ: Mapping[str, str], command: list
         env_changed = write_env(paths.env_path, values)
     except EnvFileError as exc:
         raise ServiceError(f"not installed: {exc}") from None
-    unit_changed = _write_if_changed(paths.unit_path, render_unit(paths, command or agent_command()), 0o644)
+    unit_changed = replace_file_if_changed(paths.unit_path, render_unit(paths, command or agent_command()).encode(), 0o644)
     return unit_changed, env_changed
 
 

@@ -12,13 +12,14 @@ atomically (temp file + rename), mode 0600, in the state directory.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import orjson
+
+from faden_agent.files import replace_file
 
 POSITIONS_FILE = "logs-positions.json"
 SAVE_INTERVAL_SEC = 0.5
@@ -85,12 +86,4 @@ class Positions:
             data = orjson.dumps(self._values)
             self._dirty = False
             self._saved_at = time.monotonic()
-        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
+        replace_file(self.path, data)

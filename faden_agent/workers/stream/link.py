@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import os
 import random
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from typing import Any
 import orjson
 
 from faden_agent.config import Config
+from faden_agent.files import replace_file
 from faden_agent.ipc import Endpoints
 from faden_agent.outbox import Outbox
 from faden_agent.state import AgentState
@@ -100,23 +100,9 @@ class LinkStatus:
         if self._status_path is None:
             return
         try:
-            write_private_file(self._status_path, orjson.dumps(data))
+            replace_file(self._status_path, orjson.dumps(data), fsync=False)
         except OSError as exc:
             log.warning("cannot write the status file %s: %s", self._status_path, exc.strerror)
-
-
-def write_private_file(path: Path, data: bytes) -> None:
-    """Replace a small 0600 file atomically (temp + rename); for files the agent owns outright."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 class Gate:
