@@ -1,4 +1,4 @@
-"""Render the unit template (faden-agent.service beside this module, linked from systemd/)."""
+"""Render the unit template: deploy/systemd/faden-agent.service, linked beside this module as package data."""
 
 from __future__ import annotations
 

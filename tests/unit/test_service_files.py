@@ -29,9 +29,14 @@ def directives(text: str) -> dict[str, list[str]]:
     return out
 
 
-def test_the_unit_in_systemd_dir_is_the_packaged_template():
-    linked = Path(__file__).resolve().parents[2] / "systemd" / "faden-agent.service"
-    assert linked.resolve() == TEMPLATE.resolve()
+def test_the_packaged_template_is_the_one_unit_file_in_deploy_systemd():
+    repo = Path(__file__).resolve().parents[2]
+    the_unit = repo / "deploy" / "systemd" / "faden-agent.service"
+    assert the_unit.is_file() and not the_unit.is_symlink()
+    assert TEMPLATE.resolve() == the_unit  # the package's path is a link to it, not a copy
+    copies = [p for p in repo.rglob("faden-agent.service")
+              if p.is_file() and not p.is_symlink() and not {".git", "build", "dist"} & set(p.relative_to(repo).parts)]
+    assert copies == [the_unit]
 
 
 def test_system_unit_has_notify_watchdog_restart_and_hardening(tmp_path):
