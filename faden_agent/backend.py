@@ -16,10 +16,8 @@ exception text includes them.
 
 from __future__ import annotations
 
-import email.utils
 import gzip as gzip_module
 import logging
-import math
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -29,6 +27,7 @@ import requests
 import urllib3
 
 from faden_agent import __version__
+from faden_agent.backoff import MAX_RETRY_AFTER_SEC, parse_retry_after  # noqa: F401  (re-exported)
 from faden_agent.config import Config
 from faden_agent.files import replace_file
 
@@ -77,27 +76,6 @@ class ProtocolError(BackendError):
 
 
 DEFAULT_MAINTENANCE_WAIT_S = 30.0
-MAX_RETRY_AFTER_SEC = 3600.0  # a broken or hostile header must not park the agent for days
-
-
-def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
-    """Seconds to wait from a Retry-After header (delta-seconds or an HTTP date), at most
-    MAX_RETRY_AFTER_SEC; None when absent or unreadable ("inf", "nan", garbage)."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            seconds = email.utils.parsedate_to_datetime(value).timestamp() - (time.time() if now is None else now)
-        except (TypeError, ValueError, OverflowError):
-            return None
-    if not math.isfinite(seconds):
-        return None  # Event.wait(inf) raises OverflowError in the waiting thread
-    return min(max(0.0, seconds), MAX_RETRY_AFTER_SEC)
-
-
 def _detail(reply: requests.Response) -> str:
     """The answer's explanation, on one line (it ends up in an error message)."""
     try:
@@ -109,9 +87,13 @@ def _detail(reply: requests.Response) -> str:
 
 
 class MaintenanceHold:
-    """The backend's "503, retry after N s" for every process of this agent, not only the one
-    that heard it: a file in the runtime directory holding the CLOCK_MONOTONIC time (shared
-    by all processes, immune to wall-clock steps) before which no request may be sent."""
+    """The backend's "503, retry after N s" for every thread and process of this agent, not
+    only the one that heard it: the one maintenance hold. A file in the runtime directory
+    holds the CLOCK_MONOTONIC time (shared by all processes, immune to wall-clock steps)
+    before which no request may be sent; where it cannot be written, this process still
+    remembers it."""
+
+    _local: dict[Path, float] = {}  # path -> monotonic "not before", for this process
 
     def __init__(self, runtime_dir: Path):
         self.path = Path(runtime_dir) / "backend-hold"
@@ -120,16 +102,19 @@ class MaintenanceHold:
         try:
             until = float(self.path.read_text())
         except (OSError, ValueError):
-            return 0.0
-        return max(0.0, until - time.monotonic())
+            until = 0.0
+        return max(0.0, until - time.monotonic(), self._local.get(self.path, 0.0) - time.monotonic())
 
     def hold(self, seconds: float) -> None:
-        if not self.path.parent.is_dir() or seconds <= self.remaining():
-            return  # no agent runtime here (e.g. `doctor` alone), or a longer hold stands
+        if seconds <= self.remaining():
+            return  # a longer hold stands
+        if not self.path.parent.is_dir():
+            return  # no agent runtime here (e.g. `doctor` alone): each request stands alone
+        until = time.monotonic() + seconds
         try:
-            replace_file(self.path, repr(time.monotonic() + seconds).encode(), fsync=False)
+            replace_file(self.path, repr(until).encode(), fsync=False)
         except OSError:
-            pass  # best effort: this process still waits as told
+            self._local[self.path] = until  # a full disk: this process still waits as told
 
 
 class BackendClient:

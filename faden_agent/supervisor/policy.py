@@ -2,6 +2,8 @@
 restart-intensity limit (Erlang/OTP): more than `max_restarts` exits within `window_s`
 makes the worker FATAL, retried after `fatal_retry_s` (a host agent never gives up).
 
+The exponential part is faden_agent/backoff.py's; the jitter here is +-20 % around it (not
+full jitter) because a restart should not come much sooner than the ladder says.
 Backoff applies to every exit, also after a long run (supervisord's gap); it shrinks by
 itself because only exits inside the window count.
 """
@@ -11,6 +13,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from typing import Iterable
+
+from faden_agent.backoff import ceiling
 
 
 @dataclass(frozen=True)
@@ -30,6 +34,6 @@ class RestartPolicy:
 
     def backoff(self, exit_times: Iterable[float], now: float, rng: random.Random | None = None) -> float:
         recent = max(1, self.recent_exits(exit_times, now))
-        base = min(self.backoff_max_s, self.backoff_min_s * (2 ** (recent - 1)))
+        base = ceiling(recent - 1, self.backoff_min_s, self.backoff_max_s)
         spread = (rng or random).uniform(1 - self.jitter, 1 + self.jitter)
         return min(self.backoff_max_s, base * spread)

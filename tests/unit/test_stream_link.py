@@ -9,7 +9,9 @@ import time
 
 import orjson
 
-from faden_agent.workers.stream.link import Backoff, Gate, LinkStatus
+from faden_agent.backend import MaintenanceHold
+from faden_agent.backoff import Backoff
+from faden_agent.workers.stream.link import Gate, LinkStatus
 
 
 def test_backoff_full_jitter_grows_to_max_and_stays_in_bounds():
@@ -23,9 +25,9 @@ def test_backoff_full_jitter_grows_to_max_and_stays_in_bounds():
     assert backoff.next_delay() == 0.5
 
 
-def test_gate_holds_every_waiter_and_stop_releases():
+def test_gate_holds_every_waiter_and_stop_releases(tmp_path):
     stop = threading.Event()
-    gate = Gate(stop)
+    gate = Gate(stop, MaintenanceHold(tmp_path))
     gate.hold(0.3)
     gate.hold(0.1)  # a shorter hold never shortens a longer one
     started = time.monotonic()

@@ -21,6 +21,7 @@ from typing import Any
 
 import zmq
 
+from faden_agent.backend import MaintenanceHold
 from faden_agent.ipc import Channel, Message
 from faden_agent.outbox import Outbox
 from faden_agent.status import STATUS_FILE
@@ -43,7 +44,7 @@ class StreamWorker(Worker):
         self.pokes = Channel.bind(zmq.PULL, self.endpoints.uplink)
         self.stop_event = threading.Event()
         self.link_status = LinkStatus(self.config.backend_url, self.config.state_dir / STATUS_FILE)
-        self.gate = Gate(self.stop_event)
+        self.gate = Gate(self.stop_event, MaintenanceHold(self.config.runtime_dir))
         self.outbox = Outbox(self.config.state_dir)
         self.uplink: UplinkSender | None = None
         self.threads: list[threading.Thread] = []

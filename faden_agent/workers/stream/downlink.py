@@ -15,7 +15,7 @@ import logging
 from typing import Any
 
 from faden_agent import protocol
-from faden_agent.backend import BackendClient, BackendError, BackendUnavailable, CredentialRejected, Maintenance
+from faden_agent.backend import BackendClient, BackendError
 from faden_agent.ipc import EnvelopeError, request
 from faden_agent.workers.stream import link
 from faden_agent.workers.stream.link import Link, LinkThread
@@ -38,21 +38,11 @@ class Downlink(LinkThread):
             client = BackendClient(self.config, self.state.credential)
             try:
                 self.follow(client)
-            except Maintenance as exc:
-                self.gate.hold(exc.retry_after or 0)
-                self.status.set_state(link.MAINTENANCE, str(exc))
-                log.warning("%s", exc)
-            except CredentialRejected as exc:
-                # Retried slowly, never re-enrolled: the operator decides (see status).
-                self.gate.hold(self.config.reconnect_max_sec)
-                self.status.set_state(link.CREDENTIAL_REJECTED, str(exc))
-                log.error("%s", exc)
             except BackendError as exc:
-                delay = self.backoff.next_delay()
-                if isinstance(exc, BackendUnavailable) and exc.retry_after:
-                    delay = max(delay, exc.retry_after)
-                self.status.set_state(link.BACKOFF, f"{exc}; reconnecting in {delay:.1f}s")
-                log.warning("downlink: %s; reconnecting in %.1fs", exc, delay)
+                state, delay = self.back_off(exc)
+                self.status.set_state(state, f"{exc}; reconnecting in {delay:.1f}s")
+                log.log(logging.ERROR if state == link.CREDENTIAL_REJECTED else logging.WARNING,
+                        "downlink: %s; reconnecting in %.1fs", exc, delay)
                 self.stop.wait(delay)
             finally:
                 client.close()

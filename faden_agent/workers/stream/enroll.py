@@ -14,7 +14,8 @@ import platform
 import threading
 
 from faden_agent import __version__, protocol
-from faden_agent.backend import BackendClient, BackendUnavailable, Maintenance, ProtocolError, RequestRejected, TokenRefused
+from faden_agent.backend import BackendClient, BackendError
+from faden_agent.backoff import Backoff
 from faden_agent.config import Config, ConfigError, env_name
 from faden_agent.state import (
     AgentState,
@@ -27,7 +28,7 @@ from faden_agent.state import (
     write_state,
 )
 from faden_agent.workers.stream import link
-from faden_agent.workers.stream.link import Backoff, Gate, LinkStatus
+from faden_agent.workers.stream.link import Gate, LinkStatus
 
 log = logging.getLogger(__name__)
 
@@ -72,13 +73,10 @@ class Membership:
                 self.problem(link.STATE_ERROR, str(exc), self.config.reconnect_max_sec)
             except ConfigError as exc:  # an unreadable token file
                 self.problem(link.CONFIG_ERROR, str(exc), self.config.reconnect_max_sec)
-            except TokenRefused as exc:
-                self.problem(link.ENROLLMENT_REFUSED, f"{exc}; mint a new token and set it, then restart", self.config.reconnect_max_sec)
-            except Maintenance as exc:
-                self.gate.hold(exc.retry_after or 0)
-                self.problem(link.MAINTENANCE, str(exc), 0)
-            except (BackendUnavailable, ProtocolError, RequestRejected) as exc:
-                self.problem(link.BACKOFF, f"enrollment failed: {exc}", self.backoff.next_delay())
+            except BackendError as exc:
+                state, delay = link.wait_after(exc, self.backoff, self.config.reconnect_max_sec)
+                advice = "; mint a new token and set it, then restart" if state == link.ENROLLMENT_REFUSED else ""
+                self.problem(state, f"enrollment failed: {exc}{advice}", delay)
             else:
                 if state is not None:
                     return state

@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from faden_agent import __version__, protocol
-from faden_agent.backend import BackendClient, BackendError, CredentialRejected, Maintenance
+from faden_agent.backend import BackendClient, BackendError
 from faden_agent.ipc import EnvelopeError, request
 from faden_agent.outbox import make_record
 from faden_agent.workers.stream.link import Link, LinkThread
@@ -53,14 +53,14 @@ class HeartbeatSender(LinkThread):
             return
         try:
             client.uplink([record])
-        except Maintenance as exc:
-            self.gate.hold(exc.retry_after or 0)
-        except CredentialRejected:
-            pass  # the downlink reports it and holds the gate
         except BackendError as exc:
+            # Latest-value: no retry of this beat; the next one waits for the gate the
+            # failure may have closed (the fixed grid, not the backoff, paces heartbeats).
+            self.back_off(exc)
             log.debug("heartbeat %d not sent: %s", beat, exc)
         else:
             self.beats += 1
+            self.backoff.reset()
             self.status.contact()
 
     def heartbeat_data(self, beat: int, due_at: float) -> dict[str, Any]:

@@ -2,17 +2,20 @@
 
 - LinkStatus: connection state, last contact, last error (what `status`/`ps` show), also
   kept in a small 0600 status file so `faden-agent status` can answer while the agent is down;
-- Gate: one "not before" time for every request, so a 503 Retry-After or a rejected
-  credential seen by one thread holds back all of them;
-- Backoff: exponential backoff with full jitter between RECONNECT_MIN and RECONNECT_MAX;
-- Link + LinkThread: what every link thread (downlink, uplink, heartbeat) is given.
+- Gate: when requests may be sent: the one maintenance hold (a 503's Retry-After, shared
+  by every process, backend.MaintenanceHold) and a rejected credential's slow retry, so
+  what one thread heard holds back all of them;
+- wait_after: the one place that maps a failed exchange to a link state and a wait
+  (Retry-After wins, capped; else exponential backoff with full jitter between
+  RECONNECT_MIN and RECONNECT_MAX, faden_agent/backoff.py);
+- Link + LinkThread: what every link thread (downlink, uplink, heartbeat) is given; the
+  stream worker runs each one's run() on a supervised thread (Worker.start_thread).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import random
 import threading
 import time
 from dataclasses import dataclass
@@ -21,6 +24,8 @@ from typing import Any
 
 import orjson
 
+from faden_agent.backend import BackendError, CredentialRejected, Maintenance, MaintenanceHold, TokenRefused
+from faden_agent.backoff import Backoff
 from faden_agent.config import Config
 from faden_agent.files import replace_file
 from faden_agent.ipc import Endpoints
@@ -106,10 +111,12 @@ class LinkStatus:
 
 
 class Gate:
-    """No request before `not_before`; waits are cut short when the worker stops."""
+    """No request while the maintenance hold stands or before `not_before` (a rejected
+    credential's slow retry); waits are cut short when the worker stops."""
 
-    def __init__(self, stop: threading.Event):
+    def __init__(self, stop: threading.Event, maintenance: MaintenanceHold):
         self._stop = stop
+        self._maintenance = maintenance
         self._lock = threading.Lock()
         self._not_before = 0.0  # time.monotonic()
 
@@ -119,7 +126,8 @@ class Gate:
 
     def remaining(self) -> float:
         with self._lock:
-            return max(0.0, self._not_before - time.monotonic())
+            own = self._not_before - time.monotonic()
+        return max(0.0, own, self._maintenance.remaining())
 
     def wait(self) -> bool:
         """Sleep until open; False when the worker is stopping."""
@@ -131,21 +139,16 @@ class Gate:
         return False
 
 
-class Backoff:
-    """Delay n (from 0) is uniform in [min, min(max, min * 2**n)]: full jitter, floored at min."""
-
-    def __init__(self, min_s: float, max_s: float, rng: random.Random | None = None):
-        self.min_s, self.max_s = min_s, max_s
-        self.attempt = 0
-        self._rng = rng or random.Random()
-
-    def next_delay(self) -> float:
-        cap = min(self.max_s, self.min_s * (2 ** min(self.attempt, 32)))
-        self.attempt += 1
-        return self._rng.uniform(self.min_s, cap)
-
-    def reset(self) -> None:
-        self.attempt = 0
+def wait_after(error: BackendError, backoff: Backoff, slow_s: float) -> tuple[str, float]:
+    """The link state a failed exchange with the backend means, and how long to wait before
+    the next one: the single rule for enrollment, downlink, uplink and heartbeat."""
+    if isinstance(error, Maintenance):
+        return MAINTENANCE, error.retry_after or 0.0  # the client already set the shared hold
+    if isinstance(error, CredentialRejected):
+        return CREDENTIAL_REJECTED, slow_s  # retried slowly, never re-enrolled without a new token
+    if isinstance(error, TokenRefused):
+        return ENROLLMENT_REFUSED, slow_s
+    return BACKOFF, backoff.next_delay(error.retry_after)
 
 
 @dataclass(frozen=True)
@@ -161,11 +164,18 @@ class Link:
     endpoints: Endpoints
 
 
-class LinkThread(threading.Thread):
-    """A daemon thread of the link, with its own backoff."""
+class LinkThread:
+    """One thread's work on the link (run()), with its own backoff."""
 
     def __init__(self, name: str, link: Link):
-        super().__init__(name=name, daemon=True)
+        self.name = name
         self.config, self.state, self.outbox = link.config, link.state, link.outbox
         self.status, self.gate, self.stop, self.endpoints = link.status, link.gate, link.stop, link.endpoints
         self.backoff = Backoff(link.config.reconnect_min_sec, link.config.reconnect_max_sec)
+
+    def back_off(self, error: BackendError) -> tuple[str, float]:
+        """wait_after, plus: a rejected credential holds every link thread, not only this one."""
+        state, delay = wait_after(error, self.backoff, self.config.reconnect_max_sec)
+        if state == CREDENTIAL_REJECTED:
+            self.gate.hold(delay)
+        return state, delay

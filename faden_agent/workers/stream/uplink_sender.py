@@ -14,7 +14,8 @@ import threading
 import time
 
 from faden_agent import protocol
-from faden_agent.backend import BackendClient, BackendError, CredentialRejected, Maintenance, ProtocolError
+from faden_agent.backend import BackendClient, BackendError, ProtocolError
+from faden_agent.workers.stream import link
 from faden_agent.workers.stream.link import Link, LinkThread
 
 log = logging.getLogger(__name__)
@@ -45,14 +46,11 @@ class UplinkSender(LinkThread):
                     break
                 try:
                     self.drain(client)
-                except Maintenance as exc:
-                    self.gate.hold(exc.retry_after or 0)
-                except CredentialRejected as exc:
-                    self.gate.hold(self.config.reconnect_max_sec)
-                    log.debug("uplink: %s", exc)  # the downlink reports it in status
                 except BackendError as exc:
-                    delay = max(self.backoff.next_delay(), exc.retry_after or 0)
-                    log.warning("uplink: %s; retrying in %.1fs (%d records wait on disk)", exc, delay, self.outbox.count())
+                    state, delay = self.back_off(exc)
+                    # A rejected credential or maintenance is the downlink's to report in status.
+                    log.log(logging.WARNING if state == link.BACKOFF else logging.DEBUG,
+                            "uplink: %s; retrying in %.1fs (%d records wait on disk)", exc, delay, self.outbox.count())
                     self.stop.wait(delay)
         finally:
             client.close()
