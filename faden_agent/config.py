@@ -104,6 +104,13 @@ def _log_level(raw: str) -> str:
     return lowered
 
 
+def _structured_metadata(raw: str) -> str:
+    lowered = raw.strip().lower()
+    if lowered not in ("auto", "on", "off"):
+        raise ValueError("one of auto, on, off")
+    return lowered
+
+
 def _path_list(raw: str) -> tuple[Path, ...]:
     return tuple(Path(p).expanduser() for p in raw.split(":") if p.strip())
 
@@ -188,6 +195,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("loki_url", None, _optional_url, "Loki base URL; unset: ask the backend where to push"),
     Variable("log_batch_size", "100", _positive_int, "Most lines in one Loki push"),
     Variable("log_flush_interval_sec", "5", _positive_float, "Longest wait before a partial batch is pushed"),
+    Variable("loki_structured_metadata", "auto", _structured_metadata, "Per-line detail as Loki structured metadata: auto (until the target refuses it), on (always tried first), off (kept in the line)"),
     Variable("journal_directory", None, _optional_path, "Read journal files from this directory instead of the system journal"),
     Variable("ray_log_dir", None, _path, "Host directory for Ray session logs of managed Ray containers (default: /var/log/faden-agent/ray as root, else ~/.local/state/faden-agent/ray)"),
     Variable("disk_paths", "", _path_list, "Extra paths (colon-separated) whose file systems the inventory reports, e.g. model caches"),
@@ -233,6 +241,7 @@ class Config:
     loki_url: str | None
     log_batch_size: int
     log_flush_interval_sec: float
+    loki_structured_metadata: str
     journal_directory: Path | None
     ray_log_dir: Path
     disk_paths: tuple[Path, ...]

@@ -2,9 +2,13 @@
 push API (POST /loki/api/v1/push, JSON, optional gzip) and its limits:
 
 - 204 on success;
+- as strict as Loki 2.8 by default (`version="2.8"`): a value with a third element
+  (structured metadata) makes it refuse the WHOLE push with Loki 2.8's own decode error;
+  `version="3"` takes the 3.x form, or refuses it per stream with Loki 3.x's "disallowed"
+  text when `allow_structured_metadata=False`;
 - 400 for a bad body or bad entries (too old, too far in the future, line too long, bad
-  labels, structured metadata when not allowed); like Loki, the valid entries of such a
-  push ARE stored and only the bad ones are named in the answer;
+  labels), in Loki's own words; like Loki, the valid entries of such a push ARE stored
+  and only the bad ones are named in the answer;
 - 413 when the (decompressed) body exceeds max_body_bytes; 415 for other content types;
 - switchable failure modes: "ok", "throttle" (429 + Retry-After), "error" (a 5xx), and
   down()/up() to stop and resume listening on the same port.
@@ -37,6 +41,10 @@ import orjson
 PUSH_PATH = "/loki/api/v1/push"
 LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*\Z")
 MODES = ("ok", "throttle", "error")
+VERSIONS = ("2.8", "3")
+# Loki 2.8.0's answer to a value with a third element (read from the real binary).
+LOKI_28_DECODE_ERROR = ("loghttp.PushRequest.Streams: []*loghttp.Stream: unmarshalerDecoder: Value is string, "
+                        "but can't find closing '\"' symbol, error found in #10 byte of ...|{value:.20}|...")
 
 
 @dataclass(frozen=True)
@@ -61,8 +69,11 @@ class Accepted:
 class LokiReceiver:
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *, max_body_bytes: int = 4 * 1024 * 1024,
                  max_line_bytes: int = 256 * 1024, reject_older_than_s: float = 7 * 86400,
-                 creation_grace_s: float = 600, allow_structured_metadata: bool = True,
+                 creation_grace_s: float = 600, version: str = "2.8", allow_structured_metadata: bool = True,
                  record_path: str | None = None):
+        if version not in VERSIONS:
+            raise ValueError(f"version must be one of {VERSIONS}")
+        self.version = version
         self.host, self.port = host, port
         self.max_body_bytes = max_body_bytes
         self.max_line_bytes = max_line_bytes
@@ -176,6 +187,8 @@ class LokiReceiver:
             return 413, {}, f"request body too large (limit {self.max_body_bytes} bytes)\n".encode()
         try:
             accepted, errors = self._validate(orjson.loads(body))
+        except _WholePushRefused as exc:
+            return 400, {}, f"{exc}\n".encode()
         except (orjson.JSONDecodeError, ValueError, TypeError, AttributeError, KeyError) as exc:
             return 400, {}, f"error parsing push request: {exc}\n".encode()
         with self._lock:
@@ -184,9 +197,8 @@ class LokiReceiver:
         if self.record_path and accepted:
             with open(self.record_path, "ab") as fh:
                 fh.write(b"".join(orjson.dumps(a.as_json()) + b"\n" for a in accepted))
-        if errors:
-            return 400, {}, ("\n".join(errors[:10]) + f"\ntotal ignored: {len(errors)} out of "
-                             f"{len(errors) + len(accepted)}\n").encode()
+        if errors:  # Loki names one bad entry (the last) and stores the rest
+            return 400, {}, f"{errors[-1]}\n".encode()
         return 204, {}, b""
 
     def _validate(self, payload: Any) -> tuple[list[Accepted], list[str]]:
@@ -208,22 +220,36 @@ class LokiReceiver:
                 if not isinstance(ts, str) or not ts.isdigit() or not isinstance(line, str):
                     raise ValueError(f"timestamp must be a string of nanoseconds, got {ts!r:.40}")
                 metadata = value[2] if len(value) == 3 else None
-                where = f"entry for stream '{_selector(labels)}' with timestamp {ts}"
+                selector = _selector(labels)
                 if metadata is not None:
+                    if self.version == "2.8":
+                        raise _WholePushRefused(LOKI_28_DECODE_ERROR.format(value=orjson.dumps(metadata).decode()))
                     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
                         raise ValueError("structured metadata must be an object of strings")
                     if not self.allow_structured_metadata:
-                        errors.append(f"{where}: stream includes structured metadata, but this feature is disallowed")
+                        errors.append(f"stream '{selector}' includes structured metadata, but this feature is disallowed. "
+                                      "Please see `limits_config.allow_structured_metadata` or contact your Loki "
+                                      "administrator to enable it.")
                         continue
                 if int(ts) < oldest:
-                    errors.append(f"{where} has timestamp too old")
+                    errors.append(f"entry for stream '{selector}' has timestamp too old: {_rfc3339(int(ts))}, "
+                                  f"oldest acceptable timestamp is: {_rfc3339(oldest)}")
                 elif int(ts) > newest:
-                    errors.append(f"{where} has timestamp too new")
+                    errors.append(f"entry for stream '{selector}' has timestamp too new: {_rfc3339(int(ts))}")
                 elif len(line.encode()) > self.max_line_bytes:
-                    errors.append(f"{where}: max line size ({self.max_line_bytes}) exceeded")
+                    errors.append(f"Max entry size '{self.max_line_bytes}' bytes exceeded for stream '{selector}' "
+                                  f"while adding an entry with length '{len(line.encode())}' bytes")
                 else:
                     accepted.append(Accepted(labels, ts, line, metadata))
         return accepted, errors
+
+
+class _WholePushRefused(ValueError):
+    """A body Loki cannot take at all: 400 with exactly this text, nothing stored."""
+
+
+def _rfc3339(ts_ns: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts_ns / 1e9))
 
 
 def _selector(labels: dict[str, str]) -> str:
@@ -315,8 +341,10 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--record", help="append accepted entries to this file as JSON lines")
     parser.add_argument("--max-body-bytes", type=int, default=4 * 1024 * 1024)
+    parser.add_argument("--loki-version", choices=VERSIONS, default="2.8", help="whose push format to take")
     args = parser.parse_args()
-    receiver = LokiReceiver(args.host, args.port, max_body_bytes=args.max_body_bytes, record_path=args.record).start()
+    receiver = LokiReceiver(args.host, args.port, max_body_bytes=args.max_body_bytes, version=args.loki_version,
+                            record_path=args.record).start()
     print(receiver.url, flush=True)
     try:
         threading.Event().wait()

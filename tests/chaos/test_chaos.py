@@ -97,7 +97,7 @@ class Run:
         self.chaos = Chaos()
         self.stop = threading.Event()
         self.backend = BackendProcess(tmp_path / "backend-data", tmp_path / "backend.log", keepalive_sec=0.5)
-        self.loki = LokiReceiver()
+        self.loki = LokiReceiver(version="3")  # takes structured metadata: lines arrive as read
         self.journal = JournalWriter(tmp_path / "journal")
         self.agent: AgentProcess | None = None
         self.node_id = ""

@@ -26,7 +26,7 @@ RSS_BOUND_BYTES = 100 * 1024 * 1024
 
 @pytest.fixture
 def loki():
-    with LokiReceiver() as receiver:
+    with LokiReceiver(version="3") as receiver:
         yield receiver
 
 
@@ -219,7 +219,7 @@ def test_a_stopped_journalctl_never_delays_the_log_workers_heartbeat(tmp_path, l
 def test_lines_loki_refuses_are_not_resent_and_are_reported_as_an_event(tmp_path):
     from faden_agent.outbox import Outbox
 
-    with LokiReceiver(reject_older_than_s=60) as picky:
+    with LokiReceiver(reject_older_than_s=60, version="3") as picky:
         journal = JournalWriter(tmp_path / "journal")
         ten_minutes_ago = time.time_ns() // 1000 - 600 * 10**6
         journal.append([journal.entry(f"stale {i}", 6, realtime_us=ten_minutes_ago + i) for i in range(3)]

@@ -1,6 +1,7 @@
-"""The push policy against a real HTTP receiver that answers like Loki: 400 is final and
-never resent, 413 splits, 429/5xx/connection errors are retried (Retry-After honoured),
-a Loki that refuses structured metadata gets the lines without it."""
+"""The push policy against a real HTTP receiver that answers like Loki (its texts read from
+the real 2.8.0 and 3.4.6 binaries): a 400 naming lines is final and never resent, a 400
+refusing the whole push is resent in the plain form (the detail kept in the line), 413
+splits, 429/5xx/connection errors are retried (Retry-After honoured)."""
 
 from __future__ import annotations
 
@@ -29,13 +30,18 @@ def receiver():
         yield loki
 
 
-def pusher_for(loki: LokiReceiver, tmp_path, backoff=(0.05, 0.2)) -> Pusher:
+def pusher_for(loki: LokiReceiver, tmp_path, backoff=(0.05, 0.2), mode: str = "auto") -> Pusher:
     config = load_config({}, loki_url=loki.url, state_path=tmp_path / "state.json")
     stop = threading.Event()
-    return Pusher(DirectLoki(config.loki_url, config), backoff[0], backoff[1], stop.wait)
+    return Pusher(DirectLoki(config.loki_url, config), backoff[0], backoff[1], stop.wait, mode)
 
 
-def test_accepted_push_carries_lines_labels_and_ns_timestamps(receiver, tmp_path):
+def test_accepted_push_carries_lines_labels_and_ns_timestamps(tmp_path):
+    with LokiReceiver(version="3") as receiver:
+        check_accepted_push(receiver, tmp_path)
+
+
+def check_accepted_push(receiver, tmp_path):
     batch = entries(3, metadata={"unit": "a.service"})
     outcome = pusher_for(receiver, tmp_path).push(batch)
     assert outcome.accepted == 3
@@ -47,11 +53,13 @@ def test_accepted_push_carries_lines_labels_and_ns_timestamps(receiver, tmp_path
 
 def test_a_400_batch_is_final_and_never_resent(tmp_path):
     with LokiReceiver(reject_older_than_s=3600) as loki:
-        batch = entries(4) + entries(1, ts0=time.time_ns() - 2 * 3600 * 10**9)  # one too old
-        outcome = pusher_for(loki, tmp_path).push(batch)
+        batch = entries(4, metadata=UNIT) + entries(1, ts0=time.time_ns() - 2 * 3600 * 10**9)  # one too old
+        pusher = pusher_for(loki, tmp_path, mode="off")
+        outcome = pusher.push(batch)
         assert (outcome.accepted, outcome.rejected) == (0, 5)
         assert loki.pushes == 1 and loki.statuses == {400: 1}
         assert len(loki.entries()) == 4  # like Loki: the valid lines were stored
+        assert "has timestamp too old" in pusher.last_rejection
 
 
 def test_a_413_batch_is_split_in_order_and_a_single_huge_line_is_dropped(tmp_path):
@@ -93,8 +101,68 @@ def test_stopping_abandons_a_push_without_reporting_it_done(receiver, tmp_path):
     assert Pusher(DirectLoki(receiver.url, config), 0.05, 0.1, stop.wait).push(entries(2)) is None
 
 
-def test_a_loki_without_structured_metadata_gets_the_lines_without_it(tmp_path):
-    with LokiReceiver(allow_structured_metadata=False) as loki:
-        pusher = pusher_for(loki, tmp_path)
-        assert pusher.push(entries(3, metadata={"unit": "x"})).accepted == 3
-        assert [a.metadata for a in loki.entries()] == [None] * 3 and pusher.with_metadata is False
+UNIT = {"unit": "gpu burn.service", "pid": "42"}
+UNIT_IN_LINE = '\tunit="gpu burn.service" pid=42'  # docs/logs.md: the detail after a tab, logfmt
+
+
+@pytest.mark.parametrize("loki", [dict(version="2.8"), dict(version="3", allow_structured_metadata=False)],
+                         ids=["loki-2.8-cannot-decode", "loki-3-metadata-disallowed"])
+def test_a_whole_push_refused_for_its_metadata_is_resent_plain_and_the_target_remembered(tmp_path, loki):
+    with LokiReceiver(**loki) as receiver:
+        pusher = pusher_for(receiver, tmp_path)
+        first, second = entries(3, metadata=UNIT), entries(2, metadata=UNIT)
+        assert pusher.push(first).accepted == 3
+        assert (receiver.statuses, pusher.with_metadata) == ({400: 1, 204: 1}, False)
+        assert pusher.push(second).accepted == 2
+        assert receiver.statuses == {400: 1, 204: 2}  # remembered: no second probe
+        assert [(a.line, a.metadata) for a in receiver.entries()] == [(e.line + UNIT_IN_LINE, None) for e in first + second]
+        # A new pusher (the worker restarted) asks again.
+        assert pusher_for(receiver, tmp_path).push(entries(1, metadata=UNIT)).accepted == 1
+        assert receiver.statuses == {400: 2, 204: 3}
+
+
+def test_a_new_target_is_asked_again(tmp_path):
+    with LokiReceiver(version="2.8") as old, LokiReceiver(version="3") as new:
+        pusher = pusher_for(old, tmp_path)
+        assert pusher.push(entries(1, metadata=UNIT)).accepted == 1 and not pusher.with_metadata
+        pusher.target = pusher_for(new, tmp_path).target
+        assert pusher.with_metadata and pusher.push(entries(1, metadata=UNIT)).accepted == 1
+        assert [a.metadata for a in new.entries()] == [UNIT] and new.statuses == {204: 1}
+
+
+def test_metadata_off_keeps_the_detail_in_the_line_and_on_tries_metadata_on_every_batch(tmp_path):
+    with LokiReceiver(version="3") as receiver:
+        assert pusher_for(receiver, tmp_path, mode="off").push(entries(2, metadata=UNIT)).accepted == 2
+        assert [(a.line[-len(UNIT_IN_LINE):], a.metadata) for a in receiver.entries()] == [(UNIT_IN_LINE, None)] * 2
+    with LokiReceiver(version="2.8") as receiver:
+        pusher = pusher_for(receiver, tmp_path, mode="on")
+        for _ in range(2):
+            assert pusher.push(entries(2, metadata=UNIT)).accepted == 2
+        assert receiver.statuses == {400: 2, 204: 2} and len(receiver.entries()) == 4
+
+
+def test_a_plain_push_refused_whole_is_split_down_to_the_line_loki_cannot_take(tmp_path):
+    with LokiReceiver() as receiver:
+        batch = entries(8)
+        poison = batch[5].line
+        original = receiver._validate
+
+        def refuse_poison(payload):  # a 400 that names no line, for one line only
+            if any(v[1] == poison for s in payload["streams"] for v in s["values"]):
+                raise ValueError("error parsing push request: something Loki cannot read")
+            return original(payload)
+
+        receiver._validate = refuse_poison
+        outcome = pusher_for(receiver, tmp_path).push(batch)
+        assert (outcome.accepted, outcome.rejected) == (7, 1)
+        assert [a.line for a in receiver.entries()] == [e.line for e in batch if e.line != poison]
+
+
+def test_the_structured_metadata_setting_takes_auto_on_off_only(tmp_path):
+    from faden_agent.config import ConfigError
+
+    base = {"FADEN_NODE_AGENT_STATE_PATH": str(tmp_path / "state.json")}
+    assert load_config(base).loki_structured_metadata == "auto"
+    assert load_config({**base, "FADEN_NODE_AGENT_LOKI_STRUCTURED_METADATA": "OFF"}).loki_structured_metadata == "off"
+    with pytest.raises(ConfigError, match="FADEN_NODE_AGENT_LOKI_STRUCTURED_METADATA.*one of auto, on, off"):
+        load_config({**base, "FADEN_NODE_AGENT_LOKI_STRUCTURED_METADATA": "maybe"})

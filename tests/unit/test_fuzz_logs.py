@@ -17,7 +17,7 @@ from faden_agent.backend import DEFAULT_MAINTENANCE_WAIT_S, BackendClient, parse
 from faden_agent.workers.logs.backlog import Backlog
 from faden_agent.workers.logs.entry import MAX_LINE_BYTES, TRUNCATION_MARKER, Entry
 from faden_agent.workers.logs.labels import LEVELS, LabelMaker
-from faden_agent.workers.logs.loki import MAX_RETRY_AFTER_SEC, Pusher, encode
+from faden_agent.workers.logs.loki import MAX_RETRY_AFTER_SEC, Pusher, encode, names_single_lines
 from faden_agent.workers.logs.positions import Positions
 from faden_agent.workers.logs.sources.journal import JournalSource
 from faden_agent.workers.logs.targets import DirectLoki, ThroughBackend
@@ -43,6 +43,8 @@ def entries(n: int, labels: LabelMaker) -> list[Entry]:
 
 statuses = st.integers(200, 599) | st.sampled_from([200, 204, 400, 408, 413, 429, 500, 502, 503, 504])
 bodies = header_text | st.sampled_from(["", "structured metadata is not enabled", "entry too far behind",
+                                        "entry for stream '{job=\"a\"}' has timestamp too old: 2024-01-01T00:00:00Z",
+                                        "Max entry size '1024' bytes exceeded for stream '{}' while adding",
                                         "STRUCTURED METADATA disabled\nsecond line", "x" * 5000])
 
 
@@ -60,10 +62,12 @@ def test_each_loki_answer_gets_its_decision(scripted_http, scripted_config, targ
     if 200 <= status < 300:
         assert (outcome.accepted, outcome.rejected, outcome.dropped, pushes) == (n, 0, 0, 1)
     elif status == 400:
-        assert (outcome.accepted, outcome.rejected, outcome.dropped) == (0, n, 0)  # final: never resent
-        metadata_refused = "structured metadata" in body[:300].lower()
-        assert pushes == (2 if metadata_refused else 1)  # once more without metadata, then never again
-        assert pusher.with_metadata is not metadata_refused
+        assert (outcome.accepted, outcome.rejected, outcome.dropped) == (0, n, 0)  # never more than the batch
+        names_lines = names_single_lines(body[:300])
+        # Naming lines: final, sent once. Refusing the whole push: once more in the plain
+        # form, then split down to single lines (1 + 2n - 1 pushes), the form remembered.
+        assert pushes == (1 if names_lines else 2 * n)
+        assert pusher.with_metadata is names_lines
     elif status == 413:
         assert (outcome.accepted, outcome.rejected, outcome.dropped) == (0, 0, n)  # split down to single lines
         assert pushes == 2 * n - 1

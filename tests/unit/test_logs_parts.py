@@ -87,7 +87,8 @@ def test_push_body_groups_streams_in_order_with_ns_strings_and_metadata():
         {"stream": {"job": "a"}, "values": [["5", "a1", {"unit": "u"}], ["7", "a2"]]},
         {"stream": {"job": "b"}, "values": [["6", "b1"]]},
     ]}
-    assert orjson.loads(encode(entries, with_metadata=False))["streams"][0]["values"][0] == ["5", "a1"]
+    # Without metadata the detail stays in the line (docs/logs.md): after a tab, logfmt.
+    assert orjson.loads(encode(entries, with_metadata=False))["streams"][0]["values"][0] == ["5", "a1\tunit=u"]
 
 
 def test_batches_are_capped_by_lines_and_bytes_and_a_backlog_drains_at_once():

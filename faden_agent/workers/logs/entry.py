@@ -7,6 +7,7 @@ the source position that may be stored once Loki has accepted it.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +32,24 @@ class Entry:
     def __post_init__(self) -> None:
         if not self.size:
             self.size = len(self.line) + 64 + (sum(len(k) + len(v) for k, v in self.metadata.items()) if self.metadata else 0)
+
+    def with_detail(self) -> str:
+        """The line for a Loki that takes no structured metadata: the metadata kept after a
+        tab as logfmt pairs (`disk ok\tunit=smartd.service pid=412`), so LogQL's `| logfmt`
+        finds them and nothing is silently dropped."""
+        if not self.metadata:
+            return self.line
+        return self.line + "\t" + " ".join(f"{key}={logfmt_value(value)}" for key, value in self.metadata.items())
+
+
+_LOGFMT_PLAIN = re.compile(r'[^\s"=\\]+\Z')
+
+
+def logfmt_value(value: str) -> str:
+    """A logfmt value: as is when it needs no quotes, else quoted with \\ \" \\n \\t escaped."""
+    if _LOGFMT_PLAIN.match(value):
+        return value
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t") + '"'
 
 
 def clean_line(raw: bytes | str) -> str:

@@ -2,9 +2,15 @@
 
 Policy, per batch (docs/logs.md):
 - 2xx: accepted.
-- 400: final. Loki stored the valid lines and names the bad ones; resending would not
-  help, so the batch counts as done and its lines as rejected. (One exception: a Loki that
-  refuses structured metadata gets the same lines again without it, once, and never again.)
+- 400 that names single lines (Loki's "timestamp too old/new", "Max entry size ...
+  exceeded", "entry out of order"/"too far behind"): final. Loki stored the other lines;
+  resending would not help, so the batch counts as done and its lines as rejected.
+- 400 that refuses the whole push (Loki 2.x cannot decode a value with structured
+  metadata, Loki 3.x has it switched off, or any answer that names no line): nothing was
+  stored. Sent with structured metadata: the same batch goes again in the plain two-element
+  form (the detail kept in the line, entry.with_detail), and in `auto` mode this target
+  gets the plain form from then on (asked again after a restart or a target change).
+  Already plain: split in halves like a 413, so one line Loki cannot take costs only itself.
 - 413: split in halves, push each in order; a single line answered 413 is dropped and counted.
 - anything else (connection error, 408, 429, 5xx, an auth or routing 4xx): retry with
   exponential backoff and jitter, or exactly Retry-After when given, for as long as it
@@ -15,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -24,27 +31,45 @@ from faden_agent.workers.logs.entry import Entry, Labels
 from faden_agent.workers.logs.targets import Answer
 
 MAX_RETRY_AFTER_SEC = 600.0  # a broken header must not park the shipper for a day
+STRUCTURED_METADATA_MODES = ("auto", "on", "off")
+# Loki's own wording (2.8 and 3.x) of a 400 about single lines, at the start of its answer;
+# a decode error quotes our body, so the match is anchored to Loki's sentence, not anywhere.
+PER_LINE_REFUSAL = re.compile(
+    r"(entry for stream '.*' has timestamp too (old|new)"
+    r"|Max entry size '\d+' bytes exceeded"
+    r"|entry with timestamp .* ignored, reason: 'entry (out of order|too far behind)"
+    r"|.*total ignored: \d+ out of \d+)",
+    re.DOTALL,
+)
 log = logging.getLogger(__name__)
 
 
 def encode(entries: list[Entry], with_metadata: bool = True) -> bytes:
-    """{"streams": [{"stream": labels, "values": [[ns string, line, metadata?], ...]}]}, in order."""
+    """{"streams": [{"stream": labels, "values": [[ns string, line, metadata?], ...]}]}, in order.
+    Without metadata, an entry's detail is kept in its line (entry.with_detail)."""
     streams: dict[Labels, list[list[object]]] = {}
     for entry in entries:
         values = streams.get(entry.stream)
         if values is None:
             values = streams[entry.stream] = []
-        if with_metadata and entry.metadata:
+        if not entry.metadata:
+            values.append([str(entry.ts_ns), entry.line])
+        elif with_metadata:
             values.append([str(entry.ts_ns), entry.line, entry.metadata])
         else:
-            values.append([str(entry.ts_ns), entry.line])
+            values.append([str(entry.ts_ns), entry.with_detail()])
     return orjson.dumps({"streams": [{"stream": dict(labels), "values": values} for labels, values in streams.items()]})
+
+
+def names_single_lines(detail: str) -> bool:
+    """Whether a 400's text is Loki's answer about single lines (the rest was stored)."""
+    return PER_LINE_REFUSAL.match(detail) is not None
 
 
 @dataclass
 class Outcome:
     accepted: int = 0  # lines in 2xx-answered pushes
-    rejected: int = 0  # lines in 400-answered pushes (Loki kept the valid ones)
+    rejected: int = 0  # lines in pushes Loki refused in part (400 naming lines) or single lines refused whole
     dropped: int = 0  # single lines answered 413
 
     def __iadd__(self, other: "Outcome") -> "Outcome":
@@ -55,47 +80,77 @@ class Outcome:
 
 
 class Pusher:
-    def __init__(self, target, backoff_min_s: float, backoff_max_s: float, sleep: Callable[[float], bool]):
+    def __init__(self, target, backoff_min_s: float, backoff_max_s: float, sleep: Callable[[float], bool],
+                 structured_metadata: str = "auto"):
         """`sleep(seconds)` waits and returns True when the worker is stopping."""
+        if structured_metadata not in STRUCTURED_METADATA_MODES:
+            raise ValueError(f"structured_metadata must be one of {STRUCTURED_METADATA_MODES}")
         self.target = target
         self.backoff_min_s = backoff_min_s
         self.backoff_max_s = backoff_max_s
         self.sleep = sleep
-        self.with_metadata = True
+        self.mode = structured_metadata
+        self.plain_target: str | None = None  # the target that refused structured metadata (auto mode)
         self.last_error = ""
+        self.last_rejection = ""  # Loki's words for the last lines it refused
         self.retries = 0
 
-    def push(self, entries: list[Entry]) -> Outcome | None:
+    @property
+    def with_metadata(self) -> bool:
+        """The form the next push takes: structured metadata unless switched off or this target refused it."""
+        if self.mode == "off":
+            return False
+        return self.mode == "on" or self.plain_target != str(self.target)
+
+    def push(self, entries: list[Entry], with_metadata: bool | None = None) -> Outcome | None:
         """Deliver the batch by the policy above; None when stopping before it was done."""
         attempt = 0
         while True:
-            answer = self.target.send(encode(entries, self.with_metadata))
+            metadata = self.with_metadata if with_metadata is None else with_metadata
+            metadata = metadata and any(entry.metadata for entry in entries)
+            answer = self.target.send(encode(entries, metadata))
             if answer.ok:
                 self._recovered(attempt)
                 return Outcome(accepted=len(entries))
             if answer.status == 400:
-                if self.with_metadata and "structured metadata" in answer.detail.lower():
-                    log.warning("logs: Loki refuses structured metadata; pushing without it from now on")
-                    self.with_metadata = False
-                    continue
                 self._recovered(attempt)
-                log.warning("logs: Loki rejected a batch of %d lines (400, not resent): %s", len(entries), answer.detail)
-                return Outcome(rejected=len(entries))
+                if names_single_lines(answer.detail):
+                    return self._rejected(len(entries), answer.detail)
+                if metadata:
+                    self._refused_metadata(answer.detail)
+                    with_metadata = False
+                    continue
+                if len(entries) == 1:
+                    return self._rejected(1, answer.detail)
+                log.warning("logs: Loki refused a whole push of %d lines (400: %s); splitting it",
+                            len(entries), answer.detail[:200])
+                return self._split(entries, with_metadata=False)
             if answer.status == 413:
-                return self._split(entries)
+                if len(entries) == 1:
+                    log.warning("logs: Loki refused a single line as too large (413); dropped it")
+                    return Outcome(dropped=1)
+                return self._split(entries, with_metadata)
             attempt += 1
             self.retries += 1
             if self.sleep(self._delay(answer, attempt)):
                 return None
 
-    def _split(self, entries: list[Entry]) -> Outcome | None:
-        if len(entries) == 1:
-            log.warning("logs: Loki refused a single line as too large (413); dropped it")
-            return Outcome(dropped=1)
+    def _refused_metadata(self, detail: str) -> None:
+        if self.mode == "auto" and self.plain_target != str(self.target):
+            self.plain_target = str(self.target)
+            log.warning("logs: %s refused a push with structured metadata (400: %s); pushing the plain form "
+                        "there from now on, the detail kept in the line", self.target, detail[:200])
+
+    def _rejected(self, lines: int, detail: str) -> Outcome:
+        self.last_rejection = detail[:300]
+        log.warning("logs: Loki rejected lines of a batch of %d (400, not resent): %s", lines, detail[:200])
+        return Outcome(rejected=lines)
+
+    def _split(self, entries: list[Entry], with_metadata: bool | None) -> Outcome | None:
         outcome = Outcome()
         half = len(entries) // 2
         for part in (entries[:half], entries[half:]):  # in order: streams keep their order
-            result = self.push(part)
+            result = self.push(part, with_metadata)
             if result is None:
                 return None
             outcome += result

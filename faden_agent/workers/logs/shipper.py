@@ -24,15 +24,17 @@ REPORT_INTERVAL_SEC = 60.0
 log = logging.getLogger(__name__)
 
 
-class Shipper(threading.Thread):
+class Shipper:
+    """Its run() is the worker's "logs-shipper" thread."""
+
     def __init__(self, config: Config, backlog: Backlog, positions: Positions, stop_event: threading.Event):
-        super().__init__(name="logs-shipper", daemon=True)
         self.config = config
         self.backlog = backlog
         self.positions = positions
         self.stop_event = stop_event
         self.target = make_target(config)
-        self.pusher = Pusher(self.target, config.reconnect_min_sec, config.reconnect_max_sec, stop_event.wait)
+        self.pusher = Pusher(self.target, config.reconnect_min_sec, config.reconnect_max_sec, stop_event.wait,
+                             config.loki_structured_metadata)
         self.batcher = Batcher(backlog, config.log_batch_size, config.log_flush_interval_sec)
         self.totals = Outcome()
         self.batches = 0
@@ -66,6 +68,7 @@ class Shipper(threading.Thread):
             "rejected": lost.rejected,
             "too_large": lost.dropped,
             "target": str(self.target),
+            "reason": self.pusher.last_rejection,
         }
         try:
             from faden_agent.uplink import Uplink
@@ -89,5 +92,7 @@ class Shipper(threading.Thread):
             "lines_too_large": self.totals.dropped,
             "batches": self.batches,
             "push_retries": self.pusher.retries,
+            "structured_metadata": self.pusher.with_metadata,
+            "last_rejection": self.pusher.last_rejection,
             "last_push_error": self.pusher.last_error,
         }
