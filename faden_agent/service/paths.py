@@ -36,4 +36,6 @@ def agent_command() -> list[str]:
     """How systemd should start this very agent: the standalone binary, or this Python."""
     if getattr(sys, "frozen", False):
         return [os.path.realpath(sys.executable)]
-    return [os.path.realpath(sys.executable), "-m", "faden_agent"]
+    # Not realpath: a virtual environment's python is a symlink to the system's, and only
+    # through the link does the interpreter find the environment (and faden_agent in it).
+    return [os.path.abspath(sys.executable), "-m", "faden_agent"]
