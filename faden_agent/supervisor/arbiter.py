@@ -149,6 +149,7 @@ class Supervisor:
         worker.last_heartbeat_mono = None
         worker.kill_at_mono = None
         worker.status = {}
+        worker.failure = None
         log.info("spawned worker %s (pid %d)", worker.name, pid)
 
     def wait_for_events(self, timeout_s: float) -> None:
@@ -193,11 +194,24 @@ class Supervisor:
             worker = self.workers.get(str(body.get("name")))
             if worker is None or worker.pid != body.get("pid"):
                 continue  # a late beat from a predecessor
+            if message.type == "thread_died":
+                self.record_thread_death(worker, body)
+                continue
+            if worker.state == WorkerState.STOPPING:
+                continue  # on its way out: `ps` must not call it RUNNING again
             worker.last_heartbeat_mono = time.monotonic()
             worker.status = body.get("status") or {}
             if worker.state == WorkerState.STARTING:
                 worker.state = WorkerState.RUNNING
                 log.info("worker %s is RUNNING (pid %d)", worker.name, worker.pid)
+
+    def record_thread_death(self, worker: WorkerProcess, body: dict[str, Any]) -> None:
+        """A critical thread of the worker died; the worker exits now (base.py). Until it is
+        reaped it is STOPPING, and its exit will name the thread and the error."""
+        worker.failure = f"thread {str(body.get('thread'))[:40]} died: {str(body.get('error'))[:200]}"
+        worker.state = WorkerState.STOPPING
+        worker.last_heartbeat_mono = time.monotonic()  # the hang timer now bounds its exit
+        log.error("worker %s (pid %s): %s", worker.name, worker.pid, worker.failure)
 
     def answer_control(self) -> None:
         try:
@@ -227,6 +241,9 @@ class Supervisor:
         exit_text = describe_status(status)
         if worker.kill_at_mono is not None:
             exit_text = f"killed: hung ({exit_text})"
+        if worker.failure:
+            exit_text = f"{exit_text}: {worker.failure}"
+            worker.failure = None
         worker.last_exit = exit_text
         worker.pid = None
         worker.kill_at_mono = None
@@ -252,8 +269,10 @@ class Supervisor:
         now = time.monotonic()
         limit = self.config.worker_hang_timeout_sec
         for worker in self.workers.values():
-            if worker.pid is None or worker.state not in (WorkerState.STARTING, WorkerState.RUNNING):
+            if worker.pid is None or worker.state not in (WorkerState.STARTING, WorkerState.RUNNING, WorkerState.STOPPING):
                 continue
+            if worker.state == WorkerState.STOPPING and self.stop_requested:
+                continue  # the agent's stop has its own bound (shutdown)
             if worker.kill_at_mono is not None:
                 if now >= worker.kill_at_mono:  # a late beat after SIGCONT does not save it
                     self._kill(worker.pid, signal.SIGKILL)

@@ -1,6 +1,7 @@
 """Each worker's explicit state, after supervisord's state machine.
 
     STOPPED -> STARTING -> RUNNING -> (exit) -> BACKOFF -> STARTING ...
+                          RUNNING -> (a critical thread died) STOPPING -> (exit) -> BACKOFF ...
                                    \\-> too many exits in the window -> FATAL -> (retry later) STARTING
     any -> STOPPING -> EXITED   (agent shutdown)
 """
@@ -39,6 +40,7 @@ class WorkerProcess:
     exit_times: collections.deque = field(default_factory=lambda: collections.deque(maxlen=256))
     status: dict[str, Any] = field(default_factory=dict)  # the worker's own heartbeat fields
     kill_at_mono: float | None = None  # set when found hung: SIGKILL after the dump grace
+    failure: str | None = None  # "thread downlink died: OSError: ...", told by the worker before it exits
 
     def uptime(self, now_wall: float | None = None) -> float | None:
         if self.pid is None or self.started_at is None:

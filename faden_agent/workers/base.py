@@ -4,7 +4,7 @@ A worker reads as its loop, its inputs and its outputs:
 
     class InventoryWorker(Worker):
         name = "inventory"
-        def setup(self): ...                 # open sockets, start threads
+        def setup(self): ...                 # open sockets, start threads (start_thread)
         def channels(self): return [...]     # inputs polled by the loop
         def handle(self, channel, message):  # one input message
         def tick(self): ...                  # periodic work; must not block
@@ -14,6 +14,10 @@ A worker reads as its loop, its inputs and its outputs:
 The loop heartbeats to the supervisor from the main thread, so a main loop that is stuck
 (or a process that is SIGSTOPped) stops heartbeating and is replaced. Blocking work
 (Docker, NVML, HTTP) belongs in threads, never in handle() or tick().
+
+Threads are started with start_thread() only: a critical thread that dies ends the loop
+(no more heartbeats), the failure is told to the supervisor ("thread_died", shown by `ps`
+in last_exit) and the worker exits THREAD_DIED_EXIT, to be restarted with the usual backoff.
 """
 
 from __future__ import annotations
@@ -25,8 +29,9 @@ import logging
 import os
 import signal
 import sys
+import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 import zmq
 
@@ -34,8 +39,11 @@ from faden_agent.config import Config
 from faden_agent.ipc import Channel, Endpoints, EnvelopeError, Message
 from faden_agent.logsetup import configure_logging
 from faden_agent.proctitle import set_title
+from faden_agent.workers.threads import WorkerThreads
 
 PR_SET_PDEATHSIG = 1
+THREAD_DIED_EXIT = 3
+JOIN_BUDGET_S = 2.0  # one bound for joining all of a worker's threads at stop
 log = logging.getLogger(__name__)
 
 
@@ -51,6 +59,20 @@ class Worker:
         self._supervisor: Channel | None = None
         self._wakeup_r, self._wakeup_w = os.pipe()
         self._parent_pid = os.getppid()
+        self.worker_threads = WorkerThreads(self.name, self._wake)
+        self.stop_event = self.worker_threads.stop_event  # the one stop signal of every thread
+
+    def start_thread(self, name: str, target: Callable[..., Any], *args: Any, critical: bool = True,
+                     finite: bool = False) -> threading.Thread:
+        """Start a supervised thread (see threads.py): critical ones take the worker down
+        when they die; `finite` ones may return (their job is done) without it."""
+        return self.worker_threads.start(name, target, *args, critical=critical, finite=finite)
+
+    def join_threads(self) -> list[str]:
+        """Stop and join every thread within the worker's one join budget; callable from
+        teardown() (e.g. before a final save) and called again after it."""
+        self.worker_threads.stop()
+        return self.worker_threads.join(JOIN_BUDGET_S)
 
     # --- hooks for subclasses
 
@@ -76,6 +98,7 @@ class Worker:
 
     def run(self) -> int:
         self._install_signal_handlers()
+        self.worker_threads.owner = self.name  # set by worker_main after __init__
         self._supervisor = Channel.connect(zmq.PUSH, self.endpoints.heartbeat, hwm=10)
         self.setup()
         poller = zmq.Poller()
@@ -87,6 +110,8 @@ class Worker:
         next_beat = 0.0
         next_tick = 0.0
         while not self.stopping:
+            if self.worker_threads.failure is not None:
+                return self._fail_for_thread()
             now = time.monotonic()
             if now >= next_beat:
                 self.beat()
@@ -107,11 +132,29 @@ class Worker:
                     message = channel.recv(0)
                 except EnvelopeError as exc:
                     log.warning("%s: dropped a malformed message: %s", self.name, exc)
+                    if channel.socket.type == zmq.REP:  # a REP socket takes no request before it answers
+                        channel.send("error", {"message": f"malformed request: {exc}"[:300]})
                     continue
                 if message is not None:
                     self.handle(channel, message)
+        self.worker_threads.stop()
         self.teardown()
+        self.join_threads()
         return 0
+
+    def _fail_for_thread(self) -> int:
+        failure = self.worker_threads.failure or {}
+        log.error("%s: critical thread %s died (%s); exiting so the supervisor restarts the worker",
+                  self.name, failure.get("thread"), failure.get("error"))
+        assert self._supervisor is not None
+        self._supervisor.send("thread_died", {"name": self.name, "pid": os.getpid(), **failure}, block=False)
+        self.worker_threads.stop()
+        try:
+            self.teardown()
+        except Exception:  # noqa: BLE001 - exiting anyway; the failure that matters is reported
+            log.exception("%s: teardown after the thread failure failed", self.name)
+        self.join_threads()
+        return THREAD_DIED_EXIT
 
     def beat(self) -> None:
         body = {"name": self.name, "pid": os.getpid(), "status": self.status()}
@@ -119,7 +162,10 @@ class Worker:
         self._supervisor.send("heartbeat", body, block=False)
 
     def request_stop(self, *_: Any) -> None:
-        self.stopping = True
+        self.stopping = True  # the loop sets the stop event itself: no lock in a signal handler
+        self._wake()
+
+    def _wake(self) -> None:
         os.write(self._wakeup_w, b"x")
 
     def _install_signal_handlers(self) -> None:

@@ -88,7 +88,7 @@ def test_a_restart_resumes_at_the_accepted_offset_and_truncation_restarts_the_fi
     source, collector, stop = start_source(tmp_path, ray_dir)
     collector.wait(5)
     stop.set()
-    source.join(5)
+    source.thread.join(5)
     collector.positions.save(force=True)
     assert [e.ts_ns for e in collector.lines][:2] == [1714557600_000000000, 1714557601_000000000]
     with open(log_file, "a") as fh:

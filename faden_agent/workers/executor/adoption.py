@@ -61,21 +61,15 @@ def report_managed(ops: DockerOps, journal: Journal, uplink: Uplink, boot: int) 
     return len(containers)
 
 
-def start_adoption(ops: DockerOps, journal: Journal, uplink: Uplink, stopping: threading.Event) -> threading.Thread:
-    """Report in a thread, retrying until the engine answers."""
+def adopt(ops: DockerOps, journal: Journal, uplink: Uplink, stopping: threading.Event) -> None:
+    """Report (the executor runs this on a thread), retrying until the engine answers."""
     boot = time.time_ns()
-
-    def run() -> None:
-        delay = 0.5
-        while not stopping.is_set():
-            try:
-                report_managed(ops, journal, uplink, boot)
-                return
-            except CommandFailed as exc:
-                log.warning("adoption waits for the Docker engine: %s", exc.message)
-                stopping.wait(delay)
-                delay = min(delay * 2, RETRY_MAX_S)
-
-    thread = threading.Thread(target=run, name="adoption", daemon=True)
-    thread.start()
-    return thread
+    delay = 0.5
+    while not stopping.is_set():
+        try:
+            report_managed(ops, journal, uplink, boot)
+            return
+        except CommandFailed as exc:
+            log.warning("adoption waits for the Docker engine: %s", exc.message)
+            stopping.wait(delay)
+            delay = min(delay * 2, RETRY_MAX_S)

@@ -17,6 +17,7 @@ from typing import Any, Callable
 from faden_agent import protocol
 from faden_agent.uplink import Uplink
 from faden_agent.workers.executor.docker_ops import DockerOps
+from faden_agent.workers.threads import start_daemon
 
 log = logging.getLogger(__name__)
 
@@ -52,19 +53,19 @@ def event_record(event: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
 
 
 class EventWatcher:
-    def __init__(self, ops: DockerOps, uplink: Uplink, is_adopted: Callable[[str], bool]):
+    def __init__(self, ops: DockerOps, uplink: Uplink, is_adopted: Callable[[str], bool],
+                 stopping: threading.Event | None = None):
         self.ops = ops
         self.uplink = uplink
         self.meta = uplink.outbox
         self.is_adopted = is_adopted
-        self.stopping = threading.Event()
+        self.stopping = stopping or threading.Event()
         self.connected = False
-        self._thread = threading.Thread(target=self._loop, name="docker-events", daemon=True)
 
-    def start(self) -> None:
+    def start(self, start_thread: Callable[..., threading.Thread] = start_daemon) -> None:
         if self.meta.get_meta(SINCE_KEY) is None:
             self.meta.set_meta(SINCE_KEY, f"{time.time():.9f}")  # first start: from now on
-        self._thread.start()
+        start_thread("docker-events", self._loop)
 
     def stop(self) -> None:
         self.stopping.set()

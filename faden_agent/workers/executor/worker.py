@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-import threading
 import time
 from typing import Any
 
@@ -24,7 +23,7 @@ from faden_agent.ipc import Channel, Message
 from faden_agent.uplink import Uplink
 from faden_agent.workers.base import Worker
 from faden_agent.workers.executor import specs
-from faden_agent.workers.executor.adoption import start_adoption
+from faden_agent.workers.executor.adoption import adopt
 from faden_agent.workers.executor.commands import Commands
 from faden_agent.workers.executor.docker_ops import DockerOps
 from faden_agent.workers.executor.events import EventWatcher
@@ -50,11 +49,11 @@ class ExecutorWorker(Worker):
         self.scheduler = Scheduler(self.commands_.execute, self.config.max_concurrent_pulls)
         self.commands_.scheduler = self.scheduler
         self.engine_ok: bool | None = None
-        self.threads_stop = threading.Event()
-        self.events = EventWatcher(self.ops, self.uplink, lambda cid: cid in self.journal.adopted_ids())
-        self.events.start()
-        start_adoption(self.ops, self.journal, self.uplink, self.threads_stop)
-        threading.Thread(target=self._probe_engine, name="engine-probe", daemon=True).start()
+        self.events = EventWatcher(self.ops, self.uplink, lambda cid: cid in self.journal.adopted_ids(),
+                                   self.stop_event)
+        self.events.start(self.start_thread)
+        self.start_thread("adoption", adopt, self.ops, self.journal, self.uplink, self.stop_event, finite=True)
+        self.start_thread("engine-probe", self._probe_engine)
         self.resume_unfinished()
         self.requests = Channel.bind(zmq.REP, self.endpoints.executor)
 
@@ -76,7 +75,6 @@ class ExecutorWorker(Worker):
 
     def teardown(self) -> None:
         # Running commands stay "running" in the journal; the next start resumes them.
-        self.threads_stop.set()
         self.events.stop()
         self.requests.close()
         self.uplink.close()
@@ -167,7 +165,7 @@ class ExecutorWorker(Worker):
                                      + (" (the Docker engine is not answering)" if self.engine_ok is False else ""))
 
     def _probe_engine(self) -> None:
-        while not self.threads_stop.is_set():
+        while not self.stop_event.is_set():
             ok = self.ops.ping()
             if ok != self.engine_ok:
                 if ok:
@@ -175,4 +173,4 @@ class ExecutorWorker(Worker):
                 else:
                     log.warning("the Docker engine does not answer; commands fail until it is back")
                 self.engine_ok = ok
-            self.threads_stop.wait(ENGINE_PROBE_S)
+            self.stop_event.wait(ENGINE_PROBE_S)

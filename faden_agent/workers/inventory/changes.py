@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 from faden_agent import protocol
 from faden_agent.workers.inventory import docker_probe
+from faden_agent.workers.threads import start_daemon
 
 log = logging.getLogger(__name__)
 
@@ -37,10 +38,10 @@ class DockerChangeWatcher:
         self.on_change = on_change
         self._stop = threading.Event()
         self._stream: Any = None
-        self.thread = threading.Thread(target=self._run, name="inventory-docker-events", daemon=True)
+        self.thread: threading.Thread | None = None
 
-    def start(self) -> None:
-        self.thread.start()
+    def start(self, start_thread: Callable[..., threading.Thread] = start_daemon) -> None:
+        self.thread = start_thread("inventory-docker-events", self._run)
 
     def stop(self) -> None:
         self._stop.set()

@@ -14,6 +14,8 @@ import logging
 import threading
 from typing import Any, Callable
 
+from faden_agent.workers.threads import start_daemon
+
 log = logging.getLogger(__name__)
 
 WAIT_MS = 1000
@@ -26,10 +28,11 @@ class GpuErrorWatcher:
         self.nvml = nvml
         self.watching = 0  # GPUs registered for events
         self._stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, name="inventory-gpu-events", daemon=True)
+        self.thread: threading.Thread | None = None
 
-    def start(self) -> None:
-        self.thread.start()
+    def start(self, start_thread: Callable[..., threading.Thread] = start_daemon) -> None:
+        # Finite: with no NVML, no GPU or no GPU that supports events it ends quietly.
+        self.thread = start_thread("inventory-gpu-events", self._run, finite=True)
 
     def stop(self) -> None:
         self._stop.set()

@@ -61,28 +61,22 @@ class InventoryWorker(Worker):
         self.collector = Collector(self.config)
         self.reporter = InventoryReporter(self.collector, self.uplink)
         self._changed = threading.Event()
-        self._quit = threading.Event()
         self.watchers = [DockerChangeWatcher(self.config.docker_host, self._changed.set),
                          GpuErrorWatcher(self._changed.set)]
-        self._loop = threading.Thread(target=self._collect_loop, name="inventory-collect", daemon=True)
-        self._loop.start()
+        self.start_thread("inventory-collect", self._collect_loop)
         for watcher in self.watchers:
-            watcher.start()
+            watcher.start(self.start_thread)
 
     def _collect_loop(self) -> None:
-        while not self._quit.is_set():
+        while not self.stop_event.is_set():
             try:
                 data = self.reporter.report()
                 log.debug("inventory %s record %s", data["type"], data["hash"])
             except Exception:  # noqa: BLE001 - e.g. the outbox disk is full: try again next time
                 log.exception("inventory cycle failed")
             if self._changed.wait(self.config.inventory_interval_sec):
-                self._quit.wait(SETTLE_S)
+                self.stop_event.wait(SETTLE_S)
                 self._changed.clear()
-
-    def tick(self) -> None:
-        if not self._loop.is_alive() and not self.stopping:
-            raise RuntimeError("the inventory collect thread died")  # the supervisor restarts us
 
     def status(self) -> dict[str, Any]:
         last = self.reporter.last
@@ -94,9 +88,8 @@ class InventoryWorker(Worker):
         }
 
     def teardown(self) -> None:
-        self._quit.set()
         self._changed.set()
         for watcher in self.watchers:
             watcher.stop()
-        self._loop.join(timeout=2)
+        self.join_threads()
         self.uplink.close()

@@ -8,7 +8,6 @@ the main loop never waits for it.
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 from faden_agent.workers.base import Worker
@@ -20,14 +19,11 @@ from faden_agent.workers.logs.sources.containers import ContainerSource
 from faden_agent.workers.logs.sources.files import RayFileSource
 from faden_agent.workers.logs.sources.journal import JournalSource
 
-STOP_WAIT_SEC = 2.0  # how long teardown lets a push in flight finish
-
 
 class LogsWorker(Worker):
     name = "logs"
 
     def setup(self) -> None:
-        self.stop_event = threading.Event()
         self.backlog = Backlog()
         self.positions = Positions(self.config.state_dir)
         self.shipper = Shipper(self.config, self.backlog, self.positions, self.stop_event)
@@ -36,9 +32,9 @@ class LogsWorker(Worker):
             source(self.config, self.backlog, self.positions, labels, self.stop_event)
             for source in (JournalSource, ContainerSource, RayFileSource)
         ]
-        self.shipper.start()
+        self.start_thread("logs-shipper", self.shipper.run)
         for source in self.sources:
-            source.start()
+            source.start(self.start_thread)
 
     def tick(self) -> None:
         for source in self.sources:
@@ -54,9 +50,8 @@ class LogsWorker(Worker):
         }
 
     def teardown(self) -> None:
-        self.stop_event.set()
         self.backlog.close()
         for source in self.sources:
             source.stop()
-        self.shipper.join(STOP_WAIT_SEC)
+        self.join_threads()  # lets a push in flight finish, within the worker's join budget
         self.positions.save(force=True)

@@ -15,8 +15,6 @@ state in status() (shown by `ps` and `faden-agent status`) and the status file.
 from __future__ import annotations
 
 import logging
-import threading
-import time
 from typing import Any
 
 import zmq
@@ -34,22 +32,17 @@ from faden_agent.workers.stream.uplink_sender import UplinkSender
 
 log = logging.getLogger(__name__)
 
-JOIN_TIMEOUT_S = 2.0
-
 
 class StreamWorker(Worker):
     name = "stream"
 
     def setup(self) -> None:
         self.pokes = Channel.bind(zmq.PULL, self.endpoints.uplink)
-        self.stop_event = threading.Event()
         self.link_status = LinkStatus(self.config.backend_url, self.config.state_dir / STATUS_FILE)
         self.gate = Gate(self.stop_event, MaintenanceHold(self.config.runtime_dir))
         self.outbox = Outbox(self.config.state_dir)
         self.uplink: UplinkSender | None = None
-        self.threads: list[threading.Thread] = []
-        self.starter = threading.Thread(target=self.start_link, name="membership", daemon=True)
-        self.starter.start()
+        self.start_thread("membership", self.start_link, finite=True)
 
     def start_link(self) -> None:
         """Become a member (may take long: no token yet, backend down), then run the link."""
@@ -59,9 +52,8 @@ class StreamWorker(Worker):
         self.link_status.set_node(state.node_id)
         shared = Link(self.config, state, self.outbox, self.link_status, self.gate, self.stop_event, self.endpoints)
         self.uplink = UplinkSender(shared)
-        self.threads = [Downlink(shared), self.uplink, HeartbeatSender(shared)]
-        for thread in self.threads:
-            thread.start()
+        for part in (Downlink(shared), self.uplink, HeartbeatSender(shared)):
+            self.start_thread(part.name, part.run)
 
     def channels(self) -> list[Channel]:
         return [self.pokes]
@@ -74,9 +66,5 @@ class StreamWorker(Worker):
         return {"link": self.link_status.snapshot()}
 
     def teardown(self) -> None:
-        self.stop_event.set()
-        deadline = time.monotonic() + JOIN_TIMEOUT_S  # one bound for all: the stop has a budget
-        for thread in [self.starter, *self.threads]:
-            # A read blocked on a silent stream is left to die with the process.
-            thread.join(max(0.0, deadline - time.monotonic()))
+        self.join_threads()  # a read blocked on a silent stream is left to die with the process
         self.pokes.close()

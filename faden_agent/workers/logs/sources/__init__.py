@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import Callable
 
 from faden_agent.config import Config
 from faden_agent.workers.logs.backlog import Backlog
 from faden_agent.workers.logs.labels import LabelMaker
 from faden_agent.workers.logs.positions import Positions
+from faden_agent.workers.threads import start_daemon
 
 # With no stored position a source starts this far back, not at the start of history.
 FIRST_START_WINDOW_SEC = 3600
@@ -22,10 +24,10 @@ RETRY_SEC = 5.0  # pause before a failed reader starts again
 log = logging.getLogger(__name__)
 
 
-class Source(threading.Thread):
+class Source:
     def __init__(self, config: Config, backlog: Backlog, positions: Positions, labels: LabelMaker,
                  stop_event: threading.Event):
-        super().__init__(name=f"logs-{self.kind}", daemon=True)
+        self.name = f"logs-{self.kind}"
         self.config = config
         self.backlog = backlog
         self.positions = positions
@@ -33,8 +35,16 @@ class Source(threading.Thread):
         self.stop_event = stop_event
         self.lines_read = 0
         self.last_error = ""
+        self.start_thread: Callable[..., threading.Thread] = start_daemon
+        self.thread: threading.Thread | None = None
 
     kind = "source"
+
+    def start(self, start_thread: Callable[..., threading.Thread] = start_daemon) -> None:
+        """Run the reader on a thread; the worker passes its supervised starter (which the
+        reader also uses for threads of its own)."""
+        self.start_thread = start_thread
+        self.thread = start_thread(self.name, self.run)
 
     def run(self) -> None:
         while not self.stop_event.is_set():

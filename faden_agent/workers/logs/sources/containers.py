@@ -75,7 +75,8 @@ class ContainerSource(Source):
                 follower = self.followers.get(key)
                 if follower is None or not follower.is_alive():
                     self.followers[key] = follower = ContainerFollower(self, container, stream, key)
-                    follower.start()
+                    # Not critical: a follower ends with its container; the next refresh starts another.
+                    follower.thread = self.start_thread(follower.name, follower.run, critical=False)
         for key in self.positions.keys("container:"):
             if key not in present:
                 self.positions.forget(key)  # the container is gone; so is its log
@@ -98,9 +99,10 @@ class ContainerSource(Source):
         return {**super().status(), "followers": sum(f.is_alive() for f in list(self.followers.values()))}
 
 
-class ContainerFollower(threading.Thread):
+class ContainerFollower:
     def __init__(self, source: ContainerSource, container, stream: str, key: str):
-        super().__init__(name=f"logs-{container.name}-{stream}", daemon=True)
+        self.name = f"logs-{container.name}-{stream}"
+        self.thread: threading.Thread | None = None
         self.source = source
         self.container = container
         self.stream = stream
@@ -108,6 +110,9 @@ class ContainerFollower(threading.Thread):
         labels = container.labels or {}
         self.labels = source.labels.container(
             container.name, labels.get(protocol.LABEL_CLUSTER), labels.get(protocol.LABEL_WORKLOAD), stream)
+
+    def is_alive(self) -> bool:
+        return self.thread is not None and self.thread.is_alive()
 
     def run(self) -> None:
         import docker.errors

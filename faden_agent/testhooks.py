@@ -1,0 +1,26 @@
+"""Faults that tests make on demand, where no real part can make them at the right moment.
+
+A hook is read from FADEN_TEST_HOOK_<NAME> and honoured only when FADEN_TEST_HOOKS=1 is
+set as well (the test helpers set both; a service's environment file never does).
+"""
+
+from __future__ import annotations
+
+import os
+
+
+def hook(name: str) -> str | None:
+    if os.environ.get("FADEN_TEST_HOOKS") != "1":
+        return None
+    return os.environ.get(f"FADEN_TEST_HOOK_{name.upper()}") or None
+
+
+def thread_dies_after(worker: str, thread: str) -> float | None:
+    """THREAD_DIES=worker/thread[/seconds]: that thread raises after the delay (default 0)."""
+    value = hook("thread_dies")
+    if not value:
+        return None
+    parts = value.split("/")
+    if parts[:2] != [worker, thread]:
+        return None
+    return float(parts[2]) if len(parts) > 2 else 0.0
