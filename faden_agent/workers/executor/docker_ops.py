@@ -22,6 +22,7 @@ from docker.utils import parse_repository_tag
 from docker.utils.json_stream import json_stream
 
 from faden_agent.config import Config
+from faden_agent.workers.executor import docker_errors
 from faden_agent.workers.executor.gpu import device_requests, is_gpu_runtime_missing
 
 API_VERSION = "1.41"  # device requests need >= 1.40; pinned so no version probe blocks at start
@@ -45,8 +46,9 @@ def _engine_text(exc: APIError) -> str:
 
 
 @contextlib.contextmanager
-def translated(what: str, not_found: str = "not_found") -> Iterator[None]:
-    """Map Docker SDK and transport errors to a reason and a one-line message."""
+def translated(what: str, not_found: str = "not_found", image: str | None = None) -> Iterator[None]:
+    """Map Docker SDK and transport errors to a reason and a one-line message (`image`: the
+    one being fetched, so registry failures get their own reasons; see docker_errors)."""
     try:
         yield
     except CommandFailed:
@@ -56,9 +58,12 @@ def translated(what: str, not_found: str = "not_found") -> Iterator[None]:
     except requests.exceptions.ConnectionError as exc:
         if "Read timed out" in str(exc):
             raise CommandFailed("timeout", f"{what}: the Docker engine did not answer in time") from None
+        if docker_errors.is_permission_denied(exc):
+            raise CommandFailed(docker_errors.DOCKER_PERMISSION,
+                                f"{what}: {docker_errors.advice(docker_errors.DOCKER_PERMISSION)} ({_short(exc)})") from None
         raise CommandFailed("docker_unavailable", f"{what}: cannot reach the Docker engine ({_short(exc)})") from None
     except (ImageNotFound, NotFound) as exc:
-        raise CommandFailed(not_found, f"{what}: {_engine_text(exc)}") from None
+        raise CommandFailed(*docker_errors.failure(what, _engine_text(exc), not_found, image)) from None
     except APIError as exc:
         text = _engine_text(exc)
         if is_gpu_runtime_missing(text):
@@ -68,7 +73,7 @@ def translated(what: str, not_found: str = "not_found") -> Iterator[None]:
             raise CommandFailed("conflict", f"{what}: {text}") from None
         if exc.status_code in (401, 403) or "unauthorized" in text or "authentication required" in text:
             raise CommandFailed("registry_auth_failed", f"{what}: the registry refused the credentials ({text})") from None
-        raise CommandFailed("docker_error", f"{what}: {text}") from None
+        raise CommandFailed(*docker_errors.failure(what, text, "docker_error", image)) from None
     except DockerException as exc:
         raise CommandFailed("docker_unavailable", f"{what}: {_short(exc)}") from None
 
@@ -152,7 +157,7 @@ class DockerOps:
         headers = {"X-Registry-Auth": docker.auth.encode_header(auth)} if auth else {}
         progress = PullProgress()
         last_report = 0.0
-        with translated(f"pulling {image}", not_found="image_not_found"):
+        with translated(f"pulling {image}", not_found="image_not_found", image=image):
             response = api._post(api._url("/images/create"), params={"fromImage": repo, "tag": tag},
                                  headers=headers, stream=True, timeout=self.timeout_s)
             on_abort(response.close)
@@ -216,7 +221,7 @@ class DockerOps:
                     "healthcheck", "user", "working_dir"):
             if spec.get(key) is not None:
                 kwargs[key] = spec[key]
-        with translated(f"creating container {spec['name']}", not_found="image_not_found"):
+        with translated(f"creating container {spec['name']}", not_found="image_not_found", image=spec["image"]):
             return self.client.containers.create(**kwargs)
 
     def start(self, container) -> None:
@@ -253,8 +258,8 @@ class DockerOps:
 
 def _pull_error(image: str, text: str) -> CommandFailed:
     lowered = text.lower()
-    if "not found" in lowered or "manifest unknown" in lowered or "does not exist" in lowered:
-        return CommandFailed("image_not_found", f"pulling {image}: {text}")
+    if docker_errors.engine_reason(text):
+        return CommandFailed(*docker_errors.failure(f"pulling {image}", text, "docker_error", image))
     if "unauthorized" in lowered or "authentication required" in lowered or "denied" in lowered:
         return CommandFailed("registry_auth_failed", f"pulling {image}: the registry refused the credentials ({text})")
     return CommandFailed("docker_error", f"pulling {image}: {text}")
