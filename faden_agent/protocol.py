@@ -28,6 +28,58 @@ TIMELINE_STATES = (RECEIVED, STARTED, PROGRESS) + TERMINAL_STATES
 
 MAX_SEQ = 2**63  # command sequence numbers are below this: SQLite INTEGERs (int64) on both sides
 
+# One size budget, end to end (docs/protocol.md, "Size budget"). Each layer's limit holds
+# whatever passed the layer before it, so nothing valid upstream is refused downstream:
+#   command line on the stream  <= MAX_STREAM_LINE_BYTES
+#   command handed to executor  <= MAX_COMMAND_BYTES  (re-encoded; bigger -> rejected too_large)
+#   IPC message                 <= MAX_IPC_MESSAGE_BYTES (a command plus the envelope)
+#   one uplink record           <= MAX_RECORD_BYTES   (bigger -> a `truncated` stub)
+#   one uplink batch            <= MAX_UPLINK_BATCH_BYTES (413 -> split in halves)
+#   one request body            <= MAX_REQUEST_BODY_BYTES (the reference backend's 413)
+#   one log line                <= MAX_LOG_LINE_BYTES (cut and marked), one push <= MAX_LOG_PUSH_BYTES
+MAX_ID_BYTES = 256  # command and record ids
+MAX_SPEC_BYTES = 256 * 1024
+MAX_COMMAND_BYTES = MAX_SPEC_BYTES + 4 * 1024  # id, kind, seq, deadline and the JSON around them
+MAX_STREAM_LINE_BYTES = 4 * MAX_COMMAND_BYTES  # room to read an over-size command and reject it by id
+MAX_IPC_MESSAGE_BYTES = 2 * MAX_COMMAND_BYTES  # the envelope's own fields fit many times over
+MAX_RECORD_BYTES = 256 * 1024
+MAX_UPLINK_BATCH_BYTES = 4 * 1024 * 1024
+MAX_LOG_LINE_BYTES = 64 * 1024
+MAX_LOG_PUSH_BYTES = 1024 * 1024  # uncompressed
+MAX_REQUEST_BODY_BYTES = 2 * MAX_UPLINK_BATCH_BYTES  # >= every body above; what the backend decompresses at most
+MAX_STREAM_INFLATE_RATIO = 100  # a gzip-encoded downlink expanding more than this is a bomb
+QUOTE_BYTES = 200  # at most this much of a bad value in any message
+
+
+def quote(value: object, limit: int = QUOTE_BYTES) -> str:
+    """repr() of a bad value for a one-line message: at most `limit` characters, the cut said."""
+    if isinstance(value, (str, bytes)) and len(value) > 4 * limit:
+        value = value[: 4 * limit]  # repr() of a 16 MiB string is never built
+    text = repr(value) if not isinstance(value, (dict, list)) or _small(value) else _short_repr(value, limit)
+    return text if len(text) <= limit else f"{text[:limit]}...(cut)"
+
+
+def _small(value: object, budget: int = 64) -> bool:
+    """True when a container holds few enough items that repr() of it is cheap."""
+    stack = [value]
+    while stack:
+        budget -= 1
+        if budget < 0:
+            return False
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, (str, bytes)) and len(item) > 4 * QUOTE_BYTES:
+            return False
+    return True
+
+
+def _short_repr(value: dict | list, limit: int) -> str:
+    kind = "object" if isinstance(value, dict) else "list"
+    return f"<a {kind} of {len(value)} items>"
+
 # Command kinds the executor knows.
 COMMAND_KINDS = (
     "image.pull",
@@ -46,10 +98,8 @@ REASONS = (
     "unknown_kind",
     "invalid_spec",
     "image_not_found",
-    "registry_unreachable",
     "registry_auth_failed",
     "docker_unavailable",
-    "docker_permission",
     "gpu_runtime_missing",
     "conflict",
     "not_managed",
@@ -61,6 +111,9 @@ REASONS = (
     "container_exited",
     "unhealthy",
     "not_implemented",
+    "too_large",
+    "poison",
+    "internal_error",
 )
 
 # Capabilities this build reports to the backend.

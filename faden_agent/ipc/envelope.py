@@ -11,8 +11,10 @@ from typing import Any
 
 import orjson
 
+from faden_agent.protocol import MAX_IPC_MESSAGE_BYTES
+
 ENVELOPE_VERSION = 1
-MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+MAX_MESSAGE_BYTES = MAX_IPC_MESSAGE_BYTES  # the size budget's IPC layer (protocol.py)
 
 
 class EnvelopeError(ValueError):
@@ -27,7 +29,11 @@ class Message:
 
 
 def encode(msg_type: str, body: Any = None) -> bytes:
-    return orjson.dumps({"v": ENVELOPE_VERSION, "type": msg_type, "body": body, "ts": time.time()})
+    """The frame; EnvelopeError when it is over the limit (the receiver would never see it)."""
+    frame = orjson.dumps({"v": ENVELOPE_VERSION, "type": msg_type, "body": body, "ts": time.time()})
+    if len(frame) > MAX_MESSAGE_BYTES:
+        raise EnvelopeError(f"{msg_type} message of {len(frame)} bytes exceeds {MAX_MESSAGE_BYTES}")
+    return frame
 
 
 def decode(frame: bytes) -> Message:

@@ -12,7 +12,7 @@ from typing import Any
 
 import zmq
 
-from faden_agent.ipc.envelope import Message, decode, encode
+from faden_agent.ipc.envelope import MAX_MESSAGE_BYTES, Message, decode, encode
 
 DEFAULT_LINGER_MS = 0
 DEFAULT_HWM = 1000
@@ -38,6 +38,8 @@ class Channel:
         self.socket.setsockopt(zmq.LINGER, linger_ms)
         self.socket.setsockopt(zmq.SNDHWM, hwm)
         self.socket.setsockopt(zmq.RCVHWM, hwm)
+        # Over-size frames are dropped by libzmq before they are read (or buffered whole).
+        self.socket.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
         if kind == zmq.REQ:
             # A timed-out request must not wedge the socket in its send/recv state machine.
             self.socket.setsockopt(zmq.REQ_RELAXED, 1)

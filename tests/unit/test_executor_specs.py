@@ -7,7 +7,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from faden_agent import protocol
-from faden_agent.workers.executor.specs import SpecError, deadline_for, validate
+from faden_agent.workers.executor.kinds import KINDS
+from faden_agent.workers.executor.specs import SpecError
+
+
+def validate(kind, spec):
+    return KINDS[kind].validate(spec)
+
+
+def deadline_for(kind, spec, envelope_deadline, received_at):
+    return KINDS[kind].deadline(spec, envelope_deadline, received_at)
 
 
 def test_container_run_is_normalised():
@@ -79,3 +88,11 @@ def test_any_json_is_either_valid_or_a_spec_error(kind, spec):
         validate(kind, spec)
     except SpecError as exc:
         assert str(exc)
+
+
+@pytest.mark.parametrize("value", ["9" * 5000, "9" * 19 + "g", "8g\n", 2**63])
+def test_a_size_beyond_int64_is_a_spec_error_quoting_little(value):
+    # Was: int() of 5000 digits raised ValueError, which crashed the executor at every start.
+    with pytest.raises(SpecError) as caught:
+        validate("container.run", {"name": "a", "image": "x", "shm_size": value})
+    assert "'shm_size'" in str(caught.value) and len(str(caught.value)) < 400

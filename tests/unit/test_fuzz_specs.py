@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from faden_agent import protocol
-from faden_agent.workers.executor.scheduler import job_key
-from faden_agent.workers.executor.specs import KINDS, SpecError, deadline_for, validate
+from faden_agent.workers.executor.kinds import KINDS
+from faden_agent.workers.executor.specs import SpecError
 from tests.unit.test_fuzz_backend import json_values
 
 VALID = {
@@ -44,14 +44,13 @@ NESTED = {
     "auth": lambda v: {"username": "u", "password": v},
 }
 nasty = st.sampled_from([0, -1, 1e308, -1e308, 5e-324, 2**63, 2**64 - 1, -(2**63), "", " ", "8g", "0g", "all",
-                         "/", "/dev/x", "CMD", ["CMD"], ["NONE"], [], {}, {"soft": 1}, {"soft": 1, "hard": "2"}, None,
+                         "/", "/dev/x", "9" * 5000, "9" * 5000 + "g", "99999999999999999999g", "8g\n", "CMD", ["CMD"], ["NONE"], [], {}, {"soft": 1}, {"soft": 1, "hard": "2"}, None,
                          True, "a" * 10_000, "\u0000", "\ud7ff", "io.fadenstack.managed"])
 values = (json_values | nasty).map(lambda v: orjson.loads(orjson.dumps(v)))
 
 
 def all_keys(kind: str) -> list[str]:
-    required, optional = KINDS[kind]
-    return [*required, *optional, "not_a_key"]
+    return [*KINDS[kind].required, *KINDS[kind].optional, "not_a_key"]
 
 
 @st.composite
@@ -69,7 +68,7 @@ def mutated(draw):
 
 def test_the_valid_specs_are_valid():
     for kind, spec in VALID.items():
-        validate(kind, spec)
+        KINDS[kind].validate(spec)
 
 
 @settings(max_examples=300, deadline=None)
@@ -86,8 +85,9 @@ def test_each_nested_field_is_normalised_or_refused_in_one_line(place, value):
 
 
 def check(kind: str, spec: dict, envelope_deadline: float | None) -> None:
+    definition = KINDS[kind]
     try:
-        normal = validate(kind, spec)
+        normal = definition.validate(spec)
     except SpecError as exc:
         message = str(exc)
         assert message and "\n" not in message
@@ -96,10 +96,9 @@ def check(kind: str, spec: dict, envelope_deadline: float | None) -> None:
         if "'auth'" in message and password:
             assert repr(password) not in message, "a registry password was echoed"
         return
-    required, optional = KINDS[kind]
-    assert set(normal) == set(required) | set(optional)
-    assert job_key(kind, normal)
-    deadline = deadline_for(kind, normal, envelope_deadline, 1_700_000_000.0)
+    assert set(normal) == set(definition.required) | set(definition.optional)
+    assert definition.inline or definition.queue_key(normal)
+    deadline = definition.deadline(normal, envelope_deadline, 1_700_000_000.0)
     assert isinstance(deadline, float) and not math.isnan(deadline)
     if "healthcheck" in normal and normal["healthcheck"]:
         assert all(1_000_000 <= normal["healthcheck"].get(k, 1_000_000) < 2**63 for k in ("interval", "timeout", "start_period"))

@@ -11,7 +11,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from faden_agent import protocol
 from faden_agent.config import Config
@@ -36,27 +36,34 @@ class Commands:
         self.journal = journal
         self.timeline = timeline
         self.scheduler: Scheduler | None = None  # set by the worker (the scheduler calls execute)
-        self.handlers: dict[str, Callable[[Job], dict[str, Any]]] = {
-            "image.pull": self.image_pull,
-            "image.remove": self.image_remove,
-            "container.run": self.container_run,
-            "container.stop": self.container_stop,
-            "container.start": self.container_start,
-            "container.restart": self.container_restart,
-            "container.remove": self.container_remove,
-            "command.cancel": self.command_cancel,
-        }
 
     # --- the frame around every kind
 
     def execute(self, job: Job) -> None:
+        """Run one job to exactly one terminal state; never raises (a bug ends the command)."""
+        try:
+            self._execute(job)
+        except Exception as exc:  # noqa: BLE001 - e.g. the journal itself failing
+            log.exception("command %s (%s) failed outside its handler", job.id, job.kind)
+            self.fail_unexpectedly(job.id, job.kind, exc)
+
+    def fail_unexpectedly(self, command_id: str, kind: str, exc: BaseException) -> None:
+        """End a command that raised something no step expects: failed, internal_error."""
+        try:
+            self.timeline.finish(command_id, protocol.FAILED, "internal_error",
+                                 f"{kind}: unexpected error: {type(exc).__name__}: {protocol.quote(str(exc))}")
+        except Exception:  # noqa: BLE001 - the journal is gone too: the next start resumes or poisons it
+            log.exception("could not record the failure of command %s", command_id)
+
+    def _execute(self, job: Job) -> None:
         if job.should_stop():  # cancelled or timed out while queued: already reported
             self._finish_stopped(job, None)
             return
+        assert job.definition is not None
         job.attempt = self.journal.mark_running(job.id)
         self.timeline.started(job.id, job.attempt)
         try:
-            result = self.handlers[job.kind](job)
+            result = job.definition.handler(self, job)
         except Cancelled:
             self._finish_stopped(job, None)
         except CommandFailed as failure:
@@ -66,7 +73,7 @@ class Commands:
                 self.timeline.finish(job.id, protocol.FAILED, failure.reason, failure.message, **failure.result)
         except Exception as exc:  # noqa: BLE001 - a bug must end the command, not the worker
             log.exception("command %s (%s) failed unexpectedly", job.id, job.kind)
-            self.timeline.finish(job.id, protocol.FAILED, "docker_error", f"{job.kind}: unexpected error: {exc}")
+            self.fail_unexpectedly(job.id, job.kind, exc)
         else:
             message = result.pop("message", f"{job.kind} done")
             self.timeline.finish(job.id, protocol.SUCCEEDED, "ok", message, result=result)
@@ -170,7 +177,7 @@ class Commands:
 
     def _discard_own(self, job: Job) -> bool:
         """Remove the container an interrupted container.run had made, so failed means no effect."""
-        if job.kind != "container.run":
+        if "name" not in job.spec:
             return False
         try:
             container = self.ops.find(job.spec["name"])
@@ -296,7 +303,7 @@ class Commands:
             ended = entry.outcome["state"] if entry and entry.outcome else None
             raise CommandFailed("not_found", f"command {target_id} is not running"
                                 + (f" (it already ended: {ended})" if ended else " (unknown id)"))
-        if target.kind not in ("image.pull", "container.run", "container.start", "container.restart"):
+        if target.definition is None or not target.definition.cancellable:
             raise CommandFailed("conflict", f"command {target_id} ({target.kind}) cannot be cancelled")
         was_running = target.running and target.attempt > 0
         target.stop("cancelled")

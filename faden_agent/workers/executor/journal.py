@@ -43,6 +43,13 @@ CREATE TABLE IF NOT EXISTS adopted (
     name TEXT NOT NULL,
     command_id TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS deaths (
+    command_id TEXT PRIMARY KEY,
+    count INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS flags (
+    name TEXT PRIMARY KEY
+);
 """
 
 
@@ -128,6 +135,28 @@ class Journal:
             if scrub(spec) != spec:  # rare (pulls with credentials): also flush the old page out of the WAL
                 self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         return True
+
+    # --- poison detection: executor deaths while a command was running
+
+    def mark_clean_stop(self) -> None:
+        """The executor stops in order: the commands still running did not kill it."""
+        with self._lock:
+            self._db.execute("INSERT OR IGNORE INTO flags VALUES ('clean_stop')")
+
+    def count_deaths(self) -> dict[str, int]:
+        """At start: unless the predecessor stopped in order, one more death for each
+        command it was running (in order: the count starts again). Returns command id ->
+        deaths in a row so far."""
+        with self._lock:
+            clean = self._db.execute("DELETE FROM flags WHERE name = 'clean_stop'").rowcount == 1
+            self._db.execute("DELETE FROM deaths WHERE command_id NOT IN (SELECT id FROM commands WHERE state = ?)",
+                             (RUNNING,))
+            if clean:  # a whole life without dying: the row is broken
+                self._db.execute("DELETE FROM deaths")
+            else:
+                self._db.execute("INSERT INTO deaths SELECT id, 1 FROM commands WHERE state = ? AND true"
+                                 " ON CONFLICT(command_id) DO UPDATE SET count = count + 1", (RUNNING,))
+            return dict(self._db.execute("SELECT command_id, count FROM deaths").fetchall())
 
     # --- containers adopted explicitly (they carry no labels of ours)
 

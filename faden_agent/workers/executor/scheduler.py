@@ -12,7 +12,10 @@ import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from faden_agent.workers.executor.kinds import CommandKind
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +28,8 @@ class Job:
     kind: str
     spec: dict[str, Any]
     deadline: float  # epoch seconds
-    key: str
+    key: str  # jobs with the same key run one after another, in arrival order
+    definition: CommandKind | None = None  # its row in kinds.KINDS: handler, cancellable
     attempt: int = 0
     steps: int = 0  # progress records sent in this attempt
     running: bool = False
@@ -56,14 +60,6 @@ class Job:
 
     def remaining_s(self) -> float:
         return self.deadline - time.time()
-
-
-def job_key(kind: str, spec: dict[str, Any]) -> str:
-    if kind.startswith("container."):
-        return f"container:{spec['name']}"
-    if kind.startswith("image."):
-        return f"image:{spec['image']}"
-    return f"command:{kind}"
 
 
 class Scheduler:

@@ -1,6 +1,7 @@
-"""Validation of each command kind's spec: bad input -> one SpecError line naming the key.
+"""The checks of spec keys: bad input -> one SpecError line naming the key, quoting at most
+protocol.QUOTE_BYTES of the value. Which keys each kind takes is in kinds.py.
 
-`validate(kind, spec)` returns the spec normalised (defaults filled in, sizes in bytes) so
+`check_spec` returns the spec normalised (defaults filled in, sizes in bytes) so
 the Docker code never has to second-guess its input. Unknown keys are refused, so a typo
 in a backend script is an `invalid_spec` rejection instead of a silently ignored option.
 """
@@ -10,280 +11,245 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
-from faden_agent import protocol
+from faden_agent.protocol import quote
 
 NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$")
-SIZE_RE = re.compile(r"^(\d+)([bkmg]?)$", re.IGNORECASE)
+SIZE_RE = re.compile(r"^(\d{1,19})([bkmg]?)$", re.IGNORECASE)  # bounded: int() of 5000 digits raises
 SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
 RESTART_POLICIES = ("no", "always", "unless-stopped", "on-failure")
 MOUNT_TYPES = ("bind", "volume", "tmpfs")
 RESERVED_LABEL_PREFIX = "io.fadenstack."
 
-# Default bounds when neither the envelope nor the spec gives a deadline.
-DEFAULT_DEADLINE_S = {"image.pull": 1800.0, "container.run": 900.0}
-OTHER_DEADLINE_S = 120.0
+MAX_INT64 = 2**63 - 1  # what Docker's API (Go int64) and SQLite take
+Check = Callable[[str, Any], Any]
 
 
 class SpecError(ValueError):
     """str() is the one-line message of the invalid_spec rejection."""
 
 
-def _need(spec: dict, key: str, check: Callable[[Any], Any]) -> Any:
+def _need(spec: dict, key: str, check: Check) -> Any:
     if key not in spec:
-        raise SpecError(f"missing required key {key!r}")
+        raise SpecError(f"missing required key {quote(key)}")
     return check(key, spec[key])
 
 
-def _str(key: str, value: Any) -> str:
+def string(key: str, value: Any) -> str:
     if not isinstance(value, str) or not value.strip():
-        raise SpecError(f"{key!r} must be a non-empty string, got {value!r}")
+        raise SpecError(f"{quote(key)} must be a non-empty string, got {quote(value)}")
     return value
 
 
-def _name(key: str, value: Any) -> str:
-    _str(key, value)
-    if not NAME_RE.match(value):
-        raise SpecError(f"{key!r} {value!r} is not a valid container name ([a-zA-Z0-9][a-zA-Z0-9_.-]*)")
+def name(key: str, value: Any) -> str:
+    string(key, value)
+    if not NAME_RE.fullmatch(value):
+        raise SpecError(f"{quote(key)} {quote(value)} is not a valid container name ([a-zA-Z0-9][a-zA-Z0-9_.-]*)")
     return value
 
 
-def _bool(key: str, value: Any) -> bool:
+def boolean(key: str, value: Any) -> bool:
     if not isinstance(value, bool):
-        raise SpecError(f"{key!r} must be true or false, got {value!r}")
+        raise SpecError(f"{quote(key)} must be true or false, got {quote(value)}")
     return value
 
 
-def _seconds(key: str, value: Any) -> float:
+def seconds(key: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value == float("inf"):
-        raise SpecError(f"{key!r} must be a positive number of seconds, got {value!r}")
+        raise SpecError(f"{quote(key)} must be a positive number of seconds, got {quote(value)}")
     return float(value)
 
 
-def _str_list(key: str, value: Any) -> list[str]:
+def str_list(key: str, value: Any) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise SpecError(f"{key!r} must be a list of strings, got {value!r}")
+        raise SpecError(f"{quote(key)} must be a list of strings, got {quote(value)}")
     return value
 
 
-def _str_map(key: str, value: Any) -> dict[str, str]:
+def str_map(key: str, value: Any) -> dict[str, str]:
     if not isinstance(value, dict):
-        raise SpecError(f"{key!r} must be an object of strings, got {value!r}")
+        raise SpecError(f"{quote(key)} must be an object of strings, got {quote(value)}")
     out = {}
     for k, v in value.items():
         if isinstance(v, bool) or not isinstance(v, (str, int, float)):
-            raise SpecError(f"{key!r}[{k!r}] must be a string or number, got {v!r}")
+            raise SpecError(f"{quote(key)}[{quote(k)}] must be a string or number, got {quote(v)}")
         out[k] = str(v)
     return out
 
 
-def _size(key: str, value: Any) -> int:
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+def size(key: str, value: Any) -> int:
+    if _int64(value) and value > 0:
         return value
-    match = SIZE_RE.match(value) if isinstance(value, str) else None
-    if not match or int(match.group(1)) == 0:
-        raise SpecError(f"{key!r} must be a size in bytes or like '8g', '512m', got {value!r}")
-    return int(match.group(1)) * SIZE_UNITS[match.group(2).lower()]
+    match = SIZE_RE.fullmatch(value) if isinstance(value, str) else None
+    size = int(match.group(1)) * SIZE_UNITS[match.group(2).lower()] if match else 0
+    if not 0 < size <= MAX_INT64:
+        raise SpecError(f"{quote(key)} must be a size in bytes or like '8g', '512m', got {quote(value)}")
+    return size
 
 
-def _gpus(key: str, value: Any) -> str | int | list[str]:
+def gpus(key: str, value: Any) -> str | int | list[str]:
     if value == "all":
         return value
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+    if _int64(value) and value > 0:
         return value
     if isinstance(value, list) and value and all(isinstance(v, (str, int)) and not isinstance(v, bool) for v in value):
         return [str(v) for v in value]
-    raise SpecError(f"{key!r} must be \"all\", a positive count, or a list of GPU indexes/UUIDs, got {value!r}")
+    raise SpecError(f"{quote(key)} must be \"all\", a positive count, or a list of GPU indexes/UUIDs, got {quote(value)}")
 
 
-def _labels(key: str, value: Any) -> dict[str, str]:
-    labels = _str_map(key, value)
+def labels(key: str, value: Any) -> dict[str, str]:
+    labels = str_map(key, value)
     for k in labels:
         if k.startswith(RESERVED_LABEL_PREFIX):
-            raise SpecError(f"{key!r}: label {k!r} is reserved for the agent")
+            raise SpecError(f"{quote(key)}: label {quote(k)} is reserved for the agent")
     return labels
 
 
-def _ports(key: str, value: Any) -> dict[str, Any]:
+def ports(key: str, value: Any) -> dict[str, Any]:
     """{"8265/tcp": 8265} or {"8000": ["127.0.0.1", 8000]} or {"6379": null} (random port)."""
     if not isinstance(value, dict):
-        raise SpecError(f"{key!r} must be an object like {{\"8265/tcp\": 8265}}, got {value!r}")
+        raise SpecError(f"{quote(key)} must be an object like {{\"8265/tcp\": 8265}}, got {quote(value)}")
     out: dict[str, Any] = {}
     for container_port, host in value.items():
-        if not re.match(r"^\d{1,5}(/(tcp|udp|sctp))?$", container_port):
-            raise SpecError(f"{key!r}: {container_port!r} is not a container port like '8000' or '8000/tcp'")
+        if not re.fullmatch(r"\d{1,5}(/(tcp|udp|sctp))?", container_port):
+            raise SpecError(f"{quote(key)}: {quote(container_port)} is not a container port like '8000' or '8000/tcp'")
         if host is None or (isinstance(host, int) and not isinstance(host, bool) and 0 < host < 65536):
             out[container_port] = host
         elif (isinstance(host, list) and len(host) == 2 and isinstance(host[0], str)
               and isinstance(host[1], int) and 0 < host[1] < 65536):
             out[container_port] = (host[0], host[1])
         else:
-            raise SpecError(f"{key!r}[{container_port!r}] must be a host port, [host_ip, port] or null, got {host!r}")
+            raise SpecError(f"{quote(key)}[{quote(container_port)}] must be a host port, [host_ip, port] or null, got {quote(host)}")
     return out
 
 
-def _mounts(key: str, value: Any) -> list[dict[str, Any]]:
+def mounts(key: str, value: Any) -> list[dict[str, Any]]:
     if not isinstance(value, list):
-        raise SpecError(f"{key!r} must be a list of {{type, source, target, read_only}}, got {value!r}")
+        raise SpecError(f"{quote(key)} must be a list of {{type, source, target, read_only}}, got {quote(value)}")
     out = []
     for i, mount in enumerate(value):
         if not isinstance(mount, dict):
-            raise SpecError(f"{key!r}[{i}] must be an object, got {mount!r}")
+            raise SpecError(f"{quote(key)}[{i}] must be an object, got {quote(mount)}")
         extra = set(mount) - {"type", "source", "target", "read_only"}
         if extra:
-            raise SpecError(f"{key!r}[{i}]: unknown keys {sorted(extra)}")
+            raise SpecError(f"{quote(key)}[{i}]: unknown keys {quote(sorted(extra))}")
         kind = mount.get("type", "bind")
         if kind not in MOUNT_TYPES:
-            raise SpecError(f"{key!r}[{i}].type must be one of {', '.join(MOUNT_TYPES)}, got {kind!r}")
-        target = _need(mount, "target", lambda k, v: _str(f"{key}[{i}].{k}", v))
+            raise SpecError(f"{quote(key)}[{i}].type must be one of {', '.join(MOUNT_TYPES)}, got {quote(kind)}")
+        target = _need(mount, "target", lambda k, v: string(f"{key}[{i}].{k}", v))
         if not target.startswith("/"):
-            raise SpecError(f"{key!r}[{i}].target must be an absolute path, got {target!r}")
+            raise SpecError(f"{quote(key)}[{i}].target must be an absolute path, got {quote(target)}")
         source = mount.get("source")
         if kind != "tmpfs":
-            source = _str(f"{key}[{i}].source", source)
+            source = string(f"{key}[{i}].source", source)
             if kind == "bind" and not source.startswith("/"):
-                raise SpecError(f"{key!r}[{i}].source of a bind mount must be an absolute path, got {source!r}")
+                raise SpecError(f"{quote(key)}[{i}].source of a bind mount must be an absolute path, got {quote(source)}")
         out.append({"type": kind, "source": source, "target": target,
-                    "read_only": _bool(f"{key}[{i}].read_only", mount.get("read_only", False))})
+                    "read_only": boolean(f"{key}[{i}].read_only", mount.get("read_only", False))})
     return out
 
 
-def _ulimits(key: str, value: Any) -> list[dict[str, Any]]:
+def ulimits(key: str, value: Any) -> list[dict[str, Any]]:
     """{"memlock": -1, "nofile": {"soft": 65536, "hard": 65536}}."""
     if not isinstance(value, dict):
-        raise SpecError(f"{key!r} must be an object like {{\"nofile\": 65536}}, got {value!r}")
+        raise SpecError(f"{quote(key)} must be an object like {{\"nofile\": 65536}}, got {quote(value)}")
     out = []
     for name, limit in value.items():
-        if isinstance(limit, int) and not isinstance(limit, bool):
+        if _int64(limit):
             out.append({"name": name, "soft": limit, "hard": limit})
-        elif isinstance(limit, dict) and set(limit) == {"soft", "hard"} and all(
-                isinstance(limit[k], int) and not isinstance(limit[k], bool) for k in limit):
+        elif isinstance(limit, dict) and set(limit) == {"soft", "hard"} and all(_int64(limit[k]) for k in limit):
             out.append({"name": name, "soft": limit["soft"], "hard": limit["hard"]})
         else:
-            raise SpecError(f"{key!r}[{name!r}] must be a number or {{soft, hard}}, got {limit!r}")
+            raise SpecError(f"{quote(key)}[{quote(name)}] must be a number or {{soft, hard}}, got {quote(limit)}")
     return out
 
 
-def _restart_policy(key: str, value: Any) -> dict[str, Any]:
+def restart_policy(key: str, value: Any) -> dict[str, Any]:
     if isinstance(value, str):
         value = {"name": value}
     if not isinstance(value, dict) or value.get("name") not in RESTART_POLICIES:
-        raise SpecError(f"{key!r} must be one of {', '.join(RESTART_POLICIES)} (or {{name, maximum_retry_count}}), got {value!r}")
+        raise SpecError(f"{quote(key)} must be one of {', '.join(RESTART_POLICIES)} (or {{name, maximum_retry_count}}), got {quote(value)}")
     policy = {"Name": value["name"]}
     if "maximum_retry_count" in value:
         count = value["maximum_retry_count"]
-        if value["name"] != "on-failure" or not isinstance(count, int) or isinstance(count, bool) or count < 0:
-            raise SpecError(f"{key!r}.maximum_retry_count needs name on-failure and a count >= 0, got {value!r}")
+        if value["name"] != "on-failure" or not _int64(count) or count < 0:
+            raise SpecError(f"{quote(key)}.maximum_retry_count needs name on-failure and a count >= 0, got {quote(value)}")
         policy["MaximumRetryCount"] = count
     return policy
 
 
-def _healthcheck(key: str, value: Any) -> dict[str, Any]:
+def healthcheck(key: str, value: Any) -> dict[str, Any]:
     if not isinstance(value, dict):
-        raise SpecError(f"{key!r} must be an object with 'test' and optional interval_s, timeout_s, retries, start_period_s")
+        raise SpecError(f"{quote(key)} must be an object with 'test' and optional interval_s, timeout_s, retries, start_period_s")
     extra = set(value) - {"test", "interval_s", "timeout_s", "retries", "start_period_s"}
     if extra:
-        raise SpecError(f"{key!r}: unknown keys {sorted(extra)}")
-    test = _need(value, "test", lambda k, v: _str_list(f"{key}.{k}", v))
+        raise SpecError(f"{quote(key)}: unknown keys {quote(sorted(extra))}")
+    test = _need(value, "test", lambda k, v: str_list(f"{key}.{k}", v))
     if not test or test[0] not in ("CMD", "CMD-SHELL", "NONE"):
-        raise SpecError(f"{key!r}.test must start with CMD, CMD-SHELL or NONE, got {test!r}")
+        raise SpecError(f"{quote(key)}.test must start with CMD, CMD-SHELL or NONE, got {quote(test)}")
     out: dict[str, Any] = {"test": test}
     ns = 1_000_000_000
     for field, docker_name in (("interval_s", "interval"), ("timeout_s", "timeout"), ("start_period_s", "start_period")):
         if field in value:
-            nanoseconds = _seconds(f"{key}.{field}", value[field]) * ns
+            nanoseconds = seconds(f"{key}.{field}", value[field]) * ns
             if not 1_000_000 <= nanoseconds < 2**63:  # Docker's bounds: 1 ms, int64 (int(inf) would raise)
-                raise SpecError(f"{key!r}.{field} must be from 0.001 s to 9e9 s, got {value[field]!r}")
+                raise SpecError(f"{quote(key)}.{field} must be from 0.001 s to 9e9 s, got {quote(value[field])}")
             out[docker_name] = int(nanoseconds)
     if "retries" in value:
         retries = value["retries"]
-        if not isinstance(retries, int) or isinstance(retries, bool) or retries < 1:
-            raise SpecError(f"{key!r}.retries must be a positive whole number, got {retries!r}")
+        if not _int64(retries) or retries < 1:
+            raise SpecError(f"{quote(key)}.retries must be a positive whole number, got {quote(retries)}")
         out["retries"] = retries
     return out
 
 
-def _auth(key: str, value: Any) -> dict[str, str]:
+def auth(key: str, value: Any) -> dict[str, str]:
     if not isinstance(value, dict) or not isinstance(value.get("username"), str) or not isinstance(value.get("password"), str):
-        raise SpecError(f"{key!r} must be an object with string 'username' and 'password'")  # value never echoed
+        raise SpecError(f"{quote(key)} must be an object with string 'username' and 'password'")  # value never echoed
     return {k: v for k, v in value.items() if k in ("username", "password", "serveraddress")}
 
 
-def _devices(key: str, value: Any) -> list[str]:
-    devices = _str_list(key, value)
+def devices(key: str, value: Any) -> list[str]:
+    devices = str_list(key, value)
     for dev in devices:
         if not dev.startswith("/"):
-            raise SpecError(f"{key!r}: {dev!r} must be like /dev/x[:/dev/y[:rwm]]")
+            raise SpecError(f"{quote(key)}: {quote(dev)} must be like /dev/x[:/dev/y[:rwm]]")
     return devices
 
 
-def _count(key: str, value: Any) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise SpecError(f"{key!r} must be a whole number of seconds >= 0, got {value!r}")
+def _int64(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and -MAX_INT64 <= value <= MAX_INT64
+
+
+def count(key: str, value: Any) -> int:
+    if not _int64(value) or value < 0:
+        raise SpecError(f"{quote(key)} must be a whole number of seconds >= 0, got {quote(value)}")
     return value
 
 
-# kind -> (required {key: check}, optional {key: (check, default)})
-_COMMON = {"deadline_s": (_seconds, None)}
-_TARGET = {"name": _name}
-_ADOPT = {"adopt": (_bool, False)}
-KINDS: dict[str, tuple[dict[str, Callable], dict[str, tuple[Callable, Any]]]] = {
-    "image.pull": ({"image": _str}, {"auth": (_auth, None), **_COMMON}),
-    "image.remove": ({"image": _str}, {"force": (_bool, False), **_COMMON}),
-    "container.run": (
-        {"name": _name, "image": _str},
-        {
-            "command": (_str_list, None), "entrypoint": (_str_list, None), "env": (_str_map, {}),
-            "labels": (_labels, {}), "gpus": (_gpus, None), "ports": (_ports, {}), "mounts": (_mounts, []),
-            "network_mode": (_str, None), "ipc_mode": (_str, None), "shm_size": (_size, None),
-            "ulimits": (_ulimits, []), "restart_policy": (_restart_policy, None),
-            "healthcheck": (_healthcheck, None), "devices": (_devices, []), "cluster": (_str, None),
-            "workload": (_str, None), "ray": (_bool, False), "auth": (_auth, None),
-            "pull": (lambda k, v: _choice(k, v, ("missing", "always", "never")), "missing"),
-            "replace": (_bool, False), "user": (_str, None), "working_dir": (_str, None),
-            "privileged": (lambda k, v: _refuse(k, "privileged containers are not run by the agent"), None),
-            **_ADOPT, **_COMMON,
-        },
-    ),
-    "container.stop": (_TARGET, {"timeout_s": (_count, 10), **_ADOPT, **_COMMON}),
-    "container.start": (_TARGET, {**_ADOPT, **_COMMON}),
-    "container.restart": (_TARGET, {"timeout_s": (_count, 10), **_ADOPT, **_COMMON}),
-    "container.remove": (_TARGET, {"force": (_bool, True), "volumes": (_bool, False), **_ADOPT, **_COMMON}),
-    "command.cancel": ({"command_id": _str}, {}),
-}
-assert set(KINDS) == set(protocol.COMMAND_KINDS)
+def choice(*allowed: str) -> Check:
+    def check(key: str, value: Any) -> str:
+        if value not in allowed:
+            raise SpecError(f"{quote(key)} must be one of {', '.join(allowed)}, got {quote(value)}")
+        return value
+    return check
 
 
-def _choice(key: str, value: Any, allowed: tuple[str, ...]) -> str:
-    if value not in allowed:
-        raise SpecError(f"{key!r} must be one of {', '.join(allowed)}, got {value!r}")
-    return value
+def refuse(why: str) -> Check:
+    def check(key: str, value: Any) -> None:
+        raise SpecError(f"{quote(key)} is not allowed: {why}")
+    return check
 
 
-def _refuse(key: str, why: str) -> None:
-    raise SpecError(f"{key!r} is not allowed: {why}")
-
-
-def validate(kind: str, spec: Any) -> dict[str, Any]:
-    """The normalised spec, or SpecError. Callers check the kind is known first."""
-    required, optional = KINDS[kind]
+def check_spec(kind: str, required: dict[str, Check], optional: dict[str, tuple[Check, Any]], spec: Any) -> dict[str, Any]:
+    """The normalised spec, or SpecError naming the culprit key."""
     if not isinstance(spec, dict):
         raise SpecError(f"the spec of {kind} must be an object, got {type(spec).__name__}")
     unknown = set(spec) - set(required) - set(optional)
     if unknown:
-        raise SpecError(f"unknown keys for {kind}: {', '.join(sorted(unknown))}")
+        raise SpecError(f"unknown keys for {kind}: {quote(', '.join(sorted(map(str, unknown))))}")
     out: dict[str, Any] = {}
     for key, check in required.items():
         out[key] = _need(spec, key, check)
     for key, (check, default) in optional.items():
         out[key] = check(key, spec[key]) if key in spec and spec[key] is not None else default
     return out
-
-
-def deadline_for(kind: str, spec: dict[str, Any], envelope_deadline: float | None, received_at: float) -> float:
-    """The earliest of the envelope's deadline and the spec's deadline_s; a default otherwise."""
-    candidates = []
-    if envelope_deadline is not None:
-        candidates.append(envelope_deadline)
-    if spec.get("deadline_s"):
-        candidates.append(received_at + spec["deadline_s"])
-    return min(candidates) if candidates else received_at + DEFAULT_DEADLINE_S.get(kind, OTHER_DEADLINE_S)

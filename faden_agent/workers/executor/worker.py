@@ -16,24 +16,27 @@ import sqlite3
 import time
 from typing import Any
 
+import orjson
 import zmq
 
 from faden_agent import protocol
 from faden_agent.ipc import Channel, Message
 from faden_agent.uplink import Uplink
 from faden_agent.workers.base import Worker
-from faden_agent.workers.executor import specs
+from faden_agent.workers.executor.specs import SpecError
 from faden_agent.workers.executor.adoption import adopt
 from faden_agent.workers.executor.commands import Commands
 from faden_agent.workers.executor.docker_ops import DockerOps
 from faden_agent.workers.executor.events import EventWatcher
-from faden_agent.workers.executor.journal import QUEUED, Entry, Journal
-from faden_agent.workers.executor.scheduler import Job, Scheduler, job_key
+from faden_agent.workers.executor.journal import QUEUED, RUNNING, Entry, Journal
+from faden_agent.workers.executor.kinds import KINDS
+from faden_agent.workers.executor.scheduler import Job, Scheduler
 from faden_agent.workers.executor.timeline import Timeline
 
 log = logging.getLogger(__name__)
 
 ENGINE_PROBE_S = 5.0
+POISON_DEATHS = 2  # a command running at this many executor deaths in a row is not run again
 
 
 class ExecutorWorker(Worker):
@@ -61,10 +64,18 @@ class ExecutorWorker(Worker):
         return [self.requests]
 
     def handle(self, channel: Channel, message: Message) -> None:
+        # A REP socket must answer every request, or it takes no other: never raise before send.
         if message.type != "command":
-            channel.send("error", {"message": f"unknown request type {message.type!r}; expected 'command'"})
+            channel.send("error", {"message": f"unknown request type {protocol.quote(message.type)}; expected 'command'"})
             return
-        channel.send("ack", self.accept(message.body))
+        try:
+            reply = self.accept(message.body)
+        except Exception as exc:  # noqa: BLE001 - a bug with one command must not wedge the socket
+            log.exception("accepting a command failed")
+            body = message.body if isinstance(message.body, dict) else {}
+            reply = {"id": body.get("id"), "accepted": False, "duplicate": False, "reason": "internal_error",
+                     "message": f"the executor failed to accept the command: {protocol.quote(str(exc))}"}
+        channel.send("ack", reply)
 
     def tick(self) -> None:
         self.enforce_deadlines()
@@ -74,7 +85,9 @@ class ExecutorWorker(Worker):
         return {**self.scheduler.counts(), "docker": engine, "events": self.events.connected}
 
     def teardown(self) -> None:
-        # Running commands stay "running" in the journal; the next start resumes them.
+        # Running commands stay "running" in the journal; the next start resumes them (and,
+        # since this stop is in order, does not count it as a death they caused).
+        self.journal.mark_clean_stop()
         self.events.stop()
         self.requests.close()
         self.uplink.close()
@@ -84,17 +97,23 @@ class ExecutorWorker(Worker):
     def accept(self, body: Any) -> dict[str, Any]:
         """Journal the command, then own it: ack accepted unless it cannot be journaled."""
         command_id = body.get("id") if isinstance(body, dict) else None
-        if not isinstance(command_id, str) or not command_id.strip():
-            return {"id": command_id, "accepted": False, "duplicate": False, "reason": "invalid_spec",
-                    "message": "a command needs a non-empty string id"}
+        if not isinstance(command_id, str) or not command_id.strip() or len(command_id) > protocol.MAX_ID_BYTES:
+            return {"id": command_id if isinstance(command_id, str) and len(command_id) <= protocol.MAX_ID_BYTES else None,
+                    "accepted": False, "duplicate": False, "reason": "invalid_spec",
+                    "message": f"a command needs a non-empty string id of at most {protocol.MAX_ID_BYTES} bytes"}
         kind = body.get("kind")
         kind = kind if isinstance(kind, str) else repr(kind)
         seq = body.get("seq")
         seq = seq if isinstance(seq, int) and 0 < seq < protocol.MAX_SEQ else None  # beyond int64 SQLite raises OverflowError
         deadline = body.get("deadline")
         deadline = float(deadline) if isinstance(deadline, (int, float)) and not isinstance(deadline, bool) else None
+        spec = body.get("spec")
+        # The stream worker measured it and left the spec out, or we measure.
+        size = body["too_large"] if "too_large" in body else len(orjson.dumps(spec))
+        too_large = "too_large" in body or size > protocol.MAX_SPEC_BYTES
         try:
-            entry, duplicate = self.journal.add(command_id, seq, kind, body.get("spec"), deadline)
+            entry, duplicate = self.journal.add(command_id, seq, kind[:protocol.MAX_ID_BYTES], None if too_large else spec,
+                                                deadline)
         except sqlite3.Error as exc:
             log.error("cannot journal command %s: %s", command_id, exc)
             return {"id": command_id, "accepted": False, "duplicate": False, "reason": "journal_error",
@@ -103,34 +122,61 @@ class ExecutorWorker(Worker):
             if entry.outcome is not None:
                 self.timeline.replay(entry)
             return {"id": command_id, "accepted": True, "duplicate": True}
-        self.timeline.received(command_id, kind, seq)
-        self.dispatch(entry)
+        self.timeline.received(command_id, entry.kind, seq)
+        if too_large:
+            self.timeline.finish(command_id, protocol.REJECTED, "too_large",
+                                 f"{protocol.quote(kind)}: the command ({protocol.quote(size)} bytes) exceeds the "
+                                 f"size limit ({protocol.MAX_SPEC_BYTES} bytes of spec); it is not run")
+        else:
+            self.dispatch(entry)
         return {"id": command_id, "accepted": True, "duplicate": False}
 
     def dispatch(self, entry: Entry, stop_reason: str | None = None) -> None:
-        """Validate and schedule a journaled command (new, or left unfinished by a predecessor)."""
-        if entry.kind not in specs.KINDS:
-            known = ", ".join(protocol.COMMAND_KINDS)
-            self.timeline.finish(entry.id, protocol.REJECTED, "unknown_kind",
-                                 f"unknown command kind {entry.kind}; this agent knows {known}")
-            return
+        """Validate and schedule a journaled command (new, or left unfinished by a predecessor);
+        whatever goes wrong ends this command with a reason, never the worker."""
+        step = "validating"
         try:
-            spec = specs.validate(entry.kind, entry.spec)
-        except specs.SpecError as exc:
-            self.timeline.finish(entry.id, protocol.REJECTED, "invalid_spec", f"{entry.kind}: {exc}")
-            return
-        deadline = specs.deadline_for(entry.kind, spec, entry.deadline, entry.received_at)
-        job = Job(id=entry.id, kind=entry.kind, spec=spec, deadline=deadline, key=job_key(entry.kind, spec),
-                  attempt=entry.attempt, stop_reason=stop_reason)
-        if entry.kind == "command.cancel":
-            self.commands_.execute(job)  # touches no Docker: inline keeps cancel ahead of queues
-        else:
-            self.scheduler.submit(job)
+            definition = KINDS.get(entry.kind)
+            if definition is None:
+                self.timeline.finish(entry.id, protocol.REJECTED, "unknown_kind",
+                                     f"unknown command kind {protocol.quote(entry.kind)}; "
+                                     f"this agent knows {', '.join(KINDS)}")
+                return
+            try:
+                spec = definition.validate(entry.spec)
+            except SpecError as exc:
+                self.timeline.finish(entry.id, protocol.REJECTED, "invalid_spec", f"{entry.kind}: {exc}")
+                return
+            step = "scheduling"
+            job = Job(id=entry.id, kind=entry.kind, spec=spec, definition=definition,
+                      deadline=definition.deadline(spec, entry.deadline, entry.received_at),
+                      key=definition.queue_key(spec) if definition.queue_key else "inline",
+                      attempt=entry.attempt, stop_reason=stop_reason)
+            if definition.inline:
+                self.commands_.execute(job)  # touches no Docker: inline keeps it ahead of every queue
+            else:
+                self.scheduler.submit(job)
+        except Exception as exc:  # noqa: BLE001 - a poison command ends as a command
+            log.exception("command %s (%s) failed while %s", entry.id, entry.kind, step)
+            state = protocol.REJECTED if step == "validating" else protocol.FAILED
+            self.timeline.finish(entry.id, state, "internal_error",
+                                 f"{protocol.quote(entry.kind)}: unexpected error while {step} it: "
+                                 f"{type(exc).__name__}: {protocol.quote(str(exc))}")
 
     def resume_unfinished(self) -> None:
-        """Commands a killed predecessor accepted: finish them, or report them interrupted."""
+        """Commands a killed predecessor accepted: finish them, or report them interrupted;
+        one that was running each of the last POISON_DEATHS times the executor died is
+        failed as `poison` instead of being run again."""
+        deaths = self.journal.count_deaths()
         for entry in self.journal.unfinished():
             if self.scheduler.find(entry.id):
+                continue
+            if entry.state == RUNNING and deaths.get(entry.id, 0) >= POISON_DEATHS:
+                log.error("command %s (%s) was running each of the last %d times the executor died: failing it as poison",
+                          entry.id, entry.kind, deaths[entry.id])
+                self.timeline.finish(entry.id, protocol.FAILED, "poison",
+                                     f"{protocol.quote(entry.kind)}: the executor died {deaths[entry.id]} times in a row "
+                                     f"while this command ran (attempt {entry.attempt}); not run again")
                 continue
             late = self._deadline(entry) <= time.time()
             if entry.state != QUEUED and late:
@@ -146,14 +192,12 @@ class ExecutorWorker(Worker):
 
     @staticmethod
     def _deadline(entry: Entry) -> float:
-        """The command's deadline; +inf for one that will be rejected anyway."""
+        """The command's deadline; +inf for one that will be rejected anyway (dispatch says why)."""
+        definition = KINDS.get(entry.kind)
         try:
-            spec = specs.validate(entry.kind, entry.spec) if entry.kind in specs.KINDS else None
-        except specs.SpecError:
-            spec = None
-        if spec is None:
+            return definition.deadline(definition.validate(entry.spec), entry.deadline, entry.received_at)
+        except Exception:  # noqa: BLE001 - unknown kind, bad spec, a validator bug: dispatch reports it
             return float("inf")
-        return specs.deadline_for(entry.kind, spec, entry.deadline, entry.received_at)
 
     def enforce_deadlines(self) -> None:
         now = time.time()

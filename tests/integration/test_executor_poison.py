@@ -1,0 +1,96 @@
+"""Poison commands end as commands, never as the executor (issue 11): the real supervisor
+with the real executor, bad commands over its real socket, real kill -9."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from faden_agent import protocol
+from tests.agentproc import wait_for
+from tests.conftest import TEST_IMAGE
+from tests.executorproc import executor_factory, executor_pid, prefix  # noqa: F401
+
+pytestmark = pytest.mark.docker
+
+POISON_SPECS = [  # each once made a validator raise something other than its own error, or could
+    ("container.run", {"name": "p", "image": "x", "shm_size": "9" * 5000}),
+    ("container.run", {"name": "p", "image": "x", "shm_size": "99999999999999999999g"}),
+    ("container.run", {"name": "p", "image": "x", "ulimits": {"nofile": 2**64 - 1}}),
+    ("container.run", {"name": "p\n", "image": "x"}),
+    ("container.run", {"name": "p", "image": "x", "mounts": [{"target": "/x" * 10_000}]}),
+    ("container.stop", [1, 2, 3]),
+    ("x" * 5000, {}),
+]
+
+
+def assert_executor_alive(agent, restarts: int = 0) -> None:
+    worker = agent.workers()["executor"]
+    assert worker["state"] == "RUNNING" and worker["restarts"] == restarts, worker
+
+
+def run_a_valid_command(ex, prefix: str, tag: str) -> None:
+    done = ex.run(f"{prefix}-ok-{tag}", "container.run", {"name": f"{prefix}-ok-{tag}", "image": TEST_IMAGE,
+                                                          "command": ["sleep", "300"]})
+    assert done["state"] == "succeeded", done
+
+
+def test_poison_specs_are_rejected_and_later_commands_run(executor_factory, prefix):
+    agent, ex = executor_factory()
+    for i, (kind, spec) in enumerate(POISON_SPECS):
+        done = ex.run(f"{prefix}-poison{i}", kind, spec, timeout_s=10)
+        assert done["state"] == "rejected" and done["reason"] in ("invalid_spec", "unknown_kind"), done
+        assert len(done["message"]) < 1000, done  # a bad value is quoted, not echoed whole
+    run_a_valid_command(ex, prefix, "after-poison")
+    assert_executor_alive(agent)
+
+
+def test_an_over_size_command_is_acknowledged_and_rejected_once(executor_factory, prefix):
+    agent, ex = executor_factory()
+    spec = {"name": f"{prefix}-big", "image": TEST_IMAGE, "env": {"BIG": "x" * (protocol.MAX_SPEC_BYTES + 1)}}
+    ack = ex.send(f"{prefix}-big", "container.run", spec)
+    assert ack["accepted"] and not ack["duplicate"], ack
+    done = ex.wait_terminal(f"{prefix}-big", 10)
+    assert (done["state"], done["reason"]) == ("rejected", "too_large"), done
+    assert len(done["message"]) < 500
+    again = ex.send(f"{prefix}-big", "container.run", spec)  # a re-delivery is answered, not run
+    assert again["duplicate"], again
+    run_a_valid_command(ex, prefix, "after-big")
+    assert_executor_alive(agent)
+
+
+def test_a_command_running_at_two_executor_deaths_in_a_row_fails_as_poison(executor_factory, prefix, docker_client):
+    agent, ex = executor_factory()
+    cid, name = f"{prefix}-killer", f"{prefix}-killer"
+    spec = {"name": name, "image": TEST_IMAGE, "command": ["sleep", "300"], "deadline_s": 600,
+            "healthcheck": {"test": ["CMD-SHELL", "false"], "interval_s": 60, "retries": 5}}  # never healthy
+    ex.send(cid, "container.run", spec)
+    for death in (1, 2):
+        wait_for(lambda: ex.states(cid).count("started") == death, 30, what=f"attempt {death} started")
+        old = executor_pid(agent)
+        os.kill(old, signal.SIGKILL)  # the command "kills" the executor while it runs
+        wait_for(lambda: (w := agent.workers().get("executor")) and w["pid"] != old and w["state"] == "RUNNING",
+                 30, what="the executor restarted by the supervisor")
+    done = ex.wait_terminal(cid, 30)
+    assert (done["state"], done["reason"]) == ("failed", "poison"), done
+    assert ex.states(cid).count("started") == 2  # not run a third time
+    run_a_valid_command(ex, prefix, "after-deaths")
+    assert_executor_alive(agent, restarts=2)
+
+
+def test_an_orderly_restart_is_not_a_death(executor_factory, prefix):
+    agent, ex = executor_factory()
+    cid = f"{prefix}-slow"
+    spec = {"name": cid, "image": TEST_IMAGE, "command": ["sleep", "300"], "deadline_s": 600,
+            "healthcheck": {"test": ["CMD-SHELL", "false"], "interval_s": 60, "retries": 5}}
+    ex.send(cid, "container.run", spec)
+    for attempt in (1, 2):
+        wait_for(lambda: ex.states(cid).count("started") == attempt, 30, what=f"attempt {attempt} started")
+        agent.stop()  # SIGTERM: the executor stops in order
+        agent.start()
+    wait_for(lambda: ex.states(cid).count("started") == 3, 30, what="a third attempt after two orderly stops")
+    assert ex.terminal(cid) is None
+    ex.send(f"{prefix}-cancel", "command.cancel", {"command_id": cid})
+    assert ex.wait_terminal(cid, 30)["state"] == "cancelled"
