@@ -15,6 +15,17 @@ def hook(name: str) -> str | None:
     return os.environ.get(f"FADEN_TEST_HOOK_{name.upper()}") or None
 
 
+def kill_between(first: str, second: str) -> None:
+    """KILL_BETWEEN=first/second: SIGKILL this process between those two writes (after a
+    moment, so replies already on their way leave first)."""
+    if hook("kill_between") == f"{first}/{second}":
+        import signal
+        import time
+
+        time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 def thread_dies_after(worker: str, thread: str) -> float | None:
     """THREAD_DIES=worker/thread[/seconds]: that thread raises after the delay (default 0)."""
     value = hook("thread_dies")

@@ -4,6 +4,8 @@ One SQLite file in the state directory (WAL, synchronous=FULL, mode 0600). A row
 queued -> running -> done; `outcome` holds the terminal timeline data so a re-delivered id
 is answered with the recorded outcome (same record ids) instead of running twice. Rows left
 queued/running by a killed executor are what the worker resumes or reports as interrupted.
+`reported` is 0 from "done" until the terminal record is in the outbox: a start-up replay
+(`unreported`) re-emits the ones a killed executor finished but never reported.
 
 Registry credentials travel in a pull's spec; they are kept in this 0600 file only until
 the command is done, then scrubbed.
@@ -79,6 +81,9 @@ class Journal:
         self._lock = threading.Lock()
         self._db = open_private_sqlite(self.path, _SCHEMA)
         self._db.execute("PRAGMA secure_delete=ON")  # scrubbed credentials must not linger in free pages
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(commands)")}
+        if "reported" not in columns:  # a journal from before the column: its done rows were reported
+            self._db.execute("ALTER TABLE commands ADD COLUMN reported INTEGER NOT NULL DEFAULT 1")
 
     def add(self, command_id: str, seq: int | None, kind: str, spec: Any, deadline: float | None) -> tuple[Entry, bool]:
         """Journal a new command; returns (entry, True) when the id was already there."""
@@ -129,7 +134,7 @@ class Journal:
                 return False
             spec = orjson.loads(row[0])
             self._db.execute(
-                "UPDATE commands SET state = ?, outcome = ?, spec = ?, updated_at = ? WHERE id = ?",
+                "UPDATE commands SET state = ?, outcome = ?, spec = ?, updated_at = ?, reported = 0 WHERE id = ?",
                 (DONE, orjson.dumps(outcome), orjson.dumps(scrub(spec)), time.time(), command_id),
             )
             if scrub(spec) != spec:  # rare (pulls with credentials): also flush the old page out of the WAL
@@ -157,6 +162,21 @@ class Journal:
                 self._db.execute("INSERT INTO deaths SELECT id, 1 FROM commands WHERE state = ? AND true"
                                  " ON CONFLICT(command_id) DO UPDATE SET count = count + 1", (RUNNING,))
             return dict(self._db.execute("SELECT command_id, count FROM deaths").fetchall())
+
+    # --- terminal records: "done" here, then in the outbox
+
+    def mark_reported(self, command_id: str) -> None:
+        with self._lock:
+            self._db.execute("UPDATE commands SET reported = 1 WHERE id = ?", (command_id,))
+
+    def unreported(self) -> list[Entry]:
+        """Done commands whose terminal record may not have reached the outbox."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT id, seq, kind, spec, deadline, state, attempt, outcome, received_at FROM commands"
+                " WHERE state = ? AND reported = 0 ORDER BY updated_at", (DONE,),
+            ).fetchall()
+        return [_entry(r) for r in rows]
 
     # --- containers adopted explicitly (they carry no labels of ours)
 

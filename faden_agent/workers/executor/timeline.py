@@ -4,13 +4,17 @@ received/started/terminal use step 0 (started: one per attempt), progress steps 
 numbered within an attempt. A terminal state is written to the journal first and sent only
 when this call was the one that finished the command, so racing paths (the deadline
 watchdog and the job's own thread) never report two outcomes.
+
+"done" in the journal and the record in the outbox are two files, so they cannot be one
+write: the journal keeps the row unreported until the outbox has the record, and
+`report_unreported` (at start, and after a failed write) puts it there again (same id).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from faden_agent import protocol
+from faden_agent import protocol, testhooks
 from faden_agent.uplink import Uplink
 from faden_agent.workers.executor.journal import Entry, Journal
 
@@ -40,12 +44,26 @@ class Timeline:
         data = protocol.timeline_data(command_id, state, reason=reason, message=message, **result)
         if not self.journal.finish(command_id, data):
             return False
-        self._put(command_id, state, 0, **{k: v for k, v in data.items() if k not in ("command_id", "state")})
+        testhooks.kill_between("done", "outbox")
+        self._put_terminal(command_id, data)
         return True
+
+    def _put_terminal(self, command_id: str, outcome: dict[str, Any]) -> None:
+        fields = {k: v for k, v in outcome.items() if k not in ("command_id", "state")}
+        self._put(command_id, outcome["state"], 0, **fields)
+        self.journal.mark_reported(command_id)
 
     def replay(self, entry: Entry) -> None:
         """A re-delivered, already finished command: the same records again (same ids)."""
         self.received(entry.id, entry.kind, entry.seq)
         if entry.outcome:
-            fields = {k: v for k, v in entry.outcome.items() if k not in ("command_id", "state")}
-            self._put(entry.id, entry.outcome["state"], 0, **fields)
+            self._put_terminal(entry.id, entry.outcome)
+
+    def report_unreported(self) -> int:
+        """Terminal records of done commands that never reached the outbox (a kill between
+        the two writes, a full disk): put them there now. Returns how many."""
+        entries = self.journal.unreported()
+        for entry in entries:
+            if entry.outcome:
+                self._put_terminal(entry.id, entry.outcome)
+        return len(entries)

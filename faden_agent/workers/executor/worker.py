@@ -57,6 +57,9 @@ class ExecutorWorker(Worker):
         self.events.start(self.start_thread)
         self.start_thread("adoption", adopt, self.ops, self.journal, self.uplink, self.stop_event, finite=True)
         self.start_thread("engine-probe", self._probe_engine)
+        replayed = self.timeline.report_unreported()  # finished by a predecessor, never reported
+        if replayed:
+            log.warning("re-emitted the terminal records of %d finished command(s) a predecessor never reported", replayed)
         self.resume_unfinished()
         self.requests = Channel.bind(zmq.REP, self.endpoints.executor)
 
