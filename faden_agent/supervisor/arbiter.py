@@ -33,6 +33,7 @@ from faden_agent import __version__
 from faden_agent.config import Config
 from faden_agent.ipc import Channel, Endpoints, EnvelopeError, ensure_runtime_dir
 from faden_agent.proctitle import set_title
+from faden_agent.supervisor import lock
 from faden_agent.supervisor.notify import SystemdNotifier
 from faden_agent.supervisor.onefile import follow_bootloader
 from faden_agent.supervisor.policy import RestartPolicy
@@ -99,7 +100,11 @@ class Supervisor:
 
     def prepare(self) -> None:
         set_title(f"faden-agent: supervisor {__version__}", "faden-super")
+        # Before any socket is bound: a second agent must not unlink the first one's sockets.
+        self._locks = [lock.acquire(self.config.state_dir, "state directory")]
         ensure_runtime_dir(self.config.runtime_dir)
+        if self.config.runtime_dir != self.config.state_dir:
+            self._locks.append(lock.acquire(self.config.runtime_dir, "runtime directory"))
         follow_bootloader()  # the standalone binary: stop when its bootloader is killed
         self._wakeup_r, wakeup_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.set_wakeup_fd(wakeup_w)
