@@ -1,8 +1,9 @@
 """The state file: this machine's membership (node id, credential, backend URL).
 
 Written once, at enrollment: temp file in the same directory, fsync, rename, fsync of the
-directory, mode 0600. The agent never deletes or overwrites it on its own; an operator who
-wants to re-enroll removes it. Every way it can be wrong has one clear error (StateError),
+directory, mode 0600. The agent never deletes or overwrites it; only a re-enrollment (the
+backend rejects the credential and a new token is set, docs/protocol.md) moves it aside
+and writes a new one. Every way it can be wrong has one clear error (StateError),
 and no message ever contains the credential.
 """
 
@@ -103,6 +104,18 @@ def write_state(path: Path, state: AgentState) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def supersede_state(path: Path, state: AgentState) -> Path:
+    """Re-enrollment (a rejected credential plus a new token): the old file is kept beside
+    as `<name>.rejected-<UTC time>` (never deleted), then the new one is written. Returns
+    where the old one went. A death in between leaves no state file: the next start
+    enrolls again with the same attempt id, which the backend answers again."""
+    path = Path(path)
+    aside = path.with_name(f"{path.name}.rejected-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
+    os.replace(path, aside)
+    write_state(path, state)
+    return aside
 
 
 def _publish(tmp: str, path: Path) -> None:

@@ -7,6 +7,7 @@ Every method takes the one lock, so the threaded HTTP server can share one conne
 from __future__ import annotations
 
 import hashlib
+import os
 import secrets
 import sqlite3
 import threading
@@ -64,6 +65,10 @@ CREATE TABLE IF NOT EXISTS records (
 );
 CREATE INDEX IF NOT EXISTS records_by_command ON records (command_id, received_at);
 CREATE INDEX IF NOT EXISTS records_by_kind ON records (node_id, kind, received_at);
+CREATE TABLE IF NOT EXISTS meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS log_lines (
     n INTEGER PRIMARY KEY AUTOINCREMENT,
     node_id TEXT NOT NULL,
@@ -87,11 +92,15 @@ class TokenRefused(Exception):
     pass
 
 
+HIGH_WATER_FILE = "command-high-water"  # beside the database, not in it: a restore leaves it
+
+
 class Store:
     def __init__(self, data_dir: Path):
         data_dir = Path(data_dir)
         data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.path = data_dir / "backend.sqlite"
+        self._high_water_path = data_dir / HIGH_WATER_FILE
         self._lock = threading.Lock()
         self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
@@ -100,6 +109,43 @@ class Store:
         if "attempt_hash" not in columns:  # a data directory from before enrollment retries
             self._db.execute("ALTER TABLE tokens ADD COLUMN attempt_hash TEXT")
         self.path.chmod(0o600)
+        self.epoch = self._check_epoch()
+
+    # ------------------------------------------------------------------ epoch
+
+    def _check_epoch(self) -> str:
+        """The command store's identity, sent on every stream (docs/protocol.md, Epoch).
+
+        A new database gets a random epoch. A database put back from an older copy (a
+        restore: its last command is below the highest sequence number this data directory
+        ever handed out, kept in a file beside it) gets a new one, so agents holding a
+        cursor from the lost future reset it instead of waiting for numbers already used."""
+        row = self._db.execute("SELECT value FROM meta WHERE key = 'epoch'").fetchone()
+        last_seq = self._last_seq()
+        high_epoch, high_seq = self._read_high_water()
+        if row is None or (high_epoch == row[0] and last_seq < high_seq):
+            epoch = secrets.token_hex(8)
+            self._db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('epoch', ?)", (epoch,))
+        else:
+            epoch = row[0]
+        self._write_high_water(epoch, last_seq)
+        return epoch
+
+    def _last_seq(self) -> int:
+        row = self._db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'commands'").fetchone()
+        return int(row[0]) if row else 0
+
+    def _read_high_water(self) -> tuple[str | None, int]:
+        try:
+            epoch, seq = self._high_water_path.read_text().split()
+            return epoch, int(seq)
+        except (OSError, ValueError):
+            return None, 0
+
+    def _write_high_water(self, epoch: str, seq: int) -> None:
+        tmp = self._high_water_path.with_suffix(".tmp")
+        tmp.write_text(f"{epoch} {seq}\n")
+        os.replace(tmp, self._high_water_path)
 
     # ------------------------------------------------------------------ enrollment
 
@@ -177,6 +223,7 @@ class Store:
                 (command_id, node_id, kind, orjson.dumps(spec), deadline, time.time()),
             )
             row = self._db.execute("SELECT seq, node_id FROM commands WHERE id = ?", (command_id,)).fetchone()
+            self._write_high_water(self.epoch, self._last_seq())
         return {"id": command_id, "seq": row[0], "node_id": row[1]}
 
     def commands_after(self, node_id: str, after: int, limit: int = 100) -> list[dict[str, Any]]:

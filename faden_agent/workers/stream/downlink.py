@@ -23,6 +23,7 @@ from faden_agent.workers.stream.link import Link, LinkThread
 log = logging.getLogger(__name__)
 
 CURSOR_KEY = "downlink_after"
+EPOCH_KEY = "downlink_epoch"  # the backend identity the cursor belongs to (docs/protocol.md, Epoch)
 HANDOFF_TIMEOUT_S = 5.0  # the executor journals to disk before it acks: seconds, not minutes
 HANDOFF_RETRY_S = 1.0
 
@@ -31,6 +32,8 @@ class Downlink(LinkThread):
     def __init__(self, link: Link):
         super().__init__("downlink", link)
         self.cursor = int(self.outbox.get_meta(CURSOR_KEY, "0") or 0)
+        self.epoch = self.outbox.get_meta(EPOCH_KEY, "") or ""
+        self.stale = 0  # commands at or below the cursor within one epoch: counted, logged
 
     def run(self) -> None:
         while self.gate.wait():
@@ -58,10 +61,31 @@ class Downlink(LinkThread):
                 stream.close()
                 return
             self.status.contact()
+            if message["type"] == "hello" and not self.same_epoch(message.get("epoch")):
+                stream.close()
+                return  # reconnect at once, from the reset cursor
             if message["type"] == "command":
                 self.deliver(message)
-            # "hello" and "keepalive" only prove the stream is alive; unknown types are
-            # skipped so a newer backend can add some.
+            # "keepalive" only proves the stream is alive; unknown types are skipped so a
+            # newer backend can add some.
+
+    def same_epoch(self, epoch: Any) -> bool:
+        """Adopt the backend's epoch; False when it changed (the backend's command store was
+        restored or replaced: its sequence numbers start over, so the cursor does too)."""
+        if not isinstance(epoch, str) or not epoch or epoch == self.epoch:
+            return True  # a backend without epochs: the cursor alone decides
+        if not self.epoch:
+            self.outbox.set_meta(EPOCH_KEY, epoch)  # the first epoch seen: the cursor is its own
+            self.epoch = epoch
+            return True
+        log.warning("downlink: the backend's epoch changed from %.80r to %.80r (its command store was restored or "
+                    "replaced); cursor reset from seq %d to 0, re-delivered commands are recognised by id",
+                    self.epoch, epoch, self.cursor)
+        self.outbox.set_meta(CURSOR_KEY, "0")  # before the epoch: a crash in between resets again, harmlessly
+        self.outbox.set_meta(EPOCH_KEY, epoch)
+        self.cursor, self.epoch = 0, epoch
+        self.status.note(epoch_resets=self.status.snapshot().get("epoch_resets", 0) + 1)
+        return False
 
     def deliver(self, message: dict[str, Any]) -> None:
         command = parse_command(message)
@@ -69,7 +93,14 @@ class Downlink(LinkThread):
             log.error("downlink: skipped a malformed command line: %.200r", message)
             return
         if command["seq"] <= self.cursor:
-            return  # already acknowledged (a backend replaying from an older cursor)
+            # Already acknowledged in this epoch: a backend replaying from an older cursor,
+            # or one that went back in time without a new epoch. Never dropped in silence.
+            self.stale += 1
+            self.status.note(stale_commands=self.stale)
+            log.warning("downlink: command %.200r (seq %d) is at or below the cursor %d of epoch %.80r; not run "
+                        "again (%d such commands so far)", command["id"], command["seq"], self.cursor,
+                        self.epoch or "-", self.stale)
+            return
         if not self.hand_off(command):
             return  # stopping; the cursor stays, the command comes again next start
         self.cursor = command["seq"]

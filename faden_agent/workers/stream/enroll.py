@@ -1,6 +1,9 @@
 """Membership: load the state file, or enroll once with the one-time token and write it.
 
-A machine with a state file is a member and never enrolls again, whatever token is set.
+A machine with a state file is a member and does not enroll again, whatever token is set,
+unless the backend rejects its credential and a new token is set: then it re-enrolls as the
+same agent (new node id and credential at a restored or replaced backend); the rejected
+state file is kept beside the new one.
 Every problem (no token, refused token, unreadable/corrupt/foreign state file) is one
 clear line in `status` and the log, retried slowly so an operator's fix is picked up
 without a restart; the state file is never deleted or overwritten.
@@ -14,7 +17,7 @@ import platform
 import threading
 
 from faden_agent import __version__, protocol
-from faden_agent.backend import BackendClient, BackendError
+from faden_agent.backend import BackendClient, BackendError, CredentialRejected
 from faden_agent.backoff import Backoff
 from faden_agent.config import Config, ConfigError, env_name
 from faden_agent.state import (
@@ -25,6 +28,7 @@ from faden_agent.state import (
     forget_enrollment_attempt,
     load_state,
     new_state,
+    supersede_state,
     write_state,
 )
 from faden_agent.workers.stream import link
@@ -92,23 +96,53 @@ class Membership:
         state = load_state(path)
         if state is not None:
             check_backend(state, self.config.backend_url, path)
-            note = " (the enrollment token set is ignored)" if self._token_set() else ""
+            token = self.config.token() if self._token_set() else None
+            if token and self.credential_rejected(state):
+                return self.enroll(token, replacing=state)
+            note = " (the enrollment token set is ignored: the credential is valid)" if token else ""
             log.info("already a member of %s as node %s%s", state.backend_url, state.node_id, note)
             return state
         token = self.config.token()
         if not token:
             return None
+        return self.enroll(token)
+
+    def credential_rejected(self, state: AgentState) -> bool:
+        """Ask the backend (an empty uplink batch) whether it still knows this credential;
+        other failures raise and are retried like any enrollment failure."""
+        if not self.gate.wait():
+            return False
+        client = BackendClient(self.config, state.credential)
+        try:
+            client.uplink([])
+        except CredentialRejected as exc:
+            log.warning("%s; an enrollment token is set: enrolling again as agent %s", exc, state.agent_id)
+            return True
+        finally:
+            client.close()
+        return False
+
+    def enroll(self, token: str, replacing: AgentState | None = None) -> AgentState | None:
+        """Spend the token; with `replacing`, re-enroll that member (same agent id, new credential)."""
         if not self.gate.wait():
             return None
         self.status.set_state(link.ENROLLING)
+        agent_id = replacing.agent_id if replacing else self.config.agent_id
         attempt = enrollment_attempt_id(self.config.state_dir)  # on disk before the token is spent
         client = BackendClient(self.config)
         try:
-            reply = client.enroll(token, {**enrollment_facts(self.config), "enrollment_id": attempt})
+            reply = client.enroll(token, {**enrollment_facts(self.config), "agent_id": agent_id,
+                                          "enrollment_id": attempt})
         finally:
             client.close()
-        state = new_state(self.config.backend_url, reply["node_id"], reply["credential"], self.config.agent_id)
-        write_state(path, state)
+        path = self.config.state_path
+        state = new_state(self.config.backend_url, reply["node_id"], reply["credential"], agent_id)
+        if replacing is None:
+            write_state(path, state)
+        else:
+            aside = supersede_state(path, state)
+            log.warning("re-enrolled with %s: node %s is now node %s (agent %s); the rejected state file is kept "
+                        "as %s", state.backend_url, replacing.node_id, state.node_id, agent_id, aside)
         forget_enrollment_attempt(self.config.state_dir)
         log.info("enrolled with %s as node %s; state written to %s", state.backend_url, state.node_id, path)
         return state

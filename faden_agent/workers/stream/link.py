@@ -84,6 +84,10 @@ class LinkStatus:
             changes.update(last_error=error, last_error_at=time.time())
         self._update(**changes)
 
+    def note(self, **counters: Any) -> None:
+        """Counters shown beside the state (stale_commands, epoch_resets)."""
+        self._update(**counters)
+
     def contact(self) -> None:
         """A successful exchange with the backend."""
         self._update(last_contact_at=time.time())

@@ -1,0 +1,104 @@
+"""The backend goes back in time (issue 12, item 4): the reference backend is stopped, its
+database is put back from a copy taken earlier (what `faden restore` does) and started.
+
+- an agent enrolled before the copy holds a cursor from the lost future; the backend's new
+  epoch makes it start over, so commands sent afterwards run (before: dropped silently,
+  `seq <= cursor`);
+- an agent enrolled after the copy is unknown to the restored backend: its credential is
+  rejected; started again with a new token (the install line run again) it re-enrolls as
+  the same agent, and its running container is adopted and reported, not recreated.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import orjson
+import pytest
+
+from faden_agent.state import load_state
+from tests.agentproc import wait_for
+from tests.backendproc import agent_on_backend, backend  # noqa: F401
+from tests.conftest import TEST_IMAGE
+from tests.executorproc import prefix  # noqa: F401
+
+pytestmark = pytest.mark.docker
+
+
+def copy_database(source: Path, target: Path) -> None:
+    """The backend's database files (a stopped backend: no transaction in flight)."""
+    for old in target.glob("backend.sqlite*"):
+        old.unlink()
+    target.mkdir(parents=True, exist_ok=True)
+    for path in source.glob("backend.sqlite*"):
+        shutil.copy2(path, target / path.name)
+
+
+def run_container(backend, node_id: str, name: str) -> dict:
+    command_id = backend.send_command(node_id, "container.run",
+                                      {"name": name, "image": TEST_IMAGE, "command": ["sleep", "600"]})
+    done = backend.wait_command(command_id, timeout_s=60)
+    assert done["state"] == "succeeded", done
+    return done
+
+
+def link_state(agent) -> str | None:
+    stream = agent.workers().get("stream") or {}
+    return ((stream.get("status") or {}).get("link") or {}).get("state")
+
+
+def test_restored_backend_runs_new_commands_and_a_later_node_reenrolls(backend, agent_on_backend, prefix,  # noqa: F811
+                                                                       docker_client, tmp_path):
+    early, early_node = agent_on_backend(docker_timeout_sec=5)
+    early_name = f"{prefix}-early"
+    run_container(backend, early_node["node_id"], early_name)
+
+    backend.stop()
+    backup = tmp_path / "backup"
+    copy_database(backend.data_dir, backup)
+    backend.start()
+
+    late, late_node = agent_on_backend(docker_timeout_sec=5)
+    late_name = f"{prefix}-late"
+    run_container(backend, late_node["node_id"], late_name)
+    before = docker_client.api.inspect_container(late_name)
+    for _ in range(3):  # the early agent's cursor moves past everything the copy holds
+        done = backend.wait_command(backend.send_command(early_node["node_id"], "container.start", {"name": early_name}))
+        assert done["state"] == "succeeded", done
+
+    backend.stop()
+    copy_database(backup, backend.data_dir)
+    backend.start()
+
+    # Commands sent after the restore run on the early node.
+    stopped = backend.wait_command(backend.send_command(early_node["node_id"], "container.stop",
+                                                        {"name": early_name, "timeout_s": 1}), timeout_s=30)
+    assert stopped["state"] == "succeeded", stopped
+    assert not docker_client.api.inspect_container(early_name)["State"]["Running"]
+    assert "epoch changed" in early.log_path.read_text()
+
+    # The late node is unknown to the restored backend; a new token re-enrolls it.
+    wait_for(lambda: link_state(late) == "credential_rejected", 30, interval_s=0.2, what="credential_rejected")
+    agent_id = late.env["FADEN_NODE_AGENT_AGENT_ID"]
+    late.stop()
+    late.env["FADEN_NODE_AGENT_ENROLLMENT_TOKEN"] = backend.mint_token()
+    late.start()
+    node = backend.wait_node(agent_id, timeout_s=30)
+    assert node["node_id"] != late_node["node_id"]
+    state_path = Path(late.env["FADEN_NODE_AGENT_STATE_PATH"])
+    state = load_state(state_path)
+    assert state is not None and state.node_id == node["node_id"] and state.agent_id == agent_id
+    kept = list(state_path.parent.glob(state_path.name + ".rejected-*"))
+    assert len(kept) == 1 and orjson.loads(kept[0].read_bytes())["node_id"] == late_node["node_id"]
+
+    def adopted() -> list[dict]:
+        return [e for e in backend.events(node["node_id"])
+                if (e.get("data") or e).get("type") == "container.adopted" and (e.get("data") or e).get("name") == late_name]
+
+    event = wait_for(adopted, 30, interval_s=0.2, what="the late container adopted at the new node")[0]
+    assert (event.get("data") or event)["container_id"] == before["Id"]
+    after = docker_client.api.inspect_container(late_name)
+    assert after["Id"] == before["Id"] and after["State"]["StartedAt"] == before["State"]["StartedAt"]
+    assert after["State"]["Running"]
+    wait_for(lambda: link_state(late) == "connected", 30, interval_s=0.2, what="the re-enrolled link connected")
