@@ -6,7 +6,8 @@
         reap_workers()           waitpid(); exit -> BACKOFF or FATAL
         murder_hung_workers()    no heartbeat for too long -> traceback dump, SIGKILL
         sample_resources()       RSS/CPU for `ps`
-        notify_systemd()         READY once, WATCHDOG while this loop turns
+        notify_systemd()         READY once, WATCHDOG while this loop turns and no required
+                                 worker stays FATAL (see withheld_watchdog)
 
 Workers are forked (not fork+exec): the supervisor imports little (zmq, orjson, psutil),
 so a child starts in milliseconds and shares the parent's pages; each worker then imports
@@ -44,6 +45,9 @@ from faden_agent.workers.base import worker_main
 
 log = logging.getLogger(__name__)
 
+# Without these the agent is useless (no commands, no reports): one that stays FATAL gets
+# the whole service restarted by systemd's watchdog. Inventory and logs do not.
+REQUIRED_WORKERS = ("stream", "executor")
 HUNG_DUMP_GRACE_S = 0.5  # time for faulthandler to write the traceback before SIGKILL
 RESOURCE_SAMPLE_S = 2.0
 LIVE_STATES = (WorkerState.STARTING, WorkerState.RUNNING, WorkerState.STOPPING)
@@ -80,6 +84,7 @@ class Supervisor:
         self._last_status = ""
         self._signals: list[int] = []
         self._last_watchdog = 0.0
+        self._watchdog_withheld = False
         self._last_sample = 0.0
         self._resources: dict[int, tuple[int | None, float | None]] = {}
 
@@ -208,6 +213,7 @@ class Supervisor:
             worker.status = body.get("status") or {}
             if worker.state == WorkerState.STARTING:
                 worker.state = WorkerState.RUNNING
+                worker.fatal_streak = 0
                 log.info("worker %s is RUNNING (pid %d)", worker.name, worker.pid)
 
     def record_thread_death(self, worker: WorkerProcess, body: dict[str, Any]) -> None:
@@ -259,6 +265,7 @@ class Supervisor:
         worker.exit_times.append(now)
         if self.policy.is_fatal(worker.exit_times, now):
             worker.state = WorkerState.FATAL
+            worker.fatal_streak += 1
             worker.next_start_mono = now + self.policy.fatal_retry_s
             log.error(
                 "worker %s FATAL: %s; more than %d restarts in %gs; retrying in %gs",
@@ -306,6 +313,9 @@ class Supervisor:
         running = [w.name for w in self.workers.values() if w.state == WorkerState.RUNNING]
         failing = [w.name for w in self.workers.values() if w.state != WorkerState.RUNNING]
         status = f"{len(running)} workers running" + (f"; not running: {', '.join(failing)}" if failing else "")
+        withheld = self.withheld_watchdog()
+        if withheld:
+            status += f"; watchdog withheld: {withheld}"
         if not self.ready_sent:
             if all(w.state == WorkerState.RUNNING or w.exit_times for w in self.workers.values()):
                 self.ready_sent = True
@@ -319,7 +329,20 @@ class Supervisor:
         now = time.monotonic()
         if interval and now - self._last_watchdog >= interval:
             self._last_watchdog = now
-            self.notifier.watchdog()
+            if withheld is None:
+                self.notifier.watchdog()
+            elif not self._watchdog_withheld:
+                log.error("no longer feeding systemd's watchdog: %s; systemd will restart the agent", withheld)
+            self._watchdog_withheld = withheld is not None
+
+    def withheld_watchdog(self) -> str | None:
+        """Why the agent is not healthy enough to be useful, or None. The rule (docs/service.md):
+        a required worker is FATAL again after its FATAL retry, never RUNNING in between."""
+        for name in REQUIRED_WORKERS:
+            worker = self.workers.get(name)
+            if worker is not None and worker.fatal_streak >= 2 and worker.state != WorkerState.RUNNING:
+                return f"required worker {name} stays FATAL ({worker.last_exit})"
+        return None
 
     # ------------------------------------------------------------------ stop
 

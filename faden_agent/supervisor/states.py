@@ -40,6 +40,7 @@ class WorkerProcess:
     exit_times: collections.deque = field(default_factory=lambda: collections.deque(maxlen=256))
     status: dict[str, Any] = field(default_factory=dict)  # the worker's own heartbeat fields
     kill_at_mono: float | None = None  # set when found hung: SIGKILL after the dump grace
+    fatal_streak: int = 0  # times it went FATAL since it last ran: 2 = its FATAL retry failed too
     failure: str | None = None  # "thread downlink died: OSError: ...", told by the worker before it exits
 
     def uptime(self, now_wall: float | None = None) -> float | None:
