@@ -94,23 +94,50 @@ def admin_nodes(url: str = UrlOption, admin_token: str = TokenOption, ca_bundle:
                    f"{node['heartbeats']:>6}  {workers}{revoked}")
 
 
+FollowOption = typer.Option(False, "--follow", "-f", help="Show the timeline as it happens (each state, progress "
+                            "bars, the outcome) until it ends; exit 1 unless it succeeded.")
+JsonOption = typer.Option(False, "--json", help="Print the command document (JSON); with --follow, once it ended "
+                          "(the view then goes to stderr).")
+
+
+def _show_command(client: Any, command_id: str, follow: bool, as_json: bool) -> None:
+    if not follow:
+        _echo_json(_run(lambda: client.command(command_id)))
+        return
+    from rich.console import Console
+
+    from faden_agent.devbackend.follow import follow as follow_timeline
+
+    document = _run(lambda: follow_timeline(client, command_id, Console(stderr=as_json)))
+    if as_json:
+        _echo_json(document)
+    if document["state"] != "succeeded":
+        raise typer.Exit(1)
+
+
 @admin_app.command("send")
 def admin_send(node_id: str, kind: str, spec: str = typer.Option("{}", "--spec", help="The command's spec as JSON."),
                command_id: Optional[str] = typer.Option(None, "--id", help="Command id (default: generated)."),
+               follow: bool = FollowOption, as_json: bool = JsonOption,
                url: str = UrlOption, admin_token: str = TokenOption, ca_bundle: Optional[Path] = CaOption) -> None:
-    """Queue a command for a node and print its id."""
+    """Queue a command for a node and print its id (with --follow, then its timeline as it happens)."""
     try:
         spec_value = orjson.loads(spec)
     except orjson.JSONDecodeError as exc:
         raise typer.BadParameter(f"not JSON: {exc}", param_hint="--spec") from None
-    typer.echo(_run(lambda: _client(url, admin_token, ca_bundle).send_command(node_id, kind, spec_value, command_id)))
+    client = _client(url, admin_token, ca_bundle)
+    sent = _run(lambda: client.send_command(node_id, kind, spec_value, command_id))
+    if not (follow and as_json):
+        typer.echo(sent)
+    if follow:
+        _show_command(client, sent, follow, as_json)
 
 
 @admin_app.command("command")
-def admin_command(command_id: str, url: str = UrlOption, admin_token: str = TokenOption,
-                  ca_bundle: Optional[Path] = CaOption) -> None:
-    """Show a command: state and timeline (JSON)."""
-    _echo_json(_run(lambda: _client(url, admin_token, ca_bundle).command(command_id)))
+def admin_command(command_id: str, follow: bool = FollowOption, as_json: bool = JsonOption, url: str = UrlOption,
+                  admin_token: str = TokenOption, ca_bundle: Optional[Path] = CaOption) -> None:
+    """Show a command: state and timeline (JSON), or with --follow its timeline as it happens."""
+    _show_command(_client(url, admin_token, ca_bundle), command_id, follow, as_json)
 
 
 @admin_app.command("show")
