@@ -1,12 +1,15 @@
 """One way to replace a small file atomically: a temp file in the same directory, written
 (and fsynced), given its mode, then renamed over the old one, so a reader or a crash sees
-either the old content or the new, never half of it."""
+either the old content or the new, never half of it. A file found corrupt is moved aside
+with a timestamped name (quarantine) and reported, never silently overwritten."""
 
 from __future__ import annotations
 
 import os
 import tempfile
+import time
 from pathlib import Path
+from typing import Any
 
 
 def replace_file(path: Path, data: bytes, mode: int = 0o600, fsync: bool = True) -> None:
@@ -37,3 +40,33 @@ def replace_file_if_changed(path: Path, data: bytes, mode: int = 0o600) -> bool:
         pass
     replace_file(path, data, mode)
     return True
+
+
+def quarantine(path: Path, side_suffixes: tuple[str, ...] = ()) -> Path:
+    """Move a corrupt file aside as NAME.corrupt-<UTC time> (its side files, e.g. SQLite's
+    -wal/-shm, go with it), so a fresh one can take its place and the old one stays for a
+    post-mortem. Returns where it went."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    target = path.with_name(f"{path.name}.corrupt-{stamp}")
+    n = 1
+    while target.exists():
+        n += 1
+        target = path.with_name(f"{path.name}.corrupt-{stamp}-{n}")
+    os.replace(path, target)
+    for suffix in side_suffixes:
+        side = path.with_name(path.name + suffix)
+        if side.exists():
+            os.replace(side, target.with_name(target.name + suffix))
+    return target
+
+
+def quarantine_event(what: str, path: Path, moved_to: Path, error: str) -> dict[str, Any]:
+    """The event that tells the backend (record id: quarantine_record_id)."""
+    error = error[:200]
+    return {"type": "agent.file_quarantined", "file": what, "path": str(path), "moved_to": str(moved_to),
+            "error": error, "message": f"the {what} {path} was corrupt ({error}); moved aside to {moved_to.name}, "
+                                       f"started afresh"}
+
+
+def quarantine_record_id(event: dict[str, Any]) -> str:
+    return f"ev:quarantine:{Path(event['moved_to']).name}"

@@ -7,6 +7,9 @@ batches, sends them, and `ack`s what the backend acknowledged. A record is on di
 nothing; resends are harmless because every record has a unique id the backend dedups.
 
 Latest-value records (inventory) are kept one per kind: only the newest matters.
+
+A corrupt outbox file is moved aside at open (sqlitefile) and the fresh one starts with an
+event saying so.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from typing import Any, Iterable
 
 import orjson
 
+from faden_agent import protocol
+from faden_agent.files import quarantine_record_id
 from faden_agent.sqlitefile import open_private_sqlite
 
 OUTBOX_FILE = "outbox.sqlite"
@@ -58,7 +63,9 @@ class Outbox:
     def __init__(self, state_dir: Path):
         self.path = Path(state_dir) / OUTBOX_FILE
         self._lock = threading.Lock()
-        self._db = open_private_sqlite(self.path, _SCHEMA)
+        self._db, quarantined = open_private_sqlite(self.path, _SCHEMA, "outbox")
+        if quarantined:
+            self.put(protocol.EVENT, quarantined, record_id=quarantine_record_id(quarantined))
 
     def put(self, kind: str, data: dict[str, Any], record_id: str | None = None) -> dict[str, Any]:
         """Store a record durably; a repeated id is a no-op. Returns the record."""

@@ -79,7 +79,9 @@ class Journal:
     def __init__(self, state_dir: Path):
         self.path = Path(state_dir) / JOURNAL_FILE
         self._lock = threading.Lock()
-        self._db = open_private_sqlite(self.path, _SCHEMA)
+        # A corrupt journal is moved aside (the executor reports it): the commands it knew
+        # are forgotten, so one re-delivered now would run again; better than not running.
+        self._db, self.quarantined = open_private_sqlite(self.path, _SCHEMA, "command journal")
         self._db.execute("PRAGMA secure_delete=ON")  # scrubbed credentials must not linger in free pages
         columns = {row[1] for row in self._db.execute("PRAGMA table_info(commands)")}
         if "reported" not in columns:  # a journal from before the column: its done rows were reported

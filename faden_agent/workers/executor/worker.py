@@ -20,6 +20,7 @@ import orjson
 import zmq
 
 from faden_agent import protocol
+from faden_agent.files import quarantine_record_id
 from faden_agent.ipc import Channel, Message
 from faden_agent.uplink import Uplink
 from faden_agent.workers.base import Worker
@@ -47,6 +48,9 @@ class ExecutorWorker(Worker):
         self.journal = Journal(self.config.state_dir)
         self.uplink = Uplink(self.config)
         self.timeline = Timeline(self.uplink, self.journal)
+        if self.journal.quarantined:
+            log.error("%s", self.journal.quarantined["message"])
+            self.uplink.put(protocol.EVENT, self.journal.quarantined, record_id=quarantine_record_id(self.journal.quarantined))
         self.ops = DockerOps(self.config)
         self.commands_ = Commands(self.config, self.ops, self.journal, self.timeline)
         self.scheduler = Scheduler(self.commands_.execute, self.config.max_concurrent_pulls)

@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from faden_agent.files import replace_file
+from faden_agent.files import quarantine, quarantine_event, replace_file
 
 POSITIONS_FILE = "logs-positions.json"
 SAVE_INTERVAL_SEC = 0.5
@@ -31,6 +31,7 @@ class Positions:
         self.path = Path(state_dir) / POSITIONS_FILE
         self._lock = threading.Lock()
         self._save_lock = threading.Lock()  # snapshots reach the disk in the order taken
+        self.quarantined: dict[str, Any] | None = None  # the event when a corrupt file was moved aside
         self._values: dict[str, Any] = self._load()
         self._dirty = False
         self._saved_at = 0.0
@@ -40,11 +41,19 @@ class Positions:
             data = orjson.loads(self.path.read_bytes())
         except FileNotFoundError:
             return {}
-        except (OSError, orjson.JSONDecodeError) as exc:
+        except OSError as exc:
             # Starting over from the first-start window beats refusing to ship at all.
             log.error("log positions %s unreadable (%s); starting from the first-start window", self.path, exc)
             return {}
-        return data if isinstance(data, dict) else {}
+        except orjson.JSONDecodeError as exc:
+            data = exc
+        if isinstance(data, dict):
+            return data
+        # Corrupt: keep it for a post-mortem, start from the first-start window, report it.
+        error = str(data) if isinstance(data, Exception) else f"not a JSON object: {type(data).__name__}"
+        self.quarantined = quarantine_event("log positions", self.path, quarantine(self.path), error)
+        log.error("%s", self.quarantined["message"])
+        return {}
 
     def get(self, key: str, default: Any = None) -> Any:
         with self._lock:

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from faden_agent import protocol
+from faden_agent.files import quarantine_record_id
+from faden_agent.uplink import Uplink
 from faden_agent.workers.base import Worker
 from faden_agent.workers.logs.backlog import Backlog
 from faden_agent.workers.logs.labels import LabelMaker
@@ -26,6 +29,12 @@ class LogsWorker(Worker):
     def setup(self) -> None:
         self.backlog = Backlog()
         self.positions = Positions(self.config.state_dir)
+        if self.positions.quarantined:
+            uplink = Uplink(self.config)
+            try:
+                uplink.put(protocol.EVENT, self.positions.quarantined, quarantine_record_id(self.positions.quarantined))
+            finally:
+                uplink.close()
         self.shipper = Shipper(self.config, self.backlog, self.positions, self.stop_event)
         labels = LabelMaker(self.config)
         self.sources = [
