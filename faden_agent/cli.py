@@ -58,10 +58,12 @@ def _root(
 def run() -> None:
     """Run the agent in the foreground: the supervisor and its workers."""
     config = load()
+    from faden_agent.hardening import harden_process
     from faden_agent.logsetup import configure_logging
     from faden_agent.supervisor import Supervisor
 
     configure_logging(config.log_level, "faden-agent")
+    harden_process()  # the token out of the environment, no core dumps: before any worker or child
     try:
         code = Supervisor(config).run()
     except OSError as exc:

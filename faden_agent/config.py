@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 from urllib.parse import urlsplit
 
+from faden_agent.redact import redact_text, redact_url
+
 PREFIX = "FADEN_NODE_AGENT_"
 
 
@@ -181,6 +183,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("advertise_scheme", "http", _scheme, "Scheme the backend advertises: http or https"),
     Variable("enrollment_token", None, _optional_text, "One-time enrollment token", secret=True),
     Variable("enrollment_token_file", None, _optional_path, "File holding the one-time enrollment token"),
+    Variable("env_file", None, _optional_path, "The service's environment file (set by the unit): the enrollment token is removed from it once spent"),
     Variable("state_path", None, _path, "State file (default: /var/lib/faden-agent/state.json as root, else ~/.local/share/faden-agent/state.json)"),
     Variable("runtime_dir", None, _path, "Directory for the IPC sockets, mode 0700 (default: /run/faden-agent as root, else $XDG_RUNTIME_DIR/faden-agent or /tmp/faden-agent-UID)"),
     Variable("heartbeat_interval_sec", "15", _positive_float, "Heartbeat interval"),
@@ -227,6 +230,7 @@ class Config:
     advertise_scheme: str
     enrollment_token: str | None
     enrollment_token_file: Path | None
+    env_file: Path | None
     state_path: Path
     runtime_dir: Path
     heartbeat_interval_sec: float
@@ -263,6 +267,9 @@ class Config:
     def state_dir(self) -> Path:
         return self.state_path.parent
 
+    def __repr__(self) -> str:  # a Config in a traceback or a test report shows no secret
+        return "Config(" + ", ".join(f"{name}={value!r}" for name, value in self.redacted().items()) + ")"
+
     def token(self) -> str | None:
         """The enrollment token: the variable, else the token file's first line."""
         if self.enrollment_token:
@@ -291,6 +298,8 @@ class Config:
             value = getattr(self, var.field)
             if var.secret and value:
                 value = "<redacted>"
+            elif isinstance(value, str) and var.parse in (_url, _optional_url):
+                value = redact_url(value)  # https://user:key@logs... shows as https://<redacted>@logs...
             elif isinstance(value, Path):
                 value = str(value)
             elif isinstance(value, tuple):
@@ -343,7 +352,7 @@ def load_config(environ: Mapping[str, str] | None = None, **overrides: Any) -> C
         try:
             values[var.field] = var.parse(raw)
         except ValueError as exc:
-            shown = "<redacted>" if var.secret else repr(raw)
+            shown = "<redacted>" if var.secret else redact_text(repr(raw))
             raise ConfigError(f"{name}={shown} is not allowed: expected {exc}") from None
     values.update(overrides)
     _computed_defaults(values)

@@ -5,14 +5,16 @@ from __future__ import annotations
 import logging
 import sys
 
+from faden_agent.redact import RedactingFormatter
+
 
 def configure_logging(level: str, process_name: str) -> None:
     root = logging.getLogger()
     for handler in list(root.handlers):
         root.removeHandler(handler)
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(
-        logging.Formatter(f"%(asctime)s {process_name}[%(process)d] %(levelname)s %(name)s: %(message)s")
+    handler.setFormatter(  # URL credentials (a Loki URL's user:key) never reach the journal
+        RedactingFormatter(f"%(asctime)s {process_name}[%(process)d] %(levelname)s %(name)s: %(message)s")
     )
     root.addHandler(handler)
     root.setLevel(level.upper())

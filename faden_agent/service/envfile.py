@@ -70,6 +70,18 @@ def write_env(path: Path, values: Mapping[str, str]) -> bool:
     return replace_file_if_changed(path, format_env(values).encode(), 0o600)
 
 
+def forget_token(path: Path, token: str) -> bool:
+    """Remove the enrollment token from the file once it is spent (it buys nothing more and
+    must not linger in a file); only when the file still holds that very token, so a new
+    one put there meanwhile stays. Returns whether the file changed."""
+    values = read_env(path)
+    key = f"{PREFIX}ENROLLMENT_TOKEN"
+    if values.get(key) != token:
+        return False
+    del values[key]
+    return write_env(path, values)
+
+
 def effective_environ(path: Path, environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The service's settings with the current variables on top: what `doctor` should check."""
     env = dict(os.environ if environ is None else environ)

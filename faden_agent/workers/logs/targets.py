@@ -20,6 +20,7 @@ import requests
 from faden_agent import __version__
 from faden_agent.backend import BackendClient, BackendError, parse_retry_after
 from faden_agent.config import Config
+from faden_agent.redact import redact_url
 from faden_agent.state import StateError, load_state
 
 PUSH_PATH = "/loki/api/v1/push"
@@ -42,20 +43,22 @@ class DirectLoki:
         self.url = base_url.rstrip("/") + PUSH_PATH
         self.timeout_s = config.request_timeout_sec
         self.session = requests.Session()
-        self.session.verify = config.tls_verify()
+        # Per request, not on the session: requests lets REQUESTS_CA_BUNDLE/CURL_CA_BUNDLE in
+        # the environment override a session's verify (even VERIFY_TLS=false or CA_BUNDLE).
+        self.verify = config.tls_verify()
         self.session.headers.update({
             "User-Agent": f"faden-agent/{__version__}",
             "Content-Type": "application/json",
             "Content-Encoding": "gzip",
         })
 
-    def __str__(self) -> str:
-        return self.url
+    def __str__(self) -> str:  # shown in status, heartbeats and logs: no user:key@
+        return redact_url(self.url) or ""
 
     def send(self, payload: bytes) -> Answer:
         body = gzip.compress(payload, compresslevel=GZIP_LEVEL)
         try:
-            reply = self.session.post(self.url, data=body, timeout=self.timeout_s)
+            reply = self.session.post(self.url, data=body, timeout=self.timeout_s, verify=self.verify)
         except requests.RequestException as exc:
             return Answer(None, None, f"{exc.__class__.__name__}: {exc}"[:300])
         with reply:

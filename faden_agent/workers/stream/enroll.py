@@ -20,6 +20,7 @@ from faden_agent import __version__, protocol
 from faden_agent.backend import BackendClient, BackendError, CredentialRejected
 from faden_agent.backoff import Backoff
 from faden_agent.config import Config, ConfigError, env_name
+from faden_agent.service.envfile import forget_token
 from faden_agent.state import (
     AgentState,
     StateError,
@@ -145,7 +146,18 @@ class Membership:
                         "as %s", state.backend_url, replacing.node_id, state.node_id, agent_id, aside)
         forget_enrollment_attempt(self.config.state_dir)
         log.info("enrolled with %s as node %s; state written to %s", state.backend_url, state.node_id, path)
+        self.forget_spent_token(token)
         return state
+
+    def forget_spent_token(self, token: str) -> None:
+        path = self.config.env_file
+        if path is None:
+            return
+        try:
+            if forget_token(path, token):
+                log.info("the spent enrollment token was removed from %s", path)
+        except OSError as exc:
+            log.warning("cannot remove the spent enrollment token from %s: %s", path, exc.strerror or exc)
 
     def _token_set(self) -> bool:
         return bool(self.config.enrollment_token or self.config.enrollment_token_file)

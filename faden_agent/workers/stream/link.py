@@ -30,6 +30,7 @@ from faden_agent.config import Config
 from faden_agent.files import replace_file
 from faden_agent.ipc import Endpoints
 from faden_agent.outbox import Outbox
+from faden_agent.redact import redact_text, redact_url
 from faden_agent.state import AgentState
 
 log = logging.getLogger(__name__)
@@ -58,7 +59,7 @@ class LinkStatus:
         self._data: dict[str, Any] = {
             "state": STARTING,
             "since": time.time(),
-            "backend_url": backend_url,
+            "backend_url": redact_url(backend_url),
             "node_id": None,
             "last_contact_at": None,
             "last_error": None,
@@ -81,7 +82,7 @@ class LinkStatus:
     def set_state(self, state: str, error: str | None = None) -> None:
         changes: dict[str, Any] = {"state": state}
         if error is not None:
-            changes.update(last_error=error, last_error_at=time.time())
+            changes.update(last_error=redact_text(error), last_error_at=time.time())
         self._update(**changes)
 
     def note(self, **counters: Any) -> None:
