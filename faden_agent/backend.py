@@ -27,6 +27,7 @@ import requests
 import urllib3
 
 from faden_agent import __version__
+from faden_agent.protocol import MAX_STREAM_INFLATE_RATIO, MAX_STREAM_LINE_BYTES
 from faden_agent.backoff import MAX_RETRY_AFTER_SEC, parse_retry_after  # noqa: F401  (re-exported)
 from faden_agent.config import Config
 from faden_agent.files import replace_file
@@ -34,8 +35,8 @@ from faden_agent.files import replace_file
 log = logging.getLogger(__name__)
 
 API = "/api/agent/v1"
-# A stream line longer than this is a broken or hostile server, not a command.
-MAX_STREAM_LINE = 16 * 1024 * 1024
+# A stream line longer than this is a broken or hostile server, not a command (protocol.py).
+MAX_STREAM_LINE = MAX_STREAM_LINE_BYTES
 
 
 class BackendError(Exception):
@@ -195,7 +196,8 @@ class BackendClient:
         """Open the downlink; reading it raises BackendUnavailable after 3 silent keepalive periods."""
         read_timeout = stream_read_timeout(keepalive_sec)
         reply = self._request("GET", f"{API}/stream", params={"after": after, "keepalive": f"{keepalive_sec:g}"},
-                              stream=True, timeout=(self.timeout_s, read_timeout))
+                              stream=True, timeout=(self.timeout_s, read_timeout),
+                              headers={"Accept-Encoding": "gzip, identity"})  # what DownlinkStream inflates
         return DownlinkStream(reply)
 
     def uplink(self, records: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
@@ -265,34 +267,77 @@ def _reason(exc: Exception) -> str:
 
 
 class DownlinkStream:
-    """The NDJSON lines of one open stream, decoded; BackendUnavailable when it breaks."""
+    """The NDJSON lines of one open stream, decoded; BackendUnavailable when it breaks.
+
+    Read incrementally whatever the framing (chunked, Content-Length, close-delimited) and
+    encoding (gzip, deflate): each read returns what has arrived, at most READ_BYTES, so a
+    command is handled as soon as its line is complete, never when the answer ends. A line
+    over MAX_STREAM_LINE is not buffered: it is skipped to its newline (logged), and one
+    that runs on past MAX_SKIP_BYTES ends the stream; an answer that inflates more than
+    MAX_STREAM_INFLATE_RATIO times is a gzip bomb and ends it too."""
+
+    READ_BYTES = 64 * 1024
+    MAX_SKIP_BYTES = 16 * MAX_STREAM_LINE
 
     def __init__(self, reply: requests.Response):
         self.reply = reply
+        self.skipped_lines = 0
+        self._decoded = 0
+
+    def _chunks(self) -> Iterator[bytes]:
+        raw = self.reply.raw
+        encoding = self.reply.headers.get("Content-Encoding", "identity").strip().lower()
+        if encoding not in ("", "identity", "gzip", "x-gzip", "deflate"):
+            raise ProtocolError(f"stream has an unknown Content-Encoding {encoding[:40]!r}")
+        while True:
+            data = raw.read1(self.READ_BYTES, decode_content=True)  # urllib3 inflates at most READ_BYTES a call
+            if not data:
+                return
+            self._decoded += len(data)
+            if self._decoded > MAX_STREAM_LINE and self._decoded > MAX_STREAM_INFLATE_RATIO * max(raw.tell(), 1):
+                raise ProtocolError(f"stream inflates {self._decoded} bytes from {raw.tell()}: refused as a gzip bomb")
+            yield data
 
     def _lines(self) -> Iterator[bytes]:
-        """The raw lines; one that outgrows MAX_STREAM_LINE fails before it is all in memory
-        (requests' iter_lines would buffer an endless line until the read timeout)."""
+        """The raw lines, each at most MAX_STREAM_LINE bytes; longer ones skipped unbuffered."""
         pending = bytearray()
-        for chunk in self.reply.iter_content(chunk_size=None):
-            *complete, rest = chunk.split(b"\n")
-            for part in complete:
-                pending += part
-                yield bytes(pending)
-                pending.clear()
-            pending += rest
-            if len(pending) > MAX_STREAM_LINE:
-                raise ProtocolError(f"stream line of over {len(pending)} bytes exceeds {MAX_STREAM_LINE}")
-        if pending:
+        skipping: bytes | None = None  # the head of a line being skipped
+        skipped = 0
+        for chunk in self._chunks():
+            start = 0
+            while True:
+                end = chunk.find(b"\n", start)
+                piece = chunk[start:] if end < 0 else chunk[start:end]
+                if skipping is not None:
+                    skipped += len(piece)
+                    if skipped > self.MAX_SKIP_BYTES:
+                        raise ProtocolError(f"stream line runs on past {self.MAX_SKIP_BYTES} bytes: {skipping[:80]!r}")
+                elif len(pending) + len(piece) > MAX_STREAM_LINE:
+                    skipping, skipped = bytes(pending[:80] or piece[:80]), len(pending) + len(piece)
+                    pending.clear()
+                else:
+                    pending += piece
+                if end < 0:
+                    break
+                if skipping is not None:
+                    self._skip(skipping, skipped)
+                    skipping = None
+                else:
+                    yield bytes(pending)
+                    pending.clear()
+                start = end + 1
+        if pending and skipping is None:
             yield bytes(pending)
+
+    def _skip(self, head: bytes, size: int) -> None:
+        self.skipped_lines += 1
+        log.error("downlink: skipped a stream line of %d bytes (over %d): %r...", size, MAX_STREAM_LINE, head)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         try:
             for line in self._lines():
                 if not line.strip():
                     continue
-                if len(line) > MAX_STREAM_LINE:
-                    raise ProtocolError(f"stream line of {len(line)} bytes exceeds {MAX_STREAM_LINE}")
                 try:
                     message = orjson.loads(line)
                 except orjson.JSONDecodeError:
@@ -300,7 +345,7 @@ class DownlinkStream:
                 if not isinstance(message, dict) or not isinstance(message.get("type"), str):
                     raise ProtocolError(f"stream line has no type: {line[:80]!r}")
                 yield message
-        except requests.RequestException as exc:
+        except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
             raise BackendUnavailable(f"stream broke: {exc.__class__.__name__}: {_reason(exc)}") from None
         finally:
             self.reply.close()

@@ -80,3 +80,113 @@ class ScriptedHTTP(LocalHTTP):
                 pass
 
         return Handler
+
+
+class StreamingHTTP(LocalHTTP):
+    """A minimal backend (docs/protocol.md) whose stream is written with the framing the test
+    picks: "chunked", "length" (a Content-Length far beyond what is sent), "close" (no length:
+    the body ends when the connection closes), optionally gzip-encoded. Lines the test `put`s
+    are written as they come, keepalives in between; the connection stays open until close().
+    Enroll and uplink are answered (every uplinked record is kept in `records`)."""
+
+    def __init__(self, framing: str = "chunked", gzip: bool = False, keepalive_s: float = 0.3):
+        import queue
+
+        self.framing, self.gzip, self.keepalive_s = framing, gzip, keepalive_s
+        self.lines: "queue.Queue[bytes]" = queue.Queue()
+        self.records: list[dict] = []
+        self.streams_open = 0
+        self.streams_opened = 0
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+        super().__init__()
+
+    def put(self, line: bytes) -> None:
+        self.lines.put(line)
+
+    def close(self) -> None:
+        self.stopping.set()
+        super().close()
+
+    def timeline(self, command_id: str) -> list[dict]:
+        with self.lock:
+            return [r["data"] for r in self.records if r.get("kind") == "timeline" and r["data"].get("command_id") == command_id]
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        import queue
+        import time
+        import zlib
+
+        import orjson
+
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def reply(self, status: int, body: object) -> None:
+                data = orjson.dumps(body)
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if self.path.endswith("/enroll"):
+                    self.reply(200, {"node_id": "node-s", "credential": "cred-s", "protocol": 1})
+                elif self.path.endswith("/uplink"):
+                    records = orjson.loads(body)["records"]
+                    with server.lock:
+                        server.records += records
+                    self.reply(200, {"acked": [r["id"] for r in records], "rejected": []})
+                else:
+                    self.reply(404, {"error": "not_found", "message": self.path})
+
+            def do_GET(self) -> None:
+                if "/stream" not in self.path:
+                    self.reply(404, {"error": "not_found", "message": self.path})
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-ndjson")
+                if server.framing == "chunked":
+                    self.send_header("Transfer-Encoding", "chunked")
+                elif server.framing == "length":
+                    self.send_header("Content-Length", str(1 << 40))
+                else:
+                    self.send_header("Connection", "close")
+                if server.gzip:
+                    self.send_header("Content-Encoding", "gzip")
+                self.end_headers()
+                self.close_connection = True
+                deflater = zlib.compressobj(wbits=31) if server.gzip else None
+                with server.lock:
+                    server.streams_open += 1
+                    server.streams_opened += 1
+                try:
+                    self.write(deflater, b'{"type": "hello", "node_id": "node-s"}\n')
+                    while not server.stopping.is_set():
+                        try:
+                            line = server.lines.get(timeout=server.keepalive_s)
+                        except queue.Empty:
+                            line = orjson.dumps({"type": "keepalive", "ts": time.time()})
+                        self.write(deflater, line + b"\n")
+                except OSError:
+                    pass  # the client hung up
+                finally:
+                    with server.lock:
+                        server.streams_open -= 1
+
+            def write(self, deflater, data: bytes) -> None:
+                if deflater is not None:
+                    data = deflater.compress(data) + deflater.flush(zlib.Z_SYNC_FLUSH)
+                if server.framing == "chunked":
+                    data = b"%x\r\n%s\r\n" % (len(data), data)
+                self.wfile.write(data)
+                self.wfile.flush()
+
+        return Handler

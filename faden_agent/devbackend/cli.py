@@ -45,6 +45,9 @@ def dev_backend(
 
     configure_logging("info", "faden-dev-backend")
     logging.getLogger("faden_agent.devbackend").setLevel(logging.INFO)
+    if not admin_token.strip():
+        raise typer.BadParameter("must not be empty: an empty token opens the admin API to anyone",
+                                 param_hint="--admin-token")
     if downloads is not None and not downloads.is_dir():
         raise typer.BadParameter(f"{downloads} is not a directory", param_hint="--downloads")
     raise typer.Exit(serve(host, port, data, admin_token, downloads=downloads, loki_url=loki_url,

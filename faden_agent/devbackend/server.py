@@ -6,7 +6,6 @@ runs anywhere Python does; the agent itself never imports this package.
 from __future__ import annotations
 
 import collections
-import gzip
 import hmac
 import logging
 import re
@@ -15,6 +14,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable
@@ -30,7 +30,7 @@ log = logging.getLogger("faden_agent.devbackend")
 
 AGENT_PREFIX = "/api/agent/v1"
 ADMIN_PREFIX = "/api/admin/system"
-MAX_BODY_BYTES = 32 * 1024 * 1024
+MAX_BODY_BYTES = protocol.MAX_REQUEST_BODY_BYTES  # also the most a gzip body may inflate to
 DEFAULT_KEEPALIVE_SEC = 15.0
 KEEPALIVE_RANGE = (0.2, 300.0)
 STREAM_POLL_S = 0.2
@@ -50,12 +50,14 @@ class Faults:
         self.maintenance_retry_after: int | None = None
         self.stall_streams = False
         self.drop_generation = 0
+        self.max_body_bytes: int | None = None  # a smaller body limit: 413s on demand
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "maintenance_retry_after": self.maintenance_retry_after,
             "stall_streams": self.stall_streams,
             "drop_generation": self.drop_generation,
+            "max_body_bytes": self.max_body_bytes,
         }
 
 
@@ -64,6 +66,8 @@ class Backend:
 
     def __init__(self, data_dir: Path, admin_token: str, *, downloads: Path | None = None,
                  loki_url: str | None = None, keepalive_sec: float = DEFAULT_KEEPALIVE_SEC):
+        if not admin_token or not admin_token.strip():
+            raise ValueError("the admin token is empty: it would open the admin API to anyone")
         self.store = Store(data_dir)
         self.admin_token = admin_token
         self.downloads = downloads
@@ -146,16 +150,31 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
         return status
 
+    def body_limit(self) -> int:
+        switched = self.backend.faults.max_body_bytes
+        return MAX_BODY_BYTES if switched is None else min(switched, MAX_BODY_BYTES)
+
+    def read_raw_body(self) -> bytes:
+        """The body as sent, at most body_limit() bytes; a bad or too large Content-Length is
+        refused before anything is read (the connection then closes: its rest is unread)."""
+        value = (self.headers.get("Content-Length") or "0").strip()
+        limit = self.body_limit()
+        if not value.isdigit() or len(value) > 19:  # "-5" would make rfile.read() read to EOF
+            self.close_connection = True
+            raise HttpError(400, "bad_length", f"Content-Length must be a whole number of bytes, got {value[:40]!r}")
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            self.close_connection = True
+            raise HttpError(411, "length_required", "send a Content-Length, not a chunked body")
+        length = int(value)
+        if length > limit:
+            self.close_connection = True
+            raise HttpError(413, "too_large", f"body of {length} bytes exceeds {limit}")
+        return self.rfile.read(length) if length else b""
+
     def read_body(self) -> bytes:
-        length = int(self.headers.get("Content-Length") or 0)
-        if length > MAX_BODY_BYTES:
-            raise HttpError(413, "too_large", f"body of {length} bytes exceeds {MAX_BODY_BYTES}")
-        data = self.rfile.read(length) if length else b""
+        data = self.read_raw_body()
         if self.headers.get("Content-Encoding", "").lower() == "gzip":
-            try:
-                data = gzip.decompress(data)
-            except (OSError, EOFError) as exc:
-                raise HttpError(400, "bad_body", f"body is not valid gzip: {exc}") from None
+            data = gunzip_bounded(data, self.body_limit())
         return data
 
     def read_json(self) -> dict[str, Any]:
@@ -236,8 +255,7 @@ class Handler(BaseHTTPRequestHandler):
         self.logged = True
         if faults.stall_streams:
             return self.stall(generation)
-        self.write_line({"type": "hello", "node_id": node_id, "keepalive_sec": keepalive, "after": after,
-                         "epoch": self.backend.store.epoch})
+        self.write_line({"type": "hello", "node_id": node_id, "keepalive_sec": keepalive, "after": after})
         last_write = time.monotonic()
         while True:
             if faults.drop_generation != generation or faults.maintenance_retry_after is not None:
@@ -308,8 +326,7 @@ class Handler(BaseHTTPRequestHandler):
         return 204
 
     def forward_to_loki(self) -> int:
-        length = int(self.headers.get("Content-Length") or 0)
-        data = self.rfile.read(length) if length else b""
+        data = self.read_raw_body()
         headers = {"Content-Type": self.headers.get("Content-Type", "application/json")}
         if self.headers.get("Content-Encoding"):
             headers["Content-Encoding"] = self.headers["Content-Encoding"]
@@ -419,6 +436,11 @@ class Handler(BaseHTTPRequestHandler):
                 if value is not None and (not isinstance(value, int) or value < 0):
                     raise HttpError(400, "bad_body", "maintenance_retry_after must be whole seconds or null")
                 faults.maintenance_retry_after = value
+            if "max_body_bytes" in body:
+                value = body["max_body_bytes"]
+                if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+                    raise HttpError(400, "bad_body", "max_body_bytes must be whole bytes or null")
+                faults.max_body_bytes = value
             if "stall_streams" in body:
                 faults.stall_streams = bool(body["stall_streams"])
             if body.get("drop_streams"):
@@ -442,6 +464,24 @@ class Handler(BaseHTTPRequestHandler):
         if node is None:
             raise HttpError(404, "not_found", f"no node {node_id}")
         return node
+
+
+def gunzip_bounded(data: bytes, limit: int) -> bytes:
+    """The gzip body (all members) inflated to at most `limit` bytes: a bomb is refused with
+    413 after `limit` bytes of output, never inflated whole."""
+    out = bytearray()
+    while data:
+        inflater = zlib.decompressobj(wbits=31)
+        try:
+            out += inflater.decompress(data, limit + 1 - len(out))
+        except zlib.error as exc:
+            raise HttpError(400, "bad_body", f"body is not valid gzip: {exc}") from None
+        if len(out) > limit or inflater.unconsumed_tail:
+            raise HttpError(413, "too_large", f"body inflates to more than {limit} bytes")
+        if not inflater.eof:
+            raise HttpError(400, "bad_body", "body is not valid gzip: it ends early")
+        data = inflater.unused_data  # the next member, if any
+    return bytes(out)
 
 
 def _valid_record(record: Any) -> bool:

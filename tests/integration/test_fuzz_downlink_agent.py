@@ -83,8 +83,9 @@ def garbage(rng: random.Random) -> list[bytes]:
 
 
 def breaks_stream(line: bytes) -> bool:
-    """Not a JSON object with a string type: the client ends the stream there (a ProtocolError)."""
-    if not line.strip():
+    """Not a JSON object with a string type: the client ends the stream there (a ProtocolError).
+    A line over MAX_STREAM_LINE is skipped unread instead, and the stream goes on."""
+    if not line.strip() or len(line) > MAX_STREAM_LINE:
         return False
     try:
         message = orjson.loads(line)

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from faden_agent.backend import MAX_STREAM_LINE, BackendClient, BackendError, BackendUnavailable, ProtocolError
+from faden_agent.backend import BackendClient, BackendError, BackendUnavailable, DownlinkStream, ProtocolError
 from faden_agent.config import load_config
 from faden_agent.workers.stream.downlink import parse_command
 from tests.unit.test_fuzz_backend import json_values
@@ -98,9 +98,9 @@ def test_command_fields_are_checked_without_raising(message):
     check_command(message)
 
 
-def test_an_oversized_line_is_refused_before_it_ends(tmp_path):
-    """A server streaming one endless line: refused once it passes MAX_STREAM_LINE, not after
-    waiting (and buffering) for a newline that never comes."""
+def test_an_endless_line_is_refused_before_it_ends(tmp_path):
+    """A server streaming one endless line: skipped unbuffered past MAX_STREAM_LINE, and
+    refused once it runs past MAX_SKIP_BYTES, not after waiting for a newline that never comes."""
     listener = socket.create_server(("127.0.0.1", 0))
     stop = threading.Event()
 
@@ -112,7 +112,7 @@ def test_an_oversized_line_is_refused_before_it_ends(tmp_path):
             chunk = b"100000\r\n" + b"x" * (1 << 20) + b"\r\n"  # chunked, as docs/protocol.md requires
             sent = 0
             try:
-                while not stop.is_set() and sent <= 2 * MAX_STREAM_LINE:
+                while not stop.is_set() and sent <= 2 * DownlinkStream.MAX_SKIP_BYTES:
                     conn.sendall(chunk)
                     sent += 1 << 20
             except OSError:
@@ -126,7 +126,7 @@ def test_an_oversized_line_is_refused_before_it_ends(tmp_path):
     client = BackendClient(config, "c")
     started = time.monotonic()
     try:
-        with pytest.raises(ProtocolError, match="exceeds"):
+        with pytest.raises(ProtocolError, match="runs on past"):
             list(client.open_stream(0, 10.0))  # read timeout 31 s: only the size check can end it early
         assert time.monotonic() - started < 20
     finally:

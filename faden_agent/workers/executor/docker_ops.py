@@ -196,12 +196,15 @@ class DockerOps:
     # --- containers
 
     def find(self, name: str):
-        """The container of that name, or None."""
+        """The container of exactly that name (or full id), or None. The engine's own lookup
+        falls back to an ID prefix, so `cafe` would find whatever container's ID starts with
+        cafe: what it returns is checked here."""
         with translated(f"looking up container {name}"):
             try:
-                return self.client.containers.get(name)
+                container = self.client.containers.get(name)
             except NotFound:
                 return None
+        return container if name in (container.name, container.id) else None
 
     def managed_containers(self, label: str) -> list:
         with translated("listing managed containers"):

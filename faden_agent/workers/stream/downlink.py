@@ -14,6 +14,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import orjson
+
 from faden_agent import protocol
 from faden_agent.backend import BackendClient, BackendError
 from faden_agent.ipc import EnvelopeError, request
@@ -90,7 +92,7 @@ class Downlink(LinkThread):
     def deliver(self, message: dict[str, Any]) -> None:
         command = parse_command(message)
         if command is None:
-            log.error("downlink: skipped a malformed command line: %.200r", message)
+            log.error("downlink: skipped a malformed command line: %s", protocol.quote(message))
             return
         if command["seq"] <= self.cursor:
             # Already acknowledged in this epoch: a backend replaying from an older cursor,
@@ -132,10 +134,16 @@ def parse_command(message: dict[str, Any]) -> dict[str, Any] | None:
     """The executor's hand-off body, or None when a required field is missing or mistyped."""
     command_id, seq, kind = message.get("id"), message.get("seq"), message.get("kind")
     deadline = message.get("deadline")
-    if not isinstance(command_id, str) or not command_id or not isinstance(kind, str):
+    if not isinstance(command_id, str) or not command_id or len(command_id) > protocol.MAX_ID_BYTES:
         return None
     if not isinstance(seq, int) or isinstance(seq, bool) or not 0 < seq < protocol.MAX_SEQ:
         return None
-    if deadline is not None and not isinstance(deadline, (int, float)):
+    if not isinstance(kind, str) or (deadline is not None and not isinstance(deadline, (int, float))):
         return None
-    return {"id": command_id, "seq": seq, "kind": kind, "spec": message.get("spec"), "deadline": deadline}
+    command = {"id": command_id, "seq": seq, "kind": kind, "spec": message.get("spec"), "deadline": deadline}
+    size = len(orjson.dumps(command))
+    if size > protocol.MAX_COMMAND_BYTES:
+        # Beyond the IPC budget: hand over only what identifies it; the executor acks it and
+        # ends it `rejected` (too_large), so it is answered once and never retried.
+        return {**command, "kind": kind[:protocol.MAX_ID_BYTES], "spec": None, "too_large": size}
+    return command

@@ -12,9 +12,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import Any
+
+import orjson
 
 from faden_agent import protocol
-from faden_agent.backend import BackendClient, BackendError, ProtocolError
+from faden_agent.backend import BackendClient, BackendError, ProtocolError, RequestRejected
 from faden_agent.workers.stream import link
 from faden_agent.workers.stream.link import Link, LinkThread
 
@@ -57,20 +60,45 @@ class UplinkSender(LinkThread):
 
     def drain(self, client: BackendClient) -> None:
         while not self.stop.is_set() and self.gate.remaining() <= 0:
-            batch = self.outbox.pending(BATCH_SIZE)
+            batch = bounded_batch(self.outbox.pending(BATCH_SIZE))
             if not batch:
                 return
+            self.send(client, batch)
+
+    def send(self, client: BackendClient, batch: list[dict[str, Any]]) -> None:
+        """Send and ack one batch; a 413 splits it in halves, down to one record, which is
+        then sent as a stub: one record the backend will not take never blocks the rest."""
+        try:
             acked, rejected = client.uplink(batch)
-            if rejected:
-                # Malformed records would be resent forever and block the queue: drop them, loudly.
-                log.error("uplink: the backend rejected %d malformed records (ids %s); dropped", len(rejected), rejected[:5])
-            done = set(acked) | set(rejected)
-            if not done & {r["id"] for r in batch}:
-                raise ProtocolError("the backend acknowledged none of the batch")
-            self.outbox.ack(done)
-            self.sent += len(acked)
-            self.status.contact()
-            self.backoff.reset()
+        except RequestRejected as exc:
+            if exc.status != 413:
+                raise
+            if len(batch) > 1:
+                log.warning("uplink: the backend refused a batch of %d records as too large; splitting it", len(batch))
+                half = len(batch) // 2
+                self.send(client, batch[:half])
+                self.send(client, batch[half:])
+                return
+            record = batch[0]
+            if is_stub(record):
+                raise  # even the stub is refused: a backend problem, retried with backoff
+            log.error("uplink: the backend refused record %s (%s) as too large; sending a stub instead",
+                      record.get("id"), record.get("kind"))
+            self.send(client, [truncated(record, len(orjson.dumps(record)))])
+            return
+        self.acknowledge(batch, acked, rejected)
+
+    def acknowledge(self, batch: list[dict[str, Any]], acked: list[str], rejected: list[str]) -> None:
+        if rejected:
+            # Malformed records would be resent forever and block the queue: drop them, loudly.
+            log.error("uplink: the backend rejected %d malformed records (ids %s); dropped", len(rejected), rejected[:5])
+        done = set(acked) | set(rejected)
+        if not done & {r["id"] for r in batch}:
+            raise ProtocolError("the backend acknowledged none of the batch")
+        self.outbox.ack(done)
+        self.sent += len(acked)
+        self.status.contact()
+        self.backoff.reset()
 
     def trim_if_due(self) -> None:
         now = time.monotonic()
@@ -82,3 +110,40 @@ class UplinkSender(LinkThread):
             log.error("uplink: the outbox exceeded its bound; dropped the %d oldest records", dropped)
             self.outbox.put(protocol.EVENT, {"type": "agent.outbox_overflow", "dropped": dropped,
                                              "message": f"{dropped} oldest unsent records dropped"})
+
+
+def bounded_batch(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The oldest records that fit MAX_UPLINK_BATCH_BYTES (at least one), each record over
+    MAX_RECORD_BYTES replaced by its stub."""
+    batch, total = [], 0
+    for record in records:
+        size = len(orjson.dumps(record))
+        if size > protocol.MAX_RECORD_BYTES:
+            log.error("uplink: record %s (%s) of %d bytes exceeds %d; sending a stub instead",
+                      record.get("id"), record.get("kind"), size, protocol.MAX_RECORD_BYTES)
+            record = truncated(record, size)
+            size = len(orjson.dumps(record))
+        if batch and total + size > protocol.MAX_UPLINK_BATCH_BYTES:
+            break
+        batch.append(record)
+        total += size
+    return batch
+
+
+def is_stub(record: dict[str, Any]) -> bool:
+    return isinstance(record.get("data"), dict) and record["data"].get("truncated") is True
+
+
+STUB_FIELDS = 32  # the first few short fields (command_id, state, reason, type, ...) stay
+
+
+def truncated(record: dict[str, Any], size: int) -> dict[str, Any]:
+    """The record's stub: same id and kind, its short scalar fields, `truncated: true`."""
+    data = record.get("data") if isinstance(record.get("data"), dict) else {}
+    kept = {}
+    for key, value in data.items():
+        if len(kept) >= STUB_FIELDS:
+            break
+        if value is None or isinstance(value, (bool, int, float)) or (isinstance(value, str) and len(value) <= protocol.QUOTE_BYTES):
+            kept[key] = value
+    return {**record, "data": {**kept, "truncated": True, "original_bytes": size}}

@@ -1,0 +1,89 @@
+"""The downlink read incrementally whatever the framing (issue 11): a real client on a real
+socket, the server holding the connection open. Before: an answer with Content-Length or
+none (close-delimited) was read whole before its first line was looked at, so commands
+arrived only when the connection closed, and memory grew with the answer."""
+
+from __future__ import annotations
+
+import os
+
+import orjson
+import pytest
+
+from faden_agent.backend import MAX_STREAM_LINE, BackendClient, ProtocolError
+from faden_agent.config import load_config
+from tests.scriptedhttp import StreamingHTTP
+
+FRAMINGS = [("chunked", False), ("length", False), ("close", False), ("chunked", True), ("length", True),
+            ("close", True)]
+
+
+def command(command_id: str, seq: int, **extra) -> bytes:
+    return orjson.dumps({"type": "command", "id": command_id, "seq": seq, "kind": "no.such.kind", "spec": {}, **extra})
+
+
+@pytest.fixture
+def client_for(tmp_path):
+    made = []
+
+    def make(server: StreamingHTTP) -> BackendClient:
+        config = load_config({"FADEN_NODE_AGENT_BACKEND_URL": server.url,
+                              "FADEN_NODE_AGENT_STATE_PATH": str(tmp_path / "state.json")})
+        client = BackendClient(config, "cred")
+        made.append((client, server))
+        return client
+
+    yield make
+    for client, server in made:
+        server.close()
+        client.close()
+
+
+def next_command(stream) -> dict:
+    for message in stream:
+        if message["type"] == "command":
+            return message
+    raise AssertionError("the stream ended")
+
+
+@pytest.mark.parametrize("framing, gzip", FRAMINGS)
+def test_each_command_arrives_while_the_connection_stays_open(client_for, framing, gzip):
+    server = StreamingHTTP(framing, gzip)
+    stream = iter(client_for(server).open_stream(0, 5.0))
+    for seq in (1, 2, 3):
+        server.put(command(f"c-{seq}", seq))
+        got = next_command(stream)
+        assert got["id"] == f"c-{seq}"
+        assert server.streams_open == 1  # the answer has not ended: the line was read as it came
+
+
+@pytest.mark.parametrize("framing, gzip", FRAMINGS)
+def test_an_over_size_line_is_skipped_and_the_next_command_arrives(client_for, framing, gzip):
+    server = StreamingHTTP(framing, gzip)
+    stream = iter(client_for(server).open_stream(0, 5.0))
+    server.put(command("c-big", 1, spec={"x": os.urandom(MAX_STREAM_LINE).hex()}))  # incompressible: no bomb
+    server.put(command("c-next", 2))
+    assert next_command(stream)["id"] == "c-next"
+    assert server.streams_open == 1
+
+
+def test_a_gzip_bomb_is_refused(client_for):
+    server = StreamingHTTP("chunked", gzip=True)
+    stream = iter(client_for(server).open_stream(0, 5.0))
+    server.put(b"\n" * (256 * 1024 * 1024))  # ~256 KiB on the wire
+    with pytest.raises(ProtocolError, match="gzip bomb"):
+        next_command(stream)
+
+
+def test_an_unknown_content_encoding_is_refused(client_for):
+    server = StreamingHTTP("length")
+    original = server.httpd.RequestHandlerClass.send_header
+
+    def send_header(self, name, value):
+        original(self, name, value)
+        if name == "Content-Type":
+            original(self, "Content-Encoding", "zstd-from-the-future")
+
+    server.httpd.RequestHandlerClass.send_header = send_header
+    with pytest.raises(ProtocolError, match="Content-Encoding"):
+        next_command(iter(client_for(server).open_stream(0, 5.0)))
