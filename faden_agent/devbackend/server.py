@@ -255,7 +255,8 @@ class Handler(BaseHTTPRequestHandler):
         self.logged = True
         if faults.stall_streams:
             return self.stall(generation)
-        self.write_line({"type": "hello", "node_id": node_id, "keepalive_sec": keepalive, "after": after})
+        self.write_line({"type": "hello", "node_id": node_id, "keepalive_sec": keepalive, "after": after,
+                         "epoch": self.backend.store.epoch})
         last_write = time.monotonic()
         while True:
             if faults.drop_generation != generation or faults.maintenance_retry_after is not None:
