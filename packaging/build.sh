@@ -36,7 +36,7 @@ flock 9
 
 # Fingerprint of everything that goes into the binary: skip the build when unchanged.
 fingerprint=$( { echo "$version"; "$PYTHON" --version; \
-  find faden_agent packaging/entry.py packaging/build.sh pyproject.toml -name '*.py' -o -name '*.sh' -o -name '*.toml' \
+  find faden_agent packaging/entry.py packaging/build.sh packaging/launcher.sh pyproject.toml -name '*.py' -o -name '*.sh' -o -name '*.toml' \
   | LC_ALL=C sort | xargs sha256sum; } | sha256sum | cut -d' ' -f1)
 stamp="$dist/.$name.fingerprint"
 if [ "${FADEN_AGENT_REBUILD:-0}" != 1 ] && [ -x "$dist/$name" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$fingerprint" ]; then
@@ -66,8 +66,10 @@ PY
 EXCLUDES="tkinter _tkinter pytest _pytest hypothesis numpy pandas scipy cryptography paramiko nacl bcrypt
   yaml IPython jedi matplotlib PIL setuptools pkg_resources
   pip curses _curses readline lib2to3 pydoc_data unittest xmlrpc cffi pycparser"
-"$PYTHON" -m PyInstaller --noconfirm --clean --onefile --log-level WARN \
-  --name "$name" --distpath "$work/dist" --workpath "$work/build" --specpath "$work" \
+# A onedir build (no per-start unpacking: the bootloader runs Python in its own process),
+# shipped as one file by packaging/launcher.sh: why in docs/packaging.md.
+"$PYTHON" -m PyInstaller --noconfirm --clean --onedir --log-level WARN \
+  --name faden-agent --distpath "$work/dist" --workpath "$work/build" --specpath "$work" \
   --runtime-hook "$work/stamp_version.py" \
   --collect-submodules faden_agent \
   --collect-submodules zmq.backend.cython \
@@ -79,13 +81,26 @@ EXCLUDES="tkinter _tkinter pytest _pytest hypothesis numpy pandas scipy cryptogr
   $(printf -- '--exclude-module %s ' $EXCLUDES) \
   packaging/entry.py
 
-got=$("$work/dist/$name" --version)
+# The payload: reproducible order and times, owned by root, nothing writable by group or
+# others (root's agent runs it; the launcher also unpacks without restoring owners).
+tar -C "$work/dist/faden-agent" --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner --mode=go-w \
+  -cf - . | gzip -n -6 >"$work/payload.tar.gz"
+build_id=$(sha256sum "$work/payload.tar.gz" | cut -c1-16)
+# The header's size does not depend on the offset it holds (padded to 10 characters with
+# spaces, which end the assignment; leading zeros would read as octal).
+render_header() {
+  sed -e "s/@VERSION@/$version/" -e "s/@ARCH@/$arch/" -e "s/@BUILD@/$build_id-$version/" -e "s/@OFFSET@/$1/" packaging/launcher.sh
+}
+offset=$(render_header "          " | wc -c)
+{ render_header "$(printf "%-10d" "$offset")"; cat "$work/payload.tar.gz"; } >"$work/$name"
+chmod 0755 "$work/$name"
+
+got=$(FADEN_AGENT_UNPACK_DIR="$work/unpack" "$work/$name" --version)
 [ "$got" = "faden-agent $version" ] || { echo "build.sh: the binary says '$got', expected 'faden-agent $version'" >&2; exit 1; }
 mkdir -p "$dist"
 # Atomic replacement: a reader never sees a half-written binary or a stale checksum pair.
-cp "$work/dist/$name" "$dist/.$name.tmp"
+cp "$work/$name" "$dist/.$name.tmp"
 mv -f "$dist/.$name.tmp" "$dist/$name"
 (cd "$dist" && sha256sum "$name" >".$name.sha256.tmp" && mv -f ".$name.sha256.tmp" "$name.sha256")
-echo "$version" >"$dist/$name.version"
 echo "$fingerprint" >"$stamp"
 echo "build.sh: built $dist/$name ($version, $(du -h "$dist/$name" | cut -f1))"

@@ -1,7 +1,9 @@
 """The agent builds this backend serves (its --downloads directory), and "agent version available".
 
-packaging/build.sh writes `faden-agent-linux-<arch>` with `.sha256` and `.version` beside
-it; a node whose reported version is older than the served build for its architecture is
+The directory is a release (packaging/release.sh: `faden-agent-linux-<arch>`, `.sha256`,
+install.sh). Each build says its version in its first lines (packaging/launcher.sh:
+`# faden-agent standalone build <version> (<arch>)`), so no file beside it is needed.
+A node whose reported version is older than the served build for its architecture is
 shown with the newer version as available. Agents never update themselves: re-running the
 install line on the node installs it.
 """
@@ -13,16 +15,26 @@ from pathlib import Path
 from typing import Any
 
 ARCH_ALIASES = {"amd64": "x86_64", "arm64": "aarch64"}
+BUILD_LINE = re.compile(rb"^# faden-agent standalone build ([0-9A-Za-z.+-]+) \(([0-9a-z_]+)\)$", re.MULTILINE)
+HEAD_BYTES = 256  # the line is the binary's second
+
+
+def build_version(binary: Path) -> str | None:
+    """The version a standalone build says in its header; None for anything else."""
+    try:
+        with open(binary, "rb") as fh:
+            head = fh.read(HEAD_BYTES)
+    except OSError:
+        return None
+    found = BUILD_LINE.search(head)
+    return found.group(1).decode() if found else None
 
 
 def served_version(downloads: Path | None, machine: str | None) -> str | None:
     if downloads is None or not machine:
         return None
     arch = ARCH_ALIASES.get(machine, machine)
-    try:
-        return (downloads / f"faden-agent-linux-{arch}.version").read_text().strip() or None
-    except OSError:
-        return None
+    return build_version(downloads / f"faden-agent-linux-{arch}")
 
 
 def version_key(version: str) -> tuple:

@@ -1,0 +1,102 @@
+"""The standalone binary's unpacked builds (packaging/launcher.sh unpacks, this keeps order).
+
+The launcher unpacks each build once into `<cache>/<build id>/` and execs the agent from
+there, exporting FADEN_AGENT_EXECUTABLE (its own path). Every process started that way
+holds a shared lock on its build directory for its lifetime (forked workers inherit it),
+and removes what no process uses any more: builds of other ids whose lock is free, and
+half-unpacked directories of launchers that were killed. Standard library only: this
+runs before the CLI is imported, on every start.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import sys
+from pathlib import Path
+
+LAUNCHER_ENV = "FADEN_AGENT_EXECUTABLE"
+UNPACKING = ".unpack."  # <cache>/.unpack.<launcher pid>.<random>: a build being unpacked
+
+
+def launcher_path() -> str | None:
+    """The file the agent was started from (the launcher), when it was started that way."""
+    path = os.environ.get(LAUNCHER_ENV, "")
+    return path if os.path.isabs(path) and getattr(sys, "frozen", False) else None
+
+
+def hold_and_prune(build_dir: Path) -> int | None:
+    """Takes the shared lock on this build and removes what no process uses; returns the lock's fd.
+
+    None when the directory has gone (a newer build's first start removed it while this
+    one started): the caller starts over from the launcher, which unpacks it again.
+    """
+    try:
+        fd = os.open(build_dir, os.O_RDONLY | os.O_DIRECTORY)  # not inherited by exec'd programs
+    except FileNotFoundError:
+        return None
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    if not _same_file(fd, build_dir):  # renamed away while we waited for the lock
+        os.close(fd)
+        return None
+    for entry in build_dir.parent.iterdir():
+        if entry.name.startswith(UNPACKING):
+            _remove_if_abandoned(entry)
+        elif entry.name != build_dir.name and entry.is_dir() and not entry.is_symlink():
+            _remove_if_unused(entry)
+    return fd
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        here, there = os.fstat(fd), os.stat(path)
+    except FileNotFoundError:
+        return False
+    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
+
+
+def _remove_if_unused(build: Path) -> None:
+    """An older build goes once no process holds its lock (exclusive lock, then rename, then delete)."""
+    try:
+        fd = os.open(build, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # in use
+        os.close(fd)
+        return
+    trash = build.with_name(f"{UNPACKING}{os.getpid()}.old-{build.name}")
+    try:
+        os.rename(build, trash)  # a start of that build now finds it missing and unpacks anew
+    except OSError:
+        return
+    finally:
+        os.close(fd)
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+def _remove_if_abandoned(entry: Path) -> None:
+    """.unpack.<pid>.*: left by a launcher killed while unpacking, or by a removal cut short."""
+    pid = entry.name[len(UNPACKING):].split(".", 1)[0]
+    if not pid.isdigit() or int(pid) == os.getpid():
+        return
+    try:
+        os.kill(int(pid), 0)
+        return  # still unpacking (or removing)
+    except ProcessLookupError:
+        pass
+    except PermissionError:
+        return
+    shutil.rmtree(entry, ignore_errors=True)
+
+
+def start_from_launcher() -> None:
+    """Called first by the binary's entry point: hold this build, or start over from the launcher."""
+    launcher = launcher_path()
+    if launcher is None:
+        return
+    build_dir = Path(sys.executable).resolve().parent
+    if hold_and_prune(build_dir) is None:
+        os.execv(launcher, [launcher, *sys.argv[1:]])

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Build dist/faden-agent-linux-aarch64 on this x86_64 machine: packaging/build.sh (the same
+# script as for x86_64) runs inside a Debian bookworm arm64 root filesystem under qemu-user
+# emulation (tests/infra/build-arm64-image.sh makes and caches it). Slow: PyInstaller runs
+# emulated (see docs/packaging.md for the time it takes).
+#
+#   bash packaging/build-aarch64.sh            # -> dist/faden-agent-linux-aarch64 (+ .sha256)
+#   FADEN_AGENT_DIST=/some/dir FADEN_AGENT_BUILD_VERSION=... work as for build.sh.
+#
+# The agent's dependencies are pinned to the versions installed here (a constraints file
+# from `pip freeze`), so both architectures bundle the same ones. A virtual environment and
+# pip's cache are kept in /var/tmp between builds (installing under emulation is slow).
+# pip trusts this machine's CA bundle (a TLS-inspecting proxy's CA, where there is one).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(dirname "$here")
+cd "$repo"
+dist="${FADEN_AGENT_DIST:-$repo/dist}"
+mkdir -p "$dist"
+dist=$(cd "$dist" && pwd)
+cache="${FADEN_AGENT_ARM64_CACHE:-/var/tmp/faden-arm64-build}"
+mkdir -p "$cache/pip" "$cache/venv"
+
+image=$(bash tests/infra/build-arm64-image.sh)
+python3 -m pip freeze --exclude-editable 2>/dev/null | grep -E '^[A-Za-z0-9_.-]+==' >"$cache/constraints.txt"
+
+# The sources travel as a copy (pip and PyInstaller write next to them); dist/ is shared.
+docker run --rm --network host \
+  -v "$repo:/src:ro" -v "$dist:/out" -v "$cache/pip:/root/.cache/pip" -v "$cache/venv:/opt/venv" \
+  -v "$cache/constraints.txt:/constraints.txt:ro" \
+  -v /etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro \
+  -e PIP_CERT=/etc/ssl/certs/ca-certificates.crt \
+  -e FADEN_AGENT_BUILD_VERSION="${FADEN_AGENT_BUILD_VERSION:-}" -e FADEN_AGENT_REBUILD="${FADEN_AGENT_REBUILD:-0}" \
+  "$image" bash -euo pipefail -c '
+    [ "$(uname -m)" = aarch64 ] || { echo "build-aarch64.sh: the build root runs as $(uname -m)" >&2; exit 1; }
+    mkdir /build
+    tar -C /src --exclude=./.git --exclude=./dist --exclude=./build --exclude="*.egg-info" --exclude=__pycache__ -cf - . | tar -C /build -xf -
+    [ -x /opt/venv/bin/python ] || python3 -m venv /opt/venv
+    deps=$(/opt/venv/bin/python -c "import tomllib; print(\" \".join(tomllib.load(open(\"/build/pyproject.toml\", \"rb\"))[\"project\"][\"dependencies\"]))")
+    /opt/venv/bin/pip install -q --disable-pip-version-check -c /constraints.txt pyinstaller $deps
+    cd /build
+    [ -n "$FADEN_AGENT_BUILD_VERSION" ] || unset FADEN_AGENT_BUILD_VERSION
+    PYTHONPATH=/build PYTHON=/opt/venv/bin/python FADEN_AGENT_DIST=/out bash packaging/build.sh
+  '
