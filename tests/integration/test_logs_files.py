@@ -4,6 +4,7 @@ RotatingFileHandler, which Ray Serve uses) and truncation, without losing a line
 from __future__ import annotations
 
 import logging
+import os
 import logging.handlers
 import threading
 import time
@@ -102,3 +103,48 @@ def test_a_restart_resumes_at_the_accepted_offset_and_truncation_restarts_the_fi
     collector.wait(3)
     assert collector.lines[-1].line.endswith("after truncate") and source.truncations == 1
     stop.set()
+
+
+def join(source, timeout_s: float = 5.0) -> None:
+    getattr(source, "thread", None).join(timeout_s) if getattr(source, "thread", None) else source.join(timeout_s)
+
+
+def test_hostile_entries_are_refused_once_and_never_followed(tmp_path, monkeypatch):
+    """Every kind of hostile entry a container can make under its log mount, side by side
+    with a good file; the good file ships, nothing else is opened for reading."""
+    from faden_agent.workers.logs.sources import files
+
+    reports = []
+    monkeypatch.setattr(files, "report_event", lambda config, data, record_id=None: reports.append(data) or True)
+    secret_dir = tmp_path / "host"
+    secret_dir.mkdir()
+    secret = secret_dir / "credential.log"
+    secret.write_text("SECRET-TOKEN-1\n")
+    ray_dir = tmp_path / "ray"
+    serve = serve_dir(ray_dir)
+    session = serve.parent.parent
+    (serve / "good_1.log").write_text("INFO 2024-05-01 10:00:00,000 good line\n")
+    (serve / "secret.log").symlink_to(secret)
+    (serve / "zero.log").symlink_to("/dev/zero")
+    os.mkfifo(serve / "fifo.log")
+    os.link(secret, serve / "hard.log")
+    (serve / "loop.log").symlink_to("loop.log")
+    (serve / "dir.log").mkdir()
+    (session.parent / "session_loop").symlink_to("session_loop")  # a directory symlink loop
+    escape = session.parent / "session_escape" / "logs"
+    escape.mkdir(parents=True)
+    (escape / "serve").symlink_to(secret_dir)  # a directory symlink out of the mount
+    (session.parent / "session_latest").symlink_to(session.name)  # Ray's own: ignored, not reported
+    source, collector, stop = start_source(tmp_path, ray_dir)
+    try:
+        collector.wait(1)
+        time.sleep(1.5)  # a few more scans: each entry is still reported once
+        assert [e.line for e in collector.lines] == ["INFO 2024-05-01 10:00:00,000 good line"]
+        refused = source.status()["refused"]
+        assert refused == {"symlink": 5, "not_regular": 2, "hard_link": 1}, refused
+        assert source.status()["refused_total"] == 8
+        assert len(reports) == 8 and {r["type"] for r in reports} == {"logs.entry_refused"}
+        assert not any("SECRET" in str(r) for r in reports)
+    finally:
+        stop.set()
+        join(source)

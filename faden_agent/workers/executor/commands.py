@@ -8,7 +8,6 @@ CommandFailed(reason) / Cancelled.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from faden_agent import protocol
 from faden_agent.config import Config
 from faden_agent.workers.executor.docker_ops import Cancelled, CommandFailed, DockerOps
 from faden_agent.workers.executor.journal import Journal
+from faden_agent.workers.executor.ray_logs import image_user, make_ray_log_dir
 from faden_agent.workers.executor.scheduler import Job, Scheduler
 from faden_agent.workers.executor.timeline import Timeline
 
@@ -218,9 +218,8 @@ class Commands:
     def _ray_mounts(self, spec: dict[str, Any]) -> list[dict[str, Any]]:
         if not spec["ray"]:
             return []
-        host_dir = Path(self.config.ray_log_dir) / spec["name"]
-        host_dir.mkdir(parents=True, exist_ok=True)
-        os.chmod(host_dir, 0o777)  # Ray runs as an unprivileged user (uid 1000) inside its images
+        user = spec.get("user") if spec.get("user") is not None else image_user(self.ops, spec["image"])
+        host_dir = make_ray_log_dir(Path(self.config.ray_log_dir), spec["name"], user)
         return [{"type": "bind", "source": str(host_dir), "target": protocol.RAY_LOG_MOUNT, "read_only": False}]
 
     def _wait_running(self, job: Job, container: Any, created_now: bool) -> dict[str, Any]:

@@ -19,6 +19,9 @@ LEVELS = ("emerg", "alert", "crit", "error", "warning", "notice", "info", "debug
 DEFAULT_LEVEL = "info"  # entries without a valid PRIORITY (syslog's default severity)
 
 _FILE_KIND = re.compile(r"[a-z]+")
+# The `file` label of Ray Serve files: a fixed set, because file names are written by the
+# container (a label value per random name would flood Loki's index).
+FILE_KINDS = frozenset({"controller", "proxy", "http", "replica", "deployment", "autoscaler"})
 
 
 def level_from_priority(value: object) -> str:
@@ -28,9 +31,10 @@ def level_from_priority(value: object) -> str:
 
 
 def file_kind(filename: str) -> str:
-    """controller_123.log -> controller, replica_app_dep_x.log -> replica: a handful of values."""
+    """controller_123.log -> controller, replica_app_dep_x.log -> replica; anything not in
+    FILE_KINDS -> other."""
     match = _FILE_KIND.match(filename.lower())
-    return match.group(0) if match else "other"
+    return match.group(0) if match and match.group(0) in FILE_KINDS else "other"
 
 
 def _labels(**values: str | None) -> Labels:

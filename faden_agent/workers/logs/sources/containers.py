@@ -17,13 +17,53 @@ import time
 from datetime import datetime
 
 from faden_agent import protocol
-from faden_agent.workers.logs.entry import Entry, clean_line
+from faden_agent.workers.logs.entry import MAX_LINE_BYTES, Entry, clean_line
 from faden_agent.workers.logs.sources import FIRST_START_WINDOW_SEC, Source
 
 POLL_SEC = 2.0  # how often the list of managed containers is refreshed
 STREAMS = ("stdout", "stderr")
+STAMP_BYTES = 40  # Docker's "2024-01-01T00:00:00.123456789Z " prefix, with room to spare
+CUT_MARKER = " [faden-agent: line cut at {cut} bytes; its rest dropped]"
 _RFC3339 = re.compile(rb"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:\d\d)$")
 log = logging.getLogger(__name__)
+
+
+class LineCutter:
+    """Splits a byte stream into lines, holding at most `limit` bytes of an unfinished line
+    (no quadratic re-scans, no unbounded buffer). A longer line is cut: its head is shipped
+    at once, marked, and the rest of it up to its newline is dropped; reading goes on."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.pending = bytearray()
+        self.dropping = False
+
+    def feed(self, chunk: bytes):
+        """Yields (line, cut) for each line completed or cut in this chunk; `cut` is nonzero
+        for a head shipped without its rest."""
+        start = 0
+        while start < len(chunk):
+            newline = chunk.find(b"\n", start)
+            end = len(chunk) if newline < 0 else newline
+            if not self.dropping:
+                room = self.limit - len(self.pending)
+                self.pending += chunk[start:start + min(room, end - start)]
+                if end - start > room:
+                    self.dropping = True
+                    yield bytes(self.pending), self.limit
+            if newline < 0:
+                return
+            if not self.dropping:
+                yield bytes(self.pending), 0
+            self.pending.clear()
+            self.dropping = False
+            start = newline + 1
+
+    def rest(self) -> tuple[bytes, int] | None:
+        """The unfinished last line at the end of the stream, if it was not shipped yet."""
+        if self.pending and not self.dropping:
+            return bytes(self.pending), 0
+        return None
 
 
 def parse_rfc3339_ns(text: bytes) -> int | None:
@@ -53,6 +93,7 @@ class ContainerSource(Source):
         self.followers: dict[str, ContainerFollower] = {}
         self.read_upto: dict[str, int] = {}  # key -> timestamp of the last line read (this process)
         self.lock = threading.Lock()
+        self.lines_cut = 0  # lines longer than MAX_LINE_BYTES: head shipped, rest dropped
 
     def follow(self) -> None:
         client = docker_client(self.config)
@@ -96,7 +137,8 @@ class ContainerSource(Source):
         return (int(time.time()) - FIRST_START_WINDOW_SEC) * 1_000_000_000
 
     def status(self) -> dict[str, object]:
-        return {**super().status(), "followers": sum(f.is_alive() for f in list(self.followers.values()))}
+        return {**super().status(), "followers": sum(f.is_alive() for f in list(self.followers.values())),
+                "lines_cut": self.lines_cut}
 
 
 class ContainerFollower:
@@ -143,18 +185,15 @@ class ContainerFollower:
         self.caught_up = False
         chunks = self.container.logs(stream=True, follow=True, timestamps=True, since=max(1, after_ns // 1_000_000_000),
                                      stdout=self.stream == "stdout", stderr=self.stream == "stderr")
-        pending = b""
+        lines = LineCutter(MAX_LINE_BYTES + STAMP_BYTES)
         for chunk in chunks:
-            pending += chunk
-            if b"\n" not in pending:
-                continue
-            *lines, pending = pending.split(b"\n")
-            for line in lines:
-                if not self.ship(line):
+            for line, cut in lines.feed(chunk):
+                if not self.ship(line, cut):
                     return False
-        return not pending or self.ship(pending)
+        rest = lines.rest()
+        return rest is None or self.ship(*rest)
 
-    def ship(self, line: bytes) -> bool:
+    def ship(self, line: bytes, cut: int = 0) -> bool:
         stamp, _, text = line.partition(b" ")
         ts_ns = parse_rfc3339_ns(stamp)
         if ts_ns is None:  # not Docker's prefix after all: keep the whole line, in place
@@ -165,7 +204,11 @@ class ContainerFollower:
             # Past the resume point the stream is in order: a line with the same nanosecond
             # stamp as the one before it is a new line, not a repeat.
             self.caught_up = True
-        entry = Entry(self.labels, ts_ns, clean_line(text), None, self.key, ts_ns)
+        shown = clean_line(text[:MAX_LINE_BYTES] if cut else text)
+        if cut:
+            shown += CUT_MARKER.format(cut=MAX_LINE_BYTES)
+            self.source.lines_cut += 1
+        entry = Entry(self.labels, ts_ns, shown, None, self.key, ts_ns)
         if not self.source.backlog.put(entry):
             return False
         with self.source.lock:

@@ -15,6 +15,7 @@ from a directory instead of the system journal.
 from __future__ import annotations
 
 import logging
+import re
 import shutil
 import subprocess
 import tempfile
@@ -27,6 +28,16 @@ from faden_agent.workers.logs.labels import level_from_priority
 from faden_agent.workers.logs.sources import FIRST_START_WINDOW_SEC, Source
 
 POSITION_KEY = "journal"
+# One journalctl JSON line, read in at most this much (a 64 KiB binary MESSAGE is about
+# 256 KiB of JSON as an array of byte values): a larger entry is shipped from its head,
+# marked, and the rest of its line is read and dropped in pieces of this size.
+MAX_ENTRY_BYTES = 1024 * 1024
+MAX_FIELD_CHARS = 256  # a metadata value (unit, identifier, ...)
+ENTRY_CUT_MARKER = " [faden-agent: journal entry of {size} bytes cut at {cap} bytes]"
+_HEAD_CURSOR = re.compile(rb'"__CURSOR":"([^"\\]{1,1024})"')
+_HEAD_REALTIME = re.compile(rb'"__REALTIME_TIMESTAMP":"(\d{1,20})"')
+_HEAD_PRIORITY = re.compile(rb'"PRIORITY":"([0-7])"')
+_HEAD_MESSAGE = re.compile(rb'"MESSAGE":(\[[0-9,]*|"(?:[^"\\]|\\.)*)')
 IDLE_RESTART_SEC = 300.0
 # journald fields that become Loki structured metadata (name in Loki <- journald field).
 METADATA_FIELDS = (
@@ -38,6 +49,9 @@ METADATA_FIELDS = (
     ("transport", "_TRANSPORT"),
     ("boot_id", "_BOOT_ID"),
 )
+# Only what we ship (journalctl adds the cursor, timestamps and boot id itself): a huge field
+# we do not use never reaches us.
+OUTPUT_FIELDS = ",".join(["MESSAGE", "PRIORITY", *(field for _, field in METADATA_FIELDS)])
 log = logging.getLogger(__name__)
 
 
@@ -58,6 +72,38 @@ def field_text(value: object) -> str:
     return str(value)
 
 
+def skip_line(stream) -> tuple[int, bytes | None]:
+    """Read and drop the rest of the current line in bounded pieces: (bytes dropped, the
+    PRIORITY value if it came after the head)."""
+    skipped, carry, priority = 0, b"", None
+    while piece := stream.readline(MAX_ENTRY_BYTES):
+        skipped += len(piece)
+        found = _HEAD_PRIORITY.search(carry + piece)
+        priority = found[1] if found else priority
+        carry = piece[-32:]  # a field split between two pieces is still found
+        if piece.endswith(b"\n"):
+            break
+    return skipped, priority
+
+
+def message_head(head: bytes) -> str:
+    """The start of MESSAGE in the head of a cut JSON entry: a string, or an array of byte
+    values (binary data); "" when the head does not reach it."""
+    match = _HEAD_MESSAGE.search(head)
+    if match is None:
+        return ""
+    value = match[1]
+    if value.startswith(b"["):
+        numbers = value[1:].split(b",")[:-1]  # the last one may be cut
+        return bytes(int(n) for n in numbers if n.isdigit() and int(n) < 256).decode("utf-8", "replace")
+    for trim in range(8):  # the cut may split an escape sequence: back off until it parses
+        try:
+            return orjson.loads(value[:len(value) - trim] + b'"')
+        except orjson.JSONDecodeError:
+            continue
+    return ""
+
+
 class JournalSource(Source):
     kind = "journal"
 
@@ -69,12 +115,14 @@ class JournalSource(Source):
         self.waiting_on_backlog = False
         self.restarts = 0
         self.idle_killed = False
+        self.entries_cut = 0  # entries over MAX_ENTRY_BYTES, shipped from their head
         self._last_ts_ns = 0
 
     def argv(self) -> list[str]:
         # --lines=all: with --follow, journalctl otherwise prints only the last 10 entries
         # after the cursor (systemd 252), silently skipping the rest.
-        argv = ["journalctl", "--follow", "--all", "--output=json", "--no-pager", "--lines=all"]
+        argv = ["journalctl", "--follow", "--all", "--output=json", "--no-pager", "--lines=all",
+                f"--output-fields={OUTPUT_FIELDS}"]
         if self.config.journal_directory is not None:
             argv.append(f"--directory={self.config.journal_directory}")
         if self.cursor:
@@ -92,9 +140,12 @@ class JournalSource(Source):
             self.last_output = time.monotonic()
             read = 0
             try:
-                for raw in proc.stdout:
+                while raw := proc.stdout.readline(MAX_ENTRY_BYTES):  # bounded: never a whole huge line
                     self.last_output = time.monotonic()
-                    entry = self.to_entry(raw)
+                    if len(raw) >= MAX_ENTRY_BYTES and not raw.endswith(b"\n"):
+                        entry = self.oversize_entry(raw, *skip_line(proc.stdout))
+                    else:
+                        entry = self.to_entry(raw)
                     if entry is None:
                         continue
                     self.waiting_on_backlog = True
@@ -136,9 +187,12 @@ class JournalSource(Source):
         except orjson.JSONDecodeError:
             log.warning("logs: skipped a line journalctl did not write as JSON: %r", raw[:200])
             return None
-        cursor = record.get("__CURSOR") if isinstance(record, dict) else None
-        if not isinstance(cursor, str):
+        if not isinstance(record, dict) or not isinstance(record.get("__CURSOR"), str):
             return None  # cannot be resumed after: not a journal entry
+        return self.to_record_entry(record)
+
+    def to_record_entry(self, record: dict, line: str | None = None) -> Entry:
+        cursor = record["__CURSOR"]
         try:
             ts_ns = int(record["__REALTIME_TIMESTAMP"]) * 1000
         except (KeyError, TypeError, ValueError):
@@ -146,15 +200,36 @@ class JournalSource(Source):
         if not 0 <= ts_ns < 2**63:  # outside Loki's nanosecond range: Loki would refuse the line
             ts_ns = self._last_ts_ns  # stays in order; the cursor still tells where we are
         self._last_ts_ns = ts_ns
-        metadata = {name: field_text(record[field]) for name, field in METADATA_FIELDS if field in record}
+        metadata = {name: field_text(record[field])[:MAX_FIELD_CHARS] for name, field in METADATA_FIELDS
+                    if field in record}
         return Entry(
             stream=self.labels.system(level_from_priority(record.get("PRIORITY"))),
             ts_ns=ts_ns,
-            line=clean_line(field_text(record.get("MESSAGE"))),
+            line=clean_line(field_text(record.get("MESSAGE"))) if line is None else line,
             metadata=metadata or None,
             source=POSITION_KEY,
             position=cursor,
         )
+
+    def oversize_entry(self, head: bytes, rest: int, priority: bytes | None) -> Entry | None:
+        """An entry whose JSON is over MAX_ENTRY_BYTES, from the head read of it: journalctl
+        writes the cursor and timestamps first; the MESSAGE is shipped as far as the head
+        holds it, marked. Nothing more of the entry was ever in memory."""
+        self.entries_cut += 1
+        size = len(head) + rest
+        cursor = _HEAD_CURSOR.search(head)
+        if cursor is None:
+            log.warning("logs: skipped a journal entry of %d bytes without a cursor in its head", size)
+            return None
+        record = {"__CURSOR": cursor[1].decode()}
+        found = _HEAD_PRIORITY.search(head)
+        if found or priority:
+            record["PRIORITY"] = (found[1] if found else priority).decode()
+        stamp = _HEAD_REALTIME.search(head)
+        if stamp:
+            record["__REALTIME_TIMESTAMP"] = stamp[1].decode()
+        return self.to_record_entry(record, clean_line(message_head(head))
+                                    + ENTRY_CUT_MARKER.format(size=size, cap=MAX_ENTRY_BYTES))
 
     def check(self) -> None:
         proc = self.proc
@@ -171,4 +246,4 @@ class JournalSource(Source):
             proc.kill()
 
     def status(self) -> dict[str, object]:
-        return {**super().status(), "restarts": self.restarts}
+        return {**super().status(), "restarts": self.restarts, "entries_cut": self.entries_cut}

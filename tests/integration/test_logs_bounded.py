@@ -1,0 +1,100 @@
+"""Bounded readers inside the real agent: a journal entry with a 32 MiB binary MESSAGE and a
+managed container printing 100 MiB without a newline. The log worker's peak RSS stays under
+RSS_BOUND_BYTES (docs/logs.md) and the lines after the huge one still arrive."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import psutil
+import pytest
+
+from tests.integration.test_logs_agent import RSS_BOUND_BYTES, logs_pid, start_agent, system_lines
+from tests.journalfiles import JournalWriter
+from tests.lokireceiver import LokiReceiver
+
+
+class PeakRss:
+    """Samples a process's RSS in a thread until stopped; .peak in bytes."""
+
+    def __init__(self, pid: int, interval_s: float = 0.02):
+        self.process = psutil.Process(pid)
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(interval_s,), daemon=True)
+        self._thread.start()
+
+    def _run(self, interval_s: float) -> None:
+        while not self._stop.wait(interval_s):
+            try:
+                self.peak = max(self.peak, self.process.memory_info().rss)
+            except psutil.NoSuchProcess:
+                return
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        return self.peak
+
+
+def text(entry) -> str:
+    """The line without the detail a Loki without structured metadata gets after a tab."""
+    return entry.line.split("\t")[0]
+
+
+@pytest.fixture
+def loki():
+    with LokiReceiver() as receiver:
+        yield receiver
+
+
+def test_a_journal_entry_with_a_32_mib_binary_message_keeps_the_worker_small(tmp_path, loki):
+    journal = JournalWriter(tmp_path / "journal")
+    journal.append(journal.lines(["before"]))
+    with start_agent(tmp_path, loki, journal.directory) as agent:
+        loki.wait_for(lambda e: [x for x in system_lines(e) if text(x) == "before"], 20)
+        rss = PeakRss(logs_pid(agent))
+        huge = bytes(range(256)) * (32 * 1024 * 1024 // 256)  # binary: journalctl writes an array of numbers
+        journal.append([journal.entry(huge, 3)] + journal.lines(["after"]))
+        got = loki.wait_for(lambda e: [x for x in system_lines(e) if text(x) == "after"] and system_lines(e), 120)
+        peak = rss.stop()
+        status = agent.workers()["logs"]["status"]["sources"]["journal"]
+    print(f"log worker peak RSS, 32 MiB binary journal MESSAGE: {peak / 2**20:.1f} MiB")
+    cut = [e for e in got if "journal entry of" in e.line]
+    assert len(cut) == 1 and status["entries_cut"] == 1
+    assert cut[0].labels["level"] == "error"
+    assert cut[0].line.startswith("\x00\x01\x02") and len(cut[0].line.encode()) < 70 * 1024
+    assert text(got[-1]) == "after"
+    assert peak < RSS_BOUND_BYTES
+
+
+@pytest.mark.docker
+def test_a_container_printing_100_mib_without_a_newline_keeps_the_worker_small(tmp_path, loki, docker_client):
+    from faden_agent import protocol
+    from tests.conftest import TEST_IMAGE
+
+    name = f"faden-logs-test-{uuid.uuid4().hex[:8]}"
+    journal = JournalWriter(tmp_path / "journal")
+    journal.append(journal.lines(["boot"]))
+    script = "head -c 104857600 /dev/zero | tr '\\0' x; echo; echo after-the-flood"
+    container = docker_client.containers.create(
+        TEST_IMAGE, ["sh", "-c", script], name=name,
+        labels={protocol.LABEL_MANAGED: "true", protocol.LABEL_AGENT_ID: "logs-node"})
+    try:
+        with start_agent(tmp_path, loki, journal.directory) as agent:
+            rss = PeakRss(logs_pid(agent))
+            time.sleep(2.5)  # the follower is there before the flood (discovery)
+            container.start()
+            mine = lambda e: [x for x in e if x.labels.get("container") == name]  # noqa: E731
+            got = loki.wait_for(lambda e: [x for x in mine(e) if text(x) == "after-the-flood"] and mine(e), 180)
+            peak = rss.stop()
+            status = agent.workers()["logs"]["status"]["sources"]["containers"]
+        print(f"log worker peak RSS, 100 MiB container line without newline: {peak / 2**20:.1f} MiB")
+        assert [e.line[:5] for e in got] == ["xxxxx", "after"]
+        assert "line cut at 65536 bytes" in got[0].line and len(got[0].line.encode()) < 70 * 1024
+        assert status["lines_cut"] == 1
+        assert peak < RSS_BOUND_BYTES
+    finally:
+        container.remove(force=True)
