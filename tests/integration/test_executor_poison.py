@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import os
 import signal
+import uuid
 
 import pytest
+from hypothesis import HealthCheck, given, settings
 
 from faden_agent import protocol
 from tests.agentproc import wait_for
 from tests.conftest import TEST_IMAGE
 from tests.executorproc import executor_factory, executor_pid, prefix  # noqa: F401
+from tests.unit.test_fuzz_specs import mutated
 
 pytestmark = pytest.mark.docker
 
@@ -94,3 +97,23 @@ def test_an_orderly_restart_is_not_a_death(executor_factory, prefix):
     assert ex.terminal(cid) is None
     ex.send(f"{prefix}-cancel", "command.cancel", {"command_id": cid})
     assert ex.wait_terminal(cid, 30)["state"] == "cancelled"
+
+
+_STARTED: dict = {}
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=mutated())
+def test_fuzzed_specs_end_as_commands_on_the_real_executor(executor_factory, prefix, case):
+    """Specs from the key-by-key fuzz (tests/unit/test_fuzz_specs.py) sent to one real executor:
+    each ends with one terminal state, and the executor is never restarted."""
+    if executor_factory not in _STARTED:  # one agent for all examples (the fixture outlives them)
+        _STARTED[executor_factory] = executor_factory()
+    agent, ex = _STARTED[executor_factory]
+    kind, spec = case
+    if kind == "container.run" and isinstance(spec, dict):
+        spec = {**spec, "name": f"{prefix}-fz", "pull": "never", "command": ["true"]}  # nothing long-lived
+    command_id = f"{prefix}-fz-{uuid.uuid4().hex[:8]}"
+    done = ex.run(command_id, kind, spec, timeout_s=30)
+    assert done["state"] in protocol.TERMINAL_STATES and done["reason"] != "internal_error", done
+    assert_executor_alive(agent)
