@@ -11,10 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from faden_agent.protocol import MAX_LOG_PUSH_BYTES
 from faden_agent.workers.logs.backlog import Backlog
 from faden_agent.workers.logs.entry import Entry
 
-MAX_BATCH_BYTES = 1024 * 1024  # uncompressed; well under Loki's default push limits
+MAX_BATCH_BYTES = MAX_LOG_PUSH_BYTES  # uncompressed (the size budget, protocol.py); well under Loki's push limits
 POLL_SEC = 0.5  # how long an idle collector waits before the shipper looks at `stopping`
 
 

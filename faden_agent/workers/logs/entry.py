@@ -11,9 +11,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-# Longest line shipped, in UTF-8 bytes. Loki's default max_line_size is 256 KB and it rejects
-# (400) longer lines; we cut well below that, keep the head and say how much was cut.
-MAX_LINE_BYTES = 64 * 1024
+from faden_agent.protocol import MAX_LOG_LINE_BYTES
+
+# Longest line shipped, in UTF-8 bytes (the size budget, protocol.py). Loki's default
+# max_line_size is 256 KB and it rejects (400) longer lines; we cut well below that, keep
+# the head and say how much was cut.
+MAX_LINE_BYTES = MAX_LOG_LINE_BYTES
 TRUNCATION_MARKER = " [faden-agent: truncated {cut} bytes]"
 
 Labels = tuple[tuple[str, str], ...]  # sorted (name, value) pairs: hashable, one per stream
