@@ -49,6 +49,7 @@ MAX_LOG_PUSH_BYTES = 1024 * 1024  # uncompressed
 MAX_REQUEST_BODY_BYTES = 2 * MAX_UPLINK_BATCH_BYTES  # >= every body above; what the backend decompresses at most
 MAX_STREAM_INFLATE_RATIO = 100  # a gzip-encoded downlink expanding more than this is a bomb
 QUOTE_BYTES = 200  # at most this much of a bad value in any message
+MAX_MESSAGE_CHARS = 2000  # a timeline message, whatever it quotes
 
 
 def quote(value: object, limit: int = QUOTE_BYTES) -> str:
@@ -98,8 +99,10 @@ REASONS = (
     "unknown_kind",
     "invalid_spec",
     "image_not_found",
+    "registry_unreachable",
     "registry_auth_failed",
     "docker_unavailable",
+    "docker_permission",
     "gpu_runtime_missing",
     "conflict",
     "not_managed",
@@ -126,6 +129,9 @@ def timeline_data(command_id: str, state: str, **fields: object) -> dict[str, ob
         raise ValueError(f"unknown timeline state {state!r}")
     if state in TERMINAL_STATES and ("reason" not in fields or "message" not in fields):
         raise ValueError(f"terminal state {state!r} needs a reason and a message")
+    message = fields.get("message")
+    if isinstance(message, str) and len(message) > MAX_MESSAGE_CHARS:  # e.g. one naming a 200 KiB image
+        fields["message"] = f"{message[:MAX_MESSAGE_CHARS]}...(cut)"
     return {"command_id": command_id, "state": state, **fields}
 
 
