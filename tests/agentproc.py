@@ -130,3 +130,12 @@ def pid_alive(pid: int) -> bool:
             return fh.read().split(") ", 1)[1][0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def peak_rss_mib(pid: int) -> float:
+    """The process's peak resident set (VmHWM) in MiB."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError(f"no VmHWM for pid {pid}")

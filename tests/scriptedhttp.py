@@ -82,6 +82,18 @@ class ScriptedHTTP(LocalHTTP):
         return Handler
 
 
+def reply_json(handler: BaseHTTPRequestHandler, status: int, body: object = None) -> None:
+    """One JSON answer with its Content-Length (none for a None body)."""
+    import orjson
+
+    data = orjson.dumps(body) if body is not None else b""
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
+
+
 class StreamingHTTP(LocalHTTP):
     """A minimal backend (docs/protocol.md) whose stream is written with the framing the test
     picks: "chunked", "length" (a Content-Length far beyond what is sent), "close" (no length:
@@ -127,13 +139,7 @@ class StreamingHTTP(LocalHTTP):
             def log_message(self, *args: object) -> None:
                 pass
 
-            def reply(self, status: int, body: object) -> None:
-                data = orjson.dumps(body)
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+            reply = reply_json
 
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))

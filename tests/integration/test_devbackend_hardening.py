@@ -15,17 +15,10 @@ import zlib
 import pytest
 
 from faden_agent import protocol
+from tests.agentproc import peak_rss_mib
 from tests.backendproc import backend  # noqa: F401
 
 MIB = 1024 * 1024
-
-
-def peak_rss_mib(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    raise AssertionError("no VmHWM")
 
 
 def raw_post(url: str, path: str, headers: dict[str, str], body_chunks, timeout_s: float = 30.0) -> bytes:

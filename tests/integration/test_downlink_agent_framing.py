@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from faden_agent import protocol
-from tests.agentproc import AgentProcess, agent_env, wait_for
+from tests.agentproc import AgentProcess, agent_env, peak_rss_mib, wait_for
 from tests.sampleworkers import supervisor_argv
 from tests.scriptedhttp import StreamingHTTP
 
@@ -26,14 +26,6 @@ BIG_LINE_BYTES = 12 * 1024 * 1024
 
 def command(command_id: str, seq: int, spec=None) -> bytes:
     return orjson.dumps({"type": "command", "id": command_id, "seq": seq, "kind": "no.such.kind", "spec": spec or {}})
-
-
-def peak_rss_mib(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    raise AssertionError("no VmHWM")
 
 
 def terminal(server: StreamingHTTP, command_id: str):

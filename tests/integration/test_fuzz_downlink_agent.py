@@ -22,7 +22,7 @@ import pytest
 from faden_agent import protocol
 from faden_agent.backend import MAX_STREAM_LINE
 from tests.agentproc import AgentProcess, agent_env, wait_for
-from tests.scriptedhttp import LocalHTTP
+from tests.scriptedhttp import LocalHTTP, reply_json
 
 SEED = 8
 U64 = 2**64 - 1
@@ -149,13 +149,7 @@ class GarbageBackend(LocalHTTP):
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
-            def reply(self, status: int, body: dict | None = None) -> None:
-                data = orjson.dumps(body) if body is not None else b""
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+            reply = reply_json
 
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
