@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from faden_agent.service.envfile import format_env, parse_env, read_env, write_env
 from faden_agent.service.manager import ServiceError, install_files
-from faden_agent.service.paths import ServicePaths
+from faden_agent.service.paths import ServicePaths, agent_command
 from faden_agent.service.unit import TEMPLATE, render_unit
 
 
@@ -118,3 +118,15 @@ def test_a_bad_value_never_echoes_the_token(tmp_path):
     with pytest.raises(ServiceError) as caught:
         install_files(paths_in(tmp_path), env, ["/x"])
     assert "fdn_enr_secret" not in str(caught.value)
+
+
+def test_the_standalone_binary_installs_the_launcher_not_its_unpacked_build(monkeypatch, tmp_path):
+    launcher = tmp_path / "bin" / "faden-agent"
+    launcher.parent.mkdir()
+    launcher.write_text("#!/bin/sh\n")
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "cache" / "0123-0.1.0" / "faden-agent"))
+    monkeypatch.setenv("FADEN_AGENT_EXECUTABLE", str(launcher))  # set by packaging/launcher.sh
+    assert agent_command() == [str(launcher)]
+    monkeypatch.delenv("FADEN_AGENT_EXECUTABLE")
+    assert agent_command() == [sys.executable]
