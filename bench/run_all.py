@@ -307,8 +307,12 @@ def binary_section(table: Table, results: dict, args: argparse.Namespace, root: 
     table.row("binary: size", f"{pk['binary_bytes'] / 2**20:.1f} MiB", "pip install: no single file to compare")
     table.row("binary: --version (median)", f"{pk['binary_version_median_s'] * 1000:.0f} ms",
               f"pip install {pk['pip_version_median_s'] * 1000:.0f} ms")
+    table.row("binary: ps (median)", f"{pk['binary_ps_median_s'] * 1000:.0f} ms",
+              f"pip install {pk['pip_ps_median_s'] * 1000:.0f} ms")
     table.row("binary: idle tree PSS", f"{pk['binary_idle_tree_pss_kib'] / 1024:.1f} MiB",
               f"pip install {pk['pip_idle_tree_pss_kib'] / 1024:.1f} MiB")
+    table.row("binary: idle tree, distinct resident pages", f"{pk['binary_idle_tree_resident_kib'] / 1024:.1f} MiB",
+              f"pip install {pk['pip_idle_tree_resident_kib'] / 1024:.1f} MiB")
 
 
 # ---------------------------------------------------------------- main
