@@ -117,3 +117,26 @@ def test_fuzzed_specs_end_as_commands_on_the_real_executor(executor_factory, pre
     done = ex.run(command_id, kind, spec, timeout_s=30)
     assert done["state"] in protocol.TERMINAL_STATES and done["reason"] != "internal_error", done
     assert_executor_alive(agent)
+
+
+def test_a_malformed_or_over_size_request_never_wedges_the_executor_socket(executor_factory, prefix):
+    """Before: a frame the envelope refused got no reply; the REP socket then took no other
+    request (every later command waited forever) while heartbeats said RUNNING."""
+    import zmq
+
+    from faden_agent.ipc.envelope import MAX_MESSAGE_BYTES
+
+    agent, ex = executor_factory()
+    for frame in (b"not json", b'{"v": 99}', b"x" * (MAX_MESSAGE_BYTES + 1)):
+        context = zmq.Context()
+        sock = context.socket(zmq.REQ)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(agent.endpoints.executor)
+        sock.send(frame)
+        answered = sock.poll(3000)
+        if len(frame) <= MAX_MESSAGE_BYTES:
+            assert answered and b"error" in sock.recv()  # answered, so the socket takes the next one
+        sock.close()
+        context.term()
+    run_a_valid_command(ex, prefix, "after-bad-frames")
+    assert_executor_alive(agent)

@@ -38,3 +38,17 @@ def test_adopted_containers_are_remembered(tmp_path):
     assert Journal(tmp_path).adopted_ids() == {"abc"}
     journal.forget("abc")
     assert journal.adopted_ids() == set()
+
+
+def test_deaths_are_counted_per_running_command_and_an_orderly_stop_breaks_the_row(tmp_path):
+    journal = Journal(tmp_path)
+    journal.add("runs", 1, "container.run", {}, None)
+    journal.mark_running("runs")
+    journal.add("waits", 2, "container.run", {}, None)  # queued: it did not kill anybody
+    assert journal.count_deaths() == {"runs": 1}
+    assert journal.count_deaths() == {"runs": 2}
+    journal.mark_clean_stop()
+    assert journal.count_deaths() == {}
+    assert journal.count_deaths() == {"runs": 1}
+    journal.finish("runs", {"state": "failed"})
+    assert journal.count_deaths() == {}
