@@ -8,22 +8,9 @@
 #     -v /sys/fs/cgroup:/sys/fs/cgroup:rw --tmpfs /run --tmpfs /run/lock TAG /lib/systemd/systemd
 set -euo pipefail
 TAG="${1:-faden-test/systemd:bookworm-3}"
-# One build at a time (parallel test workers may ask together); the second finds it cached.
-exec 9>"/var/tmp/faden-systemd-image.lock"
-flock 9
-if docker image inspect "$TAG" >/dev/null 2>&1; then
-  echo "$TAG"
-  exit 0
-fi
-command -v debootstrap >/dev/null || {
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
-}
-MIRROR="${FADEN_TEST_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
-root=$(mktemp -d /var/tmp/faden-systemd-root.XXXXXX)
-trap 'rm -rf "$root"' EXIT
-debootstrap --variant=minbase --include=systemd,systemd-sysv,dbus,libpam-systemd,curl,ca-certificates,procps \
-  bookworm "$root" "$MIRROR" >"$root.log" 2>&1 || { tail -30 "$root.log" >&2; rm -f "$root.log"; exit 1; }
-rm -f "$root.log"
+source "$(dirname "$0")/debian-image.sh"
+image_cached systemd "$TAG"
+debootstrap_root systemd --variant=minbase --include=systemd,systemd-sysv,dbus,libpam-systemd,curl,ca-certificates,procps
 # No Python inside: the agent must run from its standalone binary alone.
 if compgen -G "$root/usr/bin/python*" >/dev/null; then
   echo "the systemd image unexpectedly contains Python" >&2
@@ -40,7 +27,4 @@ rm -f "$root/etc/hostname"
 # Persistent journal is not needed; volatile journal in /run is enough for the tests.
 mkdir -p "$root/etc/systemd/journald.conf.d"
 printf '[Journal]\nStorage=volatile\n' >"$root/etc/systemd/journald.conf.d/volatile.conf"
-rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
-tar -C "$root" --numeric-owner -c . | docker import \
-  -c 'ENV container=docker' -c 'CMD ["/lib/systemd/systemd"]' - "$TAG" >/dev/null
-echo "$TAG"
+import_root "$TAG" -c 'ENV container=docker' -c 'CMD ["/lib/systemd/systemd"]'
