@@ -11,6 +11,7 @@ are in that container's journal; a stalled supervisor is restarted by the watchd
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import time
 import uuid
@@ -75,6 +76,7 @@ def install_env(backend: BackendProcess, agent_id: str, token: str | None) -> di
         "FADEN_NODE_AGENT_HEARTBEAT_INTERVAL_SEC": "1",
         "FADEN_NODE_AGENT_RECONNECT_MIN_SEC": "0.2",
         "FADEN_NODE_AGENT_RECONNECT_MAX_SEC": "1",
+        "FADEN_AGENT_ALLOW_HTTP": "1",  # the reference backend here speaks plain http on loopback
     }
     if token:
         env["FADEN_NODE_AGENT_ENROLLMENT_TOKEN"] = token
@@ -261,3 +263,54 @@ def test_install_line_as_a_user_makes_a_user_service(image, served):
         status = box.sh("/home/agentuser/.local/bin/faden-agent status", exec_args=user, check=False).stdout
         assert "user service active" in status
         assert box.sh("test -e /etc/systemd/system/faden-agent.service", check=False).returncode != 0
+
+
+BROKEN_VERSION = f"{__version__}.post9"
+# A new build whose `run` fails: it says its version and installs the service like any
+# build (through the real one, kept in /opt), but the agent it starts exits at once.
+BROKEN_BUILD = f"""#!/bin/sh
+# faden-agent standalone build {BROKEN_VERSION} (@ARCH@)
+real=/opt/faden-real/faden-agent
+case "$1" in
+  --version) echo "faden-agent {BROKEN_VERSION}" ;;
+  run) echo "this build is broken on purpose: run fails" >&2; exit 1 ;;
+  start)
+    "$real" "$@" || exit $?
+    # The real build wrote the unit for itself: make it start this one, as a new build would.
+    sed -i "s#^ExecStart=.*#ExecStart=/usr/local/bin/faden-agent run#" /etc/systemd/system/faden-agent.service
+    systemctl daemon-reload
+    systemctl restart faden-agent || true ;;
+  *) exec "$real" "$@" ;;
+esac
+"""
+
+
+def test_a_new_build_whose_run_fails_is_rolled_back(image, served, current_build, tmp_path):
+    backend, downloads = served
+    agent_id = "sdr-" + uuid.uuid4().hex[:8]
+    with SystemdContainer(image) as box:
+        run_install_line(box, install_env(backend, agent_id, backend.mint_token()))
+        node = backend.wait_node(agent_id, heartbeats=1, timeout_s=60)
+        box.sh("mkdir -p /opt/faden-real && cp /usr/local/bin/faden-agent /opt/faden-real/faden-agent")
+
+        broken = tmp_path / current_build.name
+        broken.write_text(BROKEN_BUILD.replace("@ARCH@", current_build.name.rsplit("-", 1)[-1]))
+        broken.chmod(0o755)
+        (tmp_path / f"{broken.name}.sha256").write_text(f"{hashlib.sha256(broken.read_bytes()).hexdigest()}  {broken.name}\n")
+        offer(downloads, broken)
+        done = run_install_line(box, {**install_env(backend, agent_id, token=None), "FADEN_AGENT_INSTALL_WAIT_SEC": "20"},
+                                check=False)
+        print(done.stderr)
+        assert done.returncode != 0
+        assert f"installed faden-agent {BROKEN_VERSION}" in done.stderr
+        assert f"faden-agent {BROKEN_VERSION} did not connect to {backend.url} within 20s; " \
+               f"rolling back to faden-agent {__version__}" in done.stderr
+        assert f"rolled back: faden-agent {__version__} runs again" in done.stderr
+        assert box.sh("/usr/local/bin/faden-agent --version").stdout.strip() == f"faden-agent {__version__}"
+        assert "broken on purpose" in box.journal(UNIT)  # the new build did get its chance
+        box.wait_active(UNIT)
+        beats = backend.node_by_agent(agent_id)["heartbeats"]
+        again = backend.wait_node(agent_id, heartbeats=beats + 2, timeout_s=30)
+        assert again["node_id"] == node["node_id"] and again["version"] == __version__
+        assert not box.sh("ls -a /usr/local/bin").stdout.count(".faden-agent.")  # no leftovers
+
