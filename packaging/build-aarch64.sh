@@ -37,8 +37,10 @@ docker run --rm --network host \
     tar -C /src --exclude=./.git --exclude=./dist --exclude=./build --exclude="*.egg-info" --exclude=__pycache__ -cf - . | tar -C /build -xf -
     [ -x /opt/venv/bin/python ] || python3 -m venv /opt/venv
     deps=$(/opt/venv/bin/python -c "import tomllib; print(\" \".join(tomllib.load(open(\"/build/pyproject.toml\", \"rb\"))[\"project\"][\"dependencies\"]))")
-    /opt/venv/bin/pip install -q --disable-pip-version-check -c /constraints.txt pyinstaller $deps
+    nice -n 10 /opt/venv/bin/pip install -q --disable-pip-version-check -c /constraints.txt pyinstaller $deps
     cd /build
     [ -n "$FADEN_AGENT_BUILD_VERSION" ] || unset FADEN_AGENT_BUILD_VERSION
-    PYTHONPATH=/build PYTHON=/opt/venv/bin/python FADEN_AGENT_DIST=/out bash packaging/build.sh
+    # Niced: an emulated build takes every cycle it gets (a niceness set outside does not
+    # reach processes that the Docker engine starts).
+    PYTHONPATH=/build PYTHON=/opt/venv/bin/python FADEN_AGENT_DIST=/out nice -n 10 bash packaging/build.sh
   '

@@ -16,9 +16,10 @@ import uuid
 from pathlib import Path
 
 import pytest
+import requests
 
 from faden_agent import __version__
-from faden_agent.devbackend.builds import build_version
+from faden_agent.devbackend.builds import build_version, served_version
 from tests.backendproc import BackendProcess
 
 REPO = Path(__file__).resolve().parents[2]
@@ -111,4 +112,27 @@ def test_aarch64_binary_reports_its_version_config_and_heartbeats(arm64_image, a
         logs = subprocess.run(["docker", "logs", "--tail", "15", name], capture_output=True, text=True, timeout=60)
         print(f"--- agent log (tail):\n{logs.stdout}{logs.stderr}")
         subprocess.run(["docker", "rm", "-f", name], capture_output=True, timeout=60)
+        backend.stop()
+
+
+def test_release_directory_holds_both_builds_and_is_served_as_is(arm64_binary, tmp_path):
+    done = subprocess.run(["bash", str(REPO / "packaging/release.sh"), str(tmp_path / "out")], capture_output=True,
+                          text=True, timeout=3000)
+    assert done.returncode == 0, f"{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+    release = tmp_path / "out" / f"node-agent-v{__version__}"
+    names = ["faden-agent-linux-aarch64", "faden-agent-linux-aarch64.sha256", "faden-agent-linux-x86_64",
+             "faden-agent-linux-x86_64.sha256", "install.sh"]
+    assert sorted(p.name for p in release.iterdir()) == names  # no .version file, nothing else
+    assert subprocess.run(["sha256sum", "--quiet", "-c", "faden-agent-linux-x86_64.sha256",
+                           "faden-agent-linux-aarch64.sha256"], cwd=release).returncode == 0
+
+    backend = BackendProcess(tmp_path / "backend-data", tmp_path / "backend.log", downloads=release)
+    backend.start()
+    try:
+        for name in names:
+            got = requests.get(f"{backend.url}/downloads/{name}", timeout=60)
+            assert got.status_code == 200 and got.content == (release / name).read_bytes(), name
+        # Which version the backend expects, per architecture, comes from the builds themselves.
+        assert served_version(release, "aarch64") == served_version(release, "amd64") == __version__
+    finally:
         backend.stop()
