@@ -43,23 +43,24 @@ from tests.agentproc import AgentProcess, agent_env, wait_for
 ADMIN_TOKEN = "test-admin-" + uuid.uuid4().hex
 
 
-def free_port() -> int:
+def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((host, 0))
         return sock.getsockname()[1]
 
 
 class BackendProcess:
     def __init__(self, data_dir: Path, log_path: Path, *, keepalive_sec: float = 0.5, port: int | None = None,
                  tls_cert: Path | None = None, tls_key: Path | None = None, ca_bundle: Path | None = None,
-                 downloads: Path | None = None, loki_url: str | None = None, admin_token: str = ADMIN_TOKEN):
+                 downloads: Path | None = None, loki_url: str | None = None, admin_token: str = ADMIN_TOKEN,
+                 host: str = "127.0.0.1"):
         self.data_dir = data_dir
         self.log_path = log_path
-        self.port = port or free_port()
+        self.port = port or free_port(host)
         self.admin_token = admin_token
         scheme = "https" if tls_cert else "http"
-        self.url = f"{scheme}://127.0.0.1:{self.port}"
-        self.argv = [sys.executable, "-m", "faden_agent", "dev-backend", "--host", "127.0.0.1", "--port",
+        self.url = f"{scheme}://{host}:{self.port}"
+        self.argv = [sys.executable, "-m", "faden_agent", "dev-backend", "--host", host, "--port",
                      str(self.port), "--data", str(data_dir), "--keepalive-sec", str(keepalive_sec)]
         for flag, value in (("--tls-cert", tls_cert), ("--tls-key", tls_key), ("--downloads", downloads),
                             ("--loki-url", loki_url)):

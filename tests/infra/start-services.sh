@@ -16,6 +16,7 @@ command -v docker-registry >/dev/null || need_pkgs+=(docker-registry)
 [ -x /lib/systemd/systemd-journal-remote ] || need_pkgs+=(systemd-journal-remote)
 command -v debootstrap >/dev/null || need_pkgs+=(debootstrap)
 command -v journalctl >/dev/null || need_pkgs+=(systemd)
+command -v ethtool >/dev/null || need_pkgs+=(ethtool)  # the cluster rig's delay line (tests/cluster)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   echo "installing: ${need_pkgs[*]}"
   apt-get update -qq
