@@ -9,7 +9,8 @@ nothing; resends are harmless because every record has a unique id the backend d
 Latest-value records (inventory) are kept one per kind: only the newest matters.
 
 A corrupt outbox file is moved aside at open (sqlitefile) and the fresh one starts with an
-event saying so.
+event saying so. Every write waits out a full disk (diskfull.retry_when_full: a thread
+waits, a worker's main loop gets DiskFull at once).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any, Iterable
 import orjson
 
 from faden_agent import protocol
+from faden_agent.diskfull import retry_when_full
 from faden_agent.files import quarantine_record_id
 from faden_agent.sqlitefile import open_private_sqlite
 
@@ -67,24 +69,25 @@ class Outbox:
         if quarantined:
             self.put(protocol.EVENT, quarantined, record_id=quarantine_record_id(quarantined))
 
+    def _write(self, sql: str, params: tuple | list = (), many: bool = False) -> Any:
+        """One write statement (its own transaction), waiting out a full disk."""
+        def write() -> Any:
+            with self._lock:
+                return (self._db.executemany if many else self._db.execute)(sql, params)
+        return retry_when_full(write, self.path)
+
     def put(self, kind: str, data: dict[str, Any], record_id: str | None = None) -> dict[str, Any]:
         """Store a record durably; a repeated id is a no-op. Returns the record."""
         record = make_record(kind, data, record_id)
-        with self._lock:
-            self._db.execute(
-                "INSERT OR IGNORE INTO outbox (id, kind, body) VALUES (?, ?, ?)",
-                (record["id"], kind, orjson.dumps(record)),
-            )
+        self._write("INSERT OR IGNORE INTO outbox (id, kind, body) VALUES (?, ?, ?)",
+                    (record["id"], kind, orjson.dumps(record)))
         return record
 
     def put_latest(self, kind: str, data: dict[str, Any]) -> dict[str, Any]:
         """Replace the pending latest-value record of this kind."""
         record = make_record(kind, data)
-        with self._lock:
-            self._db.execute(
-                "INSERT OR REPLACE INTO latest (kind, id, body) VALUES (?, ?, ?)",
-                (kind, record["id"], orjson.dumps(record)),
-            )
+        self._write("INSERT OR REPLACE INTO latest (kind, id, body) VALUES (?, ?, ?)",
+                    (kind, record["id"], orjson.dumps(record)))
         return record
 
     def pending(self, limit: int) -> list[dict[str, Any]]:
@@ -97,15 +100,19 @@ class Outbox:
 
     def ack(self, ids: Iterable[str]) -> None:
         ids = list(ids)
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                self._db.executemany("DELETE FROM outbox WHERE id = ?", [(i,) for i in ids])
-                self._db.executemany("DELETE FROM latest WHERE id = ?", [(i,) for i in ids])
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+
+        def delete() -> None:
+            with self._lock:
+                self._db.execute("BEGIN IMMEDIATE")
+                try:
+                    self._db.executemany("DELETE FROM outbox WHERE id = ?", [(i,) for i in ids])
+                    self._db.executemany("DELETE FROM latest WHERE id = ?", [(i,) for i in ids])
+                    self._db.execute("COMMIT")
+                except BaseException:
+                    if self._db.in_transaction:  # SQLite may have rolled back already (disk full)
+                        self._db.execute("ROLLBACK")
+                    raise
+        retry_when_full(delete, self.path)
 
     def count(self) -> int:
         with self._lock:
@@ -117,12 +124,10 @@ class Outbox:
         """Drop the oldest durable records beyond the bound; returns how many were dropped."""
         with self._lock:
             (count,) = self._db.execute("SELECT COUNT(*) FROM outbox").fetchone()
-            excess = count - max_records
-            if excess <= 0:
-                return 0
-            self._db.execute(
-                "DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox ORDER BY seq LIMIT ?)", (excess,)
-            )
+        excess = count - max_records
+        if excess <= 0:
+            return 0
+        self._write("DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox ORDER BY seq LIMIT ?)", (excess,))
         return excess
 
     def get_meta(self, key: str, default: str | None = None) -> str | None:
@@ -131,8 +136,7 @@ class Outbox:
         return row[0] if row else default
 
     def set_meta(self, key: str, value: str) -> None:
-        with self._lock:
-            self._db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
+        self._write("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
 
     def close(self) -> None:
         with self._lock:

@@ -37,6 +37,7 @@ def collect_status(config: Config) -> dict[str, Any]:
         "last_error": None,
         "last_error_at": None,
         "link_source": None,
+        "disk_full": None,  # {"path", "error", "since", "paths", "worker"} while a worker cannot write
     }
     try:
         state = load_state(config.state_path)
@@ -47,7 +48,7 @@ def collect_status(config: Config) -> dict[str, Any]:
             out.update(enrolled=True, node_id=state.node_id, agent_id=state.agent_id, enrolled_at=state.enrolled_at)
             if state.backend_url != config.backend_url:
                 out["state_error"] = f"state file belongs to backend {state.backend_url}"
-    link, source = _live_link(config)
+    link, source, out["disk_full"] = _live_link(config)
     if link is None:
         link, source = _link_from_file(config), "status file"
     else:
@@ -66,20 +67,24 @@ def collect_status(config: Config) -> dict[str, Any]:
     return out
 
 
-def _live_link(config: Config) -> tuple[dict[str, Any] | None, str | None]:
+def _live_link(config: Config) -> tuple[dict[str, Any] | None, str | None, dict[str, Any] | None]:
+    """(link, where it came from, disk_full of the first worker that cannot write)."""
     try:
         reply = request(Endpoints(config.runtime_dir).control, "ps", timeout_s=PS_TIMEOUT_S)
     except EnvelopeError:
-        return None, None
+        return None, None, None
     if reply is None or not isinstance(reply.body, dict):
-        return None, None
-    for worker in reply.body.get("workers", []):
+        return None, None, None
+    workers = [w for w in reply.body.get("workers", []) if isinstance(w, dict)]
+    disk_full = next(({**w["status"]["disk_full"], "worker": w.get("name")} for w in workers
+                      if isinstance(w.get("status"), dict) and isinstance(w["status"].get("disk_full"), dict)), None)
+    for worker in workers:
         if worker.get("name") == "stream":
             link = (worker.get("status") or {}).get("link")
             if link:
-                return link, "stream worker"
-            return {"state": f"stream worker {worker.get('state', '?').lower()}"}, "supervisor"
-    return {"state": "no stream worker"}, "supervisor"
+                return link, "stream worker", disk_full
+            return {"state": f"stream worker {worker.get('state', '?').lower()}"}, "supervisor", disk_full
+    return {"state": "no stream worker"}, "supervisor", disk_full
 
 
 def _link_from_file(config: Config) -> dict[str, Any] | None:
@@ -111,6 +116,9 @@ def format_status(status: dict[str, Any]) -> str:
     ]
     if status.get("state_error"):
         lines.append(f"state file:    {status['state_error']}")
+    if status.get("disk_full"):
+        full = status["disk_full"]
+        lines.append(f"disk_full:     cannot write {full['path']} since {_when(full.get('since'))}; writes are retried")
     if status.get("service") is not None:  # added by `faden-agent status` (faden_agent/service)
         lines.append(f"service:       {format_service(status['service'])}")
     return "\n".join(lines)

@@ -32,6 +32,9 @@ def acquire(directory: Path, what: str) -> int:
         os.close(fd)
         raise AlreadyRunning(errno.EWOULDBLOCK, f"another faden-agent (pid {holder[:20]}) is running with the {what} "
                                                 f"{directory}; stop it first (one agent per {what})") from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)  # who holds it, for the second one's message
+    except OSError:
+        pass  # a full disk: the lock holds all the same
     return fd

@@ -36,6 +36,7 @@ from typing import Any, Callable
 import zmq
 
 from faden_agent.config import Config
+from faden_agent.diskfull import DISK, DiskFull
 from faden_agent.ipc import Channel, Endpoints, EnvelopeError, Message
 from faden_agent.logsetup import configure_logging
 from faden_agent.proctitle import set_title
@@ -117,7 +118,10 @@ class Worker:
                 self.beat()
                 next_beat = now + self.config.worker_heartbeat_sec
             if now >= next_tick:
-                self.tick()
+                try:
+                    self.tick()
+                except DiskFull:
+                    pass  # reported in the heartbeat (disk_full); the tick comes again
                 next_tick = now + self.tick_interval_s
             if os.getppid() != self._parent_pid:
                 log.error("%s: supervisor is gone; exiting", self.name)
@@ -157,7 +161,11 @@ class Worker:
         return THREAD_DIED_EXIT
 
     def beat(self) -> None:
-        body = {"name": self.name, "pid": os.getpid(), "status": self.status()}
+        status = self.status()
+        disk_full = DISK.snapshot()
+        if disk_full:
+            status["disk_full"] = disk_full  # shown by ps --json, status and the node heartbeat
+        body = {"name": self.name, "pid": os.getpid(), "status": status}
         assert self._supervisor is not None
         self._supervisor.send("heartbeat", body, block=False)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from faden_agent import protocol, testhooks
+from faden_agent.diskfull import DiskFull
 from faden_agent.uplink import Uplink
 from faden_agent.workers.executor.journal import Entry, Journal
 
@@ -25,6 +26,7 @@ class Timeline:
     def __init__(self, uplink: Uplink, journal: Journal):
         self.uplink = uplink
         self.journal = journal
+        self.unreported = False  # a terminal record could not be put (full disk): report_unreported soon
 
     def _put(self, command_id: str, state: str, step: int, **fields: Any) -> None:
         data = protocol.timeline_data(command_id, state, **fields)
@@ -50,8 +52,12 @@ class Timeline:
 
     def _put_terminal(self, command_id: str, outcome: dict[str, Any]) -> None:
         fields = {k: v for k, v in outcome.items() if k not in ("command_id", "state")}
-        self._put(command_id, outcome["state"], 0, **fields)
-        self.journal.mark_reported(command_id)
+        try:
+            self._put(command_id, outcome["state"], 0, **fields)
+            self.journal.mark_reported(command_id)
+        except DiskFull:
+            self.unreported = True  # done in the journal: the executor's tick puts it later
+            raise
 
     def replay(self, entry: Entry) -> None:
         """A re-delivered, already finished command: the same records again (same ids)."""
@@ -62,6 +68,7 @@ class Timeline:
     def report_unreported(self) -> int:
         """Terminal records of done commands that never reached the outbox (a kill between
         the two writes, a full disk): put them there now. Returns how many."""
+        self.unreported = False
         entries = self.journal.unreported()
         for entry in entries:
             if entry.outcome:

@@ -20,6 +20,7 @@ import orjson
 import zmq
 
 from faden_agent import protocol
+from faden_agent.diskfull import DiskFull
 from faden_agent.files import quarantine_record_id
 from faden_agent.ipc import Channel, Message
 from faden_agent.uplink import Uplink
@@ -77,6 +78,11 @@ class ExecutorWorker(Worker):
             return
         try:
             reply = self.accept(message.body)
+        except DiskFull as exc:
+            # Not an ack: the downlink keeps the command and hands it over again (the
+            # journal knows it when it got that far, see accept's duplicate branch).
+            channel.send("error", {"message": f"the executor cannot journal the command now: {exc}", "retry": True})
+            return
         except Exception as exc:  # noqa: BLE001 - a bug with one command must not wedge the socket
             log.exception("accepting a command failed")
             body = message.body if isinstance(message.body, dict) else {}
@@ -85,6 +91,8 @@ class ExecutorWorker(Worker):
         channel.send("ack", reply)
 
     def tick(self) -> None:
+        if self.timeline.unreported:
+            self.timeline.report_unreported()
         self.enforce_deadlines()
 
     def status(self) -> dict[str, Any]:
@@ -128,6 +136,10 @@ class ExecutorWorker(Worker):
         if duplicate:
             if entry.outcome is not None:
                 self.timeline.replay(entry)
+            elif entry.state == QUEUED and self.scheduler.find(command_id) is None:
+                # Journaled by an earlier hand-off that failed before dispatch (a full disk).
+                self.timeline.received(command_id, entry.kind, seq)
+                self.dispatch(entry)
             return {"id": command_id, "accepted": True, "duplicate": True}
         self.timeline.received(command_id, entry.kind, seq)
         if too_large:

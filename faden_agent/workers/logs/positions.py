@@ -5,7 +5,9 @@ A position moves only when the shipper reports that Loki accepted the batch hold
 use their own timestamps, so what is read again is an exact duplicate that Loki drops.
 
 Saving is throttled (at most every SAVE_INTERVAL_SEC, plus on stop): a position saved late
-only means more exact duplicates after a kill -9, never a lost line. The file is replaced
+only means more exact duplicates after a kill -9, never a lost line. So a full disk does
+not stop shipping: the positions stay in memory (dirty), the disk state says so, and the
+next save writes them once there is space. The file is replaced
 atomically (temp file + rename), mode 0600, in the state directory.
 """
 
@@ -19,6 +21,7 @@ from typing import Any
 
 import orjson
 
+from faden_agent.diskfull import DISK, is_disk_full
 from faden_agent.files import quarantine, quarantine_event, replace_file
 
 POSITIONS_FILE = "logs-positions.json"
@@ -95,4 +98,16 @@ class Positions:
             data = orjson.dumps(self._values)
             self._dirty = False
             self._saved_at = time.monotonic()
-        replace_file(self.path, data)
+        try:
+            replace_file(self.path, data)
+        except OSError as exc:
+            if not is_disk_full(exc):
+                raise
+            with self._lock:
+                self._dirty = True  # saved by a later call, when there is space
+            if DISK.full(self.path, str(exc)):
+                log.error("disk full: cannot save the log positions %s; shipping goes on, saved when there is space",
+                          self.path)
+            return
+        if DISK.written(self.path):
+            log.warning("log positions %s saved again: the disk has space", self.path)

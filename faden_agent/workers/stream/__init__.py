@@ -21,7 +21,8 @@ import zmq
 
 from faden_agent.backend import MaintenanceHold
 from faden_agent.ipc import Channel, Message
-from faden_agent.outbox import Outbox
+from faden_agent.diskfull import retry_when_full
+from faden_agent.outbox import OUTBOX_FILE, Outbox
 from faden_agent.status import STATUS_FILE
 from faden_agent.workers.base import Worker
 from faden_agent.workers.stream.downlink import Downlink
@@ -40,20 +41,26 @@ class StreamWorker(Worker):
         self.pokes = Channel.bind(zmq.PULL, self.endpoints.uplink)
         self.link_status = LinkStatus(self.config.backend_url, self.config.state_dir / STATUS_FILE)
         self.gate = Gate(self.stop_event, MaintenanceHold(self.config.runtime_dir))
-        self.outbox = Outbox(self.config.state_dir)
         self.uplink: UplinkSender | None = None
         self.start_thread("membership", self.start_link, finite=True)
 
     def start_link(self) -> None:
-        """Become a member (may take long: no token yet, backend down), then run the link."""
-        state = Membership(self.config, self.link_status, self.gate, self.stop_event).establish()
+        """Become a member (may take long: no token yet, backend down), then run the link;
+        a state file that a full disk kept from being written is written afterwards."""
+        membership = Membership(self.config, self.link_status, self.gate, self.stop_event)
+        state = membership.establish()
         if state is None:
             return
         self.link_status.set_node(state.node_id)
+        # Opened here, not in setup: on a full disk a new outbox waits for space on this
+        # thread while the worker's loop goes on heartbeating.
+        self.outbox = retry_when_full(lambda: Outbox(self.config.state_dir), self.config.state_dir / OUTBOX_FILE,
+                                      self.stop_event)
         shared = Link(self.config, state, self.outbox, self.link_status, self.gate, self.stop_event, self.endpoints)
         self.uplink = UplinkSender(shared)
         for part in (Downlink(shared), self.uplink, HeartbeatSender(shared)):
             self.start_thread(part.name, part.run)
+        membership.write_state_file_when_possible()
 
     def channels(self) -> list[Channel]:
         return [self.pokes]

@@ -20,8 +20,10 @@ from faden_agent import __version__, protocol
 from faden_agent.backend import BackendClient, BackendError, CredentialRejected
 from faden_agent.backoff import Backoff
 from faden_agent.config import Config, ConfigError, env_name
+from faden_agent.diskfull import DISK, is_disk_full, retry_when_full
 from faden_agent.service.envfile import forget_token
 from faden_agent.state import (
+    ENROLLMENT_ATTEMPT_FILE,
     AgentState,
     StateError,
     check_backend,
@@ -68,6 +70,7 @@ class Membership:
         self.stop = stop
         self.backoff = Backoff(config.reconnect_min_sec, config.reconnect_max_sec)
         self._last_problem: str | None = None
+        self._unwritten: tuple[AgentState, AgentState | None, str] | None = None  # enrolled, state file not yet written
 
     def establish(self) -> AgentState | None:
         """Block (in a thread) until this machine is a member; None when stopping."""
@@ -129,25 +132,54 @@ class Membership:
             return None
         self.status.set_state(link.ENROLLING)
         agent_id = replacing.agent_id if replacing else self.config.agent_id
-        attempt = enrollment_attempt_id(self.config.state_dir)  # on disk before the token is spent
+        # On disk before the token is spent; a full disk waits here, the token unspent.
+        attempt = retry_when_full(lambda: enrollment_attempt_id(self.config.state_dir),
+                                  self.config.state_dir / ENROLLMENT_ATTEMPT_FILE, self.stop)
         client = BackendClient(self.config)
         try:
             reply = client.enroll(token, {**enrollment_facts(self.config), "agent_id": agent_id,
                                           "enrollment_id": attempt})
         finally:
             client.close()
-        path = self.config.state_path
         state = new_state(self.config.backend_url, reply["node_id"], reply["credential"], agent_id)
-        if replacing is None:
-            write_state(path, state)
-        else:
+        self._unwritten = (state, replacing, token)
+        try:
+            self.write_state_file()
+        except OSError as exc:
+            if not is_disk_full(exc):
+                raise
+            # The token is spent: keep the credential in memory and run with it; the state
+            # file is written as soon as there is space (write_state_file, on this thread).
+            DISK.full(self.config.state_path, str(exc))
+            log.error("enrolled as node %s, but the disk is full: cannot write the state file %s (%s); the credential "
+                      "is kept in memory and written as soon as there is space", state.node_id, self.config.state_path,
+                      exc.strerror or exc)
+        return state
+
+    def write_state_file(self) -> None:
+        """Write the state of an enrollment whose file is not on disk yet (a no-op once it is);
+        until then the attempt id stays on disk, so a restart is answered with the same node."""
+        if self._unwritten is None:
+            return
+        state, replacing, token = self._unwritten
+        path = self.config.state_path
+        if replacing is not None and path.exists():
             aside = supersede_state(path, state)
             log.warning("re-enrolled with %s: node %s is now node %s (agent %s); the rejected state file is kept "
-                        "as %s", state.backend_url, replacing.node_id, state.node_id, agent_id, aside)
+                        "as %s", state.backend_url, replacing.node_id, state.node_id, state.agent_id, aside)
+        else:
+            write_state(path, state)
+        self._unwritten = None
+        if DISK.written(path):
+            log.warning("the state file %s is written: the disk has space again", path)
         forget_enrollment_attempt(self.config.state_dir)
         log.info("enrolled with %s as node %s; state written to %s", state.backend_url, state.node_id, path)
         self.forget_spent_token(token)
-        return state
+
+    def write_state_file_when_possible(self) -> None:
+        """Block (the membership thread) until the state file is written, or stopping."""
+        if self._unwritten is not None:
+            retry_when_full(self.write_state_file, self.config.state_path, self.stop)
 
     def forget_spent_token(self, token: str) -> None:
         path = self.config.env_file

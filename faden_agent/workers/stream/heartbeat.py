@@ -80,6 +80,9 @@ class HeartbeatSender(LinkThread):
             "workers": [{k: w.get(k) for k in WORKER_FIELDS} for w in table.get("workers", [])],
             "connection": self.status.snapshot(),
             "outbox_pending": self.outbox.count(),
+            # the first worker that cannot write its files: {"path", "error", "since", "paths"}
+            "disk_full": next((w["status"]["disk_full"] for w in table.get("workers", [])
+                               if isinstance(w.get("status"), dict) and w["status"].get("disk_full")), None),
             "pid": os.getpid(),
         }
 
