@@ -187,8 +187,11 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("state_path", None, _path, "State file (default: /var/lib/faden-agent/state.json as root, else ~/.local/share/faden-agent/state.json)"),
     Variable("runtime_dir", None, _path, "Directory for the IPC sockets, mode 0700 (default: /run/faden-agent as root, else $XDG_RUNTIME_DIR/faden-agent or /tmp/faden-agent-UID)"),
     Variable("heartbeat_interval_sec", "15", _positive_float, "Heartbeat interval"),
+    Variable("heartbeat_full_sec", "300", _positive_float, "Longest time between heartbeats carrying the full detail (worker table, version); between them beats carry it only when it changed"),
     Variable("inventory_interval_sec", "60", _positive_float, "Inventory interval"),
     Variable("inventory_probe_timeout_sec", "10", _positive_float, "Bound on each inventory probe (host, disks, network, Docker, GPU); a slower one is reported as overrun"),
+    Variable("traffic_interval_sec", "10", _positive_float, "How often traffic to peer machines, NICs and RDMA ports is sampled; a record is sent only when it changed"),
+    Variable("sysfs_root", "/sys", _path, "Where sysfs is mounted (InfiniBand/RoCE counters under class/infiniband); tests point it at a fake tree"),
     Variable("reconnect_min_sec", "2", _positive_float, "Smallest reconnect delay"),
     Variable("reconnect_max_sec", "30", _positive_float, "Largest reconnect delay"),
     Variable("request_timeout_sec", "20", _positive_float, "Bound on every backend request"),
@@ -234,8 +237,11 @@ class Config:
     state_path: Path
     runtime_dir: Path
     heartbeat_interval_sec: float
+    heartbeat_full_sec: float
     inventory_interval_sec: float
     inventory_probe_timeout_sec: float
+    traffic_interval_sec: float
+    sysfs_root: Path
     reconnect_min_sec: float
     reconnect_max_sec: float
     request_timeout_sec: float

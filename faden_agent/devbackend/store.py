@@ -284,9 +284,13 @@ class Store:
 
     def _apply(self, node_id: str, record: dict[str, Any], now: float) -> None:
         if record["kind"] == protocol.HEARTBEAT:
+            # A lean beat carries only the pulse; the detail (worker table, version, ...) of
+            # the last beat that had it stays (docs/protocol.md, "Heartbeat record").
+            row = self._db.execute("SELECT heartbeat FROM nodes WHERE node_id = ?", (node_id,)).fetchone()
+            merged = {**((_json(row[0]) or {}) if row else {}), **record["data"]}
             self._db.execute(
                 "UPDATE nodes SET last_heartbeat_at = ?, heartbeats = heartbeats + 1, heartbeat = ? WHERE node_id = ?",
-                (now, orjson.dumps(record["data"]), node_id),
+                (now, orjson.dumps(merged), node_id),
             )
         elif record["kind"] == protocol.INVENTORY:
             row = self._db.execute("SELECT inventory FROM nodes WHERE node_id = ?", (node_id,)).fetchone()

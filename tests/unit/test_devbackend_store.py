@@ -76,3 +76,18 @@ def test_a_spent_token_is_answered_again_only_for_the_same_unseen_attempt(store)
     assert store.node_for_credential(second) == (node_id, False)  # now the node has been seen
     with pytest.raises(TokenRefused, match="already used"):
         store.enroll(token, {"agent_id": "a"}, attempt="attempt-1")
+
+
+def test_a_lean_heartbeat_keeps_the_detail_of_the_last_full_one(store):
+    node_id = node(store)
+    workers = [{"name": "logs", "state": "RUNNING", "pid": 7, "restarts": 0}]
+    full = {"beat": 0, "due_at": 1.0, "uptime_s": 1.0, "version": "1.2.3", "workers": workers,
+            "connection": {"state": "connected"}}
+    store.store_records(node_id, [record(protocol.HEARTBEAT, full, "hb:0")])
+    store.store_records(node_id, [record(protocol.HEARTBEAT, {"beat": 1, "due_at": 16.0, "uptime_s": 16.0}, "hb:1")])
+    (seen,) = store.nodes()
+    assert seen["workers"] == workers and seen["version"] == "1.2.3" and seen["connection"] == {"state": "connected"}
+    assert seen["uptime_s"] == 16.0 and seen["heartbeats"] == 2
+    changed = [{**workers[0], "state": "BACKOFF", "pid": None, "restarts": 1}]
+    store.store_records(node_id, [record(protocol.HEARTBEAT, {**full, "beat": 2, "workers": changed}, "hb:2")])
+    assert store.nodes()[0]["workers"] == changed

@@ -1,5 +1,13 @@
 """Heartbeats: every HEARTBEAT_INTERVAL_SEC on a fixed grid, sent directly (not queued
-behind a backlog), carrying version, capabilities, uptime and the supervisor's worker table.
+behind a backlog).
+
+Lean, after kubelet's node leases: every beat carries the pulse (beat, due_at, uptime,
+outbox backlog: a few dozen bytes); the detail (version, capabilities, the supervisor's
+worker table, the connection, disk_full) rides along only when it changed, after a beat
+that could not be sent, and at least every HEARTBEAT_FULL_SEC (for the numbers, and a
+backend that lost it). "Changed" means a state, not a counter: a worker's name/state/pid/restarts/last_exit and the non-numeric values of its
+status; numbers (ages, sizes, CPU, counters) are refreshed by the slow full beat. The
+backend keeps the last detail and merges each beat into it (docs/protocol.md).
 
 A heartbeat is latest-value: one that cannot be sent is dropped, the next one replaces it.
 Beats are due at start + n * interval; a late beat does not shift the ones after it, and
@@ -25,6 +33,7 @@ log = logging.getLogger(__name__)
 PS_TIMEOUT_S = 0.5
 WORKER_FIELDS = ("name", "state", "pid", "uptime_s", "restarts", "last_exit", "heartbeat_age_s", "rss_bytes",
                  "cpu_percent", "status")
+WORKER_STATE_FIELDS = ("name", "state", "pid", "restarts", "last_exit")  # numbers here are states too
 
 
 class HeartbeatSender(LinkThread):
@@ -32,6 +41,7 @@ class HeartbeatSender(LinkThread):
         super().__init__("heartbeat", link)
         self.started_at = time.time()
         self.beats = 0
+        self.detail_sent: tuple[Any, float] | None = None  # (change key, monotonic time) of the last detail sent
 
     def run(self) -> None:
         interval = self.config.heartbeat_interval_sec
@@ -48,7 +58,8 @@ class HeartbeatSender(LinkThread):
             client.close()
 
     def send(self, client: BackendClient, beat: int, due_at: float) -> None:
-        record = make_record(protocol.HEARTBEAT, self.heartbeat_data(beat, due_at))
+        data, key = self.heartbeat_data(beat, due_at)
+        record = make_record(protocol.HEARTBEAT, data)
         if self.gate.remaining() > 0:  # another thread was told to wait while we asked `ps`
             return
         try:
@@ -56,15 +67,35 @@ class HeartbeatSender(LinkThread):
         except BackendError as exc:
             # Latest-value: no retry of this beat; the next one waits for the gate the
             # failure may have closed (the fixed grid, not the backoff, paces heartbeats).
+            # The next beat that gets through carries the detail (this one's may be lost).
+            self.detail_sent = None
             self.back_off(exc)
             log.debug("heartbeat %d not sent: %s", beat, exc)
         else:
+            if "workers" in data:
+                self.detail_sent = (key, time.monotonic())
             self.beats += 1
             self.backoff.reset()
             self.status.contact()
 
-    def heartbeat_data(self, beat: int, due_at: float) -> dict[str, Any]:
+    def heartbeat_data(self, beat: int, due_at: float) -> tuple[dict[str, Any], Any]:
+        """The beat's data (pulse, plus the detail when due) and the detail's change key."""
         table = self.worker_table()
+        supervisor = table.get("supervisor") or {}
+        pulse = {
+            "beat": beat,
+            "due_at": due_at,
+            "uptime_s": supervisor.get("uptime_s", time.time() - self.started_at),
+            "outbox_pending": self.outbox.count(),
+        }
+        detail = self.detail(table)
+        key = change_key(detail)
+        sent = self.detail_sent
+        if sent is None or sent[0] != key or time.monotonic() - sent[1] >= self.config.heartbeat_full_sec:
+            pulse.update(detail)
+        return pulse, key
+
+    def detail(self, table: dict[str, Any]) -> dict[str, Any]:
         supervisor = table.get("supervisor") or {}
         return {
             "agent_id": self.state.agent_id,
@@ -72,14 +103,10 @@ class HeartbeatSender(LinkThread):
             "version": __version__,
             "protocol": protocol.PROTOCOL_VERSION,
             "capabilities": list(protocol.CAPABILITIES),
-            "uptime_s": supervisor.get("uptime_s", time.time() - self.started_at),
-            "beat": beat,
-            "due_at": due_at,
             "interval_sec": self.config.heartbeat_interval_sec,
             "supervisor": supervisor,
             "workers": [{k: w.get(k) for k in WORKER_FIELDS} for w in table.get("workers", [])],
             "connection": self.status.snapshot(),
-            "outbox_pending": self.outbox.count(),
             # the first worker that cannot write its files: {"path", "error", "since", "paths"}
             "disk_full": next((w["status"]["disk_full"] for w in table.get("workers", [])
                                if isinstance(w.get("status"), dict) and w["status"].get("disk_full")), None),
@@ -93,3 +120,26 @@ class HeartbeatSender(LinkThread):
         except EnvelopeError:
             return {}
         return reply.body if reply is not None and isinstance(reply.body, dict) else {}
+
+
+def change_key(detail: dict[str, Any]) -> Any:
+    """What must reach the backend when it changes: the detail without its numbers, except
+    the workers' identity and restart fields (numbers that are states)."""
+    rows = [tuple(w.get(k) for k in WORKER_STATE_FIELDS) + (states_only(w.get("status")),)
+            for w in detail.get("workers", [])]
+    rest = {k: v for k, v in detail.items() if k not in ("workers", "supervisor")}
+    return (tuple(rows), states_only(rest), (detail.get("supervisor") or {}).get("pid"))
+
+
+def states_only(value: Any) -> Any:
+    """`value` with every number left out (counters, ages, sizes, times), hashable."""
+    if isinstance(value, dict):
+        return tuple(sorted((str(k), states_only(v)) for k, v in value.items()
+                            if not _is_number(v)))
+    if isinstance(value, (list, tuple)):
+        return tuple(states_only(v) for v in value if not _is_number(v))
+    return value
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)

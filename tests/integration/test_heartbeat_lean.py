@@ -1,0 +1,50 @@
+"""Lean heartbeats against the real reference backend: beats carry the worker table only when
+it changed and at the slow full refresh, and the backend's node view keeps the table
+throughout (the console reads it from there)."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+from tests.agentproc import wait_for
+from tests.backendproc import agent_on_backend, backend  # noqa: F401
+
+FULL_S = 4.0
+
+
+def workers_seen(backend, node_id):
+    node = next(n for n in backend.nodes() if n["node_id"] == node_id)
+    return {w["name"]: w for w in node.get("workers") or []}
+
+
+def test_worker_table_reaches_the_backend_on_change_and_at_the_full_refresh(backend, agent_on_backend):
+    agent, node = agent_on_backend(heartbeat_interval_sec=0.5, heartbeat_full_sec=FULL_S)
+    node_id = node["node_id"]
+    wait_for(lambda: len(workers_seen(backend, node_id)) == 4
+             and all(w["state"] == "RUNNING" for w in workers_seen(backend, node_id).values()), 30,
+             what="all four workers RUNNING at the backend")
+
+    # quiet: most beats are lean, the backend still holds the table
+    start = len(backend.heartbeats(node_id))
+    wait_for(lambda: len(backend.heartbeats(node_id)) >= start + 4, 20, what="four more beats")
+    recent = backend.heartbeats(node_id)[start:]
+    lean = [b for b in recent if "workers" not in b["data"]]
+    assert lean and all({"beat", "due_at", "uptime_s"} <= set(b["data"]) for b in lean)
+    assert len(workers_seen(backend, node_id)) == 4
+
+    # a change (a worker killed and restarted) goes with the next beat, not at the refresh
+    old_pid = agent.workers()["inventory"]["pid"]
+    os.kill(old_pid, signal.SIGKILL)
+    restarted = wait_for(lambda: (w := workers_seen(backend, node_id).get("inventory"))
+                         and w["pid"] not in (None, old_pid) and w["restarts"] >= 1 and w, FULL_S * 0.75,
+                         interval_s=0.1, what="the restarted inventory worker at the backend before a refresh")
+    assert restarted["state"] in ("STARTING", "RUNNING")
+
+    # the slow refresh: an unchanged table is sent again, with its numbers up to date
+    wait_for(lambda: workers_seen(backend, node_id)["inventory"]["state"] == "RUNNING", 10, what="RUNNING seen")
+    uptime = workers_seen(backend, node_id)["inventory"]["uptime_s"] or 0.0
+    wait_for(lambda: (workers_seen(backend, node_id)["inventory"]["uptime_s"] or 0.0) > uptime + 1, FULL_S * 3,
+             interval_s=0.2, what="a full refresh with the table's numbers")
+    beats = backend.heartbeats(node_id)
+    assert len(workers_seen(backend, node_id)) == 4 and any("workers" not in b["data"] for b in beats[-3:])
