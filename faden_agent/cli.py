@@ -160,6 +160,8 @@ def _service_action(action: Any, *args: Any) -> None:
         outcome = action(*args)
     except ServiceError as exc:
         fail(str(exc))
+    except OSError as exc:  # e.g. a full disk while writing the unit or the env file: one clear line
+        fail(f"cannot write {exc.filename or 'a service file'}: {exc.strerror or exc}; nothing was started")
     for line in outcome.messages:
         typer.echo(line)
 

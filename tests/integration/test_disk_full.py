@@ -133,8 +133,11 @@ def test_a_credential_that_cannot_be_written_is_kept_in_memory_and_written_later
     with AgentProcess(env, tmp_path / "first.log"):  # a first start, not enrolled: the files exist
         pass
     enrollment_attempt_id(small_fs)  # got that far before the disk filled up
+    token = backend.mint_token()
+    env_file = small_fs / "agent.env"  # the service's env file, on the same full disk
+    env_file.write_text(f"FADEN_NODE_AGENT_ENROLLMENT_TOKEN={token}\n")
+    env.update(FADEN_NODE_AGENT_ENROLLMENT_TOKEN=token, FADEN_NODE_AGENT_ENV_FILE=str(env_file))
     filler = fill(small_fs)
-    env["FADEN_NODE_AGENT_ENROLLMENT_TOKEN"] = backend.mint_token()
     agent = AgentProcess(env, tmp_path / "agent.log").start(wait_running=False)
     agent_id = env["FADEN_NODE_AGENT_AGENT_ID"]
     try:
@@ -143,6 +146,7 @@ def test_a_credential_that_cannot_be_written_is_kept_in_memory_and_written_later
         assert not (small_fs / "state.json").exists()
         filler.unlink()
         wait_for(lambda: (small_fs / "state.json").exists(), 30, what="the state file written once there is space")
+        wait_for(lambda: token not in env_file.read_text(), 30, what="the spent token out of the env file")
         node = backend.wait_node(agent_id, timeout_s=30)
         command_id = backend.send_command(node["node_id"], UNKNOWN_KIND)
         assert backend.wait_command(command_id, timeout_s=30)["state"] == protocol.REJECTED

@@ -71,6 +71,7 @@ class Membership:
         self.backoff = Backoff(config.reconnect_min_sec, config.reconnect_max_sec)
         self._last_problem: str | None = None
         self._unwritten: tuple[AgentState, AgentState | None, str] | None = None  # enrolled, state file not yet written
+        self._unforgotten: str | None = None  # a spent token a full disk kept in the env file
 
     def establish(self) -> AgentState | None:
         """Block (in a thread) until this machine is a member; None when stopping."""
@@ -177,9 +178,15 @@ class Membership:
         self.forget_spent_token(token)
 
     def write_state_file_when_possible(self) -> None:
-        """Block (the membership thread) until the state file is written, or stopping."""
+        """Block (the membership thread) until the state file is written and the spent token
+        is out of the env file, or stopping."""
         if self._unwritten is not None:
             retry_when_full(self.write_state_file, self.config.state_path, self.stop)
+        token, path = self._unforgotten, self.config.env_file
+        if token is not None and path is not None:
+            self._unforgotten = None
+            if retry_when_full(lambda: forget_token(path, token), path, self.stop):
+                log.info("the spent enrollment token was removed from %s", path)
 
     def forget_spent_token(self, token: str) -> None:
         path = self.config.env_file
@@ -189,6 +196,8 @@ class Membership:
             if forget_token(path, token):
                 log.info("the spent enrollment token was removed from %s", path)
         except OSError as exc:
+            if is_disk_full(exc):
+                self._unforgotten = token  # removed once there is space (write_state_file_when_possible)
             log.warning("cannot remove the spent enrollment token from %s: %s", path, exc.strerror or exc)
 
     def _token_set(self) -> bool:
