@@ -113,22 +113,21 @@ class Journal:
         assert entry is not None
         return entry, not inserted
 
-    def get(self, command_id: str) -> Entry | None:
+    def _entries(self, where: str, params: tuple) -> list[Entry]:
         with self._lock:
-            row = self._db.execute(
-                "SELECT id, seq, kind, spec, deadline, state, attempt, outcome, received_at FROM commands WHERE id = ?",
-                (command_id,),
-            ).fetchone()
-        return _entry(row) if row else None
+            rows = self._db.execute(
+                "SELECT id, seq, kind, spec, deadline, state, attempt, outcome, received_at FROM commands WHERE " + where,
+                params,
+            ).fetchall()
+        return [_entry(r) for r in rows]
+
+    def get(self, command_id: str) -> Entry | None:
+        found = self._entries("id = ?", (command_id,))
+        return found[0] if found else None
 
     def unfinished(self) -> list[Entry]:
         """Commands a previous executor accepted but did not finish, oldest first."""
-        with self._lock:
-            rows = self._db.execute(
-                "SELECT id, seq, kind, spec, deadline, state, attempt, outcome, received_at FROM commands"
-                " WHERE state != ? ORDER BY received_at", (DONE,),
-            ).fetchall()
-        return [_entry(r) for r in rows]
+        return self._entries("state != ? ORDER BY received_at", (DONE,))
 
     @_write
     def mark_running(self, command_id: str) -> int:
@@ -188,12 +187,7 @@ class Journal:
 
     def unreported(self) -> list[Entry]:
         """Done commands whose terminal record may not have reached the outbox."""
-        with self._lock:
-            rows = self._db.execute(
-                "SELECT id, seq, kind, spec, deadline, state, attempt, outcome, received_at FROM commands"
-                " WHERE state = ? AND reported = 0 ORDER BY updated_at", (DONE,),
-            ).fetchall()
-        return [_entry(r) for r in rows]
+        return self._entries("state = ? AND reported = 0 ORDER BY updated_at", (DONE,))
 
     # --- containers adopted explicitly (they carry no labels of ours)
 

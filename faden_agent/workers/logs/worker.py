@@ -10,13 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from faden_agent import protocol
 from faden_agent.files import quarantine_record_id
-from faden_agent.uplink import Uplink
 from faden_agent.workers.base import Worker
 from faden_agent.workers.logs.backlog import Backlog
 from faden_agent.workers.logs.labels import LabelMaker
 from faden_agent.workers.logs.positions import Positions
+from faden_agent.workers.logs.report import report_event
 from faden_agent.workers.logs.shipper import Shipper
 from faden_agent.workers.logs.sources.containers import ContainerSource
 from faden_agent.workers.logs.sources.files import RayFileSource
@@ -30,11 +29,7 @@ class LogsWorker(Worker):
         self.backlog = Backlog()
         self.positions = Positions(self.config.state_dir)
         if self.positions.quarantined:
-            uplink = Uplink(self.config)
-            try:
-                uplink.put(protocol.EVENT, self.positions.quarantined, quarantine_record_id(self.positions.quarantined))
-            finally:
-                uplink.close()
+            report_event(self.config, self.positions.quarantined, quarantine_record_id(self.positions.quarantined))
         self.shipper = Shipper(self.config, self.backlog, self.positions, self.stop_event)
         labels = LabelMaker(self.config)
         self.sources = [
