@@ -9,6 +9,7 @@ and no message ever contains the credential.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
 import tempfile
@@ -32,6 +33,11 @@ class AgentState:
     credential: str
     agent_id: str
     enrolled_at: float
+    enrolled_with: str = ""  # sha256 of the token spent for it: never presented again
+
+    def spent(self, token: str) -> bool:
+        """Whether `token` is the one this membership was bought with."""
+        return bool(self.enrolled_with) and token_digest(token) == self.enrolled_with
 
     def __repr__(self) -> str:  # keep the credential out of any accidental log line
         return f"AgentState(node_id={self.node_id!r}, backend_url={self.backend_url!r}, agent_id={self.agent_id!r})"
@@ -61,6 +67,7 @@ def load_state(path: Path) -> AgentState | None:
             credential=_text(data, "credential"),
             agent_id=_text(data, "agent_id"),
             enrolled_at=float(data.get("enrolled_at") or 0.0),
+            enrolled_with=str(data.get("enrolled_with") or ""),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise StateError(f"state file {path} is corrupt: {exc}") from None
@@ -130,9 +137,13 @@ def _publish(tmp: str, path: Path) -> None:
         os.rename(tmp, path)
 
 
-def new_state(backend_url: str, node_id: str, credential: str, agent_id: str) -> AgentState:
+def new_state(backend_url: str, node_id: str, credential: str, agent_id: str, token: str = "") -> AgentState:
     return AgentState(backend_url=backend_url, node_id=node_id, credential=credential, agent_id=agent_id,
-                      enrolled_at=time.time())
+                      enrolled_at=time.time(), enrolled_with=token_digest(token) if token else "")
+
+
+def token_digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
 
 
 ENROLLMENT_ATTEMPT_FILE = "enrollment-attempt"

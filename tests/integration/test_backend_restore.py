@@ -6,7 +6,9 @@ database is put back from a copy taken earlier (what `faden restore` does) and s
   `seq <= cursor`);
 - an agent enrolled after the copy is unknown to the restored backend: its credential is
   rejected; started again with a new token (the install line run again) it re-enrolls as
-  the same agent, and its running container is adopted and reported, not recreated.
+  the same agent, and its running container is adopted and reported, not recreated;
+- a token file written while the agent runs with a rejected credential re-enrolls it
+  without restarting the agent (its stream worker restarts and enrolls again).
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ import orjson
 import pytest
 
 from faden_agent.state import load_state
-from tests.agentproc import wait_for
-from tests.backendproc import agent_on_backend, backend  # noqa: F401
+from tests.agentproc import AgentProcess, wait_for
+from tests.backendproc import agent_env_for, agent_on_backend, backend  # noqa: F401
 from tests.conftest import TEST_IMAGE
 from tests.executorproc import prefix  # noqa: F401
 
@@ -102,3 +104,30 @@ def test_restored_backend_runs_new_commands_and_a_later_node_reenrolls(backend, 
     assert after["Id"] == before["Id"] and after["State"]["StartedAt"] == before["State"]["StartedAt"]
     assert after["State"]["Running"]
     wait_for(lambda: link_state(late) == "connected", 30, interval_s=0.2, what="the re-enrolled link connected")
+
+
+def test_a_new_token_file_while_the_credential_is_rejected_re_enrolls_without_a_restart(backend, tmp_path):  # noqa: F811
+    token_file = tmp_path / "token"
+    token_file.write_text(backend.mint_token() + "\n")
+    env = agent_env_for(backend, tmp_path, token=None, enrollment_token_file=token_file)
+    agent = AgentProcess(env, tmp_path / "agent.log").start()
+    try:
+        agent_id = env["FADEN_NODE_AGENT_AGENT_ID"]
+        node = backend.wait_node(agent_id)
+        backend.admin.revoke(node["node_id"])
+        # The file still holds the token this node was enrolled with: reported, not re-tried.
+        wait_for(lambda: link_state(agent) == "credential_rejected", 30, interval_s=0.2, what="credential_rejected")
+        assert len([r for r in backend.admin.requests_log() if r["path"].endswith("/enroll")]) == 1
+
+        token_file.write_text(backend.mint_token() + "\n")  # the operator's fix, the agent left running
+        renewed = wait_for(lambda: next((n for n in backend.nodes() if n["agent_id"] == agent_id
+                                         and n["node_id"] != node["node_id"] and n["heartbeats"] >= 1), None),
+                           60, interval_s=0.2, what="the same agent enrolled again")
+        assert agent.proc.poll() is None  # the agent process was never restarted; its stream worker was
+        stream = agent.workers()["stream"]
+        assert "enroll again" in (stream.get("last_exit") or ""), stream
+        state = load_state(Path(env["FADEN_NODE_AGENT_STATE_PATH"]))
+        assert state is not None and state.node_id == renewed["node_id"] and state.agent_id == agent_id
+        wait_for(lambda: link_state(agent) == "connected", 30, interval_s=0.2, what="connected again")
+    finally:
+        agent.stop()

@@ -18,6 +18,7 @@ import orjson
 
 from faden_agent import protocol
 from faden_agent.backend import BackendClient, BackendError
+from faden_agent.config import ConfigError
 from faden_agent.ipc import EnvelopeError, request
 from faden_agent.workers.stream import link
 from faden_agent.workers.stream.link import Link, LinkThread
@@ -45,12 +46,24 @@ class Downlink(LinkThread):
                 self.follow(client)
             except BackendError as exc:
                 state, delay = self.back_off(exc)
+                if state == link.CREDENTIAL_REJECTED and self.token_set():
+                    raise link.RejoinNeeded(f"the backend rejects the credential (HTTP {exc.status}) and a new "
+                                            "enrollment token is set: the stream worker restarts to enroll again") from None
                 self.status.set_state(state, f"{exc}; reconnecting in {delay:.1f}s")
                 log.log(logging.ERROR if state == link.CREDENTIAL_REJECTED else logging.WARNING,
                         "downlink: %s; reconnecting in %.1fs", exc, delay)
                 self.stop.wait(delay)
             finally:
                 client.close()
+
+    def token_set(self) -> bool:
+        """A token to re-enroll with (the variable, or the token file as it is now), other
+        than the one this membership was bought with."""
+        try:
+            token = self.config.token()
+        except ConfigError:
+            return False
+        return bool(token) and not self.state.spent(token)
 
     def follow(self, client: BackendClient) -> None:
         stream = client.open_stream(self.cursor, self.config.stream_keepalive_sec)

@@ -102,9 +102,11 @@ class Membership:
         if state is not None:
             check_backend(state, self.config.backend_url, path)
             token = self.config.token() if self._token_set() else None
-            if token and self.credential_rejected(state):
+            if token and not state.spent(token) and self.credential_rejected(state):
                 return self.enroll(token, replacing=state)
-            note = " (the enrollment token set is ignored: the credential is valid)" if token else ""
+            note = "" if not token else (" (the enrollment token set, already spent for this node, is ignored)"
+                                         if state.spent(token) else
+                                         " (the enrollment token set is ignored: the credential is valid)")
             log.info("already a member of %s as node %s%s", state.backend_url, state.node_id, note)
             return state
         token = self.config.token()
@@ -142,7 +144,7 @@ class Membership:
                                           "enrollment_id": attempt})
         finally:
             client.close()
-        state = new_state(self.config.backend_url, reply["node_id"], reply["credential"], agent_id)
+        state = new_state(self.config.backend_url, reply["node_id"], reply["credential"], agent_id, token)
         self._unwritten = (state, replacing, token)
         try:
             self.write_state_file()

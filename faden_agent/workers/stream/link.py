@@ -144,6 +144,11 @@ class Gate:
         return False
 
 
+class RejoinNeeded(RuntimeError):
+    """The backend rejects the credential and an enrollment token is set: the downlink ends,
+    so the worker is restarted (workers/threads.py) and enrolls again at start (enroll.py)."""
+
+
 def wait_after(error: BackendError, backoff: Backoff, slow_s: float) -> tuple[str, float]:
     """The link state a failed exchange with the backend means, and how long to wait before
     the next one: the single rule for enrollment, downlink, uplink and heartbeat."""
