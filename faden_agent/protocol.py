@@ -13,7 +13,8 @@ HEARTBEAT = "heartbeat"
 INVENTORY = "inventory"
 TIMELINE = "timeline"
 EVENT = "event"
-RECORD_KINDS = (HEARTBEAT, INVENTORY, TIMELINE, EVENT)
+TRAFFIC = "traffic"  # latest value: traffic to peer machines, NICs, RDMA ports (docs/protocol.md)
+RECORD_KINDS = (HEARTBEAT, INVENTORY, TIMELINE, EVENT, TRAFFIC)
 
 # Timeline states of a command.
 RECEIVED = "received"
@@ -120,7 +121,8 @@ REASONS = (
 )
 
 # Capabilities this build reports to the backend.
-CAPABILITIES = ("docker", "gpu", "logs.loki", "logs.backend_push", "inventory.delta")
+TRAFFIC_CAPABILITY = "traffic.passive"  # sends traffic records (peers, NICs, RDMA ports)
+CAPABILITIES = ("docker", "gpu", "logs.loki", "logs.backend_push", "inventory.delta", TRAFFIC_CAPABILITY)
 
 
 def timeline_data(command_id: str, state: str, **fields: object) -> dict[str, object]:

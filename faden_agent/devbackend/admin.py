@@ -77,6 +77,12 @@ class AdminClient:
     def logs(self, node_id: str) -> list[dict[str, Any]]:
         return self.call("GET", f"/nodes/{node_id}/logs")["lines"]
 
+    def set_cluster(self, cluster: str, node_ids: list[str]) -> dict[str, Any]:
+        return self.call("POST", f"/clusters/{cluster}", {"nodes": node_ids})
+
+    def traffic(self, cluster: str) -> dict[str, Any]:
+        return self.call("GET", f"/clusters/{cluster}/traffic")
+
     def faults(self, **switches: Any) -> dict[str, Any]:
         return self.call("POST", "/faults", switches) if switches else self.call("GET", "/faults")
 

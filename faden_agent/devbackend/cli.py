@@ -150,6 +150,28 @@ def admin_show(node_id: str, what: str = typer.Argument(..., help="events, inven
     _echo_json(_run(lambda: _client(url, admin_token, ca_bundle).call("GET", f"/nodes/{node_id}/{what}")))
 
 
+@admin_app.command("cluster")
+def admin_cluster(cluster: str, node_ids: list[str] = typer.Argument(..., help="The cluster's nodes (all of them)."),
+                  url: str = UrlOption, admin_token: str = TokenOption, ca_bundle: Optional[Path] = CaOption) -> None:
+    """Make exactly these nodes the cluster's machines; their agents are told their peers."""
+    _echo_json(_run(lambda: _client(url, admin_token, ca_bundle).set_cluster(cluster, node_ids)))
+
+
+@admin_app.command("traffic")
+def admin_traffic(cluster: str, url: str = UrlOption, admin_token: str = TokenOption,
+                  ca_bundle: Optional[Path] = CaOption, as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """The cluster's traffic matrix (machines x machines: rate, RTT, interface), naming the
+    machines whose agent lacks the traffic capability."""
+    from faden_agent.devbackend.traffic_view import render
+
+    matrix = _run(lambda: _client(url, admin_token, ca_bundle).traffic(cluster))
+    if as_json:
+        _echo_json(matrix)
+        return
+    for line in render(matrix):
+        typer.echo(line)
+
+
 @admin_app.command("revoke")
 def admin_revoke(node_id: str, url: str = UrlOption, admin_token: str = TokenOption,
                  ca_bundle: Optional[Path] = CaOption) -> None:

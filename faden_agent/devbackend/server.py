@@ -75,6 +75,7 @@ class Backend:
         self.keepalive_sec = keepalive_sec
         self.faults = Faults()
         self.new_commands = threading.Condition()
+        self.cluster_generation = 0  # bumped on every cluster change: streams send `peers` again
         self.requests: collections.deque[dict[str, Any]] = collections.deque(maxlen=REQUEST_LOG_SIZE)
         self.requests_lock = threading.Lock()
 
@@ -258,7 +259,11 @@ class Handler(BaseHTTPRequestHandler):
         self.write_line({"type": "hello", "node_id": node_id, "keepalive_sec": keepalive, "after": after,
                          "epoch": self.backend.store.epoch})
         last_write = time.monotonic()
+        peers_sent_at = None  # the cluster generation the last `peers` message reflects
         while True:
+            if peers_sent_at != self.backend.cluster_generation:
+                peers_sent_at = self.backend.cluster_generation
+                self.write_line(self.backend.store.peers_message(node_id))
             if faults.drop_generation != generation or faults.maintenance_retry_after is not None:
                 self.connection.shutdown(2)  # abrupt: like a crashed server or a cut link
                 return 200
@@ -427,6 +432,23 @@ class Handler(BaseHTTPRequestHandler):
             raise HttpError(400, "bad_query", "limit must be an integer") from None
         return self.send_json(200, {kind: store.records(node_id, record_kind, limit)})
 
+    def admin_set_cluster(self, cluster: str) -> int:
+        self.require_admin()
+        nodes = self.read_json().get("nodes")
+        if not isinstance(nodes, list) or not all(isinstance(n, str) for n in nodes):
+            raise HttpError(400, "bad_body", "body needs a list of node ids 'nodes'")
+        try:
+            members = self.backend.store.set_cluster(cluster, nodes)
+        except KeyError as exc:
+            raise HttpError(404, "not_found", str(exc.args[0])) from None
+        self.backend.cluster_generation += 1
+        self.backend.notify_streams()
+        return self.send_json(200, {"cluster": cluster, "nodes": members})
+
+    def admin_traffic(self, cluster: str) -> int:
+        self.require_admin()
+        return self.send_json(200, self.backend.store.traffic_matrix(cluster))
+
     def admin_faults(self) -> int:
         self.require_admin()
         faults = self.backend.faults
@@ -514,6 +536,8 @@ ROUTES: list[Route] = [
     _route("POST", f"{ADMIN_PREFIX}/nodes/{{node_id}}/commands", H.admin_send_command),
     _route("GET", f"{ADMIN_PREFIX}/nodes/{{node_id}}/{{kind}}", H.admin_records),
     _route("GET", f"{ADMIN_PREFIX}/commands/{{command_id}}", H.admin_command),
+    _route("POST", f"{ADMIN_PREFIX}/clusters/{{cluster}}", H.admin_set_cluster),
+    _route("GET", f"{ADMIN_PREFIX}/clusters/{{cluster}}/traffic", H.admin_traffic),
     _route("GET", f"{ADMIN_PREFIX}/faults", H.admin_faults),
     _route("POST", f"{ADMIN_PREFIX}/faults", H.admin_faults),
     _route("GET", f"{ADMIN_PREFIX}/requests", H.admin_requests),

@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 
 from faden_agent import protocol
+from faden_agent.devbackend import clusters
 from faden_agent.workers.inventory.record import apply_record  # the receiver's rule (docs/inventory.md)
 
 ENROLL_RETRY_WINDOW_S = 3600  # how long a spent token can be re-presented by the same attempt
@@ -104,7 +105,7 @@ class Store:
         self._lock = threading.Lock()
         self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.executescript(_SCHEMA)
+        self._db.executescript(_SCHEMA + clusters.SCHEMA)
         columns = {row[1] for row in self._db.execute("PRAGMA table_info(tokens)")}
         if "attempt_hash" not in columns:  # a data directory from before enrollment retries
             self._db.execute("ALTER TABLE tokens ADD COLUMN attempt_hash TEXT")
@@ -292,6 +293,8 @@ class Store:
                 "UPDATE nodes SET last_heartbeat_at = ?, heartbeats = heartbeats + 1, heartbeat = ? WHERE node_id = ?",
                 (now, orjson.dumps(merged), node_id),
             )
+        elif record["kind"] == protocol.TRAFFIC:
+            clusters.store_traffic(self._db, node_id, record["data"], now)
         elif record["kind"] == protocol.INVENTORY:
             row = self._db.execute("SELECT inventory FROM nodes WHERE node_id = ?", (node_id,)).fetchone()
             merged = apply_record(_json(row[0]) if row else None, record["data"])
@@ -300,6 +303,22 @@ class Store:
                     "UPDATE nodes SET inventory = ?, inventory_at = ? WHERE node_id = ?",
                     (orjson.dumps(merged), now, node_id),
                 )
+
+    # ------------------------------------------------------------------ clusters (clusters.py)
+
+    def set_cluster(self, cluster: str, node_ids: list[str]) -> list[str]:
+        """Raises KeyError naming an unknown node."""
+        with self._lock:
+            return clusters.set_members(self._db, cluster, node_ids)
+
+    def peers_message(self, node_id: str) -> dict[str, Any]:
+        with self._lock:
+            return clusters.peers_message(self._db, node_id)
+
+    def traffic_matrix(self, cluster: str) -> dict[str, Any]:
+        nodes = self.nodes()
+        with self._lock:
+            return clusters.traffic_matrix(self._db, cluster, nodes)
 
     def records(self, node_id: str, kind: str, limit: int = 10_000) -> list[dict[str, Any]]:
         with self._lock:

@@ -107,13 +107,17 @@ class Machine:
 
 class Rig:
     def __init__(self, machines: int = 3, *, docker: bool = True, agents: bool = True,
-                 agent_settings: dict[str, Any] | None = None, base_dir: Path | None = None):
+                 agent_settings: dict[str, Any] | None = None, base_dir: Path | None = None,
+                 agent_argv: dict[int, tuple[list[str], dict[str, str]]] | None = None):
+        """agent_settings: FADEN_NODE_AGENT_* values (a callable value is called with the
+        Machine); agent_argv: machine index -> (argv, extra environment) of another build."""
         if not 1 <= machines <= 200:
             raise ValueError("machines must be 1..200")
         self.count = machines
         self.with_docker = docker
         self.with_agents = agents
         self.agent_settings = agent_settings or {}
+        self.agent_argv = agent_argv or {}
         self.base_dir = base_dir
         self.machines: list[Machine] = []
         self.backend = None  # tests.backendproc.BackendProcess
@@ -220,19 +224,18 @@ class Rig:
             "reconnect_max_sec": 1,
             "request_timeout_sec": 5,
             "disk_paths": str(machine.root),
-            **self.agent_settings,
+            **{k: v(machine) if callable(v) else v for k, v in self.agent_settings.items()},
             **overrides,
         }
         if self.with_docker:
             settings.setdefault("docker_host", machine.docker_host)
         return agent_env(machine.root / "agent", **settings)
 
-    def start_agent(self, machine: Machine, argv: list[str] | None = None, **overrides: Any) -> AgentProcess:
-        """Start machine's agent (argv: another build's command line, e.g. an old agent)."""
+    def start_agent(self, machine: Machine, **overrides: Any) -> AgentProcess:
         (machine.root / "agent").mkdir(exist_ok=True)
         env = self.agent_env(machine, **overrides)
-        machine.agent = AgentProcess(env, machine.root / "agent.log",
-                                     argv=machine.argv(*(argv or [sys.executable, "-m", "faden_agent", "run"])))
+        argv, extra_env = self.agent_argv.get(machine.index, ([sys.executable, "-m", "faden_agent", "run"], {}))
+        machine.agent = AgentProcess({**env, **extra_env}, machine.root / "agent.log", argv=machine.argv(*argv))
         machine.agent.start(wait_running=False)
         return machine.agent
 

@@ -9,6 +9,8 @@ Inputs: psutil, the Docker engine, NVML.
 Outputs: `inventory` records through Uplink: full ones durable (`put`), unchanged ones
 in the latest-value slot (`put_latest`), so an unchanged record never replaces a full
 one still waiting for delivery.
+A traffic thread beside it (traffic/): every TRAFFIC_INTERVAL_SEC a `traffic` record in
+the latest-value slot when it changed, and warning events.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from faden_agent.workers.inventory.changes import DockerChangeWatcher
 from faden_agent.workers.inventory.collector import Collector
 from faden_agent.workers.inventory.gpu_events import GpuErrorWatcher
 from faden_agent.workers.inventory.record import FULL, RecordEmitter, full_record_id
+from faden_agent.workers.inventory.traffic.report import TrafficReporter
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +69,17 @@ class InventoryWorker(Worker):
         self.start_thread("inventory-collect", self._collect_loop)
         for watcher in self.watchers:
             watcher.start(self.start_thread)
+        self._start_traffic()
+
+    def _start_traffic(self) -> None:
+        """Traffic to peer machines, NICs, RDMA ports (traffic/report.py): a sampling thread,
+        and one reading the kernel's TCP destroy notifications when it may."""
+        self.traffic = TrafficReporter(
+            self.config.state_dir, self.config.sysfs_root, self.uplink.put_latest,
+            lambda data, record_id: self.uplink.put(protocol.EVENT, data, record_id=record_id))
+        if self.traffic.open_listener():
+            self.start_thread("inventory-tcp-closed", self.traffic.listen, self.stop_event)
+        self.start_thread("inventory-traffic", self.traffic.run, self.stop_event, self.config.traffic_interval_sec)
 
     def _collect_loop(self) -> None:
         while not self.stop_event.is_set():
@@ -85,6 +99,8 @@ class InventoryWorker(Worker):
             "last_record": last["type"] if last else None,
             "last_age_s": round(time.time() - last["collected_at"], 1) if last else None,
             "overrun": self.collector.overrun(),
+            "traffic_samples": self.traffic.samples,
+            "traffic_records": self.traffic.sent,
         }
 
     def teardown(self) -> None:

@@ -20,6 +20,7 @@ from faden_agent import protocol
 from faden_agent.backend import BackendClient, BackendError
 from faden_agent.config import ConfigError
 from faden_agent.ipc import EnvelopeError, request
+from faden_agent.workers.inventory.traffic.peers import write_peers
 from faden_agent.workers.stream import link
 from faden_agent.workers.stream.link import Link, LinkThread
 
@@ -81,6 +82,8 @@ class Downlink(LinkThread):
                 return  # reconnect at once, from the reset cursor
             if message["type"] == "command":
                 self.deliver(message)
+            elif message["type"] == "peers":  # the cluster's other machines, for the traffic view
+                write_peers(self.config.state_dir, message)
             # "keepalive" only proves the stream is alive; unknown types are skipped so a
             # newer backend can add some.
 

@@ -1,0 +1,78 @@
+"""InfiniBand / RoCE ports from sysfs: <root>/class/infiniband/<device>/ports/<n>/.
+
+    counters/port_{xmit,rcv}_data      data in 4-byte units (so x4 for bytes);
+    counters_ext/port_*_data_64        the same on old kernels (64-bit there)
+    counters/port_*_packets, port_rcv_errors, port_xmit_discards, symbol_error, link_downed
+    hw_counters/                       RoCE congestion (np_cnp_sent, rp_cnp_handled, ...)
+
+The root is a setting (SYSFS_ROOT) so tests can hand it a fake tree. A port without
+readable data counters says so (`counters: null` and a note), never zero.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+DATA_UNIT = 4  # IB data counters count 32-bit words
+DATA = {"tx_bytes": "port_xmit_data", "rx_bytes": "port_rcv_data"}
+OTHER = {"tx_packets": "port_xmit_packets", "rx_packets": "port_rcv_packets", "rx_errors": "port_rcv_errors",
+         "tx_discards": "port_xmit_discards", "symbol_errors": "symbol_error", "link_downed": "link_downed"}
+CONGESTION = ("np_cnp_sent", "rp_cnp_handled", "np_ecn_marked_roce_packets", "out_of_sequence", "packet_seq_err")
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _number(path: Path) -> int | None:
+    text = _read(path)
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def read_ports(sysfs_root: Path) -> list[dict[str, Any]] | None:
+    """Every port's state and cumulative counters; None when the host has no RDMA devices."""
+    base = Path(sysfs_root) / "class" / "infiniband"
+    if not base.is_dir():
+        return None
+    ports = []
+    for device in sorted(base.iterdir()):
+        for port in sorted((device / "ports").glob("*")):
+            ports.append(_read_port(device.name, port))
+    return ports
+
+
+def _read_port(device: str, port: Path) -> dict[str, Any]:
+    state = _read(port / "state")  # "4: ACTIVE"
+    entry: dict[str, Any] = {
+        "device": device, "port": port.name,
+        "link_layer": _read(port / "link_layer"),  # InfiniBand, or Ethernet for RoCE
+        "state": state.split(":", 1)[-1].strip() if state else None,
+        "rate": _read(port / "rate"),
+    }
+    counters: dict[str, int] = {}
+    for name, file in DATA.items():
+        value = _number(port / "counters_ext" / f"{file}_64")
+        if value is None:
+            value = _number(port / "counters" / file)
+        if value is not None:
+            counters[name] = value * DATA_UNIT
+    for name, file in OTHER.items():
+        value = _number(port / "counters" / file)
+        if value is not None:
+            counters[name] = value
+    congestion = {name: v for name in CONGESTION if (v := _number(port / "hw_counters" / name)) is not None}
+    if "tx_bytes" not in counters or "rx_bytes" not in counters:
+        entry["counters"] = None
+        entry["note"] = "no readable data counters: traffic on this port is not measured"
+    else:
+        entry["counters"] = counters
+    if congestion:
+        entry["congestion"] = congestion
+    return entry

@@ -1,0 +1,119 @@
+"""Per-peer TCP accounting from sock_diag: bytes each way, connections, RTT, retransmits.
+
+    sample(peers)     dump the peers' sockets; add each live socket's growth since it was
+                      last seen to its peer's totals
+    closed(sockets)   a destroy notification: add the growth from the last sight to the
+                      socket's final counters (a connection opened and closed between two
+                      samples counts in full)
+
+Totals count from the first sample that saw a peer: sockets already open then are a
+baseline, not traffic. Thread-safe: the destroy listener calls closed() from its thread.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from faden_agent.workers.inventory.traffic.sockdiag import TcpSocket
+
+FORGET_DESTROYED_S = 60.0  # a dump older than this cannot hold a socket destroyed before it
+
+
+@dataclass
+class PeerTotals:
+    sent: int = 0
+    received: int = 0
+    sent_all: int = 0  # bytes_sent (retransmits included) and bytes_retrans, for the ratio
+    retrans: int = 0
+
+
+@dataclass
+class _Seen:
+    peer: str
+    sent: int
+    received: int
+    sent_all: int
+    retrans: int
+
+
+@dataclass
+class PeerView:
+    totals: PeerTotals
+    connections: int = 0
+    rtt_us: list[int] = field(default_factory=list)
+    min_rtt_us: list[int] = field(default_factory=list)
+    local_bytes: dict[str, int] = field(default_factory=dict)  # local address -> bytes, for the interface
+
+
+class TcpAccounting:
+    def __init__(self, dump: Callable[[Iterable[str]], list[TcpSocket]]):
+        self.dump = dump
+        self._lock = threading.Lock()
+        self._seen: dict[int, _Seen] = {}
+        self._destroyed: dict[int, float] = {}
+        self.totals: dict[str, PeerTotals] = {}
+        self.closed_counted = 0
+        self._peers_seen: set[str] = set()  # the peers of the last sample
+        self.local_of: dict[str, str] = {}  # peer -> our address on its last socket seen (live or closed)
+
+    def sample(self, peers: Iterable[str]) -> dict[str, PeerView]:
+        peers = set(peers)
+        sockets = self.dump(peers)
+        views = {p: PeerView(self.totals.setdefault(p, PeerTotals())) for p in peers}
+        with self._lock:
+            new_peers = peers - self._peers_seen
+            live: dict[int, _Seen] = {}
+            for sock in sockets:
+                if sock.remote not in peers or sock.cookie in self._destroyed:
+                    continue  # destroyed while the dump was read: counted by closed()
+                now = _counters(sock)
+                before = self._seen.get(sock.cookie)
+                if before is None:
+                    # Open before we first looked at this peer: a baseline, not traffic.
+                    before = now if sock.remote in new_peers else _Seen(sock.remote, 0, 0, 0, 0)
+                self._add(sock.remote, before, now)
+                live[sock.cookie] = now
+                view = views[sock.remote]
+                view.connections += 1
+                if sock.rtt_us:
+                    view.rtt_us.append(sock.rtt_us)
+                if sock.min_rtt_us:
+                    view.min_rtt_us.append(sock.min_rtt_us)
+                view.local_bytes[sock.local] = view.local_bytes.get(sock.local, 0) + now.sent + now.received
+                self.local_of[sock.remote] = sock.local
+            # Gone without a destroy notification (none came, or the listener is off):
+            # what they did since the last sample is lost; say so through closed_counted.
+            self._seen = live
+            self._peers_seen = peers
+            cutoff = time.monotonic() - FORGET_DESTROYED_S
+            self._destroyed = {c: t for c, t in self._destroyed.items() if t > cutoff}
+        return views
+
+    def closed(self, sockets: Iterable[TcpSocket]) -> None:
+        with self._lock:
+            for sock in sockets:
+                if sock.remote not in self._peers_seen:
+                    continue
+                before = self._seen.pop(sock.cookie, None) or _Seen(sock.remote, 0, 0, 0, 0)
+                self._add(sock.remote, before, _counters(sock))
+                self._destroyed[sock.cookie] = time.monotonic()
+                self.local_of[sock.remote] = sock.local
+                self.closed_counted += 1
+
+    def _add(self, peer: str, before: _Seen, now: _Seen) -> None:
+        totals = self.totals.setdefault(peer, PeerTotals())
+        totals.sent += max(0, now.sent - before.sent)
+        totals.received += max(0, now.received - before.received)
+        totals.sent_all += max(0, now.sent_all - before.sent_all)
+        totals.retrans += max(0, now.retrans - before.retrans)
+
+
+def _counters(sock: TcpSocket) -> _Seen:
+    if sock.bytes_sent is not None and sock.bytes_retrans is not None:
+        sent_all, retrans = sock.bytes_sent, sock.bytes_retrans
+    else:  # kernels before 4.19: segments instead of bytes
+        sent_all, retrans = sock.segs_out or 0, sock.total_retrans or 0
+    return _Seen(sock.remote, sock.bytes_acked, sock.bytes_received, sent_all, retrans)
