@@ -27,6 +27,7 @@ import faulthandler
 import importlib
 import logging
 import os
+import select
 import signal
 import sys
 import threading
@@ -36,7 +37,7 @@ from typing import Any, Callable
 import zmq
 
 from faden_agent.config import Config
-from faden_agent.diskfull import DISK, DiskFull
+from faden_agent.diskfull import DISK, DiskFull, is_disk_full
 from faden_agent.ipc import Channel, Endpoints, EnvelopeError, Message
 from faden_agent.logsetup import configure_logging
 from faden_agent.proctitle import set_title
@@ -101,7 +102,8 @@ class Worker:
         self._install_signal_handlers()
         self.worker_threads.owner = self.name  # set by worker_main after __init__
         self._supervisor = Channel.connect(zmq.PUSH, self.endpoints.heartbeat, hwm=10)
-        self.setup()
+        if not self._set_up():
+            return 0  # stopped while waiting for disk space
         poller = zmq.Poller()
         by_socket = {}
         for channel in self.channels():
@@ -160,8 +162,27 @@ class Worker:
         self.join_threads()
         return THREAD_DIED_EXIT
 
-    def beat(self) -> None:
-        status = self.status()
+    def _set_up(self) -> bool:
+        """setup(); when a full disk keeps it from creating its files (a first start), wait
+        for space while heartbeating (`disk_full` in ps) instead of crash-looping. Only
+        before any thread started: a setup cut short later is not safe to run again."""
+        while not self.stopping:
+            try:
+                self.setup()
+                if DISK.written(self.config.state_dir):
+                    log.warning("%s: set up after waiting for disk space", self.name)
+                return True
+            except Exception as exc:  # noqa: BLE001 - only a full disk is waited out
+                if not is_disk_full(exc, self.config.state_path) or self.worker_threads.alive():
+                    raise
+                if DISK.full(self.config.state_dir, f"setup: {exc}"[:200]):
+                    log.error("%s: the disk is full, cannot set up (%s); waiting for space", self.name, exc)
+            self.beat({"setup": "waiting for disk space"})
+            select.select([self._wakeup_r], [], [], self.config.worker_heartbeat_sec)
+        return False
+
+    def beat(self, status: dict[str, Any] | None = None) -> None:
+        status = self.status() if status is None else status
         disk_full = DISK.snapshot()
         if disk_full:
             status["disk_full"] = disk_full  # shown by ps --json, status and the node heartbeat

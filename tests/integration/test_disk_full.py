@@ -110,20 +110,19 @@ def test_enrollment_on_a_full_disk_spends_the_token_once_when_there_is_space(bac
     env = agent_env_for(backend, tmp_path, worker_hang_timeout_sec=15)
     env["FADEN_NODE_AGENT_STATE_PATH"] = str(small_fs / "state.json")
     filler = fill(small_fs)
-    # The other workers cannot create their files on a disk full from the first start; only
-    # the stream worker matters here.
-    agent = AgentProcess(env, tmp_path / "agent.log").start(wait_running=False)
-    try:
-        wait_for(lambda: agent.ps() and disk_full_rows(env).get("stream"), 30, what="the stream worker to report disk_full")
+    # A first start: the workers cannot create their files; they wait, heartbeating disk_full.
+    with AgentProcess(env, tmp_path / "agent.log") as agent:
+        rows = wait_for(lambda: {"stream", "executor", "inventory"} <= set(r := disk_full_rows(env)) and r, 30,
+                        what="the workers to report disk_full")
+        assert all(row["path"].startswith(str(small_fs)) for row in rows.values()), rows
         time.sleep(2)
         assert backend.node_by_agent(env["FADEN_NODE_AGENT_AGENT_ID"]) is None  # the token is not spent
         filler.unlink()
         node = backend.wait_node(env["FADEN_NODE_AGENT_AGENT_ID"], timeout_s=30)
         assert (small_fs / "state.json").exists()
-        assert agent.workers()["stream"]["restarts"] == 0
-    finally:
-        agent.stop()
-        agent.kill()
+        wait_for(lambda: not disk_full_rows(env), 30, what="disk_full to clear")
+        table = agent.wait_all_running()
+        assert all(w["restarts"] == 0 for w in table.values()), table
     assert len([n for n in backend.nodes() if n.get("agent_id") == env["FADEN_NODE_AGENT_AGENT_ID"]]) == 1, node
 
 
