@@ -55,6 +55,12 @@ class Endpoints:
         return self._ipc("executor")
 
     @property
+    def logs(self) -> str:
+        """Log worker REP: the executor asks whether a container's last lines are shipped
+        before it removes the container (`drain`)."""
+        return self._ipc("logs")
+
+    @property
     def uplink(self) -> str:
         """Stream PULL: producers poke the stream worker after writing to the outbox."""
         return self._ipc("uplink")

@@ -16,6 +16,7 @@ from faden_agent import protocol
 from faden_agent.config import Config
 from faden_agent.workers.executor.docker_ops import Cancelled, CommandFailed, DockerOps
 from faden_agent.workers.executor.journal import Journal
+from faden_agent.workers.executor.log_handoff import hand_over_logs
 from faden_agent.workers.executor.ray_logs import image_user, make_ray_log_dir
 from faden_agent.workers.executor.scheduler import Job, Scheduler
 from faden_agent.workers.executor.timeline import Timeline
@@ -160,6 +161,7 @@ class Commands:
         self._ensure_image(job)
         self.check(job)
         if existing is not None:
+            hand_over_logs(self.config, existing)
             self.ops.remove(existing, force=True)
             self.journal.forget(existing.id)
         container = self.ops.create(spec, self._labels(job), self._ray_mounts(spec))
@@ -286,6 +288,7 @@ class Commands:
             return {"name": job.spec["name"], "already_absent": True,
                     "message": f"no container named {job.spec['name']}: nothing to remove"}
         self.authorize(container, job, "remove")
+        hand_over_logs(self.config, container)
         self.ops.remove(container, force=job.spec["force"], volumes=job.spec["volumes"])
         self.journal.forget(container.id)
         return {"container_id": container.id, "name": container.name, "already_absent": False,

@@ -4,7 +4,9 @@ A thread follows the engine's event stream (start, die with exit code, oom, heal
 destroy) of containers labelled managed or adopted explicitly. The position (the last
 event's timeNano) is kept in the outbox's meta table, so a restarted executor replays what
 it missed; record ids "ev:<container id>:<action>:<timeNano>" make the replay harmless.
-When the engine goes away the thread reconnects with backoff.
+When the engine goes away the thread reconnects with backoff. On every (re)connect, after
+the replay, reconcile.py compares each managed container with the state last reported and
+reports what dockerd's event buffer no longer holds, marked `reconciled`.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any, Callable
 from faden_agent import protocol
 from faden_agent.uplink import Uplink
 from faden_agent.workers.executor.docker_ops import DockerOps
+from faden_agent.workers.executor.reconcile import Seen, reconcile, snapshot
 from faden_agent.workers.threads import start_daemon
 
 log = logging.getLogger(__name__)
@@ -61,6 +64,7 @@ class EventWatcher:
         self.is_adopted = is_adopted
         self.stopping = stopping or threading.Event()
         self.connected = False
+        self.seen = Seen(self.meta)
 
     def start(self, start_thread: Callable[..., threading.Thread] = start_daemon) -> None:
         if self.meta.get_meta(SINCE_KEY) is None:
@@ -84,23 +88,65 @@ class EventWatcher:
                 delay = min(delay * 2, RECONNECT_MAX_S)
 
     def _follow(self) -> None:
+        """Replay what dockerd still has since the stored position, reconcile what it no
+        longer has (reconcile.py), then follow live events."""
         since = self.meta.get_meta(SINCE_KEY)
-        stream = self.ops.client.api.events(since=since, decode=True, filters={"type": "container"})
+        until = f"{time.time():.9f}"
+        replayed: dict[str, dict[str, list[int]]] = {}
+        api = self.ops.client.api
+        for event in api.events(since=since, until=until, decode=True, filters={"type": "container"}):
+            reported = self._handle(event, live=False)
+            if reported is not None:
+                replayed.setdefault(reported[0], {}).setdefault(reported[1], []).append(reported[2])
+        self._reconcile(replayed)
+        self.meta.set_meta(SINCE_KEY, until)
+        stream = api.events(since=until, decode=True, filters={"type": "container"})
         if not self.connected:
-            log.info("following docker events since %s", since)
+            log.info("following docker events since %s (replayed from %s)", until, since)
         self.connected = True
         for event in stream:
             if self.stopping.is_set():
                 return
-            self._handle(event)
+            self._handle(event, live=True)
         raise ConnectionError("the event stream ended")
 
-    def _handle(self, event: dict[str, Any]) -> None:
+    def _reconcile(self, replayed: dict[str, dict[str, list[int]]]) -> None:
+        label = f"{protocol.LABEL_MANAGED}=true"
+        containers = {c.id: c for c in self.ops.managed_containers(label)}
+        for container_id in self.seen.snapshots:
+            if container_id not in containers and self.is_adopted(container_id):
+                adopted = self.ops.find(container_id)
+                if adopted is not None:
+                    containers[adopted.id] = adopted
+        reconcile(list(containers.values()), self.seen,
+                  lambda record_id, data: self.uplink.put(protocol.EVENT, data, record_id=record_id), replayed)
+
+    def _handle(self, event: dict[str, Any], live: bool) -> tuple[str, str, int] | None:
+        """Report a managed container's event; (container id, action, time ns) when reported.
+        A live event the last reconciliation already covered is not reported again."""
         attrs = (event.get("Actor") or {}).get("Attributes") or {}
         container_id = (event.get("Actor") or {}).get("ID", "")
+        reported = None
         if attrs.get(protocol.LABEL_MANAGED) == "true" or self.is_adopted(container_id):
             record = event_record(event)
-            if record is not None:
+            time_nano = int(event.get("timeNano") or 0)
+            covered = (self.seen.get(container_id) or {}).get("reconciled_as_of_ns", 0)
+            if record is not None and not (live and time_nano <= covered):
                 self.uplink.put(protocol.EVENT, record[1], record_id=record[0])
+                reported = (container_id, record[1]["type"].removeprefix("container."), time_nano)
+                if live:
+                    self._remember(container_id, record[1]["type"] == "container.destroy", covered)
         if event.get("timeNano"):
             self.meta.set_meta(SINCE_KEY, f"{int(event['timeNano']) / 1e9:.9f}")
+        return reported
+
+    def _remember(self, container_id: str, destroyed: bool, covered: int) -> None:
+        """The state just reported, for the next reconciliation."""
+        if destroyed:
+            self.seen.drop(container_id)
+            return
+        try:
+            attrs = self.ops.client.api.inspect_container(container_id)
+        except Exception:  # noqa: BLE001 - gone already (its destroy comes next) or the engine hiccups
+            return
+        self.seen.put(container_id, {**snapshot(attrs), "reconciled_as_of_ns": covered})

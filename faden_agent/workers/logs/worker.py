@@ -1,5 +1,6 @@
 """The log shipper worker. Its loop: heartbeat and a quick health check of each reader.
-Its inputs: journald, managed containers' logs, Ray Serve files (one reader thread each).
+Its inputs: journald, managed containers' logs, Ray Serve files (one reader thread each);
+the executor's `drain` questions on its REP socket (before it removes a container).
 Its output: Loki pushes from one shipping thread; losses reported as events via Uplink.
 
 All blocking work (journalctl, Docker, files, HTTP) runs in threads, so the heartbeat from
@@ -10,7 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import zmq
+
 from faden_agent.files import quarantine_record_id
+from faden_agent.ipc import Channel, Message
 from faden_agent.workers.base import Worker
 from faden_agent.workers.logs.backlog import Backlog
 from faden_agent.workers.logs.labels import LabelMaker
@@ -32,13 +36,28 @@ class LogsWorker(Worker):
             report_event(self.config, self.positions.quarantined, quarantine_record_id(self.positions.quarantined))
         self.shipper = Shipper(self.config, self.backlog, self.positions, self.stop_event)
         labels = LabelMaker(self.config)
+        self.containers = ContainerSource(self.config, self.backlog, self.positions, labels, self.stop_event)
         self.sources = [
-            source(self.config, self.backlog, self.positions, labels, self.stop_event)
-            for source in (JournalSource, ContainerSource, RayFileSource)
+            JournalSource(self.config, self.backlog, self.positions, labels, self.stop_event),
+            self.containers,
+            RayFileSource(self.config, self.backlog, self.positions, labels, self.stop_event),
         ]
         self.start_thread("logs-shipper", self.shipper.run)
         for source in self.sources:
             source.start(self.start_thread)
+
+    def channels(self) -> list[Channel]:
+        self.requests = Channel.bind(zmq.REP, self.endpoints.logs)
+        return [self.requests]
+
+    def handle(self, channel: Channel, message: Message) -> None:
+        """`drain` {"container_id"}: whether that stopped container's lines are all shipped
+        (answered at once; the executor asks again until true or its deadline)."""
+        container_id = message.body.get("container_id") if isinstance(message.body, dict) else None
+        if message.type != "drain" or not isinstance(container_id, str) or len(container_id) > 128:
+            channel.send("error", {"message": f"unexpected request {message.type!r}"[:200]})
+            return
+        channel.send("drain", {"drained": self.containers.drained(container_id)})
 
     def tick(self) -> None:
         for source in self.sources:

@@ -1,16 +1,24 @@
 """Container logs of the containers this agent manages (found by protocol.LABEL_MANAGED).
 
+Discovery follows Docker's events: a managed container gets its followers on its `create`
+(or `start`) event, so its first line is read even when it exits at once; a listing at
+start (and every RESCAN_SEC) catches what existed before or an event lost on a reconnect.
+
 One follower thread per container and stream (stdout, stderr) reads `docker logs --follow
 --timestamps` from the last position: Docker's own timestamp of the last accepted line.
-When a container stops, its follower waits; when it starts again (restart), the follower
-continues after the last line it read. A recreated container is a new container id and
-gets a new follower from its first line. Lines carry Docker's timestamps, so a replay after
-a crash is an exact duplicate; the line at exactly the stored timestamp is sent again.
+When a container stops, its follower has read it to its end (the stream ends with the
+container) and waits; on the container's next `start` event (a restart, a crash loop) it
+continues after the last line it read: no gap, no repeat. A recreated container is a new
+container id and gets a new follower from its first line. Lines carry Docker's timestamps,
+so a replay after a crash is an exact duplicate; the line at exactly the stored timestamp
+is sent again. Before the executor removes a stopped managed container it asks `drained`
+(over the log worker's REP socket) until the last lines are accepted by Loki.
 """
 
 from __future__ import annotations
 
 import logging
+import queue
 import re
 import threading
 import time
@@ -18,9 +26,14 @@ from datetime import datetime
 
 from faden_agent import protocol
 from faden_agent.workers.logs.entry import MAX_LINE_BYTES, Entry, clean_line
+from faden_agent.workers.logs.report import report_event
 from faden_agent.workers.logs.sources import FIRST_START_WINDOW_SEC, Source
 
-POLL_SEC = 2.0  # how often the list of managed containers is refreshed
+RESCAN_SEC = 60.0  # a full listing besides the events: a safety net for an event lost on a reconnect
+RESTART_CHECK_SEC = 5.0  # a stopped container's follower checks this often for a restart it missed
+FOLLOW_ACTIONS = frozenset({"create", "start", "restart", "unpause", "die", "oom", "want"})
+WAKE_ACTIONS = frozenset({"start", "restart", "unpause"})
+UNREADABLE_DRIVERS = frozenset({"none"})  # Docker keeps no copy to read back (others: its dual-logging cache)
 STREAMS = ("stdout", "stderr")
 STAMP_BYTES = 40  # Docker's "2024-01-01T00:00:00.123456789Z " prefix, with room to spare
 CUT_MARKER = " [faden-agent: line cut at {cut} bytes; its rest dropped]"
@@ -94,36 +107,142 @@ class ContainerSource(Source):
         self.read_upto: dict[str, int] = {}  # key -> timestamp of the last line read (this process)
         self.lock = threading.Lock()
         self.lines_cut = 0  # lines longer than MAX_LINE_BYTES: head shipped, rest dropped
+        self.inbox: queue.Queue = queue.Queue()  # Docker events and drain requests, for follow()
+        self.unreadable: set[str] = set()  # container ids whose log driver cannot be read back
+        self.events_seen = 0
 
     def follow(self) -> None:
         client = docker_client(self.config)
+        events = None
         try:
+            since = time.time()  # events from here on; the listing below covers what exists already
+            events = client.api.events(since=f"{since:.9f}", decode=True,
+                                       filters={"type": "container", "label": f"{protocol.LABEL_MANAGED}=true"})
+            reader = self.start_thread("logs-docker-events", self.read_events, events, critical=False)
+            self.refresh(client)
+            self.last_error = ""
+            next_refresh = time.monotonic() + RESCAN_SEC
             while not self.stop_event.is_set():
-                self.refresh(client)
-                self.last_error = ""
-                self.stop_event.wait(POLL_SEC)
+                if not reader.is_alive():
+                    raise ConnectionError("the Docker event stream ended")
+                try:
+                    what, container_id = self.inbox.get(timeout=0.2)
+                except queue.Empty:
+                    what = container_id = None
+                if what is not None:
+                    self.on_event(client, what, container_id)
+                if time.monotonic() >= next_refresh:
+                    self.refresh(client)
+                    next_refresh = time.monotonic() + RESCAN_SEC
         finally:
+            if events is not None:
+                events.close()
             client.close()
 
+    def read_events(self, events) -> None:
+        """The event stream into the inbox (its own thread: the stream blocks)."""
+        for event in events:
+            if self.stop_event.is_set():
+                return
+            action = (event.get("Action") or event.get("status") or "").partition(":")[0]
+            container_id = (event.get("Actor") or {}).get("ID") or event.get("id")
+            if container_id:
+                self.events_seen += 1
+                self.inbox.put((action, container_id))
+
+    def want(self, container_id: str) -> None:
+        """Follow this container now (a drain request may come before its event)."""
+        self.inbox.put(("want", container_id))
+
+    def on_event(self, client, action: str, container_id: str) -> None:
+        import docker.errors
+
+        if action == "destroy":
+            self.forget(container_id)
+            return
+        if action not in FOLLOW_ACTIONS:
+            return
+        try:
+            container = client.containers.get(container_id)
+        except docker.errors.NotFound:
+            return
+        if (container.labels or {}).get(protocol.LABEL_MANAGED) != "true":
+            return
+        self.ensure_followers(container)
+        if action in WAKE_ACTIONS:
+            for stream in STREAMS:
+                follower = self.followers.get(f"container:{container.id}:{stream}")
+                if follower is not None:
+                    follower.wake.set()
+
     def refresh(self, client) -> None:
+        """The full listing: at start, and now and then in case an event was lost."""
         containers = client.containers.list(all=True, filters={"label": f"{protocol.LABEL_MANAGED}=true"},
                                             ignore_removed=True)  # removed while listing: skip it
-        present = set()
+        present = {f"container:{c.id}:{stream}" for c in containers for stream in STREAMS}
         for container in containers:
-            for stream in STREAMS:
-                key = f"container:{container.id}:{stream}"
-                present.add(key)
-                follower = self.followers.get(key)
-                if follower is None or not follower.is_alive():
-                    self.followers[key] = follower = ContainerFollower(self, container, stream, key)
-                    # Not critical: a follower ends with its container; the next refresh starts another.
-                    follower.thread = self.start_thread(follower.name, follower.run, critical=False)
+            self.ensure_followers(container)
         for key in self.positions.keys("container:"):
             if key not in present:
                 self.positions.forget(key)  # the container is gone; so is its log
-        for key in [k for k in self.followers if k not in present]:
+        for key in [k for k in self.followers if k not in present and not self.followers[k].is_alive()]:
             del self.followers[key]
             self.read_upto.pop(key, None)
+
+    def ensure_followers(self, container) -> None:
+        if container.id in self.unreadable:
+            return
+        driver = ((container.attrs.get("HostConfig") or {}).get("LogConfig") or {}).get("Type")
+        if driver in UNREADABLE_DRIVERS:
+            self.report_unreadable(container, f"log driver {driver!r} keeps no log to read back")
+            return
+        for stream in STREAMS:
+            key = f"container:{container.id}:{stream}"
+            follower = self.followers.get(key)
+            if follower is None or not follower.is_alive():
+                self.followers[key] = follower = ContainerFollower(self, container, stream, key)
+                # Not critical: a follower ends with its container; the next event or listing starts another.
+                follower.thread = self.start_thread(follower.name, follower.run, critical=False)
+
+    def forget(self, container_id: str) -> None:
+        for stream in STREAMS:
+            key = f"container:{container_id}:{stream}"
+            self.positions.forget(key)
+            follower = self.followers.get(key)
+            if follower is not None and not follower.is_alive():
+                del self.followers[key]
+                self.read_upto.pop(key, None)
+        self.unreadable.discard(container_id)
+
+    def report_unreadable(self, container, why: str) -> None:
+        """Once per container: its lines cannot reach Loki, and the backend should know."""
+        if container.id in self.unreadable:
+            return
+        self.unreadable.add(container.id)
+        log.warning("logs: container %s: %s; its output is not shipped", container.name, why)
+        report_event(self.config, {"type": "logs.container_unreadable", "container_id": container.id,
+                                   "name": container.name, "message": f"container {container.name}: {why}"[:300]},
+                     record_id=f"logs-unreadable:{container.id}")
+
+    def drained(self, container_id: str) -> bool:
+        """Whether every line the (stopped) container printed was read and accepted by Loki.
+        Unknown containers are asked for (want); an unreadable one has nothing to wait for."""
+        if container_id in self.unreadable:
+            return True
+        for stream in STREAMS:
+            key = f"container:{container_id}:{stream}"
+            follower = self.followers.get(key)
+            if follower is None:
+                self.want(container_id)
+                return False
+            if not follower.idle:
+                return False
+            with self.lock:
+                read = self.read_upto.get(key)
+            accepted = self.positions.get(key)
+            if read is not None and not (isinstance(accepted, int) and accepted >= read):
+                return False
+        return True
 
     def start_after(self, key: str) -> int:
         """Lines with a timestamp at or before this were read already (or are from before the window)."""
@@ -138,7 +257,7 @@ class ContainerSource(Source):
 
     def status(self) -> dict[str, object]:
         return {**super().status(), "followers": sum(f.is_alive() for f in list(self.followers.values())),
-                "lines_cut": self.lines_cut}
+                "lines_cut": self.lines_cut, "unreadable": len(self.unreadable), "events": self.events_seen}
 
 
 class ContainerFollower:
@@ -149,6 +268,8 @@ class ContainerFollower:
         self.container = container
         self.stream = stream
         self.key = key
+        self.wake = threading.Event()  # set on the container's start event: read again at once
+        self.idle = False  # read to the end of a stopped container's log; waiting for a restart
         labels = container.labels or {}
         self.labels = source.labels.container(
             container.name, labels.get(protocol.LABEL_CLUSTER), labels.get(protocol.LABEL_WORKLOAD), stream)
@@ -162,18 +283,26 @@ class ContainerFollower:
         stop = self.source.stop_event
         try:
             while not stop.is_set():
+                self.container.reload()
                 started_at = self.container.attrs.get("State", {}).get("StartedAt")
                 if not self.read_until_stopped():
                     return
-                while not stop.wait(1.0):  # wait for the container to run (again)
+                self.idle = True
+                while not stop.is_set():  # wait for the container to run (again)
+                    self.wake.wait(RESTART_CHECK_SEC)
+                    self.wake.clear()
                     self.container.reload()
                     state = self.container.attrs.get("State", {})
                     if state.get("Running") or state.get("StartedAt") != started_at:
+                        self.idle = False
                         break
         except docker.errors.NotFound:
             return  # removed; its remaining lines went with it
         except docker.errors.APIError as exc:
             if exc.status_code == 409:  # "dead or marked for removal": gone in a moment
+                return
+            if "does not support reading" in str(exc):
+                self.source.report_unreadable(self.container, "its log driver does not support reading")
                 return
             log.warning("logs: following %s %s stopped (%s); resuming shortly", self.container.name, self.stream, exc)
         except Exception as exc:  # noqa: BLE001 - the source's next refresh starts a new follower

@@ -1,0 +1,48 @@
+"""Before the executor removes a stopped managed container (container.remove, or a
+container.run that replaces it), the log worker reads the container's remaining lines and
+Loki accepts them: removing a crashed container never loses its last words.
+
+The executor asks the log worker `drain` over its REP socket (Endpoints.logs) until it
+answers true, for at most DRAIN_TIMEOUT_S. No answer within ASK_TIMEOUT_S (no log worker,
+or a hung one) ends the wait at once: logs never hold a command up for long. A running
+container is not waited for (it would go on printing; a forced remove kills it).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from faden_agent.config import Config
+from faden_agent.ipc import Endpoints, request
+
+DRAIN_TIMEOUT_S = 10.0
+ASK_TIMEOUT_S = 1.0
+ASK_INTERVAL_S = 0.05
+log = logging.getLogger(__name__)
+
+
+def hand_over_logs(config: Config, container: Any) -> bool:
+    """Wait (bounded) until the container's lines are shipped; whether they are."""
+    if (container.attrs.get("State") or {}).get("Running"):
+        return False
+    endpoints = Endpoints(config.runtime_dir)
+    address = endpoints.logs
+    if not endpoints.socket_path(address).exists():
+        return False  # no log worker (an executor-only agent): nothing to wait for
+    started = time.monotonic()
+    deadline = started + DRAIN_TIMEOUT_S
+    while True:
+        left = deadline - time.monotonic()
+        reply = request(address, "drain", {"container_id": container.id}, timeout_s=min(ASK_TIMEOUT_S, max(left, 0.01)))
+        if reply is None or reply.type != "drain":
+            log.info("no drain answer from the log worker for %s; removing it without waiting", container.name)
+            return False
+        if (reply.body or {}).get("drained"):
+            log.info("logs of %s shipped (%.2fs) before its removal", container.name, time.monotonic() - started)
+            return True
+        if time.monotonic() + ASK_INTERVAL_S >= deadline:
+            log.warning("logs of %s not all shipped after %.0fs; removing it anyway", container.name, DRAIN_TIMEOUT_S)
+            return False
+        time.sleep(ASK_INTERVAL_S)
