@@ -210,7 +210,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("max_concurrent_pulls", "3", _positive_int, "Most image pulls the executor runs at once"),
     Variable("worker_heartbeat_sec", "1", _positive_float, "How often each worker reports to the supervisor"),
     Variable("worker_hang_timeout_sec", "10", _positive_float, "A worker silent this long is dumped, killed and restarted"),
-    Variable("restart_backoff_min_sec", "0.2", _positive_float, "First restart delay of a failed worker"),
+    Variable("restart_backoff_min_sec", "0.2", _positive_float, "Restart delay after a second failure of a worker within RESTART_WINDOW_SEC (a first one restarts at once)"),
     Variable("restart_backoff_max_sec", "30", _positive_float, "Largest restart delay of a failed worker"),
     Variable("restart_max", "5", _positive_int, "Restarts allowed within RESTART_WINDOW_SEC before a worker goes FATAL"),
     Variable("restart_window_sec", "60", _positive_float, "Window of the restart-intensity limit"),

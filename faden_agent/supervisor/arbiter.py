@@ -38,6 +38,7 @@ from faden_agent.supervisor import lock
 from faden_agent.supervisor.notify import SystemdNotifier
 from faden_agent.supervisor.onefile import follow_bootloader
 from faden_agent.supervisor.policy import RestartPolicy
+from faden_agent.supervisor.preload import preload
 from faden_agent.supervisor.states import WorkerProcess, WorkerState
 from faden_agent.supervisor.table import ResourceSampler, worker_row
 from faden_agent.workers import WORKERS
@@ -50,6 +51,7 @@ log = logging.getLogger(__name__)
 REQUIRED_WORKERS = ("stream", "executor")
 HUNG_DUMP_GRACE_S = 0.5  # time for faulthandler to write the traceback before SIGKILL
 RESOURCE_SAMPLE_S = 2.0
+IDLE_WAKE_S = 1.0
 LIVE_STATES = (WorkerState.STARTING, WorkerState.RUNNING, WorkerState.STOPPING)
 
 
@@ -111,6 +113,7 @@ class Supervisor:
         if self.config.runtime_dir != self.config.state_dir:
             self._locks.append(lock.acquire(self.config.runtime_dir, "runtime directory"))
         follow_bootloader()  # the standalone binary: stop when its bootloader is killed
+        preload([w.target for w in self.workers.values()])  # shared by every fork (preload.py)
         self._wakeup_r, wakeup_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.set_wakeup_fd(wakeup_w)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP):
@@ -123,10 +126,12 @@ class Supervisor:
         self.poller.register(self._wakeup_r, zmq.POLLIN)
 
     def next_timeout(self) -> float:
-        """Sleep until the next thing is due, but wake often enough to check hangs."""
+        """Sleep until the next thing is due (a restart, a kill after the dump grace), at
+        most IDLE_WAKE_S: hangs are seconds long, an idle supervisor wakes once a second."""
         now = time.monotonic()
         due = [w.next_start_mono - now for w in self.workers.values() if w.state in (WorkerState.BACKOFF, WorkerState.FATAL)]
-        due.append(0.25)
+        due += [w.kill_at_mono - now for w in self.workers.values() if w.kill_at_mono is not None]
+        due.append(IDLE_WAKE_S)
         return max(0.0, min(due))
 
     # ------------------------------------------------------------------ steps
@@ -144,12 +149,13 @@ class Supervisor:
         sys.stdout.flush()
         sys.stderr.flush()
         parent = os.getpid()
-        gc.freeze()  # the child's collector then never touches (and copies) the inherited objects
         pid = os.fork()
         if pid == 0:
+            # First thing: the child's collector then never touches (and copies) the inherited
+            # objects. (Freezing in the parent, then unfreezing, would also thaw the preload.)
+            gc.freeze()
             signal.signal(signal.SIGTERM, signal.SIG_DFL)  # until the worker installs its own
             worker_main(worker.name, worker.target, self.config, parent)
-        gc.unfreeze()  # the supervisor itself keeps collecting its own garbage
         if worker.state != WorkerState.STOPPED:
             worker.restarts += 1
         worker.pid = pid

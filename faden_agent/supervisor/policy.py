@@ -2,6 +2,8 @@
 restart-intensity limit (Erlang/OTP): more than `max_restarts` exits within `window_s`
 makes the worker FATAL, retried after `fatal_retry_s` (a host agent never gives up).
 
+The first exit within the window restarts the worker at once (a one-off crash costs only
+the fork, issue 16); the second waits backoff_min_s, each further one twice as long.
 The exponential part is faden_agent/backoff.py's; the jitter here is +-20 % around it (not
 full jitter) because a restart should not come much sooner than the ladder says.
 Backoff applies to every exit, also after a long run (supervisord's gap); it shrinks by
@@ -34,6 +36,8 @@ class RestartPolicy:
 
     def backoff(self, exit_times: Iterable[float], now: float, rng: random.Random | None = None) -> float:
         recent = max(1, self.recent_exits(exit_times, now))
-        base = ceiling(recent - 1, self.backoff_min_s, self.backoff_max_s)
+        if recent == 1:
+            return 0.0  # a lone failure restarts at once (Erlang's way); the ladder starts at the second
+        base = ceiling(recent - 2, self.backoff_min_s, self.backoff_max_s)
         spread = (rng or random).uniform(1 - self.jitter, 1 + self.jitter)
         return min(self.backoff_max_s, base * spread)
