@@ -148,3 +148,36 @@ def test_hostile_entries_are_refused_once_and_never_followed(tmp_path, monkeypat
     finally:
         stop.set()
         join(source)
+
+
+def test_a_filesystem_mounted_inside_the_log_mount_is_refused(tmp_path, monkeypatch):
+    """Another device under the container's directory (e.g. a tmpfs) is never entered."""
+    import subprocess
+
+    import pytest
+
+    from faden_agent.workers.logs.sources import files
+
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    monkeypatch.setattr(files, "report_event", lambda config, data, record_id=None: True)
+    ray_dir = tmp_path / "ray"
+    serve = serve_dir(ray_dir)
+    (serve / "good_1.log").write_text("good\n")
+    other = ray_dir / "ray-head-1" / "session_other"
+    other.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(other)], check=True)
+    try:
+        (other / "logs" / "serve").mkdir(parents=True)
+        (other / "logs" / "serve" / "elsewhere.log").write_text("from another device\n")
+        source, collector, stop = start_source(tmp_path, ray_dir)
+        try:
+            collector.wait(1)
+            time.sleep(1)
+            assert [e.line for e in collector.lines] == ["good"]
+            assert source.status()["refused"] == {"other_device": 1}
+        finally:
+            stop.set()
+            join(source)
+    finally:
+        subprocess.run(["umount", str(other)], check=True)

@@ -109,6 +109,7 @@ class ContainerSource(Source):
         self.lines_cut = 0  # lines longer than MAX_LINE_BYTES: head shipped, rest dropped
         self.inbox: queue.Queue = queue.Queue()  # Docker events and drain requests, for follow()
         self.unreadable: set[str] = set()  # container ids whose log driver cannot be read back
+        self.not_followed: set[str] = set()  # asked to drain, but not ours to follow (or gone)
         self.events_seen = 0
 
     def follow(self) -> None:
@@ -165,8 +166,10 @@ class ContainerSource(Source):
         try:
             container = client.containers.get(container_id)
         except docker.errors.NotFound:
-            return
-        if (container.labels or {}).get(protocol.LABEL_MANAGED) != "true":
+            container = None
+        if container is None or (container.labels or {}).get(protocol.LABEL_MANAGED) != "true":
+            if action == "want":  # asked to drain what we do not follow (adopted, gone): nothing to wait for
+                self.not_followed.add(container_id)
             return
         self.ensure_followers(container)
         if action in WAKE_ACTIONS:
@@ -213,6 +216,7 @@ class ContainerSource(Source):
                 del self.followers[key]
                 self.read_upto.pop(key, None)
         self.unreadable.discard(container_id)
+        self.not_followed.discard(container_id)
 
     def report_unreadable(self, container, why: str) -> None:
         """Once per container: its lines cannot reach Loki, and the backend should know."""
@@ -227,7 +231,7 @@ class ContainerSource(Source):
     def drained(self, container_id: str) -> bool:
         """Whether every line the (stopped) container printed was read and accepted by Loki.
         Unknown containers are asked for (want); an unreadable one has nothing to wait for."""
-        if container_id in self.unreadable:
+        if container_id in self.unreadable or container_id in self.not_followed:
             return True
         for stream in STREAMS:
             key = f"container:{container_id}:{stream}"
