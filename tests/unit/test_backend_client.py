@@ -143,6 +143,7 @@ def test_stream_delivers_commands_and_detects_a_stall(server, tmp_path):
     backend.store.add_command(reply["node_id"], "no.such.kind", {"a": 1}, "c1", None)
     lines = iter(client.open_stream(after=0, keepalive_sec=0.2))
     assert next(lines)["type"] == "hello"
+    assert next(lines) == {"type": "peers", "cluster": None, "peers": []}  # in no cluster
     assert next(lines) == {"type": "command", "seq": 1, "id": "c1", "kind": "no.such.kind", "spec": {"a": 1},
                            "deadline": None}
     assert next(lines)["type"] == "keepalive"

@@ -145,9 +145,10 @@ def remote_filter(family: int, addresses: Iterable[str]) -> bytes:
             conds.append(struct.pack("=BBxxi", socket.AF_INET6, 128, -1) + address.packed)
     total = sum(4 + len(c) + 4 for c in conds)
     out = b""
-    for cond in conds:
+    for index, cond in enumerate(conds):
         size = 4 + len(cond)
-        out += struct.pack("=BBH", INET_DIAG_BC_D_COND, size, size + 4) + cond
+        miss = size + 4 if index < len(conds) - 1 else size + 8  # the next condition, or reject
+        out += struct.pack("=BBH", INET_DIAG_BC_D_COND, size, miss) + cond
         out += struct.pack("=BBH", INET_DIAG_BC_JMP, 4, total - len(out))
     return out
 
