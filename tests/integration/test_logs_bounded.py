@@ -98,3 +98,25 @@ def test_a_container_printing_100_mib_without_a_newline_keeps_the_worker_small(t
         assert peak < RSS_BOUND_BYTES
     finally:
         container.remove(force=True)
+
+
+def test_a_journalctl_without_output_fields_still_ships(tmp_path, loki):
+    """systemd < 236 has no --output-fields: the reader drops the option and goes on. (An old
+    journalctl cannot be installed here: a wrapper refuses the option the way it does.)"""
+    import os
+    import shutil
+
+    wrapper_dir = tmp_path / "bin"
+    wrapper_dir.mkdir()
+    wrapper = wrapper_dir / "journalctl"
+    wrapper.write_text("#!/bin/sh\nfor a in \"$@\"; do case \"$a\" in --output-fields=*) "
+                       "echo \"journalctl: unrecognized option '$a'\" >&2; exit 1;; esac; done\n"
+                       f"exec {shutil.which('journalctl')} \"$@\"\n")
+    wrapper.chmod(0o755)
+    journal = JournalWriter(tmp_path / "journal")
+    journal.append(journal.lines(["from an old systemd"]))
+    agent = start_agent(tmp_path, loki, journal.directory)
+    agent.env["PATH"] = f"{wrapper_dir}{os.pathsep}{agent.env['PATH']}"
+    with agent:
+        loki.wait_for(lambda e: [x for x in system_lines(e) if text(x) == "from an old systemd"], 30)
+        assert "no --output-fields" in agent.log_text()

@@ -137,3 +137,21 @@ def test_a_log_driver_that_cannot_be_read_is_reported_once(agent, loki, docker_c
         remove_containers(docker_client, prefix)
     assert len(events) == 1 and "none" in event[0]["message"]
     assert status["unreadable"] >= 1
+
+
+def test_1000_lines_then_a_replacing_container_run(agent, loki, docker_client, prefix):  # noqa: F811
+    _, ex = agent
+    name = f"{prefix}-replaced"
+    loki.delay_s = 0.3
+    script = "i=1; while [ $i -le 1000 ]; do echo \"old words $i\"; i=$((i+1)); done"
+    old = docker_client.containers.run(TEST_IMAGE, ["sh", "-c", script], name=name, labels=managed(), detach=True)
+    try:
+        old.wait(timeout=30)
+        done = ex.run(f"{prefix}-new", "container.run", {"name": name, "image": TEST_IMAGE, "replace": True,
+                                                         "command": ["sleep", "300"]}, timeout_s=60)
+        assert done["state"] == "succeeded", done
+        got = [text(e) for e in loki.entries() if e.labels.get("container") == name and text(e).startswith("old ")]
+    finally:
+        remove_containers(docker_client, prefix)
+    print(f"1000 lines then replace: {len(set(got))}/1000 delivered when the run ended")
+    assert set(got) == {f"old words {i}" for i in range(1, 1001)}

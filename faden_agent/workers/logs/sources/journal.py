@@ -116,13 +116,15 @@ class JournalSource(Source):
         self.restarts = 0
         self.idle_killed = False
         self.entries_cut = 0  # entries over MAX_ENTRY_BYTES, shipped from their head
+        self.output_fields = True  # journalctl >= 236 prints only the fields we ship
         self._last_ts_ns = 0
 
     def argv(self) -> list[str]:
         # --lines=all: with --follow, journalctl otherwise prints only the last 10 entries
         # after the cursor (systemd 252), silently skipping the rest.
-        argv = ["journalctl", "--follow", "--all", "--output=json", "--no-pager", "--lines=all",
-                f"--output-fields={OUTPUT_FIELDS}"]
+        argv = ["journalctl", "--follow", "--all", "--output=json", "--no-pager", "--lines=all"]
+        if self.output_fields:
+            argv.append(f"--output-fields={OUTPUT_FIELDS}")
         if self.config.journal_directory is not None:
             argv.append(f"--directory={self.config.journal_directory}")
         if self.cursor:
@@ -169,6 +171,10 @@ class JournalSource(Source):
             self.idle_killed = False
             return
         self.last_error = f"journalctl exited with {proc.returncode}: {stderr}"[:300]
+        if read == 0 and self.output_fields and "output-fields" in stderr:
+            log.warning("logs: this journalctl has no --output-fields (systemd < 236); reading every field")
+            self.output_fields = False  # the entry cap still bounds what is read
+            return
         if read == 0 and self.cursor and "cursor" in stderr.lower():
             log.error("logs: journalctl refused the stored cursor (%s); starting from the first-start window", stderr)
             self.cursor = None
