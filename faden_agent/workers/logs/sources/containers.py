@@ -33,6 +33,7 @@ RESCAN_SEC = 60.0  # a full listing besides the events: a safety net for an even
 RESTART_CHECK_SEC = 5.0  # a stopped container's follower checks this often for a restart it missed
 FOLLOW_ACTIONS = frozenset({"create", "start", "restart", "unpause", "die", "oom", "want"})
 WAKE_ACTIONS = frozenset({"start", "restart", "unpause"})
+MAX_INBOX = 10_000
 UNREADABLE_DRIVERS = frozenset({"none"})  # Docker keeps no copy to read back (others: its dual-logging cache)
 STREAMS = ("stdout", "stderr")
 STAMP_BYTES = 40  # Docker's "2024-01-01T00:00:00.123456789Z " prefix, with room to spare
@@ -107,7 +108,9 @@ class ContainerSource(Source):
         self.read_upto: dict[str, int] = {}  # key -> timestamp of the last line read (this process)
         self.lock = threading.Lock()
         self.lines_cut = 0  # lines longer than MAX_LINE_BYTES: head shipped, rest dropped
-        self.inbox: queue.Queue = queue.Queue()  # Docker events and drain requests, for follow()
+        # Docker events and drain requests, for follow(); bounded: a full inbox holds the event
+        # reader back (dockerd keeps the stream), a drain request is simply asked again.
+        self.inbox: queue.Queue = queue.Queue(maxsize=MAX_INBOX)
         self.unreadable: set[str] = set()  # container ids whose log driver cannot be read back
         self.not_followed: set[str] = set()  # asked to drain, but not ours to follow (or gone)
         self.events_seen = 0
@@ -149,11 +152,19 @@ class ContainerSource(Source):
             container_id = (event.get("Actor") or {}).get("ID") or event.get("id")
             if container_id:
                 self.events_seen += 1
-                self.inbox.put((action, container_id))
+                while not self.stop_event.is_set():
+                    try:
+                        self.inbox.put((action, container_id), timeout=1.0)
+                        break
+                    except queue.Full:
+                        continue
 
     def want(self, container_id: str) -> None:
         """Follow this container now (a drain request may come before its event)."""
-        self.inbox.put(("want", container_id))
+        try:
+            self.inbox.put_nowait(("want", container_id))
+        except queue.Full:
+            pass
 
     def on_event(self, client, action: str, container_id: str) -> None:
         import docker.errors
