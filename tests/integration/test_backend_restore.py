@@ -8,7 +8,8 @@ database is put back from a copy taken earlier (what `faden restore` does) and s
   rejected; started again with a new token (the install line run again) it re-enrolls as
   the same agent, and its running container is adopted and reported, not recreated;
 - a token file written while the agent runs with a rejected credential re-enrolls it
-  without restarting the agent (its stream worker restarts and enrolls again).
+  without restarting the agent (its stream worker restarts and enrolls again; the
+  executor reports its containers to the new node).
 """
 
 from __future__ import annotations
@@ -106,14 +107,18 @@ def test_restored_backend_runs_new_commands_and_a_later_node_reenrolls(backend, 
     wait_for(lambda: link_state(late) == "connected", 30, interval_s=0.2, what="the re-enrolled link connected")
 
 
-def test_a_new_token_file_while_the_credential_is_rejected_re_enrolls_without_a_restart(backend, tmp_path):  # noqa: F811
+def test_a_new_token_file_while_the_credential_is_rejected_re_enrolls_without_a_restart(backend, prefix,  # noqa: F811
+                                                                                        docker_client, tmp_path):
     token_file = tmp_path / "token"
     token_file.write_text(backend.mint_token() + "\n")
-    env = agent_env_for(backend, tmp_path, token=None, enrollment_token_file=token_file)
+    env = agent_env_for(backend, tmp_path, token=None, enrollment_token_file=token_file, docker_timeout_sec=5)
     agent = AgentProcess(env, tmp_path / "agent.log").start()
     try:
         agent_id = env["FADEN_NODE_AGENT_AGENT_ID"]
         node = backend.wait_node(agent_id)
+        name = f"{prefix}-kept"
+        run_container(backend, node["node_id"], name)
+        before = docker_client.api.inspect_container(name)
         backend.admin.revoke(node["node_id"])
         # The file still holds the token this node was enrolled with: reported, not re-tried.
         wait_for(lambda: link_state(agent) == "credential_rejected", 30, interval_s=0.2, what="credential_rejected")
@@ -129,5 +134,13 @@ def test_a_new_token_file_while_the_credential_is_rejected_re_enrolls_without_a_
         state = load_state(Path(env["FADEN_NODE_AGENT_STATE_PATH"]))
         assert state is not None and state.node_id == renewed["node_id"] and state.agent_id == agent_id
         wait_for(lambda: link_state(agent) == "connected", 30, interval_s=0.2, what="connected again")
+        # The executor (never restarted) reports its container to the new node; it runs on.
+        event = wait_for(lambda: [e for e in backend.events(renewed["node_id"])
+                                  if (e.get("data") or e).get("type") == "container.adopted"
+                                  and (e.get("data") or e).get("name") == name], 30, interval_s=0.2,
+                         what="the container reported to the new node")[0]
+        assert (event.get("data") or event)["container_id"] == before["Id"]
+        after = docker_client.api.inspect_container(name)
+        assert after["State"]["StartedAt"] == before["State"]["StartedAt"] and after["State"]["Running"]
     finally:
         agent.stop()

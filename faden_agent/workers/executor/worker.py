@@ -73,8 +73,12 @@ class ExecutorWorker(Worker):
 
     def handle(self, channel: Channel, message: Message) -> None:
         # A REP socket must answer every request, or it takes no other: never raise before send.
+        if message.type == "adopt":  # the node enrolled again: report the managed containers to it
+            self.start_thread("adoption", adopt, self.ops, self.journal, self.uplink, self.stop_event, finite=True)
+            channel.send("ack", {"adopt": True})
+            return
         if message.type != "command":
-            channel.send("error", {"message": f"unknown request type {protocol.quote(message.type)}; expected 'command'"})
+            channel.send("error", {"message": f"unknown request type {protocol.quote(message.type)}; expected 'command' or 'adopt'"})
             return
         try:
             reply = self.accept(message.body)

@@ -20,6 +20,7 @@ from faden_agent import __version__, protocol
 from faden_agent.backend import BackendClient, BackendError, CredentialRejected
 from faden_agent.backoff import Backoff
 from faden_agent.config import Config, ConfigError, env_name
+from faden_agent.ipc import Endpoints, EnvelopeError, request
 from faden_agent.diskfull import DISK, is_disk_full, retry_when_full
 from faden_agent.service.envfile import forget_token
 from faden_agent.state import (
@@ -38,6 +39,7 @@ from faden_agent.workers.stream import link
 from faden_agent.workers.stream.link import Gate, LinkStatus
 
 log = logging.getLogger(__name__)
+ADOPT_ASK_TIMEOUT_S = 5.0
 
 
 def enrollment_facts(config: Config) -> dict[str, object]:
@@ -157,7 +159,21 @@ class Membership:
             log.error("enrolled as node %s, but the disk is full: cannot write the state file %s (%s); the credential "
                       "is kept in memory and written as soon as there is space", state.node_id, self.config.state_path,
                       exc.strerror or exc)
+        if replacing is not None:
+            self.report_containers_again()
         return state
+
+    def report_containers_again(self) -> None:
+        """A new node at the backend: the executor reports the managed containers it adopted
+        to it (an executor that starts now reports them anyway)."""
+        try:
+            reply = request(Endpoints(self.config.runtime_dir).executor, "adopt", {}, timeout_s=ADOPT_ASK_TIMEOUT_S)
+        except EnvelopeError as exc:
+            reply = None
+            log.warning("the executor's answer to 'adopt' is malformed: %s", exc)
+        if reply is None or reply.type != "ack":
+            log.warning("the executor did not take 'adopt' (%s); it reports its containers when it starts next",
+                        "no answer" if reply is None else reply.type)
 
     def write_state_file(self) -> None:
         """Write the state of an enrollment whose file is not on disk yet (a no-op once it is);
