@@ -78,7 +78,8 @@ class InventoryWorker(Worker):
             self.config.state_dir, self.config.sysfs_root, self.uplink.put_latest,
             lambda data, record_id: self.uplink.put(protocol.EVENT, data, record_id=record_id))
         if self.traffic.open_listener():
-            self.start_thread("inventory-tcp-closed", self.traffic.listen, self.stop_event)
+            # finite: when the notifications fail, the records say so and sampling goes on
+            self.start_thread("inventory-tcp-closed", self.traffic.listen, self.stop_event, finite=True)
         self.start_thread("inventory-traffic", self.traffic.run, self.stop_event, self.config.traffic_interval_sec)
 
     def _collect_loop(self) -> None:

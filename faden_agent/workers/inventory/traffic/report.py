@@ -78,6 +78,9 @@ class TrafficReporter:
                 closed = self.listener.read()
                 if closed:
                     self.tcp.closed(closed)
+        except OSError as exc:  # the records say so from now on; sampling goes on
+            self.listener_problem = f"TCP destroy notifications failed ({exc.strerror or exc})"
+            log.warning("traffic: %s; connections closed between samples are no longer counted", self.listener_problem)
         finally:
             self.listener.close()
 
