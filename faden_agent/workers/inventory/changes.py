@@ -33,10 +33,10 @@ def is_change(event: dict[str, Any]) -> bool:
 
 
 class DockerChangeWatcher:
-    def __init__(self, docker_host: str | None, on_change: Callable[[], None]):
+    def __init__(self, docker_host: str | None, on_change: Callable[[], None], stop: threading.Event | None = None):
         self.docker_host = docker_host
         self.on_change = on_change
-        self._stop = threading.Event()
+        self._stop = stop or threading.Event()  # the worker's one stop event
         self._stream: Any = None
         self.thread: threading.Thread | None = None
 

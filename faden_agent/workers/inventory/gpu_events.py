@@ -23,11 +23,11 @@ RETRY_S = 30.0
 
 
 class GpuErrorWatcher:
-    def __init__(self, on_change: Callable[[], None], nvml: Any = None):
+    def __init__(self, on_change: Callable[[], None], nvml: Any = None, stop: threading.Event | None = None):
         self.on_change = on_change
         self.nvml = nvml
         self.watching = 0  # GPUs registered for events
-        self._stop = threading.Event()
+        self._stop = stop or threading.Event()  # the worker's one stop event
         self.thread: threading.Thread | None = None
 
     def start(self, start_thread: Callable[..., threading.Thread] = start_daemon) -> None:

@@ -64,8 +64,8 @@ class InventoryWorker(Worker):
         self.collector = Collector(self.config)
         self.reporter = InventoryReporter(self.collector, self.uplink)
         self._changed = threading.Event()
-        self.watchers = [DockerChangeWatcher(self.config.docker_host, self._changed.set),
-                         GpuErrorWatcher(self._changed.set)]
+        self.watchers = [DockerChangeWatcher(self.config.docker_host, self._changed.set, stop=self.stop_event),
+                         GpuErrorWatcher(self._changed.set, stop=self.stop_event)]
         self.start_thread("inventory-collect", self._collect_loop)
         for watcher in self.watchers:
             watcher.start(self.start_thread)
