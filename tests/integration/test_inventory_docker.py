@@ -59,6 +59,9 @@ def test_images_appear_and_disappear(docker_client, unique):
     entry = next(i for i in probe()["images"] if reference in i["references"])
     assert entry["id"] == test_image.id and entry["size"] == test_image.attrs["Size"]
     assert TEST_IMAGE in entry["references"]
+    # the layer list a backend compares to choose a peer holder (issue 14)
+    assert entry["layers"] == test_image.attrs["RootFS"]["Layers"] and entry["layers"]
+    assert all(layer.startswith("sha256:") for layer in entry["layers"])
     docker_client.images.remove(reference)
     assert not any(reference in i["references"] for i in probe()["images"])
 

@@ -43,6 +43,8 @@ def probe_docker(client: docker.DockerClient) -> dict[str, Any]:
 
 
 def images(api: docker.APIClient) -> list[dict[str, Any]]:
+    """Each image with what a backend needs to choose a peer holder (issue 14): id, tags,
+    repo digests, size and its layers (RootFS diff ids, base first)."""
     found = []
     for image in api.images():
         refs = [t for t in image.get("RepoTags") or () if t != "<none>:<none>"]
@@ -52,8 +54,17 @@ def images(api: docker.APIClient) -> list[dict[str, Any]]:
             "digests": sorted(d for d in image.get("RepoDigests") or () if not d.startswith("<none>")),
             "size": image.get("Size"),
             "created": image.get("Created"),
+            "layers": image_layers(api, image["Id"]),
         })
     return sorted(found, key=lambda i: i["id"])
+
+
+def image_layers(api: docker.APIClient, image_id: str) -> list[str] | None:
+    """The image's diff ids, base first; None when it went away between list and inspect."""
+    try:
+        return list((api.inspect_image(image_id).get("RootFS") or {}).get("Layers") or ())
+    except docker.errors.NotFound:
+        return None
 
 
 def managed_containers(api: docker.APIClient) -> list[dict[str, Any]]:
