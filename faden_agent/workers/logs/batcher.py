@@ -16,7 +16,9 @@ from faden_agent.workers.logs.backlog import Backlog
 from faden_agent.workers.logs.entry import Entry
 
 MAX_BATCH_BYTES = MAX_LOG_PUSH_BYTES  # uncompressed (the size budget, protocol.py); well under Loki's push limits
-POLL_SEC = 0.5  # how long an idle collector waits before the shipper looks at `stopping`
+# How long an idle collector waits before the shipper looks at `stopping` again; the stop
+# closes the backlog first (teardown), which wakes it at once, so this only paces idle wakeups.
+POLL_SEC = 5.0
 
 
 @dataclass
