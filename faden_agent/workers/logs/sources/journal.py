@@ -34,9 +34,12 @@ POSITION_KEY = "journal"
 MAX_ENTRY_BYTES = 1024 * 1024
 MAX_FIELD_CHARS = 256  # a metadata value (unit, identifier, ...)
 ENTRY_CUT_MARKER = " [faden-agent: journal entry of {size} bytes cut at {cap} bytes]"
-_HEAD_CURSOR = re.compile(rb'"__CURSOR":"([^"\\]{1,1024})"')
-_HEAD_REALTIME = re.compile(rb'"__REALTIME_TIMESTAMP":"(\d{1,20})"')
-_HEAD_PRIORITY = re.compile(rb'"PRIORITY":"([0-7])"')
+_SMALL_FIELDS = {
+    "__CURSOR": re.compile(rb'"__CURSOR":"([^"\\]{1,1024})"'),
+    "__REALTIME_TIMESTAMP": re.compile(rb'"__REALTIME_TIMESTAMP":"(\d{1,20})"'),
+    "PRIORITY": re.compile(rb'"PRIORITY":"([0-7])"'),
+}
+_CARRY = 1100  # bytes kept from the previous piece: the longest small field fits
 _HEAD_MESSAGE = re.compile(rb'"MESSAGE":(\[[0-9,]*|"(?:[^"\\]|\\.)*)')
 IDLE_RESTART_SEC = 300.0
 # journald fields that become Loki structured metadata (name in Loki <- journald field).
@@ -72,22 +75,34 @@ def field_text(value: object) -> str:
     return str(value)
 
 
-def skip_line(stream) -> tuple[int, bytes | None]:
-    """Read and drop the rest of the current line in bounded pieces: (bytes dropped, the
-    PRIORITY value if it came after the head)."""
-    skipped, carry, priority = 0, b"", None
+def skip_line(stream, head: bytes) -> tuple[int, dict[str, bytes]]:
+    """Read and drop the rest of the current line in bounded pieces. journalctl writes the
+    fields of an entry in no fixed order, so the small ones we need (cursor, timestamp,
+    priority) and the start of MESSAGE are looked for in the head and in every piece.
+    Returns (bytes dropped, {field: raw value})."""
+    found = _small_fields(head)
+    if b'"MESSAGE":' in head:
+        found["MESSAGE"] = head[head.index(b'"MESSAGE":'):]
+    skipped, carry = 0, head[-_CARRY:]
     while piece := stream.readline(MAX_ENTRY_BYTES):
         skipped += len(piece)
-        found = _HEAD_PRIORITY.search(carry + piece)
-        priority = found[1] if found else priority
-        carry = piece[-32:]  # a field split between two pieces is still found
+        window = carry + piece  # a field split between two pieces is still found
+        for name, value in _small_fields(window).items():
+            found.setdefault(name, value)
+        if "MESSAGE" not in found and b'"MESSAGE":' in window:
+            found["MESSAGE"] = window[window.index(b'"MESSAGE":'):]
+        carry = piece[-_CARRY:]
         if piece.endswith(b"\n"):
             break
-    return skipped, priority
+    return skipped, found
+
+
+def _small_fields(data: bytes) -> dict[str, bytes]:
+    return {name: match[1] for name, pattern in _SMALL_FIELDS.items() if (match := pattern.search(data))}
 
 
 def message_head(head: bytes) -> str:
-    """The start of MESSAGE in the head of a cut JSON entry: a string, or an array of byte
+    """The start of MESSAGE in a piece of a cut JSON entry: a string, or an array of byte
     values (binary data); "" when the head does not reach it."""
     match = _HEAD_MESSAGE.search(head)
     if match is None:
@@ -145,7 +160,7 @@ class JournalSource(Source):
                 while raw := proc.stdout.readline(MAX_ENTRY_BYTES):  # bounded: never a whole huge line
                     self.last_output = time.monotonic()
                     if len(raw) >= MAX_ENTRY_BYTES and not raw.endswith(b"\n"):
-                        entry = self.oversize_entry(raw, *skip_line(proc.stdout))
+                        entry = self.oversize_entry(raw, *skip_line(proc.stdout, raw))
                     else:
                         entry = self.to_entry(raw)
                     if entry is None:
@@ -217,24 +232,17 @@ class JournalSource(Source):
             position=cursor,
         )
 
-    def oversize_entry(self, head: bytes, rest: int, priority: bytes | None) -> Entry | None:
-        """An entry whose JSON is over MAX_ENTRY_BYTES, from the head read of it: journalctl
-        writes the cursor and timestamps first; the MESSAGE is shipped as far as the head
-        holds it, marked. Nothing more of the entry was ever in memory."""
+    def oversize_entry(self, head: bytes, rest: int, found: dict[str, bytes]) -> Entry | None:
+        """An entry whose JSON is over MAX_ENTRY_BYTES: its cursor, timestamp and priority
+        (found while its line was read and dropped), and MESSAGE as far as one piece holds
+        it, marked. At most two pieces of the entry were ever in memory."""
         self.entries_cut += 1
         size = len(head) + rest
-        cursor = _HEAD_CURSOR.search(head)
-        if cursor is None:
-            log.warning("logs: skipped a journal entry of %d bytes without a cursor in its head", size)
+        if "__CURSOR" not in found:
+            log.warning("logs: skipped a journal entry of %d bytes without a cursor", size)
             return None
-        record = {"__CURSOR": cursor[1].decode()}
-        found = _HEAD_PRIORITY.search(head)
-        if found or priority:
-            record["PRIORITY"] = (found[1] if found else priority).decode()
-        stamp = _HEAD_REALTIME.search(head)
-        if stamp:
-            record["__REALTIME_TIMESTAMP"] = stamp[1].decode()
-        return self.to_record_entry(record, clean_line(message_head(head))
+        record = {name: value.decode() for name, value in found.items() if name != "MESSAGE"}
+        return self.to_record_entry(record, clean_line(message_head(found.get("MESSAGE", b"")))
                                     + ENTRY_CUT_MARKER.format(size=size, cap=MAX_ENTRY_BYTES))
 
     def check(self) -> None:
