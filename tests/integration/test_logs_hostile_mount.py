@@ -116,3 +116,23 @@ def test_a_hostile_ray_container_cannot_read_host_files_or_stall_shipping(execut
     labels = {e.labels["file"] for e in ray_lines}
     assert labels == {"replica", "controller"}
     assert peak < RSS_BOUND_BYTES
+
+
+def test_the_log_mount_is_writable_by_the_containers_user_and_nobody_else(executor_factory, prefix, docker_client,  # noqa: F811
+                                                                        tmp_path):
+    _, ex = executor_factory()
+    name = f"{prefix}-ray-user"
+    try:
+        done = ex.run(f"{prefix}-run", "container.run", {
+            "name": name, "image": TEST_IMAGE, "ray": True, "user": "1000:100",
+            "command": ["sh", "-c", f"echo ok > {protocol.RAY_LOG_MOUNT}/written && sleep 300"]})
+        assert done["state"] == "succeeded", done
+        mount_dir = tmp_path / "ray" / name
+        deadline = time.monotonic() + 20
+        while not (mount_dir / "written").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        st = mount_dir.stat()
+        assert (mount_dir / "written").read_text() == "ok\n" and (mount_dir / "written").stat().st_uid == 1000
+        assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (1000, 100, 0o750)
+    finally:
+        remove_containers(docker_client, prefix)
