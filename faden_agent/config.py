@@ -189,6 +189,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("heartbeat_interval_sec", "15", _positive_float, "Heartbeat interval"),
     Variable("heartbeat_full_sec", "300", _positive_float, "Longest time between heartbeats carrying the full detail (worker table, version); between them beats carry it only when it changed"),
     Variable("inventory_interval_sec", "60", _positive_float, "Inventory interval"),
+    Variable("inventory_usage_sec", "300", _positive_float, "Longest time between inventory records when nothing but gauges (load, memory, utilization) moved; a change is sent at the next interval"),
     Variable("inventory_probe_timeout_sec", "10", _positive_float, "Bound on each inventory probe (host, disks, network, Docker, GPU); a slower one is reported as overrun"),
     Variable("traffic_interval_sec", "10", _positive_float, "How often traffic to peer machines, NICs and RDMA ports is sampled; a record is sent only when it changed"),
     Variable("sysfs_root", "/sys", _path, "Where sysfs is mounted (InfiniBand/RoCE counters under class/infiniband); tests point it at a fake tree"),
@@ -239,6 +240,7 @@ class Config:
     heartbeat_interval_sec: float
     heartbeat_full_sec: float
     inventory_interval_sec: float
+    inventory_usage_sec: float
     inventory_probe_timeout_sec: float
     traffic_interval_sec: float
     sysfs_root: Path

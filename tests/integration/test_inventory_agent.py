@@ -72,7 +72,7 @@ def test_full_record_at_start(tmp_path, agent_factory, docker_client):
 
 def test_a_hung_engine_is_an_overrun_and_the_worker_keeps_going(tmp_path, agent_factory):
     engine = HungEngine(tmp_path / "hung-docker.sock")
-    env = agent_env(tmp_path, inventory_interval_sec=0.5, inventory_probe_timeout_sec=2,
+    env = agent_env(tmp_path, inventory_interval_sec=0.5, inventory_usage_sec=0.5, inventory_probe_timeout_sec=2,
                     docker_host=f"unix://{engine.path}")
     try:
         agent = agent_factory(env).start()

@@ -126,3 +126,15 @@ def test_two_cycles_without_change_leave_one_full_and_one_small_record_in_the_ou
     finally:
         uplink.close()
         reader.close()
+
+
+def test_unchanged_records_wait_for_the_usage_refresh_changes_do_not():
+    emitter = RecordEmitter(full_refresh_s=3600, usage_refresh_s=300)
+    emitter.sent(emitter.build(SAMPLE, now=1000))
+    assert emitter.build(SAMPLE, now=1060) is None  # only gauges moved, not due
+    changed = dict(SAMPLE, network=[{"name": "lo"}, {"name": "eth0"}])
+    assert emitter.build(changed, now=1060)["type"] == FULL  # a change goes at once
+    due = emitter.build(SAMPLE, now=1300)
+    assert due["type"] == UNCHANGED
+    emitter.sent(due)
+    assert emitter.build(SAMPLE, now=1360) is None

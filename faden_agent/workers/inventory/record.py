@@ -9,6 +9,9 @@ The content hash covers everything except the "usage" objects: memory in use, lo
 utilization, temperature and the like move every second and would otherwise make every
 record a change. A full record goes out at start, whenever the hash changes, and at least
 every FULL_REFRESH_S (so a backend that lost its copy has it again within the hour).
+Unchanged records are lean in time (issue 16): one goes out only when `usage_refresh_s`
+(INVENTORY_USAGE_SEC) has passed since the last record sent; cycles in between send
+nothing (the heartbeat says the node is alive; any change still sends a full record).
 
 Delivery (see worker.py): full records are durable outbox records (`put`), unchanged ones
 replace each other in the latest-value slot (`put_latest`), so an unchanged record can
@@ -82,22 +85,28 @@ def sections_from(results: dict[str, ProbeResult], last_good: dict[str, Any],
 class RecordEmitter:
     """Decides full or unchanged; remembers only what was actually handed to the outbox."""
 
-    def __init__(self, full_refresh_s: float = FULL_REFRESH_S):
+    def __init__(self, full_refresh_s: float = FULL_REFRESH_S, usage_refresh_s: float = 0.0):
         self.full_refresh_s = full_refresh_s
+        self.usage_refresh_s = usage_refresh_s
         self.last_hash: str | None = None
         self._last_full_at: float | None = None
+        self._last_sent_at: float | None = None
 
-    def build(self, sections: dict[str, Any], now: float | None = None) -> dict[str, Any]:
+    def build(self, sections: dict[str, Any], now: float | None = None) -> dict[str, Any] | None:
+        """The record to send, or None: unchanged, and the gauges are not due yet."""
         now = time.time() if now is None else now
         digest = content_hash(sections)
         head = {"schema": SCHEMA_VERSION, "hash": digest, "collected_at": now}
         due = self._last_full_at is None or now - self._last_full_at >= self.full_refresh_s
         if digest != self.last_hash or due:
             return {**head, "type": FULL, **sections}
+        if self._last_sent_at is not None and now - self._last_sent_at < self.usage_refresh_s:
+            return None
         return {**head, "type": UNCHANGED, USAGE: only_usage(sections) or {}}
 
     def sent(self, data: dict[str, Any]) -> None:
         self.last_hash = data["hash"]
+        self._last_sent_at = data["collected_at"]
         if data["type"] == FULL:
             self._last_full_at = data["collected_at"]
 

@@ -44,14 +44,17 @@ class InventoryReporter:
         self.cycles = 0
         self.last: dict[str, Any] | None = None
 
-    def report(self) -> dict[str, Any]:
+    def report(self) -> dict[str, Any] | None:
+        """The record handed to the outbox; None when nothing was due (record.py)."""
         data = self.emitter.build(self.collector.collect())
+        self.cycles += 1
+        if data is None:
+            return None
         if data["type"] == FULL:
             self.uplink.put(protocol.INVENTORY, data, record_id=full_record_id(data))
         else:
             self.uplink.put_latest(protocol.INVENTORY, data)
         self.emitter.sent(data)  # only once it is in the outbox
-        self.cycles += 1
         self.last = data
         return data
 
@@ -62,7 +65,8 @@ class InventoryWorker(Worker):
     def setup(self) -> None:
         self.uplink = Uplink(self.config)
         self.collector = Collector(self.config)
-        self.reporter = InventoryReporter(self.collector, self.uplink)
+        self.reporter = InventoryReporter(self.collector, self.uplink,
+                                          RecordEmitter(usage_refresh_s=self.config.inventory_usage_sec))
         self._changed = threading.Event()
         self.watchers = [DockerChangeWatcher(self.config.docker_host, self._changed.set, stop=self.stop_event),
                          GpuErrorWatcher(self._changed.set, stop=self.stop_event)]
@@ -86,7 +90,8 @@ class InventoryWorker(Worker):
         while not self.stop_event.is_set():
             try:
                 data = self.reporter.report()
-                log.debug("inventory %s record %s", data["type"], data["hash"])
+                if data is not None:
+                    log.debug("inventory %s record %s", data["type"], data["hash"])
             except Exception:  # noqa: BLE001 - e.g. the outbox disk is full: try again next time
                 log.exception("inventory cycle failed")
             if self._changed.wait(self.config.inventory_interval_sec):
