@@ -36,7 +36,6 @@ from faden_agent.ipc import Channel, Endpoints, EnvelopeError, ensure_runtime_di
 from faden_agent.proctitle import set_title
 from faden_agent.supervisor import lock
 from faden_agent.supervisor.notify import SystemdNotifier
-from faden_agent.supervisor.onefile import follow_bootloader
 from faden_agent.supervisor.policy import RestartPolicy
 from faden_agent.supervisor.preload import preload
 from faden_agent.supervisor.states import WorkerProcess, WorkerState
@@ -112,7 +111,6 @@ class Supervisor:
         ensure_runtime_dir(self.config.runtime_dir)
         if self.config.runtime_dir != self.config.state_dir:
             self._locks.append(lock.acquire(self.config.runtime_dir, "runtime directory"))
-        follow_bootloader()  # the standalone binary: stop when its bootloader is killed
         preload([w.target for w in self.workers.values()])  # shared by every fork (preload.py)
         self._wakeup_r, wakeup_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.set_wakeup_fd(wakeup_w)

@@ -2,10 +2,6 @@
 
 READY=1 once the workers run, WATCHDOG=1 from the supervisor loop while it is healthy,
 STOPPING=1 on shutdown, STATUS= for `systemctl status`. A no-op outside systemd.
-
-Under the standalone binary, systemd's main process is PyInstaller's onefile bootloader
-and these messages come from its child (the unit has NotifyAccess=all); WATCHDOG_PID then
-names the bootloader, our parent, and is accepted as ours.
 """
 
 from __future__ import annotations
@@ -14,21 +10,17 @@ import os
 import socket
 from typing import Mapping
 
-from faden_agent.supervisor.onefile import is_onefile_child
-
 
 class SystemdNotifier:
-    def __init__(self, environ: Mapping[str, str] | None = None, onefile_child: bool | None = None):
+    def __init__(self, environ: Mapping[str, str] | None = None):
         env = os.environ if environ is None else environ
         address = env.get("NOTIFY_SOCKET") or None
         if address and address.startswith("@"):
             address = "\0" + address[1:]  # abstract namespace
         self.address = address
-        self.onefile_child = is_onefile_child() if onefile_child is None else onefile_child
         usec = env.get("WATCHDOG_USEC", "")
         pid = env.get("WATCHDOG_PID", "")
-        ours = {str(os.getpid())} | ({str(os.getppid())} if self.onefile_child else set())
-        watchdog_for_us = usec.isdigit() and int(usec) > 0 and (not pid or pid in ours)
+        watchdog_for_us = usec.isdigit() and int(usec) > 0 and (not pid or pid == str(os.getpid()))
         # Pet twice per period, as sd_watchdog_enabled(3) advises.
         self.watchdog_interval_s = int(usec) / 1e6 / 2 if watchdog_for_us else None
 

@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 
 from faden_agent.supervisor.notify import SystemdNotifier
-from faden_agent.supervisor.onefile import is_onefile_child
 from tests.agentproc import agent_env
 
 
@@ -40,7 +39,7 @@ def receive(sock: socket.socket) -> list[str]:
 
 def test_ready_watchdog_stopping_status_reach_the_socket(listener):
     sock, path = listener
-    notifier = SystemdNotifier({"NOTIFY_SOCKET": path}, onefile_child=False)
+    notifier = SystemdNotifier({"NOTIFY_SOCKET": path})
     assert notifier.enabled
     assert notifier.ready("4 workers running")
     assert receive(sock) == ["READY=1", "STATUS=4 workers running"]
@@ -57,35 +56,29 @@ def test_abstract_namespace_address():
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
         sock.bind("\0" + name)
         sock.settimeout(5)
-        assert SystemdNotifier({"NOTIFY_SOCKET": "@" + name}, onefile_child=False).ready()
+        assert SystemdNotifier({"NOTIFY_SOCKET": "@" + name}).ready()
         assert receive(sock) == ["READY=1"]
 
 
 def test_outside_systemd_everything_is_a_no_op():
-    notifier = SystemdNotifier({}, onefile_child=False)
+    notifier = SystemdNotifier({})
     assert not notifier.enabled
     assert not notifier.ready() and not notifier.watchdog() and not notifier.stopping()
     assert notifier.watchdog_interval_s is None
 
 
 def test_a_vanished_socket_does_not_raise(tmp_path):
-    assert SystemdNotifier({"NOTIFY_SOCKET": str(tmp_path / "gone.sock")}, onefile_child=False).ready() is False
+    assert SystemdNotifier({"NOTIFY_SOCKET": str(tmp_path / "gone.sock")}).ready() is False
 
 
 def test_watchdog_interval_is_half_the_period_and_only_for_our_pid():
     mine = {"NOTIFY_SOCKET": "/x", "WATCHDOG_USEC": "20000000", "WATCHDOG_PID": str(os.getpid())}
-    assert SystemdNotifier(mine, onefile_child=False).watchdog_interval_s == 10.0
-    assert SystemdNotifier({**mine, "WATCHDOG_PID": ""}, onefile_child=False).watchdog_interval_s == 10.0
+    assert SystemdNotifier(mine).watchdog_interval_s == 10.0
+    assert SystemdNotifier({**mine, "WATCHDOG_PID": ""}).watchdog_interval_s == 10.0
     other = {**mine, "WATCHDOG_PID": str(os.getppid())}
-    assert SystemdNotifier(other, onefile_child=False).watchdog_interval_s is None
-    # Under the standalone binary's bootloader, systemd's WATCHDOG_PID is our parent.
-    assert SystemdNotifier(other, onefile_child=True).watchdog_interval_s == 10.0
-    assert SystemdNotifier({**mine, "WATCHDOG_USEC": "0"}, onefile_child=False).watchdog_interval_s is None
-    assert SystemdNotifier({**mine, "WATCHDOG_USEC": "soon"}, onefile_child=False).watchdog_interval_s is None
-
-
-def test_plain_python_is_not_the_onefile_child():
-    assert not is_onefile_child()  # only the frozen binary's Python runs under its bootloader
+    assert SystemdNotifier(other).watchdog_interval_s is None
+    assert SystemdNotifier({**mine, "WATCHDOG_USEC": "0"}).watchdog_interval_s is None
+    assert SystemdNotifier({**mine, "WATCHDOG_USEC": "soon"}).watchdog_interval_s is None
 
 
 SUPERVISOR = textwrap.dedent(
