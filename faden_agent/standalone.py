@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
 
 LAUNCHER_ENV = "FADEN_AGENT_EXECUTABLE"
 UNPACKING = ".unpack."  # <cache>/.unpack.<launcher pid>.<random>: a build being unpacked
+# <payload hash>-<version> (packaging/build.sh): nothing else in the cache is ever removed,
+# even when FADEN_AGENT_UNPACK_DIR names a directory that holds other things too.
+BUILD_NAME = re.compile(r"[0-9a-f]{16}-[0-9A-Za-z.+-]+")
 
 
 def launcher_path() -> str | None:
@@ -43,7 +47,8 @@ def hold_and_prune(build_dir: Path) -> int | None:
     for entry in build_dir.parent.iterdir():
         if entry.name.startswith(UNPACKING):
             _remove_if_abandoned(entry)
-        elif entry.name != build_dir.name and entry.is_dir() and not entry.is_symlink():
+        elif entry.name != build_dir.name and BUILD_NAME.fullmatch(entry.name) and entry.is_dir() \
+                and not entry.is_symlink() and (entry / "faden-agent").is_file():
             _remove_if_unused(entry)
     return fd
 
