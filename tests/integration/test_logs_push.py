@@ -14,6 +14,7 @@ from faden_agent.config import load_config
 from faden_agent.workers.logs.entry import Entry
 from faden_agent.workers.logs.loki import Pusher
 from faden_agent.workers.logs.targets import DirectLoki
+from tests.lokiproc import real_loki  # noqa: F401 - fixture
 from tests.lokireceiver import LokiReceiver
 
 STREAM = (("job", "node-agent"), ("level", "info"))
@@ -166,3 +167,55 @@ def test_the_structured_metadata_setting_takes_auto_on_off_only(tmp_path):
     assert load_config({**base, "FADEN_NODE_AGENT_LOKI_STRUCTURED_METADATA": "OFF"}).loki_structured_metadata == "off"
     with pytest.raises(ConfigError, match="FADEN_NODE_AGENT_LOKI_STRUCTURED_METADATA.*one of auto, on, off"):
         load_config({**base, "FADEN_NODE_AGENT_LOKI_STRUCTURED_METADATA": "maybe"})
+
+
+# ---------------------------------------------------------------------- against real Lokis
+
+def real_pusher(real_loki, tmp_path) -> Pusher:
+    config = load_config({}, loki_url=real_loki.url, state_path=tmp_path / "state.json")
+    # A backoff that reaches seconds: Loki's per-stream limiter refills at RATE while the
+    # resent batch spends tokens on lines it already stored, so waits under batch/RATE never pass.
+    return Pusher(DirectLoki(config.loki_url, config), 0.05, 4.0, threading.Event().wait)
+
+
+def stream(name: str) -> tuple[tuple[str, str], ...]:
+    return (("agent_id", f"{name}-{time.time_ns()}"), ("job", "node-agent"))
+
+
+def test_real_loki_takes_each_line_once_in_the_form_it_can_read(real_loki, tmp_path):
+    labels = stream("form")
+    batch = [Entry(labels, time.time_ns() + i, f"form {i}", UNIT, "journal", i) for i in range(20)]
+    pusher = real_pusher(real_loki, tmp_path)
+    assert pusher.push(batch).accepted == 20
+    assert pusher.with_metadata is (real_loki.version != "2.8.0")  # 2.8 cannot decode the third element
+    wanted = [e.line + UNIT_IN_LINE for e in batch] if real_loki.version == "2.8.0" else [e.line for e in batch]
+    assert real_loki.lines(f'{{agent_id="{dict(labels)["agent_id"]}"}}') == wanted
+
+
+def test_real_loki_refuses_a_line_over_its_max_line_size_and_stores_the_rest(real_loki, tmp_path):
+    labels = stream("long")
+    now = time.time_ns()
+    batch = [Entry(labels, now, "before", None, "journal", 0),
+             Entry(labels, now + 1, "L" * (100 * 1024), None, "journal", 1),  # over MAX_LINE (96KB), uncut
+             Entry(labels, now + 2, "after", None, "journal", 2)]
+    pusher = real_pusher(real_loki, tmp_path)
+    outcome = pusher.push(batch)
+    assert (outcome.accepted, outcome.rejected) == (0, 3)  # the batch counted: Loki does not say which
+    assert pusher.last_rejection.startswith("Max entry size '98304' bytes exceeded")
+    assert real_loki.lines(f'{{agent_id="{dict(labels)["agent_id"]}"}}') == ["before", "after"]
+
+
+def test_real_loki_per_stream_rate_limit_answers_429_and_every_line_arrives(real_loki, tmp_path):
+    labels = stream("rate")
+    now = time.time_ns()
+    lines = [f"{i:06d} " + "r" * 500 for i in range(1600)]  # 800 KB: over the 512KB burst of one stream
+    pusher = real_pusher(real_loki, tmp_path)
+    for start in range(0, 1600, 400):
+        batch = [Entry(labels, now + i, lines[i], None, "journal", i) for i in range(start, start + 400)]
+        assert pusher.push(batch).accepted == 400
+    assert pusher.retries >= 1  # 429 "Per stream rate limit exceeded", retried
+    got = real_loki.lines(f'{{agent_id="{dict(labels)["agent_id"]}"}}')
+    assert sorted(set(got)) == lines
+    # A resend after a 429 repeats lines Loki already stored: exact duplicates, which 3.x
+    # drops; 2.8 was seen to keep some (counted here, not asserted).
+    print(f"Loki {real_loki.version}: {len(got) - len(lines)} duplicates kept after {pusher.retries} retries")

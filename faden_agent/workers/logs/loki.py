@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import random
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -32,6 +33,7 @@ from faden_agent.workers.logs.targets import Answer
 
 MAX_RETRY_AFTER_SEC = 600.0  # a broken header must not park the shipper for a day
 STRUCTURED_METADATA_MODES = ("auto", "on", "off")
+MAX_PUSHES_IN_FLIGHT = 4  # pushes sent before the first of them is answered (shipper.py)
 # Loki's own wording (2.8 and 3.x) of a 400 about single lines, at the start of its answer;
 # a decode error quotes our body, so the match is anchored to Loki's sentence, not anywhere.
 PER_LINE_REFUSAL = re.compile(
@@ -94,6 +96,7 @@ class Pusher:
         self.last_error = ""
         self.last_rejection = ""  # Loki's words for the last lines it refused
         self.retries = 0
+        self.hold_until = 0.0  # monotonic time before which no push is sent (a retry delay)
 
     @property
     def with_metadata(self) -> bool:
@@ -108,6 +111,8 @@ class Pusher:
         while True:
             metadata = self.with_metadata if with_metadata is None else with_metadata
             metadata = metadata and any(entry.metadata for entry in entries)
+            if self._wait_for_hold():
+                return None
             answer = self.target.send(encode(entries, metadata))
             if answer.ok:
                 self._recovered(attempt)
@@ -132,8 +137,19 @@ class Pusher:
                 return self._split(entries, with_metadata)
             attempt += 1
             self.retries += 1
-            if self.sleep(self._delay(answer, attempt)):
+            delay = self._delay(answer, attempt)
+            # Every push in flight waits it out, not only this one: four pushes retrying
+            # on their own would spend Loki's rate limit on lines it already stored.
+            self.hold_until = max(self.hold_until, time.monotonic() + delay)
+            if self.sleep(max(0.0, self.hold_until - time.monotonic())) or self._wait_for_hold():
                 return None
+
+    def _wait_for_hold(self) -> bool:
+        """Wait until no retry delay stands; True when stopping."""
+        while (left := self.hold_until - time.monotonic()) > 0:
+            if self.sleep(left):
+                return True
+        return False
 
     def _refused_metadata(self, detail: str) -> None:
         if self.mode == "auto" and self.plain_target != str(self.target):

@@ -4,16 +4,21 @@ A position moves only when the shipper reports that Loki accepted the batch hold
 2xx, or a final 400), so everything not yet accepted is read again after a crash. Sources
 use their own timestamps, so what is read again is an exact duplicate that Loki drops.
 
-Saving is throttled (at most every SAVE_INTERVAL_SEC, plus on stop): a position saved late
-only means more exact duplicates after a kill -9, never a lost line. So a full disk does
-not stop shipping: the positions stay in memory (dirty), the disk state says so, and the
-next save writes them once there is space. The file is replaced
-atomically (temp file + rename), mode 0600, in the state directory.
+The shipper saves after every accepted batch, so a kill -9 resends at most the pushes that
+were in flight (accepted, not yet saved). A save is one pwrite() over the open file, padded
+with spaces to the file's length (JSON allows trailing whitespace): a process crash cannot
+tear a single write, and it costs a fraction of a rename. At most every FSYNC_INTERVAL_SEC
+(and on stop) the file is instead replaced atomically and fsynced (temp file + rename, mode
+0600, in the state directory), which is what a power loss needs. A position
+saved late only means more exact duplicates, never a lost line. So a full disk does not
+stop shipping: the positions stay in memory (dirty), the disk state says so, and a later
+save (tried at most every DISK_FULL_RETRY_SEC) writes them once there is space.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from pathlib import Path
@@ -25,7 +30,8 @@ from faden_agent.diskfull import DISK, is_disk_full
 from faden_agent.files import quarantine, quarantine_event, replace_file
 
 POSITIONS_FILE = "logs-positions.json"
-SAVE_INTERVAL_SEC = 0.5
+FSYNC_INTERVAL_SEC = 2.0
+DISK_FULL_RETRY_SEC = 1.0
 log = logging.getLogger(__name__)
 
 
@@ -37,7 +43,10 @@ class Positions:
         self.quarantined: dict[str, Any] | None = None  # the event when a corrupt file was moved aside
         self._values: dict[str, Any] = self._load()
         self._dirty = False
-        self._saved_at = 0.0
+        self._synced_at = 0.0
+        self._failed_at: float | None = None  # the last save that found the disk full
+        self._fd: int | None = None  # the file as last replaced, for the cheap saves
+        self._length = 0
 
     def _load(self) -> dict[str, Any]:
         try:
@@ -88,26 +97,50 @@ class Positions:
                 self._dirty = True
 
     def save(self, force: bool = False) -> None:
+        """Write what changed; fsync too when `force` or FSYNC_INTERVAL_SEC has passed."""
         with self._save_lock:
             self._save(force)
 
     def _save(self, force: bool) -> None:
         with self._lock:
-            if not self._dirty or (not force and time.monotonic() - self._saved_at < SAVE_INTERVAL_SEC):
+            now = time.monotonic()
+            if not self._dirty or (not force and self._failed_at is not None
+                                   and now - self._failed_at < DISK_FULL_RETRY_SEC):
                 return
             data = orjson.dumps(self._values)
             self._dirty = False
-            self._saved_at = time.monotonic()
+            fsync = force or now - self._synced_at >= FSYNC_INTERVAL_SEC
         try:
-            replace_file(self.path, data)
+            self._write(data, fsync)
         except OSError as exc:
             if not is_disk_full(exc):
                 raise
             with self._lock:
                 self._dirty = True  # saved by a later call, when there is space
+                self._failed_at = time.monotonic()
             if DISK.full(self.path, str(exc)):
                 log.error("disk full: cannot save the log positions %s; shipping goes on, saved when there is space",
                           self.path)
             return
+        with self._lock:
+            self._failed_at = None
+            if fsync:
+                self._synced_at = now
         if DISK.written(self.path):
             log.warning("log positions %s saved again: the disk has space", self.path)
+
+    def _write(self, data: bytes, durable: bool) -> None:
+        if durable or self._fd is None:
+            replace_file(self.path, data, fsync=True)
+            self.close()
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_CLOEXEC)
+            self._length = len(data)
+            return
+        padded = data.ljust(self._length)
+        os.pwrite(self._fd, padded, 0)
+        self._length = len(padded)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None

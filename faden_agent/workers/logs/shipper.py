@@ -1,9 +1,14 @@
 """The shipping thread: backlog -> batches -> Loki -> positions.
 
-One batch at a time, in order: a batch's positions are stored only after Loki accepted it
-(2xx) or finally refused it (400), so whatever was read but not accepted is read again
-after a crash. Lines Loki refused (400) or that were too large even alone (413) are counted
-and reported to the backend as one "logs.lines_lost" event per REPORT_INTERVAL_SEC.
+Up to MAX_PUSHES_IN_FLIGHT batches are pushed at once (sender threads), so the batch size
+bounds a push, not the throughput: while Loki works on one push the next is encoded and
+sent. Loki takes entries of one stream out of order within its window (unordered writes,
+Loki's default since 2.4), so concurrent pushes are fine for it. Completions are taken in
+batch order: a batch's positions are stored (and saved) only after Loki accepted it (2xx)
+or finally refused it (400) AND every batch before it was done, so whatever was read but
+not accepted is read again after a crash, and a kill -9 resends at most the batches in
+flight. Lines Loki refused (400) or that were too large even alone (413) are counted and
+reported to the backend as one "logs.lines_lost" event per REPORT_INTERVAL_SEC.
 """
 
 from __future__ import annotations
@@ -11,17 +16,27 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 from faden_agent import protocol
 from faden_agent.config import Config
 from faden_agent.workers.logs.backlog import Backlog
-from faden_agent.workers.logs.batcher import Batcher
-from faden_agent.workers.logs.loki import Outcome, Pusher
+from faden_agent.workers.logs.batcher import Batch, Batcher
+from faden_agent.workers.logs.loki import MAX_PUSHES_IN_FLIGHT, Outcome, Pusher
 from faden_agent.workers.logs.positions import Positions
-from faden_agent.workers.logs.targets import make_target
+from faden_agent.workers.logs.targets import DirectLoki, make_target
 
 REPORT_INTERVAL_SEC = 60.0
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Pending:
+    batch: Batch
+    done: bool = False
+    outcome: Outcome | None = None  # None when done: given up because the worker stops
 
 
 class Shipper:
@@ -40,21 +55,59 @@ class Shipper:
         self.batches = 0
         self.unreported = Outcome()
         self.reported_at = -REPORT_INTERVAL_SEC  # the first loss is reported at once
+        self._in_flight: deque[_Pending] = deque()  # in batch order
+        self._done = threading.Condition()
+        self._sender_error: BaseException | None = None
 
     def run(self) -> None:
-        while not self.stop_event.is_set():
-            batch = self.batcher.collect()
-            if batch is not None:
-                outcome = self.pusher.push(batch.entries)
-                if outcome is None:
-                    break  # stopping: its positions stay where they were
-                self.positions.advance(batch.positions())
-                self.batches += 1
-                self.totals += outcome
-                self.unreported += Outcome(rejected=outcome.rejected, dropped=outcome.dropped)
-            self.positions.save()
-            self.report_losses()
+        # The backend route keeps one push at a time: ViaBackend re-resolves its target
+        # between pushes, which is not something to race.
+        lanes = MAX_PUSHES_IN_FLIGHT if isinstance(self.target, DirectLoki) else 1
+        with ThreadPoolExecutor(lanes, thread_name_prefix="logs-push") as senders:
+            while not self.stop_event.is_set():
+                with self._done:
+                    while len(self._in_flight) >= lanes and not self.stop_event.is_set() and not self._sender_error:
+                        self._done.wait(1.0)
+                if self._sender_error is not None:
+                    raise self._sender_error
+                batch = self.batcher.collect()
+                if batch is not None and not self.stop_event.is_set():
+                    pending = _Pending(batch)
+                    with self._done:
+                        self._in_flight.append(pending)
+                    senders.submit(self._send, pending)
+                self.positions.save()  # what sources changed themselves (a forgotten container)
+                self.report_losses()
+            self.stop_event.set()  # senders still retrying give up at once
         self.positions.save(force=True)
+
+    def _send(self, pending: "_Pending") -> None:
+        try:
+            pending.outcome = self.pusher.push(pending.batch.entries)
+        except BaseException as exc:  # raised again by run(): the shipper thread fails visibly
+            self._sender_error = exc
+            raise
+        finally:
+            pending.done = True
+            self._complete()
+
+    def _complete(self) -> None:
+        """Store the positions of the finished batches at the head, in order, and save them."""
+        with self._done:
+            advanced = False
+            while self._in_flight and self._in_flight[0].done:
+                pending = self._in_flight[0]
+                if pending.outcome is None:
+                    break  # stopping: it and everything after it stay where they were
+                self._in_flight.popleft()
+                self.positions.advance(pending.batch.positions())
+                self.batches += 1
+                self.totals += pending.outcome
+                self.unreported += Outcome(rejected=pending.outcome.rejected, dropped=pending.outcome.dropped)
+                advanced = True
+            if advanced:
+                self.positions.save()
+            self._done.notify_all()
 
     def report_losses(self, force: bool = False) -> None:
         lost = self.unreported

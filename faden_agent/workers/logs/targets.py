@@ -82,8 +82,8 @@ class ThroughBackend:
     def send(self, payload: bytes) -> Answer:
         try:
             self.client.push_logs(payload, path=self.path)
-        except BackendError as exc:
-            return Answer(exc.status, exc.retry_after, str(exc))
+        except BackendError as exc:  # a refusal's own words (Loki's, passed on) decide what a 400 means
+            return Answer(exc.status, exc.retry_after, getattr(exc, "detail", "") or str(exc))
         return Answer(204)
 
     def close(self) -> None:
