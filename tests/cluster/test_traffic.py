@@ -141,12 +141,16 @@ def test_delay_on_one_link_shows_in_that_pair_only(rig):
 
         def measured() -> dict | None:
             record = records(rig)[1]
-            if record is None or record["collected_at"] < start + 3:
+            if record is None or record["collected_at"] < start:
                 return None
             far, near = peer(record, m2.address), peer(record, m3.address)
             return record if far["connections"] and near["connections"] and far["rtt_ms"] else None
 
-        record = wait_for(measured, 30, interval_s=0.5, what="m1's record with RTTs under load")
+        try:
+            record = wait_for(measured, 30, interval_s=0.5, what="m1's record with RTTs under load")
+        except AssertionError:
+            print(records(rig)[1])
+            raise
         reverse = peer(records(rig)[2], m1.address)
         far, near = peer(record, m2.address), peer(record, m3.address)
         print(f"RTT m1->m2 {far['rtt_ms']} ms (min {far['min_rtt_ms']}), m2->m1 {reverse['rtt_ms']} ms, "
