@@ -11,6 +11,14 @@
     changes.py       Docker events that call for a record now
     gpu_events.py    NVML error events (critical Xid, double-bit ECC) that do the same
     record.py        full / unchanged records, content hash, the receiver's rule
+    traffic/         the `traffic` record (docs/protocol.md, "Traffic record"):
+        sockdiag.py    TCP sockets from sock_diag netlink (filtered dump, destroy notifications)
+        tcp.py         per-peer accounting: bytes each way, connections, RTT, retransmits
+        nics.py        interface counters and speed
+        infiniband.py  InfiniBand / RoCE port counters from sysfs
+        nccl.py        the RDMA-idle-under-TCP-load warning
+        peers.py       the cluster's peers, as the backend last sent them (peers.json)
+        report.py      sample -> record when changed beyond thresholds
 
 InventoryWorker is loaded on first use, so importing record.py (the reference backend
 does) does not pull in the Docker SDK and pynvml.
