@@ -209,7 +209,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("docker_host", None, _optional_text, "Docker engine address (default: DOCKER_HOST, else the local socket)"),
     Variable("docker_timeout_sec", "60", _positive_float, "Bound on each Docker engine call; a hung engine fails commands with timeout after it"),
     Variable("max_concurrent_pulls", "3", _positive_int, "Most image pulls the executor runs at once"),
-    Variable("worker_heartbeat_sec", "1", _positive_float, "How often each worker reports to the supervisor"),
+    Variable("worker_heartbeat_sec", "3", _positive_float, "How often each worker reports to the supervisor (a few times per WORKER_HANG_TIMEOUT_SEC; each report wakes the supervisor)"),
     Variable("worker_hang_timeout_sec", "10", _positive_float, "A worker silent this long is dumped, killed and restarted"),
     Variable("restart_backoff_min_sec", "0.2", _positive_float, "Restart delay after a second failure of a worker within RESTART_WINDOW_SEC (a first one restarts at once)"),
     Variable("restart_backoff_max_sec", "30", _positive_float, "Largest restart delay of a failed worker"),
