@@ -215,14 +215,21 @@ def test_infiniband_counters_rates_and_the_nccl_fallback_warning(rig):
     assert busy["rx_bytes_per_s"] == 0 and busy["state"] == "ACTIVE" and busy["rate"].startswith("200 Gb/sec")
     assert ports["mlx5_1"]["counters"] is None and "not measured" in ports["mlx5_1"]["note"]
 
-    # Heavy TCP to a peer while the RDMA port stays flat: the warning, once.
-    rig.shape(1, rate_mbit=400)
+    # Heavy TCP to a peer (tc tbf: 200 Mbit/s) while the RDMA port stays flat: the warning, once.
+    rig.shape(1, rate_mbit=200)
     try:
-        server = started(load(m2, "serve", "7300", "1", str(300 * MiB), "0"))
-        load(m1, "send", m2.address, "7300", "1", str(300 * MiB), "0").wait(120)
-        assert server.wait(30) == 0
+        server = started(load(m2, "serve", "7300", "1", str(200 * MiB), "0"))
+        sender = load(m1, "send", m2.address, "7300", "1", str(200 * MiB), "0")
+        start, rate = time.monotonic(), None
+        while sender.poll() is None:  # the rate the record shows, once past the ramp
+            time.sleep(0.3)
+            if time.monotonic() - start > 3 and sender.poll() is None:
+                rate = peer(records(rig)[1], m2.address)["sent_bytes_per_s"]
+        assert sender.wait(120) == 0 and server.wait(30) == 0
     finally:
         rig.unshape(1)
+    print(f"sent rate under tbf 200mbit: {rate} B/s")
+    assert rate is not None and abs(rate - 25e6) <= 0.1 * 25e6  # payload at 200 Mbit/s, within 10 %
     kind = "traffic.rdma_idle_under_tcp_load"
     events = wait_for(lambda: [e for e in rig.backend.events(m1.node_id) if e["data"].get("type") == kind], 20,
                       interval_s=0.5, what="the NCCL fall-back warning")
