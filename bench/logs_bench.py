@@ -1,19 +1,23 @@
 """Log shipper throughput, side by side in one run.
 
-Builds a journal file of N entries (systemd-journal-remote), then measures:
-  1. `journalctl --directory=D --output=json --all` alone, to /dev/null: lines/s;
-  2. the real agent (`faden-agent run`, log worker) shipping the same file into a
-     Loki-compatible receiver (tests/lokireceiver.py, in this process): lines/s from the
-     worker's start until the receiver holds every line, per batch size;
-and prints the ratio (shipper / journalctl), CPU seconds per 100,000 lines of the log
-worker (Python) and of its journalctl child, and the worker's peak RSS.
+Builds a journal file of N entries (systemd-journal-remote), then measures, one after the
+other on the same file:
+  1. `journalctl --directory=D --output=json --all` alone, to /dev/null;
+  2. the real agent (`faden-agent run`, log worker, default settings unless --batch-sizes)
+     shipping it into the project's receiver (tests/lokireceiver.py, in this process);
+  3. the same agent shipping it into a real Loki 3.4.6 (../shared/tools/loki);
+  4. Promtail 2.8.0 (its journald target) shipping it into the same real Loki;
+  5. that Loki's own ingest ceiling: pre-encoded pushes from 4 connections, nothing else;
+and prints wall time (from the shipper's start until the target holds every line), CPU
+seconds (shipper + its journalctl child), lines/s and the ratio to journalctl alone.
 
-    python bench/logs_bench.py [--entries 200000] [--batch-sizes 100,1000]
+    python bench/logs_bench.py [--entries 100000] [--batch-sizes default,1000] [--no-loki]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -27,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.agentproc import AgentProcess, agent_env, wait_for  # noqa: E402
 from tests.journalfiles import JournalWriter  # noqa: E402
+from tests.lokiproc import TOOLS, LokiProcess, count  # noqa: E402
 from tests.lokireceiver import LokiReceiver  # noqa: E402
 
 
@@ -64,10 +69,10 @@ def journalctl_alone(journal: JournalWriter) -> tuple[float, float]:
     return time.monotonic() - started, (after.children_user + after.children_system) - (before.children_user + before.children_system)
 
 
-def ship(journal: JournalWriter, entries: int, batch_size: int, root: Path) -> dict[str, float]:
-    with LokiReceiver() as loki:
-        env = agent_env(root, loki_url=loki.url, journal_directory=journal.directory, agent_id="bench",
-                        log_batch_size=batch_size, log_flush_interval_sec=0.5)
+def ship(journal: JournalWriter, entries: int, batch_size: int | None, root: Path) -> dict[str, float]:
+    settings = {"log_batch_size": batch_size} if batch_size else {}
+    with LokiReceiver(version="3") as loki:
+        env = agent_env(root, loki_url=loki.url, journal_directory=journal.directory, agent_id="bench", **settings)
         with AgentProcess(env, root / "agent.log") as agent:
             pid = wait_for(lambda: (agent.workers().get("logs") or {}).get("pid"), 10, what="log worker")
             worker = psutil.Process(pid)
@@ -84,36 +89,149 @@ def ship(journal: JournalWriter, entries: int, batch_size: int, root: Path) -> d
                 time.sleep(0.05)
             took = time.time() - started
             cpu = worker.cpu_times()
+            journalctl_cpu = max(journalctl_cpu, children_cpu(worker))
             assert bench_lines(loki) == entries, "lines missing"
             return {"seconds": took, "worker_cpu": cpu.user + cpu.system, "journalctl_cpu": journalctl_cpu,
                     "peak_rss": peak_rss, "pushes": loki.pushes}
 
 
+def children_cpu(process: psutil.Process) -> float:
+    total = 0.0
+    for child in process.children():
+        try:
+            total += sum(child.cpu_times()[:2])
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+def wait_in_loki(loki: LokiProcess, selector: str, entries: int, proc: psutil.Process) -> dict[str, float]:
+    """Polls Loki until it holds `entries` lines for selector; CPU of proc and its children
+    sampled until then (a child that exits takes its CPU with it: sampled often)."""
+    child_cpu = 0.0
+    while True:
+        child_cpu = max(child_cpu, children_cpu(proc))
+        cpu = proc.cpu_times()
+        if count(loki, selector, "3h") >= entries:
+            return {"end": time.time(), "cpu": cpu.user + cpu.system, "child_cpu": child_cpu}
+        time.sleep(0.1)
+
+
+def agent_into_loki(journal: JournalWriter, entries: int, loki: LokiProcess, root: Path) -> dict[str, float]:
+    env = agent_env(root, loki_url=loki.url, journal_directory=journal.directory, agent_id="bench-agent")
+    with AgentProcess(env, root / "agent.log") as agent:
+        worker = psutil.Process(wait_for(lambda: (agent.workers().get("logs") or {}).get("pid"), 10, what="log worker"))
+        done = wait_in_loki(loki, '{agent_id="bench-agent", container="node-bench-agent"}', entries, worker)
+        return {"seconds": done["end"] - worker.create_time(), "cpu": done["cpu"] + done["child_cpu"]}
+
+
+PROMTAIL_CONFIG = """server: {{http_listen_address: 127.0.0.1, http_listen_port: 0, grpc_listen_address: 127.0.0.1, grpc_listen_port: 0}}
+positions: {{filename: {root}/positions.yaml}}
+clients: [{{url: "{url}/loki/api/v1/push"}}]
+scrape_configs:
+  - job_name: journal
+    journal: {{path: {journal}, max_age: 12h, labels: {{job: promtail-bench}}}}
+    relabel_configs:
+      - {{source_labels: [__journal_priority_keyword], target_label: level}}
+"""
+
+
+def promtail_into_loki(journal: JournalWriter, entries: int, loki: LokiProcess, root: Path) -> dict[str, float] | None:
+    packed = TOOLS / "promtail-2.8.0-linux-amd64.xz"
+    if not packed.is_file():
+        return None
+    binary = root / "promtail"
+    with open(binary, "wb") as out:
+        subprocess.run(["xz", "-dc", str(packed)], stdout=out, check=True)
+    binary.chmod(0o755)
+    config = root / "promtail.yaml"
+    config.write_text(PROMTAIL_CONFIG.format(root=root, url=loki.url, journal=journal.directory))
+    with open(root / "promtail.log", "wb") as log:
+        proc = subprocess.Popen([str(binary), f"-config.file={config}"], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        process = psutil.Process(proc.pid)
+        done = wait_in_loki(loki, '{job="promtail-bench"}', entries, process)
+        return {"seconds": done["end"] - process.create_time(), "cpu": done["cpu"] + done["child_cpu"]}
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def loki_ceiling(loki: LokiProcess, lines: int = 200_000, batch: int = 1000, connections: int = 4) -> dict[str, float]:
+    """Loki's own ingest rate here: pre-encoded, gzipped 1000-line pushes (lines like the
+    bench's) from `connections` threads; the client's work is only the HTTP POST."""
+    import concurrent.futures
+    import gzip
+
+    import orjson
+    import requests
+
+    now = time.time_ns()
+    bodies = [gzip.compress(orjson.dumps({"streams": [{"stream": {"job": "ceiling", "part": str(start % connections)},
+                                                       "values": [[str(now + i), f"{LINE_PREFIX}{i:07d} " + "payload " * 8]
+                                                                  for i in range(start, start + batch)]}]}), 1)
+              for start in range(0, lines, batch)]
+    session = requests.Session()
+    headers = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
+
+    def post(body: bytes) -> None:
+        while session.post(f"{loki.url}/loki/api/v1/push", data=body, headers=headers, timeout=60).status_code != 204:
+            time.sleep(0.05)
+
+    started = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(connections) as pool:
+        list(pool.map(post, bodies))
+    took = time.monotonic() - started
+    return {"seconds": took, "lines": lines}
+
+
+def row(name: str, entries: int, seconds: float, cpu: float | None, alone_rate: float, note: str = "") -> None:
+    rate = entries / seconds
+    cpu_text = f"{cpu:6.2f}" if cpu is not None else "     -"
+    print(f"{name:<44} {seconds:7.2f} {cpu_text} {rate:10,.0f} {rate / alone_rate:6.2f}  {note}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--entries", type=int, default=200_000)
-    parser.add_argument("--batch-sizes", default="100,1000")
+    parser.add_argument("--entries", type=int, default=100_000)
+    parser.add_argument("--batch-sizes", default="default,1000", help="comma-separated LOG_BATCH_SIZE values for the receiver runs")
+    parser.add_argument("--no-loki", action="store_true", help="only journalctl and the receiver")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="faden-logs-bench-"))
     try:
         t0 = time.monotonic()
         journal = build_journal(root, args.entries)
         print(f"journal of {args.entries} entries built in {time.monotonic() - t0:.1f}s "
-              f"({journal.path.stat().st_size / 2**20:.0f} MiB)")
+              f"({journal.path.stat().st_size / 2**20:.0f} MiB); load average {os.getloadavg()[0]:.1f}")
+        print(f"{'':<44} {'wall s':>7} {'CPU s':>6} {'lines/s':>10} {'ratio':>6}")
         alone_s, alone_cpu = journalctl_alone(journal)
         alone_rate = args.entries / alone_s
-        print(f"journalctl --output=json alone:  {alone_rate:10,.0f} lines/s  ({alone_s:.2f}s, "
-              f"{alone_cpu / args.entries * 1e5:.2f} CPU s per 100k lines)")
-        for batch in (int(b) for b in args.batch_sizes.split(",")):
+        row("journalctl --output=json alone", args.entries, alone_s, alone_cpu, alone_rate)
+        for batch in args.batch_sizes.split(","):
+            size = None if batch == "default" else int(batch)
             run_root = root / f"batch{batch}"
             run_root.mkdir()
-            r = ship(journal, args.entries, batch, run_root)
-            rate = args.entries / r["seconds"]
-            print(f"shipper, LOG_BATCH_SIZE={batch:<5}   {rate:10,.0f} lines/s  ({r['seconds']:.2f}s, {r['pushes']} pushes)"
-                  f"  ratio {rate / alone_rate:.2f}"
-                  f"  | CPU s per 100k lines: worker {r['worker_cpu'] / args.entries * 1e5:.2f}, "
-                  f"journalctl {r['journalctl_cpu'] / args.entries * 1e5:.2f}"
-                  f"  | peak RSS {r['peak_rss'] / 2**20:.1f} MiB")
+            r = ship(journal, args.entries, size, run_root)
+            row(f"faden-agent -> receiver, LOG_BATCH_SIZE={batch}", args.entries, r["seconds"],
+                r["worker_cpu"] + r["journalctl_cpu"], alone_rate,
+                f"{r['pushes']} pushes, journalctl {r['journalctl_cpu']:.2f} CPU s, peak RSS {r['peak_rss'] / 2**20:.0f} MiB")
+        if args.no_loki:
+            return
+        with LokiProcess("3.4.6", root / "loki" / "data") as loki:
+            (root / "agent-loki").mkdir()
+            r = agent_into_loki(journal, args.entries, loki, root / "agent-loki")
+            row("faden-agent -> Loki 3.4.6 (defaults)", args.entries, r["seconds"], r["cpu"], alone_rate)
+            agent_rate = args.entries / r["seconds"]
+            (root / "promtail").mkdir()
+            p = promtail_into_loki(journal, args.entries, loki, root / "promtail")
+            if p is None:
+                print("Promtail 2.8.0: not found in ../shared/tools/loki")
+            else:
+                row("Promtail 2.8.0 (journald) -> Loki 3.4.6", args.entries, p["seconds"], p["cpu"], alone_rate,
+                    f"faden-agent / Promtail: {agent_rate / (args.entries / p['seconds']):.2f}x lines/s, "
+                    f"{r['cpu'] / p['cpu']:.2f}x CPU")
+            c = loki_ceiling(loki)
+            row("Loki 3.4.6 ingest ceiling (4 conns, 1000/push)", c["lines"], c["seconds"], None, alone_rate)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
