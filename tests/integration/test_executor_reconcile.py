@@ -76,7 +76,10 @@ def test_deaths_ooms_and_restarts_during_an_outage_beyond_dockers_event_buffer_a
                      what="the first run of the OOM container to end")
             ooms.start()
             a, b, c = wait_for(settled, 120, interval_s=0.5, what="the die, the OOM kill and 3 restarts")
-            assert a["State"]["ExitCode"] == 3 and b["State"]["OOMKilled"] is True, b["State"]
+            assert a["State"]["ExitCode"] == 3 and b["State"]["ExitCode"] == 137, b["State"]
+            # What the agent can reconcile is what Docker recorded; this engine sometimes loses its
+            # OOM notifications altogether (the kernel kills, no "oom" event, OOMKilled false).
+            docker_saw_oom = b["State"]["OOMKilled"]
             flood_docker_events(docker_client, DOCKER_EVENTS_KEPT + 50)
             left = list(docker_client.api.events(since=killed_at, until=time.time(), decode=True,
                                                  filters={"type": "container", "label": f"{protocol.LABEL_MANAGED}=true"}))
@@ -86,8 +89,9 @@ def test_deaths_ooms_and_restarts_during_an_outage_beyond_dockers_event_buffer_a
             agent, ex = executor_factory(full_agent=True, **settings)  # the same state directory
             reconciled = wait_for(lambda: (r := [e for e in ex.events() if e.get("reconciled")])
                                   and {(e["container_id"], e["type"]) for e in r} >= {
-                                      (dies.id, "container.die"), (ooms.id, "container.oom"),
-                                      (ooms.id, "container.die"), (loops.id, "container.restart")} and r,
+                                      (dies.id, "container.die"), (ooms.id, "container.die"),
+                                      (loops.id, "container.restart")} | ({(ooms.id, "container.oom")}
+                                                                          if docker_saw_oom else set()) and r,
                                   30, what="reconciled die, oom and restart events")
             expected_lines = {"a-last-words", "b-eating", "c-run-2", "c-run-3", "c-run-4"}
             loki.wait_for(lambda e: expected_lines <= {text(x) for x in e}, 30)
@@ -98,7 +102,10 @@ def test_deaths_ooms_and_restarts_during_an_outage_beyond_dockers_event_buffer_a
     by = {(e["container_id"], e["type"]): e for e in reconciled}
     die = by[(dies.id, "container.die")]
     assert die["exit_code"] == 3 and die["finished_at"] == a["State"]["FinishedAt"] and die["name"] == f"{prefix}-dies"
-    assert by[(ooms.id, "container.die")]["oom_killed"] is True
+    assert by[(ooms.id, "container.die")]["oom_killed"] is docker_saw_oom
+    assert by[(ooms.id, "container.die")]["exit_code"] == 137
+    if not docker_saw_oom:
+        print("Docker did not record the OOM kill this time (OOMKilled false): the oom event was not checked")
     assert by[(loops.id, "container.restart")]["restart_count"] == 3
     assert by[(loops.id, "container.restart")]["restarts"] == 3
     assert not [e for e in ex.events("container.die") if e["container_id"] == dies.id and not e.get("reconciled")]
