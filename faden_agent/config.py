@@ -48,6 +48,16 @@ def _positive_int(raw: str) -> int:
     return value
 
 
+def _port(raw: str) -> int:
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise ValueError("a port number 1..65535") from None
+    if not 0 < value < 65536:
+        raise ValueError("a port number 1..65535")
+    return value
+
+
 def _bool(raw: str) -> bool:
     lowered = raw.strip().lower()
     if lowered in ("1", "true", "yes", "on"):
@@ -181,6 +191,9 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("host", None, _text, "This machine's address (default: route address to the backend, else hostname)"),
     Variable("advertise_host", None, _text, "Address the backend advertises (default: route address, else HOST)"),
     Variable("advertise_scheme", "http", _scheme, "Scheme the backend advertises: http or https"),
+    Variable("peer_port", "7480", _port, "Port on ADVERTISE_HOST where peer machines fetch images from this one (the peer worker)"),
+    Variable("peer_cert_file", None, _optional_path, "PEM certificate of the peer port when ADVERTISE_SCHEME is https"),
+    Variable("peer_key_file", None, _optional_path, "PEM private key of the peer port when ADVERTISE_SCHEME is https"),
     Variable("enrollment_token", None, _optional_text, "One-time enrollment token", secret=True),
     Variable("enrollment_token_file", None, _optional_path, "File holding the one-time enrollment token"),
     Variable("env_file", None, _optional_path, "The service's environment file (set by the unit): the enrollment token is removed from it once spent"),
@@ -232,6 +245,9 @@ class Config:
     host: str
     advertise_host: str
     advertise_scheme: str
+    peer_port: int
+    peer_cert_file: Path | None
+    peer_key_file: Path | None
     enrollment_token: str | None
     enrollment_token_file: Path | None
     env_file: Path | None

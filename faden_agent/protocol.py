@@ -86,6 +86,8 @@ def _short_repr(value: dict | list, limit: int) -> str:
 COMMAND_KINDS = (
     "image.pull",
     "image.remove",
+    "image.serve",
+    "image.fetch",
     "container.run",
     "container.stop",
     "container.start",
@@ -118,6 +120,13 @@ REASONS = (
     "too_large",
     "poison",
     "internal_error",
+    # images from peer machines (issue 14)
+    "no_space",
+    "integrity_failed",
+    "peer_unreachable",
+    "peer_failed",
+    "ticket_refused",
+    "ticket_expired",
 )
 
 # Capabilities this build reports to the backend.

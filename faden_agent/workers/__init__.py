@@ -5,4 +5,5 @@ WORKERS: dict[str, str] = {
     "executor": "faden_agent.workers.executor:ExecutorWorker",
     "inventory": "faden_agent.workers.inventory:InventoryWorker",
     "logs": "faden_agent.workers.logs:LogsWorker",
+    "peer": "faden_agent.workers.peer:PeerWorker",  # serves images to peer machines (issue 14)
 }

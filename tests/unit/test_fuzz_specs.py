@@ -30,6 +30,9 @@ VALID = {
     "container.restart": {"name": "c1"},
     "container.remove": {"name": "c1"},
     "command.cancel": {"command_id": "c-1"},
+    "image.serve": {"image_id": "sha256:" + "a" * 64, "ticket_sha256": "b" * 64, "receiver": "198.18.0.12", "ttl_s": 60},
+    "image.fetch": {"image_id": "sha256:" + "a" * 64, "image": "app:1",
+                    "peers": [{"address": "http://198.18.0.11:7480", "ticket": "SECRET-TICKET-0123456789"}]},
 }
 assert set(VALID) == set(protocol.COMMAND_KINDS)
 # Nested places where one field can go wrong while the rest stays valid.
@@ -42,6 +45,7 @@ NESTED = {
     "env": lambda v: {"A": v},
     "labels": lambda v: {"a": v},
     "auth": lambda v: {"username": "u", "password": v},
+    "peers": lambda v: [{"address": v, "ticket": "SECRET-TICKET-0123456789"}],
 }
 nasty = st.sampled_from([0, -1, 1e308, -1e308, 5e-324, 2**63, 2**64 - 1, -(2**63), "", " ", "8g", "0g", "all",
                          "/", "/dev/x", "9" * 5000, "9" * 5000 + "g", "99999999999999999999g", "8g\n", "CMD", ["CMD"], ["NONE"], [], {}, {"soft": 1}, {"soft": 1, "hard": "2"}, None,
@@ -80,7 +84,7 @@ def test_each_key_is_normalised_or_refused_in_one_line(case, envelope_deadline):
 @settings(max_examples=300, deadline=None)
 @given(place=st.sampled_from(sorted(NESTED)), value=values)
 def test_each_nested_field_is_normalised_or_refused_in_one_line(place, value):
-    kind = "image.pull" if place == "auth" else "container.run"
+    kind = "image.pull" if place == "auth" else "image.fetch" if place == "peers" else "container.run"
     check(kind, {**VALID[kind], place: NESTED[place](value)}, None)
 
 
@@ -91,7 +95,7 @@ def check(kind: str, spec: dict, envelope_deadline: float | None) -> None:
     except SpecError as exc:
         message = str(exc)
         assert message and "\n" not in message
-        assert "SECRET-PW" not in message
+        assert "SECRET-PW" not in message and "SECRET-TICKET" not in message
         password = spec["auth"].get("password") if isinstance(spec.get("auth"), dict) else None
         if "'auth'" in message and password:
             assert repr(password) not in message, "a registry password was echoed"

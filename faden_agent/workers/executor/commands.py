@@ -14,6 +14,7 @@ from typing import Any
 
 from faden_agent import protocol
 from faden_agent.config import Config
+from faden_agent.workers.executor import peer_commands
 from faden_agent.workers.executor.docker_ops import Cancelled, CommandFailed, DockerOps
 from faden_agent.workers.executor.journal import Journal
 from faden_agent.workers.executor.log_handoff import hand_over_logs
@@ -103,8 +104,19 @@ class Commands:
     # --- images
 
     def image_pull(self, job: Job) -> dict[str, Any]:
-        result = self._pull(job, job.spec["image"], job.spec.get("auth"))
-        return {**result, "message": f"pulled {job.spec['image']}"}
+        result = self._pull_or_fetch(job)
+        return {**result, "message": f"pulled {job.spec['image']}" + (f" from peer {result['source']}" if "source" in result else "")}
+
+    def _pull_or_fetch(self, job: Job) -> dict[str, Any]:
+        """The registry first; the spec's peers when it fails or lacks the image (issue 14)."""
+        try:
+            return self._pull(job, job.spec["image"], job.spec.get("auth"))
+        except CommandFailed as failure:
+            if not job.spec.get("peers") or failure.reason not in peer_commands.FALLBACK_REASONS:
+                raise
+            log.info("command %s: %s; fetching from peers", job.id, failure.message)
+            result = peer_commands.fetch_from_peers(self, job, job.spec.get("image_id"), job.spec["image"], job.spec["peers"])
+            return {**result, "registry_failure": failure.reason}
 
     def _pull(self, job: Job, image: str, auth: dict[str, str] | None) -> dict[str, Any]:
         assert self.scheduler is not None
@@ -199,7 +211,7 @@ class Commands:
     def _ensure_image(self, job: Job) -> None:
         image, policy = job.spec["image"], job.spec["pull"]
         if policy == "always" or (policy == "missing" and not self.ops.has_image(image)):
-            self._pull(job, image, job.spec.get("auth"))
+            self._pull_or_fetch(job)
         elif policy == "never" and not self.ops.has_image(image):
             raise CommandFailed("image_not_found", f"image {image} is not on this machine and pull is never")
 

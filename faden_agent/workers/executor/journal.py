@@ -27,7 +27,7 @@ from faden_agent.sqlitefile import open_private_sqlite
 
 JOURNAL_FILE = "executor.sqlite"
 QUEUED, RUNNING, DONE = "queued", "running", "done"
-SECRET_KEYS = ("auth",)
+SECRET_KEYS = ("auth", "peers")  # peers: one-time tickets
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS commands (

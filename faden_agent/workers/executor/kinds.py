@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from faden_agent import protocol
-from faden_agent.workers.executor import specs
+from faden_agent.workers.executor import peer_commands, specs
 from faden_agent.workers.executor.commands import Commands
 from faden_agent.workers.executor.specs import Check
 
@@ -65,6 +65,8 @@ def register(kind: CommandKind) -> None:
 _COMMON = {"deadline_s": (specs.seconds, None)}
 _ADOPT = {"adopt": (specs.boolean, False), **_COMMON}
 _TARGET = {"name": specs.name}
+# Peers to fetch the image from when the registry fails or lacks it (issue 14).
+_PEERS = {"peers": (peer_commands.peers, None), "image_id": (peer_commands.image_id, None)}
 _CONTAINER_RUN = {
     "command": (specs.str_list, None), "entrypoint": (specs.str_list, None), "env": (specs.str_map, {}),
     "labels": (specs.labels, {}), "gpus": (specs.gpus, None), "ports": (specs.ports, {}), "mounts": (specs.mounts, []),
@@ -74,12 +76,20 @@ _CONTAINER_RUN = {
     "workload": (specs.string, None), "ray": (specs.boolean, False), "auth": (specs.auth, None),
     "pull": (specs.choice("missing", "always", "never"), "missing"),
     "replace": (specs.boolean, False), "user": (specs.string, None), "working_dir": (specs.string, None),
+    **_PEERS,
     "privileged": (specs.refuse("privileged containers are not run by the agent"), None),
     **_ADOPT,
 }
 
 register(CommandKind("image.pull", Commands.image_pull, {"image": specs.string},
-                     {"auth": (specs.auth, None), **_COMMON}, deadline_s=1800.0, queue_key=by_image, cancellable=True))
+                     {"auth": (specs.auth, None), **_PEERS, **_COMMON}, deadline_s=1800.0, queue_key=by_image, cancellable=True))
+register(CommandKind("image.serve", peer_commands.image_serve,
+                     {"image_id": peer_commands.image_id, "ticket_sha256": peer_commands.sha256_hex, "receiver": specs.string},
+                     {"ttl_s": (specs.seconds, 600.0)}))
+register(CommandKind("image.fetch", peer_commands.image_fetch,
+                     {"image_id": peer_commands.image_id, "peers": peer_commands.peers},
+                     {"image": (specs.string, None), **_COMMON}, deadline_s=3600.0,
+                     queue_key=peer_commands.by_fetched_image, cancellable=True))
 register(CommandKind("image.remove", Commands.image_remove, {"image": specs.string},
                      {"force": (specs.boolean, False), **_COMMON}, queue_key=by_image))
 register(CommandKind("container.run", Commands.container_run, {"name": specs.name, "image": specs.string},

@@ -1,0 +1,183 @@
+"""The holder's side of a peer transfer (issue 14): an HTTP(S) server on ADVERTISE_HOST:
+PEER_PORT, run by the peer worker only, so a 15 GB transfer never delays a heartbeat or a
+command.
+
+    POST /v1/images/fetch   Authorization: Bearer <ticket>
+        {"image_id": "sha256:...", "held_chains": ["sha256:...", ...]}
+    200: the image's `docker save` archive (chunked), without the layer files whose chain
+         the receiver holds; headers X-Faden-Image-Id, X-Faden-Bytes-Total (estimate of
+         what is sent), X-Faden-Byte-Limit (most bytes the archive may have), X-Faden-Layers-Sent.
+    401 ticket_refused / ticket_expired, 404 image_not_found, 400 bad request:
+         {"reason", "message"}.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import docker
+import orjson
+
+from faden_agent.peer.archive import (
+    ChunkReader,
+    held_prefix,
+    strip_held_layers,
+    v1_layer_ids,
+)
+from faden_agent.peer.tickets import TicketBox, TicketRefused
+
+log = logging.getLogger(__name__)
+
+REQUEST_LIMIT = 4 << 20  # the held chains of a machine with thousands of images fit
+FRAME = 1 << 20
+
+
+def byte_limit(image_size: int) -> int:
+    """Most bytes an archive of an image of `image_size` may have (tar headers and padding)."""
+    return int(image_size * 1.1) + (64 << 20)
+
+
+def layer_sizes(api: docker.APIClient, image_id: str, layers: int) -> list[int] | None:
+    """Each layer's size, base first, from the history (None when it does not map 1:1)."""
+    sizes = [entry.get("Size") or 0 for entry in reversed(api.history(image_id))]
+    nonzero = [s for s in sizes if s > 0]
+    return nonzero if len(nonzero) == layers else None
+
+
+class ChunkedWriter:
+    """HTTP/1.1 chunked framing over a socket file, in frames of about FRAME bytes."""
+
+    def __init__(self, wfile: Any):
+        self.wfile = wfile
+        self.pending: list[bytes] = []
+        self.size = 0
+        self.sent = 0
+
+    def write(self, data: bytes) -> None:
+        if data:
+            self.pending.append(data)
+            self.size += len(data)
+        if self.size >= FRAME:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.size:
+            body = b"".join(self.pending)
+            self.wfile.write(b"%x\r\n" % len(body) + body + b"\r\n")
+            self.sent += len(body)
+        self.pending, self.size = [], 0
+
+    def close(self) -> None:
+        self.flush()
+        self.wfile.write(b"0\r\n\r\n")
+
+
+class PeerServer:
+    def __init__(self, host: str, port: int, tickets: TicketBox, docker_client: Any,
+                 tls: tuple[str, str] | None = None):
+        self.tickets = tickets
+        self.docker = docker_client  # a callable: a DockerClient for the calling thread
+        self.active = 0
+        self.served = 0
+        self.bytes_sent = 0
+        self._lock = threading.Lock()
+        handler = type("Handler", (_Handler,), {"peer": self})
+        self.httpd = ThreadingHTTPServer((host, port), handler)
+        self.httpd.daemon_threads = True
+        if tls is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*tls)
+            self.httpd.socket = context.wrap_socket(self.httpd.socket, server_side=True)
+
+    @property
+    def port(self) -> int:
+        return self.httpd.server_address[1]
+
+    def serve(self) -> None:
+        self.httpd.serve_forever(poll_interval=0.5)
+
+    def shutdown(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def status(self) -> dict[str, Any]:
+        return {"transfers_active": self.active, "transfers_served": self.served, "bytes_sent": self.bytes_sent}
+
+    def count(self, active: int, served: int = 0, sent: int = 0) -> None:
+        with self._lock:
+            self.active += active
+            self.served += served
+            self.bytes_sent += sent
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    peer: PeerServer
+
+    def log_message(self, fmt: str, *args: Any) -> None:
+        log.debug("peer %s: " + fmt, self.client_address[0], *args)
+
+    def _refuse(self, status: int, reason: str, message: str) -> None:
+        body = orjson.dumps({"reason": reason, "message": message})
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(body)
+        log.info("peer %s refused: %s (%s)", self.client_address[0], reason, message)
+
+    def do_POST(self) -> None:
+        if self.path != "/v1/images/fetch":
+            return self._refuse(404, "not_found", f"no such path {self.path[:100]}")
+        length = int(self.headers.get("Content-Length") or 0)
+        if not 0 < length <= REQUEST_LIMIT:
+            return self._refuse(400, "bad_request", f"a request body of 1..{REQUEST_LIMIT} bytes is needed")
+        try:
+            request = orjson.loads(self.rfile.read(length))
+            image_id, held = str(request["image_id"]), {str(c) for c in request.get("held_chains") or ()}
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            return self._refuse(400, "bad_request", "the body must be JSON with image_id and held_chains")
+        ticket = (self.headers.get("Authorization") or "").removeprefix("Bearer ").strip()
+        try:
+            self.peer.tickets.take(ticket, image_id, self.client_address[0])
+        except TicketRefused as refused:
+            return self._refuse(401, refused.reason, refused.message)
+        api = self.peer.docker().api
+        try:
+            diff_ids = list(api.inspect_image(image_id)["RootFS"]["Layers"])
+            size = int(api.inspect_image(image_id).get("Size") or 0)
+            sizes = layer_sizes(api, image_id, len(diff_ids))
+        except docker.errors.NotFound:
+            return self._refuse(404, "image_not_found", f"image {image_id[:100]} is not on this machine")
+        skip = held_prefix(diff_ids, held)
+        skip_dirs = set(v1_layer_ids(diff_ids)[:skip])
+        total = sum(sizes[skip:]) if sizes else size
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-tar")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("X-Faden-Image-Id", image_id)
+        self.send_header("X-Faden-Bytes-Total", str(total))
+        self.send_header("X-Faden-Byte-Limit", str(byte_limit(size)))
+        self.send_header("X-Faden-Layers-Sent", str(len(diff_ids) - len(skip_dirs)))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        writer = ChunkedWriter(self.wfile)
+        self.peer.count(+1)
+        try:
+            save = api.get_image(image_id, chunk_size=FRAME)
+            for piece in strip_held_layers(ChunkReader(save), skip_dirs):
+                writer.write(piece)
+            writer.close()
+            log.info("served %s to %s: %d bytes, %d of %d layers left out", image_id[:19], self.client_address[0],
+                     writer.sent, len(skip_dirs), len(diff_ids))
+        except Exception as exc:  # noqa: BLE001 - one transfer's end, never the server's
+            # the receiver went away, or the engine failed: the receiver sees a cut stream
+            log.warning("serving %s to %s ended early: %s", image_id[:19], self.client_address[0], exc)
+        finally:
+            self.peer.count(-1, served=1, sent=writer.sent)

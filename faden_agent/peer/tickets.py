@@ -1,0 +1,84 @@
+"""One-time tickets for serving an image to one receiver (issue 14).
+
+The backend gives the receiver a ticket and the holder only its sha256 (`image.serve`), so
+the holder never knows a ticket it could leak. The executor writes one file per ticket,
+named by the hash, into the runtime directory; the peer worker takes it when the ticket is
+presented. Taking is a rename, which exactly one request wins: a ticket is spent by its
+first use, whatever that use's outcome (a second use, or one for another image, is refused).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+
+TICKET_DIR = "peer-tickets"
+SPENT_SUFFIX = ".spent"
+
+
+class TicketRefused(Exception):
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Ticket:
+    image_id: str
+    receiver: str | None  # the receiver's address; None: any
+    expires_at: float  # wall clock
+
+
+def ticket_hash(ticket: str) -> str:
+    return hashlib.sha256(ticket.encode()).hexdigest()
+
+
+class TicketBox:
+    def __init__(self, runtime_dir: Path):
+        self.path = Path(runtime_dir) / TICKET_DIR
+
+    def add(self, hash_hex: str, ticket: Ticket) -> None:
+        self.path.mkdir(mode=0o700, exist_ok=True)
+        partial = self.path / f".{hash_hex}.new"
+        partial.write_bytes(orjson.dumps({"image_id": ticket.image_id, "receiver": ticket.receiver,
+                                          "expires_at": ticket.expires_at}))
+        os.replace(partial, self.path / hash_hex)
+
+    def take(self, presented: str, image_id: str, receiver: str) -> Ticket:
+        """The ticket's grant, spent now; TicketRefused when it is unknown, spent, expired,
+        or for another image or receiver."""
+        hash_hex = ticket_hash(presented)
+        live, spent = self.path / hash_hex, self.path / (hash_hex + SPENT_SUFFIX)
+        try:
+            os.rename(live, spent)
+        except FileNotFoundError:
+            raise TicketRefused("ticket_refused", "unknown or already used ticket") from None
+        try:
+            grant = Ticket(**orjson.loads(spent.read_bytes()))
+        finally:
+            spent.unlink(missing_ok=True)
+        if grant.expires_at < time.time():
+            raise TicketRefused("ticket_expired", "the ticket has expired")
+        if grant.image_id != image_id:
+            raise TicketRefused("ticket_refused", "the ticket is for another image")
+        if grant.receiver and grant.receiver != receiver:
+            raise TicketRefused("ticket_refused", f"the ticket is for another receiver than {receiver[:100]}")
+        return grant
+
+    def expire(self) -> int:
+        """Remove tickets past their time; how many."""
+        removed = 0
+        for entry in self.path.glob("[0-9a-f]*") if self.path.is_dir() else ():
+            try:
+                if orjson.loads(entry.read_bytes())["expires_at"] < time.time():
+                    entry.unlink()
+                    removed += 1
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+        return removed

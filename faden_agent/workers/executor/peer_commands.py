@@ -1,0 +1,130 @@
+"""The executor's image-from-peers kinds (issue 14; docs/commands.md):
+
+    image.serve  (inline, no Docker) the holder: register a one-time ticket, by its sha256,
+                 for one image and one receiver until ttl_s; the peer worker serves it.
+    image.fetch  the receiver: fetch an image from peers, one after the other until one
+                 succeeds (peer/fetch.py), then tag it.
+
+`fetch_from_peers` is also the fallback of image.pull and container.run when the registry
+fails or lacks the image and the spec names `peers`.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from typing import Any
+from urllib.parse import urlsplit
+
+from faden_agent.peer.fetch import NoSpace, PeerFailure, Stopped, Transfer, tag_image
+from faden_agent.peer.tickets import Ticket, TicketBox
+from faden_agent.protocol import quote
+from faden_agent.workers.executor.docker_ops import Cancelled, CommandFailed, translated
+from faden_agent.workers.executor.specs import SpecError
+
+log = logging.getLogger(__name__)
+
+IMAGE_ID_RE = re.compile(r"sha256:[0-9a-f]{64}")
+# Registry failures after which the peers named in the spec are tried.
+FALLBACK_REASONS = ("image_not_found", "registry_unreachable", "registry_auth_failed", "docker_error")
+
+
+# --- spec checks
+
+def image_id(key: str, value: Any) -> str:
+    if not isinstance(value, str) or not IMAGE_ID_RE.fullmatch(value):
+        raise SpecError(f"{quote(key)} must be an image id sha256:<64 hex>, got {quote(value)}")
+    return value
+
+
+def sha256_hex(key: str, value: Any) -> str:
+    if not isinstance(value, str) or not re.fullmatch(r"[0-9a-f]{64}", value):
+        raise SpecError(f"{quote(key)} must be 64 lowercase hex digits (the ticket's sha256), got {quote(value)}")
+    return value
+
+
+def peers(key: str, value: Any) -> list[dict[str, str]]:
+    """[{"address": "http(s)://host:port", "ticket": "..."}], 1..16 of them."""
+    # Tickets are secrets: a refusal names keys and types, never quotes a peer.
+    if not isinstance(value, list) or not 0 < len(value) <= 16:
+        shown = f"{len(value)} peers" if isinstance(value, list) else type(value).__name__
+        raise SpecError(f"{quote(key)} must be a list of 1..16 peers, got {shown}")
+    checked = []
+    for peer in value:
+        if not isinstance(peer, dict) or set(peer) != {"address", "ticket"}:
+            shown = f"keys {quote(sorted(map(str, peer)))}" if isinstance(peer, dict) else type(peer).__name__
+            raise SpecError(f"each of {quote(key)} must be {{address, ticket}}, got {shown}")
+        address, ticket = peer["address"], peer["ticket"]
+        try:
+            parts = urlsplit(address) if isinstance(address, str) else None
+            port = parts.port if parts else None
+        except ValueError:
+            parts, port = None, None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or not port:
+            raise SpecError(f"{quote(key)} address must be http(s)://host:port, got {quote(address)}")
+        if not isinstance(ticket, str) or not 16 <= len(ticket) <= 512:
+            raise SpecError(f"{quote(key)} ticket must be a string of 16..512 characters")
+        checked.append({"address": address.rstrip("/"), "ticket": ticket})
+    return checked
+
+
+def by_fetched_image(spec: dict[str, Any]) -> str:
+    return f"image:{spec.get('image') or spec['image_id']}"
+
+
+# --- handlers
+
+def image_serve(commands: Any, job: Any) -> dict[str, Any]:
+    spec = job.spec
+    expires_at = time.time() + spec["ttl_s"]
+    TicketBox(commands.config.runtime_dir).add(spec["ticket_sha256"], Ticket(spec["image_id"], spec["receiver"], expires_at))
+    return {"image_id": spec["image_id"], "receiver": spec["receiver"], "expires_at": round(expires_at, 3),
+            "message": f"serving {spec['image_id'][:19]} to {spec['receiver']} for {spec['ttl_s']:g} s (one use)"}
+
+
+def image_fetch(commands: Any, job: Any) -> dict[str, Any]:
+    spec = job.spec
+    result = fetch_from_peers(commands, job, spec["image_id"], spec.get("image"), spec["peers"])
+    return {**result, "message": f"fetched {spec.get('image') or spec['image_id']} from {result.get('source', 'this machine')}"}
+
+
+def fetch_from_peers(commands: Any, job: Any, image_id: str | None, reference: str | None,
+                     sources: list[dict[str, str]]) -> dict[str, Any]:
+    """The image from the first peer that delivers it intact; CommandFailed naming every
+    peer's failure otherwise (integrity_failed when any peer sent something else)."""
+    if image_id is None:
+        raise CommandFailed("invalid_spec", "peers were given without image_id (the image they must deliver)")
+    api = commands.ops.client.api
+    with translated("fetching an image from peers", image=reference):
+        if _present(api, image_id):
+            tag_image(api, image_id, reference)
+            return {"image_id": image_id, "already_present": True}
+        failures: list[PeerFailure] = []
+        for peer in sources:
+            commands.check(job)
+            transfer = Transfer(api, image_id, reference, commands.config.tls_verify(),
+                                lambda figures: commands.progress(job, **figures), job.should_stop)
+            try:
+                return {**transfer.run(peer), "failed_sources": [f.message for f in failures]}
+            except PeerFailure as failure:
+                log.warning("command %s: %s", job.id, failure.message)
+                failures.append(failure)
+            except NoSpace as exc:
+                raise CommandFailed("no_space", str(exc)) from None
+            except Stopped:
+                raise Cancelled() from None
+    reasons = [f.reason for f in failures]
+    reason = "integrity_failed" if "integrity_failed" in reasons else reasons[-1]
+    raise CommandFailed(reason, "no peer delivered the image: " + "; ".join(f.message for f in failures)[:1500],
+                        sources=[{"reason": f.reason, "message": f.message} for f in failures])
+
+
+def _present(api: Any, image_id: str) -> bool:
+    import docker
+
+    try:
+        api.inspect_image(image_id)
+        return True
+    except docker.errors.NotFound:
+        return False

@@ -1,0 +1,293 @@
+"""Images from peer machines (issue 14 part 2), in the rig with real engines and agents.
+
+A multi-layer image (~180 MB of random data in three layers: a `docker import`ed base, two
+`docker commit` steps) is made on machine 1 only and is on no registry (the machines reach
+none). The tests send what a backend would: image.serve to the holder (the ticket's sha256
+only), and image.fetch / container.run with peers to the receiver (the ticket).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import io
+import json
+import secrets
+import signal
+import subprocess
+import tarfile
+import threading
+import time
+from typing import Any
+
+import pytest
+import requests
+
+from faden_agent import protocol
+from tests.agentproc import wait_for
+from tests.cluster.rig import BRIDGE_ADDRESS, TEST_IMAGE, Machine, Rig
+
+pytestmark = [pytest.mark.cluster, pytest.mark.docker]
+
+PEER_PORT = 7480
+APP = "faden-peer/app:1"
+BASE = "faden-peer/base:1"
+OTHER = "faden-peer/other:1"
+MB = 1 << 20
+
+
+# ------------------------------------------------------------------ the image on machine 1
+
+def build_images(holder: Machine, workdir) -> None:
+    """BASE: busybox + 80 MB random, imported (one layer); APP: BASE + 60 MB + 40 MB random
+    (two committed layers); OTHER: BASE + 5 MB (for the hostile peer)."""
+    export = subprocess.run(["docker", "-H", holder.docker_host, "create", TEST_IMAGE, "true"],
+                            capture_output=True, check=True).stdout.decode().strip()
+    rootfs = holder.docker("export", export, timeout=120).stdout
+    holder.docker("rm", export)
+    base = io.BytesIO()
+    with tarfile.open(fileobj=base, mode="w") as out, tarfile.open(fileobj=io.BytesIO(rootfs)) as src:
+        for member in src:
+            out.addfile(member, src.extractfile(member) if member.isfile() else None)
+        blob = secrets.token_bytes(80 * MB)
+        info = tarfile.TarInfo("data/base.bin")
+        info.size = len(blob)
+        out.addfile(info, io.BytesIO(blob))
+    holder.docker("import", "-c", 'ENV PATH=/bin', "-", BASE, input=base.getvalue(), timeout=300)
+    commit(holder, BASE, "l2", 60, "faden-peer/step:1")
+    commit(holder, "faden-peer/step:1", "l3", 40, APP, cmd='["sleep","3600"]')
+    commit(holder, BASE, "o2", 5, OTHER, cmd='["sleep","3600"]')
+
+
+def commit(machine: Machine, image: str, name: str, megabytes: int, tag: str, cmd: str | None = None) -> None:
+    container = f"faden-peer-build-{name}"
+    machine.docker("run", "--name", container, "--network", "none", image, "sh", "-c",
+                   f"head -c {megabytes * MB} /dev/urandom > /{name}.bin", timeout=300)
+    options = ["-c", f"CMD {cmd}"] if cmd else []
+    machine.docker("commit", *options, container, tag, timeout=300)
+    machine.docker("rm", container)
+
+
+def image_id(machine: Machine, image: str) -> str | None:
+    done = machine.docker("image", "inspect", "--format", "{{.Id}}", image, check=False)
+    return done.stdout.decode().strip() or None
+
+
+def image_ids(machine: Machine) -> set[str]:
+    return set(machine.docker("images", "-aq", "--no-trunc").stdout.decode().split())
+
+
+def tags(machine: Machine) -> set[str]:
+    return set(machine.docker("images", "--format", "{{.Repository}}:{{.Tag}} {{.ID}}").stdout.decode().splitlines())
+
+
+def tx_bytes(machine: Machine) -> int:
+    return int(machine.run("cat", "/sys/class/net/eth0/statistics/tx_bytes").stdout)
+
+
+# ------------------------------------------------------------------ what a backend sends
+
+def peer_address(machine: Machine) -> str:
+    return f"http://{machine.address}:{PEER_PORT}"
+
+
+def serve(rig: Rig, holder: Machine, image: str, receiver: str, ttl_s: float = 300) -> str:
+    """image.serve on the holder; the ticket (the holder only learns its sha256)."""
+    ticket = secrets.token_urlsafe(32)
+    spec = {"image_id": image, "receiver": receiver, "ticket_sha256": hashlib.sha256(ticket.encode()).hexdigest(),
+            "ttl_s": ttl_s}
+    done = rig.backend.wait_command(rig.backend.send_command(holder.node_id, "image.serve", spec), timeout_s=30)
+    assert done["state"] == protocol.SUCCEEDED, done
+    return ticket
+
+
+def run_command(rig: Rig, machine: Machine, kind: str, spec: dict[str, Any], timeout_s: float = 300) -> dict[str, Any]:
+    return rig.backend.wait_command(rig.backend.send_command(machine.node_id, kind, spec), timeout_s=timeout_s)
+
+
+def terminal(done: dict[str, Any]) -> dict[str, Any]:
+    """The command's terminal timeline record (state, reason, message, result)."""
+    return next(t for t in reversed(done["timeline"]) if t["state"] == done["state"])
+
+
+def result_of(done: dict[str, Any]) -> dict[str, Any]:
+    return terminal(done).get("result") or {}
+
+
+def reason_of(done: dict[str, Any]) -> tuple[str, str]:
+    return done["state"], terminal(done).get("reason")
+
+
+def fetch_progress(done: dict[str, Any]) -> list[dict[str, Any]]:
+    return [t for t in done["timeline"] if t["state"] == "progress" and t.get("phase") == "fetch"]
+
+
+@pytest.fixture(scope="module")
+def rig(cluster_rig, tmp_path_factory):
+    build_images(cluster_rig.machine(1), tmp_path_factory.mktemp("images"))
+    for machine in cluster_rig.machines:  # every agent's peer worker listens
+        wait_for(lambda m=machine: (m.agent.workers().get("peer") or {}).get("status", {}).get("listening"), 30,
+                 what=f"peer worker of machine {machine.index} listening")
+    return cluster_rig
+
+
+def test_container_run_replace_via_peers_and_only_missing_layers_cross(rig):
+    holder, second, third = rig.machine(1), rig.machine(2), rig.machine(3)
+    app_id = image_id(holder, APP)
+    since = str(int(time.time()) - 1)
+    # machine 2 already holds the base layer (a test setup step, not the agent's doing)
+    second.docker("load", input=holder.docker("save", BASE, timeout=300).stdout, timeout=300)
+    for receiver in (second, third):
+        # the runtime switch: a container of the old image is replaced by one of the new
+        first = run_command(rig, receiver, "container.run", {"name": "runtime", "image": TEST_IMAGE,
+                                                               "command": ["sleep", "3600"]})
+        assert first["state"] == protocol.SUCCEEDED, first
+        ticket = serve(rig, holder, app_id, receiver.address)
+        sent_before = tx_bytes(holder)
+        done = run_command(rig, receiver, "container.run", {
+            "name": "runtime", "image": APP, "replace": True, "image_id": app_id,
+            "peers": [{"address": peer_address(holder), "ticket": ticket}]})
+        sent = tx_bytes(holder) - sent_before
+        assert done["state"] == protocol.SUCCEEDED, done
+        assert result_of(done)["image_id"] == app_id == image_id(receiver, APP)
+        last = fetch_progress(done)[-1]  # progress: bytes done/total, rate, source
+        assert last["source"] == f"{holder.address}:{PEER_PORT}" and last["bytes_done"] >= last["bytes_total"] > 0
+        assert last["rate_bps"] > 0
+        inspect = json.loads(receiver.docker("inspect", "runtime").stdout)[0]
+        assert inspect["Image"] == app_id and inspect["State"]["Running"]
+        receiver.sent = sent  # for the figures below
+        print(f"machine {receiver.index}: {sent / MB:.1f} MiB on the wire; {last}")
+    # only the missing layers crossed to machine 2 (~100 MB of 180), all of them to machine 3
+    assert 95 * MB < second.sent < 115 * MB, second.sent
+    assert 175 * MB < third.sent < 200 * MB, third.sent
+    # machine 1's engine was never asked to push anything
+    pushes = holder.docker("events", "--since", since, "--until", str(int(time.time())), "--filter", "event=push")
+    assert pushes.stdout.strip() == b""
+
+
+def test_tickets_single_use_expiring_bound_to_image_and_receiver(rig):
+    holder = rig.machine(1)
+    app_id, base_id = image_id(holder, APP), image_id(holder, BASE)
+    url = f"{peer_address(holder)}/v1/images/fetch"
+
+    def fetch(ticket: str, image: str) -> requests.Response:
+        return requests.post(url, json={"image_id": image, "held_chains": []}, stream=True, timeout=30,
+                             headers={"Authorization": f"Bearer {ticket}"})
+
+    ticket = serve(rig, holder, base_id, BRIDGE_ADDRESS)  # this test process is the receiver
+    with fetch(ticket, base_id) as first:
+        assert first.status_code == 200 and first.headers["X-Faden-Image-Id"] == base_id
+        assert next(first.iter_content(65536))  # it streams
+    with fetch(ticket, base_id) as again:
+        assert (again.status_code, again.json()["reason"]) == (401, "ticket_refused")
+    other = serve(rig, holder, base_id, BRIDGE_ADDRESS)
+    with fetch(other, app_id) as wrong_image:
+        assert (wrong_image.status_code, wrong_image.json()["reason"]) == (401, "ticket_refused")
+    with fetch(other, base_id) as spent_by_the_wrong_try:
+        assert spent_by_the_wrong_try.status_code == 401
+    short = serve(rig, holder, base_id, BRIDGE_ADDRESS, ttl_s=1)
+    time.sleep(1.5)
+    with fetch(short, base_id) as expired:
+        assert (expired.status_code, expired.json()["reason"]) == (401, "ticket_expired")
+    elsewhere = serve(rig, holder, base_id, rig.machine(3).address)
+    with fetch(elsewhere, base_id) as wrong_receiver:
+        assert (wrong_receiver.status_code, wrong_receiver.json()["reason"]) == (401, "ticket_refused")
+    # through the agent: a spent ticket ends image.fetch with the holder's reason
+    receiver = rig.machine(2)
+    done = run_command(rig, receiver, "image.fetch", {"image_id": image_id(holder, OTHER), "image": OTHER,
+                                                      "peers": [{"address": peer_address(holder), "ticket": ticket}]})
+    assert reason_of(done) == (protocol.FAILED, "ticket_refused"), done
+    assert image_id(receiver, OTHER) is None
+
+
+# ------------------------------------------------------------------ a hostile peer
+
+def tampered(archive: bytes, how: str, other_archive: bytes) -> bytes:
+    if how == "different image":
+        return other_archive
+    out_buffer = io.BytesIO()
+    with tarfile.open(fileobj=io.BytesIO(archive)) as src, \
+            tarfile.open(fileobj=out_buffer, mode="w", format=tarfile.PAX_FORMAT) as out:
+        for member in src:
+            data = src.extractfile(member).read() if member.isfile() else None
+            if how == "corrupted layer" and member.name.endswith("/layer.tar") and member.size > 4 * MB:
+                data = data[:MB] + bytes([data[MB] ^ 0xFF]) + data[MB + 1:]
+            if how == "tags busybox:latest" and member.name == "manifest.json":
+                manifest = json.loads(data)
+                manifest[0]["RepoTags"] = ["busybox:latest"]
+                data = json.dumps(manifest).encode()
+                member.size = len(data)
+            out.addfile(member, io.BytesIO(data) if data is not None else None)
+    return out_buffer.getvalue()
+
+
+class HostilePeer:
+    """A test server on the bridge that answers every fetch with the archive it is given."""
+
+    def __init__(self, image: str):
+        self.body = b""
+        peer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(peer.body)))
+                self.send_header("X-Faden-Image-Id", image)
+                self.send_header("X-Faden-Bytes-Total", str(len(peer.body)))
+                self.end_headers()
+                self.wfile.write(peer.body)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer((BRIDGE_ADDRESS, 0), Handler)
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.address = f"http://{BRIDGE_ADDRESS}:{self.httpd.server_address[1]}"
+
+
+@pytest.mark.parametrize("how, why", [("corrupted layer", "corrupted"), ("different image", "a different image"),
+                                      ("tags busybox:latest", "would tag busybox:latest")])
+def test_a_hostile_peer_ends_integrity_failed_and_changes_nothing(rig, how, why):
+    holder, receiver = rig.machine(1), rig.machine(2)
+    other_id = image_id(holder, OTHER)
+    genuine = holder.docker("save", other_id, timeout=300).stdout
+    peer = HostilePeer(other_id)
+    try:
+        peer.body = tampered(genuine, how, holder.docker("save", image_id(holder, BASE), timeout=300).stdout)
+        receiver.docker("tag", TEST_IMAGE, "busybox:latest")
+        before = (image_ids(receiver), tags(receiver))
+        done = run_command(rig, receiver, "image.fetch", {"image_id": other_id, "image": OTHER,
+                                                          "peers": [{"address": peer.address, "ticket": "t" * 32}]})
+        assert reason_of(done) == (protocol.FAILED, "integrity_failed"), terminal(done)
+        assert why in terminal(done)["message"], terminal(done)
+        after = (image_ids(receiver), tags(receiver))
+        assert after == before  # no image, no tag changed, nothing half-loaded
+        assert image_id(receiver, "busybox:latest") == image_id(receiver, TEST_IMAGE)
+    finally:
+        peer.httpd.shutdown()
+        receiver.docker("rmi", "busybox:latest", check=False)
+
+
+def test_kill_of_the_serving_agent_mid_transfer_completes_from_another_source(rig):
+    holder, backup, receiver = rig.machine(1), rig.machine(2), rig.machine(3)
+    app_id = image_id(holder, APP)
+    receiver.docker("rm", "-f", "runtime", check=False)
+    receiver.docker("rmi", APP, check=False)
+    assert image_id(receiver, APP) is None
+    assert image_id(backup, APP) == app_id  # machine 2 got it in the first test
+    peers = [{"address": peer_address(m), "ticket": serve(rig, m, app_id, receiver.address)} for m in (holder, backup)]
+    rig.shape(1, rate_mbit=80)  # ~20 s for the image: time to kill mid-way
+    try:
+        command_id = rig.backend.send_command(receiver.node_id, "image.fetch",
+                                              {"image_id": app_id, "image": APP, "peers": peers})
+        sent_before = tx_bytes(holder)
+        wait_for(lambda: tx_bytes(holder) - sent_before > 30 * MB, 120, what="machine 1 serving mid-way")
+        holder.agent.proc.send_signal(signal.SIGKILL)
+        done = rig.backend.wait_command(command_id, timeout_s=300)
+    finally:
+        rig.unshape(1)
+    assert done["state"] == protocol.SUCCEEDED, done
+    assert result_of(done)["source"].startswith(backup.address), done
+    assert image_id(receiver, APP) == app_id
+    assert any("peer_failed" in f or "broke" in f for f in result_of(done)["failed_sources"]), done
