@@ -111,7 +111,8 @@ class Worker:
             by_socket[channel.socket] = channel
         poller.register(self._wakeup_r, zmq.POLLIN)
         next_beat = 0.0
-        next_tick = 0.0
+        # A worker without periodic work (no tick of its own) wakes only to heartbeat.
+        next_tick = 0.0 if type(self).tick is not Worker.tick else float("inf")
         while not self.stopping:
             if self.worker_threads.failure is not None:
                 return self._fail_for_thread()
