@@ -9,9 +9,10 @@
         notify_systemd()         READY once, WATCHDOG while this loop turns and no required
                                  worker stays FATAL (see withheld_watchdog)
 
-Workers are forked (not fork+exec): the supervisor imports little (zmq, orjson, psutil),
-so a child starts in milliseconds and shares the parent's pages; each worker then imports
-only what it uses (the docker SDK in the executor, pynvml in inventory). Each child asks
+Workers are forked (not fork+exec): before the first fork the supervisor imports every
+worker's module and the docker SDK and freezes them (preload.py), so a child starts in
+milliseconds, imports nothing, and shares those pages; what only one path needs (pynvml
+on a GPU machine) is still imported where it is used. Each child asks
 the kernel to SIGKILL it when the supervisor dies (PR_SET_PDEATHSIG), so none outlives a
 `kill -9` of the supervisor.
 """
