@@ -131,7 +131,9 @@ REASONS = (
 
 # Capabilities this build reports to the backend.
 TRAFFIC_CAPABILITY = "traffic.passive"  # sends traffic records (peers, NICs, RDMA ports)
-CAPABILITIES = ("docker", "gpu", "logs.loki", "logs.backend_push", "inventory.delta", TRAFFIC_CAPABILITY)
+PEER_IMAGES_CAPABILITY = "images.peer"  # image.serve / image.fetch, a peer worker on PEER_PORT (issue 14)
+CAPABILITIES = ("docker", "gpu", "logs.loki", "logs.backend_push", "inventory.delta", TRAFFIC_CAPABILITY,
+                PEER_IMAGES_CAPABILITY)
 
 
 def timeline_data(command_id: str, state: str, **fields: object) -> dict[str, object]:

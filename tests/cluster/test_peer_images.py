@@ -38,7 +38,7 @@ MB = 1 << 20
 
 # ------------------------------------------------------------------ the image on machine 1
 
-def build_images(holder: Machine, workdir) -> None:
+def build_images(holder: Machine, sizes_mb: tuple[int, int, int] = (80, 60, 40)) -> None:
     """BASE: busybox + 80 MB random, imported (one layer); APP: BASE + 60 MB + 40 MB random
     (two committed layers); OTHER: BASE + 5 MB (for the hostile peer)."""
     export = subprocess.run(["docker", "-H", holder.docker_host, "create", TEST_IMAGE, "true"],
@@ -49,13 +49,13 @@ def build_images(holder: Machine, workdir) -> None:
     with tarfile.open(fileobj=base, mode="w") as out, tarfile.open(fileobj=io.BytesIO(rootfs)) as src:
         for member in src:
             out.addfile(member, src.extractfile(member) if member.isfile() else None)
-        blob = secrets.token_bytes(80 * MB)
+        blob = secrets.token_bytes(sizes_mb[0] * MB)
         info = tarfile.TarInfo("data/base.bin")
         info.size = len(blob)
         out.addfile(info, io.BytesIO(blob))
     holder.docker("import", "-c", 'ENV PATH=/bin', "-", BASE, input=base.getvalue(), timeout=300)
-    commit(holder, BASE, "l2", 60, "faden-peer/step:1")
-    commit(holder, "faden-peer/step:1", "l3", 40, APP, cmd='["sleep","3600"]')
+    commit(holder, BASE, "l2", sizes_mb[1], "faden-peer/step:1")
+    commit(holder, "faden-peer/step:1", "l3", sizes_mb[2], APP, cmd='["sleep","3600"]')
     commit(holder, BASE, "o2", 5, OTHER, cmd='["sleep","3600"]')
 
 
@@ -75,6 +75,18 @@ def image_id(machine: Machine, image: str) -> str | None:
 
 def image_ids(machine: Machine) -> set[str]:
     return set(machine.docker("images", "-aq", "--no-trunc").stdout.decode().split())
+
+
+def without(machine: Machine, image: str) -> None:
+    machine.docker("rm", "-f", "runtime", check=False)
+    machine.docker("rmi", image, check=False)
+    assert image_id(machine, image) is None
+
+
+def copy_image(source: Machine, target: Machine, image: str) -> None:
+    """A test setup step (docker save | docker load), not the agent's doing."""
+    if image_id(target, image) is None:
+        target.docker("load", input=source.docker("save", image, timeout=300).stdout, timeout=300)
 
 
 def tags(machine: Machine) -> set[str]:
@@ -123,8 +135,8 @@ def fetch_progress(done: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def rig(cluster_rig, tmp_path_factory):
-    build_images(cluster_rig.machine(1), tmp_path_factory.mktemp("images"))
+def rig(cluster_rig):
+    build_images(cluster_rig.machine(1))
     for machine in cluster_rig.machines:  # every agent's peer worker listens
         wait_for(lambda m=machine: (m.agent.workers().get("peer") or {}).get("status", {}).get("listening"), 30,
                  what=f"peer worker of machine {machine.index} listening")
@@ -135,8 +147,10 @@ def test_container_run_replace_via_peers_and_only_missing_layers_cross(rig):
     holder, second, third = rig.machine(1), rig.machine(2), rig.machine(3)
     app_id = image_id(holder, APP)
     since = str(int(time.time()) - 1)
+    for receiver in (second, third):
+        without(receiver, APP)
     # machine 2 already holds the base layer (a test setup step, not the agent's doing)
-    second.docker("load", input=holder.docker("save", BASE, timeout=300).stdout, timeout=300)
+    copy_image(holder, second, BASE)
     for receiver in (second, third):
         # the runtime switch: a container of the old image is replaced by one of the new
         first = run_command(rig, receiver, "container.run", {"name": "runtime", "image": TEST_IMAGE,
@@ -272,10 +286,8 @@ def test_a_hostile_peer_ends_integrity_failed_and_changes_nothing(rig, how, why)
 def test_kill_of_the_serving_agent_mid_transfer_completes_from_another_source(rig):
     holder, backup, receiver = rig.machine(1), rig.machine(2), rig.machine(3)
     app_id = image_id(holder, APP)
-    receiver.docker("rm", "-f", "runtime", check=False)
-    receiver.docker("rmi", APP, check=False)
-    assert image_id(receiver, APP) is None
-    assert image_id(backup, APP) == app_id  # machine 2 got it in the first test
+    without(receiver, APP)
+    copy_image(holder, backup, APP)
     peers = [{"address": peer_address(m), "ticket": serve(rig, m, app_id, receiver.address)} for m in (holder, backup)]
     rig.shape(1, rate_mbit=80)  # ~20 s for the image: time to kill mid-way
     try:
@@ -287,7 +299,34 @@ def test_kill_of_the_serving_agent_mid_transfer_completes_from_another_source(ri
         done = rig.backend.wait_command(command_id, timeout_s=300)
     finally:
         rig.unshape(1)
+        holder.agent.kill()
+        rig.start_agent(holder)  # the same agent again, for the tests after this one
+        rig.wait_agent(holder)
     assert done["state"] == protocol.SUCCEEDED, done
     assert result_of(done)["source"].startswith(backup.address), done
     assert image_id(receiver, APP) == app_id
     assert any("peer_failed" in f or "broke" in f for f in result_of(done)["failed_sources"]), done
+
+
+def test_a_cancelled_fetch_leaves_nothing(rig):
+    holder, receiver = rig.machine(1), rig.machine(3)
+    app_id = image_id(holder, APP)
+    without(receiver, APP)
+    before = (image_ids(receiver), tags(receiver))
+    ticket = serve(rig, holder, app_id, receiver.address)
+    rig.shape(1, rate_mbit=80)
+    try:
+        command_id = rig.backend.send_command(receiver.node_id, "image.fetch", {
+            "image_id": app_id, "image": APP, "peers": [{"address": peer_address(holder), "ticket": ticket}]})
+        wait_for(lambda: any(p["bytes_done"] > 20 * MB for p in fetch_progress(rig.backend.command(command_id))),
+                 120, what="the fetch under way")
+        cancel = run_command(rig, receiver, "command.cancel", {"command_id": command_id})
+        assert cancel["state"] == protocol.SUCCEEDED, cancel
+        done = rig.backend.wait_command(command_id, timeout_s=60)
+    finally:
+        rig.unshape(1)
+    assert reason_of(done) == (protocol.CANCELLED, "cancelled"), terminal(done)
+    assert (image_ids(receiver), tags(receiver)) == before
+    # the engine removed its unpacking directory: nothing half-loaded stays on disk
+    wait_for(lambda: not list((receiver.root / "docker" / "tmp").glob("docker-import-*")), 30,
+             what="docker load's temporary directory removed")

@@ -54,6 +54,7 @@ def probe_host(config: Config) -> dict[str, Any]:
         "host": config.host,
         "advertise_host": config.advertise_host,
         "advertise_scheme": config.advertise_scheme,
+        "peer_port": config.peer_port,  # where peers fetch images: advertise_scheme://advertise_host:peer_port
         "usage": {
             "load_avg": [round(load1, 2), round(load5, 2), round(load15, 2)],
             "cpu_percent": psutil.cpu_percent(interval=None),  # since the previous call
