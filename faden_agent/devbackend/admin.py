@@ -83,6 +83,13 @@ class AdminClient:
     def traffic(self, cluster: str) -> dict[str, Any]:
         return self.call("GET", f"/clusters/{cluster}/traffic")
 
+    def fanout(self, cluster: str, image_id: str, image: str | None = None) -> str:
+        """Start putting an image on every machine of the cluster; the fan-out's id."""
+        return self.call("POST", f"/clusters/{cluster}/fanouts", {"image_id": image_id, "image": image})["id"]
+
+    def fanout_status(self, cluster: str, fanout_id: str) -> dict[str, Any]:
+        return self.call("GET", f"/clusters/{cluster}/fanouts/{fanout_id}")
+
     def faults(self, **switches: Any) -> dict[str, Any]:
         return self.call("POST", "/faults", switches) if switches else self.call("GET", "/faults")
 

@@ -76,6 +76,7 @@ class Backend:
         self.faults = Faults()
         self.new_commands = threading.Condition()
         self.cluster_generation = 0  # bumped on every cluster change: streams send `peers` again
+        self.fanouts: dict[str, Any] = {}  # fan-out id -> devbackend.fanout.Fanout (issue 14)
         self.requests: collections.deque[dict[str, Any]] = collections.deque(maxlen=REQUEST_LOG_SIZE)
         self.requests_lock = threading.Lock()
 
@@ -449,6 +450,28 @@ class Handler(BaseHTTPRequestHandler):
         self.require_admin()
         return self.send_json(200, self.backend.store.traffic_matrix(cluster))
 
+    def admin_fanout(self, cluster: str) -> int:
+        """Put an image on every machine of the cluster, finished machines serving the next."""
+        from faden_agent.devbackend.fanout import Fanout
+
+        self.require_admin()
+        body = self.read_json()
+        image_id, image = body.get("image_id"), body.get("image")
+        if not isinstance(image_id, str) or not image_id.startswith("sha256:") or not isinstance(image, (str, type(None))):
+            raise HttpError(400, "bad_body", "body needs 'image_id' (sha256:...) and optionally 'image' (a reference)")
+        if not self.backend.store.members(cluster):
+            raise HttpError(404, "not_found", f"no cluster {cluster[:100]}")
+        fanout = Fanout(self.backend, cluster, image_id, image).start()
+        self.backend.fanouts[fanout.id] = fanout
+        return self.send_json(200, {"id": fanout.id})
+
+    def admin_fanout_status(self, cluster: str, fanout_id: str) -> int:
+        self.require_admin()
+        fanout = self.backend.fanouts.get(fanout_id)
+        if fanout is None or fanout.cluster != cluster:
+            raise HttpError(404, "not_found", f"no fan-out {fanout_id[:40]} in cluster {cluster[:100]}")
+        return self.send_json(200, fanout.status())
+
     def admin_faults(self) -> int:
         self.require_admin()
         faults = self.backend.faults
@@ -538,6 +561,8 @@ ROUTES: list[Route] = [
     _route("GET", f"{ADMIN_PREFIX}/commands/{{command_id}}", H.admin_command),
     _route("POST", f"{ADMIN_PREFIX}/clusters/{{cluster}}", H.admin_set_cluster),
     _route("GET", f"{ADMIN_PREFIX}/clusters/{{cluster}}/traffic", H.admin_traffic),
+    _route("POST", f"{ADMIN_PREFIX}/clusters/{{cluster}}/fanouts", H.admin_fanout),
+    _route("GET", f"{ADMIN_PREFIX}/clusters/{{cluster}}/fanouts/{{fanout_id}}", H.admin_fanout_status),
     _route("GET", f"{ADMIN_PREFIX}/faults", H.admin_faults),
     _route("POST", f"{ADMIN_PREFIX}/faults", H.admin_faults),
     _route("GET", f"{ADMIN_PREFIX}/requests", H.admin_requests),

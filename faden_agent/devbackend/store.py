@@ -311,6 +311,10 @@ class Store:
         with self._lock:
             return clusters.set_members(self._db, cluster, node_ids)
 
+    def members(self, cluster: str) -> list[str]:
+        with self._lock:
+            return clusters.members(self._db, cluster)
+
     def peers_message(self, node_id: str) -> dict[str, Any]:
         with self._lock:
             return clusters.peers_message(self._db, node_id)

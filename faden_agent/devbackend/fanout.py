@@ -1,0 +1,126 @@
+"""Fan-out of one image to every machine of a cluster (issue 14), in the reference backend.
+
+Holders are the machines whose inventory lists the image; every other machine is a target.
+Each idle holder gets the next target: a one-time ticket is minted, the holder gets
+`image.serve` with its sha256, the target `image.fetch` with the ticket. A target that
+finished becomes a holder, so the number of sources doubles each round: N machines take
+about log2(N) transfer times instead of N. A failed fetch puts its target back in the
+queue (another holder may serve it) up to ATTEMPTS times.
+
+Runs in a thread of the backend; its state is read back with GET .../fanouts/{id}.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import threading
+import time
+import uuid
+from typing import Any
+
+from faden_agent import protocol
+
+DEFAULT_PEER_PORT = 7480
+ATTEMPTS = 3
+POLL_S = 0.2
+SERVE_WAIT_S = 30.0
+
+
+class Fanout:
+    def __init__(self, backend: Any, cluster: str, image_id: str, reference: str | None, ttl_s: float = 1800.0):
+        self.id = uuid.uuid4().hex[:12]
+        self.backend = backend
+        self.cluster = cluster
+        self.image_id = image_id
+        self.reference = reference
+        self.ttl_s = ttl_s
+        self.state = "running"
+        self.started_at = time.time()
+        self.ended_at: float | None = None
+        self.transfers: list[dict[str, Any]] = []  # {target, source, command_id, state, reason, started_at, ended_at}
+        self._lock = threading.Lock()
+
+    def start(self) -> Fanout:
+        threading.Thread(target=self._run, name=f"fanout-{self.id}", daemon=True).start()
+        return self
+
+    def status(self) -> dict[str, Any]:
+        with self._lock:
+            return {"id": self.id, "cluster": self.cluster, "image_id": self.image_id, "state": self.state,
+                    "started_at": self.started_at, "ended_at": self.ended_at,
+                    "transfers": [dict(t) for t in self.transfers]}
+
+    # --- the loop
+
+    def _run(self) -> None:
+        store = self.backend.store
+        members = store.members(self.cluster)
+        holders = [n for n in members if self._holds(n)]
+        targets = [n for n in members if n not in holders]
+        tries = dict.fromkeys(targets, 0)
+        running: dict[str, dict[str, Any]] = {}  # fetch command id -> transfer
+        while (targets and holders) or running:
+            busy = {t["source"] for t in running.values()}
+            for holder in [h for h in holders if h not in busy][:len(targets)]:
+                target = targets.pop(0)
+                tries[target] += 1
+                transfer = self._send(holder, target)
+                running[transfer["command_id"]] = transfer
+            time.sleep(POLL_S)
+            for command_id, transfer in list(running.items()):
+                state, reason = self._outcome(command_id)
+                if state is None:
+                    continue
+                del running[command_id]
+                with self._lock:
+                    transfer.update(state=state, reason=reason, ended_at=time.time())
+                if state == protocol.SUCCEEDED:
+                    holders.append(transfer["target"])  # a new source for the next round
+                elif tries[transfer["target"]] < ATTEMPTS:
+                    targets.append(transfer["target"])
+        with self._lock:
+            self.state = "done" if all(self._holds(n) or n in holders for n in members) else "failed"
+            self.ended_at = time.time()
+
+    def _outcome(self, command_id: str) -> tuple[str | None, str | None]:
+        """(terminal state, reason) of a command; (None, None) while it runs."""
+        command = self.backend.store.command(command_id) or {}
+        if command.get("state") not in protocol.TERMINAL_STATES:
+            return None, None
+        end = next((t for t in reversed(command.get("timeline") or []) if t.get("state") == command["state"]), {})
+        return command["state"], end.get("reason")
+
+    def _inventory(self, node_id: str) -> dict[str, Any]:
+        return (self.backend.store.inventory(node_id) or {}).get("inventory") or {}
+
+    def _holds(self, node_id: str) -> bool:
+        images = (self._inventory(node_id).get("docker") or {}).get("images") or []
+        return any(image.get("id") == self.image_id for image in images)
+
+    def _address(self, node_id: str) -> str:
+        node = self.backend.store.node(node_id) or {}
+        port = (self._inventory(node_id).get("host") or {}).get("peer_port") or DEFAULT_PEER_PORT
+        return f"{node.get('advertise_scheme') or 'http'}://{node.get('advertise_host')}:{port}"
+
+    def _send(self, holder: str, target: str) -> dict[str, Any]:
+        store = self.backend.store
+        ticket = secrets.token_urlsafe(32)
+        receiver = (store.node(target) or {}).get("advertise_host")
+        serve = store.add_command(holder, "image.serve", {
+            "image_id": self.image_id, "receiver": receiver, "ttl_s": self.ttl_s,
+            "ticket_sha256": hashlib.sha256(ticket.encode()).hexdigest()}, None, None)
+        self.backend.notify_streams()
+        deadline = time.monotonic() + SERVE_WAIT_S  # the ticket must be known before it is presented
+        while self._outcome(serve["id"])[0] is None and time.monotonic() < deadline:
+            time.sleep(POLL_S / 4)
+        spec = {"image_id": self.image_id, "peers": [{"address": self._address(holder), "ticket": ticket}]}
+        if self.reference:
+            spec["image"] = self.reference
+        command = store.add_command(target, "image.fetch", spec, None, None)
+        self.backend.notify_streams()
+        transfer = {"target": target, "source": holder, "command_id": command["id"], "state": "running",
+                    "reason": None, "started_at": time.time(), "ended_at": None}
+        with self._lock:
+            self.transfers.append(transfer)
+        return transfer
