@@ -95,6 +95,9 @@ Route = tuple[str, re.Pattern[str], Callable[..., Any]]
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "faden-dev-backend"
+    # The head and the body of an answer are two writes: with Nagle on, the body waits for
+    # the client's delayed ACK of the head (40 ms on Linux) on every keep-alive answer.
+    disable_nagle_algorithm = True
     backend: Backend  # set on the subclass made by make_server
 
     # ------------------------------------------------------------------ plumbing
