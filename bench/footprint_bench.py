@@ -1,0 +1,394 @@
+"""What the agent costs to keep (issue 16), each figure beside its comparison, same run:
+
+  memory    PSS per process of the idle tree, split into shared and private, and the
+            private memory each imported package costs (a fresh interpreter per package);
+  idle      CPU % and wakeups/s (voluntary context switches, all threads) per process,
+            dockerd's CPU in the same window (the bench's own engine, so the events,
+            changes and engine CPU are the agent's), and the uplink bytes/s by path through a
+            counting proxy in front of the reference backend; with 0 and with N managed
+            containers (some of them Ray containers with log directories);
+  command   container.run queued at the backend -> backend sees `succeeded`, against
+            `docker run -d` + the executor's 0.2 s settle check, alternating; where the
+            agent's time goes (stream delivery, Docker + settle, report's way back).
+
+The agent runs at its default intervals (heartbeat 15 s, inventory 60 s, worker heartbeat
+3 s, ...), shipping a journal directory to a Loki receiver (not through the backend).
+Run: python3 bench/footprint_bench.py [--window 120] [--containers 20 --ray 5] [--runs 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import psutil  # noqa: E402
+
+from bench import executor_bench  # noqa: E402
+from bench.counting_proxy import CountingProxy  # noqa: E402
+from tests.agentproc import AgentProcess, wait_for  # noqa: E402
+from tests.backendproc import BackendProcess, agent_env_for  # noqa: E402
+from tests.journalfiles import JournalWriter  # noqa: E402
+from tests.lokireceiver import LokiReceiver  # noqa: E402
+
+SETTLE_S = 0.2  # the executor's settle check after a start (commands.py)
+# settings the test helpers shorten, left to the agent's own defaults here
+PRODUCTION_DEFAULTS = ("heartbeat_interval_sec", "stream_keepalive_sec", "reconnect_min_sec", "reconnect_max_sec",
+                       "request_timeout_sec", "worker_heartbeat_sec", "worker_hang_timeout_sec",
+                       "restart_backoff_min_sec", "restart_backoff_max_sec", "stop_timeout_sec")
+IMAGE = executor_bench.IMAGE
+
+# ---------------------------------------------------------------- per process counters
+
+
+def smaps_kib(pid: int) -> dict[str, int]:
+    """PSS, shared and private KiB of one process (smaps_rollup)."""
+    fields: dict[str, int] = {}
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            name, _, rest = line.partition(":")
+            if rest.strip().endswith("kB"):
+                fields[name] = int(rest.split()[0])
+    return {"pss": fields.get("Pss", 0),
+            "shared": fields.get("Shared_Clean", 0) + fields.get("Shared_Dirty", 0),
+            "private": fields.get("Private_Clean", 0) + fields.get("Private_Dirty", 0)}
+
+
+def counters(pid: int) -> tuple[float, dict[int, tuple[int, int]]]:
+    """(CPU seconds of the process, {thread id: (voluntary, involuntary) switches})."""
+    cpu = psutil.Process(pid).cpu_times()
+    switches = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            text = (task / "status").read_text()
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+        switches[int(task.name)] = (int(fields["voluntary_ctxt_switches"]), int(fields["nonvoluntary_ctxt_switches"]))
+    return cpu.user + cpu.system, switches
+
+
+def switches_between(before: dict[int, tuple[int, int]], after: dict[int, tuple[int, int]]) -> tuple[int, int]:
+    """Switches in the window of the threads alive at its end (one born in it counts from
+    zero; one that ended in it is not seen: its counts leave with it)."""
+    vol = sum(v - before.get(tid, (0, 0))[0] for tid, (v, _) in after.items())
+    invol = sum(i - before.get(tid, (0, 0))[1] for tid, (_, i) in after.items())
+    return vol, invol
+
+
+def named_tree(agent: AgentProcess) -> dict[str, int]:
+    """{label: pid} of the agent's tree: supervisor, workers by name, their children."""
+    names = {agent.pid: "supervisor"}
+    names.update({row["pid"]: row["name"] for row in agent.workers().values() if row.get("pid")})
+    root = psutil.Process(agent.pid)
+    out = {}
+    for proc in [root, *root.children(recursive=True)]:
+        try:
+            out[names.get(proc.pid) or f"{proc.name()} (child of {names.get(proc.ppid(), proc.ppid())})"] = proc.pid
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def dockerd_pid() -> int:
+    """The engine at /var/run/docker.sock (its pid file); other dockerds may run beside it (test rigs)."""
+    return int(Path("/var/run/docker.pid").read_text())
+
+
+class PrivateEngine:
+    """A dockerd of the bench's own (own data root, socket; no bridge, no iptables) holding
+    the test image: on a machine whose shared engine other work keeps busy, the agent's
+    Docker events, inventory changes and dockerd's CPU are then the agent's own."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.socket = root / "docker.sock"
+        self.host = f"unix://{self.socket}"
+        self.proc: subprocess.Popen | None = None
+
+    def __enter__(self) -> "PrivateEngine":
+        self.root.mkdir(parents=True, exist_ok=True)
+        with open(self.root / "dockerd.log", "ab") as log_file:
+            self.proc = subprocess.Popen(
+                ["dockerd", "--data-root", str(self.root / "data"), "--exec-root", str(self.root / "exec"),
+                 "--pidfile", str(self.root / "docker.pid"), "-H", self.host, "--bridge=none", "--iptables=false",
+                 "--ip6tables=false", "--ip-masq=false", "--shutdown-timeout", "2"],
+                stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        wait_for(lambda: self.docker("version", check=False).returncode == 0, 90, 0.5, "the bench's dockerd")
+        image = subprocess.run(["docker", "save", IMAGE], capture_output=True, check=True, timeout=120).stdout
+        subprocess.run(["docker", "-H", self.host, "load"], input=image, capture_output=True, check=True, timeout=120)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.proc is not None:
+            ids = self.docker("ps", "-aq", check=False).stdout.split()
+            if ids:
+                self.docker("rm", "-f", *ids, check=False)
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def docker(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        return subprocess.run(["docker", "-H", self.host, *args], capture_output=True, text=True, check=check,
+                              timeout=120)
+
+
+def memory(agent: AgentProcess) -> dict[str, Any]:
+    per = {name: smaps_kib(pid) for name, pid in named_tree(agent).items()}
+    return {"per_process_kib": per, "tree_pss_kib": sum(p["pss"] for p in per.values()),
+            "tree_private_kib": sum(p["private"] for p in per.values())}
+
+
+def idle_window(agent: AgentProcess, proxy: CountingProxy, seconds: float, docker_pid: int) -> dict[str, Any]:
+    """CPU %, wakeups/s per process, dockerd CPU %, uplink B/s by path over one window."""
+    tree = named_tree(agent)
+    before = {name: counters(pid) for name, pid in tree.items()}
+    docker_before = counters(docker_pid)[0]
+    wire_before = proxy.snapshot()
+    started = time.monotonic()
+    time.sleep(seconds)
+    elapsed = time.monotonic() - started
+    per: dict[str, dict[str, float]] = {}
+    for name, pid in named_tree(agent).items():
+        try:
+            cpu, switches = counters(pid)
+        except (psutil.NoSuchProcess, FileNotFoundError):
+            continue
+        cpu0, switches0 = before.get(name, (0.0, {}))
+        vol, invol = switches_between(switches0, switches)
+        per[name] = {"cpu_percent": round((cpu - cpu0) / elapsed * 100, 3),
+                     "wakeups_per_s": round(vol / elapsed, 2),
+                     "involuntary_per_s": round(invol / elapsed, 2), "threads": len(switches)}
+    wire_after = proxy.snapshot()
+    wire = {}
+    for path, now in wire_after.items():
+        was = wire_before.get(path, {"up": 0, "down": 0, "requests": 0})
+        up, down, requests = now["up"] - was["up"], now["down"] - was["down"], now["requests"] - was["requests"]
+        if up or down or requests:
+            wire[path] = {"up_b_per_s": round(up / elapsed, 1), "down_b_per_s": round(down / elapsed, 1),
+                          "requests": requests}
+    return {"window_s": round(elapsed, 1), "per_process": per,
+            "tree_cpu_percent": round(sum(p["cpu_percent"] for p in per.values()), 3),
+            "tree_wakeups_per_s": round(sum(p["wakeups_per_s"] for p in per.values()), 2),
+            "dockerd_cpu_percent": round((counters(docker_pid)[0] - docker_before) / elapsed * 100, 3),
+            "uplink_by_path": wire,
+            "uplink_b_per_s": round(sum(w["up_b_per_s"] for p, w in wire.items() if " kind=" not in p), 1),
+            "downlink_b_per_s": round(sum(w["down_b_per_s"] for p, w in wire.items() if " kind=" not in p), 1)}
+
+
+# ---------------------------------------------------------------- per package memory
+
+_MODULES_OF = """
+import json, sys
+import faden_agent.workers.base, faden_agent.config
+before = set(sys.modules)
+from faden_agent.workers import WORKERS
+from faden_agent.workers.base import load_worker_class
+out = {}
+for name, target in WORKERS.items():
+    load_worker_class(target)
+out = sorted({m.split('.')[0] for m in set(sys.modules) - before} - {'faden_agent'})
+print(json.dumps({"supervisor": sorted({m.split('.')[0] for m in before} - set(sys.builtin_module_names)),
+                  "workers": out}))
+"""
+
+_COST_OF = """
+import sys
+import faden_agent.workers.base, faden_agent.config
+def private():
+    with open('/proc/self/smaps_rollup') as f:
+        return sum(int(l.split()[1]) for l in f if l.startswith(('Private_Clean', 'Private_Dirty')))
+base = private()
+__import__(sys.argv[1])
+print(private() - base)
+"""
+
+
+def package_costs(packages: list[str]) -> dict[str, int]:
+    """Private KiB each package adds to an interpreter that has what every worker imports."""
+    out = {}
+    for package in packages:
+        done = subprocess.run([sys.executable, "-c", _COST_OF, package], capture_output=True, text=True, check=False)
+        if done.returncode == 0:
+            out[package] = int(done.stdout.strip())
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def imported_packages() -> dict[str, list[str]]:
+    done = subprocess.run([sys.executable, "-c", _MODULES_OF], capture_output=True, text=True, check=True)
+    return json.loads(done.stdout)
+
+
+# ---------------------------------------------------------------- managed containers, commands
+
+
+def run_command(backend: BackendProcess, node: str, spec: dict[str, Any]) -> dict[str, Any]:
+    command_id = backend.send_command(node, "container.run", spec)
+    executor_bench.wait_succeeded(backend, command_id, timeout_s=120)
+    return backend.command(command_id)
+
+
+def start_managed(backend: BackendProcess, node: str, prefix: str, count: int, ray: int) -> None:
+    """`count` managed containers through the agent; `ray` of them Ray containers writing a
+    Serve log file into their log directory."""
+    serve_log = "/tmp/ray/session_1/logs/serve"
+    for i in range(count):
+        if i < ray:
+            script = f"mkdir -p {serve_log} && echo started >> {serve_log}/replica.log && exec sleep 3600"
+            spec = {"name": f"{prefix}-ray{i}", "image": IMAGE, "command": ["sh", "-c", script], "ray": True}
+        else:
+            spec = {"name": f"{prefix}-m{i}", "image": IMAGE, "command": ["sleep", "3600"]}
+        run_command(backend, node, spec)
+
+
+def command_round_trips(backend: BackendProcess, node: str, engine: PrivateEngine, prefix: str,
+                        runs: int) -> dict[str, Any]:
+    """Agent queued -> succeeded seen at the backend, against `docker run -d` + settle,
+    alternating (one warm-up each, not counted), and where the agent's time goes."""
+    agent_s, docker_s, delivery, working, reporting = [], [], [], [], []
+    for i in range(runs + 1):
+        name = f"{prefix}-rt{i}"
+        t0 = time.time()
+        command_id = backend.send_command(node, "container.run", {"name": name, "image": IMAGE, "command": ["sleep", "600"]})
+        seen = executor_bench.wait_succeeded(backend, command_id)
+        timeline = {r["state"]: r for r in backend.command(command_id)["timeline"]}
+        t1 = time.monotonic()
+        engine.docker("run", "-d", "--name", f"{prefix}-cli{i}", IMAGE, "sleep", "600")
+        cli = time.monotonic() - t1
+        engine.docker("rm", "-f", name, f"{prefix}-cli{i}")
+        if i:
+            agent_s.append(seen - t0)
+            docker_s.append(cli + SETTLE_S)
+            received, succeeded = timeline["received"], timeline["succeeded"]
+            delivery.append(received["ts"] - t0)
+            working.append(succeeded["ts"] - received["ts"])
+            reporting.append(seen - succeeded["ts"])
+    med = statistics.median
+    return {"runs": runs, "agent_median_s": med(agent_s), "docker_run_d_plus_settle_median_s": med(docker_s),
+            "ratio": med(agent_s) / med(docker_s),
+            "queued_to_received_median_s": med(delivery), "received_to_succeeded_median_s": med(working),
+            "succeeded_to_seen_median_s": med(reporting)}
+
+
+def remove_prefixed(engine: PrivateEngine, prefix: str) -> None:
+    ids = engine.docker("ps", "-aq", "--filter", f"name={prefix}", check=False).stdout.split()
+    if ids:
+        engine.docker("rm", "-f", *ids, check=False)
+
+
+# ---------------------------------------------------------------- the run
+
+
+def measure(root: Path, window_s: float, containers: int, ray: int, runs: int) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    prefix = f"fxfoot-{uuid.uuid4().hex[:6]}"
+    journal = JournalWriter(root / "journal")
+    journal.append([journal.entry("bench seed")])
+    backend = BackendProcess(root / "backend", root / "backend.log").start()
+    url = urlsplit(backend.url)
+    with PrivateEngine(root / "engine") as engine, LokiReceiver() as loki, \
+            CountingProxy(url.hostname, url.port) as proxy:
+        # the defaults of a production agent: only its addresses and files are the bench's
+        env = agent_env_for(backend, root, backend_url=proxy.url, loki_url=loki.url,
+                            journal_directory=journal.directory, docker_host=engine.host)
+        for name in PRODUCTION_DEFAULTS:
+            env.pop(f"FADEN_NODE_AGENT_{name.upper()}", None)
+        agent = AgentProcess(env, root / "agent.log").start()
+        try:
+            node = backend.wait_node(env["FADEN_NODE_AGENT_AGENT_ID"], timeout_s=60)["node_id"]
+            wait_for(lambda: backend.inventory(node).get("inventory"), 90, 1.0, "the first inventory")
+            time.sleep(5)
+            results["memory"] = memory(agent)
+            results["idle_0"] = idle_window(agent, proxy, window_s, engine.pid)
+            results["memory_after_idle"] = memory(agent)
+            if containers:
+                start_managed(backend, node, prefix, containers, ray)
+                time.sleep(10)  # the log worker found them, the inventory counted them
+                results[f"idle_{containers}"] = idle_window(agent, proxy, window_s, engine.pid)
+                results["memory_with_containers"] = memory(agent)
+                remove_prefixed(engine, prefix)
+            if runs:
+                results["command"] = command_round_trips(backend, node, engine, prefix, runs)
+        finally:
+            agent.stop()
+            agent.kill()
+            backend.stop()
+    packages = imported_packages()
+    results["packages"] = packages
+    results["package_private_kib"] = package_costs(packages["workers"] + ["zmq", "orjson", "psutil"])
+    return results
+
+
+def report(results: dict[str, Any], row) -> None:
+    """Table rows (figure, value, compared with) through `row`."""
+    mem = results["memory"]
+    per = mem["per_process_kib"]
+    row("idle PSS, whole tree", f"{mem['tree_pss_kib'] / 1024:.1f} MiB ({len(per)} procs)",
+        f"private {mem['tree_private_kib'] / 1024:.1f} MiB; goal <= 60 MiB")
+    for name, m in per.items():
+        row(f"  PSS {name}", f"{m['pss'] / 1024:.1f} MiB", f"shared {m['shared'] / 1024:.1f}, private {m['private'] / 1024:.1f} MiB")
+    costs = results.get("package_private_kib", {})
+    row("  private KiB per imported package", ", ".join(f"{k} {v}" for k, v in list(costs.items())[:6]),
+        "fresh interpreter with the worker base, per package")
+    for key in [k for k in results if k.startswith("idle_")]:
+        idle = results[key]
+        n = key.split("_")[1]
+        row(f"idle CPU, {n} managed containers, {idle['window_s']:.0f} s", f"{idle['tree_cpu_percent']:.2f} % of a core",
+            f"dockerd {idle['dockerd_cpu_percent']:.2f} % same window; goal <= 0.3 % (0) / 0.5 % (20)")
+        row(f"  wakeups/s, {n} containers", f"{idle['tree_wakeups_per_s']:.1f} /s whole tree",
+            ", ".join(f"{p} {v['wakeups_per_s']:.1f}" for p, v in idle["per_process"].items()))
+        row(f"  CPU per process, {n} containers", "", ", ".join(f"{p} {v['cpu_percent']:.2f}"
+                                                              for p, v in idle["per_process"].items()))
+        row(f"idle uplink, {n} containers", f"{idle['uplink_b_per_s']:.1f} B/s up",
+            "; ".join(f"{p} {w['up_b_per_s']:.1f} up/{w['down_b_per_s']:.1f} down ({w['requests']} req)"
+                      for p, w in idle["uplink_by_path"].items() if " kind=" not in p) + "; goal <= 50 B/s")
+        row(f"  uplink records by kind, {n} containers", "", "; ".join(
+            f"{p.split('kind=')[1]} {w['up_b_per_s']:.1f} B/s ({w['requests']} records)"
+            for p, w in idle["uplink_by_path"].items() if " kind=" in p))
+    if "command" in results:
+        c = results["command"]
+        row("container.run queued -> succeeded at backend", f"{c['agent_median_s'] * 1000:.0f} ms (median of {c['runs']})",
+            f"docker run -d + {SETTLE_S * 1000:.0f} ms settle {c['docker_run_d_plus_settle_median_s'] * 1000:.0f} ms: "
+            f"ratio {c['ratio']:.2f}x (goal <= 1.1x)")
+        row("  where the agent's time goes", f"delivery {c['queued_to_received_median_s'] * 1000:.0f} ms",
+            f"received -> succeeded {c['received_to_succeeded_median_s'] * 1000:.0f} ms, "
+            f"report's way back {c['succeeded_to_seen_median_s'] * 1000:.0f} ms")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--window", type=float, default=120.0)
+    parser.add_argument("--containers", type=int, default=20)
+    parser.add_argument("--ray", type=int, default=5)
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--json", type=Path, default=Path("bench/results/footprint.json"))
+    args = parser.parse_args()
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="faden-footprint-") as tmp:
+        results = measure(Path(tmp), args.window, args.containers, args.ray, args.runs)
+    report(results, lambda f, v, c="": print(f"{f:<46} {v:<30} {c}", flush=True))
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
