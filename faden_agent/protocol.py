@@ -132,7 +132,8 @@ REASONS = (
 # Capabilities this build reports to the backend.
 TRAFFIC_CAPABILITY = "traffic.passive"  # sends traffic records (peers, NICs, RDMA ports)
 PEER_IMAGES_CAPABILITY = "images.peer"  # image.serve / image.fetch, a peer worker on PEER_PORT (issue 14)
-CAPABILITIES = ("docker", "gpu", "logs.loki", "logs.backend_push", "inventory.delta", TRAFFIC_CAPABILITY,
+CAPABILITIES = ("docker", "gpu", "logs.loki", "logs.backend_push", "inventory.delta", "heartbeat.delta",
+                TRAFFIC_CAPABILITY,
                 PEER_IMAGES_CAPABILITY)
 
 
