@@ -88,6 +88,7 @@ COMMAND_KINDS = (
     "image.remove",
     "image.serve",
     "image.fetch",
+    "image.relay",
     "container.run",
     "container.stop",
     "container.start",

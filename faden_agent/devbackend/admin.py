@@ -87,6 +87,10 @@ class AdminClient:
         """Start putting an image on every machine of the cluster; the fan-out's id."""
         return self.call("POST", f"/clusters/{cluster}/fanouts", {"image_id": image_id, "image": image})["id"]
 
+    def relay(self, image_id: str, holder: str, receiver: str, image: str | None = None) -> dict[str, Any]:
+        """Relay an image through the backend: {"id", "relay_command", "fetch_command"}."""
+        return self.call("POST", "/relays", {"image_id": image_id, "holder": holder, "receiver": receiver, "image": image})
+
     def fanout_status(self, cluster: str, fanout_id: str) -> dict[str, Any]:
         return self.call("GET", f"/clusters/{cluster}/fanouts/{fanout_id}")
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import collections
 import hmac
 import logging
+import queue
 import re
 import ssl
 import threading
@@ -77,6 +78,7 @@ class Backend:
         self.new_commands = threading.Condition()
         self.cluster_generation = 0  # bumped on every cluster change: streams send `peers` again
         self.fanouts: dict[str, Any] = {}  # fan-out id -> devbackend.fanout.Fanout (issue 14)
+        self.relays: dict[str, Any] = {}  # relay id -> devbackend.relay.Relay (issue 14)
         self.requests: collections.deque[dict[str, Any]] = collections.deque(maxlen=REQUEST_LOG_SIZE)
         self.requests_lock = threading.Lock()
 
@@ -475,6 +477,108 @@ class Handler(BaseHTTPRequestHandler):
             raise HttpError(404, "not_found", f"no fan-out {fanout_id[:40]} in cluster {cluster[:100]}")
         return self.send_json(200, fanout.status())
 
+    # ------------------------------------------------------------------ relay (relay.py)
+
+    def admin_relay(self) -> int:
+        """Relay an image from holder to receiver through this backend (peers that cannot
+        reach each other): both get their command, both connect outbound."""
+        from faden_agent.devbackend.relay import Relay
+
+        self.require_admin()
+        body = self.read_json()
+        image_id, holder, receiver = body.get("image_id"), body.get("holder"), body.get("receiver")
+        if not all(isinstance(v, str) and v for v in (image_id, holder, receiver)):
+            raise HttpError(400, "bad_body", "body needs 'image_id', 'holder' and 'receiver' (node ids)")
+        self.node_or_404(holder)
+        self.node_or_404(receiver)
+        relay = Relay(image_id, float(body.get("ttl_s") or 1800))
+        self.backend.relays[relay.id] = relay
+        scheme = "https" if isinstance(self.connection, ssl.SSLSocket) else "http"
+        url = f"{scheme}://{self.headers.get('Host')}{AGENT_PREFIX}/relays/{relay.id}"
+        store = self.backend.store
+        serving = store.add_command(holder, "image.relay", {"url": url, "token": relay.token, "image_id": image_id},
+                                    None, None)
+        spec = {"image_id": image_id, "peers": [{"address": url, "ticket": relay.ticket}]}
+        if isinstance(body.get("image"), str):
+            spec["image"] = body["image"]
+        fetching = store.add_command(receiver, "image.fetch", spec, None, None)
+        relay.forget_secrets()
+        self.backend.notify_streams()
+        return self.send_json(200, {"id": relay.id, "relay_command": serving["id"], "fetch_command": fetching["id"]})
+
+    def _relay(self, relay_id: str) -> Any:
+        relay = self.backend.relays.get(relay_id)
+        if relay is None:
+            raise HttpError(404, "not_found", f"no relay {relay_id[:40]}")
+        return relay
+
+    def relay_fetch(self, relay_id: str) -> int:
+        """The receiver, as at a holder's peer port: the holder's stream, passed on."""
+        from faden_agent.devbackend.relay import WAIT_S
+
+        relay = self._relay(relay_id)
+        if not relay.take_ticket(self.bearer() or ""):
+            raise HttpError(401, "ticket_refused", "unknown, used or expired relay ticket")
+        relay.request = self.read_body()
+        relay.request_ready.set()
+        if not relay.stream_started.wait(WAIT_S):
+            raise HttpError(504, "peer_failed", "the holder did not connect to the relay")
+        self.send_response(200)
+        for name, value in {**(relay.headers or {}), "Transfer-Encoding": "chunked", "Connection": "close"}.items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.close_connection = True
+        while True:
+            chunk = relay.chunks.get(timeout=WAIT_S)
+            if chunk is None:
+                self.wfile.write(b"0\r\n\r\n")
+                return 200
+            if isinstance(chunk, Exception):  # the holder's stream broke: cut ours, unfinished
+                return 502
+            self.wfile.write(b"%x\r\n" % len(chunk) + chunk + b"\r\n")
+
+    def relay_request(self, relay_id: str) -> int:
+        """The holder: the receiver's request once it came (204 until then: ask again)."""
+        from faden_agent.devbackend.relay import WAIT_S
+
+        relay = self._relay(relay_id)
+        if not relay.holder_token_ok(self.bearer() or ""):
+            raise HttpError(401, "unauthorized", "wrong or expired relay token")
+        if not relay.request_ready.wait(min(WAIT_S, 20.0)):
+            self.send_response(204)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return 204
+        return self.send_json(200, orjson.loads(relay.request or b"{}"))
+
+    def relay_stream(self, relay_id: str) -> int:
+        """The holder's archive (chunked), into the bounded queue the receiver drains."""
+        from faden_agent.devbackend.relay import WAIT_S
+
+        relay = self._relay(relay_id)
+        if not relay.holder_token_ok(self.bearer() or "") or relay.stream_started.is_set():
+            raise HttpError(401, "unauthorized", "wrong or expired relay token, or a second stream")
+        relay.headers = {k: v for k, v in self.headers.items() if k.lower().startswith("x-faden-")}
+        relay.stream_started.set()
+        self.close_connection = True
+        try:
+            while True:
+                size = int(self.rfile.readline(100).split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    self.rfile.readline(100)
+                    break
+                chunk = self.rfile.read(size)
+                self.rfile.readline(100)
+                if len(chunk) != size:
+                    raise ConnectionError("the holder's stream ended inside a chunk")
+                relay.bytes += size
+                relay.chunks.put(chunk, timeout=WAIT_S)
+        except (OSError, ValueError, queue.Full) as exc:
+            relay.chunks.put(ConnectionError(str(exc)))
+            raise HttpError(502, "peer_failed", f"relay stream broke: {type(exc).__name__}") from None
+        relay.chunks.put(None, timeout=WAIT_S)
+        return self.send_json(200, {"bytes": relay.bytes})
+
     def admin_faults(self) -> int:
         self.require_admin()
         faults = self.backend.faults
@@ -555,6 +659,10 @@ ROUTES: list[Route] = [
     _route("GET", f"{AGENT_PREFIX}/logs/target", H.agent_logs_target),
     _route("POST", f"{AGENT_PREFIX}/logs/push", H.agent_logs_push),
     _route("GET", "/downloads/{name}", H.downloads),
+    _route("POST", f"{AGENT_PREFIX}/relays/{{relay_id}}/v1/images/fetch", H.relay_fetch),
+    _route("GET", f"{AGENT_PREFIX}/relays/{{relay_id}}/request", H.relay_request),
+    _route("POST", f"{AGENT_PREFIX}/relays/{{relay_id}}/stream", H.relay_stream),
+    _route("POST", f"{ADMIN_PREFIX}/relays", H.admin_relay),
     _route("POST", f"{ADMIN_PREFIX}/nodes/enrollment-tokens", H.admin_mint_token),
     _route("GET", f"{ADMIN_PREFIX}/nodes", H.admin_nodes),
     _route("GET", f"{ADMIN_PREFIX}/nodes/{{node_id}}", H.admin_node),

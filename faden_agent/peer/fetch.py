@@ -118,7 +118,7 @@ class Transfer:
         if response.status_code != 200:
             try:
                 answer = response.json()
-                reason, message = str(answer["reason"])[:40], str(answer["message"])[:300]
+                reason, message = str(answer.get("reason") or answer["error"])[:40], str(answer["message"])[:300]
             except (ValueError, KeyError, TypeError):
                 reason, message = "peer_failed", f"HTTP {response.status_code}"
             response.close()

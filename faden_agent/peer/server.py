@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import ssl
 import threading
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -46,6 +47,21 @@ def layer_sizes(api: docker.APIClient, image_id: str, layers: int) -> list[int] 
     sizes = [entry.get("Size") or 0 for entry in reversed(api.history(image_id))]
     nonzero = [s for s in sizes if s > 0]
     return nonzero if len(nonzero) == layers else None
+
+
+def holder_stream(api: docker.APIClient, image_id: str, held: set[str]) -> tuple[dict[str, str], Iterator[bytes]]:
+    """The response headers and the archive (docker save without the layers whose chain the
+    receiver holds): what the peer port and the relay through the backend send."""
+    details = api.inspect_image(image_id)  # NotFound: not on this machine
+    diff_ids = list(details["RootFS"]["Layers"])
+    size = int(details.get("Size") or 0)
+    sizes = layer_sizes(api, image_id, len(diff_ids))
+    skip = held_prefix(diff_ids, held)
+    skip_dirs = set(v1_layer_ids(diff_ids)[:skip])
+    headers = {"Content-Type": "application/x-tar", "X-Faden-Image-Id": image_id,
+               "X-Faden-Bytes-Total": str(sum(sizes[skip:]) if sizes else size),
+               "X-Faden-Byte-Limit": str(byte_limit(size)), "X-Faden-Layers-Sent": str(len(diff_ids) - len(skip_dirs))}
+    return headers, strip_held_layers(ChunkReader(api.get_image(image_id, chunk_size=FRAME)), skip_dirs)
 
 
 class ChunkedWriter:
@@ -147,35 +163,23 @@ class _Handler(BaseHTTPRequestHandler):
             self.peer.tickets.take(ticket, image_id, self.client_address[0])
         except TicketRefused as refused:
             return self._refuse(401, refused.reason, refused.message)
-        api = self.peer.docker().api
         try:
-            diff_ids = list(api.inspect_image(image_id)["RootFS"]["Layers"])
-            size = int(api.inspect_image(image_id).get("Size") or 0)
-            sizes = layer_sizes(api, image_id, len(diff_ids))
+            headers, archive = holder_stream(self.peer.docker().api, image_id, held)
         except docker.errors.NotFound:
             return self._refuse(404, "image_not_found", f"image {image_id[:100]} is not on this machine")
-        skip = held_prefix(diff_ids, held)
-        skip_dirs = set(v1_layer_ids(diff_ids)[:skip])
-        total = sum(sizes[skip:]) if sizes else size
         self.send_response(200)
-        self.send_header("Content-Type", "application/x-tar")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.send_header("X-Faden-Image-Id", image_id)
-        self.send_header("X-Faden-Bytes-Total", str(total))
-        self.send_header("X-Faden-Byte-Limit", str(byte_limit(size)))
-        self.send_header("X-Faden-Layers-Sent", str(len(diff_ids) - len(skip_dirs)))
-        self.send_header("Connection", "close")
+        for name, value in {**headers, "Transfer-Encoding": "chunked", "Connection": "close"}.items():
+            self.send_header(name, value)
         self.end_headers()
         self.close_connection = True
         writer = ChunkedWriter(self.wfile)
         self.peer.count(+1)
         try:
-            save = api.get_image(image_id, chunk_size=FRAME)
-            for piece in strip_held_layers(ChunkReader(save), skip_dirs):
+            for piece in archive:
                 writer.write(piece)
             writer.close()
-            log.info("served %s to %s: %d bytes, %d of %d layers left out", image_id[:19], self.client_address[0],
-                     writer.sent, len(skip_dirs), len(diff_ids))
+            log.info("served %s to %s: %d bytes, %s of its layers", image_id[:19], self.client_address[0],
+                     writer.sent, headers["X-Faden-Layers-Sent"])
         except Exception as exc:  # noqa: BLE001 - one transfer's end, never the server's
             # the receiver went away, or the engine failed: the receiver sees a cut stream
             log.warning("serving %s to %s ended early: %s", image_id[:19], self.client_address[0], exc)

@@ -330,3 +330,32 @@ def test_a_cancelled_fetch_leaves_nothing(rig):
     # the engine removed its unpacking directory: nothing half-loaded stays on disk
     wait_for(lambda: not list((receiver.root / "docker" / "tmp").glob("docker-import-*")), 30,
              what="docker load's temporary directory removed")
+
+
+def separated(a: Machine, b: Machine, cut: bool) -> None:
+    """Drop what the bridge forwards between two machines (both still reach the backend)."""
+    for source, target in ((a, b), (b, a)):
+        rule = ["FORWARD", "-s", source.address, "-d", target.address, "-j", "DROP"]
+        subprocess.run(["iptables", "-I" if cut else "-D", *([rule[0], "1", *rule[1:]] if cut else rule)],
+                       check=cut, capture_output=True)
+
+
+def test_peers_that_cannot_reach_each_other_relay_through_the_backend(rig):
+    holder, receiver = rig.machine(1), rig.machine(3)
+    app_id = image_id(holder, APP)
+    without(receiver, APP)
+    separated(holder, receiver, True)
+    try:
+        ticket = serve(rig, holder, app_id, receiver.address)
+        direct = run_command(rig, receiver, "image.fetch", {
+            "image_id": app_id, "image": APP, "peers": [{"address": peer_address(holder), "ticket": ticket}]})
+        assert reason_of(direct) == (protocol.FAILED, "peer_unreachable"), terminal(direct)
+        relay = rig.backend.admin.relay(app_id, holder.node_id, receiver.node_id, APP)
+        done = rig.backend.wait_command(relay["fetch_command"], timeout_s=300)
+        assert done["state"] == protocol.SUCCEEDED, terminal(done)
+        assert result_of(done)["source"] == f"{BRIDGE_ADDRESS}:{rig.backend.port}"
+        served = rig.backend.wait_command(relay["relay_command"], timeout_s=60)
+        assert served["state"] == protocol.SUCCEEDED, terminal(served)
+        assert image_id(receiver, APP) == app_id
+    finally:
+        separated(holder, receiver, False)

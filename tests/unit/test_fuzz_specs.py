@@ -31,6 +31,8 @@ VALID = {
     "container.remove": {"name": "c1"},
     "command.cancel": {"command_id": "c-1"},
     "image.serve": {"image_id": "sha256:" + "a" * 64, "ticket_sha256": "b" * 64, "receiver": "198.18.0.12", "ttl_s": 60},
+    "image.relay": {"image_id": "sha256:" + "a" * 64, "url": "http://198.18.0.1:8000/api/agent/v1/relays/x",
+                    "token": "SECRET-TICKET-relay-token"},
     "image.fetch": {"image_id": "sha256:" + "a" * 64, "image": "app:1",
                     "peers": [{"address": "http://198.18.0.11:7480", "ticket": "SECRET-TICKET-0123456789"}]},
 }

@@ -27,7 +27,7 @@ from faden_agent.sqlitefile import open_private_sqlite
 
 JOURNAL_FILE = "executor.sqlite"
 QUEUED, RUNNING, DONE = "queued", "running", "done"
-SECRET_KEYS = ("auth", "peers")  # peers: one-time tickets
+SECRET_KEYS = ("auth", "peers", "token")  # peers: one-time tickets; token: a relay upload token
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS commands (

@@ -90,6 +90,9 @@ register(CommandKind("image.fetch", peer_commands.image_fetch,
                      {"image_id": peer_commands.image_id, "peers": peer_commands.peers},
                      {"image": (specs.string, None), **_COMMON}, deadline_s=3600.0,
                      queue_key=peer_commands.by_fetched_image, cancellable=True))
+register(CommandKind("image.relay", peer_commands.image_relay,
+                     {"url": specs.string, "token": specs.string, "image_id": peer_commands.image_id},
+                     _COMMON, deadline_s=3600.0, queue_key=peer_commands.by_fetched_image, cancellable=True))
 register(CommandKind("image.remove", Commands.image_remove, {"image": specs.string},
                      {"force": (specs.boolean, False), **_COMMON}, queue_key=by_image))
 register(CommandKind("container.run", Commands.container_run, {"name": specs.name, "image": specs.string},

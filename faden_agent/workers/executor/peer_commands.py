@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from faden_agent.peer.fetch import NoSpace, PeerFailure, Stopped, Transfer, tag_image
+from faden_agent.peer.server import holder_stream
 from faden_agent.peer.tickets import Ticket, TicketBox
 from faden_agent.protocol import quote
 from faden_agent.workers.executor.docker_ops import Cancelled, CommandFailed, translated
@@ -118,6 +119,51 @@ def fetch_from_peers(commands: Any, job: Any, image_id: str | None, reference: s
     reason = "integrity_failed" if "integrity_failed" in reasons else reasons[-1]
     raise CommandFailed(reason, "no peer delivered the image: " + "; ".join(f.message for f in failures)[:1500],
                         sources=[{"reason": f.reason, "message": f.message} for f in failures])
+
+
+def image_relay(commands: Any, job: Any) -> dict[str, Any]:
+    """The holder's side of a relay through the backend (peers that cannot reach each other):
+    wait for the receiver's request there, then upload the same stream the peer port sends.
+    Runs in an executor scheduler thread (the peer worker only listens)."""
+    import requests
+
+    spec = job.spec
+    auth = {"Authorization": f"Bearer {spec['token']}"}
+    verify = commands.config.tls_verify()
+    request: dict[str, Any] | None = None
+    while request is None:
+        commands.check(job)
+        try:
+            answer = requests.get(f"{spec['url']}/request", headers=auth, timeout=(10, 30), verify=verify)
+        except requests.exceptions.RequestException as exc:
+            raise CommandFailed("peer_unreachable", f"cannot reach the relay: {type(exc).__name__}") from None
+        if answer.status_code == 200:
+            request = answer.json()
+        elif answer.status_code != 204:
+            raise CommandFailed("peer_failed", f"the relay answered HTTP {answer.status_code}")
+    if request.get("image_id") != spec["image_id"]:
+        raise CommandFailed("ticket_refused", "the receiver asked the relay for another image")
+    api = commands.ops.client.api
+    with translated("serving an image through the relay"):
+        headers, archive = holder_stream(api, spec["image_id"], {str(c) for c in request.get("held_chains") or ()})
+
+    def checked() -> Any:
+        for chunk in archive:
+            if job.should_stop():
+                raise Stopped()
+            yield chunk
+
+    try:
+        done = requests.post(f"{spec['url']}/stream", data=checked(), headers={**auth, **headers},
+                             timeout=(10, 600), verify=verify)
+    except Stopped:
+        raise Cancelled() from None
+    except requests.exceptions.RequestException as exc:
+        raise CommandFailed("peer_failed", f"the relay upload broke: {type(exc).__name__}") from None
+    if done.status_code != 200:
+        raise CommandFailed("peer_failed", f"the relay refused the stream: HTTP {done.status_code}")
+    return {"image_id": spec["image_id"], "bytes_sent": done.json().get("bytes"),
+            "message": f"relayed {spec['image_id'][:19]} through the backend"}
 
 
 def _present(api: Any, image_id: str) -> bool:
