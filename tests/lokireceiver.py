@@ -213,6 +213,7 @@ class LokiReceiver:
             for name, value in labels.items():
                 if not LABEL_NAME.match(name) or not isinstance(value, str):
                     raise ValueError(f"invalid label {name!r}={value!r}")
+            selector = _selector(labels)
             for value in stream["values"]:
                 if not isinstance(value, list) or len(value) not in (2, 3):
                     raise ValueError(f"an entry must be [ts, line] or [ts, line, metadata], got {value!r:.100}")
@@ -220,7 +221,6 @@ class LokiReceiver:
                 if not isinstance(ts, str) or not ts.isdigit() or not isinstance(line, str):
                     raise ValueError(f"timestamp must be a string of nanoseconds, got {ts!r:.40}")
                 metadata = value[2] if len(value) == 3 else None
-                selector = _selector(labels)
                 if metadata is not None:
                     if self.version == "2.8":
                         raise _WholePushRefused(LOKI_28_DECODE_ERROR.format(value=orjson.dumps(metadata).decode()))
@@ -231,12 +231,13 @@ class LokiReceiver:
                                       "Please see `limits_config.allow_structured_metadata` or contact your Loki "
                                       "administrator to enable it.")
                         continue
-                if int(ts) < oldest:
-                    errors.append(f"entry for stream '{selector}' has timestamp too old: {_rfc3339(int(ts))}, "
+                ts_ns = int(ts)
+                if ts_ns < oldest:
+                    errors.append(f"entry for stream '{selector}' has timestamp too old: {_rfc3339(ts_ns)}, "
                                   f"oldest acceptable timestamp is: {_rfc3339(oldest)}")
-                elif int(ts) > newest:
-                    errors.append(f"entry for stream '{selector}' has timestamp too new: {_rfc3339(int(ts))}")
-                elif len(line.encode()) > self.max_line_bytes:
+                elif ts_ns > newest:
+                    errors.append(f"entry for stream '{selector}' has timestamp too new: {_rfc3339(ts_ns)}")
+                elif len(line) * 4 > self.max_line_bytes and len(line.encode()) > self.max_line_bytes:
                     errors.append(f"Max entry size '{self.max_line_bytes}' bytes exceeded for stream '{selector}' "
                                   f"while adding an entry with length '{len(line.encode())}' bytes")
                 else:

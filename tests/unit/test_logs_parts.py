@@ -140,6 +140,20 @@ def test_positions_survive_a_restart_and_the_file_is_private(tmp_path):
     assert Positions(tmp_path).get("journal") == "s=1;i=2"
 
 
+def test_every_save_reaches_the_file_and_a_shorter_one_leaves_valid_json(tmp_path):
+    positions = Positions(tmp_path)
+    positions.advance({"journal": "s=1;i=" + "9" * 50, "container:a:stdout": 1})
+    positions.save(force=True)  # the durable path: replace + fsync
+    inode = (tmp_path / "logs-positions.json").stat().st_ino
+    positions.forget("container:a:stdout")
+    positions.advance({"journal": "s=1;i=3"})
+    positions.save()  # the cheap path: one padded pwrite, no throttle, no new file
+    assert (tmp_path / "logs-positions.json").stat().st_ino == inode
+    assert (tmp_path / "logs-positions.json").read_bytes().endswith(b" ")
+    again = Positions(tmp_path)
+    assert again.get("journal") == "s=1;i=3" and again.get("container:a:stdout") is None
+
+
 def test_corrupt_positions_start_over_instead_of_failing(tmp_path):
     (tmp_path / "logs-positions.json").write_text("{not json")
     assert Positions(tmp_path).get("journal") is None

@@ -35,6 +35,7 @@ class Backlog:
         # line was 7% of the shipper's time).
         self._takers = 0
         self._putters = 0
+        self._woken = False  # a waiting taker was already woken since it last began to wait
 
     def put(self, entry: Entry) -> bool:
         """Add one entry, waiting while full; False once closed (the entry is not kept)."""
@@ -51,8 +52,9 @@ class Backlog:
                 return False
             self._items.append((time.monotonic(), entry))
             self._bytes += entry.size
-            if self._takers and (len(self._items) >= self._want_lines or self._bytes >= self._want_bytes
-                                 or self._full()):
+            if self._takers and not self._woken and (len(self._items) >= self._want_lines
+                                                     or self._bytes >= self._want_bytes or self._full()):
+                self._woken = True  # once: the taker is on its way (until it waits again)
                 self._cond.notify_all()
             return True
 
@@ -68,6 +70,7 @@ class Backlog:
             self._takers += 1
             try:
                 if not self._items:
+                    self._woken = False
                     self._cond.wait_for(lambda: self._items or self.closed, poll_s)
                     if not self._items:
                         return []
@@ -84,6 +87,7 @@ class Backlog:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
+                self._woken = False
                 self._cond.wait(min(left, poll_s))
         finally:
             self._want_lines, self._want_bytes = 1, self.max_bytes
