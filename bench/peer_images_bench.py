@@ -12,6 +12,8 @@ by side, alternating, each round starting with the image absent on machine 2:
   pipe     `docker save ID` on machine 1 | TCP (python socket copy) | `docker load` on
            machine 2, the same engines and link, timed end to end.
 Then once with machine 2 holding the base layer: bytes on machine 1's wire vs the image.
+--fanout: a 4-machine rig, the image to the other 3 by the backend's fan-out vs all 3
+fetching from machine 1 at once, vs one transfer alone (the ideal: log2(4) = 2 transfer times).
 """
 
 from __future__ import annotations
@@ -25,9 +27,20 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.cluster.rig import Rig, run  # noqa: E402
-from tests.cluster.test_peer_images import (  # noqa: E402
-    APP, BASE, MB, build_images, copy_image, image_id, peer_address, serve, terminal, tx_bytes, without)
+from tests.cluster.rig import Rig, run
+from tests.cluster.test_peer_images import (
+    APP,
+    BASE,
+    MB,
+    build_images,
+    copy_image,
+    image_id,
+    peer_address,
+    serve,
+    terminal,
+    tx_bytes,
+    without,
+)
 
 PIPE_PORT = 9799
 RECEIVE = ("import socket, shutil, sys; s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
@@ -65,6 +78,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--mb", default="200,100,100", help="layer sizes in MB: imported base, two commits")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--fanout", action="store_true", help="also fan-out to 3 machines vs one holder (a 4-machine rig)")
     args = parser.parse_args()
     sizes = tuple(int(x) for x in args.mb.split(","))
     with Rig(2) as rig:
@@ -85,6 +99,7 @@ def main() -> int:
         before = tx_bytes(holder)
         partial = through_agents(rig, holder, receiver, app)
         wire = tx_bytes(holder) - before
+    fanout = fan_out(sizes) if args.fanout else None
     agent_s = statistics.median(r["seconds"] for r in agents)
     pipe_s = statistics.median(r["seconds"] for r in pipe)
     print(f"image: {size / MB:.0f} MiB in layers of {args.mb} MB; {args.rounds} rounds each, medians")
@@ -93,7 +108,44 @@ def main() -> int:
     print(f"ratio agents/pipe (rate): {pipe_s / agent_s:.2f}x")
     print(f"base layer ({sizes[0]} MB) held by the receiver: {wire / MB:.1f} MiB on the holder's wire, "
           f"{partial['bytes'] / MB:.1f} MiB received, image {size / MB:.0f} MiB")
+    if fanout:
+        print(f"fan-out to {fanout['targets']} machines (backend fan-out): {fanout['fanout_s']:.1f} s; "
+              f"all from one holder at once: {fanout['one_holder_s']:.1f} s; one transfer alone: {fanout['single_s']:.1f} s "
+              f"(ideal log2: {fanout['rounds']} x {fanout['single_s']:.1f} = {fanout['rounds'] * fanout['single_s']:.1f} s)")
     return 0
+
+
+def fan_out(sizes: tuple[int, ...], machines: int = 4) -> dict:
+    """Fan-out through the reference backend vs every target fetching from one holder at once."""
+    import math
+
+    from tests.agentproc import wait_for
+
+    with Rig(machines) as rig:
+        holder, targets = rig.machine(1), rig.machines[1:]
+        build_images(holder, sizes)
+        app = image_id(holder, APP)
+        rig.backend.admin.set_cluster("bench", [m.node_id for m in rig.machines])
+        single = through_agents(rig, holder, targets[0], app)["seconds"]
+        for target in targets:
+            without(target, APP)
+        began = time.monotonic()
+        commands = [rig.backend.send_command(t.node_id, "image.fetch", {"image_id": app, "image": APP, "peers": [
+            {"address": peer_address(holder), "ticket": serve(rig, holder, app, t.address)}]}) for t in targets]
+        for command_id in commands:
+            assert rig.backend.wait_command(command_id, timeout_s=1800)["state"] == "succeeded"
+        one_holder = time.monotonic() - began
+        for target in targets:
+            without(target, APP)
+        wait_for(lambda: not any(i["id"] == app for t in targets for i in
+                                 ((rig.backend.inventory(t.node_id) or {}).get("inventory") or {}).get("docker", {}).get("images", [])),
+                 60, interval_s=0.5, what="the targets' inventories without the image")
+        fanout_id = rig.backend.admin.fanout("bench", app, APP)
+        status = wait_for(lambda: (s := rig.backend.admin.fanout_status("bench", fanout_id))["state"] != "running" and s,
+                          1800, interval_s=0.2, what="the fan-out")
+        assert status["state"] == "done", status
+        return {"targets": len(targets), "single_s": single, "one_holder_s": one_holder,
+                "fanout_s": status["ended_at"] - status["started_at"], "rounds": math.ceil(math.log2(machines))}
 
 
 if __name__ == "__main__":
