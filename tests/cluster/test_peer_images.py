@@ -265,6 +265,7 @@ class HostilePeer:
 def test_a_hostile_peer_ends_integrity_failed_and_changes_nothing(rig, how, why):
     holder, receiver = rig.machine(1), rig.machine(2)
     other_id = image_id(holder, OTHER)
+    receiver.docker("rmi", "-f", other_id, check=False)
     genuine = holder.docker("save", other_id, timeout=300).stdout
     peer = HostilePeer(other_id)
     try:
@@ -359,3 +360,22 @@ def test_peers_that_cannot_reach_each_other_relay_through_the_backend(rig):
         assert image_id(receiver, APP) == app_id
     finally:
         separated(holder, receiver, False)
+
+
+def test_image_pull_falls_back_to_peers_and_a_present_image_is_only_tagged(rig):
+    holder, receiver = rig.machine(1), rig.machine(2)
+    other = image_id(holder, OTHER)
+    without(receiver, OTHER)
+    peers = [{"address": peer_address(holder), "ticket": serve(rig, holder, other, receiver.address)}]
+    done = run_command(rig, receiver, "image.pull", {"image": OTHER, "image_id": other, "peers": peers})
+    assert done["state"] == protocol.SUCCEEDED, terminal(done)
+    result = result_of(done)
+    assert result["source"] == f"{holder.address}:{PEER_PORT}" and result["registry_failure"] in (
+        "registry_unreachable", "image_not_found"), result
+    assert image_id(receiver, OTHER) == other
+    # already there under another name: tagged, nothing crosses (the ticket is not even used)
+    receiver.docker("tag", other, "faden-peer/other:old")
+    receiver.docker("rmi", OTHER)
+    again = run_command(rig, receiver, "image.fetch", {"image_id": other, "image": OTHER, "peers": peers})
+    assert result_of(again)["already_present"] is True and image_id(receiver, OTHER) == other
+    receiver.docker("rmi", "-f", other)  # the hostile-peer tests need it absent
