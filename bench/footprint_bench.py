@@ -119,7 +119,9 @@ class PrivateEngine:
         self.root.mkdir(parents=True, exist_ok=True)
         with open(self.root / "dockerd.log", "ab") as log_file:
             self.proc = subprocess.Popen(
-                ["dockerd", "--data-root", str(self.root / "data"), "--exec-root", str(self.root / "exec"),
+                # In a network namespace of its own: a dockerd with --bridge=none deletes the
+                # host's docker0 at start (Docker's removeDefaultBridgeInterface).
+                ["unshare", "--net", "--", "dockerd", "--data-root", str(self.root / "data"), "--exec-root", str(self.root / "exec"),
                  "--pidfile", str(self.root / "docker.pid"), "-H", self.host, "--bridge=none", "--iptables=false",
                  "--ip6tables=false", "--ip-masq=false", "--shutdown-timeout", "2"],
                 stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
