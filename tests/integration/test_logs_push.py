@@ -219,3 +219,19 @@ def test_real_loki_per_stream_rate_limit_answers_429_and_every_line_arrives(real
     # A resend after a 429 repeats lines Loki already stored: exact duplicates, which 3.x
     # drops; 2.8 was seen to keep some (counted here, not asserted).
     print(f"Loki {real_loki.version}: {len(got) - len(lines)} duplicates kept after {pusher.retries} retries")
+
+
+def test_real_loki_a_throttled_stream_beside_another_in_one_batch_loses_nothing(real_loki, tmp_path):
+    """Loki answers a push with the outcome of its last stream: a flooded stream's 429 is
+    hidden by a small stream after it (204, the rate-limited lines dropped). One stream a push."""
+    flood, small = stream("flood"), stream("small")
+    now = time.time_ns()
+    lines = [f"{i:06d} " + "f" * 500 for i in range(1600)]  # 800 KB: over the 512KB burst of one stream
+    pusher = real_pusher(real_loki, tmp_path)
+    for start in range(0, 1600, 400):
+        batch = [Entry(flood, now + i, lines[i], None, "journal", i) for i in range(start, start + 400)]
+        batch.append(Entry(small, now + start, f"small {start}", None, "journal", start))  # the last stream
+        assert pusher.push(batch).accepted == 401
+    assert pusher.retries >= 1  # the flood was throttled (429) and resent
+    assert sorted(set(real_loki.lines(f'{{agent_id="{dict(flood)["agent_id"]}"}}'))) == lines
+    assert real_loki.lines(f'{{agent_id="{dict(small)["agent_id"]}"}}') == [f"small {s}" for s in range(0, 1600, 400)]

@@ -1,6 +1,12 @@
 """Loki pushes: the body (Loki's JSON push format) and the delivery policy.
 
-Policy, per batch (docs/logs.md):
+One push carries one stream: Loki (2.8 and 3.x) answers a push with the outcome of its
+LAST stream only (its ingester overwrites each stream's error with the next one's), so a
+429 for a flooded stream followed by a stored small stream reads 204 while the flooded
+stream's rate-limited lines were dropped. A batch of several streams is pushed stream by
+stream, each by the policy below.
+
+Policy, per push (docs/logs.md):
 - 2xx: accepted.
 - 400 that names single lines (Loki's "timestamp too old/new", "Max entry size ...
   exceeded", "entry out of order"/"too far behind"): final. Loki stored the other lines;
@@ -68,6 +74,14 @@ def names_single_lines(detail: str) -> bool:
     return PER_LINE_REFUSAL.match(detail) is not None
 
 
+def by_stream(entries: list[Entry]) -> list[list[Entry]]:
+    """The entries of each stream, in order, streams in the order they first appear."""
+    streams: dict[Labels, list[Entry]] = {}
+    for entry in entries:
+        streams.setdefault(entry.stream, []).append(entry)
+    return list(streams.values())
+
+
 @dataclass
 class Outcome:
     accepted: int = 0  # lines in 2xx-answered pushes
@@ -106,7 +120,17 @@ class Pusher:
         return self.mode == "on" or self.plain_target != str(self.target)
 
     def push(self, entries: list[Entry], with_metadata: bool | None = None) -> Outcome | None:
-        """Deliver the batch by the policy above; None when stopping before it was done."""
+        """Deliver the batch, one push per stream (see above), each by the policy above;
+        None when stopping before it was done."""
+        outcome = Outcome()
+        for part in by_stream(entries):
+            result = self._push_stream(part, with_metadata)
+            if result is None:
+                return None
+            outcome += result
+        return outcome
+
+    def _push_stream(self, entries: list[Entry], with_metadata: bool | None) -> Outcome | None:
         attempt = 0
         while True:
             metadata = self.with_metadata if with_metadata is None else with_metadata
@@ -166,7 +190,7 @@ class Pusher:
         outcome = Outcome()
         half = len(entries) // 2
         for part in (entries[:half], entries[half:]):  # in order: streams keep their order
-            result = self.push(part, with_metadata)
+            result = self._push_stream(part, with_metadata)
             if result is None:
                 return None
             outcome += result
