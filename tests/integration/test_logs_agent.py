@@ -196,7 +196,9 @@ def test_loki_down_then_throttling_then_up_loses_nothing_and_memory_stays_bounde
     total = 40_000
     agent_id = unique_agent_id()
     journal = JournalWriter(tmp_path / "journal")
-    journal.append(journal.lines([f"outage {i:05d} " + "x" * 50 for i in range(total)]))
+    # Every 100th line an error: a second, small stream after the flooded one in most batches
+    # (Loki answers a push for its last stream only; docs/logs.md, one stream a push).
+    journal.append([journal.entry(f"outage {i:05d} " + "x" * 50, 3 if i % 100 == 50 else 6) for i in range(total)])
     real_loki.stop()  # a real outage: connection refused on Loki's port
     try:
         with start_agent(tmp_path, real_loki, journal.directory, agent_id=agent_id, log_batch_size=500) as agent:
