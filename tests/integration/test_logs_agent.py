@@ -213,9 +213,11 @@ def test_loki_down_then_throttling_then_up_loses_nothing_and_memory_stays_bounde
             assert status["sources"]["journal"]["lines_read"] < total / 2  # it stopped reading
             real_loki.start()  # back; its per-stream rate limit (256KB/s) answers 429 to the flood
             selector = system_selector(agent_id)
+            deadline = time.monotonic() + 240
             while count(real_loki, selector) < total:  # duplicates count too (2.8): distinct lines below
                 peak = max(peak, worker.memory_info().rss)
                 assert worker.is_running(), "the log worker died"
+                assert time.monotonic() < deadline, f"only {count(real_loki, selector)} of {total} lines in Loki after 240 s"
                 time.sleep(0.5)
             got = wait_in_loki(real_loki, agent_id, total, timeout_s=240)
             peak = max(peak, worker.memory_info().rss)
