@@ -19,6 +19,9 @@ import orjson
 
 TICKET_DIR = "peer-tickets"
 SPENT_SUFFIX = ".spent"
+# An expired ticket is kept this long, so a late receiver is told `ticket_expired`, not
+# "unknown", and the clean-up never races the check.
+EXPIRED_KEPT_S = 600.0
 
 
 class TicketRefused(Exception):
@@ -71,12 +74,12 @@ class TicketBox:
             raise TicketRefused("ticket_refused", f"the ticket is for another receiver than {receiver[:100]}")
         return grant
 
-    def expire(self) -> int:
-        """Remove tickets past their time; how many."""
+    def expire(self, kept_s: float = EXPIRED_KEPT_S) -> int:
+        """Remove tickets expired more than kept_s ago; how many."""
         removed = 0
         for entry in self.path.glob("[0-9a-f]*") if self.path.is_dir() else ():
             try:
-                if orjson.loads(entry.read_bytes())["expires_at"] < time.time():
+                if orjson.loads(entry.read_bytes())["expires_at"] < time.time() - kept_s:
                     entry.unlink()
                     removed += 1
             except (OSError, ValueError, KeyError, TypeError):
