@@ -196,3 +196,19 @@ def test_backend_cluster_peers_and_the_newest_traffic_record(tmp_path: Path):
     text = "\n".join(render(matrix))
     assert "5B/s 0.50ms eth0" in text
     assert "agent lacks traffic.passive (update it): a2 (" in text and "a1 (" not in text
+
+
+def test_nic_counters_survive_a_host_without_link_stats(monkeypatch):
+    """psutil.net_if_stats raises ENOSYS under qemu-user (no SIOCETHTOOL): the whole traffic
+    sample failed every interval; now speed and link state are unknown (None), counters stay."""
+    from faden_agent.workers.inventory.traffic import nics
+
+    def no_ethtool():
+        raise OSError(38, "Function not implemented (originated from ioctl(SIOCETHTOOL))")
+
+    monkeypatch.setattr(nics.psutil, "net_if_stats", no_ethtool)
+    read = nics.read_nics()
+    assert read, "this host has a NIC besides lo"
+    for nic in read.values():
+        assert nic["up"] is None and nic["speed_mbps"] is None
+        assert nic["counters"]["rx_bytes"] >= 0

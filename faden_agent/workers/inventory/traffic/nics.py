@@ -13,7 +13,10 @@ from faden_agent.workers.inventory.network import SKIPPED_PREFIXES
 
 def read_nics() -> dict[str, dict[str, Any]]:
     counters = psutil.net_io_counters(pernic=True)
-    stats = psutil.net_if_stats()
+    try:
+        stats = psutil.net_if_stats()
+    except OSError:  # no SIOCETHTOOL (seen under qemu-user): link state and speed unknown, counters still right
+        stats = {}
     out = {}
     for name, c in counters.items():
         if name == "lo" or name.startswith(SKIPPED_PREFIXES):
