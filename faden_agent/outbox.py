@@ -114,10 +114,17 @@ class Outbox:
                     raise
         retry_when_full(delete, self.path)
 
-    def count(self) -> int:
-        with self._lock:
+    def count(self, wait_s: float = -1) -> int | None:
+        """Records waiting; None when this connection stays busy past wait_s (the default
+        waits). The heartbeat must not wait: an ack can hold the connection while it waits
+        for SQLite's write lock, which a stopped process of the agent may hold."""
+        if not self._lock.acquire(timeout=wait_s):
+            return None
+        try:  # WAL: reading never waits for another process's writer
             (durable,) = self._db.execute("SELECT COUNT(*) FROM outbox").fetchone()
             (latest,) = self._db.execute("SELECT COUNT(*) FROM latest").fetchone()
+        finally:
+            self._lock.release()
         return durable + latest
 
     def trim(self, max_records: int = MAX_RECORDS) -> int:

@@ -68,3 +68,25 @@ def test_trim_drops_oldest_beyond_the_bound(tmp_path):
         box.put("event", {"n": n})
     assert box.trim(max_records=4) == 6
     assert [r["data"]["n"] for r in box.pending(10)] == [6, 7, 8, 9]
+
+
+def test_count_for_the_heartbeat_does_not_wait_behind_an_ack_waiting_for_another_process(tmp_path):
+    """An ack holds the stream's connection while it waits for SQLite's write lock; a stopped
+    executor holding that lock stalled every heartbeat (its count() waited up to 30 s)."""
+    import sqlite3
+    import threading
+    import time
+
+    box = Outbox(tmp_path)
+    record = box.put("timeline", {"n": 1})
+    other = sqlite3.connect(box.path, isolation_level=None)  # another process's writer, stopped mid-write
+    other.execute("BEGIN IMMEDIATE")
+    acking = threading.Thread(target=box.ack, args=([record["id"]],), daemon=True)
+    acking.start()
+    time.sleep(0.3)  # the ack now holds the connection, waiting for the write lock
+    started = time.monotonic()
+    assert box.count(wait_s=0.05) is None
+    assert time.monotonic() - started < 5
+    other.execute("ROLLBACK")
+    acking.join(10)
+    assert box.count(wait_s=0.05) == 0

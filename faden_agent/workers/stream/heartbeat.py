@@ -86,7 +86,7 @@ class HeartbeatSender(LinkThread):
             "beat": beat,
             "due_at": due_at,
             "uptime_s": supervisor.get("uptime_s", time.time() - self.started_at),
-            "outbox_pending": self.outbox.count(),
+            "outbox_pending": self.outbox.count(wait_s=0.05),  # None: busy (see Outbox.count)
         }
         detail = self.detail(table)
         key = change_key(detail)
