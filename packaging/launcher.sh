@@ -63,9 +63,11 @@ if ! own_base; then
   own_base || die "cannot create $base (and not ${FADEN_AGENT_UNPACK_DIR:-the cache directory} either)"
 fi
 if [ ! -x "$base/$build/faden-agent" ]; then
-  tmp=$(mktemp -d "$base/.unpack.$$.XXXXXX") || die "cannot create a directory in $base"
-  trap 'rm -rf "$tmp"' EXIT
+  # Traps first, and by our pid, not by $tmp: a signal between mktemp and the assignment
+  # would otherwise leave the half behind.
+  trap 'rm -rf "$base"/.unpack.$$.*' EXIT
   trap 'exit 129' HUP; trap 'exit 130' INT; trap 'exit 143' TERM
+  tmp=$(mktemp -d "$base/.unpack.$$.XXXXXX") || die "cannot create a directory in $base"
   tail -c +"$((payload_offset + 1))" "$self" | tar -xzof - -C "$tmp" \
     || die "cannot unpack $self into $base (disk full? a truncated download?)"
   [ -x "$tmp/faden-agent" ] || die "$self holds no faden-agent executable (a truncated download?)"
