@@ -102,7 +102,14 @@ def _optional_text(raw: str) -> str | None:
 def _path(raw: str) -> Path:
     if not raw.strip():
         raise ValueError("a file system path")
-    return Path(raw.strip()).expanduser()
+    return _expanded(raw.strip())
+
+
+def _expanded(raw: str) -> Path:
+    try:
+        return Path(raw).expanduser()
+    except RuntimeError:  # ~name of a user that does not exist
+        raise ValueError("a file system path whose ~user exists") from None
 
 
 def _optional_path(raw: str) -> Path | None:
@@ -124,7 +131,7 @@ def _structured_metadata(raw: str) -> str:
 
 
 def _path_list(raw: str) -> tuple[Path, ...]:
-    return tuple(Path(p).expanduser() for p in raw.split(":") if p.strip())
+    return tuple(_expanded(p) for p in raw.split(":") if p.strip())
 
 
 # --- defaults that depend on the machine

@@ -143,3 +143,10 @@ def test_cli_config_redacts_and_fails_with_one_line():
     assert bad.stderr.strip().count("\n") == 0
     assert "FADEN_NODE_AGENT_ADVERTISE_SCHEME='ftp'" in bad.stderr
     assert TOKEN not in bad.stderr
+
+
+def test_a_path_with_an_unknown_user_is_a_one_line_error():
+    """Found by the config fuzz: `~0` made Path.expanduser raise RuntimeError."""
+    with pytest.raises(ConfigError) as err:
+        load_config({"FADEN_NODE_AGENT_PEER_CERT_FILE": "~no-such-user-0/cert.pem"})
+    assert "PEER_CERT_FILE" in str(err.value) and "\n" not in str(err.value)
