@@ -119,7 +119,7 @@ class Transfer:
             try:
                 answer = response.json()
                 reason, message = str(answer.get("reason") or answer["error"])[:40], str(answer["message"])[:300]
-            except (ValueError, KeyError, TypeError):
+            except (ValueError, KeyError, TypeError, AttributeError):  # AttributeError: a JSON answer that is no object
                 reason, message = "peer_failed", f"HTTP {response.status_code}"
             response.close()
             raise PeerFailure(reason if reason in ("ticket_refused", "ticket_expired", "image_not_found") else "peer_failed",
