@@ -92,8 +92,9 @@ class UplinkSender(LinkThread):
         if rejected:
             # Malformed records would be resent forever and block the queue: drop them, loudly.
             log.error("uplink: the backend rejected %d malformed records (ids %s); dropped", len(rejected), rejected[:5])
-        done = set(acked) | set(rejected)
-        if not done & {r["id"] for r in batch}:
+        # Only this batch's ids: a backend acking ids it was not sent must not drop pending records.
+        done = (set(acked) | set(rejected)) & {r["id"] for r in batch}
+        if not done:
             raise ProtocolError("the backend acknowledged none of the batch")
         self.outbox.ack(done)
         self.sent += len(acked)
