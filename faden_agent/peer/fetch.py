@@ -86,8 +86,11 @@ class Transfer:
         held = held_chains(self.api)
         response = self._request(peer, held, source)
         with response:
-            total = int(response.headers.get("X-Faden-Bytes-Total") or 0)
-            limit = int(response.headers.get("X-Faden-Byte-Limit") or byte_limit(total))
+            try:  # the peer's headers: a non-number is that peer's failure, not ours
+                total = max(0, int(response.headers.get("X-Faden-Bytes-Total") or 0))
+                limit = int(response.headers.get("X-Faden-Byte-Limit") or byte_limit(total))
+            except ValueError:
+                raise PeerFailure("peer_failed", f"peer {source} sent a malformed size header") from None
             self._check_space(total, source)
             started = time.monotonic()
             figures = {"bytes_done": 0, "next": started}
