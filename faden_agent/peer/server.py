@@ -150,7 +150,8 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         if self.path != "/v1/images/fetch":
             return self._refuse(404, "not_found", f"no such path {self.path[:100]}")
-        length = int(self.headers.get("Content-Length") or 0)
+        length_text = self.headers.get("Content-Length") or "0"
+        length = int(length_text) if length_text.isdigit() else 0  # a non-number: refused below, not a traceback
         if not 0 < length <= REQUEST_LIMIT:
             return self._refuse(400, "bad_request", f"a request body of 1..{REQUEST_LIMIT} bytes is needed")
         try:
