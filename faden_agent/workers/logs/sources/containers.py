@@ -86,7 +86,10 @@ def parse_rfc3339_ns(text: bytes) -> int | None:
     if match is None:
         return None
     zone = "+00:00" if match[3] == b"Z" else match[3].decode()
-    seconds = int(datetime.fromisoformat(match[1].decode() + zone).timestamp())
+    try:
+        seconds = int(datetime.fromisoformat(match[1].decode() + zone).timestamp())
+    except ValueError:  # digits in the right places, yet no date (month 13, zone +99:00)
+        return None
     return seconds * 1_000_000_000 + int((match[2] or b"").ljust(9, b"0"))
 
 
