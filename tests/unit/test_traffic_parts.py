@@ -212,3 +212,10 @@ def test_nic_counters_survive_a_host_without_link_stats(monkeypatch):
     for nic in read.values():
         assert nic["up"] is None and nic["speed_mbps"] is None
         assert nic["counters"]["rx_bytes"] >= 0
+
+
+def test_a_peers_message_that_cannot_be_written_does_not_raise(tmp_path: Path):
+    """The downlink thread writes it: an OSError (disk full) must not end that critical thread."""
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("x")
+    assert not write_peers(not_a_dir, {"type": "peers", "cluster": "c", "peers": [{"node_id": "n2", "address": "10.0.0.2"}]})

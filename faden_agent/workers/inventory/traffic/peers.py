@@ -53,7 +53,11 @@ def write_peers(state_dir: Path, message: dict[str, Any]) -> bool:
     if content is None:
         log.error("downlink: skipped a malformed peers message: %.200r", message)
         return False
-    replace_file_if_changed(peers_path(state_dir), orjson.dumps(content))
+    try:
+        replace_file_if_changed(peers_path(state_dir), orjson.dumps(content))
+    except OSError as exc:  # e.g. disk full: the backend sends peers again after every hello
+        log.error("downlink: could not keep the peers message: %s", exc)
+        return False
     return True
 
 
