@@ -29,7 +29,7 @@ class CountingProxy:
         self._requests: dict[str, int] = defaultdict(int)
         self._closed = False
 
-    def __enter__(self) -> "CountingProxy":
+    def __enter__(self) -> CountingProxy:
         threading.Thread(target=self._accept, daemon=True).start()
         return self
 
@@ -40,8 +40,10 @@ class CountingProxy:
     def snapshot(self) -> dict[str, dict[str, int]]:
         """{path: {"up": bytes, "down": bytes, "requests": n}} so far."""
         with self._lock:
-            return {p: {"up": self._up[p], "down": self._down[p], "requests": self._requests[p]}
-                    for p in set(self._up) | set(self._down)}
+            return {
+                p: {"up": self._up[p], "down": self._down[p], "requests": self._requests[p]}
+                for p in set(self._up) | set(self._down)
+            }
 
     def _count(self, table: dict[str, int], path: str, n: int) -> None:
         with self._lock:

@@ -57,15 +57,18 @@ def remove(client: docker.DockerClient, prefix: str) -> None:
         container.remove(force=True)
 
 
-def round_trips(backend: BackendProcess, node: str, client: docker.DockerClient, prefix: str,
-                runs: int) -> tuple[list[float], list[float], list[float]]:
+def round_trips(
+    backend: BackendProcess, node: str, client: docker.DockerClient, prefix: str, runs: int
+) -> tuple[list[float], list[float], list[float]]:
     """Seconds, per run: queued -> running and queued -> 'succeeded' at the backend via the
     agent, and SDK containers.run -> running, alternating; one warm-up of each not counted."""
     via_agent_running, via_agent_reported, direct = [], [], []
     for i in range(runs + 1):
         name = f"{prefix}-a{i}"
         t0 = time.time()
-        command_id = backend.send_command(node, "container.run", {"name": name, "image": IMAGE, "command": ["sleep", "600"]})
+        command_id = backend.send_command(
+            node, "container.run", {"name": name, "image": IMAGE, "command": ["sleep", "600"]}
+        )
         reported = wait_succeeded(backend, command_id)
         if i:
             via_agent_running.append(started_at(client, name) - t0)
@@ -97,8 +100,10 @@ def main() -> int:
 
         names = [f"{prefix}-c{i}" for i in range(args.concurrent)]
         t0 = time.time()
-        ids = [backend.send_command(node, "container.run", {"name": n, "image": IMAGE, "command": ["sleep", "600"]})
-               for n in names]
+        ids = [
+            backend.send_command(node, "container.run", {"name": n, "image": IMAGE, "command": ["sleep", "600"]})
+            for n in names
+        ]
         queued_s = time.time() - t0
         for command_id in ids:
             wait_succeeded(backend, command_id, timeout_s=300)

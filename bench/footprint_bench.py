@@ -42,9 +42,18 @@ from tests.lokireceiver import LokiReceiver  # noqa: E402
 
 SETTLE_S = 0.2  # the executor's settle check after a start (commands.py)
 # settings the test helpers shorten, left to the agent's own defaults here
-PRODUCTION_DEFAULTS = ("heartbeat_interval_sec", "stream_keepalive_sec", "reconnect_min_sec", "reconnect_max_sec",
-                       "request_timeout_sec", "worker_heartbeat_sec", "worker_hang_timeout_sec",
-                       "restart_backoff_min_sec", "restart_backoff_max_sec", "stop_timeout_sec")
+PRODUCTION_DEFAULTS = (
+    "heartbeat_interval_sec",
+    "stream_keepalive_sec",
+    "reconnect_min_sec",
+    "reconnect_max_sec",
+    "request_timeout_sec",
+    "worker_heartbeat_sec",
+    "worker_hang_timeout_sec",
+    "restart_backoff_min_sec",
+    "restart_backoff_max_sec",
+    "stop_timeout_sec",
+)
 IMAGE = executor_bench.IMAGE
 
 # ---------------------------------------------------------------- per process counters
@@ -58,9 +67,11 @@ def smaps_kib(pid: int) -> dict[str, int]:
             name, _, rest = line.partition(":")
             if rest.strip().endswith("kB"):
                 fields[name] = int(rest.split()[0])
-    return {"pss": fields.get("Pss", 0),
-            "shared": fields.get("Shared_Clean", 0) + fields.get("Shared_Dirty", 0),
-            "private": fields.get("Private_Clean", 0) + fields.get("Private_Dirty", 0)}
+    return {
+        "pss": fields.get("Pss", 0),
+        "shared": fields.get("Shared_Clean", 0) + fields.get("Shared_Dirty", 0),
+        "private": fields.get("Private_Clean", 0) + fields.get("Private_Dirty", 0),
+    }
 
 
 def counters(pid: int) -> tuple[float, dict[int, tuple[int, int]]]:
@@ -115,16 +126,37 @@ class PrivateEngine:
         self.host = f"unix://{self.socket}"
         self.proc: subprocess.Popen | None = None
 
-    def __enter__(self) -> "PrivateEngine":
+    def __enter__(self) -> PrivateEngine:
         self.root.mkdir(parents=True, exist_ok=True)
         with open(self.root / "dockerd.log", "ab") as log_file:
             self.proc = subprocess.Popen(
                 # In a network namespace of its own: a dockerd with --bridge=none deletes the
                 # host's docker0 at start (Docker's removeDefaultBridgeInterface).
-                ["unshare", "--net", "--", "dockerd", "--data-root", str(self.root / "data"), "--exec-root", str(self.root / "exec"),
-                 "--pidfile", str(self.root / "docker.pid"), "-H", self.host, "--bridge=none", "--iptables=false",
-                 "--ip6tables=false", "--ip-masq=false", "--shutdown-timeout", "2"],
-                stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+                [
+                    "unshare",
+                    "--net",
+                    "--",
+                    "dockerd",
+                    "--data-root",
+                    str(self.root / "data"),
+                    "--exec-root",
+                    str(self.root / "exec"),
+                    "--pidfile",
+                    str(self.root / "docker.pid"),
+                    "-H",
+                    self.host,
+                    "--bridge=none",
+                    "--iptables=false",
+                    "--ip6tables=false",
+                    "--ip-masq=false",
+                    "--shutdown-timeout",
+                    "2",
+                ],
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         wait_for(lambda: self.docker("version", check=False).returncode == 0, 90, 0.5, "the bench's dockerd")
         image = subprocess.run(["docker", "save", IMAGE], capture_output=True, check=True, timeout=120).stdout
         subprocess.run(["docker", "-H", self.host, "load"], input=image, capture_output=True, check=True, timeout=120)
@@ -148,14 +180,18 @@ class PrivateEngine:
         return self.proc.pid
 
     def docker(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        return subprocess.run(["docker", "-H", self.host, *args], capture_output=True, text=True, check=check,
-                              timeout=120)
+        return subprocess.run(
+            ["docker", "-H", self.host, *args], capture_output=True, text=True, check=check, timeout=120
+        )
 
 
 def memory(agent: AgentProcess) -> dict[str, Any]:
     per = {name: smaps_kib(pid) for name, pid in named_tree(agent).items()}
-    return {"per_process_kib": per, "tree_pss_kib": sum(p["pss"] for p in per.values()),
-            "tree_private_kib": sum(p["private"] for p in per.values())}
+    return {
+        "per_process_kib": per,
+        "tree_pss_kib": sum(p["pss"] for p in per.values()),
+        "tree_private_kib": sum(p["private"] for p in per.values()),
+    }
 
 
 def idle_window(agent: AgentProcess, proxy: CountingProxy, seconds: float, docker_pid: int) -> dict[str, Any]:
@@ -175,24 +211,33 @@ def idle_window(agent: AgentProcess, proxy: CountingProxy, seconds: float, docke
             continue
         cpu0, switches0 = before.get(name, (0.0, {}))
         vol, invol = switches_between(switches0, switches)
-        per[name] = {"cpu_percent": round((cpu - cpu0) / elapsed * 100, 3),
-                     "wakeups_per_s": round(vol / elapsed, 2),
-                     "involuntary_per_s": round(invol / elapsed, 2), "threads": len(switches)}
+        per[name] = {
+            "cpu_percent": round((cpu - cpu0) / elapsed * 100, 3),
+            "wakeups_per_s": round(vol / elapsed, 2),
+            "involuntary_per_s": round(invol / elapsed, 2),
+            "threads": len(switches),
+        }
     wire_after = proxy.snapshot()
     wire = {}
     for path, now in wire_after.items():
         was = wire_before.get(path, {"up": 0, "down": 0, "requests": 0})
         up, down, requests = now["up"] - was["up"], now["down"] - was["down"], now["requests"] - was["requests"]
         if up or down or requests:
-            wire[path] = {"up_b_per_s": round(up / elapsed, 1), "down_b_per_s": round(down / elapsed, 1),
-                          "requests": requests}
-    return {"window_s": round(elapsed, 1), "per_process": per,
-            "tree_cpu_percent": round(sum(p["cpu_percent"] for p in per.values()), 3),
-            "tree_wakeups_per_s": round(sum(p["wakeups_per_s"] for p in per.values()), 2),
-            "dockerd_cpu_percent": round((counters(docker_pid)[0] - docker_before) / elapsed * 100, 3),
-            "uplink_by_path": wire,
-            "uplink_b_per_s": round(sum(w["up_b_per_s"] for p, w in wire.items() if " kind=" not in p), 1),
-            "downlink_b_per_s": round(sum(w["down_b_per_s"] for p, w in wire.items() if " kind=" not in p), 1)}
+            wire[path] = {
+                "up_b_per_s": round(up / elapsed, 1),
+                "down_b_per_s": round(down / elapsed, 1),
+                "requests": requests,
+            }
+    return {
+        "window_s": round(elapsed, 1),
+        "per_process": per,
+        "tree_cpu_percent": round(sum(p["cpu_percent"] for p in per.values()), 3),
+        "tree_wakeups_per_s": round(sum(p["wakeups_per_s"] for p in per.values()), 2),
+        "dockerd_cpu_percent": round((counters(docker_pid)[0] - docker_before) / elapsed * 100, 3),
+        "uplink_by_path": wire,
+        "uplink_b_per_s": round(sum(w["up_b_per_s"] for p, w in wire.items() if " kind=" not in p), 1),
+        "downlink_b_per_s": round(sum(w["down_b_per_s"] for p, w in wire.items() if " kind=" not in p), 1),
+    }
 
 
 # ---------------------------------------------------------------- per package memory
@@ -260,15 +305,18 @@ def start_managed(backend: BackendProcess, node: str, prefix: str, count: int, r
         run_command(backend, node, spec)
 
 
-def command_round_trips(backend: BackendProcess, node: str, engine: PrivateEngine, prefix: str,
-                        runs: int) -> dict[str, Any]:
+def command_round_trips(
+    backend: BackendProcess, node: str, engine: PrivateEngine, prefix: str, runs: int
+) -> dict[str, Any]:
     """Agent queued -> succeeded seen at the backend, against `docker run -d` + settle,
     alternating (one warm-up each, not counted), and where the agent's time goes."""
     agent_s, docker_s, delivery, working, reporting = [], [], [], [], []
     for i in range(runs + 1):
         name = f"{prefix}-rt{i}"
         t0 = time.time()
-        command_id = backend.send_command(node, "container.run", {"name": name, "image": IMAGE, "command": ["sleep", "600"]})
+        command_id = backend.send_command(
+            node, "container.run", {"name": name, "image": IMAGE, "command": ["sleep", "600"]}
+        )
         seen = executor_bench.wait_succeeded(backend, command_id)
         timeline = {r["state"]: r for r in backend.command(command_id)["timeline"]}
         t1 = time.monotonic()
@@ -283,10 +331,15 @@ def command_round_trips(backend: BackendProcess, node: str, engine: PrivateEngin
             working.append(succeeded["ts"] - received["ts"])
             reporting.append(seen - succeeded["ts"])
     med = statistics.median
-    return {"runs": runs, "agent_median_s": med(agent_s), "docker_run_d_plus_settle_median_s": med(docker_s),
-            "ratio": med(agent_s) / med(docker_s),
-            "queued_to_received_median_s": med(delivery), "received_to_succeeded_median_s": med(working),
-            "succeeded_to_seen_median_s": med(reporting)}
+    return {
+        "runs": runs,
+        "agent_median_s": med(agent_s),
+        "docker_run_d_plus_settle_median_s": med(docker_s),
+        "ratio": med(agent_s) / med(docker_s),
+        "queued_to_received_median_s": med(delivery),
+        "received_to_succeeded_median_s": med(working),
+        "succeeded_to_seen_median_s": med(reporting),
+    }
 
 
 def remove_prefixed(engine: PrivateEngine, prefix: str) -> None:
@@ -305,11 +358,20 @@ def measure(root: Path, window_s: float, containers: int, ray: int, runs: int) -
     journal.append([journal.entry("bench seed")])
     backend = BackendProcess(root / "backend", root / "backend.log").start()
     url = urlsplit(backend.url)
-    with PrivateEngine(root / "engine") as engine, LokiReceiver() as loki, \
-            CountingProxy(url.hostname, url.port) as proxy:
+    with (
+        PrivateEngine(root / "engine") as engine,
+        LokiReceiver() as loki,
+        CountingProxy(url.hostname, url.port) as proxy,
+    ):
         # the defaults of a production agent: only its addresses and files are the bench's
-        env = agent_env_for(backend, root, backend_url=proxy.url, loki_url=loki.url,
-                            journal_directory=journal.directory, docker_host=engine.host)
+        env = agent_env_for(
+            backend,
+            root,
+            backend_url=proxy.url,
+            loki_url=loki.url,
+            journal_directory=journal.directory,
+            docker_host=engine.host,
+        )
         for name in PRODUCTION_DEFAULTS:
             env.pop(f"FADEN_NODE_AGENT_{name.upper()}", None)
         agent = AgentProcess(env, root / "agent.log").start()
@@ -342,36 +404,74 @@ def report(results: dict[str, Any], row) -> None:
     """Table rows (figure, value, compared with) through `row`."""
     mem = results["memory"]
     per = mem["per_process_kib"]
-    row("idle PSS, whole tree", f"{mem['tree_pss_kib'] / 1024:.1f} MiB ({len(per)} procs)",
-        f"private {mem['tree_private_kib'] / 1024:.1f} MiB; goal <= 60 MiB")
+    row(
+        "idle PSS, whole tree",
+        f"{mem['tree_pss_kib'] / 1024:.1f} MiB ({len(per)} procs)",
+        f"private {mem['tree_private_kib'] / 1024:.1f} MiB; goal <= 60 MiB",
+    )
     for name, m in per.items():
-        row(f"  PSS {name}", f"{m['pss'] / 1024:.1f} MiB", f"shared {m['shared'] / 1024:.1f}, private {m['private'] / 1024:.1f} MiB")
+        row(
+            f"  PSS {name}",
+            f"{m['pss'] / 1024:.1f} MiB",
+            f"shared {m['shared'] / 1024:.1f}, private {m['private'] / 1024:.1f} MiB",
+        )
     costs = results.get("package_private_kib", {})
-    row("  private KiB per imported package", ", ".join(f"{k} {v}" for k, v in list(costs.items())[:6]),
-        "fresh interpreter with the worker base, per package")
+    row(
+        "  private KiB per imported package",
+        ", ".join(f"{k} {v}" for k, v in list(costs.items())[:6]),
+        "fresh interpreter with the worker base, per package",
+    )
     for key in [k for k in results if k.startswith("idle_")]:
         idle = results[key]
         n = key.split("_")[1]
-        row(f"idle CPU, {n} managed containers, {idle['window_s']:.0f} s", f"{idle['tree_cpu_percent']:.2f} % of a core",
-            f"dockerd {idle['dockerd_cpu_percent']:.2f} % same window; goal <= 0.3 % (0) / 0.5 % (20)")
-        row(f"  wakeups/s, {n} containers", f"{idle['tree_wakeups_per_s']:.1f} /s whole tree",
-            ", ".join(f"{p} {v['wakeups_per_s']:.1f}" for p, v in idle["per_process"].items()))
-        row(f"  CPU per process, {n} containers", "", ", ".join(f"{p} {v['cpu_percent']:.2f}"
-                                                              for p, v in idle["per_process"].items()))
-        row(f"idle uplink, {n} containers", f"{idle['uplink_b_per_s']:.1f} B/s up",
-            "; ".join(f"{p} {w['up_b_per_s']:.1f} up/{w['down_b_per_s']:.1f} down ({w['requests']} req)"
-                      for p, w in idle["uplink_by_path"].items() if " kind=" not in p) + "; goal <= 50 B/s")
-        row(f"  uplink records by kind, {n} containers", "", "; ".join(
-            f"{p.split('kind=')[1]} {w['up_b_per_s']:.1f} B/s ({w['requests']} records)"
-            for p, w in idle["uplink_by_path"].items() if " kind=" in p))
+        row(
+            f"idle CPU, {n} managed containers, {idle['window_s']:.0f} s",
+            f"{idle['tree_cpu_percent']:.2f} % of a core",
+            f"dockerd {idle['dockerd_cpu_percent']:.2f} % same window; goal <= 0.3 % (0) / 0.5 % (20)",
+        )
+        row(
+            f"  wakeups/s, {n} containers",
+            f"{idle['tree_wakeups_per_s']:.1f} /s whole tree",
+            ", ".join(f"{p} {v['wakeups_per_s']:.1f}" for p, v in idle["per_process"].items()),
+        )
+        row(
+            f"  CPU per process, {n} containers",
+            "",
+            ", ".join(f"{p} {v['cpu_percent']:.2f}" for p, v in idle["per_process"].items()),
+        )
+        row(
+            f"idle uplink, {n} containers",
+            f"{idle['uplink_b_per_s']:.1f} B/s up",
+            "; ".join(
+                f"{p} {w['up_b_per_s']:.1f} up/{w['down_b_per_s']:.1f} down ({w['requests']} req)"
+                for p, w in idle["uplink_by_path"].items()
+                if " kind=" not in p
+            )
+            + "; goal <= 50 B/s",
+        )
+        row(
+            f"  uplink records by kind, {n} containers",
+            "",
+            "; ".join(
+                f"{p.split('kind=')[1]} {w['up_b_per_s']:.1f} B/s ({w['requests']} records)"
+                for p, w in idle["uplink_by_path"].items()
+                if " kind=" in p
+            ),
+        )
     if "command" in results:
         c = results["command"]
-        row("container.run queued -> succeeded at backend", f"{c['agent_median_s'] * 1000:.0f} ms (median of {c['runs']})",
+        row(
+            "container.run queued -> succeeded at backend",
+            f"{c['agent_median_s'] * 1000:.0f} ms (median of {c['runs']})",
             f"docker run -d + {SETTLE_S * 1000:.0f} ms settle {c['docker_run_d_plus_settle_median_s'] * 1000:.0f} ms: "
-            f"ratio {c['ratio']:.2f}x (goal <= 1.1x)")
-        row("  where the agent's time goes", f"delivery {c['queued_to_received_median_s'] * 1000:.0f} ms",
+            f"ratio {c['ratio']:.2f}x (goal <= 1.1x)",
+        )
+        row(
+            "  where the agent's time goes",
+            f"delivery {c['queued_to_received_median_s'] * 1000:.0f} ms",
             f"received -> succeeded {c['received_to_succeeded_median_s'] * 1000:.0f} ms, "
-            f"report's way back {c['succeeded_to_seen_median_s'] * 1000:.0f} ms")
+            f"report's way back {c['succeeded_to_seen_median_s'] * 1000:.0f} ms",
+        )
 
 
 def main() -> int:

@@ -53,6 +53,7 @@ class TimedNvml:
 def package_version(name: str) -> str | None:
     try:
         from importlib.metadata import PackageNotFoundError, version
+
         return version(name)
     except (ImportError, PackageNotFoundError):
         return None
@@ -82,8 +83,12 @@ def main() -> int:
         "inventory": inventory,
         "round_ms": rounds,
         "queries": {
-            name: {"calls": len(times), "median_ms": round(statistics.median(times) * 1000, 3),
-                   "max_ms": round(max(times) * 1000, 3), "total_ms": round(sum(times) * 1000, 3)}
+            name: {
+                "calls": len(times),
+                "median_ms": round(statistics.median(times) * 1000, 3),
+                "max_ms": round(max(times) * 1000, 3),
+                "total_ms": round(sum(times) * 1000, 3),
+            }
             for name, times in sorted(nvml.calls.items())
         },
     }

@@ -59,9 +59,13 @@ def measure(runs: int) -> dict:
         "probe_median_ms": {n: round(statistics.median(v), 2) for n, v in probe_ms.items()},
         "full_record_bytes": wire_size(full),
         "unchanged_record_bytes": wire_size(unchanged),
-        "machine": {"images": len(docker.get("images") or ()), "managed_containers": len(docker.get("containers") or ()),
-                    "interfaces": len(full["network"] or ()), "filesystems": len(full["disks"] or ()),
-                    "gpus": len((full.get("gpu") or {}).get("devices") or ())},
+        "machine": {
+            "images": len(docker.get("images") or ()),
+            "managed_containers": len(docker.get("containers") or ()),
+            "interfaces": len(full["network"] or ()),
+            "filesystems": len(full["disks"] or ()),
+            "gpus": len((full.get("gpu") or {}).get("devices") or ()),
+        },
     }
     return figures
 

@@ -34,7 +34,6 @@ from tests.journalfiles import JournalWriter  # noqa: E402
 from tests.lokiproc import TOOLS, LokiProcess, count  # noqa: E402
 from tests.lokireceiver import LokiReceiver  # noqa: E402
 
-
 LINE_PREFIX = "bench line "
 
 
@@ -48,9 +47,18 @@ def append_lines(journal: JournalWriter, entries: int) -> None:
     """Appends `entries` numbered lines of about 100 bytes, 50,000 per export."""
     chunk = 50_000
     for start in range(0, entries, chunk):
-        journal.append([journal.entry(f"{LINE_PREFIX}{i:07d} " + "payload " * 8, 6,
-                                      _SYSTEMD_UNIT="bench.service", _PID="4242", SYSLOG_IDENTIFIER="bench")
-                        for i in range(start, min(entries, start + chunk))])
+        journal.append(
+            [
+                journal.entry(
+                    f"{LINE_PREFIX}{i:07d} " + "payload " * 8,
+                    6,
+                    _SYSTEMD_UNIT="bench.service",
+                    _PID="4242",
+                    SYSLOG_IDENTIFIER="bench",
+                )
+                for i in range(start, min(entries, start + chunk))
+            ]
+        )
 
 
 def bench_lines(loki: LokiReceiver) -> int:
@@ -63,10 +71,15 @@ def journalctl_alone(journal: JournalWriter) -> tuple[float, float]:
     """(seconds, CPU seconds) for journalctl to write the whole file as JSON."""
     started = time.monotonic()
     before = psutil.Process().cpu_times()
-    subprocess.run(["journalctl", f"--directory={journal.directory}", "--output=json", "--all", "--no-pager"],
-                   stdout=subprocess.DEVNULL, check=True)
+    subprocess.run(
+        ["journalctl", f"--directory={journal.directory}", "--output=json", "--all", "--no-pager"],
+        stdout=subprocess.DEVNULL,
+        check=True,
+    )
     after = psutil.Process().cpu_times()
-    return time.monotonic() - started, (after.children_user + after.children_system) - (before.children_user + before.children_system)
+    return time.monotonic() - started, (after.children_user + after.children_system) - (
+        before.children_user + before.children_system
+    )
 
 
 def ship(journal: JournalWriter, entries: int, batch_size: int | None, root: Path) -> dict[str, float]:
@@ -91,8 +104,13 @@ def ship(journal: JournalWriter, entries: int, batch_size: int | None, root: Pat
             cpu = worker.cpu_times()
             journalctl_cpu = max(journalctl_cpu, children_cpu(worker))
             assert bench_lines(loki) == entries, "lines missing"
-            return {"seconds": took, "worker_cpu": cpu.user + cpu.system, "journalctl_cpu": journalctl_cpu,
-                    "peak_rss": peak_rss, "pushes": loki.pushes}
+            return {
+                "seconds": took,
+                "worker_cpu": cpu.user + cpu.system,
+                "journalctl_cpu": journalctl_cpu,
+                "peak_rss": peak_rss,
+                "pushes": loki.pushes,
+            }
 
 
 def children_cpu(process: psutil.Process) -> float:
@@ -167,10 +185,25 @@ def loki_ceiling(loki: LokiProcess, lines: int = 200_000, batch: int = 1000, con
     import requests
 
     now = time.time_ns()
-    bodies = [gzip.compress(orjson.dumps({"streams": [{"stream": {"job": "ceiling", "part": str(start % connections)},
-                                                       "values": [[str(now + i), f"{LINE_PREFIX}{i:07d} " + "payload " * 8]
-                                                                  for i in range(start, start + batch)]}]}), 1)
-              for start in range(0, lines, batch)]
+    bodies = [
+        gzip.compress(
+            orjson.dumps(
+                {
+                    "streams": [
+                        {
+                            "stream": {"job": "ceiling", "part": str(start % connections)},
+                            "values": [
+                                [str(now + i), f"{LINE_PREFIX}{i:07d} " + "payload " * 8]
+                                for i in range(start, start + batch)
+                            ],
+                        }
+                    ]
+                }
+            ),
+            1,
+        )
+        for start in range(0, lines, batch)
+    ]
     session = requests.Session()
     headers = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
 
@@ -194,15 +227,19 @@ def row(name: str, entries: int, seconds: float, cpu: float | None, alone_rate: 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--entries", type=int, default=100_000)
-    parser.add_argument("--batch-sizes", default="default,1000", help="comma-separated LOG_BATCH_SIZE values for the receiver runs")
+    parser.add_argument(
+        "--batch-sizes", default="default,1000", help="comma-separated LOG_BATCH_SIZE values for the receiver runs"
+    )
     parser.add_argument("--no-loki", action="store_true", help="only journalctl and the receiver")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="faden-logs-bench-"))
     try:
         t0 = time.monotonic()
         journal = build_journal(root, args.entries)
-        print(f"journal of {args.entries} entries built in {time.monotonic() - t0:.1f}s "
-              f"({journal.path.stat().st_size / 2**20:.0f} MiB); load average {os.getloadavg()[0]:.1f}")
+        print(
+            f"journal of {args.entries} entries built in {time.monotonic() - t0:.1f}s "
+            f"({journal.path.stat().st_size / 2**20:.0f} MiB); load average {os.getloadavg()[0]:.1f}"
+        )
         print(f"{'':<44} {'wall s':>7} {'CPU s':>6} {'lines/s':>10} {'ratio':>6}")
         alone_s, alone_cpu = journalctl_alone(journal)
         alone_rate = args.entries / alone_s
@@ -212,9 +249,14 @@ def main() -> None:
             run_root = root / f"batch{batch}"
             run_root.mkdir()
             r = ship(journal, args.entries, size, run_root)
-            row(f"faden-agent -> receiver, LOG_BATCH_SIZE={batch}", args.entries, r["seconds"],
-                r["worker_cpu"] + r["journalctl_cpu"], alone_rate,
-                f"{r['pushes']} pushes, journalctl {r['journalctl_cpu']:.2f} CPU s, peak RSS {r['peak_rss'] / 2**20:.0f} MiB")
+            row(
+                f"faden-agent -> receiver, LOG_BATCH_SIZE={batch}",
+                args.entries,
+                r["seconds"],
+                r["worker_cpu"] + r["journalctl_cpu"],
+                alone_rate,
+                f"{r['pushes']} pushes, journalctl {r['journalctl_cpu']:.2f} CPU s, peak RSS {r['peak_rss'] / 2**20:.0f} MiB",
+            )
         if args.no_loki:
             return
         with LokiProcess("3.4.6", root / "loki" / "data") as loki:
@@ -227,9 +269,15 @@ def main() -> None:
             if p is None:
                 print("Promtail 2.8.0: not found in ../shared/tools/loki")
             else:
-                row("Promtail 2.8.0 (journald) -> Loki 3.4.6", args.entries, p["seconds"], p["cpu"], alone_rate,
+                row(
+                    "Promtail 2.8.0 (journald) -> Loki 3.4.6",
+                    args.entries,
+                    p["seconds"],
+                    p["cpu"],
+                    alone_rate,
                     f"faden-agent / Promtail: {agent_rate / (args.entries / p['seconds']):.2f}x lines/s, "
-                    f"{r['cpu'] / p['cpu']:.2f}x CPU")
+                    f"{r['cpu'] / p['cpu']:.2f}x CPU",
+                )
             c = loki_ceiling(loki)
             row("Loki 3.4.6 ingest ceiling (4 conns, 1000/push)", c["lines"], c["seconds"], None, alone_rate)
     finally:

@@ -77,9 +77,11 @@ def report_times(results: dict[str, object], key: str, label: str, times: tuple[
     walls, cpus = times
     results[f"{key}_median_s"] = statistics.median(walls)
     results[f"{key}_cpu_median_s"] = statistics.median(cpus)
-    print(f"{label:<28} median {statistics.median(walls) * 1000:7.1f} ms  "
-          f"(min {min(walls) * 1000:.1f}, max {max(walls) * 1000:.1f}, n={len(walls)}); "
-          f"CPU median {statistics.median(cpus) * 1000:.1f} ms")
+    print(
+        f"{label:<28} median {statistics.median(walls) * 1000:7.1f} ms  "
+        f"(min {min(walls) * 1000:.1f}, max {max(walls) * 1000:.1f}, n={len(walls)}); "
+        f"CPU median {statistics.median(cpus) * 1000:.1f} ms"
+    )
 
 
 def idle_tree(name: str, argv: list[str], runs: int, settle_s: float, results: dict[str, object]) -> None:
@@ -97,8 +99,10 @@ def idle_tree(name: str, argv: list[str], runs: int, settle_s: float, results: d
             results[f"{name}_idle_tree_pss_kib"] = pss
             results[f"{name}_idle_tree_resident_kib"] = resident
             results[f"{name}_idle_tree_processes"] = len(procs)
-            print(f"{name + ' idle tree PSS':<28} {pss / 1024:7.1f} MiB over {len(procs)} processes; "
-                  f"distinct resident pages {resident / 1024:.1f} MiB")
+            print(
+                f"{name + ' idle tree PSS':<28} {pss / 1024:7.1f} MiB over {len(procs)} processes; "
+                f"distinct resident pages {resident / 1024:.1f} MiB"
+            )
             report_times(results, f"{name}_ps", f"{name} ps", start_times([*argv, "ps"], runs, env))
         finally:
             agent.stop()

@@ -35,8 +35,9 @@ import tempfile
 import time
 import traceback
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import docker
 import psutil
@@ -44,8 +45,14 @@ import requests
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import (executor_bench, footprint_bench, inventory_bench, logs_bench, stream_bench,  # noqa: E402
-                   supervisor_bench)
+from bench import (
+    executor_bench,
+    footprint_bench,
+    inventory_bench,
+    logs_bench,
+    stream_bench,  # noqa: E402
+    supervisor_bench,
+)
 from tests.agentproc import AgentProcess, wait_for  # noqa: E402
 from tests.backendproc import BackendProcess, agent_env_for  # noqa: E402
 from tests.journalfiles import JournalWriter  # noqa: E402
@@ -89,8 +96,14 @@ def idle_footprint(agent: AgentProcess, window_s: float) -> dict[str, Any]:
         now = cpu_seconds(pid)
         if now is not None:
             cpu[name] = round((now - (before.get(name) or 0.0)) / elapsed * 100, 3)
-    return {"window_s": round(elapsed, 1), "pss_kib": pss, "tree_pss_kib": sum(pss.values()),
-            "processes": len(pss), "cpu_percent": cpu, "tree_cpu_percent": round(sum(cpu.values()), 3)}
+    return {
+        "window_s": round(elapsed, 1),
+        "pss_kib": pss,
+        "tree_pss_kib": sum(pss.values()),
+        "processes": len(pss),
+        "cpu_percent": cpu,
+        "tree_cpu_percent": round(sum(cpu.values()), 3),
+    }
 
 
 def beats_between(backend: BackendProcess, node: str, start: float, end: float) -> list[dict]:
@@ -104,6 +117,7 @@ def lateness(backend: BackendProcess, node: str, start: float, end: float) -> di
 
 def engine_up(client: docker.DockerClient, timeout_s: float = 90.0) -> None:
     """Waits for the Docker engine to answer (it is shared: other work may be restarting it)."""
+
     def answers() -> bool:
         try:
             return bool(client.ping())
@@ -125,8 +139,9 @@ def on_engine(client: docker.DockerClient, results: dict, key: str, step: Callab
         return step()
 
 
-def lateness_dockerd_stopped(backend: BackendProcess, node: str, client: docker.DockerClient, prefix: str,
-                             stop_s: float) -> dict[str, Any]:
+def lateness_dockerd_stopped(
+    backend: BackendProcess, node: str, client: docker.DockerClient, prefix: str, stop_s: float
+) -> dict[str, Any]:
     """Heartbeats while a container.run is inside a Docker call to a SIGSTOPped dockerd."""
     engine_up(client)
     pid = footprint_bench.dockerd_pid()
@@ -134,8 +149,9 @@ def lateness_dockerd_stopped(backend: BackendProcess, node: str, client: docker.
     start = time.time()
     os.kill(pid, signal.SIGSTOP)
     try:
-        command_id = backend.send_command(node, "container.run",
-                                          {"name": name, "image": executor_bench.IMAGE, "command": ["sleep", "600"]})
+        command_id = backend.send_command(
+            node, "container.run", {"name": name, "image": executor_bench.IMAGE, "command": ["sleep", "600"]}
+        )
         time.sleep(stop_s)
         states_during = [r["state"] for r in backend.command(command_id)["timeline"]]
     finally:
@@ -144,21 +160,34 @@ def lateness_dockerd_stopped(backend: BackendProcess, node: str, client: docker.
     figures = lateness(backend, node, start, end)
     command = backend.wait_command(command_id, timeout_s=90)
     on_engine(client, {}, "cleanup", lambda: executor_bench.remove(client, prefix))
-    return {**figures, "stopped_s": round(end - start, 1), "command_states_while_stopped": states_during,
-            "command_final_state": command["state"]}
+    return {
+        **figures,
+        "stopped_s": round(end - start, 1),
+        "command_states_while_stopped": states_during,
+        "command_final_state": command["state"],
+    }
 
 
-def lateness_log_flood(backend: BackendProcess, node: str, loki: LokiReceiver, journal: JournalWriter,
-                       entries: int) -> dict[str, Any]:
+def lateness_log_flood(
+    backend: BackendProcess, node: str, loki: LokiReceiver, journal: JournalWriter, entries: int
+) -> dict[str, Any]:
     """Heartbeats while `entries` journal lines are appended and shipped, until all arrived."""
     start = time.time()
     logs_bench.append_lines(journal, entries)
     appended = time.time()
-    wait_for(lambda: loki.stats()["entries"] >= entries and logs_bench.bench_lines(loki) >= entries,
-             600, interval_s=0.5, what=f"{entries} flood lines at the receiver")
+    wait_for(
+        lambda: loki.stats()["entries"] >= entries and logs_bench.bench_lines(loki) >= entries,
+        600,
+        interval_s=0.5,
+        what=f"{entries} flood lines at the receiver",
+    )
     end = time.time()
-    return {**lateness(backend, node, start, end), "lines": entries, "append_s": round(appended - start, 1),
-            "all_shipped_after_s": round(end - start, 1)}
+    return {
+        **lateness(backend, node, start, end),
+        "lines": entries,
+        "append_s": round(appended - start, 1),
+        "all_shipped_after_s": round(end - start, 1),
+    }
 
 
 # ---------------------------------------------------------------- sections
@@ -171,9 +200,16 @@ def agent_section(table: Table, results: dict, args: argparse.Namespace, root: P
     journal.append([journal.entry("bench seed")])
     backend = BackendProcess(root / "backend", root / "backend.log").start()
     with LokiReceiver() as loki:
-        env = agent_env_for(backend, root, heartbeat_interval_sec=HEARTBEAT_S, loki_url=loki.url,
-                            journal_directory=journal.directory, docker_timeout_sec=60,
-                            worker_heartbeat_sec=1, worker_hang_timeout_sec=30)
+        env = agent_env_for(
+            backend,
+            root,
+            heartbeat_interval_sec=HEARTBEAT_S,
+            loki_url=loki.url,
+            journal_directory=journal.directory,
+            docker_timeout_sec=60,
+            worker_heartbeat_sec=1,
+            worker_hang_timeout_sec=30,
+        )
         agent = AgentProcess(env, root / "agent.log").start()
         try:
             node = backend.wait_node(env["FADEN_NODE_AGENT_AGENT_ID"])["node_id"]
@@ -183,45 +219,75 @@ def agent_section(table: Table, results: dict, args: argparse.Namespace, root: P
             idle = results["idle_footprint"] = idle_footprint(agent, args.idle_window)
             results["heartbeat_idle"] = lateness(backend, node, t0, time.time())
             pss, cpu = idle["pss_kib"], idle["cpu_percent"]
-            table.row("idle PSS, whole agent tree", f"{idle['tree_pss_kib'] / 1024:.1f} MiB ({idle['processes']} procs)",
-                      f"supervisor alone {pss['supervisor'] / 1024:.1f} MiB; per worker "
-                      + ", ".join(f"{n} {v / 1024:.1f}" for n, v in pss.items() if n != "supervisor") + " MiB")
-            table.row(f"idle CPU, whole tree, over {idle['window_s']:.0f} s", f"{idle['tree_cpu_percent']:.2f} % of one core",
-                      f"supervisor alone {cpu.get('supervisor', 0):.2f} %; "
-                      + ", ".join(f"{n} {v:.2f}" for n, v in cpu.items() if n != "supervisor") + " %")
+            table.row(
+                "idle PSS, whole agent tree",
+                f"{idle['tree_pss_kib'] / 1024:.1f} MiB ({idle['processes']} procs)",
+                f"supervisor alone {pss['supervisor'] / 1024:.1f} MiB; per worker "
+                + ", ".join(f"{n} {v / 1024:.1f}" for n, v in pss.items() if n != "supervisor")
+                + " MiB",
+            )
+            table.row(
+                f"idle CPU, whole tree, over {idle['window_s']:.0f} s",
+                f"{idle['tree_cpu_percent']:.2f} % of one core",
+                f"supervisor alone {cpu.get('supervisor', 0):.2f} %; "
+                + ", ".join(f"{n} {v:.2f}" for n, v in cpu.items() if n != "supervisor")
+                + " %",
+            )
             hb = results["heartbeat_idle"]
             table.row("heartbeat lateness idle (p50/p99/max)", fmt_lateness(hb), "baseline for the two rows below")
 
             try:
                 hung = results["heartbeat_dockerd_stopped"] = lateness_dockerd_stopped(
-                    backend, node, client, prefix, args.stop_s)
-                table.row("heartbeat lateness, dockerd SIGSTOPped", fmt_lateness(hung),
-                          f"idle p99 {hb['lateness_p99_ms']:.0f} ms; {hung['stopped_s']} s stop, run states "
-                          f"{'/'.join(hung['command_states_while_stopped'])} then {hung['command_final_state']}")
+                    backend, node, client, prefix, args.stop_s
+                )
+                table.row(
+                    "heartbeat lateness, dockerd SIGSTOPped",
+                    fmt_lateness(hung),
+                    f"idle p99 {hb['lateness_p99_ms']:.0f} ms; {hung['stopped_s']} s stop, run states "
+                    f"{'/'.join(hung['command_states_while_stopped'])} then {hung['command_final_state']}",
+                )
             except (Exception, SystemExit) as exc:  # noqa: BLE001 - report it, keep measuring
                 not_measured(table, results, "heartbeat_dockerd_stopped", exc)
 
             try:
-                flood = results["heartbeat_log_flood"] = lateness_log_flood(backend, node, loki, journal,
-                                                                            args.flood_lines)
-                table.row("heartbeat lateness, log flood shipping", fmt_lateness(flood),
-                          f"idle p99 {hb['lateness_p99_ms']:.0f} ms; {flood['lines']} lines appended in "
-                          f"{flood['append_s']} s, all at Loki after {flood['all_shipped_after_s']} s")
+                flood = results["heartbeat_log_flood"] = lateness_log_flood(
+                    backend, node, loki, journal, args.flood_lines
+                )
+                table.row(
+                    "heartbeat lateness, log flood shipping",
+                    fmt_lateness(flood),
+                    f"idle p99 {hb['lateness_p99_ms']:.0f} ms; {flood['lines']} lines appended in "
+                    f"{flood['append_s']} s, all at Loki after {flood['all_shipped_after_s']} s",
+                )
             except (Exception, SystemExit) as exc:  # noqa: BLE001
                 not_measured(table, results, "heartbeat_log_flood", exc)
 
             try:
-                running, reported, direct = on_engine(client, results, "command_round_trip", lambda: (
-                    executor_bench.round_trips(backend, node, client, prefix, args.runs)))
+                running, reported, direct = on_engine(
+                    client,
+                    results,
+                    "command_round_trip",
+                    lambda: executor_bench.round_trips(backend, node, client, prefix, args.runs),
+                )
                 med = statistics.median
                 results["command_round_trip"] = {
-                    "runs": args.runs, "agent_to_running_median_s": med(running),
-                    "agent_to_succeeded_median_s": med(reported), "sdk_to_running_median_s": med(direct),
-                    "ratio_running": med(running) / med(direct), "ratio_succeeded": med(reported) / med(direct)}
-                table.row("command round trip: queued -> running", f"{med(running) * 1000:.0f} ms (median of {args.runs})",
-                          f"docker SDK run -> running {med(direct) * 1000:.0f} ms: ratio {med(running) / med(direct):.2f}x")
-                table.row("command round trip: queued -> succeeded", f"{med(reported) * 1000:.0f} ms",
-                          f"ratio to the SDK {med(reported) / med(direct):.2f}x (includes the report's way back)")
+                    "runs": args.runs,
+                    "agent_to_running_median_s": med(running),
+                    "agent_to_succeeded_median_s": med(reported),
+                    "sdk_to_running_median_s": med(direct),
+                    "ratio_running": med(running) / med(direct),
+                    "ratio_succeeded": med(reported) / med(direct),
+                }
+                table.row(
+                    "command round trip: queued -> running",
+                    f"{med(running) * 1000:.0f} ms (median of {args.runs})",
+                    f"docker SDK run -> running {med(direct) * 1000:.0f} ms: ratio {med(running) / med(direct):.2f}x",
+                )
+                table.row(
+                    "command round trip: queued -> succeeded",
+                    f"{med(reported) * 1000:.0f} ms",
+                    f"ratio to the SDK {med(reported) / med(direct):.2f}x (includes the report's way back)",
+                )
             except (Exception, SystemExit) as exc:  # noqa: BLE001
                 not_measured(table, results, "command_round_trip", exc)
             finally:
@@ -229,9 +295,12 @@ def agent_section(table: Table, results: dict, args: argparse.Namespace, root: P
 
             try:
                 drain = results["uplink_drain"] = stream_bench.drain_rate(backend, env, node, args.backlog)
-                table.row("uplink backlog drain after an outage", f"{drain['records_per_s']} records/s",
-                          f"{drain['records']} records in {drain['drain_s']} s; "
-                          f"all in {drain['from_backend_start_s']} s from backend start")
+                table.row(
+                    "uplink backlog drain after an outage",
+                    f"{drain['records_per_s']} records/s",
+                    f"{drain['records']} records in {drain['drain_s']} s; "
+                    f"all in {drain['from_backend_start_s']} s from backend start",
+                )
             except (Exception, SystemExit) as exc:  # noqa: BLE001
                 not_measured(table, results, "uplink_drain", exc)
         finally:
@@ -249,19 +318,28 @@ def restart_section(table: Table, results: dict, args: argparse.Namespace, root:
     with AgentProcess(supervisor_bench.raw_fork_env(root / "raw"), root / "raw" / "agent.log") as agent:
         raw = supervisor_bench.restart_latencies(agent, "inventory", args.raw_kills, spacing_s=1.2)
     med = statistics.median
-    results["worker_restart"] = {"kills": len(lat), "median_s": med(lat), "max_s": max(lat), "first_backoff_s": 0.0,
-                                 "fork_to_running_median_s": med(raw), "fork_to_running_max_s": max(raw),
-                                 "fork_kills": len(raw)}
-    table.row("worker restart after a first SIGKILL (median/max)",
-              f"{med(lat) * 1000:.0f} / {max(lat) * 1000:.0f} ms ({len(lat)} kills)",
-              f"goal median <= 150 ms; no backoff for a first failure (200 ms from the second); bare fork -> "
-              f"first heartbeat {med(raw) * 1000:.1f} / {max(raw) * 1000:.1f} ms ({len(raw)} kills)")
+    results["worker_restart"] = {
+        "kills": len(lat),
+        "median_s": med(lat),
+        "max_s": max(lat),
+        "first_backoff_s": 0.0,
+        "fork_to_running_median_s": med(raw),
+        "fork_to_running_max_s": max(raw),
+        "fork_kills": len(raw),
+    }
+    table.row(
+        "worker restart after a first SIGKILL (median/max)",
+        f"{med(lat) * 1000:.0f} / {max(lat) * 1000:.0f} ms ({len(lat)} kills)",
+        f"goal median <= 150 ms; no backoff for a first failure (200 ms from the second); bare fork -> "
+        f"first heartbeat {med(raw) * 1000:.1f} / {max(raw) * 1000:.1f} ms ({len(raw)} kills)",
+    )
 
 
 def footprint_section(table: Table, results: dict, args: argparse.Namespace, root: Path) -> None:
     """Issue 16's figures at the production intervals (bench/footprint_bench.py)."""
-    fp = results["footprint"] = footprint_bench.measure(root, args.footprint_window, args.managed, args.managed_ray,
-                                                        args.footprint_runs)
+    fp = results["footprint"] = footprint_bench.measure(
+        root, args.footprint_window, args.managed, args.managed_ray, args.footprint_runs
+    )
     footprint_bench.report(fp, table.row)
 
 
@@ -271,20 +349,34 @@ def logs_section(table: Table, results: dict, args: argparse.Namespace, root: Pa
     (root / "ship").mkdir()
     shipped = logs_bench.ship(journal, args.log_lines, args.log_batch, root / "ship")
     alone_rate, rate = args.log_lines / alone_s, args.log_lines / shipped["seconds"]
-    results["logs_throughput"] = {"lines": args.log_lines, "batch_size": args.log_batch,
-                                  "journalctl_lines_per_s": round(alone_rate), "shipper_lines_per_s": round(rate),
-                                  "ratio": rate / alone_rate, "worker_peak_rss_bytes": shipped["peak_rss"],
-                                  "pushes": shipped["pushes"]}
-    table.row(f"journald -> Loki receiver (batch {args.log_batch})", f"{rate:,.0f} lines/s ({args.log_lines} lines)",
-              f"journalctl --output=json alone {alone_rate:,.0f} lines/s: ratio {rate / alone_rate:.2f}")
+    results["logs_throughput"] = {
+        "lines": args.log_lines,
+        "batch_size": args.log_batch,
+        "journalctl_lines_per_s": round(alone_rate),
+        "shipper_lines_per_s": round(rate),
+        "ratio": rate / alone_rate,
+        "worker_peak_rss_bytes": shipped["peak_rss"],
+        "pushes": shipped["pushes"],
+    }
+    table.row(
+        f"journald -> Loki receiver (batch {args.log_batch})",
+        f"{rate:,.0f} lines/s ({args.log_lines} lines)",
+        f"journalctl --output=json alone {alone_rate:,.0f} lines/s: ratio {rate / alone_rate:.2f}",
+    )
 
 
 def inventory_section(table: Table, results: dict, args: argparse.Namespace, root: Path) -> None:
     inv = results["inventory"] = inventory_bench.measure(args.runs)
-    table.row("inventory: full record build (median)", f"{inv['full_build_median_ms']:.1f} ms ({inv['runs']} builds)",
-              f"docker probe alone {inv['probe_median_ms'].get('docker', 0):.1f} ms")
-    table.row("inventory: record size on the wire", f"{inv['full_record_bytes']} B full",
-              f"'unchanged' record {inv['unchanged_record_bytes']} B")
+    table.row(
+        "inventory: full record build (median)",
+        f"{inv['full_build_median_ms']:.1f} ms ({inv['runs']} builds)",
+        f"docker probe alone {inv['probe_median_ms'].get('docker', 0):.1f} ms",
+    )
+    table.row(
+        "inventory: record size on the wire",
+        f"{inv['full_record_bytes']} B full",
+        f"'unchanged' record {inv['unchanged_record_bytes']} B",
+    )
 
 
 def binary_section(table: Table, results: dict, args: argparse.Namespace, root: Path) -> None:
@@ -292,22 +384,36 @@ def binary_section(table: Table, results: dict, args: argparse.Namespace, root: 
 
     pk = results["packaging"] = packaging_bench.measure(runs=10, settle_s=8.0)
     table.row("binary: size", f"{pk['binary_bytes'] / 2**20:.1f} MiB", "pip install: no single file to compare")
-    table.row("binary: --version (median)", f"{pk['binary_version_median_s'] * 1000:.0f} ms",
-              f"pip install {pk['pip_version_median_s'] * 1000:.0f} ms")
-    table.row("binary: ps (median)", f"{pk['binary_ps_median_s'] * 1000:.0f} ms",
-              f"pip install {pk['pip_ps_median_s'] * 1000:.0f} ms")
-    table.row("binary: idle tree PSS", f"{pk['binary_idle_tree_pss_kib'] / 1024:.1f} MiB",
-              f"pip install {pk['pip_idle_tree_pss_kib'] / 1024:.1f} MiB")
-    table.row("binary: idle tree, distinct resident pages", f"{pk['binary_idle_tree_resident_kib'] / 1024:.1f} MiB",
-              f"pip install {pk['pip_idle_tree_resident_kib'] / 1024:.1f} MiB")
+    table.row(
+        "binary: --version (median)",
+        f"{pk['binary_version_median_s'] * 1000:.0f} ms",
+        f"pip install {pk['pip_version_median_s'] * 1000:.0f} ms",
+    )
+    table.row(
+        "binary: ps (median)",
+        f"{pk['binary_ps_median_s'] * 1000:.0f} ms",
+        f"pip install {pk['pip_ps_median_s'] * 1000:.0f} ms",
+    )
+    table.row(
+        "binary: idle tree PSS",
+        f"{pk['binary_idle_tree_pss_kib'] / 1024:.1f} MiB",
+        f"pip install {pk['pip_idle_tree_pss_kib'] / 1024:.1f} MiB",
+    )
+    table.row(
+        "binary: idle tree, distinct resident pages",
+        f"{pk['binary_idle_tree_resident_kib'] / 1024:.1f} MiB",
+        f"pip install {pk['pip_idle_tree_resident_kib'] / 1024:.1f} MiB",
+    )
 
 
 # ---------------------------------------------------------------- main
 
 
 def fmt_lateness(figures: dict) -> str:
-    return (f"{figures['lateness_p50_ms']:.0f} / {figures['lateness_p99_ms']:.0f} / {figures['lateness_max_ms']:.0f} ms"
-            f" ({figures['beats']} beats, {figures['skipped_beats']} skipped)")
+    return (
+        f"{figures['lateness_p50_ms']:.0f} / {figures['lateness_p99_ms']:.0f} / {figures['lateness_max_ms']:.0f} ms"
+        f" ({figures['beats']} beats, {figures['skipped_beats']} skipped)"
+    )
 
 
 def not_measured(table: Table, results: dict, key: str, exc: BaseException) -> None:
@@ -321,7 +427,9 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="shorter windows and fewer samples (about 3 minutes)")
     parser.add_argument("--with-binary", action="store_true", help="also build and measure the PyInstaller binary")
     parser.add_argument("--json", type=Path, default=Path("bench/results/all.json"))
-    parser.add_argument("--only", help="comma-separated sections to run (agent,footprint,restart,logs,inventory,binary)")
+    parser.add_argument(
+        "--only", help="comma-separated sections to run (agent,footprint,restart,logs,inventory,binary)"
+    )
     args = parser.parse_args()
     quick = args.quick
     args.settle = 5.0
@@ -338,17 +446,30 @@ def main() -> int:
     args.managed, args.managed_ray = 20, 5
     args.footprint_runs = 5 if quick else 10
 
-    every: dict[str, Callable[..., None]] = {"agent": agent_section, "footprint": footprint_section,
-                                             "restart": restart_section, "logs": logs_section,
-                                             "inventory": inventory_section, "binary": binary_section}
-    chosen = args.only.split(",") if args.only else ["agent", "footprint", "restart", "logs", "inventory"] + (
-        ["binary"] if args.with_binary else [])
+    every: dict[str, Callable[..., None]] = {
+        "agent": agent_section,
+        "footprint": footprint_section,
+        "restart": restart_section,
+        "logs": logs_section,
+        "inventory": inventory_section,
+        "binary": binary_section,
+    }
+    chosen = (
+        args.only.split(",")
+        if args.only
+        else ["agent", "footprint", "restart", "logs", "inventory"] + (["binary"] if args.with_binary else [])
+    )
     unknown = [n for n in chosen if n not in every]
     if unknown:
         parser.error(f"unknown section(s) {unknown}; choose from {list(every)}")
     sections = [(n, every[n]) for n in chosen]
-    results: dict[str, Any] = {"quick": quick, "started_at": time.time(), "heartbeat_interval_s": HEARTBEAT_S,
-                               "cpus": os.cpu_count(), "sections_s": {}}
+    results: dict[str, Any] = {
+        "quick": quick,
+        "started_at": time.time(),
+        "heartbeat_interval_s": HEARTBEAT_S,
+        "cpus": os.cpu_count(),
+        "sections_s": {},
+    }
     table = Table()
     print(f"faden-agent benchmarks ({'quick' if quick else 'full'} run, {os.cpu_count()} CPUs)")
     print(f"{'figure':<46} {'value':<40} compared with (same run)")

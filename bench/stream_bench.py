@@ -37,8 +37,12 @@ def percentile(values: list[float], q: float) -> float:
 
 def heartbeat_lateness(backend: BackendProcess, node_id: str, beats: int, interval: float) -> dict:
     start = time.time()
-    wait_for(lambda: len([b for b in backend.heartbeats(node_id) if b["received_at"] > start]) >= beats,
-             beats * interval * 3 + 30, interval_s=0.5, what=f"{beats} heartbeats")
+    wait_for(
+        lambda: len([b for b in backend.heartbeats(node_id) if b["received_at"] > start]) >= beats,
+        beats * interval * 3 + 30,
+        interval_s=0.5,
+        what=f"{beats} heartbeats",
+    )
     recent = [b for b in backend.heartbeats(node_id) if b["received_at"] > start][:beats]
     return lateness_figures(recent, interval)
 
@@ -48,9 +52,14 @@ def lateness_figures(beats: list[dict], interval: float) -> dict:
     and how many beats of the grid between the first and the last never arrived."""
     lateness_ms = [(b["received_at"] - b["data"]["due_at"]) * 1000 for b in beats]
     skipped = beats[-1]["data"]["beat"] - beats[0]["data"]["beat"] + 1 - len(beats)
-    return {"beats": len(beats), "interval_s": interval, "lateness_p50_ms": round(percentile(lateness_ms, 50), 2),
-            "lateness_p99_ms": round(percentile(lateness_ms, 99), 2), "lateness_max_ms": round(max(lateness_ms), 2),
-            "skipped_beats": skipped}
+    return {
+        "beats": len(beats),
+        "interval_s": interval,
+        "lateness_p50_ms": round(percentile(lateness_ms, 50), 2),
+        "lateness_p99_ms": round(percentile(lateness_ms, 99), 2),
+        "lateness_max_ms": round(max(lateness_ms), 2),
+        "skipped_beats": skipped,
+    }
 
 
 def reconnect_times(backend: BackendProcess, restarts: int) -> dict:
@@ -60,11 +69,22 @@ def reconnect_times(backend: BackendProcess, restarts: int) -> dict:
         time.sleep(1.0)  # an outage long enough that the agent sees it and backs off
         started_at = time.time()  # the backend process is spawned: its own start-up is included
         backend.start()
-        first = wait_for(lambda: [r for r in backend.admin.requests_log(started_at)
-                                  if r["path"].endswith("/stream") and r["status"] == 200], 30, what="reconnect")[0]
+        first = wait_for(
+            lambda: [
+                r
+                for r in backend.admin.requests_log(started_at)
+                if r["path"].endswith("/stream") and r["status"] == 200
+            ],
+            30,
+            what="reconnect",
+        )[0]
         times.append(first["at"] - started_at)
-    return {"restarts": restarts, "reconnect_median_s": round(statistics.median(times), 3),
-            "reconnect_max_s": round(max(times), 3), "all_s": [round(t, 3) for t in times]}
+    return {
+        "restarts": restarts,
+        "reconnect_median_s": round(statistics.median(times), 3),
+        "reconnect_max_s": round(max(times), 3),
+        "all_s": [round(t, 3) for t in times],
+    }
 
 
 def drain_rate(backend: BackendProcess, env: dict, node_id: str, backlog: int) -> dict:
@@ -75,13 +95,18 @@ def drain_rate(backend: BackendProcess, env: dict, node_id: str, backlog: int) -
     producer.close()
     started_at = time.time()
     backend.start()
+
     def bench_events() -> list[dict]:
         return [x for x in backend.admin.events(node_id, limit=10 * backlog) if x["id"].startswith("ev:bench:")]
 
     events = wait_for(lambda: len(e := bench_events()) >= backlog and e, 300, interval_s=1.0, what="backlog drained")
     first, last = min(e["received_at"] for e in events), max(e["received_at"] for e in events)
-    return {"records": backlog, "drain_s": round(last - first, 3), "records_per_s": round(backlog / (last - first)),
-            "from_backend_start_s": round(last - started_at, 3)}
+    return {
+        "records": backlog,
+        "drain_s": round(last - first, 3),
+        "records_per_s": round(backlog / (last - first)),
+        "from_backend_start_s": round(last - started_at, 3),
+    }
 
 
 def main() -> int:
@@ -97,27 +122,41 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="faden-stream-bench-") as tmp:
         root = Path(tmp)
         backend = BackendProcess(root / "data", root / "backend.log").start()
-        env = agent_env_for(backend, root, heartbeat_interval_sec=args.interval,
-                            reconnect_min_sec=args.reconnect_min, reconnect_max_sec=args.reconnect_max)
+        env = agent_env_for(
+            backend,
+            root,
+            heartbeat_interval_sec=args.interval,
+            reconnect_min_sec=args.reconnect_min,
+            reconnect_max_sec=args.reconnect_max,
+        )
         agent = AgentProcess(env, root / "agent.log").start()
         try:
             node = backend.wait_node(env["FADEN_NODE_AGENT_AGENT_ID"])
             results = {
                 "heartbeat": heartbeat_lateness(backend, node["node_id"], args.beats, args.interval),
-                "reconnect": {**reconnect_times(backend, args.restarts),
-                              "reconnect_min_s": args.reconnect_min, "reconnect_max_s_setting": args.reconnect_max},
+                "reconnect": {
+                    **reconnect_times(backend, args.restarts),
+                    "reconnect_min_s": args.reconnect_min,
+                    "reconnect_max_s_setting": args.reconnect_max,
+                },
                 "uplink_drain": drain_rate(backend, env, node["node_id"], args.backlog),
             }
         finally:
             agent.stop()
             backend.stop()
     hb, rc, up = results["heartbeat"], results["reconnect"], results["uplink_drain"]
-    print(f"heartbeat lateness over {hb['beats']} beats at {hb['interval_s']}s: p50 {hb['lateness_p50_ms']} ms, "
-          f"p99 {hb['lateness_p99_ms']} ms, max {hb['lateness_max_ms']} ms, skipped {hb['skipped_beats']}")
-    print(f"reconnect after backend restart, from spawning the backend (its ~0.3-0.5 s start-up included; RECONNECT_MIN {args.reconnect_min}s, MAX {args.reconnect_max}s), "
-          f"{rc['restarts']} restarts: median {rc['reconnect_median_s']} s, max {rc['reconnect_max_s']} s")
-    print(f"uplink drain of {up['records']} records: {up['records_per_s']} records/s "
-          f"({up['drain_s']} s first to last; {up['from_backend_start_s']} s from backend start)")
+    print(
+        f"heartbeat lateness over {hb['beats']} beats at {hb['interval_s']}s: p50 {hb['lateness_p50_ms']} ms, "
+        f"p99 {hb['lateness_p99_ms']} ms, max {hb['lateness_max_ms']} ms, skipped {hb['skipped_beats']}"
+    )
+    print(
+        f"reconnect after backend restart, from spawning the backend (its ~0.3-0.5 s start-up included; RECONNECT_MIN {args.reconnect_min}s, MAX {args.reconnect_max}s), "
+        f"{rc['restarts']} restarts: median {rc['reconnect_median_s']} s, max {rc['reconnect_max_s']} s"
+    )
+    print(
+        f"uplink drain of {up['records']} records: {up['records_per_s']} records/s "
+        f"({up['drain_s']} s first to last; {up['from_backend_start_s']} s from backend start)"
+    )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(results, indent=2) + "\n")

@@ -31,15 +31,23 @@ DEFAULT_INTERVAL_S = 10
 def traffic_rows(rig: Rig, since: float) -> list[tuple[str, int]]:
     db = sqlite3.connect(rig.base_dir / "backend" / "backend.sqlite")
     try:
-        return db.execute("SELECT node_id, length(data) FROM records WHERE kind = 'traffic' AND received_at >= ?",
-                          (since,)).fetchall()
+        return db.execute(
+            "SELECT node_id, length(data) FROM records WHERE kind = 'traffic' AND received_at >= ?", (since,)
+        ).fetchall()
     finally:
         db.close()
 
 
 def load(machine, *args: str) -> subprocess.Popen:
-    return machine.popen(sys.executable, "-m", "tests.cluster.traffic_load", *args, stdout=subprocess.DEVNULL,
-                         cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    return machine.popen(
+        sys.executable,
+        "-m",
+        "tests.cluster.traffic_load",
+        *args,
+        stdout=subprocess.DEVNULL,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
 
 
 def phase(rig: Rig, name: str, seconds: float, interval: float) -> None:
@@ -74,10 +82,12 @@ def phase(rig: Rig, name: str, seconds: float, interval: float) -> None:
     per_record = sum(size for _, size in rows) / len(rows) if rows else 0
     per_interval = len(rows) / machines / samples
     per_hour = per_interval * 3600 / DEFAULT_INTERVAL_S
-    print(f"{name}: {len(rows)} records from {machines} machines in {seconds:.0f} s "
-          f"({per_interval:.2f} per machine per sample), {per_record:.0f} bytes each (JSON data); "
-          f"per machine per hour at {DEFAULT_INTERVAL_S} s: {per_hour:.0f} records, {per_hour * per_record / 1024:.1f} KiB",
-          flush=True)
+    print(
+        f"{name}: {len(rows)} records from {machines} machines in {seconds:.0f} s "
+        f"({per_interval:.2f} per machine per sample), {per_record:.0f} bytes each (JSON data); "
+        f"per machine per hour at {DEFAULT_INTERVAL_S} s: {per_hour:.0f} records, {per_hour * per_record / 1024:.1f} KiB",
+        flush=True,
+    )
 
 
 def main() -> None:

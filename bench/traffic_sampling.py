@@ -55,8 +55,9 @@ def hold_in_children(total_sockets: int) -> list[subprocess.Popen]:
     left = total_sockets // 2
     while left > 0:
         count = min(left, 4000)
-        child = subprocess.Popen([sys.executable, __file__, "--hold", str(count)], stdin=subprocess.PIPE,
-                                 stdout=subprocess.PIPE)
+        child = subprocess.Popen(
+            [sys.executable, __file__, "--hold", str(count)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
         assert child.stdout.readline().strip() == b"ready"
         children.append(child)
         left -= count

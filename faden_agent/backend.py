@@ -19,18 +19,19 @@ from __future__ import annotations
 import gzip as gzip_module
 import logging
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import orjson
 import requests
 import urllib3
 
 from faden_agent import __version__
-from faden_agent.protocol import MAX_STREAM_INFLATE_RATIO, MAX_STREAM_LINE_BYTES
 from faden_agent.backoff import MAX_RETRY_AFTER_SEC, parse_retry_after  # noqa: F401  (re-exported)
 from faden_agent.config import Config
 from faden_agent.files import replace_file
+from faden_agent.protocol import MAX_STREAM_INFLATE_RATIO, MAX_STREAM_LINE_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,8 @@ class ProtocolError(BackendError):
 
 
 DEFAULT_MAINTENANCE_WAIT_S = 30.0
+
+
 def _detail(reply: requests.Response) -> str:
     """The answer's explanation, on one line (it ends up in an error message)."""
     try:
@@ -139,7 +142,9 @@ class BackendClient:
 
     # ------------------------------------------------------------------ plumbing
 
-    def _request(self, method: str, path: str, *, timeout: Any = None, auth: bool = True, **kwargs: Any) -> requests.Response:
+    def _request(
+        self, method: str, path: str, *, timeout: Any = None, auth: bool = True, **kwargs: Any
+    ) -> requests.Response:
         url = self.base_url + path
         held = self.hold.remaining()
         if held > 0:  # another thread or worker was told to wait: send nothing before then
@@ -166,14 +171,21 @@ class BackendClient:
         if status == 503:
             retry_after = parse_retry_after(reply.headers.get("Retry-After"))
             self.hold.hold(retry_after if retry_after is not None else DEFAULT_MAINTENANCE_WAIT_S)
-            raise Maintenance(f"{where} (maintenance; retry after {retry_after if retry_after is not None else DEFAULT_MAINTENANCE_WAIT_S:g}s)",
-                              status, retry_after if retry_after is not None else DEFAULT_MAINTENANCE_WAIT_S)
+            raise Maintenance(
+                f"{where} (maintenance; retry after {retry_after if retry_after is not None else DEFAULT_MAINTENANCE_WAIT_S:g}s)",
+                status,
+                retry_after if retry_after is not None else DEFAULT_MAINTENANCE_WAIT_S,
+            )
         if status in (401, 403) and auth:
             raise CredentialRejected(
                 f"{where}: the backend rejected this node's credential ({detail or 'no detail'}); "
-                "the machine was removed or its credential revoked", status)
+                "the machine was removed or its credential revoked",
+                status,
+            )
         if status in (408, 429) or status >= 500:
-            raise BackendUnavailable(f"{where} {detail}".strip(), status, parse_retry_after(reply.headers.get("Retry-After")))
+            raise BackendUnavailable(
+                f"{where} {detail}".strip(), status, parse_retry_after(reply.headers.get("Retry-After"))
+            )
         raise RequestRejected(f"{where} {detail}".strip(), status, detail)
 
     # ------------------------------------------------------------------ the protocol
@@ -181,8 +193,13 @@ class BackendClient:
     def enroll(self, token: str, facts: dict[str, Any]) -> dict[str, Any]:
         """Spend the one-time token; returns {"node_id", "credential", ...}."""
         try:
-            reply = self._request("POST", f"{API}/enroll", auth=False, data=orjson.dumps({**facts, "token": token}),
-                                  headers={"Content-Type": "application/json"})
+            reply = self._request(
+                "POST",
+                f"{API}/enroll",
+                auth=False,
+                data=orjson.dumps({**facts, "token": token}),
+                headers={"Content-Type": "application/json"},
+            )
         except RequestRejected as exc:
             if exc.status in (401, 403):
                 raise TokenRefused(f"the backend refused the enrollment token ({exc.detail or exc.status})") from None
@@ -192,18 +209,27 @@ class BackendClient:
             raise ProtocolError("enrollment answer lacks node_id or credential")
         return body
 
-    def open_stream(self, after: int, keepalive_sec: float) -> "DownlinkStream":
+    def open_stream(self, after: int, keepalive_sec: float) -> DownlinkStream:
         """Open the downlink; reading it raises BackendUnavailable after 3 silent keepalive periods."""
         read_timeout = stream_read_timeout(keepalive_sec)
-        reply = self._request("GET", f"{API}/stream", params={"after": after, "keepalive": f"{keepalive_sec:g}"},
-                              stream=True, timeout=(self.timeout_s, read_timeout),
-                              headers={"Accept-Encoding": "gzip, identity"})  # what DownlinkStream inflates
+        reply = self._request(
+            "GET",
+            f"{API}/stream",
+            params={"after": after, "keepalive": f"{keepalive_sec:g}"},
+            stream=True,
+            timeout=(self.timeout_s, read_timeout),
+            headers={"Accept-Encoding": "gzip, identity"},
+        )  # what DownlinkStream inflates
         return DownlinkStream(reply)
 
     def uplink(self, records: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
         """Send one batch; returns (acked ids, ids the backend rejected as malformed)."""
-        reply = self._request("POST", f"{API}/uplink", data=orjson.dumps({"records": records}),
-                              headers={"Content-Type": "application/json"})
+        reply = self._request(
+            "POST",
+            f"{API}/uplink",
+            data=orjson.dumps({"records": records}),
+            headers={"Content-Type": "application/json"},
+        )
         body = self._json(reply)
         acked, rejected = body.get("acked"), body.get("rejected") or []
         if not isinstance(acked, list) or not isinstance(rejected, list):
@@ -232,7 +258,9 @@ class BackendClient:
         try:
             body = orjson.loads(reply.content)
         except orjson.JSONDecodeError:
-            raise ProtocolError(f"answer to {reply.request.method} {reply.request.path_url.split('?')[0]} is not JSON") from None
+            raise ProtocolError(
+                f"answer to {reply.request.method} {reply.request.path_url.split('?')[0]} is not JSON"
+            ) from None
         if not isinstance(body, dict):
             raise ProtocolError("answer is not a JSON object")
         return body
@@ -248,8 +276,11 @@ def _warn_unverified_once(base_url: str) -> None:
         return
     _unverified_warned = True
     urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
-    log.warning("TLS verification of %s is OFF (FADEN_NODE_AGENT_VERIFY_TLS=false): anyone on the path "
-                "can impersonate the backend", base_url)
+    log.warning(
+        "TLS verification of %s is OFF (FADEN_NODE_AGENT_VERIFY_TLS=false): anyone on the path "
+        "can impersonate the backend",
+        base_url,
+    )
 
 
 def stream_read_timeout(keepalive_sec: float) -> float:

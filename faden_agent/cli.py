@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any, NoReturn, Optional
+from typing import Any, NoReturn
 
 import orjson
 import typer
@@ -49,7 +49,9 @@ def _version_callback(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: bool = typer.Option(False, "--version", callback=_version_callback, is_eager=True, help="Print the version."),
+    version: bool = typer.Option(
+        False, "--version", callback=_version_callback, is_eager=True, help="Print the version."
+    ),
 ) -> None:
     pass
 
@@ -129,9 +131,8 @@ def show_config(as_json: bool = typer.Option(False, "--json", help="Print JSON f
 @app.command()
 def status(as_json: bool = typer.Option(False, "--json", help="Print JSON for machines.")) -> None:
     """Enrolled or not, node id, backend, connection state, last contact, last error (no secrets)."""
-    from faden_agent.status import collect_status, format_status
-
     from faden_agent.service import service_state
+    from faden_agent.status import collect_status, format_status
 
     report = collect_status(load_installed())
     report["service"] = service_state()
@@ -167,7 +168,11 @@ def _service_action(action: Any, *args: Any) -> None:
 
 
 @app.command()
-def start(restart_running: bool = typer.Option(False, "--restart", help="Restart the service if it already runs (after an upgrade).")) -> None:
+def start(
+    restart_running: bool = typer.Option(
+        False, "--restart", help="Restart the service if it already runs (after an upgrade)."
+    ),
+) -> None:
     """Install and start the systemd service with the current FADEN_NODE_AGENT_* settings (repeatable).
 
     As root a system service, else a user service. The settings go to a 0600 environment file.
@@ -194,7 +199,9 @@ def restart() -> None:
 
 
 @app.command()
-def uninstall(purge: bool = typer.Option(False, "--purge", help="Also remove the state (the node's identity).")) -> None:
+def uninstall(
+    purge: bool = typer.Option(False, "--purge", help="Also remove the state (the node's identity)."),
+) -> None:
     """Stop and remove the service and its environment file; the state file stays unless --purge."""
     from faden_agent.service import uninstall as uninstall_service
 
@@ -218,7 +225,9 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="Print JSON for ma
 @app.command()
 def up(
     port: int = typer.Option(8000, "--port", help="Port of the embedded reference backend."),
-    data: Optional[Path] = typer.Option(None, "--data", help="Its data directory (default: dev-backend/ beside the state file)."),
+    data: Path | None = typer.Option(
+        None, "--data", help="Its data directory (default: dev-backend/ beside the state file)."
+    ),
 ) -> None:
     """Run in the foreground; with no FADEN_NODE_AGENT_BACKEND_URL, against the embedded reference backend."""
     if os.environ.get("FADEN_NODE_AGENT_BACKEND_URL"):

@@ -10,9 +10,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import socket
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 from urllib.parse import urlsplit
 
 from faden_agent.redact import redact_text, redact_url
@@ -198,42 +199,133 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("host", None, _text, "This machine's address (default: route address to the backend, else hostname)"),
     Variable("advertise_host", None, _text, "Address the backend advertises (default: route address, else HOST)"),
     Variable("advertise_scheme", "http", _scheme, "Scheme the backend advertises: http or https"),
-    Variable("peer_port", "7480", _port, "Port on ADVERTISE_HOST where peer machines fetch images from this one (the peer worker)"),
+    Variable(
+        "peer_port",
+        "7480",
+        _port,
+        "Port on ADVERTISE_HOST where peer machines fetch images from this one (the peer worker)",
+    ),
     Variable("peer_cert_file", None, _optional_path, "PEM certificate of the peer port when ADVERTISE_SCHEME is https"),
     Variable("peer_key_file", None, _optional_path, "PEM private key of the peer port when ADVERTISE_SCHEME is https"),
     Variable("enrollment_token", None, _optional_text, "One-time enrollment token", secret=True),
     Variable("enrollment_token_file", None, _optional_path, "File holding the one-time enrollment token"),
-    Variable("env_file", None, _optional_path, "The service's environment file (set by the unit): the enrollment token is removed from it once spent"),
-    Variable("state_path", None, _path, "State file (default: /var/lib/faden-agent/state.json as root, else ~/.local/share/faden-agent/state.json)"),
-    Variable("runtime_dir", None, _path, "Directory for the IPC sockets, mode 0700 (default: /run/faden-agent as root, else $XDG_RUNTIME_DIR/faden-agent or /tmp/faden-agent-UID)"),
+    Variable(
+        "env_file",
+        None,
+        _optional_path,
+        "The service's environment file (set by the unit): the enrollment token is removed from it once spent",
+    ),
+    Variable(
+        "state_path",
+        None,
+        _path,
+        "State file (default: /var/lib/faden-agent/state.json as root, else ~/.local/share/faden-agent/state.json)",
+    ),
+    Variable(
+        "runtime_dir",
+        None,
+        _path,
+        "Directory for the IPC sockets, mode 0700 (default: /run/faden-agent as root, else $XDG_RUNTIME_DIR/faden-agent or /tmp/faden-agent-UID)",
+    ),
     Variable("heartbeat_interval_sec", "15", _positive_float, "Heartbeat interval"),
-    Variable("heartbeat_full_sec", "300", _positive_float, "Longest time between heartbeats carrying the full detail (worker table, version); between them beats carry it only when it changed"),
+    Variable(
+        "heartbeat_full_sec",
+        "300",
+        _positive_float,
+        "Longest time between heartbeats carrying the full detail (worker table, version); between them beats carry it only when it changed",
+    ),
     Variable("inventory_interval_sec", "60", _positive_float, "Inventory interval"),
-    Variable("inventory_usage_sec", "300", _positive_float, "Longest time between inventory records when nothing but gauges (load, memory, utilization) moved; a change is sent at the next interval"),
-    Variable("inventory_probe_timeout_sec", "10", _positive_float, "Bound on each inventory probe (host, disks, network, Docker, GPU); a slower one is reported as overrun"),
-    Variable("traffic_interval_sec", "10", _positive_float, "How often traffic to peer machines, NICs and RDMA ports is sampled; a record is sent only when it changed"),
-    Variable("sysfs_root", "/sys", _path, "Where sysfs is mounted (InfiniBand/RoCE counters under class/infiniband); tests point it at a fake tree"),
+    Variable(
+        "inventory_usage_sec",
+        "300",
+        _positive_float,
+        "Longest time between inventory records when nothing but gauges (load, memory, utilization) moved; a change is sent at the next interval",
+    ),
+    Variable(
+        "inventory_probe_timeout_sec",
+        "10",
+        _positive_float,
+        "Bound on each inventory probe (host, disks, network, Docker, GPU); a slower one is reported as overrun",
+    ),
+    Variable(
+        "traffic_interval_sec",
+        "10",
+        _positive_float,
+        "How often traffic to peer machines, NICs and RDMA ports is sampled; a record is sent only when it changed",
+    ),
+    Variable(
+        "sysfs_root",
+        "/sys",
+        _path,
+        "Where sysfs is mounted (InfiniBand/RoCE counters under class/infiniband); tests point it at a fake tree",
+    ),
     Variable("reconnect_min_sec", "2", _positive_float, "Smallest reconnect delay"),
     Variable("reconnect_max_sec", "30", _positive_float, "Largest reconnect delay"),
     Variable("request_timeout_sec", "20", _positive_float, "Bound on every backend request"),
-    Variable("stream_keepalive_sec", "15", _positive_float, "Keepalive interval asked of the backend's stream; 3 silent intervals mean a dead stream"),
+    Variable(
+        "stream_keepalive_sec",
+        "15",
+        _positive_float,
+        "Keepalive interval asked of the backend's stream; 3 silent intervals mean a dead stream",
+    ),
     Variable("verify_tls", "true", _bool, "Verify the backend's TLS certificate"),
     Variable("ca_bundle", None, _optional_path, "PEM file of CA certificates to trust for the backend (and Loki)"),
     Variable("loki_url", None, _optional_url, "Loki base URL; unset: ask the backend where to push"),
     Variable("log_batch_size", "100", _positive_int, "Most lines in one Loki push"),
     Variable("log_flush_interval_sec", "5", _positive_float, "Longest wait before a partial batch is pushed"),
-    Variable("loki_structured_metadata", "auto", _structured_metadata, "Per-line detail as Loki structured metadata: auto (until the target refuses it), on (always tried first), off (kept in the line)"),
-    Variable("journal_directory", None, _optional_path, "Read journal files from this directory instead of the system journal"),
-    Variable("ray_log_dir", None, _path, "Host directory for Ray session logs of managed Ray containers (default: /var/log/faden-agent/ray as root, else ~/.local/state/faden-agent/ray)"),
-    Variable("disk_paths", "", _path_list, "Extra paths (colon-separated) whose file systems the inventory reports, e.g. model caches"),
-    Variable("docker_host", None, _optional_text, "Docker engine address (default: DOCKER_HOST, else the local socket)"),
-    Variable("docker_timeout_sec", "60", _positive_float, "Bound on each Docker engine call; a hung engine fails commands with timeout after it"),
+    Variable(
+        "loki_structured_metadata",
+        "auto",
+        _structured_metadata,
+        "Per-line detail as Loki structured metadata: auto (until the target refuses it), on (always tried first), off (kept in the line)",
+    ),
+    Variable(
+        "journal_directory",
+        None,
+        _optional_path,
+        "Read journal files from this directory instead of the system journal",
+    ),
+    Variable(
+        "ray_log_dir",
+        None,
+        _path,
+        "Host directory for Ray session logs of managed Ray containers (default: /var/log/faden-agent/ray as root, else ~/.local/state/faden-agent/ray)",
+    ),
+    Variable(
+        "disk_paths",
+        "",
+        _path_list,
+        "Extra paths (colon-separated) whose file systems the inventory reports, e.g. model caches",
+    ),
+    Variable(
+        "docker_host", None, _optional_text, "Docker engine address (default: DOCKER_HOST, else the local socket)"
+    ),
+    Variable(
+        "docker_timeout_sec",
+        "60",
+        _positive_float,
+        "Bound on each Docker engine call; a hung engine fails commands with timeout after it",
+    ),
     Variable("max_concurrent_pulls", "3", _positive_int, "Most image pulls the executor runs at once"),
-    Variable("worker_heartbeat_sec", "3", _positive_float, "How often each worker reports to the supervisor (a few times per WORKER_HANG_TIMEOUT_SEC; each report wakes the supervisor)"),
-    Variable("worker_hang_timeout_sec", "10", _positive_float, "A worker silent this long is dumped, killed and restarted"),
-    Variable("restart_backoff_min_sec", "0.2", _positive_float, "Restart delay after a second failure of a worker within RESTART_WINDOW_SEC (a first one restarts at once)"),
+    Variable(
+        "worker_heartbeat_sec",
+        "3",
+        _positive_float,
+        "How often each worker reports to the supervisor (a few times per WORKER_HANG_TIMEOUT_SEC; each report wakes the supervisor)",
+    ),
+    Variable(
+        "worker_hang_timeout_sec", "10", _positive_float, "A worker silent this long is dumped, killed and restarted"
+    ),
+    Variable(
+        "restart_backoff_min_sec",
+        "0.2",
+        _positive_float,
+        "Restart delay after a second failure of a worker within RESTART_WINDOW_SEC (a first one restarts at once)",
+    ),
     Variable("restart_backoff_max_sec", "30", _positive_float, "Largest restart delay of a failed worker"),
-    Variable("restart_max", "5", _positive_int, "Restarts allowed within RESTART_WINDOW_SEC before a worker goes FATAL"),
+    Variable(
+        "restart_max", "5", _positive_int, "Restarts allowed within RESTART_WINDOW_SEC before a worker goes FATAL"
+    ),
     Variable("restart_window_sec", "60", _positive_float, "Window of the restart-intensity limit"),
     Variable("fatal_retry_sec", "300", _positive_float, "Pause before a FATAL worker is tried again"),
     Variable("stop_timeout_sec", "10", _positive_float, "Orderly-stop bound before stragglers are killed"),

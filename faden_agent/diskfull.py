@@ -20,8 +20,9 @@ import os
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +106,9 @@ def retry_when_full(write: Callable[[], T], path: Path | str, stop: threading.Ev
                 raise
             detail = str(exc)[:200]
             if DISK.full(path, detail):
-                log.error("disk full: cannot write %s (%s); retrying every %gs until there is space", path, detail, RETRY_S)
+                log.error(
+                    "disk full: cannot write %s (%s); retrying every %gs until there is space", path, detail, RETRY_S
+                )
             if threading.current_thread() is threading.main_thread() or (stop is not None and stop.is_set()):
                 raise DiskFull(path, detail) from None
             if stop is not None:

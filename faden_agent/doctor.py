@@ -16,9 +16,10 @@ import ssl
 import stat
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import urlsplit
 
 from faden_agent.config import Config, env_name
@@ -58,9 +59,20 @@ class Doctor:
 
     def run(self) -> list[Check]:
         steps: list[Callable[[], Check | None]] = [
-            self.backend_dns, self.backend_tcp, self.backend_tls, self.backend_clock,
-            self.state_file, self.credential, self.docker, self.nvidia_runtime, self.nvml,
-            self.journald, self.log_path, self.disk_state, self.disk_docker, self.service,
+            self.backend_dns,
+            self.backend_tcp,
+            self.backend_tls,
+            self.backend_clock,
+            self.state_file,
+            self.credential,
+            self.docker,
+            self.nvidia_runtime,
+            self.nvml,
+            self.journald,
+            self.log_path,
+            self.disk_state,
+            self.disk_docker,
+            self.service,
         ]
         for step in steps:
             try:
@@ -77,8 +89,12 @@ class Doctor:
         try:
             infos = socket.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
         except socket.gaierror as exc:
-            return Check("backend dns", FAIL, f"{self.host} does not resolve ({exc.strerror})",
-                         f"check {env_name('backend_url')} and this machine's DNS (/etc/resolv.conf)")
+            return Check(
+                "backend dns",
+                FAIL,
+                f"{self.host} does not resolve ({exc.strerror})",
+                f"check {env_name('backend_url')} and this machine's DNS (/etc/resolv.conf)",
+            )
         self.addresses = [info[4] for info in infos]
         shown = ", ".join(sorted({str(a[0]) for a in self.addresses}))
         return Check("backend dns", OK, f"{self.host} -> {shown}")
@@ -92,17 +108,29 @@ class Doctor:
             try:
                 with socket.create_connection(address[:2], timeout=self.timeout_s):
                     self.tcp_ok = True
-                    return Check("backend tcp", OK, f"connected to {address[0]}:{address[1]} in {1000 * (time.monotonic() - start):.0f} ms")
+                    return Check(
+                        "backend tcp",
+                        OK,
+                        f"connected to {address[0]}:{address[1]} in {1000 * (time.monotonic() - start):.0f} ms",
+                    )
             except OSError as exc:
                 errors.append(f"{address[0]}:{address[1]}: {exc.strerror or exc}")
         proxy = " (an HTTPS proxy is set; the agent uses it, this check does not)" if _proxy_set() else ""
-        return Check("backend tcp", FAIL, "cannot connect: " + "; ".join(errors) + proxy,
-                     "is the backend running and reachable from here (firewall, port)?")
+        return Check(
+            "backend tcp",
+            FAIL,
+            "cannot connect: " + "; ".join(errors) + proxy,
+            "is the backend running and reachable from here (firewall, port)?",
+        )
 
     def backend_tls(self) -> Check:
         if not self.https:
-            return Check("backend tls", WARN, f"{self.config.backend_url} is plain http: the credential travels unencrypted",
-                         "use an https:// backend URL outside a lab")
+            return Check(
+                "backend tls",
+                WARN,
+                f"{self.config.backend_url} is plain http: the credential travels unencrypted",
+                "use an https:// backend URL outside a lab",
+            )
         if not self.tcp_ok:
             return Check("backend tls", FAIL, "skipped: no TCP connection", "fix the connection first")
         if not self.config.verify_tls:
@@ -116,8 +144,12 @@ class Doctor:
                     cert = tls.getpeercert() or {}
                     version = tls.version()
         except ssl.SSLCertVerificationError as exc:
-            return Check("backend tls", FAIL, f"certificate not trusted with {trust}: {exc.verify_message}",
-                         f"point {env_name('ca_bundle')} at the CA that signed the backend's certificate")
+            return Check(
+                "backend tls",
+                FAIL,
+                f"certificate not trusted with {trust}: {exc.verify_message}",
+                f"point {env_name('ca_bundle')} at the CA that signed the backend's certificate",
+            )
         except (ssl.SSLError, OSError) as exc:
             return Check("backend tls", FAIL, f"TLS handshake failed: {exc}", "is this port serving TLS?")
         until = cert.get("notAfter", "?")
@@ -129,8 +161,9 @@ class Doctor:
         try:
             reply = requests.get(self.config.backend_url + "/", timeout=self.timeout_s, verify=self.config.tls_verify())
         except requests.RequestException as exc:
-            return Check("clock skew", FAIL, f"no HTTP answer from the backend: {_reason(exc)}",
-                         "see the backend checks above")
+            return Check(
+                "clock skew", FAIL, f"no HTTP answer from the backend: {_reason(exc)}", "see the backend checks above"
+            )
         received = time.time()
         date = reply.headers.get("Date")
         if not date:
@@ -138,7 +171,12 @@ class Doctor:
         skew = received - email.utils.parsedate_to_datetime(date).timestamp()
         text = f"this clock is {abs(skew):.1f}s {'ahead of' if skew > 0 else 'behind'} the backend's"
         if abs(skew) >= CLOCK_FAIL_S:
-            return Check("clock skew", FAIL, text, "synchronise the clock (chrony/systemd-timesyncd): TLS and tokens depend on it")
+            return Check(
+                "clock skew",
+                FAIL,
+                text,
+                "synchronise the clock (chrony/systemd-timesyncd): TLS and tokens depend on it",
+            )
         if abs(skew) >= CLOCK_WARN_S:
             return Check("clock skew", WARN, text, "synchronise the clock (chrony/systemd-timesyncd)")
         return Check("clock skew", OK, text)
@@ -152,9 +190,17 @@ class Doctor:
         try:
             mode = stat.S_IMODE(path.stat().st_mode)
         except FileNotFoundError:
-            how = "the configured enrollment token will enroll it" if _has_token(self.config) else "no enrollment token is configured"
-            return Check("state file", WARN, f"{path} does not exist: not enrolled yet ({how})",
-                         f"start the agent with {env_name('enrollment_token')} from the console's install line")
+            how = (
+                "the configured enrollment token will enroll it"
+                if _has_token(self.config)
+                else "no enrollment token is configured"
+            )
+            return Check(
+                "state file",
+                WARN,
+                f"{path} does not exist: not enrolled yet ({how})",
+                f"start the agent with {env_name('enrollment_token')} from the console's install line",
+            )
         except OSError as exc:
             return Check("state file", FAIL, f"{path}: {exc.strerror}", "fix the permissions of the state directory")
         try:
@@ -163,8 +209,9 @@ class Doctor:
         except StateError as exc:
             return Check("state file", FAIL, str(exc))
         if mode != 0o600:
-            return Check("state file", FAIL, f"{path} has mode {mode:04o}: it holds the credential",
-                         f"chmod 600 {path}")
+            return Check(
+                "state file", FAIL, f"{path} has mode {mode:04o}: it holds the credential", f"chmod 600 {path}"
+            )
         return Check("state file", OK, f"{path} (0600), node {self.state.node_id}")
 
     def credential(self) -> Check:
@@ -177,9 +224,13 @@ class Doctor:
         try:
             self.log_target = client.log_target()
         except CredentialRejected as exc:
-            return Check("credential", FAIL, f"rejected by the backend (HTTP {exc.status})",
-                         "the machine was removed or its credential revoked: run the console's install line again "
-                         "after removing the state file")
+            return Check(
+                "credential",
+                FAIL,
+                f"rejected by the backend (HTTP {exc.status})",
+                "the machine was removed or its credential revoked: run the console's install line again "
+                "after removing the state file",
+            )
         except BackendError as exc:
             return Check("credential", FAIL, f"not verified: {exc}", "see the backend checks above")
         finally:
@@ -199,10 +250,18 @@ class Doctor:
             finally:
                 client.close()
         except Exception as exc:  # noqa: BLE001 - the SDK raises many types for one cause
-            return Check("docker", FAIL, f"engine at {base_url} does not answer: {_reason(exc)}",
-                         f"start the Docker engine (systemctl start docker) or fix {env_name('docker_host')}")
+            return Check(
+                "docker",
+                FAIL,
+                f"engine at {base_url} does not answer: {_reason(exc)}",
+                f"start the Docker engine (systemctl start docker) or fix {env_name('docker_host')}",
+            )
         info = self.docker_info
-        return Check("docker", OK, f"engine {info.get('ServerVersion', '?')} at {base_url}, {info.get('Containers', 0)} containers")
+        return Check(
+            "docker",
+            OK,
+            f"engine {info.get('ServerVersion', '?')} at {base_url}, {info.get('Containers', 0)} containers",
+        )
 
     def nvidia_runtime(self) -> Check:
         if self.docker_info is None:
@@ -210,8 +269,12 @@ class Doctor:
         runtimes = sorted((self.docker_info.get("Runtimes") or {}).keys())
         if "nvidia" in runtimes or any("nvidia" in str(d) for d in self.docker_info.get("CDISpecDirs") or []):
             return Check("nvidia runtime", OK, f"runtimes: {', '.join(runtimes)}")
-        return Check("nvidia runtime", WARN, f"no nvidia runtime (runtimes: {', '.join(runtimes) or 'none'}): GPU containers cannot start",
-                     "install nvidia-container-toolkit and run `nvidia-ctk runtime configure --runtime=docker`")
+        return Check(
+            "nvidia runtime",
+            WARN,
+            f"no nvidia runtime (runtimes: {', '.join(runtimes) or 'none'}): GPU containers cannot start",
+            "install nvidia-container-toolkit and run `nvidia-ctk runtime configure --runtime=docker`",
+        )
 
     def nvml(self) -> Check:
         import pynvml
@@ -219,8 +282,12 @@ class Doctor:
         try:
             pynvml.nvmlInit()
         except pynvml.NVMLError_LibraryNotFound:
-            return Check("nvml", WARN, "libnvidia-ml not found: no NVIDIA driver on this machine",
-                         "install the NVIDIA driver if this machine has GPUs")
+            return Check(
+                "nvml",
+                WARN,
+                "libnvidia-ml not found: no NVIDIA driver on this machine",
+                "install the NVIDIA driver if this machine has GPUs",
+            )
         except pynvml.NVMLError as exc:
             return Check("nvml", FAIL, f"NVML does not initialise: {exc}", "check the driver (nvidia-smi)")
         try:
@@ -235,17 +302,27 @@ class Doctor:
     def journald(self) -> Check:
         journalctl = shutil.which("journalctl")
         if journalctl is None:
-            return Check("journald", WARN, "journalctl not found: system logs are not shipped", "install systemd's journalctl")
+            return Check(
+                "journald", WARN, "journalctl not found: system logs are not shipped", "install systemd's journalctl"
+            )
         where = ["--directory", str(self.config.journal_directory)] if self.config.journal_directory else []
         try:
-            done = subprocess.run([journalctl, *where, "-n", "1", "-q", "--no-pager", "-o", "cat"],
-                                  capture_output=True, text=True, timeout=self.timeout_s)
+            done = subprocess.run(
+                [journalctl, *where, "-n", "1", "-q", "--no-pager", "-o", "cat"],
+                capture_output=True,
+                text=True,
+                timeout=self.timeout_s,
+            )
         except subprocess.TimeoutExpired:
             return Check("journald", FAIL, f"journalctl did not answer within {self.timeout_s:g}s")
         source = f"directory {self.config.journal_directory}" if where else "the system journal"
         if done.returncode != 0:
-            return Check("journald", FAIL, f"cannot read {source}: {done.stderr.strip().splitlines()[-1] if done.stderr.strip() else done.returncode}",
-                         "run the agent as root or add its user to the systemd-journal group")
+            return Check(
+                "journald",
+                FAIL,
+                f"cannot read {source}: {done.stderr.strip().splitlines()[-1] if done.stderr.strip() else done.returncode}",
+                "run the agent as root or add its user to the systemd-journal group",
+            )
         if not done.stdout.strip() and "No journal files" in done.stderr + done.stdout:
             return Check("journald", WARN, f"{source} holds no journal files")
         return Check("journald", OK, f"{source} is readable")
@@ -259,15 +336,23 @@ class Doctor:
             try:
                 reply = requests.get(loki + "/ready", timeout=self.timeout_s, verify=self.config.tls_verify())
             except requests.RequestException as exc:
-                return Check("log path", FAIL, f"Loki at {loki} does not answer: {_reason(exc)}",
-                             f"check {env_name('loki_url')} or the backend's log settings")
+                return Check(
+                    "log path",
+                    FAIL,
+                    f"Loki at {loki} does not answer: {_reason(exc)}",
+                    f"check {env_name('loki_url')} or the backend's log settings",
+                )
             if reply.status_code != 200:
                 return Check("log path", WARN, f"Loki at {loki} answers HTTP {reply.status_code} on /ready")
             return Check("log path", OK, f"Loki at {loki} is ready")
         if target and target.get("mode") == "push":
             return Check("log path", OK, f"logs go through the backend ({target['path']})")
-        return Check("log path", WARN, "unknown: no Loki URL set and the backend could not be asked",
-                     f"set {env_name('loki_url')} or fix the credential")
+        return Check(
+            "log path",
+            WARN,
+            "unknown: no Loki URL set and the backend could not be asked",
+            f"set {env_name('loki_url')} or fix the credential",
+        )
 
     # ------------------------------------------------------------------ disks and service
 
@@ -287,8 +372,12 @@ class Doctor:
 
         state = service_state(self.service_paths)
         if not state.get("systemd"):
-            return Check("service", WARN, "systemd cannot be asked: the agent is not run as a service here",
-                         "run `faden-agent start` on a systemd machine, or supervise `faden-agent run` yourself")
+            return Check(
+                "service",
+                WARN,
+                "systemd cannot be asked: the agent is not run as a service here",
+                "run `faden-agent start` on a systemd machine, or supervise `faden-agent run` yourself",
+            )
         if not state["installed"]:
             return Check("service", WARN, f"no {state['scope']} service installed", "run `faden-agent start`")
         text = f"{state['scope']} service {state['active']} ({state['sub']}), {state['enabled']}, {state['restarts']} restarts"

@@ -63,9 +63,14 @@ def quarantine(path: Path, side_suffixes: tuple[str, ...] = ()) -> Path:
 def quarantine_event(what: str, path: Path, moved_to: Path, error: str) -> dict[str, Any]:
     """The event that tells the backend (record id: quarantine_record_id)."""
     error = error[:200]
-    return {"type": "agent.file_quarantined", "file": what, "path": str(path), "moved_to": str(moved_to),
-            "error": error, "message": f"the {what} {path} was corrupt ({error}); moved aside to {moved_to.name}, "
-                                       f"started afresh"}
+    return {
+        "type": "agent.file_quarantined",
+        "file": what,
+        "path": str(path),
+        "moved_to": str(moved_to),
+        "error": error,
+        "message": f"the {what} {path} was corrupt ({error}); moved aside to {moved_to.name}, started afresh",
+    }
 
 
 def quarantine_record_id(event: dict[str, Any]) -> str:

@@ -37,7 +37,7 @@ def _blank_initial_value(name: str) -> None:
     it any more, so overwriting it in place is safe."""
     try:
         stat = Path("/proc/self/stat").read_text()
-        fields = stat[stat.rindex(")") + 2:].split()  # fields[0] is field 3 of proc(5)
+        fields = stat[stat.rindex(")") + 2 :].split()  # fields[0] is field 3 of proc(5)
         env_start, env_end = int(fields[50 - 3]), int(fields[51 - 3])
         block = Path("/proc/self/environ").read_bytes()[: env_end - env_start]
         key = name.encode() + b"="

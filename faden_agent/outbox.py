@@ -18,8 +18,9 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import orjson
 
@@ -71,23 +72,28 @@ class Outbox:
 
     def _write(self, sql: str, params: tuple | list = (), many: bool = False) -> Any:
         """One write statement (its own transaction), waiting out a full disk."""
+
         def write() -> Any:
             with self._lock:
                 return (self._db.executemany if many else self._db.execute)(sql, params)
+
         return retry_when_full(write, self.path)
 
     def put(self, kind: str, data: dict[str, Any], record_id: str | None = None) -> dict[str, Any]:
         """Store a record durably; a repeated id is a no-op. Returns the record."""
         record = make_record(kind, data, record_id)
-        self._write("INSERT OR IGNORE INTO outbox (id, kind, body) VALUES (?, ?, ?)",
-                    (record["id"], kind, orjson.dumps(record)))
+        self._write(
+            "INSERT OR IGNORE INTO outbox (id, kind, body) VALUES (?, ?, ?)", (record["id"], kind, orjson.dumps(record))
+        )
         return record
 
     def put_latest(self, kind: str, data: dict[str, Any]) -> dict[str, Any]:
         """Replace the pending latest-value record of this kind."""
         record = make_record(kind, data)
-        self._write("INSERT OR REPLACE INTO latest (kind, id, body) VALUES (?, ?, ?)",
-                    (kind, record["id"], orjson.dumps(record)))
+        self._write(
+            "INSERT OR REPLACE INTO latest (kind, id, body) VALUES (?, ?, ?)",
+            (kind, record["id"], orjson.dumps(record)),
+        )
         return record
 
     def pending(self, limit: int) -> list[dict[str, Any]]:
@@ -112,6 +118,7 @@ class Outbox:
                     if self._db.in_transaction:  # SQLite may have rolled back already (disk full)
                         self._db.execute("ROLLBACK")
                     raise
+
         retry_when_full(delete, self.path)
 
     def count(self, wait_s: float = -1) -> int | None:

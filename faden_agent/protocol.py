@@ -82,6 +82,7 @@ def _short_repr(value: dict | list, limit: int) -> str:
     kind = "object" if isinstance(value, dict) else "list"
     return f"<a {kind} of {len(value)} items>"
 
+
 # Command kinds the executor knows.
 COMMAND_KINDS = (
     "image.pull",
@@ -133,9 +134,16 @@ REASONS = (
 # Capabilities this build reports to the backend.
 TRAFFIC_CAPABILITY = "traffic.passive"  # sends traffic records (peers, NICs, RDMA ports)
 PEER_IMAGES_CAPABILITY = "images.peer"  # image.serve / image.fetch, a peer worker on PEER_PORT (issue 14)
-CAPABILITIES = ("docker", "gpu", "logs.loki", "logs.backend_push", "inventory.delta", "heartbeat.delta",
-                TRAFFIC_CAPABILITY,
-                PEER_IMAGES_CAPABILITY)
+CAPABILITIES = (
+    "docker",
+    "gpu",
+    "logs.loki",
+    "logs.backend_push",
+    "inventory.delta",
+    "heartbeat.delta",
+    TRAFFIC_CAPABILITY,
+    PEER_IMAGES_CAPABILITY,
+)
 
 
 def timeline_data(command_id: str, state: str, **fields: object) -> dict[str, object]:
@@ -153,6 +161,7 @@ def timeline_data(command_id: str, state: str, **fields: object) -> dict[str, ob
 def timeline_record_id(command_id: str, state: str, step: int = 0) -> str:
     """Deterministic ids: a re-emitted state of the same command dedups at the backend."""
     return f"tl:{command_id}:{state}:{step}"
+
 
 # Labels on every container the agent creates (the executor sets them; inventory and the
 # log shipper find managed containers by them).

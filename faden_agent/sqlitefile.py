@@ -27,7 +27,9 @@ class CorruptDatabase(sqlite3.DatabaseError):
     pass
 
 
-def open_private_sqlite(path: Path, schema: str, what: str = "database") -> tuple[sqlite3.Connection, dict[str, Any] | None]:
+def open_private_sqlite(
+    path: Path, schema: str, what: str = "database"
+) -> tuple[sqlite3.Connection, dict[str, Any] | None]:
     """(connection, quarantine event or None)."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     try:

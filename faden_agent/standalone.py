@@ -47,8 +47,13 @@ def hold_and_prune(build_dir: Path) -> int | None:
     for entry in build_dir.parent.iterdir():
         if entry.name.startswith(UNPACKING):
             _remove_if_abandoned(entry)
-        elif entry.name != build_dir.name and BUILD_NAME.fullmatch(entry.name) and entry.is_dir() \
-                and not entry.is_symlink() and (entry / "faden-agent").is_file():
+        elif (
+            entry.name != build_dir.name
+            and BUILD_NAME.fullmatch(entry.name)
+            and entry.is_dir()
+            and not entry.is_symlink()
+            and (entry / "faden-agent").is_file()
+        ):
             _remove_if_unused(entry)
     return fd
 
@@ -84,7 +89,7 @@ def _remove_if_unused(build: Path) -> None:
 
 def _remove_if_abandoned(entry: Path) -> None:
     """.unpack.<pid>.*: left by a launcher killed while unpacking, or by a removal cut short."""
-    pid = entry.name[len(UNPACKING):].split(".", 1)[0]
+    pid = entry.name[len(UNPACKING) :].split(".", 1)[0]
     if not pid.isdigit() or int(pid) == os.getpid():
         return
     try:

@@ -57,7 +57,9 @@ def load_state(path: Path) -> AgentState | None:
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError:
-        raise StateError(f"state file {path} is corrupt (not JSON); restore it from a backup or remove it to enroll again") from None
+        raise StateError(
+            f"state file {path} is corrupt (not JSON); restore it from a backup or remove it to enroll again"
+        ) from None
     if not isinstance(data, dict) or data.get("version") != STATE_VERSION:
         raise StateError(f"state file {path} is not a version-{STATE_VERSION} faden-agent state file")
     try:
@@ -138,8 +140,14 @@ def _publish(tmp: str, path: Path) -> None:
 
 
 def new_state(backend_url: str, node_id: str, credential: str, agent_id: str, token: str = "") -> AgentState:
-    return AgentState(backend_url=backend_url, node_id=node_id, credential=credential, agent_id=agent_id,
-                      enrolled_at=time.time(), enrolled_with=token_digest(token) if token else "")
+    return AgentState(
+        backend_url=backend_url,
+        node_id=node_id,
+        credential=credential,
+        agent_id=agent_id,
+        enrolled_at=time.time(),
+        enrolled_with=token_digest(token) if token else "",
+    )
 
 
 def token_digest(token: str) -> str:

@@ -76,8 +76,14 @@ def _live_link(config: Config) -> tuple[dict[str, Any] | None, str | None, dict[
     if reply is None or not isinstance(reply.body, dict):
         return None, None, None
     workers = [w for w in reply.body.get("workers", []) if isinstance(w, dict)]
-    disk_full = next(({**w["status"]["disk_full"], "worker": w.get("name")} for w in workers
-                      if isinstance(w.get("status"), dict) and isinstance(w["status"].get("disk_full"), dict)), None)
+    disk_full = next(
+        (
+            {**w["status"]["disk_full"], "worker": w.get("name")}
+            for w in workers
+            if isinstance(w.get("status"), dict) and isinstance(w["status"].get("disk_full"), dict)
+        ),
+        None,
+    )
     for worker in workers:
         if worker.get("name") == "stream":
             link = (worker.get("status") or {}).get("link")
@@ -110,9 +116,11 @@ def format_status(status: dict[str, Any]) -> str:
         f"agent id:      {status['agent_id']}",
         f"backend:       {status['backend_url']}",
         f"agent running: {'yes' if status['agent_running'] else 'no'}",
-        f"connection:    {status['connection']}" + (f" since {_when(status['connection_since'])}" if status.get("connection_since") else ""),
+        f"connection:    {status['connection']}"
+        + (f" since {_when(status['connection_since'])}" if status.get("connection_since") else ""),
         f"last contact:  {_when(status['last_contact_at'])}",
-        f"last error:    {status['last_error'] or '-'}" + (f" at {_when(status['last_error_at'])}" if status.get("last_error_at") else ""),
+        f"last error:    {status['last_error'] or '-'}"
+        + (f" at {_when(status['last_error_at'])}" if status.get("last_error_at") else ""),
     ]
     if status.get("state_error"):
         lines.append(f"state file:    {status['state_error']}")
@@ -130,5 +138,7 @@ def format_service(service: dict[str, Any]) -> str:
     if not service.get("installed"):
         return f"no {service['scope']} service installed (`faden-agent start`)"
     pid = f", main pid {service['main_pid']}" if service.get("main_pid") else ""
-    return (f"{service['scope']} service {service['active']} ({service['sub']}), {service['enabled']}, "
-            f"{service['restarts']} restarts{pid}")
+    return (
+        f"{service['scope']} service {service['active']} ({service['sub']}), {service['enabled']}, "
+        f"{service['restarts']} restarts{pid}"
+    )

@@ -8,8 +8,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from faden_agent.ipc import Endpoints, request
 
@@ -33,7 +34,9 @@ def agent_env(tmp_path: Path, **overrides: Any) -> dict[str, str]:
     return env
 
 
-def wait_for(predicate: Callable[[], Any], timeout_s: float = 15.0, interval_s: float = 0.05, what: str = "condition") -> Any:
+def wait_for(
+    predicate: Callable[[], Any], timeout_s: float = 15.0, interval_s: float = 0.05, what: str = "condition"
+) -> Any:
     deadline = time.monotonic() + timeout_s
     while True:
         result = predicate()
@@ -54,10 +57,11 @@ class AgentProcess:
         self.proc: subprocess.Popen | None = None
         self.endpoints = Endpoints(Path(env["FADEN_NODE_AGENT_RUNTIME_DIR"]))
 
-    def start(self, wait_running: bool = True, timeout_s: float = 20.0) -> "AgentProcess":
+    def start(self, wait_running: bool = True, timeout_s: float = 20.0) -> AgentProcess:
         self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(self.argv, env=self.env, stdout=self._log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            self.argv, env=self.env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         if wait_running:
             self.wait_all_running(timeout_s)
         return self
@@ -110,7 +114,7 @@ class AgentProcess:
             pass
         self.proc.wait(10)
 
-    def __enter__(self) -> "AgentProcess":
+    def __enter__(self) -> AgentProcess:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:

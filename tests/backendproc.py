@@ -31,8 +31,9 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import pytest
 
@@ -50,20 +51,47 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 class BackendProcess:
-    def __init__(self, data_dir: Path, log_path: Path, *, keepalive_sec: float = 0.5, port: int | None = None,
-                 tls_cert: Path | None = None, tls_key: Path | None = None, ca_bundle: Path | None = None,
-                 downloads: Path | None = None, loki_url: str | None = None, admin_token: str = ADMIN_TOKEN,
-                 host: str = "127.0.0.1"):
+    def __init__(
+        self,
+        data_dir: Path,
+        log_path: Path,
+        *,
+        keepalive_sec: float = 0.5,
+        port: int | None = None,
+        tls_cert: Path | None = None,
+        tls_key: Path | None = None,
+        ca_bundle: Path | None = None,
+        downloads: Path | None = None,
+        loki_url: str | None = None,
+        admin_token: str = ADMIN_TOKEN,
+        host: str = "127.0.0.1",
+    ):
         self.data_dir = data_dir
         self.log_path = log_path
         self.port = port or free_port(host)
         self.admin_token = admin_token
         scheme = "https" if tls_cert else "http"
         self.url = f"{scheme}://{host}:{self.port}"
-        self.argv = [sys.executable, "-m", "faden_agent", "dev-backend", "--host", host, "--port",
-                     str(self.port), "--data", str(data_dir), "--keepalive-sec", str(keepalive_sec)]
-        for flag, value in (("--tls-cert", tls_cert), ("--tls-key", tls_key), ("--downloads", downloads),
-                            ("--loki-url", loki_url)):
+        self.argv = [
+            sys.executable,
+            "-m",
+            "faden_agent",
+            "dev-backend",
+            "--host",
+            host,
+            "--port",
+            str(self.port),
+            "--data",
+            str(data_dir),
+            "--keepalive-sec",
+            str(keepalive_sec),
+        ]
+        for flag, value in (
+            ("--tls-cert", tls_cert),
+            ("--tls-key", tls_key),
+            ("--downloads", downloads),
+            ("--loki-url", loki_url),
+        ):
             if value:
                 self.argv += [flag, str(value)]
         # The admin token travels in the environment, not on the command line.
@@ -73,11 +101,12 @@ class BackendProcess:
 
     # ------------------------------------------------------------------ process
 
-    def start(self, timeout_s: float = 15.0) -> "BackendProcess":
+    def start(self, timeout_s: float = 15.0) -> BackendProcess:
         self._log = open(self.log_path, "ab")
         start_offset = self.log_path.stat().st_size
-        self.proc = subprocess.Popen(self.argv, env=self.env, stdout=self._log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            self.argv, env=self.env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
+        )
 
         def listening() -> bool:
             if self.proc.poll() is not None:
@@ -148,8 +177,9 @@ class BackendProcess:
 
         return wait_for(ready, timeout_s, interval_s=0.1, what=f"node {agent_id} with {heartbeats} heartbeats")
 
-    def wait_command(self, command_id: str, states: Iterable[str] = protocol.TERMINAL_STATES,
-                     timeout_s: float = 30.0) -> dict[str, Any]:
+    def wait_command(
+        self, command_id: str, states: Iterable[str] = protocol.TERMINAL_STATES, timeout_s: float = 30.0
+    ) -> dict[str, Any]:
         states = tuple(states)
 
         def reached() -> dict[str, Any] | None:
@@ -162,7 +192,9 @@ class BackendProcess:
         return wait_for(reached, timeout_s, interval_s=0.1, what=f"command {command_id} in {states}")
 
 
-def agent_env_for(backend: BackendProcess, tmp_path: Path, token: str | None = "mint", **overrides: Any) -> dict[str, str]:
+def agent_env_for(
+    backend: BackendProcess, tmp_path: Path, token: str | None = "mint", **overrides: Any
+) -> dict[str, str]:
     """An agent environment pointed at `backend`, with a fresh token unless token=None/given."""
     settings: dict[str, Any] = {
         "backend_url": backend.url,

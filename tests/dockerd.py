@@ -40,11 +40,16 @@ def restart_dockerd(down_s: float = 0.0, timeout_s: float = 60.0) -> None:
     pid = dockerd_pid()
     os.kill(pid, signal.SIGCONT)
     os.kill(pid, signal.SIGTERM)
-    wait_for(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE,
-             timeout_s, interval_s=0.2, what="dockerd to exit")
+    wait_for(
+        lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE,
+        timeout_s,
+        interval_s=0.2,
+        what="dockerd to exit",
+    )
     time.sleep(down_s)
     os.makedirs(os.path.dirname(DOCKERD_LOG), exist_ok=True)
     with open(DOCKERD_LOG, "ab") as log:
-        subprocess.Popen(["dockerd"], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                         start_new_session=True)
+        subprocess.Popen(
+            ["dockerd"], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
     wait_for(engine_answers, timeout_s, interval_s=0.5, what="dockerd to answer again")

@@ -29,8 +29,9 @@ class ExecutorClient:
         self.state_dir = Path(agent.env["FADEN_NODE_AGENT_STATE_PATH"]).parent
         self._seq = 0
 
-    def send(self, command_id: str, kind: str, spec: Any, deadline: float | None = None,
-             timeout_s: float = 5.0) -> dict[str, Any]:
+    def send(
+        self, command_id: str, kind: str, spec: Any, deadline: float | None = None, timeout_s: float = 5.0
+    ) -> dict[str, Any]:
         self._seq += 1
         body = {"id": command_id, "seq": self._seq, "kind": kind, "spec": spec, "deadline": deadline}
         reply = request(self.agent.endpoints.executor, "command", body, timeout_s=timeout_s)
@@ -59,8 +60,12 @@ class ExecutorClient:
         return None
 
     def wait_terminal(self, command_id: str, timeout_s: float = 30.0) -> dict[str, Any]:
-        return wait_for(lambda: self.terminal(command_id), timeout_s, interval_s=0.05,
-                        what=f"a terminal timeline state of {command_id}")
+        return wait_for(
+            lambda: self.terminal(command_id),
+            timeout_s,
+            interval_s=0.05,
+            what=f"a terminal timeline state of {command_id}",
+        )
 
     def run(self, command_id: str, kind: str, spec: Any, timeout_s: float = 30.0, **kw: Any) -> dict[str, Any]:
         ack = self.send(command_id, kind, spec, **kw)
@@ -68,7 +73,9 @@ class ExecutorClient:
         return self.wait_terminal(command_id, timeout_s)
 
     def events(self, event_type: str | None = None) -> list[dict[str, Any]]:
-        return [r["data"] for r in self.records(protocol.EVENT) if event_type is None or r["data"].get("type") == event_type]
+        return [
+            r["data"] for r in self.records(protocol.EVENT) if event_type is None or r["data"].get("type") == event_type
+        ]
 
 
 # --- a big image in the local registry, so a pull takes a few seconds
@@ -88,15 +95,19 @@ def ensure_big_image(docker_client: Any, registry: str) -> str:
     import requests
 
     ref = f"{registry}/{BIG_IMAGE_REPO}:2"
-    manifest = requests.head(f"http://{registry}/v2/{BIG_IMAGE_REPO}/manifests/2", timeout=5,
-                             headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"})
+    manifest = requests.head(
+        f"http://{registry}/v2/{BIG_IMAGE_REPO}/manifests/2",
+        timeout=5,
+        headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"},
+    )
     if manifest.status_code == 200:
         return ref
     context = io.BytesIO()
     with tarfile.open(fileobj=context, mode="w") as tar:
         dockerfile = "FROM faden-test/busybox:1\n" + "".join(f"COPY blob{i} /blob{i}\n" for i in range(BIG_LAYERS))
         for name, data in [("Dockerfile", dockerfile.encode())] + [
-                (f"blob{i}", os.urandom(BIG_LAYER_BYTES)) for i in range(BIG_LAYERS)]:
+            (f"blob{i}", os.urandom(BIG_LAYER_BYTES)) for i in range(BIG_LAYERS)
+        ]:
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))

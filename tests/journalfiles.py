@@ -44,8 +44,13 @@ class JournalWriter:
         self.last_realtime_us = 0
         self._exports = 0
 
-    def entry(self, message: str | bytes | None, priority: int | None = 6, realtime_us: int | None = None,
-              **fields: str | bytes) -> dict[str, str | bytes]:
+    def entry(
+        self,
+        message: str | bytes | None,
+        priority: int | None = 6,
+        realtime_us: int | None = None,
+        **fields: str | bytes,
+    ) -> dict[str, str | bytes]:
         """An entry; realtime defaults to now (strictly increasing within this writer)."""
         if realtime_us is None:
             realtime_us = max(time.time_ns() // 1000, self.last_realtime_us + 1)
@@ -70,8 +75,9 @@ class JournalWriter:
             for entry in entries:
                 fh.write(b"".join(export_field(k, v) for k, v in entry.items()) + b"\n")
         try:
-            done = subprocess.run([JOURNAL_REMOTE, "-o", str(self.path), str(export)],
-                                  capture_output=True, text=True, timeout=120)
+            done = subprocess.run(
+                [JOURNAL_REMOTE, "-o", str(self.path), str(export)], capture_output=True, text=True, timeout=120
+            )
         finally:
             export.unlink()
         if done.returncode != 0:

@@ -38,8 +38,14 @@ def free_port() -> int:
 
 
 class LokiProcess:
-    def __init__(self, version: str, data_dir: Path, flags: list[str] | None = None,
-                 structured_metadata: bool = True, port: int | None = None):
+    def __init__(
+        self,
+        version: str,
+        data_dir: Path,
+        flags: list[str] | None = None,
+        structured_metadata: bool = True,
+        port: int | None = None,
+    ):
         if version not in VERSIONS:
             raise ValueError(f"version must be one of {VERSIONS}")
         self.version = version
@@ -54,7 +60,7 @@ class LokiProcess:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout_s: float = READY_TIMEOUT_S) -> "LokiProcess":
+    def start(self, timeout_s: float = READY_TIMEOUT_S) -> LokiProcess:
         if not RUN_LOKI.is_file():
             raise RuntimeError(f"no Loki for tests: {RUN_LOKI} is missing (../shared beside the repository)")
         argv = ["bash", str(RUN_LOKI), self.version, str(self.port), str(self.data_dir)]
@@ -93,7 +99,7 @@ class LokiProcess:
             self._log.close()
         self.proc = None
 
-    def restart(self) -> "LokiProcess":
+    def restart(self) -> LokiProcess:
         """The same Loki again on the same port and data (an outage and its end)."""
         self.stop()
         return self.start()
@@ -102,7 +108,7 @@ class LokiProcess:
         path = self.data_dir.parent / f"{self.data_dir.name}.log"
         return path.read_text(errors="replace")[-chars:] if path.exists() else ""
 
-    def __enter__(self) -> "LokiProcess":
+    def __enter__(self) -> LokiProcess:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:
@@ -118,8 +124,9 @@ class LokiProcess:
 
     def series(self, selector: str, since_s: float = 7200) -> list[dict[str, str]]:
         now = time.time_ns()
-        return self._get("/loki/api/v1/series", **{"match[]": selector, "start": now - int(since_s * 1e9),
-                                                     "end": now + 60 * 10**9})["data"]
+        return self._get(
+            "/loki/api/v1/series", **{"match[]": selector, "start": now - int(since_s * 1e9), "end": now + 60 * 10**9}
+        )["data"]
 
     def entries(self, selector: str, since_s: float = 7200) -> list[tuple[dict[str, str], int, str]]:
         """(labels, ts_ns, line) of every entry matching `selector`, oldest first, paging
@@ -129,10 +136,12 @@ class LokiProcess:
         out: list[tuple[dict[str, str], int, str]] = []
         seen_at_start: set[tuple] = set()
         while True:
-            data = self._get("/loki/api/v1/query_range", query=selector, start=start, end=end,
-                             limit=QUERY_LIMIT, direction="forward")["data"]["result"]
-            page = sorted(((r["stream"], int(ts), line) for r in data for ts, line, *_ in r["values"]),
-                          key=lambda e: e[1])
+            data = self._get(
+                "/loki/api/v1/query_range", query=selector, start=start, end=end, limit=QUERY_LIMIT, direction="forward"
+            )["data"]["result"]
+            page = sorted(
+                ((r["stream"], int(ts), line) for r in data for ts, line, *_ in r["values"]), key=lambda e: e[1]
+            )
             fresh = [e for e in page if (tuple(sorted(e[0].items())), e[1], e[2]) not in seen_at_start]
             out += fresh
             if len(page) < QUERY_LIMIT:
@@ -146,8 +155,11 @@ class LokiProcess:
     def metrics_value(self, name: str) -> float:
         """Sum of a Prometheus metric (all label sets) from Loki's /metrics."""
         text = self.session.get(f"{self.url}/metrics", timeout=30).text
-        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                   if line.startswith(name) and (line[len(name)] in " {"))
+        return sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith(name) and (line[len(name)] in " {")
+        )
 
 
 # ---------------------------------------------------------------------- pytest fixtures
@@ -158,9 +170,13 @@ class LokiProcess:
 MAX_LINE = "96KB"
 MAX_AGE = "30m"
 RATE, BURST = "256KB", "512KB"
-LIMIT_FLAGS = [f"-distributor.max-line-size={MAX_LINE}",
-               "-validation.reject-old-samples=true", f"-validation.reject-old-samples.max-age={MAX_AGE}",
-               f"-ingester.per-stream-rate-limit={RATE}", f"-ingester.per-stream-rate-limit-burst={BURST}"]
+LIMIT_FLAGS = [
+    f"-distributor.max-line-size={MAX_LINE}",
+    "-validation.reject-old-samples=true",
+    f"-validation.reject-old-samples.max-age={MAX_AGE}",
+    f"-ingester.per-stream-rate-limit={RATE}",
+    f"-ingester.per-stream-rate-limit-burst={BURST}",
+]
 # What a Loki adds of its own: 3.x derives a service_name label from the stream and a
 # detected_level structured metadata field from the line.
 LOKI_OWN_LABELS = {"2.8.0": set(), "3.4.6": {"service_name", "detected_level"}}
@@ -178,6 +194,7 @@ def real_loki(request, tmp_path_factory):
 
 def count(loki: LokiProcess, selector: str, since: str = "2h") -> int:
     """How many entries Loki holds for `selector` (one cheap metric query, not a read)."""
-    result = loki._get("/loki/api/v1/query", query=f"sum(count_over_time({selector}[{since}]))",
-                       time=time.time_ns())["data"]["result"]
+    result = loki._get("/loki/api/v1/query", query=f"sum(count_over_time({selector}[{since}]))", time=time.time_ns())[
+        "data"
+    ]["result"]
     return int(float(result[0]["value"][1])) if result else 0

@@ -32,9 +32,10 @@ import re
 import threading
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
+from typing import Any
 
 import orjson
 
@@ -43,8 +44,10 @@ LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*\Z")
 MODES = ("ok", "throttle", "error")
 VERSIONS = ("2.8", "3")
 # Loki 2.8.0's answer to a value with a third element (read from the real binary).
-LOKI_28_DECODE_ERROR = ("loghttp.PushRequest.Streams: []*loghttp.Stream: unmarshalerDecoder: Value is string, "
-                        "but can't find closing '\"' symbol, error found in #10 byte of ...|{value:.20}|...")
+LOKI_28_DECODE_ERROR = (
+    "loghttp.PushRequest.Streams: []*loghttp.Stream: unmarshalerDecoder: Value is string, "
+    "but can't find closing '\"' symbol, error found in #10 byte of ...|{value:.20}|..."
+)
 
 
 @dataclass(frozen=True)
@@ -67,10 +70,19 @@ class Accepted:
 
 
 class LokiReceiver:
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, max_body_bytes: int = 4 * 1024 * 1024,
-                 max_line_bytes: int = 256 * 1024, reject_older_than_s: float = 7 * 86400,
-                 creation_grace_s: float = 600, version: str = "2.8", allow_structured_metadata: bool = True,
-                 record_path: str | None = None):
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        max_body_bytes: int = 4 * 1024 * 1024,
+        max_line_bytes: int = 256 * 1024,
+        reject_older_than_s: float = 7 * 86400,
+        creation_grace_s: float = 600,
+        version: str = "2.8",
+        allow_structured_metadata: bool = True,
+        record_path: str | None = None,
+    ):
         if version not in VERSIONS:
             raise ValueError(f"version must be one of {VERSIONS}")
         self.version = version
@@ -96,7 +108,7 @@ class LokiReceiver:
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
-    def start(self) -> "LokiReceiver":
+    def start(self) -> LokiReceiver:
         self._server = _Server((self.host, self.port), _Handler)
         self._server.receiver = self
         self.port = self._server.server_address[1]
@@ -119,7 +131,7 @@ class LokiReceiver:
         if self._server is None:
             self.start()
 
-    def __enter__(self) -> "LokiReceiver":
+    def __enter__(self) -> LokiReceiver:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:
@@ -155,14 +167,20 @@ class LokiReceiver:
                     return result
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise AssertionError(f"receiver: condition not met within {timeout_s}s "
-                                         f"({len(self._entries)} entries, statuses {self.statuses})")
+                    raise AssertionError(
+                        f"receiver: condition not met within {timeout_s}s "
+                        f"({len(self._entries)} entries, statuses {self.statuses})"
+                    )
                 self._lock.wait(min(left, 0.2))
 
     def stats(self) -> dict[str, Any]:
         with self._lock:
-            return {"entries": len(self._entries), "pushes": self.pushes, "statuses": dict(self.statuses),
-                    "mode": self.mode}
+            return {
+                "entries": len(self._entries),
+                "pushes": self.pushes,
+                "statuses": dict(self.statuses),
+                "mode": self.mode,
+            }
 
     # ------------------------------------------------------------------ the push API
 
@@ -227,19 +245,25 @@ class LokiReceiver:
                     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
                         raise ValueError("structured metadata must be an object of strings")
                     if not self.allow_structured_metadata:
-                        errors.append(f"stream '{selector}' includes structured metadata, but this feature is disallowed. "
-                                      "Please see `limits_config.allow_structured_metadata` or contact your Loki "
-                                      "administrator to enable it.")
+                        errors.append(
+                            f"stream '{selector}' includes structured metadata, but this feature is disallowed. "
+                            "Please see `limits_config.allow_structured_metadata` or contact your Loki "
+                            "administrator to enable it."
+                        )
                         continue
                 ts_ns = int(ts)
                 if ts_ns < oldest:
-                    errors.append(f"entry for stream '{selector}' has timestamp too old: {_rfc3339(ts_ns)}, "
-                                  f"oldest acceptable timestamp is: {_rfc3339(oldest)}")
+                    errors.append(
+                        f"entry for stream '{selector}' has timestamp too old: {_rfc3339(ts_ns)}, "
+                        f"oldest acceptable timestamp is: {_rfc3339(oldest)}"
+                    )
                 elif ts_ns > newest:
                     errors.append(f"entry for stream '{selector}' has timestamp too new: {_rfc3339(ts_ns)}")
                 elif len(line) * 4 > self.max_line_bytes and len(line.encode()) > self.max_line_bytes:
-                    errors.append(f"Max entry size '{self.max_line_bytes}' bytes exceeded for stream '{selector}' "
-                                  f"while adding an entry with length '{len(line.encode())}' bytes")
+                    errors.append(
+                        f"Max entry size '{self.max_line_bytes}' bytes exceeded for stream '{selector}' "
+                        f"while adding an entry with length '{len(line.encode())}' bytes"
+                    )
                 else:
                     accepted.append(Accepted(labels, ts, line, metadata))
         return accepted, errors
@@ -303,10 +327,15 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         receiver = self.server.receiver
         if self.path == "/receiver/entries":
-            return self._answer(200, {"Content-Type": "application/json"},
-                                orjson.dumps([a.as_json() for a in receiver.entries()]))
+            return self._answer(
+                200, {"Content-Type": "application/json"}, orjson.dumps([a.as_json() for a in receiver.entries()])
+            )
         if self.path in ("/receiver/stats", "/ready"):
-            return self._answer(200, {"Content-Type": "application/json"}, orjson.dumps(receiver.stats(), option=orjson.OPT_NON_STR_KEYS))
+            return self._answer(
+                200,
+                {"Content-Type": "application/json"},
+                orjson.dumps(receiver.stats(), option=orjson.OPT_NON_STR_KEYS),
+            )
         self._answer(404, {}, b"not found\n")
 
 
@@ -319,8 +348,11 @@ class ReceiverClient:
     def set_mode(self, mode: str, retry_after: float | None = None, status: int | None = None) -> None:
         import requests
 
-        requests.post(f"{self.url}/receiver/mode", timeout=5,
-                      data=orjson.dumps({"mode": mode, "retry_after": retry_after, "status": status})).raise_for_status()
+        requests.post(
+            f"{self.url}/receiver/mode",
+            timeout=5,
+            data=orjson.dumps({"mode": mode, "retry_after": retry_after, "status": status}),
+        ).raise_for_status()
 
     def entries(self) -> list[Accepted]:
         import requests
@@ -344,8 +376,9 @@ def main() -> None:
     parser.add_argument("--max-body-bytes", type=int, default=4 * 1024 * 1024)
     parser.add_argument("--loki-version", choices=VERSIONS, default="2.8", help="whose push format to take")
     args = parser.parse_args()
-    receiver = LokiReceiver(args.host, args.port, max_body_bytes=args.max_body_bytes, version=args.loki_version,
-                            record_path=args.record).start()
+    receiver = LokiReceiver(
+        args.host, args.port, max_body_bytes=args.max_body_bytes, version=args.loki_version, record_path=args.record
+    ).start()
     print(receiver.url, flush=True)
     try:
         threading.Event().wait()

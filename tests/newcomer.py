@@ -1,12 +1,12 @@
 """A newcomer's Debian 12 in a container (issue 21): the README's first command, run verbatim.
 
-    readme_first_command()  -> the first command line of README.md's opening sh block
-    python_image()          -> tests/infra/build-python-image.sh's tag (debootstrap minbase +
-                               python3 + python3-venv + user `newcomer`; cached by tag)
-    wheelhouse()            -> a host directory of wheels for the project's dependencies and its
-                               build requirements (downloaded once from PyPI, cached by their list)
-    source_tar()            -> the working tree (tracked and untracked, not ignored) as a tar
-                               under faden-agent/, owned by the newcomer (uid 1000)
+readme_first_command()  -> the first command line of README.md's opening sh block
+python_image()          -> tests/infra/build-python-image.sh's tag (debootstrap minbase +
+                           python3 + python3-venv + user `newcomer`; cached by tag)
+wheelhouse()            -> a host directory of wheels for the project's dependencies and its
+                           build requirements (downloaded once from PyPI, cached by their list)
+source_tar()            -> the working tree (tracked and untracked, not ignored) as a tar
+                           under faden-agent/, owned by the newcomer (uid 1000)
 """
 
 from __future__ import annotations
@@ -62,9 +62,24 @@ def wheelhouse() -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (target / ".complete").exists():
             target.mkdir(exist_ok=True)
-            done = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:",
-                                   "--python-version", "3.11", "-d", str(target), *requirements],
-                                  capture_output=True, text=True, timeout=600)
+            done = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "-q",
+                    "--only-binary=:all:",
+                    "--python-version",
+                    "3.11",
+                    "-d",
+                    str(target),
+                    *requirements,
+                ],
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
             if done.returncode != 0:
                 raise AssertionError(f"pip download of the wheelhouse failed:\n{done.stderr[-3000:]}")
             (target / ".complete").touch()
@@ -72,10 +87,16 @@ def wheelhouse() -> Path:
 
 
 def source_tar() -> bytes:
-    names = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, capture_output=True,
-                           check=True).stdout.decode().split("\0")
+    names = (
+        subprocess.run(
+            ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, capture_output=True, check=True
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
+
         def owned(info: tarfile.TarInfo) -> tarfile.TarInfo:
             info.uid = info.gid = NEWCOMER_UID
             info.uname = info.gname = "newcomer"

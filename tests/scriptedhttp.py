@@ -5,8 +5,9 @@ bodies on a real socket instead of mocking requests."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 
 class Reply(NamedTuple):
@@ -105,7 +106,7 @@ class StreamingHTTP(LocalHTTP):
         import queue
 
         self.framing, self.gzip, self.keepalive_s = framing, gzip, keepalive_s
-        self.lines: "queue.Queue[bytes]" = queue.Queue()
+        self.lines: queue.Queue[bytes] = queue.Queue()
         self.records: list[dict] = []
         self.streams_open = 0
         self.streams_opened = 0
@@ -122,7 +123,11 @@ class StreamingHTTP(LocalHTTP):
 
     def timeline(self, command_id: str) -> list[dict]:
         with self.lock:
-            return [r["data"] for r in self.records if r.get("kind") == "timeline" and r["data"].get("command_id") == command_id]
+            return [
+                r["data"]
+                for r in self.records
+                if r.get("kind") == "timeline" and r["data"].get("command_id") == command_id
+            ]
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         import queue

@@ -15,8 +15,8 @@ from __future__ import annotations
 import os
 import subprocess
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from tests.agentproc import wait_for
 
@@ -27,10 +27,23 @@ CONTAINER_PREFIX = "faden-test-systemd-"
 
 # --privileged is refused on these machines: the capabilities systemd needs, one by one.
 RUN_FLAGS = [
-    "--cap-add", "SYS_ADMIN", "--security-opt", "seccomp=unconfined", "--cgroupns=host",
-    "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw", "--tmpfs", "/run", "--tmpfs", "/run/lock",
-    "--network", "host", "-v", "/var/run/docker.sock:/run/docker.sock",
-    "--stop-signal", "SIGRTMIN+3",
+    "--cap-add",
+    "SYS_ADMIN",
+    "--security-opt",
+    "seccomp=unconfined",
+    "--cgroupns=host",
+    "-v",
+    "/sys/fs/cgroup:/sys/fs/cgroup:rw",
+    "--tmpfs",
+    "/run",
+    "--tmpfs",
+    "/run/lock",
+    "--network",
+    "host",
+    "-v",
+    "/var/run/docker.sock:/run/docker.sock",
+    "--stop-signal",
+    "SIGRTMIN+3",
 ]
 
 
@@ -60,9 +73,13 @@ class SystemdContainer:
         self.image = image
         self.name = name or CONTAINER_PREFIX + uuid.uuid4().hex[:8]
 
-    def __enter__(self) -> "SystemdContainer":
-        subprocess.run(["docker", "run", "-d", "--name", self.name, *RUN_FLAGS, self.image, "/lib/systemd/systemd"],
-                       check=True, capture_output=True, timeout=60)
+    def __enter__(self) -> SystemdContainer:
+        subprocess.run(
+            ["docker", "run", "-d", "--name", self.name, *RUN_FLAGS, self.image, "/lib/systemd/systemd"],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
 
         def booted() -> bool:
             state = self.sh("systemctl is-system-running", check=False).stdout.strip()
@@ -74,15 +91,26 @@ class SystemdContainer:
     def __exit__(self, *exc: object) -> None:
         subprocess.run(["docker", "rm", "-f", "-v", self.name], capture_output=True, timeout=60)
 
-    def sh(self, script: str, check: bool = True, env: Mapping[str, str] | None = None,
-           timeout_s: float = 120, exec_args: list[str] | None = None) -> subprocess.CompletedProcess:
+    def sh(
+        self,
+        script: str,
+        check: bool = True,
+        env: Mapping[str, str] | None = None,
+        timeout_s: float = 120,
+        exec_args: list[str] | None = None,
+    ) -> subprocess.CompletedProcess:
         """Run a shell script inside; `env` values are handed over by name (never on a command line);
         `exec_args` are extra `docker exec` options (e.g. -u USER)."""
         names: list[str] = list(exec_args or [])
         for key in env or {}:
             names += ["-e", key]
-        done = subprocess.run(["docker", "exec", *names, self.name, "sh", "-c", script], capture_output=True, text=True,
-                              timeout=timeout_s, env={**os.environ, **(env or {})})
+        done = subprocess.run(
+            ["docker", "exec", *names, self.name, "sh", "-c", script],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env={**os.environ, **(env or {})},
+        )
         if check and done.returncode != 0:
             raise AssertionError(f"`{script}` failed in {self.name} ({done.returncode}):\n{done.stdout}\n{done.stderr}")
         return done

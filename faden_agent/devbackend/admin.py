@@ -26,8 +26,14 @@ class AdminClient:
 
     def call(self, method: str, path: str, body: Any = None, **params: Any) -> Any:
         try:
-            reply = self.session.request(method, self.url + ADMIN + path, json=body, params=params or None,
-                                         timeout=self.timeout_s, verify=self.verify)
+            reply = self.session.request(
+                method,
+                self.url + ADMIN + path,
+                json=body,
+                params=params or None,
+                timeout=self.timeout_s,
+                verify=self.verify,
+            )
         except requests.RequestException as exc:
             raise AdminError(f"{self.url} did not answer: {exc.__class__.__name__}") from None
         if reply.status_code >= 400:
@@ -50,8 +56,9 @@ class AdminClient:
     def revoke(self, node_id: str) -> dict[str, Any]:
         return self.call("DELETE", f"/nodes/{node_id}")
 
-    def send_command(self, node_id: str, kind: str, spec: Any = None, command_id: str | None = None,
-                     deadline: float | None = None) -> str:
+    def send_command(
+        self, node_id: str, kind: str, spec: Any = None, command_id: str | None = None, deadline: float | None = None
+    ) -> str:
         body: dict[str, Any] = {"kind": kind, "spec": spec if spec is not None else {}}
         if command_id:
             body["id"] = command_id
@@ -89,7 +96,9 @@ class AdminClient:
 
     def relay(self, image_id: str, holder: str, receiver: str, image: str | None = None) -> dict[str, Any]:
         """Relay an image through the backend: {"id", "relay_command", "fetch_command"}."""
-        return self.call("POST", "/relays", {"image_id": image_id, "holder": holder, "receiver": receiver, "image": image})
+        return self.call(
+            "POST", "/relays", {"image_id": image_id, "holder": holder, "receiver": receiver, "image": image}
+        )
 
     def fanout_status(self, cluster: str, fanout_id: str) -> dict[str, Any]:
         return self.call("GET", f"/clusters/{cluster}/fanouts/{fanout_id}")

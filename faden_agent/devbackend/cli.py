@@ -6,7 +6,7 @@ variable: a command line is visible to every local user in `ps`)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import orjson
 import typer
@@ -17,8 +17,9 @@ URL_ENV = "FADEN_NODE_AGENT_BACKEND_URL"
 admin_app = typer.Typer(no_args_is_help=True, help="Talk to a reference backend's admin API.")
 
 UrlOption = typer.Option("http://127.0.0.1:8000", "--url", envvar=URL_ENV, help="Backend base URL.")
-TokenOption = typer.Option(..., "--admin-token", envvar=ADMIN_TOKEN_ENV, help=f"Admin token (or {ADMIN_TOKEN_ENV}).",
-                           show_default=False)
+TokenOption = typer.Option(
+    ..., "--admin-token", envvar=ADMIN_TOKEN_ENV, help=f"Admin token (or {ADMIN_TOKEN_ENV}).", show_default=False
+)
 CaOption = typer.Option(None, "--ca-bundle", help="PEM CA bundle to verify an https backend.")
 
 
@@ -31,11 +32,17 @@ def dev_backend(
     port: int = typer.Option(8000, "--port", help="Port (0: any free port; the first output line says which)."),
     data: Path = typer.Option(Path("./faden-backend-data"), "--data", help="Directory for the SQLite store."),
     admin_token: str = TokenOption,
-    downloads: Optional[Path] = typer.Option(None, "--downloads", help="Serve this directory's files at /downloads/<file>."),
-    loki_url: Optional[str] = typer.Option(None, "--loki-url", help="Forward log pushes to this Loki; else keep them (admin .../logs)."),
-    keepalive_sec: float = typer.Option(15.0, "--keepalive-sec", help="Default stream keepalive when the agent asks for none."),
-    tls_cert: Optional[Path] = typer.Option(None, "--tls-cert", help="Serve https with this PEM certificate (chain)."),
-    tls_key: Optional[Path] = typer.Option(None, "--tls-key", help="Private key of --tls-cert."),
+    downloads: Path | None = typer.Option(
+        None, "--downloads", help="Serve this directory's files at /downloads/<file>."
+    ),
+    loki_url: str | None = typer.Option(
+        None, "--loki-url", help="Forward log pushes to this Loki; else keep them (admin .../logs)."
+    ),
+    keepalive_sec: float = typer.Option(
+        15.0, "--keepalive-sec", help="Default stream keepalive when the agent asks for none."
+    ),
+    tls_cert: Path | None = typer.Option(None, "--tls-cert", help="Serve https with this PEM certificate (chain)."),
+    tls_key: Path | None = typer.Option(None, "--tls-key", help="Private key of --tls-cert."),
 ) -> None:
     """Run the reference backend (docs/protocol.md) in the foreground."""
     import logging
@@ -46,15 +53,27 @@ def dev_backend(
     configure_logging("info", "faden-dev-backend")
     logging.getLogger("faden_agent.devbackend").setLevel(logging.INFO)
     if not admin_token.strip():
-        raise typer.BadParameter("must not be empty: an empty token opens the admin API to anyone",
-                                 param_hint="--admin-token")
+        raise typer.BadParameter(
+            "must not be empty: an empty token opens the admin API to anyone", param_hint="--admin-token"
+        )
     if downloads is not None and not downloads.is_dir():
         raise typer.BadParameter(f"{downloads} is not a directory", param_hint="--downloads")
-    raise typer.Exit(serve(host, port, data, admin_token, downloads=downloads, loki_url=loki_url,
-                           keepalive_sec=keepalive_sec, tls_cert=tls_cert, tls_key=tls_key))
+    raise typer.Exit(
+        serve(
+            host,
+            port,
+            data,
+            admin_token,
+            downloads=downloads,
+            loki_url=loki_url,
+            keepalive_sec=keepalive_sec,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+        )
+    )
 
 
-def _client(url: str, admin_token: str, ca_bundle: Optional[Path]):
+def _client(url: str, admin_token: str, ca_bundle: Path | None):
     from faden_agent.devbackend.admin import AdminClient
 
     return AdminClient(url, admin_token, verify=str(ca_bundle) if ca_bundle else True)
@@ -71,14 +90,18 @@ def _run(call):
 
 
 @admin_app.command("token")
-def admin_token_cmd(url: str = UrlOption, admin_token: str = TokenOption, ca_bundle: Optional[Path] = CaOption) -> None:
+def admin_token_cmd(url: str = UrlOption, admin_token: str = TokenOption, ca_bundle: Path | None = CaOption) -> None:
     """Mint a one-time enrollment token and print it."""
     typer.echo(_run(lambda: _client(url, admin_token, ca_bundle).mint_token()))
 
 
 @admin_app.command("nodes")
-def admin_nodes(url: str = UrlOption, admin_token: str = TokenOption, ca_bundle: Optional[Path] = CaOption,
-                as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+def admin_nodes(
+    url: str = UrlOption,
+    admin_token: str = TokenOption,
+    ca_bundle: Path | None = CaOption,
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
     """List enrolled nodes: id, agent, version, heartbeats, worker states."""
     import time
 
@@ -93,14 +116,24 @@ def admin_nodes(url: str = UrlOption, admin_token: str = TokenOption, ca_bundle:
         revoked = " (revoked)" if node.get("revoked") else ""
         if node.get("available_version"):
             revoked += f" (agent version {node['available_version']} available)"
-        typer.echo(f"{node['node_id']:<18} {str(node['agent_id']):<20} {str(node['version']):<9} {age:>9} "
-                   f"{node['heartbeats']:>6}  {workers}{revoked}")
+        typer.echo(
+            f"{node['node_id']:<18} {str(node['agent_id']):<20} {str(node['version']):<9} {age:>9} "
+            f"{node['heartbeats']:>6}  {workers}{revoked}"
+        )
 
 
-FollowOption = typer.Option(False, "--follow", "-f", help="Show the timeline as it happens (each state, progress "
-                            "bars, the outcome) until it ends; exit 1 unless it succeeded.")
-JsonOption = typer.Option(False, "--json", help="Print the command document (JSON); with --follow, once it ended "
-                          "(the view then goes to stderr).")
+FollowOption = typer.Option(
+    False,
+    "--follow",
+    "-f",
+    help="Show the timeline as it happens (each state, progress "
+    "bars, the outcome) until it ends; exit 1 unless it succeeded.",
+)
+JsonOption = typer.Option(
+    False,
+    "--json",
+    help="Print the command document (JSON); with --follow, once it ended (the view then goes to stderr).",
+)
 
 
 def _show_command(client: Any, command_id: str, follow: bool, as_json: bool) -> None:
@@ -119,10 +152,17 @@ def _show_command(client: Any, command_id: str, follow: bool, as_json: bool) -> 
 
 
 @admin_app.command("send")
-def admin_send(node_id: str, kind: str, spec: str = typer.Option("{}", "--spec", help="The command's spec as JSON."),
-               command_id: Optional[str] = typer.Option(None, "--id", help="Command id (default: generated)."),
-               follow: bool = FollowOption, as_json: bool = JsonOption,
-               url: str = UrlOption, admin_token: str = TokenOption, ca_bundle: Optional[Path] = CaOption) -> None:
+def admin_send(
+    node_id: str,
+    kind: str,
+    spec: str = typer.Option("{}", "--spec", help="The command's spec as JSON."),
+    command_id: str | None = typer.Option(None, "--id", help="Command id (default: generated)."),
+    follow: bool = FollowOption,
+    as_json: bool = JsonOption,
+    url: str = UrlOption,
+    admin_token: str = TokenOption,
+    ca_bundle: Path | None = CaOption,
+) -> None:
     """Queue a command for a node and print its id (with --follow, then its timeline as it happens)."""
     try:
         spec_value = orjson.loads(spec)
@@ -137,29 +177,50 @@ def admin_send(node_id: str, kind: str, spec: str = typer.Option("{}", "--spec",
 
 
 @admin_app.command("command")
-def admin_command(command_id: str, follow: bool = FollowOption, as_json: bool = JsonOption, url: str = UrlOption,
-                  admin_token: str = TokenOption, ca_bundle: Optional[Path] = CaOption) -> None:
+def admin_command(
+    command_id: str,
+    follow: bool = FollowOption,
+    as_json: bool = JsonOption,
+    url: str = UrlOption,
+    admin_token: str = TokenOption,
+    ca_bundle: Path | None = CaOption,
+) -> None:
     """Show a command: state and timeline (JSON), or with --follow its timeline as it happens."""
     _show_command(_client(url, admin_token, ca_bundle), command_id, follow, as_json)
 
 
 @admin_app.command("show")
-def admin_show(node_id: str, what: str = typer.Argument(..., help="events, inventory, heartbeats, timeline or logs"),
-               url: str = UrlOption, admin_token: str = TokenOption, ca_bundle: Optional[Path] = CaOption) -> None:
+def admin_show(
+    node_id: str,
+    what: str = typer.Argument(..., help="events, inventory, heartbeats, timeline or logs"),
+    url: str = UrlOption,
+    admin_token: str = TokenOption,
+    ca_bundle: Path | None = CaOption,
+) -> None:
     """Show a node's events, inventory, heartbeats, timeline records or stored log lines (JSON)."""
     _echo_json(_run(lambda: _client(url, admin_token, ca_bundle).call("GET", f"/nodes/{node_id}/{what}")))
 
 
 @admin_app.command("cluster")
-def admin_cluster(cluster: str, node_ids: list[str] = typer.Argument(..., help="The cluster's nodes (all of them)."),
-                  url: str = UrlOption, admin_token: str = TokenOption, ca_bundle: Optional[Path] = CaOption) -> None:
+def admin_cluster(
+    cluster: str,
+    node_ids: list[str] = typer.Argument(..., help="The cluster's nodes (all of them)."),
+    url: str = UrlOption,
+    admin_token: str = TokenOption,
+    ca_bundle: Path | None = CaOption,
+) -> None:
     """Make exactly these nodes the cluster's machines; their agents are told their peers."""
     _echo_json(_run(lambda: _client(url, admin_token, ca_bundle).set_cluster(cluster, node_ids)))
 
 
 @admin_app.command("traffic")
-def admin_traffic(cluster: str, url: str = UrlOption, admin_token: str = TokenOption,
-                  ca_bundle: Optional[Path] = CaOption, as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+def admin_traffic(
+    cluster: str,
+    url: str = UrlOption,
+    admin_token: str = TokenOption,
+    ca_bundle: Path | None = CaOption,
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
     """The cluster's traffic matrix (machines x machines: rate, RTT, interface), naming the
     machines whose agent lacks the traffic capability."""
     from faden_agent.devbackend.traffic_view import render
@@ -173,18 +234,23 @@ def admin_traffic(cluster: str, url: str = UrlOption, admin_token: str = TokenOp
 
 
 @admin_app.command("revoke")
-def admin_revoke(node_id: str, url: str = UrlOption, admin_token: str = TokenOption,
-                 ca_bundle: Optional[Path] = CaOption) -> None:
+def admin_revoke(
+    node_id: str, url: str = UrlOption, admin_token: str = TokenOption, ca_bundle: Path | None = CaOption
+) -> None:
     """Remove a node: its credential is refused (403) from now on."""
     _echo_json(_run(lambda: _client(url, admin_token, ca_bundle).revoke(node_id)))
 
 
 @admin_app.command("faults")
 def admin_faults(
-    maintenance: Optional[int] = typer.Option(None, "--maintenance", help="Answer 503 with this Retry-After (s); -1 ends it."),
-    stall: Optional[bool] = typer.Option(None, "--stall/--no-stall", help="Stall streams (headers, then silence)."),
+    maintenance: int | None = typer.Option(
+        None, "--maintenance", help="Answer 503 with this Retry-After (s); -1 ends it."
+    ),
+    stall: bool | None = typer.Option(None, "--stall/--no-stall", help="Stall streams (headers, then silence)."),
     drop: bool = typer.Option(False, "--drop", help="Drop every open stream now."),
-    url: str = UrlOption, admin_token: str = TokenOption, ca_bundle: Optional[Path] = CaOption,
+    url: str = UrlOption,
+    admin_token: str = TokenOption,
+    ca_bundle: Path | None = CaOption,
 ) -> None:
     """Switch fault modes for testing; with no option, show them."""
     switches: dict[str, Any] = {}

@@ -34,14 +34,18 @@ def set_members(db: sqlite3.Connection, cluster: str, node_ids: list[str]) -> li
     if unknown:
         raise KeyError(f"no node {unknown[0]}")
     db.execute("DELETE FROM cluster_members WHERE cluster = ?", (cluster,))
-    db.executemany("INSERT OR REPLACE INTO cluster_members (node_id, cluster) VALUES (?, ?)",
-                   [(n, cluster) for n in node_ids])
+    db.executemany(
+        "INSERT OR REPLACE INTO cluster_members (node_id, cluster) VALUES (?, ?)", [(n, cluster) for n in node_ids]
+    )
     return members(db, cluster)
 
 
 def members(db: sqlite3.Connection, cluster: str) -> list[str]:
-    rows = db.execute("SELECT m.node_id FROM cluster_members m JOIN nodes n USING (node_id) WHERE m.cluster = ?"
-                      " ORDER BY n.enrolled_at", (cluster,)).fetchall()
+    rows = db.execute(
+        "SELECT m.node_id FROM cluster_members m JOIN nodes n USING (node_id) WHERE m.cluster = ?"
+        " ORDER BY n.enrolled_at",
+        (cluster,),
+    ).fetchall()
     return [row[0] for row in rows]
 
 
@@ -69,7 +73,8 @@ def store_traffic(db: sqlite3.Connection, node_id: str, data: dict[str, Any], no
         " received_at = excluded.received_at"
         " WHERE excluded.collected_at IS NULL OR traffic_latest.collected_at IS NULL"
         " OR excluded.collected_at >= traffic_latest.collected_at",
-        (node_id, orjson.dumps(data), collected, now))
+        (node_id, orjson.dumps(data), collected, now),
+    )
 
 
 def traffic_matrix(db: sqlite3.Connection, cluster: str, nodes: list[dict[str, Any]]) -> dict[str, Any]:
@@ -80,13 +85,15 @@ def traffic_matrix(db: sqlite3.Connection, cluster: str, nodes: list[dict[str, A
     for node_id in members(db, cluster):
         node = by_id.get(node_id, {})
         row = db.execute("SELECT data, received_at FROM traffic_latest WHERE node_id = ?", (node_id,)).fetchone()
-        machines.append({
-            "node_id": node_id,
-            "agent_id": node.get("agent_id"),
-            "address": node.get("advertise_host"),
-            "version": node.get("version"),
-            "capable": protocol.TRAFFIC_CAPABILITY in (node.get("capabilities") or ()),
-            "traffic": orjson.loads(row[0]) if row else None,
-            "received_at": row[1] if row else None,
-        })
+        machines.append(
+            {
+                "node_id": node_id,
+                "agent_id": node.get("agent_id"),
+                "address": node.get("advertise_host"),
+                "version": node.get("version"),
+                "capable": protocol.TRAFFIC_CAPABILITY in (node.get("capabilities") or ()),
+                "traffic": orjson.loads(row[0]) if row else None,
+                "received_at": row[1] if row else None,
+            }
+        )
     return {"cluster": cluster, "machines": machines}

@@ -47,9 +47,15 @@ class Fanout:
 
     def status(self) -> dict[str, Any]:
         with self._lock:
-            return {"id": self.id, "cluster": self.cluster, "image_id": self.image_id, "state": self.state,
-                    "started_at": self.started_at, "ended_at": self.ended_at,
-                    "transfers": [dict(t) for t in self.transfers]}
+            return {
+                "id": self.id,
+                "cluster": self.cluster,
+                "image_id": self.image_id,
+                "state": self.state,
+                "started_at": self.started_at,
+                "ended_at": self.ended_at,
+                "transfers": [dict(t) for t in self.transfers],
+            }
 
     # --- the loop
 
@@ -62,7 +68,7 @@ class Fanout:
         running: dict[str, dict[str, Any]] = {}  # fetch command id -> transfer
         while (targets and holders) or running:
             busy = {t["source"] for t in running.values()}
-            for holder in [h for h in holders if h not in busy][:len(targets)]:
+            for holder in [h for h in holders if h not in busy][: len(targets)]:
                 target = targets.pop(0)
                 tries[target] += 1
                 transfer = self._send(holder, target)
@@ -107,9 +113,18 @@ class Fanout:
         store = self.backend.store
         ticket = secrets.token_urlsafe(32)
         receiver = (store.node(target) or {}).get("advertise_host")
-        serve = store.add_command(holder, "image.serve", {
-            "image_id": self.image_id, "receiver": receiver, "ttl_s": self.ttl_s,
-            "ticket_sha256": hashlib.sha256(ticket.encode()).hexdigest()}, None, None)
+        serve = store.add_command(
+            holder,
+            "image.serve",
+            {
+                "image_id": self.image_id,
+                "receiver": receiver,
+                "ttl_s": self.ttl_s,
+                "ticket_sha256": hashlib.sha256(ticket.encode()).hexdigest(),
+            },
+            None,
+            None,
+        )
         self.backend.notify_streams()
         deadline = time.monotonic() + SERVE_WAIT_S  # the ticket must be known before it is presented
         while self._outcome(serve["id"])[0] is None and time.monotonic() < deadline:
@@ -119,8 +134,15 @@ class Fanout:
             spec["image"] = self.reference
         command = store.add_command(target, "image.fetch", spec, None, None)
         self.backend.notify_streams()
-        transfer = {"target": target, "source": holder, "command_id": command["id"], "state": "running",
-                    "reason": None, "started_at": time.time(), "ended_at": None}
+        transfer = {
+            "target": target,
+            "source": holder,
+            "command_id": command["id"],
+            "state": "running",
+            "reason": None,
+            "started_at": time.time(),
+            "ended_at": None,
+        }
         with self._lock:
             self.transfers.append(transfer)
         return transfer

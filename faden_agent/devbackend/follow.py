@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Callable
+from typing import Any
 
 import orjson
 from rich.console import Console
@@ -28,8 +29,12 @@ POLL_S = 0.5
 RATE_WINDOW_S = 10.0  # rate over the records of the last few seconds, not since the start
 # Record fields that are bookkeeping, not news for the reader.
 _QUIET = {"command_id", "state", "ts", "received_at", "reason", "message"}
-_STYLE = {protocol.SUCCEEDED: "bold green", protocol.FAILED: "bold red", protocol.REJECTED: "bold red",
-          protocol.CANCELLED: "bold yellow"}
+_STYLE = {
+    protocol.SUCCEEDED: "bold green",
+    protocol.FAILED: "bold red",
+    protocol.REJECTED: "bold red",
+    protocol.CANCELLED: "bold yellow",
+}
 
 
 def _clock(ts: float) -> str:
@@ -89,8 +94,14 @@ class TimelineView:
         self.bars: Progress | None = None
         self.terminal: dict[str, Any] | None = None
         if console.is_terminal:
-            self.bars = Progress(TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(),
-                                 TextColumn("{task.fields[figures]}"), console=console, auto_refresh=False)
+            self.bars = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                TaskProgressColumn(),
+                TextColumn("{task.fields[figures]}"),
+                console=console,
+                auto_refresh=False,
+            )
             self.bars.start()
 
     def close(self) -> None:
@@ -129,8 +140,12 @@ class TimelineView:
         detail = _fields(record)
         if state in protocol.TERMINAL_STATES:
             detail = f"{record.get('reason')}: {record.get('message')}" + (f"  ({detail})" if detail else "")
-        self.console.print(f"{self._stamp(record)}  [{_STYLE.get(state, 'bold')}]{state:<10}[/] {detail}",
-                           highlight=False, markup=True, soft_wrap=True)
+        self.console.print(
+            f"{self._stamp(record)}  [{_STYLE.get(state, 'bold')}]{state:<10}[/] {detail}",
+            highlight=False,
+            markup=True,
+            soft_wrap=True,
+        )
 
     def _progress(self, record: dict[str, Any]) -> None:
         phase = record.get("phase", "progress")
@@ -140,17 +155,27 @@ class TimelineView:
         transfer.add(record["ts"], int(record.get("bytes_done") or 0), int(record.get("bytes_total") or 0))
         if self.bars is None:
             percent = f"{100 * transfer.done / transfer.total:5.1f} %" if transfer.total else "    ? %"
-            self.console.print(f"{self._stamp(record)}  progress   {name}  {percent}  {transfer.figures()}",
-                               highlight=False, markup=False, soft_wrap=True)
+            self.console.print(
+                f"{self._stamp(record)}  progress   {name}  {percent}  {transfer.figures()}",
+                highlight=False,
+                markup=False,
+                soft_wrap=True,
+            )
             return
         if name not in self.tasks:
             self.tasks[name] = self.bars.add_task(name, total=None, figures="")
-        self.bars.update(self.tasks[name], completed=transfer.done, total=transfer.total or None,
-                         figures=transfer.figures())
+        self.bars.update(
+            self.tasks[name], completed=transfer.done, total=transfer.total or None, figures=transfer.figures()
+        )
 
 
-def follow(admin: AdminClient, command_id: str, console: Console, poll_s: float = POLL_S,
-           sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
+def follow(
+    admin: AdminClient,
+    command_id: str,
+    console: Console,
+    poll_s: float = POLL_S,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict[str, Any]:
     """Show the command's timeline until its terminal state; returns the final command document.
     A backend that stops answering for a while (a restart) is waited for, said once."""
     view = TimelineView(console)
@@ -159,8 +184,11 @@ def follow(admin: AdminClient, command_id: str, console: Console, poll_s: float 
         document = admin.command(command_id)  # an unknown id or a refused token ends it here
         while True:
             if not document["timeline"] and not waiting_said:
-                console.print(f"queued: waiting for node {document['node_id']} to take {document['kind']} {command_id}",
-                              highlight=False, markup=False)
+                console.print(
+                    f"queued: waiting for node {document['node_id']} to take {document['kind']} {command_id}",
+                    highlight=False,
+                    markup=False,
+                )
                 waiting_said = True
             if view.show(document["timeline"]) is not None:
                 return document
@@ -170,8 +198,12 @@ def follow(admin: AdminClient, command_id: str, console: Console, poll_s: float 
                 silence_said = False
             except AdminError as exc:
                 if not silence_said:
-                    console.print(f"(the backend does not answer: {exc}; still waiting)", style="dim",
-                                  highlight=False, markup=False)
+                    console.print(
+                        f"(the backend does not answer: {exc}; still waiting)",
+                        style="dim",
+                        highlight=False,
+                        markup=False,
+                    )
                     silence_said = True
                 sleep(poll_s * 4)
     finally:

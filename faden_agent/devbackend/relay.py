@@ -55,8 +55,11 @@ class Relay:
     def take_ticket(self, presented: str) -> bool:
         """The receiver's ticket: once, before expiry."""
         with self._lock:
-            ok = (not self.ticket_used and time.time() < self.expires_at
-                  and hmac.compare_digest(digest(presented), self._ticket_hash))
+            ok = (
+                not self.ticket_used
+                and time.time() < self.expires_at
+                and hmac.compare_digest(digest(presented), self._ticket_hash)
+            )
             self.ticket_used = self.ticket_used or ok
             return ok
 

@@ -13,9 +13,18 @@ from faden_agent.devbackend.server import Backend, make_server
 log = logging.getLogger("faden_agent.devbackend")
 
 
-def serve(host: str, port: int, data_dir: Path, admin_token: str, *, downloads: Path | None = None,
-          loki_url: str | None = None, keepalive_sec: float = 15.0, tls_cert: Path | None = None,
-          tls_key: Path | None = None) -> int:
+def serve(
+    host: str,
+    port: int,
+    data_dir: Path,
+    admin_token: str,
+    *,
+    downloads: Path | None = None,
+    loki_url: str | None = None,
+    keepalive_sec: float = 15.0,
+    tls_cert: Path | None = None,
+    tls_key: Path | None = None,
+) -> int:
     backend = Backend(data_dir, admin_token, downloads=downloads, loki_url=loki_url, keepalive_sec=keepalive_sec)
     server = make_server(backend, host, port, tls_cert=tls_cert, tls_key=tls_key)
     scheme = "https" if tls_cert else "http"

@@ -16,9 +16,10 @@ import time
 import urllib.error
 import urllib.request
 import zlib
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import orjson
@@ -65,8 +66,15 @@ class Faults:
 class Backend:
     """Everything a request handler needs: the store, the switches, the settings."""
 
-    def __init__(self, data_dir: Path, admin_token: str, *, downloads: Path | None = None,
-                 loki_url: str | None = None, keepalive_sec: float = DEFAULT_KEEPALIVE_SEC):
+    def __init__(
+        self,
+        data_dir: Path,
+        admin_token: str,
+        *,
+        downloads: Path | None = None,
+        loki_url: str | None = None,
+        keepalive_sec: float = DEFAULT_KEEPALIVE_SEC,
+    ):
         if not admin_token or not admin_token.strip():
             raise ValueError("the admin token is empty: it would open the admin API to anyone")
         self.store = Store(data_dir)
@@ -239,7 +247,9 @@ class Handler(BaseHTTPRequestHandler):
         except TokenRefused as exc:
             raise HttpError(403, "token_refused", str(exc)) from None
         log.info("enrolled agent %s as %s", body["agent_id"], node_id)
-        return self.send_json(200, {"node_id": node_id, "credential": credential, "protocol": protocol.PROTOCOL_VERSION})
+        return self.send_json(
+            200, {"node_id": node_id, "credential": credential, "protocol": protocol.PROTOCOL_VERSION}
+        )
 
     def agent_stream(self) -> int:
         node_id = self.require_node()
@@ -262,8 +272,15 @@ class Handler(BaseHTTPRequestHandler):
         self.logged = True
         if faults.stall_streams:
             return self.stall(generation)
-        self.write_line({"type": "hello", "node_id": node_id, "keepalive_sec": keepalive, "after": after,
-                         "epoch": self.backend.store.epoch})
+        self.write_line(
+            {
+                "type": "hello",
+                "node_id": node_id,
+                "keepalive_sec": keepalive,
+                "after": after,
+                "epoch": self.backend.store.epoch,
+            }
+        )
         last_write = time.monotonic()
         peers_sent_at = None  # the cluster generation the last `peers` message reflects
         while True:
@@ -308,8 +325,9 @@ class Handler(BaseHTTPRequestHandler):
         valid = [r for r in records if _valid_record(r)]
         acked = self.backend.store.store_records(node_id, valid)
         # Malformed records are named back (when they have an id) so the agent can drop them.
-        rejected = [r["id"] for r in records
-                    if not _valid_record(r) and isinstance(r, dict) and isinstance(r.get("id"), str)]
+        rejected = [
+            r["id"] for r in records if not _valid_record(r) and isinstance(r, dict) and isinstance(r.get("id"), str)
+        ]
         return self.send_json(200, {"acked": acked, "rejected": rejected})
 
     def agent_logs_target(self) -> int:
@@ -382,7 +400,9 @@ class Handler(BaseHTTPRequestHandler):
     def admin_nodes(self) -> int:
         self.require_admin()
         downloads = self.backend.downloads
-        return self.send_json(200, {"nodes": [with_available_version(n, downloads) for n in self.backend.store.nodes()]})
+        return self.send_json(
+            200, {"nodes": [with_available_version(n, downloads) for n in self.backend.store.nodes()]}
+        )
 
     def admin_node(self, node_id: str) -> int:
         self.require_admin()
@@ -462,7 +482,11 @@ class Handler(BaseHTTPRequestHandler):
         self.require_admin()
         body = self.read_json()
         image_id, image = body.get("image_id"), body.get("image")
-        if not isinstance(image_id, str) or not image_id.startswith("sha256:") or not isinstance(image, (str, type(None))):
+        if (
+            not isinstance(image_id, str)
+            or not image_id.startswith("sha256:")
+            or not isinstance(image, (str, type(None)))
+        ):
             raise HttpError(400, "bad_body", "body needs 'image_id' (sha256:...) and optionally 'image' (a reference)")
         if not self.backend.store.members(cluster):
             raise HttpError(404, "not_found", f"no cluster {cluster[:100]}")
@@ -496,8 +520,9 @@ class Handler(BaseHTTPRequestHandler):
         scheme = "https" if isinstance(self.connection, ssl.SSLSocket) else "http"
         url = f"{scheme}://{self.headers.get('Host')}{AGENT_PREFIX}/relays/{relay.id}"
         store = self.backend.store
-        serving = store.add_command(holder, "image.relay", {"url": url, "token": relay.token, "image_id": image_id},
-                                    None, None)
+        serving = store.add_command(
+            holder, "image.relay", {"url": url, "token": relay.token, "image_id": image_id}, None, None
+        )
         spec = {"image_id": image_id, "peers": [{"address": url, "ticket": relay.ticket}]}
         if isinstance(body.get("image"), str):
             spec["image"] = body["image"]
@@ -640,7 +665,8 @@ def gunzip_bounded(data: bytes, limit: int) -> bytes:
 def _valid_record(record: Any) -> bool:
     return (
         isinstance(record, dict)
-        and isinstance(record.get("id"), str) and bool(record["id"])
+        and isinstance(record.get("id"), str)
+        and bool(record["id"])
         and isinstance(record.get("kind"), str)
         and isinstance(record.get("data"), dict)
     )
@@ -687,8 +713,9 @@ class Server(ThreadingHTTPServer):
     allow_reuse_address = True
 
 
-def make_server(backend: Backend, host: str, port: int, *, tls_cert: Path | None = None,
-                tls_key: Path | None = None) -> Server:
+def make_server(
+    backend: Backend, host: str, port: int, *, tls_cert: Path | None = None, tls_key: Path | None = None
+) -> Server:
     handler = type("BoundHandler", (Handler,), {"backend": backend})
     server = Server((host, port), handler)
     if tls_cert is not None:

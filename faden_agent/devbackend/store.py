@@ -153,7 +153,9 @@ class Store:
     def mint_token(self) -> str:
         token = "fdn_enr_" + secrets.token_urlsafe(24)
         with self._lock:
-            self._db.execute("INSERT INTO tokens (token_hash, created_at) VALUES (?, ?)", (secret_hash(token), time.time()))
+            self._db.execute(
+                "INSERT INTO tokens (token_hash, created_at) VALUES (?, ?)", (secret_hash(token), time.time())
+            )
         return token
 
     def enroll(self, token: str, facts: dict[str, Any], attempt: str | None = None) -> tuple[str, str]:
@@ -170,21 +172,29 @@ class Store:
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
-                row = self._db.execute("SELECT used_at, node_id, attempt_hash FROM tokens WHERE token_hash = ?",
-                                       (token_hash,)).fetchone()
+                row = self._db.execute(
+                    "SELECT used_at, node_id, attempt_hash FROM tokens WHERE token_hash = ?", (token_hash,)
+                ).fetchone()
                 if row is None:
                     raise TokenRefused("unknown enrollment token")
                 used_at, used_by, used_attempt = row
                 if used_at is not None:
-                    if not (attempt_hash and attempt_hash == used_attempt and now - used_at < ENROLL_RETRY_WINDOW_S
-                            and self._never_seen(used_by)):
+                    if not (
+                        attempt_hash
+                        and attempt_hash == used_attempt
+                        and now - used_at < ENROLL_RETRY_WINDOW_S
+                        and self._never_seen(used_by)
+                    ):
                         raise TokenRefused("enrollment token already used")
                     node_id = used_by
-                    self._db.execute("UPDATE nodes SET credential_hash = ? WHERE node_id = ?",
-                                     (secret_hash(credential), node_id))
+                    self._db.execute(
+                        "UPDATE nodes SET credential_hash = ? WHERE node_id = ?", (secret_hash(credential), node_id)
+                    )
                 else:
-                    self._db.execute("UPDATE tokens SET used_at = ?, node_id = ?, attempt_hash = ? WHERE token_hash = ?",
-                                     (now, node_id, attempt_hash, token_hash))
+                    self._db.execute(
+                        "UPDATE tokens SET used_at = ?, node_id = ?, attempt_hash = ? WHERE token_hash = ?",
+                        (now, node_id, attempt_hash, token_hash),
+                    )
                     self._db.execute(
                         "INSERT INTO nodes (node_id, credential_hash, enrolled_at, facts) VALUES (?, ?, ?, ?)",
                         (node_id, secret_hash(credential), now, orjson.dumps(facts)),
@@ -216,7 +226,9 @@ class Store:
 
     # ------------------------------------------------------------------ commands
 
-    def add_command(self, node_id: str, kind: str, spec: Any, command_id: str | None, deadline: float | None) -> dict[str, Any]:
+    def add_command(
+        self, node_id: str, kind: str, spec: Any, command_id: str | None, deadline: float | None
+    ) -> dict[str, Any]:
         command_id = command_id or uuid.uuid4().hex
         with self._lock:
             self._db.execute(
@@ -251,8 +263,13 @@ class Store:
             ).fetchall()
         records = [{**_json(data), "ts": ts, "received_at": received} for data, ts, received in timeline]
         return {
-            "id": row[0], "node_id": row[1], "seq": row[2], "kind": row[3], "spec": _json(row[4]),
-            "deadline": row[5], "created_at": row[6],
+            "id": row[0],
+            "node_id": row[1],
+            "seq": row[2],
+            "kind": row[3],
+            "spec": _json(row[4]),
+            "deadline": row[5],
+            "created_at": row[6],
             "state": records[-1]["state"] if records else "queued",
             "timeline": records,
         }
@@ -354,25 +371,27 @@ class Store:
         for node_id, revoked, enrolled_at, facts, seen, hb_at, hb_count, heartbeat, inv_at in rows:
             facts = _json(facts)
             heartbeat = _json(heartbeat) or {}
-            out.append({
-                "node_id": node_id,
-                "agent_id": facts.get("agent_id"),
-                "host": facts.get("host"),
-                "advertise_host": facts.get("advertise_host"),
-                "advertise_scheme": facts.get("advertise_scheme"),
-                "version": heartbeat.get("version") or facts.get("version"),
-                "capabilities": heartbeat.get("capabilities") or facts.get("capabilities"),
-                "platform": facts.get("platform"),
-                "revoked": bool(revoked),
-                "enrolled_at": enrolled_at,
-                "last_seen_at": seen,
-                "last_heartbeat_at": hb_at,
-                "heartbeats": hb_count,
-                "uptime_s": heartbeat.get("uptime_s"),
-                "connection": heartbeat.get("connection"),
-                "workers": heartbeat.get("workers"),
-                "inventory_at": inv_at,
-            })
+            out.append(
+                {
+                    "node_id": node_id,
+                    "agent_id": facts.get("agent_id"),
+                    "host": facts.get("host"),
+                    "advertise_host": facts.get("advertise_host"),
+                    "advertise_scheme": facts.get("advertise_scheme"),
+                    "version": heartbeat.get("version") or facts.get("version"),
+                    "capabilities": heartbeat.get("capabilities") or facts.get("capabilities"),
+                    "platform": facts.get("platform"),
+                    "revoked": bool(revoked),
+                    "enrolled_at": enrolled_at,
+                    "last_seen_at": seen,
+                    "last_heartbeat_at": hb_at,
+                    "heartbeats": hb_count,
+                    "uptime_s": heartbeat.get("uptime_s"),
+                    "connection": heartbeat.get("connection"),
+                    "workers": heartbeat.get("workers"),
+                    "inventory_at": inv_at,
+                }
+            )
         return out
 
     def node(self, node_id: str) -> dict[str, Any] | None:

@@ -54,8 +54,10 @@ def render(matrix: dict[str, Any]) -> list[str]:
     cells = [[_cell(row, column) for column in machines] for row in machines]
     width = max(len(c) for line in cells for c in line + [n for n in names])
     first = max(len(n) for n in names + [CORNER])
-    lines = [f"cluster {matrix['cluster']}: rate sent, RTT, interface (rows send to columns)",
-             f"{CORNER:<{first}}  " + "  ".join(f"{n:<{width}}" for n in names)]
+    lines = [
+        f"cluster {matrix['cluster']}: rate sent, RTT, interface (rows send to columns)",
+        f"{CORNER:<{first}}  " + "  ".join(f"{n:<{width}}" for n in names),
+    ]
     for name, line in zip(names, cells):
         lines.append(f"{name:<{first}}  " + "  ".join(f"{c:<{width}}" for c in line))
     for machine in machines:
@@ -66,12 +68,16 @@ def render(matrix: dict[str, Any]) -> list[str]:
             if port.get("counters") is None:
                 lines.append(f"{_name(machine)}: RDMA {port['device']}/{port['port']}: no counters (not measured)")
             else:
-                lines.append(f"{_name(machine)}: RDMA {port['device']}/{port['port']} {port.get('state')}: "
-                             f"tx {_rate(port.get('tx_bytes_per_s'))} rx {_rate(port.get('rx_bytes_per_s'))}")
+                lines.append(
+                    f"{_name(machine)}: RDMA {port['device']}/{port['port']} {port.get('state')}: "
+                    f"tx {_rate(port.get('tx_bytes_per_s'))} rx {_rate(port.get('rx_bytes_per_s'))}"
+                )
         for note in traffic.get("not_measured") or []:
             lines.append(f"{_name(machine)}: not measured: {note}")
     old = [m for m in machines if not m["capable"]]
     if old:
-        lines.append(f"agent lacks {protocol.TRAFFIC_CAPABILITY} (update it): " + ", ".join(
-            f"{_name(m)} ({m['node_id']}, version {m.get('version') or '?'})" for m in old))
+        lines.append(
+            f"agent lacks {protocol.TRAFFIC_CAPABILITY} (update it): "
+            + ", ".join(f"{_name(m)} ({m['node_id']}, version {m.get('version') or '?'})" for m in old)
+        )
     return lines

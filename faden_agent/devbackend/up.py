@@ -14,8 +14,8 @@ import secrets
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from faden_agent.devbackend.admin import AdminClient, AdminError
 from faden_agent.service.paths import agent_command
@@ -47,16 +47,25 @@ def embedded_backend(port: int, data_dir: Path, state_path: Path) -> Iterator[di
     log_path = data_dir / "dev-backend.log"
     argv = [*agent_command(), "dev-backend", "--host", "127.0.0.1", "--port", str(port), "--data", str(data_dir)]
     with open(log_path, "ab") as log:
-        backend = subprocess.Popen(argv, env={**os.environ, "FADEN_ADMIN_TOKEN": token}, stdout=log,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
+        backend = subprocess.Popen(
+            argv,
+            env={**os.environ, "FADEN_ADMIN_TOKEN": token},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         admin = AdminClient(url, token, timeout_s=2)
         _wait_until_up(admin, backend, log_path)
         extra = {"FADEN_NODE_AGENT_BACKEND_URL": url}
         if not state_path.exists():
             extra["FADEN_NODE_AGENT_ENROLLMENT_TOKEN"] = admin.mint_token()
-        print(f"faden-agent up: reference backend at {url} (data {data_dir}, log {log_path}); "
-              f"admin token in {data_dir / ADMIN_TOKEN_FILE}", file=sys.stderr, flush=True)
+        print(
+            f"faden-agent up: reference backend at {url} (data {data_dir}, log {log_path}); "
+            f"admin token in {data_dir / ADMIN_TOKEN_FILE}",
+            file=sys.stderr,
+            flush=True,
+        )
         yield extra
     finally:
         backend.terminate()
@@ -78,5 +87,7 @@ def _wait_until_up(admin: AdminClient, backend: subprocess.Popen, log_path: Path
             return
         except AdminError:
             if time.monotonic() > deadline:
-                raise UpError(f"the reference backend did not answer within {START_TIMEOUT_S:.0f}s (see {log_path})") from None
+                raise UpError(
+                    f"the reference backend did not answer within {START_TIMEOUT_S:.0f}s (see {log_path})"
+                ) from None
             time.sleep(0.1)

@@ -46,7 +46,7 @@ class Channel:
             self.socket.setsockopt(zmq.REQ_CORRELATE, 1)
 
     @classmethod
-    def bind(cls, kind: int, address: str, **opts: Any) -> "Channel":
+    def bind(cls, kind: int, address: str, **opts: Any) -> Channel:
         channel = cls(kind, **opts)
         path = address.removeprefix("ipc://")
         if address.startswith("ipc://") and os.path.exists(path):
@@ -55,7 +55,7 @@ class Channel:
         return channel
 
     @classmethod
-    def connect(cls, kind: int, address: str, **opts: Any) -> "Channel":
+    def connect(cls, kind: int, address: str, **opts: Any) -> Channel:
         channel = cls(kind, **opts)
         channel.socket.connect(address)
         return channel

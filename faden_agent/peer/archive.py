@@ -35,7 +35,8 @@ HEX64 = re.compile(r"[0-9a-f]{64}")
 _EMPTY_CONTAINER_CONFIG = (
     '{"Hostname":"","Domainname":"","User":"","AttachStdin":false,"AttachStdout":false,'
     '"AttachStderr":false,"Tty":false,"OpenStdin":false,"StdinOnce":false,"Env":null,"Cmd":null,'
-    '"Image":"","Volumes":null,"WorkingDir":"","Entrypoint":null,"OnBuild":null,"Labels":null}')
+    '"Image":"","Volumes":null,"WorkingDir":"","Entrypoint":null,"OnBuild":null,"Labels":null}'
+)
 
 
 class IntegrityError(Exception):
@@ -59,8 +60,10 @@ def v1_layer_ids(diff_ids: list[str]) -> list[str]:
     ids: list[str] = []
     parent = ""
     for chain in chain_ids(diff_ids)[:-1]:
-        body = (f'{{"container_config":{_EMPTY_CONTAINER_CONFIG},"created":"1970-01-01T00:00:00Z",'
-                f'"layer_id":"{chain}"' + (f',"parent":"sha256:{parent}"' if parent else "") + "}")
+        body = (
+            f'{{"container_config":{_EMPTY_CONTAINER_CONFIG},"created":"1970-01-01T00:00:00Z",'
+            f'"layer_id":"{chain}"' + (f',"parent":"sha256:{parent}"' if parent else "") + "}"
+        )
         parent = sha256_hex(body.encode())
         ids.append(parent)
     return ids
@@ -191,6 +194,7 @@ class ArchiveVerifier:
             def on_chunk(chunk: bytes) -> None:
                 digest.update(chunk)
                 self._count(chunk)
+
             yield from copy_entry(member, data, on_chunk)
             self.layer_digests[name] = "sha256:" + digest.hexdigest()
         elif slash and HEX64.fullmatch(directory) and leaf in ("VERSION", "json") and member.isfile():

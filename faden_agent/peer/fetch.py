@@ -66,7 +66,9 @@ def held_chains(api: docker.APIClient) -> set[str]:
 def tag_image(api: docker.APIClient, image_id: str, reference: str | None) -> None:
     """The receiver tags the image itself (the archive may tag nothing)."""
     if reference:
-        repository, _, tag = reference.rpartition(":") if ":" in reference.rsplit("/", 1)[-1] else (reference, "", "latest")
+        repository, _, tag = (
+            reference.rpartition(":") if ":" in reference.rsplit("/", 1)[-1] else (reference, "", "latest")
+        )
         api.tag(image_id, repository, tag, force=True)
 
 
@@ -108,14 +110,24 @@ class Transfer:
             elapsed = time.monotonic() - started
             self._progress(source, figures["bytes_done"], total, elapsed)
         tag_image(self.api, self.image_id, self.reference)
-        return {"image_id": self.image_id, "source": source, "bytes_received": figures["bytes_done"],
-                "layers_received": len(verifier.layer_digests), "seconds": round(elapsed, 2)}
+        return {
+            "image_id": self.image_id,
+            "source": source,
+            "bytes_received": figures["bytes_done"],
+            "layers_received": len(verifier.layer_digests),
+            "seconds": round(elapsed, 2),
+        }
 
     def _request(self, peer: dict[str, str], held: set[str], source: str) -> requests.Response:
         try:
-            response = requests.post(f"{peer['address']}/v1/images/fetch", json={"image_id": self.image_id,
-                                     "held_chains": sorted(held)}, headers={"Authorization": f"Bearer {peer['ticket']}"},
-                                     stream=True, timeout=(CONNECT_TIMEOUT_S, READ_TIMEOUT_S), verify=self.verify)
+            response = requests.post(
+                f"{peer['address']}/v1/images/fetch",
+                json={"image_id": self.image_id, "held_chains": sorted(held)},
+                headers={"Authorization": f"Bearer {peer['ticket']}"},
+                stream=True,
+                timeout=(CONNECT_TIMEOUT_S, READ_TIMEOUT_S),
+                verify=self.verify,
+            )
         except requests.exceptions.RequestException as exc:
             raise PeerFailure("peer_unreachable", f"cannot reach peer {source}: {type(exc).__name__}") from None
         if response.status_code != 200:
@@ -125,8 +137,10 @@ class Transfer:
             except (ValueError, KeyError, TypeError, AttributeError):  # AttributeError: a JSON answer that is no object
                 reason, message = "peer_failed", f"HTTP {response.status_code}"
             response.close()
-            raise PeerFailure(reason if reason in ("ticket_refused", "ticket_expired", "image_not_found") else "peer_failed",
-                              f"peer {source} refused: {message}")
+            raise PeerFailure(
+                reason if reason in ("ticket_refused", "ticket_expired", "image_not_found") else "peer_failed",
+                f"peer {source} refused: {message}",
+            )
         if response.headers.get("X-Faden-Image-Id") != self.image_id:
             response.close()
             raise PeerFailure("integrity_failed", f"peer {source} offers another image than {self.image_id}")
@@ -140,8 +154,10 @@ class Transfer:
             free = None  # the engine's data root is not visible from here (the agent in a container)
         need = total * SPACE_FACTOR + SPACE_MARGIN
         if free is not None and free < need:
-            raise NoSpace(f"the image from {source} needs about {need} bytes on {root} "
-                          f"({total} to receive, unpacked twice by docker load), {free} are free")
+            raise NoSpace(
+                f"the image from {source} needs about {need} bytes on {root} "
+                f"({total} to receive, unpacked twice by docker load), {free} are free"
+            )
 
     def _guarded(self, chunks: Iterator[bytes], source: str) -> Iterator[bytes]:
         """The verified archive, cut (by raising) on a check that fails, a broken stream, or
@@ -158,8 +174,14 @@ class Transfer:
             self.cut = PeerFailure("peer_failed", f"the stream from peer {source} broke: {type(exc).__name__}")
             raise self.cut from None
         except Exception as exc:  # noqa: BLE001 - tarfile's errors of a malformed stream, Stopped
-            self.cut = exc if isinstance(exc, Stopped) else PeerFailure(
-                "integrity_failed", f"peer {source}: not a valid image archive ({type(exc).__name__}: {str(exc)[:200]})")
+            self.cut = (
+                exc
+                if isinstance(exc, Stopped)
+                else PeerFailure(
+                    "integrity_failed",
+                    f"peer {source}: not a valid image archive ({type(exc).__name__}: {str(exc)[:200]})",
+                )
+            )
             raise self.cut from None
 
     def _load(self, archive: Iterator[bytes]) -> None:
@@ -181,7 +203,13 @@ class Transfer:
         except docker.errors.NotFound:
             raise PeerFailure("integrity_failed", f"the engine did not load {self.image_id}") from None
 
-
     def _progress(self, source: str, done: int, total: int, elapsed: float) -> None:
-        self.on_progress({"phase": "fetch", "source": source, "bytes_done": done, "bytes_total": total,
-                          "rate_bps": int(done / elapsed) if elapsed > 0 else 0})
+        self.on_progress(
+            {
+                "phase": "fetch",
+                "source": source,
+                "bytes_done": done,
+                "bytes_total": total,
+                "rate_bps": int(done / elapsed) if elapsed > 0 else 0,
+            }
+        )

@@ -58,9 +58,13 @@ def holder_stream(api: docker.APIClient, image_id: str, held: set[str]) -> tuple
     sizes = layer_sizes(api, image_id, len(diff_ids))
     skip = held_prefix(diff_ids, held)
     skip_dirs = set(v1_layer_ids(diff_ids)[:skip])
-    headers = {"Content-Type": "application/x-tar", "X-Faden-Image-Id": image_id,
-               "X-Faden-Bytes-Total": str(sum(sizes[skip:]) if sizes else size),
-               "X-Faden-Byte-Limit": str(byte_limit(size)), "X-Faden-Layers-Sent": str(len(diff_ids) - len(skip_dirs))}
+    headers = {
+        "Content-Type": "application/x-tar",
+        "X-Faden-Image-Id": image_id,
+        "X-Faden-Bytes-Total": str(sum(sizes[skip:]) if sizes else size),
+        "X-Faden-Byte-Limit": str(byte_limit(size)),
+        "X-Faden-Layers-Sent": str(len(diff_ids) - len(skip_dirs)),
+    }
     return headers, strip_held_layers(ChunkReader(api.get_image(image_id, chunk_size=FRAME)), skip_dirs)
 
 
@@ -93,8 +97,9 @@ class ChunkedWriter:
 
 
 class PeerServer:
-    def __init__(self, host: str, port: int, tickets: TicketBox, docker_client: Any,
-                 tls: tuple[str, str] | None = None):
+    def __init__(
+        self, host: str, port: int, tickets: TicketBox, docker_client: Any, tls: tuple[str, str] | None = None
+    ):
         self.tickets = tickets
         self.docker = docker_client  # a callable: a DockerClient for the calling thread
         self.active = 0
@@ -179,8 +184,13 @@ class _Handler(BaseHTTPRequestHandler):
             for piece in archive:
                 writer.write(piece)
             writer.close()
-            log.info("served %s to %s: %d bytes, %s of its layers", image_id[:19], self.client_address[0],
-                     writer.sent, headers["X-Faden-Layers-Sent"])
+            log.info(
+                "served %s to %s: %d bytes, %s of its layers",
+                image_id[:19],
+                self.client_address[0],
+                writer.sent,
+                headers["X-Faden-Layers-Sent"],
+            )
         except Exception as exc:  # noqa: BLE001 - one transfer's end, never the server's
             # the receiver went away, or the engine failed: the receiver sees a cut stream
             log.warning("serving %s to %s ended early: %s", image_id[:19], self.client_address[0], exc)

@@ -49,8 +49,9 @@ class TicketBox:
     def add(self, hash_hex: str, ticket: Ticket) -> None:
         self.path.mkdir(mode=0o700, exist_ok=True)
         partial = self.path / f".{hash_hex}.new"
-        partial.write_bytes(orjson.dumps({"image_id": ticket.image_id, "receiver": ticket.receiver,
-                                          "expires_at": ticket.expires_at}))
+        partial.write_bytes(
+            orjson.dumps({"image_id": ticket.image_id, "receiver": ticket.receiver, "expires_at": ticket.expires_at})
+        )
         os.replace(partial, self.path / hash_hex)
 
     def take(self, presented: str, image_id: str, receiver: str) -> Ticket:

@@ -7,8 +7,8 @@ Written from the current variables merged over what the file already holds, so r
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from faden_agent.config import PREFIX
 from faden_agent.files import replace_file_if_changed

@@ -5,9 +5,10 @@ from __future__ import annotations
 import getpass
 import os
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from faden_agent.config import ConfigError, load_config
 from faden_agent.files import replace_file_if_changed
@@ -33,7 +34,9 @@ def lingering_enabled(user: str) -> bool:
     return Path("/var/lib/systemd/linger", user).exists()
 
 
-def install_files(paths: ServicePaths, environ: Mapping[str, str], command: list[str] | None = None) -> tuple[bool, bool]:
+def install_files(
+    paths: ServicePaths, environ: Mapping[str, str], command: list[str] | None = None
+) -> tuple[bool, bool]:
     """Write the unit and the environment file; return (unit changed, env changed).
 
     The settings are validated with the agent's own parser first, so a bad value is
@@ -49,12 +52,15 @@ def install_files(paths: ServicePaths, environ: Mapping[str, str], command: list
         env_changed = write_env(paths.env_path, values)
     except EnvFileError as exc:
         raise ServiceError(f"not installed: {exc}") from None
-    unit_changed = replace_file_if_changed(paths.unit_path, render_unit(paths, command or agent_command()).encode(), 0o644)
+    unit_changed = replace_file_if_changed(
+        paths.unit_path, render_unit(paths, command or agent_command()).encode(), 0o644
+    )
     return unit_changed, env_changed
 
 
-def install_and_start(paths: ServicePaths | None = None, environ: Mapping[str, str] | None = None,
-                      restart_running: bool = False) -> Outcome:
+def install_and_start(
+    paths: ServicePaths | None = None, environ: Mapping[str, str] | None = None, restart_running: bool = False
+) -> Outcome:
     """Install and start; a running service is restarted when its files changed or when
     `restart_running` says so (a new build was installed under the same path)."""
     paths = paths or ServicePaths.for_current_user()
@@ -85,7 +91,9 @@ def install_and_start(paths: ServicePaths | None = None, environ: Mapping[str, s
 
 def _require_installed(paths: ServicePaths) -> None:
     if not paths.unit_path.exists():
-        raise ServiceError(f"the {paths.scope} service is not installed ({paths.unit_path} missing): run `faden-agent start`")
+        raise ServiceError(
+            f"the {paths.scope} service is not installed ({paths.unit_path} missing): run `faden-agent start`"
+        )
 
 
 def stop(paths: ServicePaths | None = None) -> Outcome:
@@ -103,7 +111,9 @@ def restart(paths: ServicePaths | None = None) -> Outcome:
     return Outcome([f"{paths.scope} service {UNIT_NAME} restarted (containers keep running)"])
 
 
-def uninstall(purge: bool = False, paths: ServicePaths | None = None, environ: Mapping[str, str] | None = None) -> Outcome:
+def uninstall(
+    purge: bool = False, paths: ServicePaths | None = None, environ: Mapping[str, str] | None = None
+) -> Outcome:
     """Stop, disable and remove the unit and its environment file; the state only on purge."""
     paths = paths or ServicePaths.for_current_user()
     out = Outcome()

@@ -7,16 +7,29 @@ import subprocess
 
 from faden_agent.service.paths import UNIT_NAME, ServicePaths
 
-SHOW_PROPERTIES = ("LoadState", "ActiveState", "SubState", "UnitFileState", "MainPID", "NRestarts", "ExecMainStartTimestamp", "Result")
+SHOW_PROPERTIES = (
+    "LoadState",
+    "ActiveState",
+    "SubState",
+    "UnitFileState",
+    "MainPID",
+    "NRestarts",
+    "ExecMainStartTimestamp",
+    "Result",
+)
 
 
 class ServiceError(RuntimeError):
     """A service action failed; str() is the one-line message for the operator."""
 
 
-def systemctl(paths: ServicePaths, *args: str, check: bool = True, timeout_s: float = 120) -> subprocess.CompletedProcess:
+def systemctl(
+    paths: ServicePaths, *args: str, check: bool = True, timeout_s: float = 120
+) -> subprocess.CompletedProcess:
     if shutil.which("systemctl") is None:
-        raise ServiceError("systemctl not found: this machine does not run systemd; use `faden-agent run` under your own supervisor")
+        raise ServiceError(
+            "systemctl not found: this machine does not run systemd; use `faden-agent run` under your own supervisor"
+        )
     command = [*paths.systemctl, *args]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)

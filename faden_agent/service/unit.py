@@ -23,7 +23,7 @@ def render_unit(paths: ServicePaths, command: list[str], template: str | None = 
         if line.startswith(SYSTEM_ONLY):
             if paths.scope != "system":
                 continue
-            line = line[len(SYSTEM_ONLY):]
+            line = line[len(SYSTEM_ONLY) :]
         lines.append(line)
     text = "\n".join(lines) + "\n"
     return (

@@ -128,7 +128,11 @@ class Supervisor:
         """Sleep until the next thing is due (a restart, a kill after the dump grace), at
         most IDLE_WAKE_S: hangs are seconds long, an idle supervisor wakes once a second."""
         now = time.monotonic()
-        due = [w.next_start_mono - now for w in self.workers.values() if w.state in (WorkerState.BACKOFF, WorkerState.FATAL)]
+        due = [
+            w.next_start_mono - now
+            for w in self.workers.values()
+            if w.state in (WorkerState.BACKOFF, WorkerState.FATAL)
+        ]
         due += [w.kill_at_mono - now for w in self.workers.values() if w.kill_at_mono is not None]
         due.append(IDLE_WAKE_S)
         return max(0.0, min(due))
@@ -138,7 +142,10 @@ class Supervisor:
     def spawn_due_workers(self) -> None:
         now = time.monotonic()
         for worker in self.workers.values():
-            if worker.state in (WorkerState.STOPPED, WorkerState.BACKOFF, WorkerState.FATAL) and now >= worker.next_start_mono:
+            if (
+                worker.state in (WorkerState.STOPPED, WorkerState.BACKOFF, WorkerState.FATAL)
+                and now >= worker.next_start_mono
+            ):
                 if worker.state == WorkerState.FATAL:
                     log.warning("retrying FATAL worker %s", worker.name)
                     worker.exit_times.clear()
@@ -274,7 +281,11 @@ class Supervisor:
             worker.next_start_mono = now + self.policy.fatal_retry_s
             log.error(
                 "worker %s FATAL: %s; more than %d restarts in %gs; retrying in %gs",
-                worker.name, exit_text, self.policy.max_restarts, self.policy.window_s, self.policy.fatal_retry_s,
+                worker.name,
+                exit_text,
+                self.policy.max_restarts,
+                self.policy.window_s,
+                self.policy.fatal_retry_s,
             )
         else:
             delay = self.policy.backoff(worker.exit_times, now)
@@ -286,7 +297,11 @@ class Supervisor:
         now = time.monotonic()
         limit = self.config.worker_hang_timeout_sec
         for worker in self.workers.values():
-            if worker.pid is None or worker.state not in (WorkerState.STARTING, WorkerState.RUNNING, WorkerState.STOPPING):
+            if worker.pid is None or worker.state not in (
+                WorkerState.STARTING,
+                WorkerState.RUNNING,
+                WorkerState.STOPPING,
+            ):
                 continue
             if worker.state == WorkerState.STOPPING and self.stop_requested:
                 continue  # the agent's stop has its own bound (shutdown)
@@ -296,8 +311,12 @@ class Supervisor:
                 continue
             silent = now - (worker.last_heartbeat_mono or worker.started_mono or now)
             if silent >= limit:
-                log.error("worker %s (pid %d) sent no heartbeat for %.1fs: dumping its traceback and killing it",
-                          worker.name, worker.pid, silent)
+                log.error(
+                    "worker %s (pid %d) sent no heartbeat for %.1fs: dumping its traceback and killing it",
+                    worker.name,
+                    worker.pid,
+                    silent,
+                )
                 worker.kill_at_mono = now + HUNG_DUMP_GRACE_S
                 self._kill(worker.pid, signal.SIGUSR1)  # faulthandler writes every thread's stack
                 self._kill(worker.pid, signal.SIGCONT)  # a stopped process must run to dump
@@ -397,4 +416,3 @@ class Supervisor:
             os.kill(pid, sig)
         except ProcessLookupError:
             pass
-

@@ -30,8 +30,11 @@ def acquire(directory: Path, what: str) -> int:
     except BlockingIOError:
         holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
         os.close(fd)
-        raise AlreadyRunning(errno.EWOULDBLOCK, f"another faden-agent (pid {holder[:20]}) is running with the {what} "
-                                                f"{directory}; stop it first (one agent per {what})") from None
+        raise AlreadyRunning(
+            errno.EWOULDBLOCK,
+            f"another faden-agent (pid {holder[:20]}) is running with the {what} "
+            f"{directory}; stop it first (one agent per {what})",
+        ) from None
     try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)  # who holds it, for the second one's message

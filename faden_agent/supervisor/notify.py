@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import Mapping
+from collections.abc import Mapping
 
 
 class SystemdNotifier:

@@ -13,8 +13,8 @@ itself because only exits inside the window count.
 from __future__ import annotations
 
 import random
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from faden_agent.backoff import ceiling
 

@@ -32,7 +32,8 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import zmq
 
@@ -64,8 +65,9 @@ class Worker:
         self.worker_threads = WorkerThreads(self.name, self._wake)
         self.stop_event = self.worker_threads.stop_event  # the one stop signal of every thread
 
-    def start_thread(self, name: str, target: Callable[..., Any], *args: Any, critical: bool = True,
-                     finite: bool = False) -> threading.Thread:
+    def start_thread(
+        self, name: str, target: Callable[..., Any], *args: Any, critical: bool = True, finite: bool = False
+    ) -> threading.Thread:
         """Start a supervised thread (see threads.py): critical ones take the worker down
         when they die; `finite` ones may return (their job is done) without it."""
         return self.worker_threads.start(name, target, *args, critical=critical, finite=finite)
@@ -151,8 +153,12 @@ class Worker:
 
     def _fail_for_thread(self) -> int:
         failure = self.worker_threads.failure or {}
-        log.error("%s: critical thread %s died (%s); exiting so the supervisor restarts the worker",
-                  self.name, failure.get("thread"), failure.get("error"))
+        log.error(
+            "%s: critical thread %s died (%s); exiting so the supervisor restarts the worker",
+            self.name,
+            failure.get("thread"),
+            failure.get("error"),
+        )
         assert self._supervisor is not None
         self._supervisor.send("thread_died", {"name": self.name, "pid": os.getpid(), **failure}, block=False)
         self.worker_threads.stop()

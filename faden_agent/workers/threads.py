@@ -19,7 +19,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from faden_agent import testhooks
 
@@ -28,8 +29,9 @@ log = logging.getLogger(__name__)
 ERROR_CHARS = 200  # a failure quoted in `ps` and the heartbeat: one line, bounded
 
 
-def start_daemon(name: str, target: Callable[..., Any], *args: Any, critical: bool = True,
-                 finite: bool = False) -> threading.Thread:
+def start_daemon(
+    name: str, target: Callable[..., Any], *args: Any, critical: bool = True, finite: bool = False
+) -> threading.Thread:
     """The plain starter for parts used outside a worker (tests, tools): no supervision."""
     thread = threading.Thread(target=target, args=args, name=name, daemon=True)
     thread.start()
@@ -51,10 +53,12 @@ class WorkerThreads:
         self._lock = threading.Lock()
         self._join_deadline: float | None = None
 
-    def start(self, name: str, target: Callable[..., Any], *args: Any, critical: bool = True,
-              finite: bool = False) -> threading.Thread:
-        thread = threading.Thread(target=self._guard, args=(name, target, args, critical, finite),
-                                  name=name, daemon=True)
+    def start(
+        self, name: str, target: Callable[..., Any], *args: Any, critical: bool = True, finite: bool = False
+    ) -> threading.Thread:
+        thread = threading.Thread(
+            target=self._guard, args=(name, target, args, critical, finite), name=name, daemon=True
+        )
         with self._lock:
             self._threads = [t for t in self._threads if t.is_alive()]  # followers come and go
             self._threads.append(thread)

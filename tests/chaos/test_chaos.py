@@ -19,9 +19,10 @@ import signal
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import docker
 import psutil
@@ -110,12 +111,23 @@ class Run:
         self.loki.start()
         self.append_journal(5)
         env = agent_env_for(
-            self.backend, self.tmp / "agent",
-            heartbeat_interval_sec=HEARTBEAT_S, reconnect_max_sec=RECONNECT_MAX_S, reconnect_min_sec=0.2,
-            worker_heartbeat_sec=0.5, worker_hang_timeout_sec=HANG_TIMEOUT_S, restart_max=1000,
-            restart_window_sec=30, restart_backoff_max_sec=2, docker_timeout_sec=8, request_timeout_sec=5,
-            loki_url=self.loki.url, journal_directory=self.tmp / "journal", log_flush_interval_sec=0.5,
-            inventory_interval_sec=5, log_level="info",
+            self.backend,
+            self.tmp / "agent",
+            heartbeat_interval_sec=HEARTBEAT_S,
+            reconnect_max_sec=RECONNECT_MAX_S,
+            reconnect_min_sec=0.2,
+            worker_heartbeat_sec=0.5,
+            worker_hang_timeout_sec=HANG_TIMEOUT_S,
+            restart_max=1000,
+            restart_window_sec=30,
+            restart_backoff_max_sec=2,
+            docker_timeout_sec=8,
+            request_timeout_sec=5,
+            loki_url=self.loki.url,
+            journal_directory=self.tmp / "journal",
+            log_flush_interval_sec=0.5,
+            inventory_interval_sec=5,
+            log_level="info",
         )
         (self.tmp / "agent").mkdir(exist_ok=True)
         self.env = env
@@ -135,7 +147,9 @@ class Run:
         self.backend.stop()
         self.loki.stop()
         client = docker.from_env(timeout=60)
-        for container in client.containers.list(all=True, filters={"label": f"{protocol.LABEL_AGENT_ID}={self.agent_id}"}):
+        for container in client.containers.list(
+            all=True, filters={"label": f"{protocol.LABEL_AGENT_ID}={self.agent_id}"}
+        ):
             container.remove(force=True)
 
     # ------------------------------------------------------------------ workload
@@ -163,11 +177,21 @@ class Run:
             step += 1
             name = rng.choice(slots)
             action = rng.choices(
-                ["run", "stop", "start", "restart", "remove", "pull", "cancel"], [5, 2, 2, 1, 2, 2, 1])[0]
+                ["run", "stop", "start", "restart", "remove", "pull", "cancel"], [5, 2, 2, 1, 2, 2, 1]
+            )[0]
             if action == "run":
                 script = f"echo chaos-line {name} start $(date +%s%N); i=0; while true; do i=$((i+1)); echo chaos-line {name} $i; sleep 1; done"
-                cid = self.send("container.run", {"name": name, "image": rng.choice(images), "command": ["sh", "-c", script],
-                                                  "replace": rng.random() < 0.5, "cluster": "chaos", "deadline_s": 40})
+                cid = self.send(
+                    "container.run",
+                    {
+                        "name": name,
+                        "image": rng.choice(images),
+                        "command": ["sh", "-c", script],
+                        "replace": rng.random() < 0.5,
+                        "cluster": "chaos",
+                        "deadline_s": 40,
+                    },
+                )
             elif action == "pull":
                 cid = self.send("image.pull", {"image": rng.choice(images[1:]), "deadline_s": 40})
             elif action == "cancel" and recent:
@@ -193,9 +217,15 @@ class Run:
         while not self.stop.is_set():
             try:
                 client = docker.from_env(timeout=5)
-                stream = client.events(since=since, decode=True,
-                                       filters={"type": "container", "event": "create",
-                                                "label": f"{protocol.LABEL_AGENT_ID}={self.agent_id}"})
+                stream = client.events(
+                    since=since,
+                    decode=True,
+                    filters={
+                        "type": "container",
+                        "event": "create",
+                        "label": f"{protocol.LABEL_AGENT_ID}={self.agent_id}",
+                    },
+                )
                 for event in stream:
                     since = event.get("time", since)
                     command_id = event.get("Actor", {}).get("Attributes", {}).get(protocol.LABEL_COMMAND_ID)
@@ -219,8 +249,19 @@ class Run:
         plan: list[tuple[Callable[..., None], tuple[Any, ...]]] = [
             *[(self.kill_worker, (name,)) for name in WORKERS],
             *[(self.stop_worker, (name,)) for name in WORKERS],
-            *[(fault, ()) for fault in (self.kill_agent, self.backend_restart, self.backend_503, self.stall_stream,
-                                        self.loki_down, self.loki_429, self.dockerd_stop, self.dockerd_restart)],
+            *[
+                (fault, ())
+                for fault in (
+                    self.kill_agent,
+                    self.backend_restart,
+                    self.backend_503,
+                    self.stall_stream,
+                    self.loki_down,
+                    self.loki_429,
+                    self.dockerd_stop,
+                    self.dockerd_restart,
+                )
+            ],
         ]
         everything = list(plan)
         weights = [3] * 8 + [1, 1, 1, 1, 1, 1, 1, 0.4]  # worker faults are cheap: more of them
@@ -346,8 +387,11 @@ def settle_and_check(run: Run) -> None:
     try:
         wait_for(all_terminal, 180, interval_s=1, what="every command to reach a terminal state")
     except AssertionError:
-        stuck = {cid: backend.command(cid)["state"] for cid in chaos.commands
-                 if backend.command(cid)["state"] not in protocol.TERMINAL_STATES}
+        stuck = {
+            cid: backend.command(cid)["state"]
+            for cid in chaos.commands
+            if backend.command(cid)["state"] not in protocol.TERMINAL_STATES
+        }
         chaos.fail(f"{len(stuck)} command(s) never reached a terminal state: {dict(list(stuck.items())[:10])}")
     outcomes: collections.Counter = collections.Counter()
     for cid, (kind, _) in chaos.commands.items():
@@ -356,7 +400,9 @@ def settle_and_check(run: Run) -> None:
         if len(terminal) != 1:
             chaos.fail(f"command {cid} ({kind}) has {len(terminal)} terminal records: {[r['state'] for r in terminal]}")
         if timeline[0]["state"] not in (protocol.RECEIVED, protocol.REJECTED):
-            chaos.fail(f"command {cid} ({kind}) timeline does not start with received: {[r['state'] for r in timeline]}")
+            chaos.fail(
+                f"command {cid} ({kind}) timeline does not start with received: {[r['state'] for r in timeline]}"
+            )
         if not terminal[0].get("reason") or not terminal[0].get("message"):
             chaos.fail(f"command {cid} terminal record lacks reason or message: {terminal[0]}")
         outcomes[f"{kind}:{terminal[0]['state']}:{terminal[0]['reason']}"] += 1
@@ -381,8 +427,12 @@ def settle_and_check(run: Run) -> None:
     # 3. every timeline record and event delivered: nothing left in the agent's outbox
     outbox = Outbox(Path(run.env["FADEN_NODE_AGENT_STATE_PATH"]).parent)
     try:
-        wait_for(lambda: not [r for r in outbox.pending(10_000) if r["kind"] in (protocol.TIMELINE, protocol.EVENT)],
-                 90, interval_s=1, what="the outbox to drain")
+        wait_for(
+            lambda: not [r for r in outbox.pending(10_000) if r["kind"] in (protocol.TIMELINE, protocol.EVENT)],
+            90,
+            interval_s=1,
+            what="the outbox to drain",
+        )
     except AssertionError:
         left = outbox.pending(10_000)
         chaos.fail(f"{len(left)} record(s) never delivered: {collections.Counter(r['kind'] for r in left)}")
@@ -399,7 +449,9 @@ def settle_and_check(run: Run) -> None:
         wait_for(lambda: not missing_journal(), 120, interval_s=1, what="every journal line in the receiver")
     except AssertionError:
         missing = sorted(missing_journal())
-        chaos.fail(f"{len(missing)} of {len(chaos.journal_markers)} journal lines never reached Loki, e.g. {missing[:5]}")
+        chaos.fail(
+            f"{len(missing)} of {len(chaos.journal_markers)} journal lines never reached Loki, e.g. {missing[:5]}"
+        )
     container_lines = 0
 
     def missing_container_lines() -> list[str]:
@@ -409,10 +461,17 @@ def settle_and_check(run: Run) -> None:
             if entry.labels.get("source") == "container":
                 shipped[entry.labels.get("container")].add(entry.line.rstrip("\n"))
         missing, container_lines = [], 0
-        for container in client.containers.list(all=True, filters={"label": f"{protocol.LABEL_AGENT_ID}={run.agent_id}"}):
+        for container in client.containers.list(
+            all=True, filters={"label": f"{protocol.LABEL_AGENT_ID}={run.agent_id}"}
+        ):
             settled = int(time.time()) - 5  # the newest lines may still be in flight
-            cutoff = [line for line in container.logs(stdout=True, stderr=True, until=settled)
-                      .decode(errors="replace").splitlines() if line.startswith("chaos-line")]
+            cutoff = [
+                line
+                for line in container.logs(stdout=True, stderr=True, until=settled)
+                .decode(errors="replace")
+                .splitlines()
+                if line.startswith("chaos-line")
+            ]
             container_lines += len(cutoff)
             missing += [f"{container.name}: {line}" for line in cutoff if line not in shipped[container.name]]
         return missing
@@ -432,15 +491,22 @@ def settle_and_check(run: Run) -> None:
         gap = later - earlier
         if gap <= 2 * HEARTBEAT_S:
             continue
-        excusing = [f for f in chaos.faults if f.kind in HEARTBEAT_FAULTS
-                    and f.start <= later and (f.end or later) + EXCUSED_GAP_SLACK_S >= earlier]
+        excusing = [
+            f
+            for f in chaos.faults
+            if f.kind in HEARTBEAT_FAULTS and f.start <= later and (f.end or later) + EXCUSED_GAP_SLACK_S >= earlier
+        ]
         if not excusing:
-            chaos.fail(f"heartbeat gap of {gap:.1f}s at {time.strftime('%H:%M:%S', time.localtime(earlier))} "
-                       f"with no fault on the stream path (faults then: "
-                       f"{[f.kind for f in chaos.faults if f.start <= later and f.end + 5 >= earlier]})")
+            chaos.fail(
+                f"heartbeat gap of {gap:.1f}s at {time.strftime('%H:%M:%S', time.localtime(earlier))} "
+                f"with no fault on the stream path (faults then: "
+                f"{[f.kind for f in chaos.faults if f.start <= later and f.end + 5 >= earlier]})"
+            )
         bound = max((f.end or later) - f.start for f in excusing) + EXCUSED_GAP_SLACK_S
         if gap > bound:
-            chaos.fail(f"heartbeat gap of {gap:.1f}s exceeds its bound {bound:.1f}s during {[f.kind for f in excusing]}")
+            chaos.fail(
+                f"heartbeat gap of {gap:.1f}s exceeds its bound {bound:.1f}s during {[f.kind for f in excusing]}"
+            )
         worst = max(worst, gap)
 
     # 6. memory bounded
@@ -450,8 +516,12 @@ def settle_and_check(run: Run) -> None:
     faults = collections.Counter(f.kind for f in chaos.faults)
     print(f"chaos: commands={len(chaos.commands)} outcomes={dict(sorted(outcomes.items()))}")
     print(f"chaos: faults={sum(faults.values())} {dict(sorted(faults.items()))}")
-    print(f"chaos: managed containers at the end={len(managed)} journal lines={len(chaos.journal_markers)} "
-          f"container lines checked={container_lines} "
-          f"lines received={len(keys)} exact duplicates={duplicates} events={len(events)}")
-    print(f"chaos: heartbeats={len(beats)} worst excused gap={worst:.1f}s peak tree PSS={chaos.peak_pss_mib:.0f} MiB "
-          f"containers created={sum(chaos.creates.values())}")
+    print(
+        f"chaos: managed containers at the end={len(managed)} journal lines={len(chaos.journal_markers)} "
+        f"container lines checked={container_lines} "
+        f"lines received={len(keys)} exact duplicates={duplicates} events={len(events)}"
+    )
+    print(
+        f"chaos: heartbeats={len(beats)} worst excused gap={worst:.1f}s peak tree PSS={chaos.peak_pss_mib:.0f} MiB "
+        f"containers created={sum(chaos.creates.values())}"
+    )

@@ -35,7 +35,7 @@ class DelayLine:
         self.bridge_end = f"fdnb{machine.index}"
         self.pump: subprocess.Popen | None = None
 
-    def insert(self) -> "DelayLine":
+    def insert(self) -> DelayLine:
         from tests.cluster.rig import run
 
         self.machine.run("ethtool", "-K", "eth0", *OFFLOADS)

@@ -49,7 +49,9 @@ TEST_IMAGE = "faden-test/busybox:1"
 FORWARD_RULE = ("-i", BRIDGE, "-o", BRIDGE, "-j", "ACCEPT")
 
 
-def run(argv: list[str], *, check: bool = True, timeout: float = 60, input: bytes | None = None) -> subprocess.CompletedProcess:
+def run(
+    argv: list[str], *, check: bool = True, timeout: float = 60, input: bytes | None = None
+) -> subprocess.CompletedProcess:
     done = subprocess.run(argv, capture_output=True, timeout=timeout, input=input)
     if check and done.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)}: exit {done.returncode}: {done.stderr.decode(errors='replace')[:300]}")
@@ -101,14 +103,23 @@ class Machine:
         fresh /sys, which hides the cgroup mounts dockerd needs."""
         return ["nsenter", f"--net=/run/netns/{self.netns}", *argv]
 
-    def docker(self, *args: str, check: bool = True, timeout: float = 120, input: bytes | None = None) -> subprocess.CompletedProcess:
+    def docker(
+        self, *args: str, check: bool = True, timeout: float = 120, input: bytes | None = None
+    ) -> subprocess.CompletedProcess:
         return run(["docker", "-H", self.docker_host, *args], check=check, timeout=timeout, input=input)
 
 
 class Rig:
-    def __init__(self, machines: int = 3, *, docker: bool = True, agents: bool = True,
-                 agent_settings: dict[str, Any] | None = None, base_dir: Path | None = None,
-                 agent_argv: dict[int, tuple[list[str], dict[str, str]]] | None = None):
+    def __init__(
+        self,
+        machines: int = 3,
+        *,
+        docker: bool = True,
+        agents: bool = True,
+        agent_settings: dict[str, Any] | None = None,
+        base_dir: Path | None = None,
+        agent_argv: dict[int, tuple[list[str], dict[str, str]]] | None = None,
+    ):
         """agent_settings: FADEN_NODE_AGENT_* values (a callable value is called with the
         Machine); agent_argv: machine index -> (argv, extra environment) of another build."""
         if not 1 <= machines <= 200:
@@ -126,7 +137,7 @@ class Rig:
 
     # ------------------------------------------------------------------ start
 
-    def start(self) -> "Rig":
+    def start(self) -> Rig:
         self._lock()
         try:
             remove_leftovers()
@@ -187,11 +198,29 @@ class Rig:
     def _start_dockerd(self, machine: Machine) -> None:
         root = machine.root
         log_file = open(root / "dockerd.log", "ab")
-        machine.dockerd = subprocess.Popen(machine.nsenter_argv(
-            "dockerd", "--data-root", str(root / "docker"), "--exec-root", str(root / "exec"),
-            "--pidfile", str(root / "docker.pid"), "-H", machine.docker_host, "--bridge=none",
-            "--iptables=false", "--ip6tables=false", "--ip-masq=false", "--shutdown-timeout", "2"),
-            stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        machine.dockerd = subprocess.Popen(
+            machine.nsenter_argv(
+                "dockerd",
+                "--data-root",
+                str(root / "docker"),
+                "--exec-root",
+                str(root / "exec"),
+                "--pidfile",
+                str(root / "docker.pid"),
+                "-H",
+                machine.docker_host,
+                "--bridge=none",
+                "--iptables=false",
+                "--ip6tables=false",
+                "--ip-masq=false",
+                "--shutdown-timeout",
+                "2",
+            ),
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         log_file.close()
 
     def _wait_dockerd(self, machine: Machine) -> None:
@@ -250,14 +279,28 @@ class Rig:
 
     # ------------------------------------------------------------------ links
 
-    def shape(self, index: int, *, rate_mbit: float | None = None, delay_ms: float | None = None,
-              to: str | None = None) -> None:
+    def shape(
+        self, index: int, *, rate_mbit: float | None = None, delay_ms: float | None = None, to: str | None = None
+    ) -> None:
         """Shape what machine `index` sends (its eth0 egress): a rate (tc tbf) and/or a delay
         (tc netem, else the userspace delay line), the delay optionally only towards `to`."""
         machine = self.machine(index)
         if rate_mbit is not None:
-            machine.run("tc", "qdisc", "replace", "dev", "eth0", "root", "tbf", "rate", f"{rate_mbit}mbit",
-                        "burst", "256kb", "latency", "100ms")
+            machine.run(
+                "tc",
+                "qdisc",
+                "replace",
+                "dev",
+                "eth0",
+                "root",
+                "tbf",
+                "rate",
+                f"{rate_mbit}mbit",
+                "burst",
+                "256kb",
+                "latency",
+                "100ms",
+            )
         if delay_ms is not None:
             if netem_available() and to is None and rate_mbit is None:
                 machine.run("tc", "qdisc", "replace", "dev", "eth0", "root", "netem", "delay", f"{delay_ms}ms")
@@ -306,7 +349,7 @@ class Rig:
             os.close(self._lock_fd)
             self._lock_fd = None
 
-    def __enter__(self) -> "Rig":
+    def __enter__(self) -> Rig:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:
@@ -440,13 +483,16 @@ def main(argv: list[str]) -> int:
         if rig.backend is not None:
             print(f"backend: {rig.backend.url}   (admin token in {rig.base_dir}/admin.env)")
             env_file = rig.base_dir / "admin.env"
-            env_file.write_text(f"FADEN_NODE_AGENT_BACKEND_URL={rig.backend.url}\n"
-                                f"FADEN_ADMIN_TOKEN={rig.backend.admin_token}\n")
+            env_file.write_text(
+                f"FADEN_NODE_AGENT_BACKEND_URL={rig.backend.url}\nFADEN_ADMIN_TOKEN={rig.backend.admin_token}\n"
+            )
             env_file.chmod(0o600)
         for machine in rig.machines:
             node = machine.node["node_id"] if machine.node else "-"
-            print(f"machine {machine.index}: netns {machine.netns}  {machine.address}  "
-                  f"DOCKER_HOST={machine.docker_host}  node {node}")
+            print(
+                f"machine {machine.index}: netns {machine.netns}  {machine.address}  "
+                f"DOCKER_HOST={machine.docker_host}  node {node}"
+            )
         print("Ctrl-C tears it all down.", flush=True)
         try:
             while True:

@@ -18,16 +18,31 @@ def test_finished_machines_become_sources(rig_factory):
     app = image_id(holder, APP)
     nodes = [m.node_id for m in rig.machines]
     rig.backend.admin.set_cluster("peers", nodes)
-    wait_for(lambda: any(i["id"] == app for i in ((rig.backend.inventory(holder.node_id) or {}).get("inventory") or {})
-                         .get("docker", {}).get("images", [])), 60, interval_s=0.5, what="machine 1's inventory listing the image")
+    wait_for(
+        lambda: any(
+            i["id"] == app
+            for i in ((rig.backend.inventory(holder.node_id) or {}).get("inventory") or {})
+            .get("docker", {})
+            .get("images", [])
+        ),
+        60,
+        interval_s=0.5,
+        what="machine 1's inventory listing the image",
+    )
     fanout = rig.backend.admin.fanout("peers", app, APP)
-    status = wait_for(lambda: (s := rig.backend.admin.fanout_status("peers", fanout))["state"] != "running" and s,
-                      600, interval_s=0.5, what="the fan-out to end")
+    status = wait_for(
+        lambda: (s := rig.backend.admin.fanout_status("peers", fanout))["state"] != "running" and s,
+        600,
+        interval_s=0.5,
+        what="the fan-out to end",
+    )
     assert status["state"] == "done", status
     for machine in rig.machines:
         assert image_id(machine, APP) == app
     transfers = status["transfers"]
-    assert sorted(t["target"] for t in transfers) == sorted(nodes[1:]) and all(t["state"] == "succeeded" for t in transfers)
+    assert sorted(t["target"] for t in transfers) == sorted(nodes[1:]) and all(
+        t["state"] == "succeeded" for t in transfers
+    )
     # round 1: machine 1 -> one machine; round 2: both serve the other two (log2(4) = 2 rounds)
     from_first = [t for t in transfers if t["source"] == holder.node_id]
     assert len(from_first) == 2, transfers

@@ -38,11 +38,17 @@ MB = 1 << 20
 
 # ------------------------------------------------------------------ the image on machine 1
 
+
 def build_images(holder: Machine, sizes_mb: tuple[int, int, int] = (80, 60, 40)) -> None:
     """BASE: busybox + 80 MB random, imported (one layer); APP: BASE + 60 MB + 40 MB random
     (two committed layers); OTHER: BASE + 5 MB (for the hostile peer)."""
-    export = subprocess.run(["docker", "-H", holder.docker_host, "create", TEST_IMAGE, "true"],
-                            capture_output=True, check=True).stdout.decode().strip()
+    export = (
+        subprocess.run(
+            ["docker", "-H", holder.docker_host, "create", TEST_IMAGE, "true"], capture_output=True, check=True
+        )
+        .stdout.decode()
+        .strip()
+    )
     rootfs = holder.docker("export", export, timeout=120).stdout
     holder.docker("rm", export)
     base = io.BytesIO()
@@ -53,7 +59,7 @@ def build_images(holder: Machine, sizes_mb: tuple[int, int, int] = (80, 60, 40))
         info = tarfile.TarInfo("data/base.bin")
         info.size = len(blob)
         out.addfile(info, io.BytesIO(blob))
-    holder.docker("import", "-c", 'ENV PATH=/bin', "-", BASE, input=base.getvalue(), timeout=300)
+    holder.docker("import", "-c", "ENV PATH=/bin", "-", BASE, input=base.getvalue(), timeout=300)
     commit(holder, BASE, "l2", sizes_mb[1], "faden-peer/step:1")
     commit(holder, "faden-peer/step:1", "l3", sizes_mb[2], APP, cmd='["sleep","3600"]')
     commit(holder, BASE, "o2", 5, OTHER, cmd='["sleep","3600"]')
@@ -61,8 +67,18 @@ def build_images(holder: Machine, sizes_mb: tuple[int, int, int] = (80, 60, 40))
 
 def commit(machine: Machine, image: str, name: str, megabytes: int, tag: str, cmd: str | None = None) -> None:
     container = f"faden-peer-build-{name}"
-    machine.docker("run", "--name", container, "--network", "none", image, "sh", "-c",
-                   f"head -c {megabytes * MB} /dev/urandom > /{name}.bin", timeout=300)
+    machine.docker(
+        "run",
+        "--name",
+        container,
+        "--network",
+        "none",
+        image,
+        "sh",
+        "-c",
+        f"head -c {megabytes * MB} /dev/urandom > /{name}.bin",
+        timeout=300,
+    )
     options = ["-c", f"CMD {cmd}"] if cmd else []
     machine.docker("commit", *options, container, tag, timeout=300)
     machine.docker("rm", container)
@@ -99,6 +115,7 @@ def tx_bytes(machine: Machine) -> int:
 
 # ------------------------------------------------------------------ what a backend sends
 
+
 def peer_address(machine: Machine) -> str:
     return f"http://{machine.address}:{PEER_PORT}"
 
@@ -106,8 +123,12 @@ def peer_address(machine: Machine) -> str:
 def serve(rig: Rig, holder: Machine, image: str, receiver: str, ttl_s: float = 300) -> str:
     """image.serve on the holder; the ticket (the holder only learns its sha256)."""
     ticket = secrets.token_urlsafe(32)
-    spec = {"image_id": image, "receiver": receiver, "ticket_sha256": hashlib.sha256(ticket.encode()).hexdigest(),
-            "ttl_s": ttl_s}
+    spec = {
+        "image_id": image,
+        "receiver": receiver,
+        "ticket_sha256": hashlib.sha256(ticket.encode()).hexdigest(),
+        "ttl_s": ttl_s,
+    }
     done = rig.backend.wait_command(rig.backend.send_command(holder.node_id, "image.serve", spec), timeout_s=30)
     assert done["state"] == protocol.SUCCEEDED, done
     return ticket
@@ -138,8 +159,11 @@ def fetch_progress(done: dict[str, Any]) -> list[dict[str, Any]]:
 def rig(cluster_rig):
     build_images(cluster_rig.machine(1))
     for machine in cluster_rig.machines:  # every agent's peer worker listens
-        wait_for(lambda m=machine: (m.agent.workers().get("peer") or {}).get("status", {}).get("listening"), 30,
-                 what=f"peer worker of machine {machine.index} listening")
+        wait_for(
+            lambda m=machine: (m.agent.workers().get("peer") or {}).get("status", {}).get("listening"),
+            30,
+            what=f"peer worker of machine {machine.index} listening",
+        )
     return cluster_rig
 
 
@@ -153,14 +177,24 @@ def test_container_run_replace_via_peers_and_only_missing_layers_cross(rig):
     copy_image(holder, second, BASE)
     for receiver in (second, third):
         # the runtime switch: a container of the old image is replaced by one of the new
-        first = run_command(rig, receiver, "container.run", {"name": "runtime", "image": TEST_IMAGE,
-                                                               "command": ["sleep", "3600"]})
+        first = run_command(
+            rig, receiver, "container.run", {"name": "runtime", "image": TEST_IMAGE, "command": ["sleep", "3600"]}
+        )
         assert first["state"] == protocol.SUCCEEDED, first
         ticket = serve(rig, holder, app_id, receiver.address)
         sent_before = tx_bytes(holder)
-        done = run_command(rig, receiver, "container.run", {
-            "name": "runtime", "image": APP, "replace": True, "image_id": app_id,
-            "peers": [{"address": peer_address(holder), "ticket": ticket}]})
+        done = run_command(
+            rig,
+            receiver,
+            "container.run",
+            {
+                "name": "runtime",
+                "image": APP,
+                "replace": True,
+                "image_id": app_id,
+                "peers": [{"address": peer_address(holder), "ticket": ticket}],
+            },
+        )
         sent = tx_bytes(holder) - sent_before
         assert done["state"] == protocol.SUCCEEDED, done
         assert result_of(done)["image_id"] == app_id == image_id(receiver, APP)
@@ -185,8 +219,13 @@ def test_tickets_single_use_expiring_bound_to_image_and_receiver(rig):
     url = f"{peer_address(holder)}/v1/images/fetch"
 
     def fetch(ticket: str, image: str) -> requests.Response:
-        return requests.post(url, json={"image_id": image, "held_chains": []}, stream=True, timeout=30,
-                             headers={"Authorization": f"Bearer {ticket}"})
+        return requests.post(
+            url,
+            json={"image_id": image, "held_chains": []},
+            stream=True,
+            timeout=30,
+            headers={"Authorization": f"Bearer {ticket}"},
+        )
 
     ticket = serve(rig, holder, base_id, BRIDGE_ADDRESS)  # this test process is the receiver
     with fetch(ticket, base_id) as first:
@@ -208,24 +247,35 @@ def test_tickets_single_use_expiring_bound_to_image_and_receiver(rig):
         assert (wrong_receiver.status_code, wrong_receiver.json()["reason"]) == (401, "ticket_refused")
     # through the agent: a spent ticket ends image.fetch with the holder's reason
     receiver = rig.machine(2)
-    done = run_command(rig, receiver, "image.fetch", {"image_id": image_id(holder, OTHER), "image": OTHER,
-                                                      "peers": [{"address": peer_address(holder), "ticket": ticket}]})
+    done = run_command(
+        rig,
+        receiver,
+        "image.fetch",
+        {
+            "image_id": image_id(holder, OTHER),
+            "image": OTHER,
+            "peers": [{"address": peer_address(holder), "ticket": ticket}],
+        },
+    )
     assert reason_of(done) == (protocol.FAILED, "ticket_refused"), done
     assert image_id(receiver, OTHER) is None
 
 
 # ------------------------------------------------------------------ a hostile peer
 
+
 def tampered(archive: bytes, how: str, other_archive: bytes) -> bytes:
     if how == "different image":
         return other_archive
     out_buffer = io.BytesIO()
-    with tarfile.open(fileobj=io.BytesIO(archive)) as src, \
-            tarfile.open(fileobj=out_buffer, mode="w", format=tarfile.PAX_FORMAT) as out:
+    with (
+        tarfile.open(fileobj=io.BytesIO(archive)) as src,
+        tarfile.open(fileobj=out_buffer, mode="w", format=tarfile.PAX_FORMAT) as out,
+    ):
         for member in src:
             data = src.extractfile(member).read() if member.isfile() else None
             if how == "corrupted layer" and member.name.endswith("/layer.tar") and member.size > 4 * MB:
-                data = data[:MB] + bytes([data[MB] ^ 0xFF]) + data[MB + 1:]
+                data = data[:MB] + bytes([data[MB] ^ 0xFF]) + data[MB + 1 :]
             if how == "tags busybox:latest" and member.name == "manifest.json":
                 manifest = json.loads(data)
                 manifest[0]["RepoTags"] = ["busybox:latest"]
@@ -260,8 +310,14 @@ class HostilePeer:
         self.address = f"http://{BRIDGE_ADDRESS}:{self.httpd.server_address[1]}"
 
 
-@pytest.mark.parametrize("how, why", [("corrupted layer", "corrupted"), ("different image", "a different image"),
-                                      ("tags busybox:latest", "would tag busybox:latest")])
+@pytest.mark.parametrize(
+    "how, why",
+    [
+        ("corrupted layer", "corrupted"),
+        ("different image", "a different image"),
+        ("tags busybox:latest", "would tag busybox:latest"),
+    ],
+)
 def test_a_hostile_peer_ends_integrity_failed_and_changes_nothing(rig, how, why):
     holder, receiver = rig.machine(1), rig.machine(2)
     other_id = image_id(holder, OTHER)
@@ -272,8 +328,12 @@ def test_a_hostile_peer_ends_integrity_failed_and_changes_nothing(rig, how, why)
         peer.body = tampered(genuine, how, holder.docker("save", image_id(holder, BASE), timeout=300).stdout)
         receiver.docker("tag", TEST_IMAGE, "busybox:latest")
         before = (image_ids(receiver), tags(receiver))
-        done = run_command(rig, receiver, "image.fetch", {"image_id": other_id, "image": OTHER,
-                                                          "peers": [{"address": peer.address, "ticket": "t" * 32}]})
+        done = run_command(
+            rig,
+            receiver,
+            "image.fetch",
+            {"image_id": other_id, "image": OTHER, "peers": [{"address": peer.address, "ticket": "t" * 32}]},
+        )
         assert reason_of(done) == (protocol.FAILED, "integrity_failed"), terminal(done)
         assert why in terminal(done)["message"], terminal(done)
         after = (image_ids(receiver), tags(receiver))
@@ -292,8 +352,9 @@ def test_kill_of_the_serving_agent_mid_transfer_completes_from_another_source(ri
     peers = [{"address": peer_address(m), "ticket": serve(rig, m, app_id, receiver.address)} for m in (holder, backup)]
     rig.shape(1, rate_mbit=80)  # ~20 s for the image: time to kill mid-way
     try:
-        command_id = rig.backend.send_command(receiver.node_id, "image.fetch",
-                                              {"image_id": app_id, "image": APP, "peers": peers})
+        command_id = rig.backend.send_command(
+            receiver.node_id, "image.fetch", {"image_id": app_id, "image": APP, "peers": peers}
+        )
         sent_before = tx_bytes(holder)
         wait_for(lambda: tx_bytes(holder) - sent_before > 30 * MB, 120, what="machine 1 serving mid-way")
         holder.agent.proc.send_signal(signal.SIGKILL)
@@ -317,10 +378,16 @@ def test_a_cancelled_fetch_leaves_nothing(rig):
     ticket = serve(rig, holder, app_id, receiver.address)
     rig.shape(1, rate_mbit=80)
     try:
-        command_id = rig.backend.send_command(receiver.node_id, "image.fetch", {
-            "image_id": app_id, "image": APP, "peers": [{"address": peer_address(holder), "ticket": ticket}]})
-        wait_for(lambda: any(p["bytes_done"] > 20 * MB for p in fetch_progress(rig.backend.command(command_id))),
-                 120, what="the fetch under way")
+        command_id = rig.backend.send_command(
+            receiver.node_id,
+            "image.fetch",
+            {"image_id": app_id, "image": APP, "peers": [{"address": peer_address(holder), "ticket": ticket}]},
+        )
+        wait_for(
+            lambda: any(p["bytes_done"] > 20 * MB for p in fetch_progress(rig.backend.command(command_id))),
+            120,
+            what="the fetch under way",
+        )
         cancel = run_command(rig, receiver, "command.cancel", {"command_id": command_id})
         assert cancel["state"] == protocol.SUCCEEDED, cancel
         done = rig.backend.wait_command(command_id, timeout_s=60)
@@ -329,16 +396,22 @@ def test_a_cancelled_fetch_leaves_nothing(rig):
     assert reason_of(done) == (protocol.CANCELLED, "cancelled"), terminal(done)
     assert (image_ids(receiver), tags(receiver)) == before
     # the engine removed its unpacking directory: nothing half-loaded stays on disk
-    wait_for(lambda: not list((receiver.root / "docker" / "tmp").glob("docker-import-*")), 30,
-             what="docker load's temporary directory removed")
+    wait_for(
+        lambda: not list((receiver.root / "docker" / "tmp").glob("docker-import-*")),
+        30,
+        what="docker load's temporary directory removed",
+    )
 
 
 def separated(a: Machine, b: Machine, cut: bool) -> None:
     """Drop what the bridge forwards between two machines (both still reach the backend)."""
     for source, target in ((a, b), (b, a)):
         rule = ["FORWARD", "-s", source.address, "-d", target.address, "-j", "DROP"]
-        subprocess.run(["iptables", "-I" if cut else "-D", *([rule[0], "1", *rule[1:]] if cut else rule)],
-                       check=cut, capture_output=True)
+        subprocess.run(
+            ["iptables", "-I" if cut else "-D", *([rule[0], "1", *rule[1:]] if cut else rule)],
+            check=cut,
+            capture_output=True,
+        )
 
 
 def test_peers_that_cannot_reach_each_other_relay_through_the_backend(rig):
@@ -348,8 +421,12 @@ def test_peers_that_cannot_reach_each_other_relay_through_the_backend(rig):
     separated(holder, receiver, True)
     try:
         ticket = serve(rig, holder, app_id, receiver.address)
-        direct = run_command(rig, receiver, "image.fetch", {
-            "image_id": app_id, "image": APP, "peers": [{"address": peer_address(holder), "ticket": ticket}]})
+        direct = run_command(
+            rig,
+            receiver,
+            "image.fetch",
+            {"image_id": app_id, "image": APP, "peers": [{"address": peer_address(holder), "ticket": ticket}]},
+        )
         assert reason_of(direct) == (protocol.FAILED, "peer_unreachable"), terminal(direct)
         relay = rig.backend.admin.relay(app_id, holder.node_id, receiver.node_id, APP)
         done = rig.backend.wait_command(relay["fetch_command"], timeout_s=300)
@@ -371,7 +448,9 @@ def test_image_pull_falls_back_to_peers_and_a_present_image_is_only_tagged(rig):
     assert done["state"] == protocol.SUCCEEDED, terminal(done)
     result = result_of(done)
     assert result["source"] == f"{holder.address}:{PEER_PORT}" and result["registry_failure"] in (
-        "registry_unreachable", "image_not_found"), result
+        "registry_unreachable",
+        "image_not_found",
+    ), result
     assert image_id(receiver, OTHER) == other
     # already there under another name: tagged, nothing crosses (the ticket is not even used)
     receiver.docker("tag", other, "faden-peer/other:old")

@@ -11,7 +11,9 @@ from tests.cluster import rig as rigmod
 from tests.cluster.rig import BRIDGE_ADDRESS, address_of
 
 pytestmark = [pytest.mark.cluster, pytest.mark.docker]
-REFUSED = "import socket\ntry:\n    socket.create_connection(('{address}', 9), 5)\nexcept ConnectionRefusedError:\n    pass"
+REFUSED = (
+    "import socket\ntry:\n    socket.create_connection(('{address}', 9), 5)\nexcept ConnectionRefusedError:\n    pass"
+)
 
 
 def test_machines_engines_and_agents(cluster_rig):
@@ -21,10 +23,15 @@ def test_machines_engines_and_agents(cluster_rig):
         # its own address, a route to the rig's subnet and nowhere else
         assert machine.address == address_of(machine.index)
         routes = machine.run("ip", "route").stdout.decode().strip().splitlines()
-        assert routes == [f"198.18.0.0/24 dev eth0 proto kernel scope link src {machine.address} "] or \
-            [r.strip() for r in routes] == [f"198.18.0.0/24 dev eth0 proto kernel scope link src {machine.address}"]
+        assert routes == [f"198.18.0.0/24 dev eth0 proto kernel scope link src {machine.address} "] or [
+            r.strip() for r in routes
+        ] == [f"198.18.0.0/24 dev eth0 proto kernel scope link src {machine.address}"]
         # reaches the backend on the bridge, and every machine (a refused connection is an answer)
-        machine.run(sys.executable, "-c", f"import socket; socket.create_connection(('{BRIDGE_ADDRESS}', {rig.backend.port}), 5)")
+        machine.run(
+            sys.executable,
+            "-c",
+            f"import socket; socket.create_connection(('{BRIDGE_ADDRESS}', {rig.backend.port}), 5)",
+        )
         for other in rig.machines:
             machine.run(sys.executable, "-c", REFUSED.format(address=other.address))
         # its own engine, holding the test image
@@ -43,6 +50,7 @@ def test_machines_engines_and_agents(cluster_rig):
 
 def test_no_route_off_the_rig(cluster_rig):
     # 192.0.2.1 (TEST-NET-1): never answered anywhere; the point is that no route leads to it
-    done = cluster_rig.machine(1).run(sys.executable, "-c", "import socket; socket.create_connection(('192.0.2.1', 80), 2)",
-                                      check=False)
+    done = cluster_rig.machine(1).run(
+        sys.executable, "-c", "import socket; socket.create_connection(('192.0.2.1', 80), 2)", check=False
+    )
     assert b"Network is unreachable" in done.stderr

@@ -22,8 +22,11 @@ def leftovers() -> dict[str, object]:
     links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
     return {
         "namespaces": rigmod.rig_namespaces(),
-        "links": [l.split(":")[1].strip() for l in links.splitlines()
-                  if rigmod.BRIDGE in l or f" {rigmod.HOST_VETH_PREFIX}" in l],
+        "links": [
+            l.split(":")[1].strip()
+            for l in links.splitlines()
+            if rigmod.BRIDGE in l or f" {rigmod.HOST_VETH_PREFIX}" in l
+        ],
         "dirs": list(Path("/tmp").glob(rigmod.DIR_PREFIX + "*")),
         "processes": rigmod._processes_using_rig_dirs(),
     }
@@ -32,10 +35,15 @@ def leftovers() -> dict[str, object]:
 def test_stop_removes_everything_also_after_kill_9(tmp_path):
     require_rig()
     # a rig process killed -9 mid-life leaves namespaces, links, engines and directories ...
-    script = ("import time\nfrom tests.cluster.rig import Rig\nr = Rig(2).start()\n"
-              "print('up', flush=True)\ntime.sleep(600)\n")
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, cwd=Path(__file__).parents[2],
-                            env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])})
+    script = (
+        "import time\nfrom tests.cluster.rig import Rig\nr = Rig(2).start()\nprint('up', flush=True)\ntime.sleep(600)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdout=subprocess.PIPE,
+        cwd=Path(__file__).parents[2],
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])},
+    )
     assert proc.stdout.readline().strip() == b"up"
     assert leftovers()["namespaces"] and len(leftovers()["processes"]) >= 2 + 2 + 1  # engines, agents, backend
     proc.send_signal(signal.SIGKILL)

@@ -36,8 +36,9 @@ def sysfs_of(machine) -> Path:
 def old_agent_tree(tmp_path_factory) -> Path:
     """The agent as it was before this feature: a real old build, not a pretend one."""
     tree = tmp_path_factory.mktemp("old-agent")
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", OLD_AGENT_COMMIT, "faden_agent"],
-                             capture_output=True, check=True).stdout
+    archive = subprocess.run(
+        ["git", "-C", str(REPO), "archive", OLD_AGENT_COMMIT, "faden_agent"], capture_output=True, check=True
+    ).stdout
     subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
     return tree
 
@@ -79,8 +80,15 @@ def wait_peers_known(rig: Rig, indexes=(1, 2, 3)) -> dict[int, dict]:
 
 
 def load(machine, *args: str) -> subprocess.Popen:
-    proc = machine.popen(sys.executable, "-m", "tests.cluster.traffic_load", *args, stdout=subprocess.PIPE,
-                         cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    proc = machine.popen(
+        sys.executable,
+        "-m",
+        "tests.cluster.traffic_load",
+        *args,
+        stdout=subprocess.PIPE,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     return proc
 
 
@@ -153,8 +161,10 @@ def test_delay_on_one_link_shows_in_that_pair_only(rig):
             raise
         reverse = peer(records(rig)[2], m1.address)
         far, near = peer(record, m2.address), peer(record, m3.address)
-        print(f"RTT m1->m2 {far['rtt_ms']} ms (min {far['min_rtt_ms']}), m2->m1 {reverse['rtt_ms']} ms, "
-              f"m1->m3 {near['rtt_ms']} ms")
+        print(
+            f"RTT m1->m2 {far['rtt_ms']} ms (min {far['min_rtt_ms']}), m2->m1 {reverse['rtt_ms']} ms, "
+            f"m1->m3 {near['rtt_ms']} ms"
+        )
         # The path's RTT is the kernel's windowed minimum: the smoothed one also holds the
         # peers' scheduling and delayed ACKs (the echo side's ACKs wait for the next ping).
         assert 17 <= far["min_rtt_ms"] <= 23
@@ -198,11 +208,14 @@ def test_infiniband_counters_rates_and_the_nccl_fallback_warning(rig):
     writer = threading.Thread(target=rdma_traffic)
     writer.start()
     try:
+
         def moving() -> dict | None:
             record = records(rig)[1]
             ports = {p["device"]: p for p in (record or {}).get("infiniband") or []}
             busy = ports.get("mlx5_0", {})
-            return ports if busy.get("tx_bytes_per_s") and busy["counters"]["tx_bytes"] > 4 * 1000 + 4 * 50_000 else None
+            return (
+                ports if busy.get("tx_bytes_per_s") and busy["counters"]["tx_bytes"] > 4 * 1000 + 4 * 50_000 else None
+            )
 
         ports = wait_for(moving, 30, interval_s=0.5, what="a record with the RDMA port moving")
     finally:
@@ -231,8 +244,12 @@ def test_infiniband_counters_rates_and_the_nccl_fallback_warning(rig):
     print(f"sent rate under tbf 200mbit: {rate} B/s")
     assert rate is not None and abs(rate - 25e6) <= 0.1 * 25e6  # payload at 200 Mbit/s, within 10 %
     kind = "traffic.rdma_idle_under_tcp_load"
-    events = wait_for(lambda: [e for e in rig.backend.events(m1.node_id) if e["data"].get("type") == kind], 20,
-                      interval_s=0.5, what="the NCCL fall-back warning")
+    events = wait_for(
+        lambda: [e for e in rig.backend.events(m1.node_id) if e["data"].get("type") == kind],
+        20,
+        interval_s=0.5,
+        what="the NCCL fall-back warning",
+    )
     assert len(events) == 1
     event = events[0]["data"]
     assert event["peers"][0]["address"] == m2.address and event["rdma_ports"] == ["mlx5_0/1"]
@@ -248,8 +265,13 @@ def test_admin_view_names_the_old_agent_and_shows_the_matrix(rig):
     ping = started(load(m1, "pingpong", m2.address, "7400", "6"))
     wait_for(lambda: peer(records(rig)[1], m2.address)["rtt_ms"], 20, interval_s=0.5, what="an RTT m1 -> m2")
     env = {**os.environ, "FADEN_NODE_AGENT_BACKEND_URL": rig.backend.url, "FADEN_ADMIN_TOKEN": rig.backend.admin_token}
-    shown = subprocess.run([sys.executable, "-m", "faden_agent", "admin", "traffic", CLUSTER], env=env,
-                           capture_output=True, text=True, timeout=60)
+    shown = subprocess.run(
+        [sys.executable, "-m", "faden_agent", "admin", "traffic", CLUSTER],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert shown.returncode == 0, shown.stderr
     print(shown.stdout)
     lines = shown.stdout.splitlines()

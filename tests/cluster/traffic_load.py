@@ -29,7 +29,7 @@ def _read(conn: socket.socket, size: int) -> None:
 def _write(conn: socket.socket, size: int) -> None:
     block = b"x" * CHUNK
     while size > 0:
-        size -= conn.send(block[:min(CHUNK, size)])
+        size -= conn.send(block[: min(CHUNK, size)])
 
 
 def serve(port: int, connections: int, recv: int, send: int) -> None:

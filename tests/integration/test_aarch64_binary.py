@@ -46,8 +46,9 @@ def arm64_image(docker_client) -> str:
         if os.environ.get("FADEN_TEST_REQUIRE_AARCH64") == "1":
             pytest.fail(missing)
         pytest.skip(missing)
-    done = subprocess.run(["bash", str(REPO / "tests/infra/build-arm64-image.sh")], capture_output=True, text=True,
-                          timeout=1800)
+    done = subprocess.run(
+        ["bash", str(REPO / "tests/infra/build-arm64-image.sh")], capture_output=True, text=True, timeout=1800
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout.strip().splitlines()[-1]
 
@@ -56,14 +57,23 @@ def arm64_image(docker_client) -> str:
 def arm64_binary(arm64_image) -> Path:
     """Built when missing or stale (a no-op when .ci/run's build step made it)."""
     begin = time.monotonic()
-    done = subprocess.run(["bash", str(REPO / "packaging/build-aarch64.sh")], capture_output=True, text=True, timeout=3000)
+    done = subprocess.run(
+        ["bash", str(REPO / "packaging/build-aarch64.sh")], capture_output=True, text=True, timeout=3000
+    )
     assert done.returncode == 0, f"{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
     print(f"\naarch64 build: {time.monotonic() - begin:.0f} s ({done.stdout.strip().splitlines()[-1]})")
     return BINARY
 
 
-def in_arm64(image: str, binary: Path, command: str, env: dict[str, str] | None = None, *, detach: bool = False,
-             name: str | None = None) -> subprocess.CompletedProcess:
+def in_arm64(
+    image: str,
+    binary: Path,
+    command: str,
+    env: dict[str, str] | None = None,
+    *,
+    detach: bool = False,
+    name: str | None = None,
+) -> subprocess.CompletedProcess:
     argv = ["docker", "run", "--network", "host", "-v", f"{binary}:/usr/local/bin/faden-agent:ro"]
     argv += ["-d", "--name", name] if detach else ["--rm"]
     for key, value in (env or {}).items():
@@ -75,7 +85,9 @@ def test_aarch64_binary_reports_its_version_config_and_heartbeats(arm64_image, a
     assert build_version(arm64_binary) == __version__
     assert (arm64_binary.parent / f"{arm64_binary.name}.sha256").read_text().split()[1] == arm64_binary.name
 
-    done = in_arm64(arm64_image, arm64_binary, "uname -m; TIMEFORMAT='%R s'; time faden-agent --version; time faden-agent --version")
+    done = in_arm64(
+        arm64_image, arm64_binary, "uname -m; TIMEFORMAT='%R s'; time faden-agent --version; time faden-agent --version"
+    )
     print(f"\n--- uname -m; --version (first start unpacks, second does not):\n{done.stdout}{done.stderr}")
     assert done.returncode == 0 and done.stdout.splitlines()[:2] == ["aarch64", f"faden-agent {__version__}"]
 
@@ -101,12 +113,18 @@ def test_aarch64_binary_reports_its_version_config_and_heartbeats(arm64_image, a
         assert started.returncode == 0, started.stderr
         begin = time.monotonic()
         node = backend.wait_node(agent_id, heartbeats=2, timeout_s=600)
-        print(f"--- run: enrolled as {node['node_id']}, {node['heartbeats']} heartbeats after "
-              f"{time.monotonic() - begin:.0f} s; version {node['version']}, platform {node.get('platform')}")
+        print(
+            f"--- run: enrolled as {node['node_id']}, {node['heartbeats']} heartbeats after "
+            f"{time.monotonic() - begin:.0f} s; version {node['version']}, platform {node.get('platform')}"
+        )
         assert node["version"] == __version__
         assert (node.get("platform") or {}).get("machine") in ("aarch64", "arm64")
-        ps = subprocess.run(["docker", "exec", "-e", "FADEN_NODE_AGENT_RUNTIME_DIR=/run/faden-agent", name,
-                             "faden-agent", "ps"], capture_output=True, text=True, timeout=300)
+        ps = subprocess.run(
+            ["docker", "exec", "-e", "FADEN_NODE_AGENT_RUNTIME_DIR=/run/faden-agent", name, "faden-agent", "ps"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         print(f"--- ps:\n{ps.stdout}{ps.stderr}")
     finally:
         logs = subprocess.run(["docker", "logs", "--tail", "15", name], capture_output=True, text=True, timeout=60)
@@ -116,15 +134,29 @@ def test_aarch64_binary_reports_its_version_config_and_heartbeats(arm64_image, a
 
 
 def test_release_directory_holds_both_builds_and_is_served_as_is(arm64_binary, tmp_path):
-    done = subprocess.run(["bash", str(REPO / "packaging/release.sh"), str(tmp_path / "out")], capture_output=True,
-                          text=True, timeout=3000)
+    done = subprocess.run(
+        ["bash", str(REPO / "packaging/release.sh"), str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=3000,
+    )
     assert done.returncode == 0, f"{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
     release = tmp_path / "out" / f"node-agent-v{__version__}"
-    names = ["faden-agent-linux-aarch64", "faden-agent-linux-aarch64.sha256", "faden-agent-linux-x86_64",
-             "faden-agent-linux-x86_64.sha256", "install.sh"]
+    names = [
+        "faden-agent-linux-aarch64",
+        "faden-agent-linux-aarch64.sha256",
+        "faden-agent-linux-x86_64",
+        "faden-agent-linux-x86_64.sha256",
+        "install.sh",
+    ]
     assert sorted(p.name for p in release.iterdir()) == names  # no .version file, nothing else
-    assert subprocess.run(["sha256sum", "--quiet", "-c", "faden-agent-linux-x86_64.sha256",
-                           "faden-agent-linux-aarch64.sha256"], cwd=release).returncode == 0
+    assert (
+        subprocess.run(
+            ["sha256sum", "--quiet", "-c", "faden-agent-linux-x86_64.sha256", "faden-agent-linux-aarch64.sha256"],
+            cwd=release,
+        ).returncode
+        == 0
+    )
 
     backend = BackendProcess(tmp_path / "backend-data", tmp_path / "backend.log", downloads=release)
     backend.start()

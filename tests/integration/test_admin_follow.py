@@ -26,15 +26,25 @@ CURSOR = re.compile(r"\x1b\[[0-9;?]*[A-Za-ln-z]|\x1b\][^\x07]*\x07|\r")  # moves
 
 
 def _env(backend) -> dict[str, str]:  # noqa: F811
-    return {"FADEN_ADMIN_TOKEN": backend.admin_token, "PATH": "/usr/bin:/bin", "TERM": "xterm",
-            "COLUMNS": "160", "LINES": "40"}
+    return {
+        "FADEN_ADMIN_TOKEN": backend.admin_token,
+        "PATH": "/usr/bin:/bin",
+        "TERM": "xterm",
+        "COLUMNS": "160",
+        "LINES": "40",
+    }
 
 
 def admin_in_terminal(backend, *args: str, timeout_s: float = 180) -> tuple[int, str]:  # noqa: F811
     """Run `faden-agent admin ARGS` with a pseudo-terminal as stdout/stderr; (exit code, screen text)."""
     leader, follower = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "faden_agent", "admin", *args, "--url", backend.url],
-                            env=_env(backend), stdin=subprocess.DEVNULL, stdout=follower, stderr=follower)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "faden_agent", "admin", *args, "--url", backend.url],
+        env=_env(backend),
+        stdin=subprocess.DEVNULL,
+        stdout=follower,
+        stderr=follower,
+    )
     os.close(follower)
     chunks: list[bytes] = []
     deadline = time.monotonic() + timeout_s
@@ -60,14 +70,20 @@ def admin_in_terminal(backend, *args: str, timeout_s: float = 180) -> tuple[int,
 
 
 def admin_piped(backend, *args: str) -> subprocess.CompletedProcess:  # noqa: F811
-    return subprocess.run([sys.executable, "-m", "faden_agent", "admin", *args, "--url", backend.url],
-                          env=_env(backend), capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "faden_agent", "admin", *args, "--url", backend.url],
+        env=_env(backend),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_follow_a_pull_from_the_registry(backend, agent_on_backend, big_image):  # noqa: F811
     agent, node = agent_on_backend()
-    code, screen = admin_in_terminal(backend, "send", node["node_id"], "image.pull", "--spec",
-                                     json.dumps({"image": big_image}), "--follow")
+    code, screen = admin_in_terminal(
+        backend, "send", node["node_id"], "image.pull", "--spec", json.dumps({"image": big_image}), "--follow"
+    )
     assert code == 0, screen[-3000:]
     lines = [line.strip() for line in screen.splitlines() if line.strip()]
     command_id = lines[0]
@@ -97,8 +113,9 @@ def test_follow_a_pull_from_the_registry(backend, agent_on_backend, big_image): 
 def test_follow_a_failed_pull_shows_reason_and_message(backend, agent_on_backend, registry):  # noqa: F811
     agent, node = agent_on_backend()
     image = f"{registry}/faden/busybox:no-such-tag"
-    code, screen = admin_in_terminal(backend, "send", node["node_id"], "image.pull", "--spec",
-                                     json.dumps({"image": image}), "--follow")
+    code, screen = admin_in_terminal(
+        backend, "send", node["node_id"], "image.pull", "--spec", json.dumps({"image": image}), "--follow"
+    )
     assert code == 1, screen[-3000:]
     last = [line.strip() for line in screen.splitlines() if line.strip()][-1]
     assert re.search(r"failed +image_not_found: pulling .*no such image or tag in registry", last), screen[-2000:]

@@ -39,8 +39,9 @@ def copy_database(source: Path, target: Path) -> None:
 
 
 def run_container(backend, node_id: str, name: str) -> dict:
-    command_id = backend.send_command(node_id, "container.run",
-                                      {"name": name, "image": TEST_IMAGE, "command": ["sleep", "600"]})
+    command_id = backend.send_command(
+        node_id, "container.run", {"name": name, "image": TEST_IMAGE, "command": ["sleep", "600"]}
+    )
     done = backend.wait_command(command_id, timeout_s=60)
     assert done["state"] == "succeeded", done
     return done
@@ -51,8 +52,13 @@ def link_state(agent) -> str | None:
     return ((stream.get("status") or {}).get("link") or {}).get("state")
 
 
-def test_restored_backend_runs_new_commands_and_a_later_node_reenrolls(backend, agent_on_backend, prefix,  # noqa: F811
-                                                                       docker_client, tmp_path):
+def test_restored_backend_runs_new_commands_and_a_later_node_reenrolls(
+    backend,
+    agent_on_backend,
+    prefix,  # noqa: F811
+    docker_client,
+    tmp_path,
+):
     early, early_node = agent_on_backend(docker_timeout_sec=5)
     early_name = f"{prefix}-early"
     run_container(backend, early_node["node_id"], early_name)
@@ -67,7 +73,9 @@ def test_restored_backend_runs_new_commands_and_a_later_node_reenrolls(backend, 
     run_container(backend, late_node["node_id"], late_name)
     before = docker_client.api.inspect_container(late_name)
     for _ in range(3):  # the early agent's cursor moves past everything the copy holds
-        done = backend.wait_command(backend.send_command(early_node["node_id"], "container.start", {"name": early_name}))
+        done = backend.wait_command(
+            backend.send_command(early_node["node_id"], "container.start", {"name": early_name})
+        )
         assert done["state"] == "succeeded", done
 
     backend.stop()
@@ -75,8 +83,10 @@ def test_restored_backend_runs_new_commands_and_a_later_node_reenrolls(backend, 
     backend.start()
 
     # Commands sent after the restore run on the early node.
-    stopped = backend.wait_command(backend.send_command(early_node["node_id"], "container.stop",
-                                                        {"name": early_name, "timeout_s": 1}), timeout_s=30)
+    stopped = backend.wait_command(
+        backend.send_command(early_node["node_id"], "container.stop", {"name": early_name, "timeout_s": 1}),
+        timeout_s=30,
+    )
     assert stopped["state"] == "succeeded", stopped
     assert not docker_client.api.inspect_container(early_name)["State"]["Running"]
     assert "epoch changed" in early.log_path.read_text()
@@ -96,8 +106,11 @@ def test_restored_backend_runs_new_commands_and_a_later_node_reenrolls(backend, 
     assert len(kept) == 1 and orjson.loads(kept[0].read_bytes())["node_id"] == late_node["node_id"]
 
     def adopted() -> list[dict]:
-        return [e for e in backend.events(node["node_id"])
-                if (e.get("data") or e).get("type") == "container.adopted" and (e.get("data") or e).get("name") == late_name]
+        return [
+            e
+            for e in backend.events(node["node_id"])
+            if (e.get("data") or e).get("type") == "container.adopted" and (e.get("data") or e).get("name") == late_name
+        ]
 
     event = wait_for(adopted, 30, interval_s=0.2, what="the late container adopted at the new node")[0]
     assert (event.get("data") or event)["container_id"] == before["Id"]
@@ -107,8 +120,12 @@ def test_restored_backend_runs_new_commands_and_a_later_node_reenrolls(backend, 
     wait_for(lambda: link_state(late) == "connected", 30, interval_s=0.2, what="the re-enrolled link connected")
 
 
-def test_a_new_token_file_while_the_credential_is_rejected_re_enrolls_without_a_restart(backend, prefix,  # noqa: F811
-                                                                                        docker_client, tmp_path):
+def test_a_new_token_file_while_the_credential_is_rejected_re_enrolls_without_a_restart(
+    backend,
+    prefix,  # noqa: F811
+    docker_client,
+    tmp_path,
+):
     token_file = tmp_path / "token"
     token_file.write_text(backend.mint_token() + "\n")
     env = agent_env_for(backend, tmp_path, token=None, enrollment_token_file=token_file, docker_timeout_sec=5)
@@ -125,9 +142,19 @@ def test_a_new_token_file_while_the_credential_is_rejected_re_enrolls_without_a_
         assert len([r for r in backend.admin.requests_log() if r["path"].endswith("/enroll")]) == 1
 
         token_file.write_text(backend.mint_token() + "\n")  # the operator's fix, the agent left running
-        renewed = wait_for(lambda: next((n for n in backend.nodes() if n["agent_id"] == agent_id
-                                         and n["node_id"] != node["node_id"] and n["heartbeats"] >= 1), None),
-                           60, interval_s=0.2, what="the same agent enrolled again")
+        renewed = wait_for(
+            lambda: next(
+                (
+                    n
+                    for n in backend.nodes()
+                    if n["agent_id"] == agent_id and n["node_id"] != node["node_id"] and n["heartbeats"] >= 1
+                ),
+                None,
+            ),
+            60,
+            interval_s=0.2,
+            what="the same agent enrolled again",
+        )
         assert agent.proc.poll() is None  # the agent process was never restarted; its stream worker was
         stream = agent.workers()["stream"]
         assert "enroll again" in (stream.get("last_exit") or ""), stream
@@ -135,10 +162,16 @@ def test_a_new_token_file_while_the_credential_is_rejected_re_enrolls_without_a_
         assert state is not None and state.node_id == renewed["node_id"] and state.agent_id == agent_id
         wait_for(lambda: link_state(agent) == "connected", 30, interval_s=0.2, what="connected again")
         # The executor (never restarted) reports its container to the new node; it runs on.
-        event = wait_for(lambda: [e for e in backend.events(renewed["node_id"])
-                                  if (e.get("data") or e).get("type") == "container.adopted"
-                                  and (e.get("data") or e).get("name") == name], 30, interval_s=0.2,
-                         what="the container reported to the new node")[0]
+        event = wait_for(
+            lambda: [
+                e
+                for e in backend.events(renewed["node_id"])
+                if (e.get("data") or e).get("type") == "container.adopted" and (e.get("data") or e).get("name") == name
+            ],
+            30,
+            interval_s=0.2,
+            what="the container reported to the new node",
+        )[0]
         assert (event.get("data") or event)["container_id"] == before["Id"]
         after = docker_client.api.inspect_container(name)
         assert after["State"]["StartedAt"] == before["State"]["StartedAt"] and after["State"]["Running"]

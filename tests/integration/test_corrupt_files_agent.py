@@ -25,9 +25,13 @@ def test_corrupt_outbox_journal_and_positions_at_start_are_quarantined_reported_
             (state_dir / (name + side)).unlink(missing_ok=True)
     (state_dir / POSITIONS_FILE).write_bytes(b'{"journal": ')
     with AgentProcess(env, tmp_path / "second.log") as agent:
+
         def quarantines():
-            found = {e["data"]["file"]: e["data"] for e in backend.events(node["node_id"])
-                     if (e.get("data") or {}).get("type") == "agent.file_quarantined"}
+            found = {
+                e["data"]["file"]: e["data"]
+                for e in backend.events(node["node_id"])
+                if (e.get("data") or {}).get("type") == "agent.file_quarantined"
+            }
             return found if len(found) == 3 else None
 
         reported = wait_for(quarantines, 30, what="three quarantine events at the backend")

@@ -20,8 +20,13 @@ from tests.lokireceiver import LokiReceiver
 
 def admin_cli(backend, *args: str) -> str:  # noqa: F811
     env = {"FADEN_ADMIN_TOKEN": backend.admin_token, "PATH": "/usr/bin:/bin"}
-    result = subprocess.run([sys.executable, "-m", "faden_agent", "admin", *args, "--url", backend.url], env=env,
-                            capture_output=True, text=True, timeout=30)
+    result = subprocess.run(
+        [sys.executable, "-m", "faden_agent", "admin", *args, "--url", backend.url],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert result.returncode == 0, result.stderr
     return result.stdout.strip()
 
@@ -38,8 +43,12 @@ def test_quick_start_with_the_admin_cli(backend, agent_on_backend, tmp_path):  #
     assert shown["id"] == command_id and shown["state"] == "rejected" and shown["timeline"]
     faults = json.loads(admin_cli(backend, "faults", "--stall"))
     assert faults["stall_streams"] is True
-    denied = subprocess.run([sys.executable, "-m", "faden_agent", "admin", "nodes", "--url", backend.url,
-                             "--admin-token", "wrong"], capture_output=True, text=True, timeout=30)
+    denied = subprocess.run(
+        [sys.executable, "-m", "faden_agent", "admin", "nodes", "--url", backend.url, "--admin-token", "wrong"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert denied.returncode == 1 and "HTTP 401" in denied.stderr
 
 
@@ -91,17 +100,21 @@ def test_up_runs_the_agent_against_the_embedded_backend(tmp_path):
 
     port = free_port()
     env = agent_env(tmp_path, heartbeat_interval_sec=1, reconnect_min_sec=0.2, reconnect_max_sec=1)
-    agent = AgentProcess(env, tmp_path / "up.log", argv=[sys.executable, "-m", "faden_agent", "up", "--port", str(port)])
+    agent = AgentProcess(
+        env, tmp_path / "up.log", argv=[sys.executable, "-m", "faden_agent", "up", "--port", str(port)]
+    )
     agent.start()
     try:
         status_env = {**env, "FADEN_NODE_AGENT_BACKEND_URL": f"http://127.0.0.1:{port}"}
-        report = wait_for(lambda: (s := agent_status(status_env))["connection"] == "connected" and s, 20,
-                          what="up: connected")
+        report = wait_for(
+            lambda: (s := agent_status(status_env))["connection"] == "connected" and s, 20, what="up: connected"
+        )
         assert report["enrolled"]
         data_dir = tmp_path / "state" / "dev-backend"
         token = (data_dir / "admin-token").read_text().strip()
-        nodes = requests.get(f"http://127.0.0.1:{port}/api/admin/system/nodes", timeout=5,
-                             headers={"Authorization": f"Bearer {token}"}).json()["nodes"]
+        nodes = requests.get(
+            f"http://127.0.0.1:{port}/api/admin/system/nodes", timeout=5, headers={"Authorization": f"Bearer {token}"}
+        ).json()["nodes"]
         assert [n["node_id"] for n in nodes] == [report["node_id"]]
         assert agent.stop(signal.SIGTERM) == 0
         with pytest.raises(requests.ConnectionError):

@@ -46,8 +46,12 @@ ENROLL = "/api/agent/v1/enroll"
 
 def test_a_negative_content_length_is_refused_unread(backend):  # noqa: F811
     before = peak_rss_mib(backend.proc.pid)
-    answer = raw_post(backend.url, ENROLL, {"Content-Length": "-1", "Content-Type": "application/json"},
-                      (b"x" * MIB for _ in range(64)))
+    answer = raw_post(
+        backend.url,
+        ENROLL,
+        {"Content-Length": "-1", "Content-Type": "application/json"},
+        (b"x" * MIB for _ in range(64)),
+    )
     assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
     assert peak_rss_mib(backend.proc.pid) - before < 32, "the body was buffered"
 
@@ -63,8 +67,12 @@ def test_a_gzip_bomb_is_refused_after_the_limit(backend):  # noqa: F811
     bomb = b"".join(deflater.compress(b"\0" * (16 * MIB)) for _ in range(32)) + deflater.flush()  # 512 MiB inflated
     assert len(bomb) < 2 * MIB
     before = peak_rss_mib(backend.proc.pid)
-    answer = raw_post(backend.url, ENROLL, {"Content-Length": str(len(bomb)), "Content-Encoding": "gzip",
-                                            "Content-Type": "application/json"}, [bomb])
+    answer = raw_post(
+        backend.url,
+        ENROLL,
+        {"Content-Length": str(len(bomb)), "Content-Encoding": "gzip", "Content-Type": "application/json"},
+        [bomb],
+    )
     assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
     growth = peak_rss_mib(backend.proc.pid) - before
     assert growth < 3 * protocol.MAX_REQUEST_BODY_BYTES / MIB, f"peak RSS grew {growth:.0f} MiB"
@@ -73,8 +81,12 @@ def test_a_gzip_bomb_is_refused_after_the_limit(backend):  # noqa: F811
 def test_a_gzip_body_within_the_limit_is_still_read(backend):  # noqa: F811
     token = backend.mint_token()
     body = gzip.compress(b'{"token": "%s", "agent_id": "gz-agent", "hostname": "h"}' % token.encode())
-    answer = raw_post(backend.url, ENROLL, {"Content-Length": str(len(body)), "Content-Encoding": "gzip",
-                                            "Content-Type": "application/json"}, [body])
+    answer = raw_post(
+        backend.url,
+        ENROLL,
+        {"Content-Length": str(len(body)), "Content-Encoding": "gzip", "Content-Type": "application/json"},
+        [body],
+    )
     assert answer.startswith(b"HTTP/1.1 200"), answer[:300]
 
 

@@ -49,7 +49,9 @@ def fill(directory: Path) -> Path:
 
 def cli_json(env, *args: str) -> dict:
     """`faden-agent ARGS --json`, as an operator runs it; {} while the agent does not answer."""
-    out = subprocess.run([sys.executable, "-m", "faden_agent", *args, "--json"], env=env, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "faden_agent", *args, "--json"], env=env, capture_output=True, text=True
+    )
     try:
         return json.loads(out.stdout)
     except ValueError:
@@ -57,22 +59,28 @@ def cli_json(env, *args: str) -> dict:
 
 
 def disk_full_rows(env) -> dict:
-    return {w["name"]: w["status"]["disk_full"] for w in cli_json(env, "ps").get("workers", [])
-            if (w.get("status") or {}).get("disk_full")}
+    return {
+        w["name"]: w["status"]["disk_full"]
+        for w in cli_json(env, "ps").get("workers", [])
+        if (w.get("status") or {}).get("disk_full")
+    }
 
 
 def test_a_full_state_disk_holds_work_back_and_loses_nothing(backend, small_fs, tmp_path):  # noqa: F811
     journal = JournalWriter(tmp_path / "journal")
     journal.append(journal.lines([f"before {i}" for i in range(5)], priority=5))
-    env = agent_env_for(backend, tmp_path, journal_directory=journal.directory, log_flush_interval_sec=0.2,
-                        worker_hang_timeout_sec=15)  # a loaded test machine starts workers slowly
+    env = agent_env_for(
+        backend, tmp_path, journal_directory=journal.directory, log_flush_interval_sec=0.2, worker_hang_timeout_sec=15
+    )  # a loaded test machine starts workers slowly
     env["FADEN_NODE_AGENT_STATE_PATH"] = str(small_fs / "state.json")
     agent_id = env["FADEN_NODE_AGENT_AGENT_ID"]
     with AgentProcess(env, tmp_path / "agent.log") as agent:
         node = backend.wait_node(agent_id)
 
         def shipped() -> list[str]:
-            return [l["line"] for l in backend.logs(node["node_id"]) if l["labels"].get("container") == f"node-{agent_id}"]
+            return [
+                l["line"] for l in backend.logs(node["node_id"]) if l["labels"].get("container") == f"node-{agent_id}"
+            ]
 
         wait_for(lambda: len(shipped()) >= 5, 30, what="the first lines at the backend")
         restarts = {name: w["restarts"] for name, w in agent.workers().items()}
@@ -82,7 +90,9 @@ def test_a_full_state_disk_holds_work_back_and_loses_nothing(backend, small_fs, 
         journal.append(journal.lines([f"during {i}" for i in range(20)], priority=5))
         rows = wait_for(lambda: disk_full_rows(env), 30, what="ps --json to show disk_full")
         assert any(str(small_fs) in row["path"] for row in rows.values()), rows
-        full = wait_for(lambda: (s := cli_json(env, "status")).get("disk_full") and s, 10, what="status to show disk_full")
+        full = wait_for(
+            lambda: (s := cli_json(env, "status")).get("disk_full") and s, 10, what="status to show disk_full"
+        )
         assert full["disk_full"]["path"].startswith(str(small_fs))
         time.sleep(3)  # a while on a full disk
         beats = backend.heartbeats(node["node_id"])
@@ -112,8 +122,11 @@ def test_enrollment_on_a_full_disk_spends_the_token_once_when_there_is_space(bac
     filler = fill(small_fs)
     # A first start: the workers cannot create their files; they wait, heartbeating disk_full.
     with AgentProcess(env, tmp_path / "agent.log") as agent:
-        rows = wait_for(lambda: {"stream", "executor", "inventory"} <= set(r := disk_full_rows(env)) and r, 30,
-                        what="the workers to report disk_full")
+        rows = wait_for(
+            lambda: {"stream", "executor", "inventory"} <= set(r := disk_full_rows(env)) and r,
+            30,
+            what="the workers to report disk_full",
+        )
         assert all(row["path"].startswith(str(small_fs)) for row in rows.values()), rows
         time.sleep(2)
         assert backend.node_by_agent(env["FADEN_NODE_AGENT_AGENT_ID"]) is None  # the token is not spent
@@ -141,7 +154,9 @@ def test_a_credential_that_cannot_be_written_is_kept_in_memory_and_written_later
     agent_id = env["FADEN_NODE_AGENT_AGENT_ID"]
     try:
         wait_for(lambda: backend.node_by_agent(agent_id), 30, what="the enrollment")  # the token is spent
-        wait_for(lambda: "the credential is kept in memory" in agent.log_text(), 10, what="the credential kept in memory")
+        wait_for(
+            lambda: "the credential is kept in memory" in agent.log_text(), 10, what="the credential kept in memory"
+        )
         assert not (small_fs / "state.json").exists()
         filler.unlink()
         wait_for(lambda: (small_fs / "state.json").exists(), 30, what="the state file written once there is space")

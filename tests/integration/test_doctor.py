@@ -21,13 +21,25 @@ from tests.integration.test_stream_tls_secrets import make_ca_and_server_cert, w
 
 pytestmark = pytest.mark.docker
 
-MUST_BE_OK = ["backend dns", "backend tcp", "backend tls", "clock skew", "state file", "credential", "docker",
-              "journald", "log path", "disk (state)", "disk (docker)"]
+MUST_BE_OK = [
+    "backend dns",
+    "backend tcp",
+    "backend tls",
+    "clock skew",
+    "state file",
+    "credential",
+    "docker",
+    "journald",
+    "log path",
+    "disk (state)",
+    "disk (docker)",
+]
 
 
 def doctor(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "faden_agent", "doctor", *args], env=env, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "faden_agent", "doctor", *args], env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def by_name(done: subprocess.CompletedProcess) -> dict[str, dict]:

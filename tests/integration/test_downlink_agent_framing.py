@@ -18,8 +18,9 @@ from tests.scriptedhttp import StreamingHTTP
 
 pytestmark = pytest.mark.docker
 
-STREAM_AND_EXECUTOR = supervisor_argv({"stream": "faden_agent.workers.stream:StreamWorker",
-                                       "executor": "faden_agent.workers.executor:ExecutorWorker"})
+STREAM_AND_EXECUTOR = supervisor_argv(
+    {"stream": "faden_agent.workers.stream:StreamWorker", "executor": "faden_agent.workers.executor:ExecutorWorker"}
+)
 PEAK_RSS_BOUND_MIB = 80  # the stream worker's VmHWM, whatever the backend sends
 BIG_LINE_BYTES = 12 * 1024 * 1024
 
@@ -35,8 +36,16 @@ def terminal(server: StreamingHTTP, command_id: str):
 @pytest.mark.parametrize("framing, gzip", [("length", False), ("close", False), ("chunked", True)])
 def test_commands_arrive_on_an_open_connection_and_memory_stays_bounded(tmp_path, docker_client, framing, gzip):
     server = StreamingHTTP(framing, gzip)
-    env = agent_env(tmp_path, backend_url=server.url, enrollment_token="tok", agent_id="framing-agent",
-                    stream_keepalive_sec=0.5, reconnect_min_sec=0.2, reconnect_max_sec=1, heartbeat_interval_sec=1)
+    env = agent_env(
+        tmp_path,
+        backend_url=server.url,
+        enrollment_token="tok",
+        agent_id="framing-agent",
+        stream_keepalive_sec=0.5,
+        reconnect_min_sec=0.2,
+        reconnect_max_sec=1,
+        heartbeat_interval_sec=1,
+    )
     try:
         with AgentProcess(env, tmp_path / "agent.log", argv=STREAM_AND_EXECUTOR) as agent:
             wait_for(lambda: server.streams_open == 1, 20, what="the stream open")
@@ -45,8 +54,17 @@ def test_commands_arrive_on_an_open_connection_and_memory_stays_bounded(tmp_path
             assert server.streams_open == 1 and server.streams_opened == 1  # while the answer goes on
             # An over-size command: acked, rejected once; a line past the line cap: skipped unheld.
             server.put(command("fr-2", 2, {"x": os.urandom(protocol.MAX_COMMAND_BYTES // 2).hex()}))
-            server.put(orjson.dumps({"type": "command", "id": "fr-3", "seq": 3, "kind": "no.such.kind",
-                                     "spec": {"x": os.urandom(BIG_LINE_BYTES // 2).hex()}}))
+            server.put(
+                orjson.dumps(
+                    {
+                        "type": "command",
+                        "id": "fr-3",
+                        "seq": 3,
+                        "kind": "no.such.kind",
+                        "spec": {"x": os.urandom(BIG_LINE_BYTES // 2).hex()},
+                    }
+                )
+            )
             server.put(command("fr-4", 4))
             wait_for(lambda: terminal(server, "fr-4"), 30, what="fr-4 handled after the big lines")
             too_large = terminal(server, "fr-2")

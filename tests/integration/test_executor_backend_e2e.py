@@ -31,9 +31,18 @@ def outcome(command):
 def test_run_stop_start_restart_remove_through_the_backend(backend, agent_on_backend, prefix, docker_client):
     agent, node = agent_on_backend(docker_timeout_sec=5)
     name = f"{prefix}-e2e"
-    run_id = backend.send_command(node["node_id"], "container.run",
-                                  {"name": name, "image": TEST_IMAGE, "command": ["sleep", "300"],
-                                   "env": {"A": "1"}, "labels": {"app": "e2e"}, "cluster": "c9"})
+    run_id = backend.send_command(
+        node["node_id"],
+        "container.run",
+        {
+            "name": name,
+            "image": TEST_IMAGE,
+            "command": ["sleep", "300"],
+            "env": {"A": "1"},
+            "labels": {"app": "e2e"},
+            "cluster": "c9",
+        },
+    )
     run = backend.wait_command(run_id)
     assert run["state"] == "succeeded", run
     assert {"received", "started", "succeeded"} <= set(states(run))
@@ -52,9 +61,15 @@ def test_run_stop_start_restart_remove_through_the_backend(backend, agent_on_bac
     assert removed["state"] == "succeeded"
     assert not docker_client.containers.list(all=True, filters={"name": name})
 
-    events = wait_for(lambda: [e for e in backend.events(node["node_id"]) if (e.get("data") or e).get("name") == name
-                               and (e.get("data") or e).get("type") == "container.destroy"], 15,
-                      what="the destroy event at the backend")
+    events = wait_for(
+        lambda: [
+            e
+            for e in backend.events(node["node_id"])
+            if (e.get("data") or e).get("name") == name and (e.get("data") or e).get("type") == "container.destroy"
+        ],
+        15,
+        what="the destroy event at the backend",
+    )
     assert events
 
 
@@ -101,6 +116,9 @@ def test_unmanaged_container_cannot_be_removed_through_the_backend(backend, agen
 
 def test_gpu_request_fails_with_gpu_runtime_missing_through_the_backend(backend, agent_on_backend, prefix):
     agent, node = agent_on_backend(docker_timeout_sec=5)
-    done = backend.wait_command(backend.send_command(
-        node["node_id"], "container.run", {"name": f"{prefix}-gpu", "image": TEST_IMAGE, "gpus": "all"}))
+    done = backend.wait_command(
+        backend.send_command(
+            node["node_id"], "container.run", {"name": f"{prefix}-gpu", "image": TEST_IMAGE, "gpus": "all"}
+        )
+    )
     assert outcome(done) == ("failed", "gpu_runtime_missing"), done

@@ -22,8 +22,9 @@ STOP_S = 4.0
 DEADLINE_S = 1.5
 
 
-def test_stopped_dockerd_fails_the_command_keeps_heartbeats_and_recovers(backend, agent_on_backend, prefix,
-                                                                        docker_client):
+def test_stopped_dockerd_fails_the_command_keeps_heartbeats_and_recovers(
+    backend, agent_on_backend, prefix, docker_client
+):
     agent, node = agent_on_backend(docker_timeout_sec=2, heartbeat_interval_sec=0.5)
     executor_before = agent.workers()["executor"]
     name = f"{prefix}-hung"
@@ -31,9 +32,11 @@ def test_stopped_dockerd_fails_the_command_keeps_heartbeats_and_recovers(backend
     beats_before = len(backend.heartbeats(node["node_id"]))
     os.kill(pid, signal.SIGSTOP)
     try:
-        command_id = backend.send_command(node["node_id"], "container.run",
-                                          {"name": name, "image": TEST_IMAGE, "command": ["sleep", "300"],
-                                           "deadline_s": DEADLINE_S})
+        command_id = backend.send_command(
+            node["node_id"],
+            "container.run",
+            {"name": name, "image": TEST_IMAGE, "command": ["sleep", "300"], "deadline_s": DEADLINE_S},
+        )
         done = backend.wait_command(command_id, timeout_s=STOP_S - 0.5)
         time.sleep(max(0.0, STOP_S - DEADLINE_S - 1.0))
         beats_during = len(backend.heartbeats(node["node_id"])) - beats_before
@@ -46,10 +49,18 @@ def test_stopped_dockerd_fails_the_command_keeps_heartbeats_and_recovers(backend
     assert executor_during["pid"] == executor_before["pid"] and executor_during["state"] == "RUNNING"
     assert executor_during["heartbeat_age_s"] < 1.5
 
-    after = backend.wait_command(backend.send_command(
-        node["node_id"], "container.run", {"name": f"{name}-after", "image": TEST_IMAGE, "command": ["sleep", "300"]}),
-        timeout_s=30)
+    after = backend.wait_command(
+        backend.send_command(
+            node["node_id"],
+            "container.run",
+            {"name": f"{name}-after", "image": TEST_IMAGE, "command": ["sleep", "300"]},
+        ),
+        timeout_s=30,
+    )
     assert after["state"] == "succeeded", after
     # the timed-out run left no container behind once the engine answered again
-    wait_for(lambda: not docker_client.containers.list(all=True, filters={"name": f"^/{name}$"}), 15,
-             what="the timed-out command's container removed")
+    wait_for(
+        lambda: not docker_client.containers.list(all=True, filters={"name": f"^/{name}$"}),
+        15,
+        what="the timed-out command's container removed",
+    )

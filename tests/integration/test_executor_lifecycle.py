@@ -29,14 +29,23 @@ def test_run_with_options_then_stop_start_restart_remove(executor_factory, prefi
     host_dir.mkdir()
     (host_dir / "hello").write_text("from the host\n")
     spec = {
-        "name": name, "image": TEST_IMAGE, "command": ["sh", "-c", "cat /data/hello; sleep 300"],
-        "env": {"MODEL": "llama", "WORKERS": 4}, "labels": {"team": "ml"},
+        "name": name,
+        "image": TEST_IMAGE,
+        "command": ["sh", "-c", "cat /data/hello; sleep 300"],
+        "env": {"MODEL": "llama", "WORKERS": 4},
+        "labels": {"team": "ml"},
         "ports": {"8000/tcp": ["127.0.0.1", port]},
-        "mounts": [{"type": "bind", "source": str(host_dir), "target": "/data", "read_only": True},
-                   {"type": "tmpfs", "target": "/scratch"}],
+        "mounts": [
+            {"type": "bind", "source": str(host_dir), "target": "/data", "read_only": True},
+            {"type": "tmpfs", "target": "/scratch"},
+        ],
         "restart_policy": {"name": "on-failure", "maximum_retry_count": 3},
-        "shm_size": "64m", "ipc_mode": "shareable", "ulimits": {"nofile": {"soft": 1024, "hard": 2048}},
-        "cluster": "c1", "workload": "w1", "ray": True,
+        "shm_size": "64m",
+        "ipc_mode": "shareable",
+        "ulimits": {"nofile": {"soft": 1024, "hard": 2048}},
+        "cluster": "c1",
+        "workload": "w1",
+        "ray": True,
         "healthcheck": {"test": ["CMD", "true"], "interval_s": 0.2, "retries": 3},
     }
     done = ex.run(f"{prefix}-run", "container.run", spec)
@@ -112,11 +121,19 @@ def test_same_command_id_twice_runs_once_even_after_restart(executor_factory, pr
 def test_conflict_replace_and_unmanaged_container_is_refused(executor_factory, prefix, docker_client):
     agent, ex = executor_factory()
     name = f"{prefix}-c"
-    assert ex.run(f"{prefix}-a", "container.run", {"name": name, "image": TEST_IMAGE, "command": ["sleep", "300"]})["state"] == "succeeded"
+    assert (
+        ex.run(f"{prefix}-a", "container.run", {"name": name, "image": TEST_IMAGE, "command": ["sleep", "300"]})[
+            "state"
+        ]
+        == "succeeded"
+    )
     conflict = ex.run(f"{prefix}-b", "container.run", {"name": name, "image": TEST_IMAGE, "command": ["sleep", "301"]})
     assert (conflict["state"], conflict["reason"]) == ("failed", "conflict")
-    replaced = ex.run(f"{prefix}-c", "container.run",
-                      {"name": name, "image": TEST_IMAGE, "command": ["sleep", "302"], "replace": True})
+    replaced = ex.run(
+        f"{prefix}-c",
+        "container.run",
+        {"name": name, "image": TEST_IMAGE, "command": ["sleep", "302"], "replace": True},
+    )
     assert replaced["state"] == "succeeded"
     assert docker_client.containers.get(name).labels[protocol.LABEL_COMMAND_ID] == f"{prefix}-c"
 
@@ -124,8 +141,7 @@ def test_conflict_replace_and_unmanaged_container_is_refused(executor_factory, p
     for kind in ("container.remove", "container.stop"):
         refused = ex.run(f"{prefix}-{kind}", kind, {"name": foreign.name})
         assert (refused["state"], refused["reason"]) == ("failed", "not_managed"), refused
-    replace = ex.run(f"{prefix}-rep", "container.run",
-                     {"name": foreign.name, "image": TEST_IMAGE, "replace": True})
+    replace = ex.run(f"{prefix}-rep", "container.run", {"name": foreign.name, "image": TEST_IMAGE, "replace": True})
     assert replace["reason"] == "not_managed"
     foreign.reload()
     assert foreign.status == "running"
@@ -138,8 +154,11 @@ def test_conflict_replace_and_unmanaged_container_is_refused(executor_factory, p
 def test_gpu_request_without_nvidia_runtime_fails_clearly(executor_factory, prefix, docker_client):
     agent, ex = executor_factory()
     for i, gpus in enumerate(("all", 1, ["0"])):
-        done = ex.run(f"{prefix}-gpu{i}", "container.run",
-                      {"name": f"{prefix}-gpu{i}", "image": TEST_IMAGE, "command": ["sleep", "30"], "gpus": gpus})
+        done = ex.run(
+            f"{prefix}-gpu{i}",
+            "container.run",
+            {"name": f"{prefix}-gpu{i}", "image": TEST_IMAGE, "command": ["sleep", "30"], "gpus": gpus},
+        )
         assert (done["state"], done["reason"]) == ("failed", "gpu_runtime_missing"), done
         assert "NVIDIA" in done["message"] and "Traceback" not in done["message"]
     assert not docker_client.containers.list(all=True, filters={"name": f"{prefix}-gpu"})  # nothing half-made
@@ -154,8 +173,11 @@ def test_bad_commands_are_rejected_and_the_worker_keeps_running(executor_factory
         "bad-gpus": ("container.run", {"name": "x", "image": TEST_IMAGE, "gpus": "some"}, "invalid_spec"),
         "not-object": ("container.stop", ["x"], "invalid_spec"),
         "typo": ("container.run", {"name": "x", "image": TEST_IMAGE, "enviroment": {}}, "invalid_spec"),
-        "reserved-label": ("container.run", {"name": "x", "image": TEST_IMAGE,
-                                             "labels": {protocol.LABEL_MANAGED: "true"}}, "invalid_spec"),
+        "reserved-label": (
+            "container.run",
+            {"name": "x", "image": TEST_IMAGE, "labels": {protocol.LABEL_MANAGED: "true"}},
+            "invalid_spec",
+        ),
     }
     for key, (kind, spec, reason) in cases.items():
         done = ex.run(f"{prefix}-{key}", kind, spec)
@@ -163,14 +185,19 @@ def test_bad_commands_are_rejected_and_the_worker_keeps_running(executor_factory
         assert done["message"]
     assert ex.send("", "container.run", {})["accepted"] is False
     assert executor_pid(agent) == pid
-    ok = ex.run(f"{prefix}-ok", "container.run", {"name": f"{prefix}-ok", "image": TEST_IMAGE, "command": ["sleep", "30"]})
+    ok = ex.run(
+        f"{prefix}-ok", "container.run", {"name": f"{prefix}-ok", "image": TEST_IMAGE, "command": ["sleep", "30"]}
+    )
     assert ok["state"] == "succeeded"
 
 
 def test_container_that_exits_at_once_fails_with_its_exit_code(executor_factory, prefix):
     agent, ex = executor_factory()
-    done = ex.run(f"{prefix}-x", "container.run",
-                  {"name": f"{prefix}-x", "image": TEST_IMAGE, "command": ["sh", "-c", "echo boom; exit 3"]})
+    done = ex.run(
+        f"{prefix}-x",
+        "container.run",
+        {"name": f"{prefix}-x", "image": TEST_IMAGE, "command": ["sh", "-c", "echo boom; exit 3"]},
+    )
     assert (done["state"], done["reason"]) == ("failed", "container_exited"), done
     assert "code 3" in done["message"] and "boom" in done["message"]
 
@@ -186,8 +213,11 @@ def test_unreachable_engine_fails_with_docker_unavailable(executor_factory, pref
 def test_registry_credentials_never_reach_logs_or_records(executor_factory, prefix, registry, tmp_path):
     agent, ex = executor_factory(log_level="debug")
     secret = "pw-" + prefix
-    done = ex.run(f"{prefix}-pull", "image.pull",
-                  {"image": f"{registry}/faden/busybox:1", "auth": {"username": "bot", "password": secret}})
+    done = ex.run(
+        f"{prefix}-pull",
+        "image.pull",
+        {"image": f"{registry}/faden/busybox:1", "auth": {"username": "bot", "password": secret}},
+    )
     assert done["state"] == "succeeded", done  # this registry needs no login; the header is still sent
     rejected = ex.run(f"{prefix}-bad", "image.pull", {"image": "x", "auth": {"username": "bot", "password": 7}})
     assert rejected["reason"] == "invalid_spec"

@@ -12,16 +12,23 @@ from tests.executorproc import executor_factory, prefix  # noqa: F401
 pytestmark = pytest.mark.docker
 
 
-@pytest.mark.parametrize("kind, spec", [
-    ("container.stop", {"timeout_s": 0}),
-    ("container.restart", {"timeout_s": 0}),
-    ("container.remove", {}),
-])
+@pytest.mark.parametrize(
+    "kind, spec",
+    [
+        ("container.stop", {"timeout_s": 0}),
+        ("container.restart", {"timeout_s": 0}),
+        ("container.remove", {}),
+    ],
+)
 def test_a_name_that_is_only_an_id_prefix_finds_nothing(executor_factory, prefix, docker_client, kind, spec):
     agent, ex = executor_factory()
     victim = f"{prefix}-victim"
-    assert ex.run(f"{prefix}-run", "container.run", {"name": victim, "image": TEST_IMAGE,
-                                                     "command": ["sleep", "300"]})["state"] == "succeeded"
+    assert (
+        ex.run(f"{prefix}-run", "container.run", {"name": victim, "image": TEST_IMAGE, "command": ["sleep", "300"]})[
+            "state"
+        ]
+        == "succeeded"
+    )
     container = docker_client.containers.get(victim)
     id_prefix = container.id[:8]  # like `cafe`: no container is named so
     done = ex.run(f"{prefix}-cmd", kind, {"name": id_prefix, **spec})
@@ -37,13 +44,20 @@ def test_a_name_that_is_only_an_id_prefix_finds_nothing(executor_factory, prefix
 def test_a_run_named_like_an_id_prefix_creates_its_own_container(executor_factory, prefix, docker_client):
     agent, ex = executor_factory()
     victim = f"{prefix}-victim"
-    assert ex.run(f"{prefix}-run", "container.run", {"name": victim, "image": TEST_IMAGE,
-                                                     "command": ["sleep", "300"]})["state"] == "succeeded"
+    assert (
+        ex.run(f"{prefix}-run", "container.run", {"name": victim, "image": TEST_IMAGE, "command": ["sleep", "300"]})[
+            "state"
+        ]
+        == "succeeded"
+    )
     original = docker_client.containers.get(victim)
     id_prefix = original.id[:8]
     try:
-        done = ex.run(f"{prefix}-run2", "container.run", {"name": id_prefix, "image": TEST_IMAGE, "replace": True,
-                                                          "command": ["sleep", "300"]})
+        done = ex.run(
+            f"{prefix}-run2",
+            "container.run",
+            {"name": id_prefix, "image": TEST_IMAGE, "replace": True, "command": ["sleep", "300"]},
+        )
         assert done["state"] == "succeeded" and done["result"]["container_id"] != original.id, done
         assert docker_client.containers.get(victim).id == original.id  # not replaced
     finally:

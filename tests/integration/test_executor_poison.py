@@ -35,8 +35,11 @@ def assert_executor_alive(agent, restarts: int = 0) -> None:
 
 
 def run_a_valid_command(ex, prefix: str, tag: str) -> None:
-    done = ex.run(f"{prefix}-ok-{tag}", "container.run", {"name": f"{prefix}-ok-{tag}", "image": TEST_IMAGE,
-                                                          "command": ["sleep", "300"]})
+    done = ex.run(
+        f"{prefix}-ok-{tag}",
+        "container.run",
+        {"name": f"{prefix}-ok-{tag}", "image": TEST_IMAGE, "command": ["sleep", "300"]},
+    )
     assert done["state"] == "succeeded", done
 
 
@@ -67,15 +70,23 @@ def test_an_over_size_command_is_acknowledged_and_rejected_once(executor_factory
 def test_a_command_running_at_two_executor_deaths_in_a_row_fails_as_poison(executor_factory, prefix, docker_client):
     agent, ex = executor_factory()
     cid, name = f"{prefix}-killer", f"{prefix}-killer"
-    spec = {"name": name, "image": TEST_IMAGE, "command": ["sleep", "300"], "deadline_s": 600,
-            "healthcheck": {"test": ["CMD-SHELL", "false"], "interval_s": 60, "retries": 5}}  # never healthy
+    spec = {
+        "name": name,
+        "image": TEST_IMAGE,
+        "command": ["sleep", "300"],
+        "deadline_s": 600,
+        "healthcheck": {"test": ["CMD-SHELL", "false"], "interval_s": 60, "retries": 5},
+    }  # never healthy
     ex.send(cid, "container.run", spec)
     for death in (1, 2):
         wait_for(lambda: ex.states(cid).count("started") == death, 30, what=f"attempt {death} started")
         old = executor_pid(agent)
         os.kill(old, signal.SIGKILL)  # the command "kills" the executor while it runs
-        wait_for(lambda: (w := agent.workers().get("executor")) and w["pid"] != old and w["state"] == "RUNNING",
-                 30, what="the executor restarted by the supervisor")
+        wait_for(
+            lambda: (w := agent.workers().get("executor")) and w["pid"] != old and w["state"] == "RUNNING",
+            30,
+            what="the executor restarted by the supervisor",
+        )
     done = ex.wait_terminal(cid, 30)
     assert (done["state"], done["reason"]) == ("failed", "poison"), done
     assert ex.states(cid).count("started") == 2  # not run a third time
@@ -86,8 +97,13 @@ def test_a_command_running_at_two_executor_deaths_in_a_row_fails_as_poison(execu
 def test_an_orderly_restart_is_not_a_death(executor_factory, prefix):
     agent, ex = executor_factory()
     cid = f"{prefix}-slow"
-    spec = {"name": cid, "image": TEST_IMAGE, "command": ["sleep", "300"], "deadline_s": 600,
-            "healthcheck": {"test": ["CMD-SHELL", "false"], "interval_s": 60, "retries": 5}}
+    spec = {
+        "name": cid,
+        "image": TEST_IMAGE,
+        "command": ["sleep", "300"],
+        "deadline_s": 600,
+        "healthcheck": {"test": ["CMD-SHELL", "false"], "interval_s": 60, "retries": 5},
+    }
     ex.send(cid, "container.run", spec)
     for attempt in (1, 2):
         wait_for(lambda: ex.states(cid).count("started") == attempt, 30, what=f"attempt {attempt} started")

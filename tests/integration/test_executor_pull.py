@@ -37,8 +37,9 @@ def test_pull_of_a_missing_image_fails_with_image_not_found(executor_factory, pr
     agent, ex = executor_factory()
     done = ex.run(f"{prefix}-missing", "image.pull", {"image": f"{registry}/faden/does-not-exist:1"})
     assert (done["state"], done["reason"]) == ("failed", "image_not_found"), done
-    run = ex.run(f"{prefix}-run", "container.run",
-                 {"name": f"{prefix}-c", "image": f"{registry}/faden/does-not-exist:1"})
+    run = ex.run(
+        f"{prefix}-run", "container.run", {"name": f"{prefix}-c", "image": f"{registry}/faden/does-not-exist:1"}
+    )
     assert (run["state"], run["reason"]) == ("failed", "image_not_found"), run
 
 

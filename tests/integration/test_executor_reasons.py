@@ -54,8 +54,14 @@ def test_no_permission_on_the_docker_socket_is_docker_permission(nobody_dir, doc
         pytest.fail(f"{socket} is world-writable here: no user lacks access to it")
     # The interpreter lives under root's 0700 home here: CAP_DAC_READ_SEARCH lets the
     # unprivileged agent read it, and grants no write, so connecting to the socket is refused.
-    setpriv = ["setpriv", f"--reuid={UNPRIVILEGED}", f"--regid={UNPRIVILEGED}", "--clear-groups",
-               "--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search"]
+    setpriv = [
+        "setpriv",
+        f"--reuid={UNPRIVILEGED}",
+        f"--regid={UNPRIVILEGED}",
+        "--clear-groups",
+        "--inh-caps=+dac_read_search",
+        "--ambient-caps=+dac_read_search",
+    ]
     env = agent_env(nobody_dir, docker_host=f"unix://{socket}", agent_id="fx-nobody")
     env["HOME"] = str(nobody_dir)
     agent = AgentProcess(env, nobody_dir / "agent.log", argv=setpriv + EXECUTOR_ONLY)

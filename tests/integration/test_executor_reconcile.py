@@ -31,7 +31,8 @@ def flood_docker_events(docker_client, count: int) -> None:
 
 
 def test_deaths_ooms_and_restarts_during_an_outage_beyond_dockers_event_buffer_are_reconciled(
-        executor_factory, prefix, docker_client, tmp_path):  # noqa: F811
+    executor_factory, prefix, docker_client, tmp_path
+):  # noqa: F811
     journal = JournalWriter(tmp_path / "journal")
     journal.append(journal.lines(["boot"]))
     counter = tmp_path / "counter"
@@ -42,38 +43,75 @@ def test_deaths_ooms_and_restarts_during_an_outage_beyond_dockers_event_buffer_a
         settings = {"loki_url": loki.url, "journal_directory": journal.directory, "log_flush_interval_sec": 0.2}
         agent, ex = executor_factory(full_agent=True, **settings)
         run = docker_client.containers.run
-        dies = run(TEST_IMAGE, ["sh", "-c", f"echo a-up; sleep {wait_s}; echo a-last-words; exit 3"],
-                   name=f"{prefix}-dies", labels=labels, detach=True)
+        dies = run(
+            TEST_IMAGE,
+            ["sh", "-c", f"echo a-up; sleep {wait_s}; echo a-last-words; exit 3"],
+            name=f"{prefix}-dies",
+            labels=labels,
+            detach=True,
+        )
         # Docker flags OOMKilled reliably only for an OOM kill right at a start: the second run
         # (started by the test once the agent is dead) eats more than its limit at once.
-        ooms = run(TEST_IMAGE, ["sh", "-c", "n=$(cat /c/b 2>/dev/null || echo 0); echo $((n+1)) > /c/b; "
-                                f"[ $n -eq 0 ] && echo b-up && sleep {wait_s} && exit 0; "
-                                "echo b-eating; exec busybox dd if=/dev/zero of=/dev/null bs=64M count=1"],
-                   name=f"{prefix}-ooms", labels=labels, detach=True, mem_limit="16m", memswap_limit="16m",
-                   volumes={str(counter): {"bind": "/c", "mode": "rw"}})
-        loops = run(TEST_IMAGE, ["sh", "-c", f"n=$(cat /c/n 2>/dev/null || echo 0); n=$((n+1)); echo $n > /c/n; "
-                                 f"[ $n -eq 1 ] && sleep {wait_s}; echo c-run-$n; exit 1"],
-                    name=f"{prefix}-loops", labels=labels, detach=True,
-                    restart_policy={"Name": "on-failure", "MaximumRetryCount": 3},
-                    volumes={str(counter): {"bind": "/c", "mode": "rw"}})
+        ooms = run(
+            TEST_IMAGE,
+            [
+                "sh",
+                "-c",
+                "n=$(cat /c/b 2>/dev/null || echo 0); echo $((n+1)) > /c/b; "
+                f"[ $n -eq 0 ] && echo b-up && sleep {wait_s} && exit 0; "
+                "echo b-eating; exec busybox dd if=/dev/zero of=/dev/null bs=64M count=1",
+            ],
+            name=f"{prefix}-ooms",
+            labels=labels,
+            detach=True,
+            mem_limit="16m",
+            memswap_limit="16m",
+            volumes={str(counter): {"bind": "/c", "mode": "rw"}},
+        )
+        loops = run(
+            TEST_IMAGE,
+            [
+                "sh",
+                "-c",
+                f"n=$(cat /c/n 2>/dev/null || echo 0); n=$((n+1)); echo $n > /c/n; "
+                f"[ $n -eq 1 ] && sleep {wait_s}; echo c-run-$n; exit 1",
+            ],
+            name=f"{prefix}-loops",
+            labels=labels,
+            detach=True,
+            restart_policy={"Name": "on-failure", "MaximumRetryCount": 3},
+            volumes={str(counter): {"bind": "/c", "mode": "rw"}},
+        )
         ids = {dies.id, ooms.id, loops.id}
         try:
-            wait_for(lambda: ids <= {e["container_id"] for e in ex.events("container.start")}, 20,
-                     what="start events of the three containers")
+            wait_for(
+                lambda: ids <= {e["container_id"] for e in ex.events("container.start")},
+                20,
+                what="start events of the three containers",
+            )
             loki.wait_for(lambda e: {"a-up", "b-up"} <= {text(x) for x in e}, 20)
             time.sleep(0.5)  # the executor stores each container's state after reporting its start
             agent.kill()  # SIGKILL, the whole process group
             killed_at = time.time()
-            assert all(docker_client.api.inspect_container(i)["State"]["Running"] for i in ids), \
+            assert all(docker_client.api.inspect_container(i)["State"]["Running"] for i in ids), (
                 "a container acted before the agent was killed; the test proves nothing"
+            )
 
             def settled():
                 a, b, c = (docker_client.api.inspect_container(i) for i in (dies.id, ooms.id, loops.id))
-                return (not a["State"]["Running"] and not b["State"]["Running"] and not c["State"]["Running"]
-                        and c["RestartCount"] == 3) and (a, b, c)
+                return (
+                    not a["State"]["Running"]
+                    and not b["State"]["Running"]
+                    and not c["State"]["Running"]
+                    and c["RestartCount"] == 3
+                ) and (a, b, c)
 
-            wait_for(lambda: not docker_client.api.inspect_container(ooms.id)["State"]["Running"], 120, interval_s=0.5,
-                     what="the first run of the OOM container to end")
+            wait_for(
+                lambda: not docker_client.api.inspect_container(ooms.id)["State"]["Running"],
+                120,
+                interval_s=0.5,
+                what="the first run of the OOM container to end",
+            )
             ooms.start()
             a, b, c = wait_for(settled, 120, interval_s=0.5, what="the die, the OOM kill and 3 restarts")
             assert a["State"]["ExitCode"] == 3 and b["State"]["ExitCode"] == 137, b["State"]
@@ -81,18 +119,30 @@ def test_deaths_ooms_and_restarts_during_an_outage_beyond_dockers_event_buffer_a
             # OOM notifications altogether (the kernel kills, no "oom" event, OOMKilled false).
             docker_saw_oom = b["State"]["OOMKilled"]
             flood_docker_events(docker_client, DOCKER_EVENTS_KEPT + 50)
-            left = list(docker_client.api.events(since=killed_at, until=time.time(), decode=True,
-                                                 filters={"type": "container", "label": f"{protocol.LABEL_MANAGED}=true"}))
-            assert not [e for e in left if e.get("id") in ids or (e.get("Actor") or {}).get("ID") in ids], \
+            left = list(
+                docker_client.api.events(
+                    since=killed_at,
+                    until=time.time(),
+                    decode=True,
+                    filters={"type": "container", "label": f"{protocol.LABEL_MANAGED}=true"},
+                )
+            )
+            assert not [e for e in left if e.get("id") in ids or (e.get("Actor") or {}).get("ID") in ids], (
                 "dockerd still holds the outage's events: the replay alone would do"
+            )
 
             agent, ex = executor_factory(full_agent=True, **settings)  # the same state directory
-            reconciled = wait_for(lambda: (r := [e for e in ex.events() if e.get("reconciled")])
-                                  and {(e["container_id"], e["type"]) for e in r} >= {
-                                      (dies.id, "container.die"), (ooms.id, "container.die"),
-                                      (loops.id, "container.restart")} | ({(ooms.id, "container.oom")}
-                                                                          if docker_saw_oom else set()) and r,
-                                  30, what="reconciled die, oom and restart events")
+            reconciled = wait_for(
+                lambda: (
+                    (r := [e for e in ex.events() if e.get("reconciled")])
+                    and {(e["container_id"], e["type"]) for e in r}
+                    >= {(dies.id, "container.die"), (ooms.id, "container.die"), (loops.id, "container.restart")}
+                    | ({(ooms.id, "container.oom")} if docker_saw_oom else set())
+                    and r
+                ),
+                30,
+                what="reconciled die, oom and restart events",
+            )
             expected_lines = {"a-last-words", "b-eating", "c-run-2", "c-run-3", "c-run-4"}
             loki.wait_for(lambda e: expected_lines <= {text(x) for x in e}, 30)
             mine = [x for x in loki.entries() if x.labels.get("container", "").startswith(prefix)]
@@ -110,7 +160,9 @@ def test_deaths_ooms_and_restarts_during_an_outage_beyond_dockers_event_buffer_a
     assert by[(loops.id, "container.restart")]["restarts"] == 3
     assert not [e for e in ex.events("container.die") if e["container_id"] == dies.id and not e.get("reconciled")]
     printed = ["a-up", "a-last-words", "b-up", "b-eating", "c-run-1", "c-run-2", "c-run-3", "c-run-4"]
-    print(f"outage: reconciled events {sorted(t for _, t in by)}; lines {sum(x in lines for x in printed)}/"
-          f"{len(printed)} delivered, {len(lines) - len(set(lines))} duplicates")
+    print(
+        f"outage: reconciled events {sorted(t for _, t in by)}; lines {sum(x in lines for x in printed)}/"
+        f"{len(printed)} delivered, {len(lines) - len(set(lines))} duplicates"
+    )
     assert sorted(set(lines)) == sorted(printed)
     assert_only_exact_duplicates(mine)  # lines accepted just before the kill come again, identical: Loki drops them

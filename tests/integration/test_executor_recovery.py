@@ -19,8 +19,11 @@ pytestmark = pytest.mark.docker
 def kill_executor_and_wait_restart(agent) -> None:
     old = executor_pid(agent)
     os.kill(old, signal.SIGKILL)
-    wait_for(lambda: (w := agent.workers().get("executor")) and w["pid"] != old and w["state"] == "RUNNING",
-             20, what="the executor restarted by the supervisor")
+    wait_for(
+        lambda: (w := agent.workers().get("executor")) and w["pid"] != old and w["state"] == "RUNNING",
+        20,
+        what="the executor restarted by the supervisor",
+    )
 
 
 def test_kill_9_of_the_executor_during_a_long_pull(executor_factory, prefix, big_image, docker_client):
@@ -38,8 +41,12 @@ def test_kill_9_of_the_executor_during_a_long_pull(executor_factory, prefix, big
 def test_kill_9_of_the_executor_during_a_start_leaves_one_container(executor_factory, prefix, docker_client):
     agent, ex = executor_factory()
     cid, name = f"{prefix}-run", f"{prefix}-slow"
-    spec = {"name": name, "image": TEST_IMAGE, "command": ["sh", "-c", "sleep 2; touch /tmp/ready; sleep 300"],
-            "healthcheck": {"test": ["CMD-SHELL", "test -f /tmp/ready"], "interval_s": 0.3, "retries": 50}}
+    spec = {
+        "name": name,
+        "image": TEST_IMAGE,
+        "command": ["sh", "-c", "sleep 2; touch /tmp/ready; sleep 300"],
+        "healthcheck": {"test": ["CMD-SHELL", "test -f /tmp/ready"], "interval_s": 0.3, "retries": 50},
+    }
     ex.send(cid, "container.run", spec)
     wait_for(lambda: docker_client.containers.list(filters={"name": name}), 20, what="the container created")
     kill_executor_and_wait_restart(agent)
@@ -53,8 +60,13 @@ def test_kill_9_of_the_executor_during_a_start_leaves_one_container(executor_fac
 def test_command_in_flight_past_its_deadline_is_reported_interrupted(executor_factory, prefix, docker_client):
     agent, ex = executor_factory()
     cid, name = f"{prefix}-run", f"{prefix}-never"
-    spec = {"name": name, "image": TEST_IMAGE, "command": ["sleep", "300"], "deadline_s": 3,
-            "healthcheck": {"test": ["CMD-SHELL", "false"], "interval_s": 5, "retries": 5}}
+    spec = {
+        "name": name,
+        "image": TEST_IMAGE,
+        "command": ["sleep", "300"],
+        "deadline_s": 3,
+        "healthcheck": {"test": ["CMD-SHELL", "false"], "interval_s": 5, "retries": 5},
+    }
     ex.send(cid, "container.run", spec)
     wait_for(lambda: "started" in ex.states(cid), 10, what="started")
     # kill once the container exists: "started" is recorded before the engine creates it
@@ -72,8 +84,15 @@ def test_containers_outlive_the_agent_and_are_adopted_on_start(executor_factory,
     agent, ex = executor_factory()
     names = [f"{prefix}-keep{i}" for i in range(2)]
     for i, name in enumerate(names):
-        assert ex.run(f"{prefix}-run{i}", "container.run",
-                      {"name": name, "image": TEST_IMAGE, "command": ["sleep", "300"], "cluster": "c1"})["state"] == "succeeded"
+        assert (
+            ex.run(
+                f"{prefix}-run{i}",
+                "container.run",
+                {"name": name, "image": TEST_IMAGE, "command": ["sleep", "300"], "cluster": "c1"},
+            )["state"]
+            == "succeeded"
+        )
+
     def adopted_names(starts: int):
         seen = [e for e in ex.events("container.adopted") if e["name"] in names]
         return seen if len(seen) >= starts * len(names) else None  # reported once per start
@@ -88,7 +107,10 @@ def test_containers_outlive_the_agent_and_are_adopted_on_start(executor_factory,
     adopted = wait_for(lambda: adopted_names(2), 20, what="adoption events after the second start")
     assert {e["cluster"] for e in adopted} == {"c1"} and {e["status"] for e in adopted} == {"running"}
     # the summary is written right after the per-container events: wait for it too
-    wait_for(lambda: len([e for e in ex.events("executor.adoption") if set(names) <= set(e["names"])]) >= 2,
-             10, what="an adoption summary per start")
+    wait_for(
+        lambda: len([e for e in ex.events("executor.adoption") if set(names) <= set(e["names"])]) >= 2,
+        10,
+        what="an adoption summary per start",
+    )
     # and they are still managed: the restarted agent can stop them
     assert ex.run(f"{prefix}-stop", "container.stop", {"name": names[0], "timeout_s": 0})["state"] == "succeeded"

@@ -43,8 +43,15 @@ EXPECTED = {
 }
 VALID = [
     (1, command("fz-1", 1, "no.such.kind", {})),
-    (2, command("fz-2", 2, "container.run", {"name": "fz", "image": "x",
-                                            "healthcheck": {"test": ["CMD", "true"], "interval_s": 1e300}})),
+    (
+        2,
+        command(
+            "fz-2",
+            2,
+            "container.run",
+            {"name": "fz", "image": "x", "healthcheck": {"test": ["CMD", "true"], "interval_s": 1e300}},
+        ),
+    ),
     (3, command("fz-1", 3, "no.such.kind", {"again": True})),  # a duplicate id: never run twice
     (4, command("fz-3", 4, "container.stop", "not an object")),
     (5, command("fz-4", 5, "command.cancel", {"command_id": "no-such-command"})),
@@ -67,17 +74,28 @@ SKIPPED = {
 
 def garbage(rng: random.Random) -> list[bytes]:
     lines = [
-        b"not json", b'{"type": "command", "id": "sk-trunc", "seq": 10, "ki', b"\xff\xfe\xfd", b"[1, 2, 3]",
-        b'{"type": 7}', b'{"no": "type"}', b"null", b"\x00\x00\x00", b"[" * 100_000,
+        b"not json",
+        b'{"type": "command", "id": "sk-trunc", "seq": 10, "ki',
+        b"\xff\xfe\xfd",
+        b"[1, 2, 3]",
+        b'{"type": 7}',
+        b'{"no": "type"}',
+        b"null",
+        b"\x00\x00\x00",
+        b"[" * 100_000,
         b'{"type": "command", "id": "sk-digits", "seq": ' + b"9" * 5000 + b', "kind": "x"}',
         b'{"type": "keepalive", "ts": {"junk": [1, 2, null]}, "extra": "\\u0000"}',
-        b'{"type": "keepalive", "ts": "yesterday"}', b'{"type": "future.thing", "x": 1}',
-        b'{"type": "hello", "node_id": 5, "after": "x"}', b'{"type": "command"}',
-        b'{"type": "keepalive", "ts": "\xc3\x28"}', b"x" * (MAX_STREAM_LINE + 1),
+        b'{"type": "keepalive", "ts": "yesterday"}',
+        b'{"type": "future.thing", "x": 1}',
+        b'{"type": "hello", "node_id": 5, "after": "x"}',
+        b'{"type": "command"}',
+        b'{"type": "keepalive", "ts": "\xc3\x28"}',
+        b"x" * (MAX_STREAM_LINE + 1),
         *SKIPPED.values(),
     ]
-    lines += [bytes(rng.randrange(256) for _ in range(rng.randrange(1, 40))).replace(b"\n", b"") or b"?"
-              for _ in range(10)]
+    lines += [
+        bytes(rng.randrange(256) for _ in range(rng.randrange(1, 40))).replace(b"\n", b"") or b"?" for _ in range(10)
+    ]
     rng.shuffle(lines)
     return lines
 
@@ -103,8 +121,9 @@ class GarbageBackend(LocalHTTP):
         slots = sorted(rng.sample(range(size), len(VALID)))
         rest = iter(self.garbage)
         valid = iter(VALID)
-        self.script: list[tuple[int | None, bytes]] = [next(valid) if i in slots else (None, next(rest))
-                                                       for i in range(size)]
+        self.script: list[tuple[int | None, bytes]] = [
+            next(valid) if i in slots else (None, next(rest)) for i in range(size)
+        ]
         self.sent_garbage: set[int] = set()
         self.lock = threading.Lock()
         self.records: list[tuple[float, dict]] = []
@@ -209,15 +228,33 @@ def garbage_backend():
 def test_a_garbage_downlink_neither_stops_heartbeats_nor_valid_commands(garbage_backend, tmp_path):
     print(f"seed {SEED}: {len(garbage_backend.script)} lines, {len(VALID)} valid commands")
     (tmp_path / "journal").mkdir()
-    env = agent_env(tmp_path, backend_url=garbage_backend.url, enrollment_token="fdn_enr_fuzz",
-                    agent_id="fuzz-agent", heartbeat_interval_sec=0.5, stream_keepalive_sec=0.5,
-                    reconnect_min_sec=0.1, reconnect_max_sec=0.5, request_timeout_sec=5,
-                    loki_url=garbage_backend.url, journal_directory=tmp_path / "journal")
+    env = agent_env(
+        tmp_path,
+        backend_url=garbage_backend.url,
+        enrollment_token="fdn_enr_fuzz",
+        agent_id="fuzz-agent",
+        heartbeat_interval_sec=0.5,
+        stream_keepalive_sec=0.5,
+        reconnect_min_sec=0.1,
+        reconnect_max_sec=0.5,
+        request_timeout_sec=5,
+        loki_url=garbage_backend.url,
+        journal_directory=tmp_path / "journal",
+    )
     with AgentProcess(env, tmp_path / "agent.log") as agent:
         first = agent.workers()
-        wait_for(lambda: set(EXPECTED) <= {cid for cid, recs in garbage_backend.timeline().items()
-                                           if any(r["data"]["state"] in protocol.TERMINAL_STATES for r in recs)},
-                 45, what=f"terminal timeline records of {sorted(EXPECTED)}")
+        wait_for(
+            lambda: (
+                set(EXPECTED)
+                <= {
+                    cid
+                    for cid, recs in garbage_backend.timeline().items()
+                    if any(r["data"]["state"] in protocol.TERMINAL_STATES for r in recs)
+                }
+            ),
+            45,
+            what=f"terminal timeline records of {sorted(EXPECTED)}",
+        )
         assert garbage_backend.sent_garbage == {i for i, (seq, _) in enumerate(garbage_backend.script) if seq is None}
         beats_before = len(garbage_backend.of_kind("heartbeat"))
         time.sleep(2)  # heartbeats go on after the storm

@@ -22,9 +22,14 @@ def test_worker_table_reaches_the_backend_on_change_and_at_the_full_refresh(back
     agent, node = agent_on_backend(heartbeat_interval_sec=0.5, heartbeat_full_sec=FULL_S)
     node_id = node["node_id"]
     names = set(agent.wait_all_running())
-    wait_for(lambda: set(workers_seen(backend, node_id)) == names
-             and all(w["state"] == "RUNNING" for w in workers_seen(backend, node_id).values()), 30,
-             what=f"all workers {sorted(names)} RUNNING at the backend")
+    wait_for(
+        lambda: (
+            set(workers_seen(backend, node_id)) == names
+            and all(w["state"] == "RUNNING" for w in workers_seen(backend, node_id).values())
+        ),
+        30,
+        what=f"all workers {sorted(names)} RUNNING at the backend",
+    )
 
     # quiet: most beats are lean, the backend still holds the table
     start = len(backend.heartbeats(node_id))
@@ -37,15 +42,27 @@ def test_worker_table_reaches_the_backend_on_change_and_at_the_full_refresh(back
     # a change (a worker killed and restarted) goes with the next beat, not at the refresh
     old_pid = agent.workers()["inventory"]["pid"]
     os.kill(old_pid, signal.SIGKILL)
-    restarted = wait_for(lambda: (w := workers_seen(backend, node_id).get("inventory"))
-                         and w["pid"] not in (None, old_pid) and w["restarts"] >= 1 and w, FULL_S * 0.75,
-                         interval_s=0.1, what="the restarted inventory worker at the backend before a refresh")
+    restarted = wait_for(
+        lambda: (
+            (w := workers_seen(backend, node_id).get("inventory"))
+            and w["pid"] not in (None, old_pid)
+            and w["restarts"] >= 1
+            and w
+        ),
+        FULL_S * 0.75,
+        interval_s=0.1,
+        what="the restarted inventory worker at the backend before a refresh",
+    )
     assert restarted["state"] in ("STARTING", "RUNNING")
 
     # the slow refresh: an unchanged table is sent again, with its numbers up to date
     wait_for(lambda: workers_seen(backend, node_id)["inventory"]["state"] == "RUNNING", 10, what="RUNNING seen")
     uptime = workers_seen(backend, node_id)["inventory"]["uptime_s"] or 0.0
-    wait_for(lambda: (workers_seen(backend, node_id)["inventory"]["uptime_s"] or 0.0) > uptime + 1, FULL_S * 3,
-             interval_s=0.2, what="a full refresh with the table's numbers")
+    wait_for(
+        lambda: (workers_seen(backend, node_id)["inventory"]["uptime_s"] or 0.0) > uptime + 1,
+        FULL_S * 3,
+        interval_s=0.2,
+        what="a full refresh with the table's numbers",
+    )
     beats = backend.heartbeats(node_id)
     assert set(workers_seen(backend, node_id)) == names and any("workers" not in b["data"] for b in beats[-3:])

@@ -79,8 +79,9 @@ class Sandbox:
         }
 
     def run(self, script: str, **extra: str) -> subprocess.CompletedProcess:
-        return subprocess.run(["/bin/sh"], input=script, env=self.env(**extra), capture_output=True, text=True,
-                              timeout=60)
+        return subprocess.run(
+            ["/bin/sh"], input=script, env=self.env(**extra), capture_output=True, text=True, timeout=60
+        )
 
     def snapshot(self) -> dict[str, bytes]:
         return {p.name: p.read_bytes() for p in sorted(self.install.iterdir())}
@@ -117,7 +118,9 @@ def test_https_is_required_unless_allowed_and_the_ca_bundle_reaches_curl(box, tm
     assert http.returncode != 0 and "is not https" in http.stderr and "FADEN_AGENT_ALLOW_HTTP=1" in http.stderr
     assert not box.curl_log.exists() and box.snapshot() == {}
     redirect = box.run(SCRIPT.read_text(), FADEN_AGENT_DOWNLOAD_URL="http://mirror.invalid/dl")
-    assert redirect.returncode != 0 and "FADEN_AGENT_DOWNLOAD_URL=http://mirror.invalid/dl is not https" in redirect.stderr
+    assert (
+        redirect.returncode != 0 and "FADEN_AGENT_DOWNLOAD_URL=http://mirror.invalid/dl is not https" in redirect.stderr
+    )
 
     ca = tmp_path / "ca.pem"
     ca.write_text("-----BEGIN CERTIFICATE-----\n")
@@ -129,7 +132,9 @@ def test_https_is_required_unless_allowed_and_the_ca_bundle_reaches_curl(box, tm
     missing = box.run(SCRIPT.read_text(), FADEN_NODE_AGENT_CA_BUNDLE=str(tmp_path / "nope.pem"))
     assert missing.returncode != 0 and "no readable file" in missing.stderr
 
-    allowed = box.run(SCRIPT.read_text(), FADEN_NODE_AGENT_BACKEND_URL="http://backend.invalid", FADEN_AGENT_ALLOW_HTTP="1")
+    allowed = box.run(
+        SCRIPT.read_text(), FADEN_NODE_AGENT_BACKEND_URL="http://backend.invalid", FADEN_AGENT_ALLOW_HTTP="1"
+    )
     assert allowed.returncode == 0, allowed.stderr
     assert "--proto =http,https" in box.curl_log.read_text().splitlines()[-1]
 
@@ -140,8 +145,10 @@ def test_a_new_build_that_does_not_connect_is_rolled_back(box):
     box.serve(box.build("2.0.0", connects=False))
     done = box.run(SCRIPT.read_text())
     assert done.returncode != 0
-    assert "faden-agent 2.0.0 did not connect to https://backend.invalid within 2s; rolling back to faden-agent 1.0.0" \
+    assert (
+        "faden-agent 2.0.0 did not connect to https://backend.invalid within 2s; rolling back to faden-agent 1.0.0"
         in done.stderr
+    )
     assert "rolled back: faden-agent 1.0.0 runs again" in done.stderr
     assert (box.install / "faden-agent").read_text() == old
     assert box.services() == "start 2.0.0\nstart 1.0.0\n"  # the new one was started, then the old one again

@@ -7,7 +7,6 @@ from __future__ import annotations
 import socket
 import struct
 import threading
-import time
 
 import pytest
 
@@ -64,16 +63,27 @@ def test_full_record_at_start(tmp_path, agent_factory, docker_client):
     assert data["type"] == "full" and records[0]["id"].startswith("inv:")
     assert data["host"]["memory_total"] > 0 and data["disks"] and data["network"]
     assert data["docker"]["engine_version"] == docker_client.version()["Version"]
-    assert data["gpu"] == {"available": False, "reason": "NVML library not found", "driver_version": None,
-                           "cuda_driver_version": None, "nvml_version": None, "devices": []}
+    assert data["gpu"] == {
+        "available": False,
+        "reason": "NVML library not found",
+        "driver_version": None,
+        "cuda_driver_version": None,
+        "nvml_version": None,
+        "devices": [],
+    }
     assert all(p["status"] == "ok" for p in data["probes"].values())
     assert agent.workers()["inventory"]["state"] == "RUNNING"
 
 
 def test_a_hung_engine_is_an_overrun_and_the_worker_keeps_going(tmp_path, agent_factory):
     engine = HungEngine(tmp_path / "hung-docker.sock")
-    env = agent_env(tmp_path, inventory_interval_sec=0.5, inventory_usage_sec=0.5, inventory_probe_timeout_sec=2,
-                    docker_host=f"unix://{engine.path}")
+    env = agent_env(
+        tmp_path,
+        inventory_interval_sec=0.5,
+        inventory_usage_sec=0.5,
+        inventory_probe_timeout_sec=2,
+        docker_host=f"unix://{engine.path}",
+    )
     try:
         agent = agent_factory(env).start()
         state_dir = tmp_path / "state"

@@ -68,8 +68,11 @@ def test_images_appear_and_disappear(docker_client, unique):
 
 def test_managed_containers_appear_with_state_and_gpus_and_disappear(docker_client, unique):
     probe = DockerProbe(None)
-    with_gpus = managed(docker_client, f"{unique}-gpu", device_requests=[
-        docker.types.DeviceRequest(device_ids=["0", "2"], capabilities=[["gpu"]])])
+    with_gpus = managed(
+        docker_client,
+        f"{unique}-gpu",
+        device_requests=[docker.types.DeviceRequest(device_ids=["0", "2"], capabilities=[["gpu"]])],
+    )
     running = managed(docker_client, f"{unique}-cpu")
     running.start()
     unmanaged = docker_client.containers.create(TEST_IMAGE, ["sleep", "300"], name=f"{unique}-plain")

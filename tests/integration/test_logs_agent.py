@@ -17,10 +17,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.agentproc import AgentProcess, agent_env, wait_for
-from tests.journalfiles import JournalWriter
 from faden_agent.workers.logs.entry import MAX_LINE_BYTES, TRUNCATION_MARKER
 from faden_agent.workers.logs.loki import MAX_PUSHES_IN_FLIGHT
+from tests.agentproc import AgentProcess, agent_env, wait_for
+from tests.journalfiles import JournalWriter
 from tests.lokiproc import LOKI_OWN_LABELS, LokiProcess, count, real_loki  # noqa: F401 - fixture
 from tests.lokireceiver import LokiReceiver
 
@@ -39,8 +39,13 @@ def loki():
 
 
 def start_agent(tmp_path: Path, loki: LokiReceiver | LokiProcess, journal: Path, **overrides) -> AgentProcess:
-    settings = dict(agent_id="logs-node", advertise_host="10.9.8.7", log_flush_interval_sec=0.2,
-                    reconnect_min_sec=0.1, reconnect_max_sec=0.5)
+    settings = dict(
+        agent_id="logs-node",
+        advertise_host="10.9.8.7",
+        log_flush_interval_sec=0.2,
+        reconnect_min_sec=0.1,
+        reconnect_max_sec=0.5,
+    )
     env = agent_env(tmp_path, loki_url=loki.url, journal_directory=journal, **{**settings, **overrides})
     return AgentProcess(env, tmp_path / "agent.log")  # `with` starts it
 
@@ -66,8 +71,10 @@ def shipped(loki: LokiProcess, agent_id: str) -> list[Shipped]:
         detail = {k: v for k, v in labels.items() if k not in INDEX_LABELS and k not in LOKI_OWN_LABELS[loki.version]}
         if not detail and "\t" in line:  # the plain form (docs/logs.md): detail after a tab, logfmt
             line, _, pairs = line.rpartition("\t")
-            detail = {k: v[1:-1].encode().decode("unicode_escape") if v.startswith('"') else v
-                      for k, v in LOGFMT_PAIR.findall(pairs)}
+            detail = {
+                k: v[1:-1].encode().decode("unicode_escape") if v.startswith('"') else v
+                for k, v in LOGFMT_PAIR.findall(pairs)
+            }
         out.append(Shipped(index, ts, line, detail))
     return out
 
@@ -83,8 +90,12 @@ def wait_in_loki(loki: LokiProcess, agent_id: str, lines: int, timeout_s: float 
     selector = system_selector(agent_id)
     deadline = time.monotonic() + timeout_s
     while True:
-        wait_for(lambda: count(loki, selector) >= lines, max(1.0, deadline - time.monotonic()), interval_s=0.25,
-                 what=f"{lines} lines in Loki {loki.version}")
+        wait_for(
+            lambda: count(loki, selector) >= lines,
+            max(1.0, deadline - time.monotonic()),
+            interval_s=0.25,
+            what=f"{lines} lines in Loki {loki.version}",
+        )
         got = shipped(loki, agent_id)
         if len({(e.ts, e.message) for e in got}) >= lines or time.monotonic() > deadline:
             return got
@@ -105,16 +116,20 @@ def assert_only_exact_duplicates(entries) -> None:
     for e in entries:
         seen[e.line].add((e.stream, e.ts))
     inexact = {line: keys for line, keys in seen.items() if len(keys) > 1}
-    assert not inexact, f"{len(inexact)} lines arrived with different streams or timestamps, e.g. {next(iter(inexact.items()))}"
+    assert not inexact, (
+        f"{len(inexact)} lines arrived with different streams or timestamps, e.g. {next(iter(inexact.items()))}"
+    )
 
 
 def test_journal_lines_arrive_with_exact_labels_and_timestamps_and_appends_follow(tmp_path, real_loki):
     agent_id = unique_agent_id()
     journal = JournalWriter(tmp_path / "journal")
-    first = [journal.entry("disk ok", 6, _SYSTEMD_UNIT="smartd.service", _PID="412", SYSLOG_IDENTIFIER="smartd"),
-             journal.entry("fan failed", 2, _SYSTEMD_UNIT="ipmi.service", _PID="77"),
-             journal.entry(b"raw \xff bytes", None),  # binary MESSAGE, no PRIORITY
-             journal.entry(None, 4)]  # no MESSAGE at all
+    first = [
+        journal.entry("disk ok", 6, _SYSTEMD_UNIT="smartd.service", _PID="412", SYSLOG_IDENTIFIER="smartd"),
+        journal.entry("fan failed", 2, _SYSTEMD_UNIT="ipmi.service", _PID="77"),
+        journal.entry(b"raw \xff bytes", None),  # binary MESSAGE, no PRIORITY
+        journal.entry(None, 4),
+    ]  # no MESSAGE at all
     journal.append(first)
     with start_agent(tmp_path, real_loki, journal.directory, agent_id=agent_id) as agent:
         got = wait_in_loki(real_loki, agent_id, 4)
@@ -126,14 +141,19 @@ def test_journal_lines_arrive_with_exact_labels_and_timestamps_and_appends_follo
             ({**base, "level": "warning"}, int(first[3]["__REALTIME_TIMESTAMP"]) * 1000, ""),
         ]
         # The detail: structured metadata where Loki takes it (3.x), else in the line (2.8).
-        assert got[0].detail == {"unit": "smartd.service", "pid": "412", "syslog_identifier": "smartd",
-                                 "boot_id": journal.boot_id}
+        assert got[0].detail == {
+            "unit": "smartd.service",
+            "pid": "412",
+            "syslog_identifier": "smartd",
+            "boot_id": journal.boot_id,
+        }
         assert agent.workers()["logs"]["status"]["structured_metadata"] is (real_loki.version != "2.8.0")
         # Loki's index holds exactly the documented label sets (plus what Loki adds itself).
         series = real_loki.series(system_selector(agent_id))
         own = LOKI_OWN_LABELS[real_loki.version]
         assert sorted(tuple(sorted((k, v) for k, v in s.items() if k not in own)) for s in series) == sorted(
-            tuple(sorted({**base, "level": level}.items())) for level in ("crit", "info", "warning"))
+            tuple(sorted({**base, "level": level}.items())) for level in ("crit", "info", "warning")
+        )
         assert all(set(s) - set(base) - {"level"} <= own for s in series)
         # Appending to the followed journal file delivers the new lines.
         journal.append(journal.lines([f"appended {i}" for i in range(50)], priority=3))
@@ -167,7 +187,9 @@ def assert_only_exact_duplicates_in_loki(got: list[Shipped]) -> None:
     for e in got:
         seen[e.message].add((tuple(sorted(e.labels.items())), e.ts))
     inexact = {line: keys for line, keys in seen.items() if len(keys) > 1}
-    assert not inexact, f"{len(inexact)} lines in Loki with different streams or timestamps, e.g. {next(iter(inexact.items()))}"
+    assert not inexact, (
+        f"{len(inexact)} lines in Loki with different streams or timestamps, e.g. {next(iter(inexact.items()))}"
+    )
 
 
 def test_kill_9_duplicates_are_bounded_by_the_pushes_in_flight(tmp_path, loki):
@@ -217,7 +239,9 @@ def test_loki_down_then_throttling_then_up_loses_nothing_and_memory_stays_bounde
             while count(real_loki, selector) < total:  # duplicates count too (2.8): distinct lines below
                 peak = max(peak, worker.memory_info().rss)
                 assert worker.is_running(), "the log worker died"
-                assert time.monotonic() < deadline, f"only {count(real_loki, selector)} of {total} lines in Loki after 240 s"
+                assert time.monotonic() < deadline, (
+                    f"only {count(real_loki, selector)} of {total} lines in Loki after 240 s"
+                )
                 time.sleep(0.5)
             got = wait_in_loki(real_loki, agent_id, total, timeout_s=240)
             peak = max(peak, worker.memory_info().rss)
@@ -264,15 +288,26 @@ def test_ray_serve_file_rotated_by_rename_while_shipping_loses_no_line(tmp_path,
         finally:
             handler.close()
             logger.removeHandler(handler)
-        got = loki.wait_for(lambda e: len([x for x in e if x.labels.get("source") == "ray-serve"]) >= 2000
-                            and [x for x in e if x.labels.get("source") == "ray-serve"], 30)
+        got = loki.wait_for(
+            lambda e: (
+                len([x for x in e if x.labels.get("source") == "ray-serve"]) >= 2000
+                and [x for x in e if x.labels.get("source") == "ray-serve"]
+            ),
+            30,
+        )
         # Several pushes are in flight: arrival order is not file order, Loki's order (by
         # timestamp) is. Every line once, and the stamps never go back in file order.
         numbered = sorted((int(e.line.split()[-2]), int(e.ts)) for e in got)
         assert [n for n, _ in numbered] == list(range(2000))
         assert all(a[1] <= b[1] for a, b in zip(numbered, numbered[1:]))
-        assert got[0].labels == {"job": "node-agent", "host": "10.9.8.7", "agent_id": "logs-node",
-                                 "container": "ray-head-7", "source": "ray-serve", "file": "proxy"}
+        assert got[0].labels == {
+            "job": "node-agent",
+            "host": "10.9.8.7",
+            "agent_id": "logs-node",
+            "container": "ray-head-7",
+            "source": "ray-serve",
+            "file": "proxy",
+        }
 
 
 @pytest.mark.docker
@@ -283,9 +318,16 @@ def test_logs_of_a_managed_container_that_prints_restarts_and_prints_again(tmp_p
 
     name = f"faden-logs-test-{uuid.uuid4().hex[:8]}"
     container = docker_client.containers.create(
-        TEST_IMAGE, ["sh", "-c", "echo out-one; echo err-one >&2; sleep 0.2; echo out-two"], name=name,
-        labels={protocol.LABEL_MANAGED: "true", protocol.LABEL_AGENT_ID: "logs-node",
-                protocol.LABEL_CLUSTER: "cluster-a", protocol.LABEL_WORKLOAD: "serve-1"})
+        TEST_IMAGE,
+        ["sh", "-c", "echo out-one; echo err-one >&2; sleep 0.2; echo out-two"],
+        name=name,
+        labels={
+            protocol.LABEL_MANAGED: "true",
+            protocol.LABEL_AGENT_ID: "logs-node",
+            protocol.LABEL_CLUSTER: "cluster-a",
+            protocol.LABEL_WORKLOAD: "serve-1",
+        },
+    )
     journal = JournalWriter(tmp_path / "journal")
     journal.append(journal.lines(["boot"]))
 
@@ -305,11 +347,20 @@ def test_logs_of_a_managed_container_that_prints_restarts_and_prints_again(tmp_p
         stdout = [e for e in got if e.labels["stream"] == "stdout"]
         assert [e.line for e in stdout] == ["out-one", "out-two", "out-one", "out-two"]
         assert [e.line for e in got if e.labels["stream"] == "stderr"] == ["err-one", "err-one"]
-        assert stdout[0].labels == {"job": "node-agent", "host": "10.9.8.7", "agent_id": "logs-node",
-                                    "container": name, "cluster": "cluster-a", "workload": "serve-1",
-                                    "source": "container", "stream": "stdout"}
-        docker_stamps = [parse_rfc3339_ns(line.split(b" ", 1)[0]) for line in
-                         container.logs(stdout=True, stderr=False, timestamps=True).splitlines()]
+        assert stdout[0].labels == {
+            "job": "node-agent",
+            "host": "10.9.8.7",
+            "agent_id": "logs-node",
+            "container": name,
+            "cluster": "cluster-a",
+            "workload": "serve-1",
+            "source": "container",
+            "stream": "stdout",
+        }
+        docker_stamps = [
+            parse_rfc3339_ns(line.split(b" ", 1)[0])
+            for line in container.logs(stdout=True, stderr=False, timestamps=True).splitlines()
+        ]
         assert [int(e.ts) for e in stdout] == docker_stamps  # Docker's own timestamps
     finally:
         container.remove(force=True)
@@ -347,13 +398,21 @@ def test_too_old_lines_are_refused_counted_and_reported_and_long_lines_arrive_cu
         got = wait_in_loki(real_loki, agent_id, 3)
         assert [e.message[:5] for e in got] == ["boot", "w" * 5, "fresh"]
         assert got[1].message == "w" * MAX_LINE_BYTES + TRUNCATION_MARKER.format(cut=5000)
-        status = wait_for(lambda: (s := agent.workers()["logs"]["status"])["lines_rejected"] >= 1 and s, 20,
-                          what="a rejected line in the worker's status")
+        status = wait_for(
+            lambda: (s := agent.workers()["logs"]["status"])["lines_rejected"] >= 1 and s,
+            20,
+            what="a rejected line in the worker's status",
+        )
         assert "has timestamp too old" in status["last_rejection"]
         outbox = Outbox(tmp_path / "state")
-        event = wait_for(lambda: next((r for r in outbox.pending(100) if r["kind"] == "event"
-                                       and r["data"].get("type") == "logs.lines_lost"), None),
-                         10, what="a logs.lines_lost event in the outbox")
+        event = wait_for(
+            lambda: next(
+                (r for r in outbox.pending(100) if r["kind"] == "event" and r["data"].get("type") == "logs.lines_lost"),
+                None,
+            ),
+            10,
+            what="a logs.lines_lost event in the outbox",
+        )
         assert event["data"]["rejected"] >= 1 and "too old" in event["data"]["reason"]
     print(f"Loki {real_loki.version}: rejected {status['lines_rejected']} ({status['last_rejection'][:120]})")
 
@@ -362,9 +421,13 @@ def test_first_start_ships_the_last_hour_not_the_whole_history(tmp_path, real_lo
     agent_id = unique_agent_id()
     journal = JournalWriter(tmp_path / "journal")
     now_us = time.time_ns() // 1000
-    journal.append([journal.entry("two hours ago", 6, realtime_us=now_us - 7200 * 10**6),
-                    journal.entry("ten minutes ago", 6, realtime_us=now_us - 600 * 10**6),
-                    journal.entry("just now", 6, realtime_us=now_us)])
+    journal.append(
+        [
+            journal.entry("two hours ago", 6, realtime_us=now_us - 7200 * 10**6),
+            journal.entry("ten minutes ago", 6, realtime_us=now_us - 600 * 10**6),
+            journal.entry("just now", 6, realtime_us=now_us),
+        ]
+    )
     with start_agent(tmp_path, real_loki, journal.directory, agent_id=agent_id):
         wait_in_loki(real_loki, agent_id, 2)
         time.sleep(1)
@@ -382,8 +445,12 @@ def test_a_recreated_managed_container_is_read_from_its_first_line(tmp_path, lok
 
     def run(generation: int) -> None:
         container = docker_client.containers.run(
-            TEST_IMAGE, ["sh", "-c", f"echo generation-{generation}"], name=name, detach=True,
-            labels={protocol.LABEL_MANAGED: "true", protocol.LABEL_AGENT_ID: "logs-node"})
+            TEST_IMAGE,
+            ["sh", "-c", f"echo generation-{generation}"],
+            name=name,
+            detach=True,
+            labels={protocol.LABEL_MANAGED: "true", protocol.LABEL_AGENT_ID: "logs-node"},
+        )
         try:
             assert container.wait(timeout=30)["StatusCode"] == 0
             loki.wait_for(lambda e: [x for x in e if x.line == f"generation-{generation}"], 30)

@@ -80,8 +80,11 @@ def test_a_container_printing_100_mib_without_a_newline_keeps_the_worker_small(t
     journal.append(journal.lines(["boot"]))
     script = "head -c 104857600 /dev/zero | tr '\\0' x; echo; echo after-the-flood"
     container = docker_client.containers.create(
-        TEST_IMAGE, ["sh", "-c", script], name=name,
-        labels={protocol.LABEL_MANAGED: "true", protocol.LABEL_AGENT_ID: "logs-node"})
+        TEST_IMAGE,
+        ["sh", "-c", script],
+        name=name,
+        labels={protocol.LABEL_MANAGED: "true", protocol.LABEL_AGENT_ID: "logs-node"},
+    )
     try:
         with start_agent(tmp_path, loki, journal.directory) as agent:
             rss = PeakRss(logs_pid(agent))
@@ -109,9 +112,11 @@ def test_a_journalctl_without_output_fields_still_ships(tmp_path, loki):
     wrapper_dir = tmp_path / "bin"
     wrapper_dir.mkdir()
     wrapper = wrapper_dir / "journalctl"
-    wrapper.write_text("#!/bin/sh\nfor a in \"$@\"; do case \"$a\" in --output-fields=*) "
-                       "echo \"journalctl: unrecognized option '$a'\" >&2; exit 1;; esac; done\n"
-                       f"exec {shutil.which('journalctl')} \"$@\"\n")
+    wrapper.write_text(
+        '#!/bin/sh\nfor a in "$@"; do case "$a" in --output-fields=*) '
+        "echo \"journalctl: unrecognized option '$a'\" >&2; exit 1;; esac; done\n"
+        f'exec {shutil.which("journalctl")} "$@"\n'
+    )
     wrapper.chmod(0o755)
     journal = JournalWriter(tmp_path / "journal")
     journal.append(journal.lines(["from an old systemd"]))

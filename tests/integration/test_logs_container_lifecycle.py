@@ -33,8 +33,9 @@ def loki():
 def agent(executor_factory, loki, tmp_path):  # noqa: F811
     journal = JournalWriter(tmp_path / "journal")
     journal.append(journal.lines(["boot"]))
-    return executor_factory(full_agent=True, loki_url=loki.url, journal_directory=journal.directory,
-                            log_flush_interval_sec=0.2)
+    return executor_factory(
+        full_agent=True, loki_url=loki.url, journal_directory=journal.directory, log_flush_interval_sec=0.2
+    )
 
 
 def managed(**extra: str) -> dict[str, str]:
@@ -54,8 +55,9 @@ def docker_time_s(value: str) -> float:
 def test_a_container_that_prints_3_lines_and_exits_within_50_ms(agent, loki, docker_client, prefix):  # noqa: F811
     name = f"{prefix}-blink"
     try:
-        container = docker_client.containers.run(TEST_IMAGE, ["sh", "-c", "echo one; echo two; echo three"],
-                                                 name=name, labels=managed(), detach=True)
+        container = docker_client.containers.run(
+            TEST_IMAGE, ["sh", "-c", "echo one; echo two; echo three"], name=name, labels=managed(), detach=True
+        )
         container.wait(timeout=30)
         state = docker_client.api.inspect_container(name)["State"]
         lived_s = docker_time_s(state["FinishedAt"]) - docker_time_s(state["StartedAt"])
@@ -65,8 +67,10 @@ def test_a_container_that_prints_3_lines_and_exits_within_50_ms(agent, loki, doc
         got = lines_of(loki, name)
     finally:
         remove_containers(docker_client, prefix)
-    print(f"50 ms container: lived {lived_s * 1000:.0f} ms; {len(got)}/3 lines delivered; "
-          f"last line at the receiver {arrived - docker_time_s(state['FinishedAt']):.2f} s after exit")
+    print(
+        f"50 ms container: lived {lived_s * 1000:.0f} ms; {len(got)}/3 lines delivered; "
+        f"last line at the receiver {arrived - docker_time_s(state['FinishedAt']):.2f} s after exit"
+    )
     assert lived_s < 0.5
     assert got == ["one", "two", "three"]
 
@@ -77,12 +81,20 @@ def test_a_crash_looping_container_is_followed_across_20_restarts(agent, loki, d
     counter.mkdir()
     # Docker doubles its restart delay (100 ms, 200 ms, ...) unless a run lasted 10 s: every
     # 4th run does, so 20 restarts take about a minute instead of ten.
-    script = ("n=$(cat /c/n 2>/dev/null || echo 0); n=$((n+1)); echo $n > /c/n; echo \"run $n\"; "
-              "[ $((n % 4)) -eq 0 ] && sleep 10; exit 1")
+    script = (
+        'n=$(cat /c/n 2>/dev/null || echo 0); n=$((n+1)); echo $n > /c/n; echo "run $n"; '
+        "[ $((n % 4)) -eq 0 ] && sleep 10; exit 1"
+    )
     try:
-        docker_client.containers.run(TEST_IMAGE, ["sh", "-c", script], name=name, labels=managed(), detach=True,
-                                     restart_policy={"Name": "always"},
-                                     volumes={str(counter): {"bind": "/c", "mode": "rw"}})
+        docker_client.containers.run(
+            TEST_IMAGE,
+            ["sh", "-c", script],
+            name=name,
+            labels=managed(),
+            detach=True,
+            restart_policy={"Name": "always"},
+            volumes={str(counter): {"bind": "/c", "mode": "rw"}},
+        )
         loki.wait_for(lambda e: [x for x in e if x.labels.get("container") == name and text(x) == "run 20"], 240)
         docker_client.api.update_container(name, restart_policy={"Name": "no"})
         time.sleep(1)
@@ -93,8 +105,10 @@ def test_a_crash_looping_container_is_followed_across_20_restarts(agent, loki, d
     counts = Counter(got)
     runs = [f"run {i}" for i in range(1, 21)]
     duplicates = sum(n - 1 for n in counts.values() if n > 1)
-    print(f"crash loop: {sum(counts[r] > 0 for r in runs)}/20 lines delivered, {duplicates} duplicates, "
-          f"{restarts} restarts by Docker")
+    print(
+        f"crash loop: {sum(counts[r] > 0 for r in runs)}/20 lines delivered, {duplicates} duplicates, "
+        f"{restarts} restarts by Docker"
+    )
     assert [counts[r] for r in runs] == [1] * 20, counts
     assert restarts >= 19
 
@@ -103,9 +117,8 @@ def test_1000_lines_then_container_remove_right_after_exit(agent, loki, docker_c
     _, ex = agent
     name = f"{prefix}-words"
     loki.delay_s = 0.3  # a Loki that takes its time: the remove must wait for it
-    script = "i=1; while [ $i -le 1000 ]; do echo \"last words $i\"; i=$((i+1)); done"
-    container = docker_client.containers.run(TEST_IMAGE, ["sh", "-c", script], name=name, labels=managed(),
-                                             detach=True)
+    script = 'i=1; while [ $i -le 1000 ]; do echo "last words $i"; i=$((i+1)); done'
+    container = docker_client.containers.run(TEST_IMAGE, ["sh", "-c", script], name=name, labels=managed(), detach=True)
     try:
         container.wait(timeout=30)
         started = time.monotonic()
@@ -116,8 +129,10 @@ def test_1000_lines_then_container_remove_right_after_exit(agent, loki, docker_c
     finally:
         remove_containers(docker_client, prefix)
     counts = Counter(got)
-    print(f"1000 lines then remove: {len(set(got))}/1000 delivered when the remove ended ({took:.2f} s), "
-          f"{sum(n - 1 for n in counts.values())} duplicates")
+    print(
+        f"1000 lines then remove: {len(set(got))}/1000 delivered when the remove ended ({took:.2f} s), "
+        f"{sum(n - 1 for n in counts.values())} duplicates"
+    )
     assert set(got) == {f"last words {i}" for i in range(1, 1001)}
 
 
@@ -125,10 +140,19 @@ def test_a_log_driver_that_cannot_be_read_is_reported_once(agent, loki, docker_c
     agent_process, ex = agent
     name = f"{prefix}-mute"
     try:
-        docker_client.containers.run(TEST_IMAGE, ["sh", "-c", "echo unseen; sleep 1"], name=name, labels=managed(),
-                                     detach=True, log_config={"type": "none"})
-        event = wait_for(lambda: [e for e in ex.events("logs.container_unreadable") if e["name"] == name], 20,
-                         what="a logs.container_unreadable event")
+        docker_client.containers.run(
+            TEST_IMAGE,
+            ["sh", "-c", "echo unseen; sleep 1"],
+            name=name,
+            labels=managed(),
+            detach=True,
+            log_config={"type": "none"},
+        )
+        event = wait_for(
+            lambda: [e for e in ex.events("logs.container_unreadable") if e["name"] == name],
+            20,
+            what="a logs.container_unreadable event",
+        )
         docker_client.containers.get(name).restart(timeout=1)
         time.sleep(2)
         status = agent_process.workers()["logs"]["status"]["sources"]["containers"]
@@ -143,12 +167,16 @@ def test_1000_lines_then_a_replacing_container_run(agent, loki, docker_client, p
     _, ex = agent
     name = f"{prefix}-replaced"
     loki.delay_s = 0.3
-    script = "i=1; while [ $i -le 1000 ]; do echo \"old words $i\"; i=$((i+1)); done"
+    script = 'i=1; while [ $i -le 1000 ]; do echo "old words $i"; i=$((i+1)); done'
     old = docker_client.containers.run(TEST_IMAGE, ["sh", "-c", script], name=name, labels=managed(), detach=True)
     try:
         old.wait(timeout=30)
-        done = ex.run(f"{prefix}-new", "container.run", {"name": name, "image": TEST_IMAGE, "replace": True,
-                                                         "command": ["sleep", "300"]}, timeout_s=60)
+        done = ex.run(
+            f"{prefix}-new",
+            "container.run",
+            {"name": name, "image": TEST_IMAGE, "replace": True, "command": ["sleep", "300"]},
+            timeout_s=60,
+        )
         assert done["state"] == "succeeded", done
         got = [text(e) for e in loki.entries() if e.labels.get("container") == name and text(e).startswith("old ")]
     finally:

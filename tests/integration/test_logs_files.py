@@ -4,8 +4,8 @@ RotatingFileHandler, which Ray Serve uses) and truncation, without losing a line
 from __future__ import annotations
 
 import logging
-import os
 import logging.handlers
+import os
 import threading
 import time
 from pathlib import Path
@@ -38,7 +38,9 @@ class Collector:
 
 
 def start_source(tmp_path: Path, ray_dir: Path):
-    config = load_config({}, agent_id="a", advertise_host="h", state_path=tmp_path / "state" / "s.json", ray_log_dir=ray_dir)
+    config = load_config(
+        {}, agent_id="a", advertise_host="h", state_path=tmp_path / "state" / "s.json", ray_log_dir=ray_dir
+    )
     backlog, positions, stop = Backlog(max_lines=50), Positions(config.state_dir), threading.Event()
     source = RayFileSource(config, backlog, positions, LabelMaker(config), stop)
     source.start()
@@ -72,7 +74,9 @@ def test_rename_rotation_while_reading_loses_no_line(tmp_path):
         numbers = [int(e.line.split("request ")[1].split()[0]) for e in collector.lines]
         missing = sorted(set(range(total)) - set(numbers))
         out_of_order = next((i for i in range(len(numbers) - 1) if numbers[i + 1] != numbers[i] + 1), None)
-        assert numbers == list(range(total)), f"missing {missing[:5]} ({len(missing)}), {len(numbers)} read, order breaks at {out_of_order}: {numbers[out_of_order:out_of_order + 3] if out_of_order is not None else ''}"
+        assert numbers == list(range(total)), (
+            f"missing {missing[:5]} ({len(missing)}), {len(numbers)} read, order breaks at {out_of_order}: {numbers[out_of_order : out_of_order + 3] if out_of_order is not None else ''}"
+        )
         assert source.rotations >= 5  # the files really rotated under the reader
         first = collector.lines[0]
         assert dict(first.stream)["container"] == "ray-head-1" and dict(first.stream)["file"] == "replica"

@@ -35,7 +35,7 @@ class Tally:
 
     def update(self) -> tuple[int, int]:
         with self.loki._lock:
-            new = self.loki._entries[self.seen:]
+            new = self.loki._entries[self.seen :]
         self.seen += len(new)
         for entry in new:
             if entry.labels.get("source") == "ray-serve":
@@ -54,22 +54,28 @@ class Tally:
 
 def hostile_script(secret_file: str, secret_dir: str) -> str:
     serve = f"{protocol.RAY_LOG_MOUNT}/{SESSION}/logs/serve"
-    return "; ".join([
-        f"B=busybox; S={serve}; $B mkdir -p $S {protocol.RAY_LOG_MOUNT}/session_escape/logs",
-        f"$B ln -s {secret_file} $S/controller_secret.log",  # a host path, followed by nobody
-        "$B ln -s /dev/zero $S/replica_zero.log",
-        "$B mknod $S/replica_dev.log c 1 5",  # /dev/zero again, as a device node
-        "$B mkfifo $S/proxy_fifo.log",
-        "$B ln -s loop.log $S/loop.log",
-        f"$B ln -s {protocol.RAY_LOG_MOUNT}/session_loop {protocol.RAY_LOG_MOUNT}/session_loop",
-        f"$B ln -s {secret_dir} {protocol.RAY_LOG_MOUNT}/session_escape/logs/serve",
-        f"$B awk 'BEGIN {{ for (i = 1; i <= {BIG_LINES}; i++) printf \"big %07d\\n\", i }}' > $S/replica_big.log",
-        "i=0; while true; do i=$((i+1)); echo \"tick $i\" >> $S/controller_1.log; $B sleep 0.1; done",
-    ])
+    return "; ".join(
+        [
+            f"B=busybox; S={serve}; $B mkdir -p $S {protocol.RAY_LOG_MOUNT}/session_escape/logs",
+            f"$B ln -s {secret_file} $S/controller_secret.log",  # a host path, followed by nobody
+            "$B ln -s /dev/zero $S/replica_zero.log",
+            "$B mknod $S/replica_dev.log c 1 5",  # /dev/zero again, as a device node
+            "$B mkfifo $S/proxy_fifo.log",
+            "$B ln -s loop.log $S/loop.log",
+            f"$B ln -s {protocol.RAY_LOG_MOUNT}/session_loop {protocol.RAY_LOG_MOUNT}/session_loop",
+            f"$B ln -s {secret_dir} {protocol.RAY_LOG_MOUNT}/session_escape/logs/serve",
+            f"$B awk 'BEGIN {{ for (i = 1; i <= {BIG_LINES}; i++) printf \"big %07d\\n\", i }}' > $S/replica_big.log",
+            'i=0; while true; do i=$((i+1)); echo "tick $i" >> $S/controller_1.log; $B sleep 0.1; done',
+        ]
+    )
 
 
-def test_a_hostile_ray_container_cannot_read_host_files_or_stall_shipping(executor_factory, prefix, docker_client,  # noqa: F811
-                                                                        tmp_path):
+def test_a_hostile_ray_container_cannot_read_host_files_or_stall_shipping(
+    executor_factory,
+    prefix,
+    docker_client,  # noqa: F811
+    tmp_path,
+):
     host = tmp_path / "host"
     host.mkdir()
     secret = host / "credential.log"
@@ -78,13 +84,25 @@ def test_a_hostile_ray_container_cannot_read_host_files_or_stall_shipping(execut
     journal.append(journal.lines(["boot"]))
     name = f"{prefix}-ray"
     with LokiReceiver() as loki:
-        agent, ex = executor_factory(full_agent=True, loki_url=loki.url, journal_directory=journal.directory,
-                                     log_flush_interval_sec=0.2, log_batch_size=1000)
+        agent, ex = executor_factory(
+            full_agent=True,
+            loki_url=loki.url,
+            journal_directory=journal.directory,
+            log_flush_interval_sec=0.2,
+            log_batch_size=1000,
+        )
         try:
             rss = PeakRss(logs_pid(agent))
-            done = ex.run(f"{prefix}-run", "container.run", {
-                "name": name, "image": TEST_IMAGE, "ray": True,
-                "command": ["sh", "-c", hostile_script(str(secret), str(host))]})
+            done = ex.run(
+                f"{prefix}-run",
+                "container.run",
+                {
+                    "name": name,
+                    "image": TEST_IMAGE,
+                    "ray": True,
+                    "command": ["sh", "-c", hostile_script(str(secret), str(host))],
+                },
+            )
             assert done["state"] == "succeeded", done
             mount_dir = tmp_path / "ray" / name
             assert (mount_dir.stat().st_mode & 0o777) == 0o750 and ((tmp_path / "ray").stat().st_mode & 0o777) == 0o700
@@ -105,8 +123,10 @@ def test_a_hostile_ray_container_cannot_read_host_files_or_stall_shipping(execut
             entries = loki.entries()
         finally:
             remove_containers(docker_client, prefix)
-    print(f"log worker peak RSS with a 1,000,000-line Ray file and hostile entries: {peak / 2**20:.1f} MiB; "
-          f"ticks shipped while the big file was read: {ticks_during[1]} (big lines then {ticks_during[0]})")
+    print(
+        f"log worker peak RSS with a 1,000,000-line Ray file and hostile entries: {peak / 2**20:.1f} MiB; "
+        f"ticks shipped while the big file was read: {ticks_during[1]} (big lines then {ticks_during[0]})"
+    )
     ray_lines = [e for e in entries if e.labels.get("source") == "ray-serve"]
     assert not [e for e in entries if SECRET in e.line], "the host secret reached Loki"
     assert status["refused"] == {"symlink": 5, "not_regular": 2, "hard_link": 1}, status
@@ -118,14 +138,26 @@ def test_a_hostile_ray_container_cannot_read_host_files_or_stall_shipping(execut
     assert peak < RSS_BOUND_BYTES
 
 
-def test_the_log_mount_is_writable_by_the_containers_user_and_nobody_else(executor_factory, prefix, docker_client,  # noqa: F811
-                                                                        tmp_path):
+def test_the_log_mount_is_writable_by_the_containers_user_and_nobody_else(
+    executor_factory,
+    prefix,
+    docker_client,  # noqa: F811
+    tmp_path,
+):
     _, ex = executor_factory()
     name = f"{prefix}-ray-user"
     try:
-        done = ex.run(f"{prefix}-run", "container.run", {
-            "name": name, "image": TEST_IMAGE, "ray": True, "user": "1000:100",
-            "command": ["sh", "-c", f"echo ok > {protocol.RAY_LOG_MOUNT}/written && sleep 300"]})
+        done = ex.run(
+            f"{prefix}-run",
+            "container.run",
+            {
+                "name": name,
+                "image": TEST_IMAGE,
+                "ray": True,
+                "user": "1000:100",
+                "command": ["sh", "-c", f"echo ok > {protocol.RAY_LOG_MOUNT}/written && sleep 300"],
+            },
+        )
         assert done["state"] == "succeeded", done
         mount_dir = tmp_path / "ray" / name
         deadline = time.monotonic() + 20

@@ -106,8 +106,11 @@ UNIT = {"unit": "gpu burn.service", "pid": "42"}
 UNIT_IN_LINE = '\tunit="gpu burn.service" pid=42'  # docs/logs.md: the detail after a tab, logfmt
 
 
-@pytest.mark.parametrize("loki", [dict(version="2.8"), dict(version="3", allow_structured_metadata=False)],
-                         ids=["loki-2.8-cannot-decode", "loki-3-metadata-disallowed"])
+@pytest.mark.parametrize(
+    "loki",
+    [dict(version="2.8"), dict(version="3", allow_structured_metadata=False)],
+    ids=["loki-2.8-cannot-decode", "loki-3-metadata-disallowed"],
+)
 def test_a_whole_push_refused_for_its_metadata_is_resent_plain_and_the_target_remembered(tmp_path, loki):
     with LokiReceiver(**loki) as receiver:
         pusher = pusher_for(receiver, tmp_path)
@@ -116,7 +119,9 @@ def test_a_whole_push_refused_for_its_metadata_is_resent_plain_and_the_target_re
         assert (receiver.statuses, pusher.with_metadata) == ({400: 1, 204: 1}, False)
         assert pusher.push(second).accepted == 2
         assert receiver.statuses == {400: 1, 204: 2}  # remembered: no second probe
-        assert [(a.line, a.metadata) for a in receiver.entries()] == [(e.line + UNIT_IN_LINE, None) for e in first + second]
+        assert [(a.line, a.metadata) for a in receiver.entries()] == [
+            (e.line + UNIT_IN_LINE, None) for e in first + second
+        ]
         # A new pusher (the worker restarted) asks again.
         assert pusher_for(receiver, tmp_path).push(entries(1, metadata=UNIT)).accepted == 1
         assert receiver.statuses == {400: 2, 204: 3}
@@ -134,7 +139,7 @@ def test_a_new_target_is_asked_again(tmp_path):
 def test_metadata_off_keeps_the_detail_in_the_line_and_on_tries_metadata_on_every_batch(tmp_path):
     with LokiReceiver(version="3") as receiver:
         assert pusher_for(receiver, tmp_path, mode="off").push(entries(2, metadata=UNIT)).accepted == 2
-        assert [(a.line[-len(UNIT_IN_LINE):], a.metadata) for a in receiver.entries()] == [(UNIT_IN_LINE, None)] * 2
+        assert [(a.line[-len(UNIT_IN_LINE) :], a.metadata) for a in receiver.entries()] == [(UNIT_IN_LINE, None)] * 2
     with LokiReceiver(version="2.8") as receiver:
         pusher = pusher_for(receiver, tmp_path, mode="on")
         for _ in range(2):
@@ -171,6 +176,7 @@ def test_the_structured_metadata_setting_takes_auto_on_off_only(tmp_path):
 
 # ---------------------------------------------------------------------- against real Lokis
 
+
 def real_pusher(real_loki, tmp_path) -> Pusher:
     config = load_config({}, loki_url=real_loki.url, state_path=tmp_path / "state.json")
     # A backoff that reaches seconds: Loki's per-stream limiter refills at RATE while the
@@ -195,9 +201,11 @@ def test_real_loki_takes_each_line_once_in_the_form_it_can_read(real_loki, tmp_p
 def test_real_loki_refuses_a_line_over_its_max_line_size_and_stores_the_rest(real_loki, tmp_path):
     labels = stream("long")
     now = time.time_ns()
-    batch = [Entry(labels, now, "before", None, "journal", 0),
-             Entry(labels, now + 1, "L" * (100 * 1024), None, "journal", 1),  # over MAX_LINE (96KB), uncut
-             Entry(labels, now + 2, "after", None, "journal", 2)]
+    batch = [
+        Entry(labels, now, "before", None, "journal", 0),
+        Entry(labels, now + 1, "L" * (100 * 1024), None, "journal", 1),  # over MAX_LINE (96KB), uncut
+        Entry(labels, now + 2, "after", None, "journal", 2),
+    ]
     pusher = real_pusher(real_loki, tmp_path)
     outcome = pusher.push(batch)
     assert (outcome.accepted, outcome.rejected) == (0, 3)  # the batch counted: Loki does not say which

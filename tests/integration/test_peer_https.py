@@ -21,9 +21,28 @@ def test_the_peer_port_speaks_https_with_the_operators_certificate(tmp_path, doc
     """ADVERTISE_SCHEME=https: the holder serves with the operator's certificate and key; a
     receiver trusting that certificate streams the archive, one without it cannot connect."""
     cert, key = tmp_path / "peer.crt", tmp_path / "peer.key"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
-                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
     image = docker_client.images.get("faden-test/busybox:1").id
     box = TicketBox(tmp_path)
     server = PeerServer("127.0.0.1", 0, box, lambda: docker_client, tls=(str(cert), str(key)))
@@ -34,8 +53,14 @@ def test_the_peer_port_speaks_https_with_the_operators_certificate(tmp_path, doc
         with pytest.raises(requests.exceptions.SSLError):
             requests.post(url, json={"image_id": image}, headers={"Authorization": "Bearer " + "h" * 32}, timeout=10)
         box.add(ticket_hash("i" * 32), Ticket(image, "127.0.0.1", time.time() + 60))
-        with requests.post(url, json={"image_id": image, "held_chains": []}, stream=True, timeout=30, verify=str(cert),
-                           headers={"Authorization": "Bearer " + "i" * 32}) as response:
+        with requests.post(
+            url,
+            json={"image_id": image, "held_chains": []},
+            stream=True,
+            timeout=30,
+            verify=str(cert),
+            headers={"Authorization": "Bearer " + "i" * 32},
+        ) as response:
             assert response.status_code == 200 and response.headers["X-Faden-Image-Id"] == image
             with tarfile.open(fileobj=response.raw, mode="r|") as archive:
                 names = [member.name for member in archive]

@@ -37,20 +37,46 @@ print(json.dumps(json.load(urllib.request.urlopen(req, timeout=5))["nodes"]))
 
 
 def _exec(name: str, script: str, user: str = "newcomer", timeout_s: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run(["docker", "exec", "-u", user, "-w", f"{HOME}/faden-agent", name, "bash", "-c", script],
-                          capture_output=True, text=True, timeout=timeout_s)
+    return subprocess.run(
+        ["docker", "exec", "-u", user, "-w", f"{HOME}/faden-agent", name, "bash", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
 
 
 @pytest.fixture
 def newcomer_box(docker_client, tmp_path):
     image, wheels = python_image(), wheelhouse()
     name = f"faden-test-newcomer-{uuid.uuid4().hex[:8]}"
-    subprocess.run(["docker", "create", "--name", name, "--network", "none", "-v", f"{wheels}:/wheels:ro",
-                    "-e", "PIP_NO_INDEX=1", "-e", "PIP_FIND_LINKS=/wheels", "-e", "PIP_DISABLE_PIP_VERSION_CHECK=1",
-                    image, "sleep", "infinity"], check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        [
+            "docker",
+            "create",
+            "--name",
+            name,
+            "--network",
+            "none",
+            "-v",
+            f"{wheels}:/wheels:ro",
+            "-e",
+            "PIP_NO_INDEX=1",
+            "-e",
+            "PIP_FIND_LINKS=/wheels",
+            "-e",
+            "PIP_DISABLE_PIP_VERSION_CHECK=1",
+            image,
+            "sleep",
+            "infinity",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     try:
-        subprocess.run(["docker", "cp", "-", f"{name}:{HOME}"], input=source_tar(), check=True, capture_output=True,
-                       timeout=60)
+        subprocess.run(
+            ["docker", "cp", "-", f"{name}:{HOME}"], input=source_tar(), check=True, capture_output=True, timeout=60
+        )
         subprocess.run(["docker", "start", name], check=True, capture_output=True, timeout=60)
         yield name
     finally:
@@ -68,13 +94,18 @@ def test_readme_first_command_reaches_a_heartbeat(newcomer_box, tmp_path):
     command = readme_first_command()
     assert "faden-agent up" in command, command
     log = open(tmp_path / "up.log", "wb")
-    up = subprocess.Popen(["docker", "exec", "-u", "newcomer", "-w", f"{HOME}/faden-agent", newcomer_box,
-                           "bash", "-c", command], stdout=log, stderr=subprocess.STDOUT)
+    up = subprocess.Popen(
+        ["docker", "exec", "-u", "newcomer", "-w", f"{HOME}/faden-agent", newcomer_box, "bash", "-c", command],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
 
     def heartbeat():
         if up.poll() is not None:
-            raise AssertionError(f"the README's first command ended ({up.returncode}):\n"
-                                 f"{(tmp_path / 'up.log').read_text(errors='replace')[-4000:]}")
+            raise AssertionError(
+                f"the README's first command ended ({up.returncode}):\n"
+                f"{(tmp_path / 'up.log').read_text(errors='replace')[-4000:]}"
+            )
         probe = _exec(newcomer_box, f"python3 -c '{NODES_PROBE}'", timeout_s=30)
         if probe.returncode != 0:
             return None

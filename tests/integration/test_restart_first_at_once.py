@@ -25,8 +25,13 @@ def test_first_kill_restarts_at_once_a_second_within_the_window_backs_off(tmp_pa
         for expected in (1, 2, 3):
             old = agent.wait_all_running()["executor"]["pid"]
             os.kill(old, signal.SIGKILL)
-            wait_for(lambda old=old: (w := agent.workers().get("executor")) and w["pid"] not in (None, old)
-                     and w["state"] == "RUNNING", 20, what=f"restart {expected}")
+            wait_for(
+                lambda old=old: (
+                    (w := agent.workers().get("executor")) and w["pid"] not in (None, old) and w["state"] == "RUNNING"
+                ),
+                20,
+                what=f"restart {expected}",
+            )
         logged = delays(agent.log_text(), "executor")
         assert len(logged) == 3, agent.log_text()[-2000:]
         assert logged[0] == 0.0

@@ -40,27 +40,42 @@ def test_loki_url_credentials_and_the_token_never_leak(backend, tmp_path):  # no
         loki.set_mode("error", status=500)  # the first pushes fail: the failure is logged with the target
         loki_url = loki.url.replace("http://", f"http://faden-user:{PASSWORD}@")
         env_file = tmp_path / "agent.env"
-        env = agent_env_for(backend, tmp_path, loki_url=loki_url, journal_directory=journal.directory,
-                            env_file=env_file)
+        env = agent_env_for(
+            backend, tmp_path, loki_url=loki_url, journal_directory=journal.directory, env_file=env_file
+        )
         write_env(env_file, {TOKEN_VAR: env[TOKEN_VAR], "FADEN_NODE_AGENT_LOG_LEVEL": "info"})
         agent = AgentProcess(env, tmp_path / "agent.log").start()
         try:
             node = backend.wait_node(env["FADEN_NODE_AGENT_AGENT_ID"], heartbeats=2)
-            wait_for(lambda: "retrying until it works" in agent.log_path.read_text(), 30, interval_s=0.2,
-                     what="a failed push logged")
+            wait_for(
+                lambda: "retrying until it works" in agent.log_path.read_text(),
+                30,
+                interval_s=0.2,
+                what="a failed push logged",
+            )
             loki.set_mode("ok")
             loki.wait_for(lambda entries: len(entries) >= 20, 30)
 
-            shown = subprocess.run([sys.executable, "-m", "faden_agent", "config"], env=env, capture_output=True,
-                                   text=True, timeout=60)
-            ps = subprocess.run([sys.executable, "-m", "faden_agent", "ps", "--json"], env=env, capture_output=True,
-                                text=True, timeout=60)
+            shown = subprocess.run(
+                [sys.executable, "-m", "faden_agent", "config"], env=env, capture_output=True, text=True, timeout=60
+            )
+            ps = subprocess.run(
+                [sys.executable, "-m", "faden_agent", "ps", "--json"],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
             assert ps.stdout and json.loads(ps.stdout)
             logs_status = json.dumps(json.loads(ps.stdout))
             assert "<redacted>@" in logs_status  # the target is shown, without its credentials
             heartbeats = json.dumps(backend.heartbeats(node["node_id"]))
-            for where, text in (("config", shown.stdout + shown.stderr), ("ps --json", ps.stdout),
-                                ("heartbeats", heartbeats), ("the agent's log", agent.log_path.read_text())):
+            for where, text in (
+                ("config", shown.stdout + shown.stderr),
+                ("ps --json", ps.stdout),
+                ("heartbeats", heartbeats),
+                ("the agent's log", agent.log_path.read_text()),
+            ):
                 assert PASSWORD not in text, f"the Loki password is in {where}"
             assert "faden-user:" not in shown.stdout and "<redacted>@" in shown.stdout
 

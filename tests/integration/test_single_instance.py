@@ -13,10 +13,13 @@ def test_a_second_run_on_the_same_state_refuses_and_leaves_the_first_untouched(t
     env = agent_env(tmp_path)
     with AgentProcess(env, tmp_path / "first.log") as first:
         before = {name: row["pid"] for name, row in first.workers().items()}
-        second = subprocess.run([sys.executable, "-m", "faden_agent", "run"], env=env, capture_output=True,
-                                text=True, timeout=60)
+        second = subprocess.run(
+            [sys.executable, "-m", "faden_agent", "run"], env=env, capture_output=True, text=True, timeout=60
+        )
         assert second.returncode != 0
-        assert f"another faden-agent (pid {first.pid}) is running with the state directory" in second.stderr, second.stderr
+        assert f"another faden-agent (pid {first.pid}) is running with the state directory" in second.stderr, (
+            second.stderr
+        )
         assert "Traceback" not in second.stderr
         rows = first.wait_all_running()  # its control socket still answers: not unlinked
         assert {name: row["pid"] for name, row in rows.items()} == before

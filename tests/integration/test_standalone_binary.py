@@ -8,7 +8,6 @@ import fcntl
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import psutil
@@ -52,8 +51,10 @@ def test_first_start_unpacks_once_into_a_private_cache_later_starts_reuse_it(bin
 def test_concurrent_first_starts_all_run_and_leave_one_build(binary, tmp_path):
     cache = tmp_path / "cache"
     env = {**os.environ, "FADEN_AGENT_UNPACK_DIR": str(cache)}
-    procs = [subprocess.Popen([str(binary), "--version"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(4)]
+    procs = [
+        subprocess.Popen([str(binary), "--version"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(4)
+    ]
     outs = [p.communicate(timeout=180) for p in procs]
     assert [p.returncode for p in procs] == [0] * 4, outs
     assert all(out.strip() == f"faden-agent {__version__}" for out, _ in outs)
@@ -63,10 +64,15 @@ def test_concurrent_first_starts_all_run_and_leave_one_build(binary, tmp_path):
 
 def start_unpacking(binary: Path, cache: Path) -> subprocess.Popen:
     env = {**os.environ, "FADEN_AGENT_UNPACK_DIR": str(cache)}
-    proc = subprocess.Popen([str(binary), "--version"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            start_new_session=True)
-    wait_for(lambda: cache.is_dir() and any(p.name.startswith(".unpack.") for p in cache.iterdir()), 30,
-             interval_s=0.005, what="the launcher to start unpacking")
+    proc = subprocess.Popen(
+        [str(binary), "--version"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+    )
+    wait_for(
+        lambda: cache.is_dir() and any(p.name.startswith(".unpack.") for p in cache.iterdir()),
+        30,
+        interval_s=0.005,
+        what="the launcher to start unpacking",
+    )
     return proc
 
 

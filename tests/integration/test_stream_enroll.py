@@ -15,8 +15,9 @@ from tests.backendproc import agent_env_for, agent_on_backend, backend  # noqa: 
 
 
 def agent_status(env: dict[str, str]) -> dict:
-    out = subprocess.run([sys.executable, "-m", "faden_agent", "status", "--json"], env=env, capture_output=True,
-                         text=True, timeout=20)
+    out = subprocess.run(
+        [sys.executable, "-m", "faden_agent", "status", "--json"], env=env, capture_output=True, text=True, timeout=20
+    )
     return json.loads(out.stdout)
 
 
@@ -27,8 +28,9 @@ def test_enroll_restart_no_second_enrollment(backend, agent_on_backend, tmp_path
     state_bytes = state_path.read_bytes()
     state = orjson.loads(state_bytes)
     assert state["node_id"] == node["node_id"] and state["backend_url"] == backend.url
-    report = wait_for(lambda: (s := agent_status(agent.env))["connection"] == "connected" and s, 15,
-                      what="status connected")
+    report = wait_for(
+        lambda: (s := agent_status(agent.env))["connection"] == "connected" and s, 15, what="status connected"
+    )
     assert report["enrolled"] and report["node_id"] == node["node_id"]
     assert report["last_contact_at"] and report["last_error"] is None
 
@@ -52,8 +54,9 @@ def test_second_use_of_a_token_is_refused(backend, agent_on_backend, tmp_path): 
     (tmp_path / "second").mkdir()
     second = AgentProcess(env, tmp_path / "second" / "agent.log").start()
     try:
-        report = wait_for(lambda: (s := agent_status(env))["connection"] == "enrollment_refused" and s, 20,
-                          what="enrollment refused")
+        report = wait_for(
+            lambda: (s := agent_status(env))["connection"] == "enrollment_refused" and s, 20, what="enrollment refused"
+        )
         assert "already used" in report["last_error"] and not report["enrolled"]
         assert not (tmp_path / "second" / "state" / "state.json").exists()
         assert len(backend.nodes()) == 1
@@ -73,9 +76,19 @@ def test_token_from_a_file(backend, agent_on_backend, tmp_path):  # noqa: F811
 def test_corrupt_and_foreign_state_files_are_reported_and_kept(backend, tmp_path):  # noqa: F811
     cases = {
         "corrupt": (b"{half a state file", "is corrupt"),
-        "foreign": (orjson.dumps({"version": 1, "backend_url": "https://other.example", "node_id": "node-x",
-                                  "credential": "cred-x", "agent_id": "a", "enrolled_at": 1.0}),
-                    "belongs to backend https://other.example"),
+        "foreign": (
+            orjson.dumps(
+                {
+                    "version": 1,
+                    "backend_url": "https://other.example",
+                    "node_id": "node-x",
+                    "credential": "cred-x",
+                    "agent_id": "a",
+                    "enrolled_at": 1.0,
+                }
+            ),
+            "belongs to backend https://other.example",
+        ),
     }
     for name, (content, message) in cases.items():
         root = tmp_path / name
@@ -85,8 +98,9 @@ def test_corrupt_and_foreign_state_files_are_reported_and_kept(backend, tmp_path
         env = agent_env_for(backend, root)  # a valid token is set: it must not be used
         agent = AgentProcess(env, root / "agent.log").start()
         try:
-            report = wait_for(lambda: (s := agent_status(env))["connection"] == "state_error" and s, 20,
-                              what=f"{name} state error")
+            report = wait_for(
+                lambda: (s := agent_status(env))["connection"] == "state_error" and s, 20, what=f"{name} state error"
+            )
             assert message in report["last_error"]
             assert message in agent.log_text()
         finally:
@@ -109,8 +123,11 @@ def test_revoked_credential_is_reported_never_reenrolled(backend, agent_on_backe
     state_path = tmp_path / "agent0" / "state" / "state.json"
     before = state_path.read_bytes()
     backend.admin.revoke(node["node_id"])
-    report = wait_for(lambda: (s := agent_status(agent.env))["connection"] == "credential_rejected" and s, 20,
-                      what="credential rejected")
+    report = wait_for(
+        lambda: (s := agent_status(agent.env))["connection"] == "credential_rejected" and s,
+        20,
+        what="credential rejected",
+    )
     assert "revoked" in report["last_error"]
     assert state_path.read_bytes() == before
     assert len([r for r in backend.admin.requests_log() if r["path"].endswith("/enroll")]) == 1

@@ -40,8 +40,9 @@ def test_backend_restart_reconnects_in_time_and_loses_nothing(backend, agent_on_
     time.sleep(3)  # long enough for the agent's backoff to reach its maximum
     restarted_at = time.time()
     backend.start()
-    first = wait_for(lambda: [r for r in stream_requests(backend, restarted_at) if r["status"] == 200], 15,
-                     what="a new stream")[0]
+    first = wait_for(
+        lambda: [r for r in stream_requests(backend, restarted_at) if r["status"] == 200], 15, what="a new stream"
+    )[0]
     assert first["at"] - restarted_at <= reconnect_max + 1.5
     after = [backend.send_command(node["node_id"], UNKNOWN_KIND, {"n": i}) for i in range(5)]
     assert_each_state_once(backend, before + after)
@@ -94,16 +95,19 @@ def test_kill_9_of_the_stream_worker_loses_no_pending_record(backend, agent_on_b
     producer.close()
     old_pid = agent.workers()["stream"]["pid"]
     os.kill(old_pid, signal.SIGKILL)
-    wait_for(lambda: (w := agent.workers()["stream"])["pid"] not in (None, old_pid) and w["state"] == "RUNNING",
-             15, what="stream worker restarted")
+    wait_for(
+        lambda: (w := agent.workers()["stream"])["pid"] not in (None, old_pid) and w["state"] == "RUNNING",
+        15,
+        what="stream worker restarted",
+    )
     backend.start()
-    events = wait_for(lambda: len(e := backend.events(node["node_id"])) >= len(ids) and e, 30,
-                      what="all events delivered")
+    events = wait_for(
+        lambda: len(e := backend.events(node["node_id"])) >= len(ids) and e, 30, what="all events delivered"
+    )
     got = Counter(e["id"] for e in events if e["id"].startswith("ev:test:"))
     assert set(got) == set(ids) and set(got.values()) == {1}
     outbox = Outbox(load_config(agent.env).state_dir)
-    wait_for(lambda: not [r for r in outbox.pending(1000) if r["id"].startswith("ev:test:")], 10,
-             what="outbox drained")
+    wait_for(lambda: not [r for r in outbox.pending(1000) if r["id"].startswith("ev:test:")], 10, what="outbox drained")
     outbox.close()
 
 

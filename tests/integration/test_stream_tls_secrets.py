@@ -29,24 +29,43 @@ def _name(common_name: str) -> x509.Name:
 
 def make_ca_and_server_cert(directory: Path) -> tuple[Path, Path, Path]:
     """(ca.pem, server.pem, server.key) for 127.0.0.1, signed by a fresh private CA."""
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_cert = (
-        x509.CertificateBuilder().subject_name(_name("faden test CA")).issuer_name(_name("faden test CA"))
-        .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
+        x509.CertificateBuilder()
+        .subject_name(_name("faden test CA"))
+        .issuer_name(_name("faden test CA"))
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
-                                     key_encipherment=False, data_encipherment=False, key_agreement=False,
-                                     encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
     key = ec.generate_private_key(ec.SECP256R1())
     cert = (
-        x509.CertificateBuilder().subject_name(_name("127.0.0.1")).issuer_name(ca_cert.subject)
-        .public_key(key.public_key()).serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
+        x509.CertificateBuilder()
+        .subject_name(_name("127.0.0.1"))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
         .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
@@ -56,8 +75,9 @@ def make_ca_and_server_cert(directory: Path) -> tuple[Path, Path, Path]:
     ca_path, cert_path, key_path = directory / "ca.pem", directory / "server.pem", directory / "server.key"
     ca_path.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     key_path.chmod(0o600)
     return ca_path, cert_path, key_path
 
@@ -80,8 +100,11 @@ def test_unknown_ca_refused_right_ca_bundle_accepted(tmp_path):
         refused_env = without_ca_overrides(agent_env_for(tls_backend, refused_root, verify_tls="true"))
         refused = AgentProcess(refused_env, refused_root / "agent.log").start()
         try:
-            report = wait_for(lambda: "TLS verification" in ((s := agent_status(refused_env))["last_error"] or "") and s,
-                              20, what="TLS refusal in status")
+            report = wait_for(
+                lambda: "TLS verification" in ((s := agent_status(refused_env))["last_error"] or "") and s,
+                20,
+                what="TLS refusal in status",
+            )
             assert "CERTIFICATE_VERIFY_FAILED" in report["last_error"] or "verify" in report["last_error"]
             assert not report["enrolled"] and tls_backend.nodes() == []
         finally:
@@ -133,14 +156,23 @@ def test_token_and_credential_never_leak(backend, agent_on_backend, tmp_path):  
     backend.wait_command(command_id)
     outputs = []
     for args in (["ps", "--json"], ["ps"], ["status", "--json"], ["status"], ["config"], ["config", "--json"]):
-        result = subprocess.run([sys.executable, "-m", "faden_agent", *args], env=agent.env, capture_output=True,
-                                timeout=20)
+        result = subprocess.run(
+            [sys.executable, "-m", "faden_agent", *args], env=agent.env, capture_output=True, timeout=20
+        )
         outputs.append(result.stdout + result.stderr)
     ps_table = json.loads(outputs[0])
     assert {w["name"] for w in ps_table["workers"]} >= {"stream", "executor"}
     system_ps = subprocess.run(["ps", "auxww"], capture_output=True, timeout=20).stdout
-    texts = outputs + [system_ps, agent.log_path.read_bytes(), backend.log_path.read_bytes(),
-                       (tmp_path / "agent0" / "state" / "status.json").read_bytes()] + _all_cmdlines_and_titles()
+    texts = (
+        outputs
+        + [
+            system_ps,
+            agent.log_path.read_bytes(),
+            backend.log_path.read_bytes(),
+            (tmp_path / "agent0" / "state" / "status.json").read_bytes(),
+        ]
+        + _all_cmdlines_and_titles()
+    )
     for secret in secrets:
         leaks = [text[:200] for text in texts if secret in text]
         assert not leaks, leaks

@@ -10,8 +10,6 @@ import subprocess
 import sys
 import time
 
-import pytest
-
 from tests.agentproc import AgentProcess, agent_env, pid_alive, wait_for
 from tests.sampleworkers import supervisor_argv
 
@@ -41,8 +39,14 @@ def test_kill_9_of_each_worker_restarts_only_that_worker(tmp_path):
             victim = before[name]["pid"]
             os.kill(victim, signal.SIGKILL)
             after = wait_for(
-                lambda: (rows := agent.workers()) and rows[name]["state"] == "RUNNING" and rows[name]["pid"] != victim and rows,
-                timeout_s=10, what=f"{name} to come back",
+                lambda: (
+                    (rows := agent.workers())
+                    and rows[name]["state"] == "RUNNING"
+                    and rows[name]["pid"] != victim
+                    and rows
+                ),
+                timeout_s=10,
+                what=f"{name} to come back",
             )
             assert after[name]["restarts"] == before[name]["restarts"] + 1
             assert after[name]["last_exit"] == "signal SIGKILL"
@@ -57,8 +61,14 @@ def test_sigstopped_worker_is_detected_dumped_and_replaced(tmp_path):
         os.kill(victim, signal.SIGSTOP)
         stopped_at = time.monotonic()
         rows = wait_for(
-            lambda: (r := agent.workers()) and r["inventory"]["pid"] not in (None, victim) and r["inventory"]["state"] == "RUNNING" and r,
-            timeout_s=10, what="the hung worker to be replaced",
+            lambda: (
+                (r := agent.workers())
+                and r["inventory"]["pid"] not in (None, victim)
+                and r["inventory"]["state"] == "RUNNING"
+                and r
+            ),
+            timeout_s=10,
+            what="the hung worker to be replaced",
         )
         replaced_after = time.monotonic() - stopped_at
         assert not pid_alive(victim)
@@ -72,8 +82,13 @@ def test_sigstopped_worker_is_detected_dumped_and_replaced(tmp_path):
 
 def test_crash_loop_backoff_grows_and_fatal_leaves_others_running(tmp_path):
     agent = steady_agent(
-        tmp_path, names=("stream", "executor"), extra={"broken": CRASHER},
-        RESTART_BACKOFF_MIN_SEC="0.2", RESTART_MAX="4", RESTART_WINDOW_SEC="60", FATAL_RETRY_SEC="600",
+        tmp_path,
+        names=("stream", "executor"),
+        extra={"broken": CRASHER},
+        RESTART_BACKOFF_MIN_SEC="0.2",
+        RESTART_MAX="4",
+        RESTART_WINDOW_SEC="60",
+        FATAL_RETRY_SEC="600",
     )
     agent.start(wait_running=False)
     try:
@@ -91,7 +106,10 @@ def test_crash_loop_backoff_grows_and_fatal_leaves_others_running(tmp_path):
         assert rows["broken"]["restarts"] == 4
         assert rows["broken"]["pid"] is None
         assert rows["broken"]["last_exit"] == "exit 70"
-        delays = [float(d) for d in re.findall(r"worker broken exited \(exit 70\); restarting in ([0-9.]+)s", agent.log_text())]
+        delays = [
+            float(d)
+            for d in re.findall(r"worker broken exited \(exit 70\); restarting in ([0-9.]+)s", agent.log_text())
+        ]
         assert len(delays) == 4
         # exponential: each delay about twice the previous one (jitter is +-20 %)
         for earlier, later in zip(delays, delays[1:]):
@@ -110,8 +128,13 @@ def test_crash_loop_backoff_grows_and_fatal_leaves_others_running(tmp_path):
 
 def test_fatal_worker_is_retried_later(tmp_path):
     agent = steady_agent(
-        tmp_path, names=("stream",), extra={"broken": CRASHER},
-        RESTART_BACKOFF_MIN_SEC="0.1", RESTART_MAX="1", RESTART_WINDOW_SEC="60", FATAL_RETRY_SEC="1",
+        tmp_path,
+        names=("stream",),
+        extra={"broken": CRASHER},
+        RESTART_BACKOFF_MIN_SEC="0.1",
+        RESTART_MAX="1",
+        RESTART_WINDOW_SEC="60",
+        FATAL_RETRY_SEC="1",
     )
     agent.start(wait_running=False)
     try:
@@ -252,7 +275,9 @@ def test_ps_cli_json_and_exit_codes(tmp_path):
 
 def test_ps_exit_0_when_all_running(tmp_path):
     with steady_agent(tmp_path) as agent:
-        out = subprocess.run([sys.executable, "-m", "faden_agent", "ps"], env=agent.env, capture_output=True, text=True, timeout=10)
+        out = subprocess.run(
+            [sys.executable, "-m", "faden_agent", "ps"], env=agent.env, capture_output=True, text=True, timeout=10
+        )
         assert out.returncode == 0, out.stderr
         for name in WORKER_NAMES:
             assert re.search(rf"^{name}\s+RUNNING", out.stdout, re.M)

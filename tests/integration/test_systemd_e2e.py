@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.systemd]
 
 UPGRADE_VERSION = f"{__version__}.post1"  # newer than the source version by construction
 UNIT = "faden-agent"
-INSTALL_LINE = "curl -fsSL \"$FADEN_NODE_AGENT_BACKEND_URL/downloads/install.sh\" | sh"
+INSTALL_LINE = 'curl -fsSL "$FADEN_NODE_AGENT_BACKEND_URL/downloads/install.sh" | sh'
 # Operators' knobs, set faster for the test: a drop-in like an operator would write.
 FAST_DROP_IN = "[Service]\nRestartSec=1\nWatchdogSec=4\nTimeoutAbortSec=3\n"
 
@@ -94,7 +94,10 @@ def managed_container(docker_client):
 
     def make(agent_id: str):
         container = docker_client.containers.run(
-            TEST_IMAGE, ["sleep", "3600"], detach=True, name=f"faden-test-sd-{uuid.uuid4().hex[:8]}",
+            TEST_IMAGE,
+            ["sleep", "3600"],
+            detach=True,
+            name=f"faden-test-sd-{uuid.uuid4().hex[:8]}",
             labels={protocol.LABEL_MANAGED: "true", protocol.LABEL_AGENT_ID: agent_id},
         )
         made.append(container)
@@ -135,7 +138,9 @@ def test_install_line_restart_upgrade_and_bad_checksum(image, served, upgrade_bu
 
         # kill -9 of the main process: systemd restarts the agent, the container runs on.
         box.sh("mkdir -p /etc/systemd/system/faden-agent.service.d")
-        box.sh(f"printf '{FAST_DROP_IN}' > /etc/systemd/system/faden-agent.service.d/test.conf && systemctl daemon-reload")
+        box.sh(
+            f"printf '{FAST_DROP_IN}' > /etc/systemd/system/faden-agent.service.d/test.conf && systemctl daemon-reload"
+        )
         box.sh(f"systemctl kill -s KILL --kill-who=main {UNIT}")
         after_kill = box.wait_active(UNIT, other_than_pid=props["MainPID"])
         assert int(after_kill["NRestarts"]) >= 1
@@ -149,8 +154,12 @@ def test_install_line_restart_upgrade_and_bad_checksum(image, served, upgrade_bu
         assert backend.node_by_agent(agent_id)["available_version"] == UPGRADE_VERSION
         done = run_install_line(box, install_env(backend, agent_id, token=backend.mint_token()))
         assert f"installed faden-agent {UPGRADE_VERSION}" in done.stderr
-        upgraded = wait_for(lambda: (n := backend.node_by_agent(agent_id)) and n["version"] == UPGRADE_VERSION and n,
-                            60, interval_s=0.3, what="the node to report the new version")
+        upgraded = wait_for(
+            lambda: (n := backend.node_by_agent(agent_id)) and n["version"] == UPGRADE_VERSION and n,
+            60,
+            interval_s=0.3,
+            what="the node to report the new version",
+        )
         assert upgraded["node_id"] == node["node_id"]  # no new enrollment
         assert upgraded["available_version"] is None
         assert len([n for n in backend.nodes() if n["agent_id"] == agent_id]) == 1
@@ -247,15 +256,30 @@ def test_install_line_as_a_user_makes_a_user_service(image, served):
     with SystemdContainer(image) as box:
         # A user allowed to use Docker (the host socket's group), with lingering so that
         # its user manager runs without a login session.
-        box.sh(f"groupadd -g {socket_gid} hostdocker; useradd -m -s /bin/sh -G hostdocker agentuser && "
-               "loginctl enable-linger agentuser")
+        box.sh(
+            f"groupadd -g {socket_gid} hostdocker; useradd -m -s /bin/sh -G hostdocker agentuser && "
+            "loginctl enable-linger agentuser"
+        )
         box.wait_active("user@1000")
-        user = ["-u", "agentuser", "-w", "/home/agentuser", "-e", "XDG_RUNTIME_DIR=/run/user/1000", "-e", "HOME=/home/agentuser"]
-        done = box.sh(INSTALL_LINE, env=install_env(backend, agent_id, backend.mint_token()), timeout_s=180, exec_args=user)
+        user = [
+            "-u",
+            "agentuser",
+            "-w",
+            "/home/agentuser",
+            "-e",
+            "XDG_RUNTIME_DIR=/run/user/1000",
+            "-e",
+            "HOME=/home/agentuser",
+        ]
+        done = box.sh(
+            INSTALL_LINE, env=install_env(backend, agent_id, backend.mint_token()), timeout_s=180, exec_args=user
+        )
         assert "user service faden-agent.service enabled and started" in done.stdout
         backend.wait_node(agent_id, heartbeats=1, timeout_s=60)
-        files = box.sh("stat -c '%a %U %n' /home/agentuser/.config/faden-agent/agent.env "
-                       "/home/agentuser/.local/share/faden-agent/state.json /home/agentuser/.local/bin/faden-agent").stdout
+        files = box.sh(
+            "stat -c '%a %U %n' /home/agentuser/.config/faden-agent/agent.env "
+            "/home/agentuser/.local/share/faden-agent/state.json /home/agentuser/.local/bin/faden-agent"
+        ).stdout
         assert files.splitlines() == [
             "600 agentuser /home/agentuser/.config/faden-agent/agent.env",
             "600 agentuser /home/agentuser/.local/share/faden-agent/state.json",
@@ -297,15 +321,20 @@ def test_a_new_build_whose_run_fails_is_rolled_back(image, served, current_build
         broken = tmp_path / current_build.name
         broken.write_text(BROKEN_BUILD.replace("@ARCH@", current_build.name.rsplit("-", 1)[-1]))
         broken.chmod(0o755)
-        (tmp_path / f"{broken.name}.sha256").write_text(f"{hashlib.sha256(broken.read_bytes()).hexdigest()}  {broken.name}\n")
+        (tmp_path / f"{broken.name}.sha256").write_text(
+            f"{hashlib.sha256(broken.read_bytes()).hexdigest()}  {broken.name}\n"
+        )
         offer(downloads, broken)
-        done = run_install_line(box, {**install_env(backend, agent_id, token=None), "FADEN_AGENT_INSTALL_WAIT_SEC": "20"},
-                                check=False)
+        done = run_install_line(
+            box, {**install_env(backend, agent_id, token=None), "FADEN_AGENT_INSTALL_WAIT_SEC": "20"}, check=False
+        )
         print(done.stderr)
         assert done.returncode != 0
         assert f"installed faden-agent {BROKEN_VERSION}" in done.stderr
-        assert f"faden-agent {BROKEN_VERSION} did not connect to {backend.url} within 20s; " \
-               f"rolling back to faden-agent {__version__}" in done.stderr
+        assert (
+            f"faden-agent {BROKEN_VERSION} did not connect to {backend.url} within 20s; "
+            f"rolling back to faden-agent {__version__}" in done.stderr
+        )
         assert f"rolled back: faden-agent {__version__} runs again" in done.stderr
         assert box.sh("/usr/local/bin/faden-agent --version").stdout.strip() == f"faden-agent {__version__}"
         assert "broken on purpose" in box.journal(UNIT)  # the new build did get its chance
@@ -314,4 +343,3 @@ def test_a_new_build_whose_run_fails_is_rolled_back(image, served, current_build
         again = backend.wait_node(agent_id, heartbeats=beats + 2, timeout_s=30)
         assert again["node_id"] == node["node_id"] and again["version"] == __version__
         assert not box.sh("ls -a /usr/local/bin").stdout.count(".faden-agent.")  # no leftovers
-

@@ -23,8 +23,13 @@ def analyze(unit: Path, scope: str, tmp_path: Path) -> subprocess.CompletedProce
     runtime = tmp_path / "xdg-runtime"
     runtime.mkdir(mode=0o700, exist_ok=True)
     argv = ["systemd-analyze", *(["--user"] if scope == "user" else []), "verify", str(unit)]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=60,
-                          env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "XDG_RUNTIME_DIR": str(runtime)})
+    return subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "XDG_RUNTIME_DIR": str(runtime)},
+    )
 
 
 def complaints(done: subprocess.CompletedProcess, unit: Path) -> list[str]:
@@ -43,6 +48,8 @@ def test_rendered_unit_verifies_clean(tmp_path, scope):
 
 def test_verify_would_catch_a_broken_unit(tmp_path):
     paths = ServicePaths("system", tmp_path / "faden-agent.service", tmp_path / "agent.env")
-    broken = render_unit(paths, [sys.executable, "-m", "faden_agent"]).replace("Type=notify", "Type=notfy\nWatchdogSecs=3")
+    broken = render_unit(paths, [sys.executable, "-m", "faden_agent"]).replace(
+        "Type=notify", "Type=notfy\nWatchdogSecs=3"
+    )
     paths.unit_path.write_text(broken)
     assert len(complaints(analyze(paths.unit_path, "system", tmp_path), paths.unit_path)) == 2

@@ -15,8 +15,7 @@ from tests.executorproc import prefix  # noqa: F401
 pytestmark = pytest.mark.docker
 
 
-def test_kill_9_between_done_and_outbox_still_delivers_the_terminal_record(backend, prefix, tmp_path,
-                                                                              docker_client):  # noqa: F811
+def test_kill_9_between_done_and_outbox_still_delivers_the_terminal_record(backend, prefix, tmp_path, docker_client):  # noqa: F811
     env = agent_env_for(backend, tmp_path)
     env.update(FADEN_TEST_HOOKS="1", FADEN_TEST_HOOK_KILL_BETWEEN="done/outbox")
     with AgentProcess(env, tmp_path / "agent.log") as agent:
@@ -29,8 +28,16 @@ def check_replay(backend, agent, node, prefix):  # noqa: F811
     # Runs on a command thread after the ack (it asks the engine), so the downlink will
     # not hand it over again: only the journal knows it finished.
     command_id = backend.send_command(node["node_id"], "container.remove", {"name": f"{prefix}-absent"})
-    rows = wait_for(lambda: (w := agent.workers()) and w["executor"]["pid"] not in (None, executor_pid)
-                    and w["executor"]["state"] == "RUNNING" and w, 30, what="the executor killed by the hook and back")
+    rows = wait_for(
+        lambda: (
+            (w := agent.workers())
+            and w["executor"]["pid"] not in (None, executor_pid)
+            and w["executor"]["state"] == "RUNNING"
+            and w
+        ),
+        30,
+        what="the executor killed by the hook and back",
+    )
     assert rows["executor"]["last_exit"] == "signal SIGKILL"
     command = backend.wait_command(command_id, timeout_s=30)
     terminal = [r for r in command["timeline"] if r["state"] in protocol.TERMINAL_STATES]

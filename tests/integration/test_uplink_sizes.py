@@ -33,15 +33,21 @@ def test_a_record_refused_with_413_becomes_a_stub_and_everything_after_it_is_del
         # Under MAX_RECORD_BYTES, so sent as it is; over this backend's limit, so refused with 413.
         producer.put(protocol.EVENT, {"type": "test.size", "record": "sz:big", "blob": "x" * (200 * KIB)}, "sz:big")
         # Over MAX_RECORD_BYTES: never sent whole, a stub from the start.
-        producer.put(protocol.EVENT, {"type": "test.size", "record": "sz:huge",
-                                      "blob": "y" * (protocol.MAX_RECORD_BYTES + 1)}, "sz:huge")
+        producer.put(
+            protocol.EVENT,
+            {"type": "test.size", "record": "sz:huge", "blob": "y" * (protocol.MAX_RECORD_BYTES + 1)},
+            "sz:huge",
+        )
         for record_id in after:
             producer.put(protocol.EVENT, {"type": "test.size", "record": record_id, "pad": "z" * 400}, record_id)
     finally:
         producer.close()
     want = set(before) | set(after) | {"sz:big", "sz:huge"}
-    got = wait_for(lambda: (d := delivered(backend, node["node_id"], "sz:")) and want <= set(d) and d, 60,
-                   what="every record, the big ones as stubs")
+    got = wait_for(
+        lambda: (d := delivered(backend, node["node_id"], "sz:")) and want <= set(d) and d,
+        60,
+        what="every record, the big ones as stubs",
+    )
     for big in ("sz:big", "sz:huge"):
         stub = got[big]
         assert stub["truncated"] is True and "blob" not in stub and stub["type"] == "test.size", stub

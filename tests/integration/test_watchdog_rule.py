@@ -31,8 +31,9 @@ def notify_socket(tmp_path):
 def supervise(tmp_path, sock, workers):
     env = agent_env(tmp_path, restart_max=1, restart_window_sec=60, fatal_retry_sec=1)
     env.update(NOTIFY_SOCKET=sock.getsockname(), WATCHDOG_USEC="400000")  # fed every 0.2 s
-    return subprocess.Popen(supervisor_argv(workers), env=env, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen(
+        supervisor_argv(workers), env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
 
 
 def messages_for(sock, seconds: float) -> list[str]:
@@ -41,7 +42,7 @@ def messages_for(sock, seconds: float) -> list[str]:
     while time.monotonic() < deadline:
         try:
             seen.extend(sock.recv(4096).decode().split("\n"))
-        except socket.timeout:
+        except TimeoutError:
             pass
     return seen
 

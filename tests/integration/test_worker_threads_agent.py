@@ -16,8 +16,11 @@ def test_a_dead_critical_thread_restarts_its_worker_and_ps_says_why(backend, tmp
     env.update(FADEN_TEST_HOOKS="1", FADEN_TEST_HOOK_THREAD_DIES="stream/downlink/1.5")
     with AgentProcess(env, tmp_path / "agent.log") as agent:
         first_pid = agent.workers()["stream"]["pid"]
-        row = wait_for(lambda: (w := agent.workers().get("stream")) and w["restarts"] >= 1 and w["state"] == "RUNNING"
-                       and w, 30, what="the stream worker restarted after its downlink died")
+        row = wait_for(
+            lambda: (w := agent.workers().get("stream")) and w["restarts"] >= 1 and w["state"] == "RUNNING" and w,
+            30,
+            what="the stream worker restarted after its downlink died",
+        )
         assert row["pid"] != first_pid
         assert row["last_exit"] == f"exit 3: {HOOK_ERROR}", row
         others = agent.workers()

@@ -21,11 +21,17 @@ def scripted_http():
 @pytest.fixture(scope="module")
 def scripted_config(scripted_http, tmp_path_factory) -> Config:
     """The agent's configuration with the backend and Loki both at `scripted_http`."""
-    return load_config({"FADEN_NODE_AGENT_BACKEND_URL": scripted_http.url, "FADEN_NODE_AGENT_LOKI_URL": scripted_http.url,
-                        "FADEN_NODE_AGENT_AGENT_ID": "fuzz", "FADEN_NODE_AGENT_REQUEST_TIMEOUT_SEC": "2",
-                        "FADEN_NODE_AGENT_STATE_PATH": str(tmp_path_factory.mktemp("s") / "state.json"),
-                        # absent on purpose: one answer's 503 must not hold the next example back
-                        "FADEN_NODE_AGENT_RUNTIME_DIR": str(tmp_path_factory.mktemp("r") / "absent")})
+    return load_config(
+        {
+            "FADEN_NODE_AGENT_BACKEND_URL": scripted_http.url,
+            "FADEN_NODE_AGENT_LOKI_URL": scripted_http.url,
+            "FADEN_NODE_AGENT_AGENT_ID": "fuzz",
+            "FADEN_NODE_AGENT_REQUEST_TIMEOUT_SEC": "2",
+            "FADEN_NODE_AGENT_STATE_PATH": str(tmp_path_factory.mktemp("s") / "state.json"),
+            # absent on purpose: one answer's 503 must not hold the next example back
+            "FADEN_NODE_AGENT_RUNTIME_DIR": str(tmp_path_factory.mktemp("r") / "absent"),
+        }
+    )
 
 
 @pytest.fixture(scope="module")

@@ -25,9 +25,13 @@ def test_rate_and_eta_come_from_the_records_own_times():
     """Shown from history at once, a pull still shows the rate it had (50 MB/s), not the poll's."""
     view, out = plain_view()
     pull = {"phase": "pull", "image": "r/x:1", "bytes_total": 200 * MB, "layers": 2}
-    timeline = [record("received", 100.0, kind="image.pull", seq=1), record("started", 100.2, attempt=1),
-                record("progress", 101.0, bytes_done=0, **pull), record("progress", 102.0, bytes_done=50 * MB, **pull),
-                record("progress", 103.0, bytes_done=100 * MB, **pull)]
+    timeline = [
+        record("received", 100.0, kind="image.pull", seq=1),
+        record("started", 100.2, attempt=1),
+        record("progress", 101.0, bytes_done=0, **pull),
+        record("progress", 102.0, bytes_done=50 * MB, **pull),
+        record("progress", 103.0, bytes_done=100 * MB, **pull),
+    ]
     assert view.show(timeline) is None
     lines = out.getvalue().splitlines()
     assert [line.split()[2] for line in lines] == ["received", "started", "progress", "progress", "progress"]
@@ -42,13 +46,22 @@ def test_the_outcome_comes_last_with_reason_and_message():
     assert view.show([record("received", 4.0, kind="image.pull"), failed]) == failed
     assert "failed" not in out.getvalue()  # printed by close(), below any bars
     view.close()
-    assert out.getvalue().splitlines()[-1].endswith("failed     registry_unreachable: pulling x: cannot reach the registry")
+    assert (
+        out.getvalue()
+        .splitlines()[-1]
+        .endswith("failed     registry_unreachable: pulling x: cannot reach the registry")
+    )
 
 
 def test_a_result_is_shown_flat_and_short():
     view, out = plain_view()
-    done = record("succeeded", 1.0, reason="ok", message="pulled x",
-                  result={"image": "x", "image_id": "sha256:" + "a" * 64, "digests": ["d"]})
+    done = record(
+        "succeeded",
+        1.0,
+        reason="ok",
+        message="pulled x",
+        result={"image": "x", "image_id": "sha256:" + "a" * 64, "digests": ["d"]},
+    )
     view.show([done])
     view.close()
     line = out.getvalue().strip()

@@ -41,8 +41,12 @@ def server(tmp_path):
 
 
 def config_for(url: str, tmp_path, **overrides):
-    env = {"FADEN_NODE_AGENT_BACKEND_URL": url, "FADEN_NODE_AGENT_STATE_PATH": str(tmp_path / "s" / "state.json"),
-           "FADEN_NODE_AGENT_RUNTIME_DIR": str(tmp_path / "run"), "FADEN_NODE_AGENT_REQUEST_TIMEOUT_SEC": "2"}
+    env = {
+        "FADEN_NODE_AGENT_BACKEND_URL": url,
+        "FADEN_NODE_AGENT_STATE_PATH": str(tmp_path / "s" / "state.json"),
+        "FADEN_NODE_AGENT_RUNTIME_DIR": str(tmp_path / "run"),
+        "FADEN_NODE_AGENT_REQUEST_TIMEOUT_SEC": "2",
+    }
     env.update({f"FADEN_NODE_AGENT_{k.upper()}": str(v) for k, v in overrides.items()})
     return load_config(env)
 
@@ -144,8 +148,14 @@ def test_stream_delivers_commands_and_detects_a_stall(server, tmp_path):
     lines = iter(client.open_stream(after=0, keepalive_sec=0.2))
     assert next(lines)["type"] == "hello"
     assert next(lines) == {"type": "peers", "cluster": None, "peers": []}  # in no cluster
-    assert next(lines) == {"type": "command", "seq": 1, "id": "c1", "kind": "no.such.kind", "spec": {"a": 1},
-                           "deadline": None}
+    assert next(lines) == {
+        "type": "command",
+        "seq": 1,
+        "id": "c1",
+        "kind": "no.such.kind",
+        "spec": {"a": 1},
+        "deadline": None,
+    }
     assert next(lines)["type"] == "keepalive"
     backend.faults.stall_streams = True
     started = time.monotonic()

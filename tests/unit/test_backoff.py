@@ -7,8 +7,14 @@ import threading
 
 import pytest
 
-from faden_agent.backend import (BackendUnavailable, CredentialRejected, Maintenance, MaintenanceHold, ProtocolError,
-                                 TokenRefused)
+from faden_agent.backend import (
+    BackendUnavailable,
+    CredentialRejected,
+    Maintenance,
+    MaintenanceHold,
+    ProtocolError,
+    TokenRefused,
+)
 from faden_agent.backoff import MAX_RETRY_AFTER_SEC, Backoff, capped_retry_after, ceiling
 from faden_agent.workers.stream import link
 from faden_agent.workers.stream.link import Gate, wait_after
@@ -28,12 +34,15 @@ def test_retry_after_wins_over_the_backoff_and_is_capped():
     assert capped_retry_after(-5) == 0.0 and capped_retry_after(float("nan")) is None
 
 
-@pytest.mark.parametrize("error, state, expected", [
-    (Maintenance("503", 503, 7.0), link.MAINTENANCE, 7.0),
-    (CredentialRejected("401", 401), link.CREDENTIAL_REJECTED, 60.0),
-    (TokenRefused("403"), link.ENROLLMENT_REFUSED, 60.0),
-    (BackendUnavailable("429", 429, 12.0), link.BACKOFF, 12.0),
-])
+@pytest.mark.parametrize(
+    "error, state, expected",
+    [
+        (Maintenance("503", 503, 7.0), link.MAINTENANCE, 7.0),
+        (CredentialRejected("401", 401), link.CREDENTIAL_REJECTED, 60.0),
+        (TokenRefused("403"), link.ENROLLMENT_REFUSED, 60.0),
+        (BackendUnavailable("429", 429, 12.0), link.BACKOFF, 12.0),
+    ],
+)
 def test_each_backend_error_maps_to_one_state_and_wait(error, state, expected):
     assert wait_after(error, Backoff(1.0, 2.0), slow_s=60.0) == (state, expected)
 

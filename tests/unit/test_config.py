@@ -34,7 +34,11 @@ def test_exact_defaults():
     assert config.loki_url is None
     assert config.log_batch_size == 100
     assert config.log_flush_interval_sec == 5
-    expected_state = "/var/lib/faden-agent/state.json" if os.geteuid() == 0 else str(Path.home() / ".local/share/faden-agent/state.json")
+    expected_state = (
+        "/var/lib/faden-agent/state.json"
+        if os.geteuid() == 0
+        else str(Path.home() / ".local/share/faden-agent/state.json")
+    )
     assert str(config.state_path) == expected_state
 
 
@@ -58,9 +62,22 @@ def test_advertise_host_defaults_to_host_when_there_is_no_route():
 
 
 def test_explicit_values_win():
-    config = load(AGENT_ID="gpu-01", HOST="h", ADVERTISE_HOST="a", ADVERTISE_SCHEME="https", VERIFY_TLS="false",
-                  HEARTBEAT_INTERVAL_SEC="2.5", LOG_BATCH_SIZE="7", LOKI_URL="http://127.0.0.1:3100/")
-    assert (config.agent_id, config.host, config.advertise_host, config.advertise_scheme) == ("gpu-01", "h", "a", "https")
+    config = load(
+        AGENT_ID="gpu-01",
+        HOST="h",
+        ADVERTISE_HOST="a",
+        ADVERTISE_SCHEME="https",
+        VERIFY_TLS="false",
+        HEARTBEAT_INTERVAL_SEC="2.5",
+        LOG_BATCH_SIZE="7",
+        LOKI_URL="http://127.0.0.1:3100/",
+    )
+    assert (config.agent_id, config.host, config.advertise_host, config.advertise_scheme) == (
+        "gpu-01",
+        "h",
+        "a",
+        "https",
+    )
     assert config.verify_tls is False and config.tls_verify() is False
     assert config.heartbeat_interval_sec == 2.5
     assert config.log_batch_size == 7
@@ -94,7 +111,9 @@ def test_bad_values_name_variable_value_and_what_is_allowed(name, value, allowed
 
 
 def test_reconnect_min_above_max_is_refused():
-    with pytest.raises(ConfigError, match="FADEN_NODE_AGENT_RECONNECT_MIN_SEC=40 is larger than FADEN_NODE_AGENT_RECONNECT_MAX_SEC=30"):
+    with pytest.raises(
+        ConfigError, match="FADEN_NODE_AGENT_RECONNECT_MIN_SEC=40 is larger than FADEN_NODE_AGENT_RECONNECT_MAX_SEC=30"
+    ):
         load(RECONNECT_MIN_SEC="40")
 
 
@@ -130,7 +149,9 @@ def test_config_is_immutable():
 def run_cli(*args, **env):
     full = {k: v for k, v in os.environ.items() if not k.startswith("FADEN_NODE_AGENT_")}
     full.update({f"FADEN_NODE_AGENT_{k}": v for k, v in env.items()})
-    return subprocess.run([sys.executable, "-m", "faden_agent", *args], env=full, capture_output=True, text=True, timeout=30)
+    return subprocess.run(
+        [sys.executable, "-m", "faden_agent", *args], env=full, capture_output=True, text=True, timeout=30
+    )
 
 
 def test_cli_config_redacts_and_fails_with_one_line():

@@ -18,7 +18,9 @@ def test_version_order():
 def served_build(directory, version: str, arch: str = "x86_64"):
     """What packaging/build.sh writes: the launcher header (version in its second line), then bytes."""
     path = directory / f"faden-agent-linux-{arch}"
-    path.write_bytes(f"#!/bin/sh\n# faden-agent standalone build {version} ({arch})\n# ...\n".encode() + bytes(range(256)))
+    path.write_bytes(
+        f"#!/bin/sh\n# faden-agent standalone build {version} ({arch})\n# ...\n".encode() + bytes(range(256))
+    )
     return path
 
 

@@ -43,8 +43,13 @@ def test_timeline_dedups_and_orders_by_ts(store):
     rejected = protocol.timeline_data("c1", protocol.REJECTED, reason="unknown_kind", message="no")
     received = protocol.timeline_data("c1", protocol.RECEIVED)
     store.store_records(node_id, [record(protocol.TIMELINE, rejected, "tl:c1:rejected:0", ts=2.0)])
-    store.store_records(node_id, [record(protocol.TIMELINE, received, "tl:c1:received:0", ts=1.0),
-                                  record(protocol.TIMELINE, rejected, "tl:c1:rejected:0", ts=2.0)])
+    store.store_records(
+        node_id,
+        [
+            record(protocol.TIMELINE, received, "tl:c1:received:0", ts=1.0),
+            record(protocol.TIMELINE, rejected, "tl:c1:rejected:0", ts=2.0),
+        ],
+    )
     command = store.command("c1")
     assert [t["state"] for t in command["timeline"]] == ["received", "rejected"]
     assert command["state"] == "rejected"
@@ -81,8 +86,14 @@ def test_a_spent_token_is_answered_again_only_for_the_same_unseen_attempt(store)
 def test_a_lean_heartbeat_keeps_the_detail_of_the_last_full_one(store):
     node_id = node(store)
     workers = [{"name": "logs", "state": "RUNNING", "pid": 7, "restarts": 0}]
-    full = {"beat": 0, "due_at": 1.0, "uptime_s": 1.0, "version": "1.2.3", "workers": workers,
-            "connection": {"state": "connected"}}
+    full = {
+        "beat": 0,
+        "due_at": 1.0,
+        "uptime_s": 1.0,
+        "version": "1.2.3",
+        "workers": workers,
+        "connection": {"state": "connected"},
+    }
     store.store_records(node_id, [record(protocol.HEARTBEAT, full, "hb:0")])
     store.store_records(node_id, [record(protocol.HEARTBEAT, {"beat": 1, "due_at": 16.0, "uptime_s": 16.0}, "hb:1")])
     (seen,) = store.nodes()

@@ -49,7 +49,9 @@ def test_a_thread_waits_until_there_is_space_and_other_errors_pass(tmp_path, mon
         raise OSError(errno.EACCES, "Permission denied")
 
     errors = []
-    thread = threading.Thread(target=lambda: errors.append(pytest.raises(PermissionError, retry_when_full, broken, "x")))
+    thread = threading.Thread(
+        target=lambda: errors.append(pytest.raises(PermissionError, retry_when_full, broken, "x"))
+    )
     thread.start()
     thread.join(10)
     assert errors

@@ -15,12 +15,23 @@ from faden_agent.workers.stream.link import Gate, Link, LinkStatus
 
 
 def make_downlink(tmp_path) -> Downlink:
-    config = load_config({"FADEN_NODE_AGENT_STATE_PATH": str(tmp_path / "state" / "state.json"),
-                          "FADEN_NODE_AGENT_RUNTIME_DIR": str(tmp_path / "run")})
+    config = load_config(
+        {
+            "FADEN_NODE_AGENT_STATE_PATH": str(tmp_path / "state" / "state.json"),
+            "FADEN_NODE_AGENT_RUNTIME_DIR": str(tmp_path / "run"),
+        }
+    )
     stop = threading.Event()
     outbox = Outbox(tmp_path / "state")
-    link = Link(config, new_state("http://b", "node-1", "cred", "a"), outbox, LinkStatus("http://b", None),
-                Gate(stop, MaintenanceHold(tmp_path)), stop, Endpoints(tmp_path / "run"))
+    link = Link(
+        config,
+        new_state("http://b", "node-1", "cred", "a"),
+        outbox,
+        LinkStatus("http://b", None),
+        Gate(stop, MaintenanceHold(tmp_path)),
+        stop,
+        Endpoints(tmp_path / "run"),
+    )
     return Downlink(link)
 
 

@@ -14,8 +14,14 @@ from faden_agent.backend import MAX_STREAM_LINE, BackendClient, ProtocolError
 from faden_agent.config import load_config
 from tests.scriptedhttp import StreamingHTTP
 
-FRAMINGS = [("chunked", False), ("length", False), ("close", False), ("chunked", True), ("length", True),
-            ("close", True)]
+FRAMINGS = [
+    ("chunked", False),
+    ("length", False),
+    ("close", False),
+    ("chunked", True),
+    ("length", True),
+    ("close", True),
+]
 
 
 def command(command_id: str, seq: int, **extra) -> bytes:
@@ -27,8 +33,9 @@ def client_for(tmp_path):
     made = []
 
     def make(server: StreamingHTTP) -> BackendClient:
-        config = load_config({"FADEN_NODE_AGENT_BACKEND_URL": server.url,
-                              "FADEN_NODE_AGENT_STATE_PATH": str(tmp_path / "state.json")})
+        config = load_config(
+            {"FADEN_NODE_AGENT_BACKEND_URL": server.url, "FADEN_NODE_AGENT_STATE_PATH": str(tmp_path / "state.json")}
+        )
         client = BackendClient(config, "cred")
         made.append((client, server))
         return client

@@ -9,11 +9,26 @@ from faden_agent.workers.executor.events import event_record
 
 
 def docker_event(action, **attrs):
-    return {"status": action, "id": "c0ffee", "from": "img", "Type": "container", "Action": action,
-            "Actor": {"ID": "c0ffee", "Attributes": {"name": "ray-head", "image": "img",
-                                                     protocol.LABEL_MANAGED: "true",
-                                                     protocol.LABEL_CLUSTER: "c1", **attrs}},
-            "scope": "local", "time": 1700000000, "timeNano": 1700000000123456789}
+    return {
+        "status": action,
+        "id": "c0ffee",
+        "from": "img",
+        "Type": "container",
+        "Action": action,
+        "Actor": {
+            "ID": "c0ffee",
+            "Attributes": {
+                "name": "ray-head",
+                "image": "img",
+                protocol.LABEL_MANAGED: "true",
+                protocol.LABEL_CLUSTER: "c1",
+                **attrs,
+            },
+        },
+        "scope": "local",
+        "time": 1700000000,
+        "timeNano": 1700000000123456789,
+    }
 
 
 def test_die_carries_the_exit_code_and_a_deterministic_id():

@@ -16,18 +16,21 @@ def test_all_gpus():
     (request,) = device_requests("all")
     assert isinstance(request, DeviceRequest)
     assert host_config_requests("all") == [
-        {"Driver": "nvidia", "Count": -1, "DeviceIDs": [], "Capabilities": [["gpu"]], "Options": {}}]
+        {"Driver": "nvidia", "Count": -1, "DeviceIDs": [], "Capabilities": [["gpu"]], "Options": {}}
+    ]
 
 
 def test_a_count_of_gpus():
     assert host_config_requests(2) == [
-        {"Driver": "nvidia", "Count": 2, "DeviceIDs": [], "Capabilities": [["gpu"]], "Options": {}}]
+        {"Driver": "nvidia", "Count": 2, "DeviceIDs": [], "Capabilities": [["gpu"]], "Options": {}}
+    ]
 
 
 def test_gpus_by_index_or_uuid():
     ids = ["0", "GPU-8f6a3b1c-0000-1111-2222-333344445555"]
     assert host_config_requests(ids) == [
-        {"Driver": "nvidia", "Count": 0, "DeviceIDs": ids, "Capabilities": [["gpu"]], "Options": {}}]
+        {"Driver": "nvidia", "Count": 0, "DeviceIDs": ids, "Capabilities": [["gpu"]], "Options": {}}
+    ]
 
 
 def test_no_gpus_no_request():

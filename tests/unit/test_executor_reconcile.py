@@ -7,13 +7,24 @@ from types import SimpleNamespace
 from faden_agent.workers.executor.reconcile import Seen, docker_time_ns, missed, reconcile, snapshot
 
 
-def inspect(started: str, finished: str, exit_code: int = 0, oom: bool = False, restarts: int = 0,
-            status: str = "exited", health: str | None = None) -> dict:
+def inspect(
+    started: str,
+    finished: str,
+    exit_code: int = 0,
+    oom: bool = False,
+    restarts: int = 0,
+    status: str = "exited",
+    health: str | None = None,
+) -> dict:
     state = {"Status": status, "StartedAt": started, "FinishedAt": finished, "ExitCode": exit_code, "OOMKilled": oom}
     if health:
         state["Health"] = {"Status": health}
-    return {"Name": "/c1", "RestartCount": restarts, "State": state,
-            "Config": {"Image": "img", "Labels": {"io.fadenstack.command-id": "cmd-1"}}}
+    return {
+        "Name": "/c1",
+        "RestartCount": restarts,
+        "State": state,
+        "Config": {"Image": "img", "Labels": {"io.fadenstack.command-id": "cmd-1"}},
+    }
 
 
 class Meta:

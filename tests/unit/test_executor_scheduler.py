@@ -12,7 +12,14 @@ from faden_agent.workers.executor.scheduler import Job, Scheduler
 
 def make_job(command_id, name, kind="container.run"):
     spec = {"name": name, "image": "x"}
-    return Job(id=command_id, kind=kind, spec=spec, deadline=time.time() + 60, key=KINDS[kind].queue_key(spec), definition=KINDS[kind])
+    return Job(
+        id=command_id,
+        kind=kind,
+        spec=spec,
+        deadline=time.time() + 60,
+        key=KINDS[kind].queue_key(spec),
+        definition=KINDS[kind],
+    )
 
 
 def test_same_container_in_order_different_containers_in_parallel():

@@ -20,12 +20,22 @@ def deadline_for(kind, spec, envelope_deadline, received_at):
 
 
 def test_container_run_is_normalised():
-    spec = validate("container.run", {
-        "name": "ray-head", "image": "rayproject/ray:2.9", "command": ["ray", "start"], "env": {"N": 2},
-        "gpus": 2, "shm_size": "8g", "ulimits": {"memlock": -1, "nofile": {"soft": 1, "hard": 2}},
-        "restart_policy": "unless-stopped", "ports": {"8265/tcp": 8265, "6379": None},
-        "healthcheck": {"test": ["CMD", "true"], "interval_s": 2, "retries": 3}, "ray": True,
-    })
+    spec = validate(
+        "container.run",
+        {
+            "name": "ray-head",
+            "image": "rayproject/ray:2.9",
+            "command": ["ray", "start"],
+            "env": {"N": 2},
+            "gpus": 2,
+            "shm_size": "8g",
+            "ulimits": {"memlock": -1, "nofile": {"soft": 1, "hard": 2}},
+            "restart_policy": "unless-stopped",
+            "ports": {"8265/tcp": 8265, "6379": None},
+            "healthcheck": {"test": ["CMD", "true"], "interval_s": 2, "retries": 3},
+            "ray": True,
+        },
+    )
     assert spec["env"] == {"N": "2"}
     assert spec["shm_size"] == 8 * 1024**3
     assert spec["ulimits"] == [{"name": "memlock", "soft": -1, "hard": -1}, {"name": "nofile", "soft": 1, "hard": 2}]
@@ -34,24 +44,27 @@ def test_container_run_is_normalised():
     assert spec["pull"] == "missing" and spec["replace"] is False and spec["mounts"] == []
 
 
-@pytest.mark.parametrize("kind, spec, culprit", [
-    ("container.run", {"image": "x"}, "'name'"),
-    ("container.run", {"name": "bad name", "image": "x"}, "'name'"),
-    ("container.run", {"name": "a", "image": "x", "command": "sleep 1"}, "'command'"),
-    ("container.run", {"name": "a", "image": "x", "gpus": 0}, "'gpus'"),
-    ("container.run", {"name": "a", "image": "x", "gpus": "most"}, "'gpus'"),
-    ("container.run", {"name": "a", "image": "x", "labels": {protocol.LABEL_MANAGED: "false"}}, "reserved"),
-    ("container.run", {"name": "a", "image": "x", "mounts": [{"source": "rel", "target": "/x"}]}, "absolute"),
-    ("container.run", {"name": "a", "image": "x", "ports": {"http": 80}}, "'ports'"),
-    ("container.run", {"name": "a", "image": "x", "shm_size": "lots"}, "'shm_size'"),
-    ("container.run", {"name": "a", "image": "x", "restart_policy": "sometimes"}, "'restart_policy'"),
-    ("container.run", {"name": "a", "image": "x", "privileged": True}, "'privileged'"),
-    ("container.run", {"name": "a", "image": "x", "colour": "red"}, "colour"),
-    ("container.stop", {"name": "a", "timeout_s": -1}, "'timeout_s'"),
-    ("image.pull", {"image": "x", "auth": {"username": "u"}}, "'auth'"),
-    ("command.cancel", {}, "'command_id'"),
-    ("container.remove", "a", "must be an object"),
-])
+@pytest.mark.parametrize(
+    "kind, spec, culprit",
+    [
+        ("container.run", {"image": "x"}, "'name'"),
+        ("container.run", {"name": "bad name", "image": "x"}, "'name'"),
+        ("container.run", {"name": "a", "image": "x", "command": "sleep 1"}, "'command'"),
+        ("container.run", {"name": "a", "image": "x", "gpus": 0}, "'gpus'"),
+        ("container.run", {"name": "a", "image": "x", "gpus": "most"}, "'gpus'"),
+        ("container.run", {"name": "a", "image": "x", "labels": {protocol.LABEL_MANAGED: "false"}}, "reserved"),
+        ("container.run", {"name": "a", "image": "x", "mounts": [{"source": "rel", "target": "/x"}]}, "absolute"),
+        ("container.run", {"name": "a", "image": "x", "ports": {"http": 80}}, "'ports'"),
+        ("container.run", {"name": "a", "image": "x", "shm_size": "lots"}, "'shm_size'"),
+        ("container.run", {"name": "a", "image": "x", "restart_policy": "sometimes"}, "'restart_policy'"),
+        ("container.run", {"name": "a", "image": "x", "privileged": True}, "'privileged'"),
+        ("container.run", {"name": "a", "image": "x", "colour": "red"}, "colour"),
+        ("container.stop", {"name": "a", "timeout_s": -1}, "'timeout_s'"),
+        ("image.pull", {"image": "x", "auth": {"username": "u"}}, "'auth'"),
+        ("command.cancel", {}, "'command_id'"),
+        ("container.remove", "a", "must be an object"),
+    ],
+)
 def test_bad_specs_name_the_culprit(kind, spec, culprit):
     with pytest.raises(SpecError) as caught:
         validate(kind, spec)
@@ -73,16 +86,42 @@ def test_deadline_is_the_earliest_given():
     assert deadline_for("container.stop", plain, None, 1000.0) > 1000.0
 
 
-json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
-                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
-                           max_leaves=12)
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
 
 
 @settings(max_examples=300, deadline=None)
-@given(kind=st.sampled_from(protocol.COMMAND_KINDS),
-       spec=st.dictionaries(st.sampled_from(["name", "image", "command", "env", "gpus", "ports", "mounts", "ulimits",
-                                             "healthcheck", "shm_size", "restart_policy", "timeout_s", "command_id",
-                                             "labels", "auth", "deadline_s"]), json_values, max_size=6) | json_values)
+@given(
+    kind=st.sampled_from(protocol.COMMAND_KINDS),
+    spec=st.dictionaries(
+        st.sampled_from(
+            [
+                "name",
+                "image",
+                "command",
+                "env",
+                "gpus",
+                "ports",
+                "mounts",
+                "ulimits",
+                "healthcheck",
+                "shm_size",
+                "restart_policy",
+                "timeout_s",
+                "command_id",
+                "labels",
+                "auth",
+                "deadline_s",
+            ]
+        ),
+        json_values,
+        max_size=6,
+    )
+    | json_values,
+)
 def test_any_json_is_either_valid_or_a_spec_error(kind, spec):
     try:
         validate(kind, spec)

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from faden_agent.backend import (
     DEFAULT_MAINTENANCE_WAIT_S,
     MAX_RETRY_AFTER_SEC,
+    BackendClient,
     BackendError,
     BackendUnavailable,
     CredentialRejected,
@@ -21,33 +22,75 @@ from faden_agent.backend import (
     ProtocolError,
     RequestRejected,
     TokenRefused,
-    BackendClient,
     parse_retry_after,
 )
 from tests.unit.conftest import FUZZ_CREDENTIAL
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats(allow_nan=False, allow_infinity=False)
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(max_size=12),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
-    max_leaves=10)
+    max_leaves=10,
+)
 # The keys the client reads, with any value: the wrong-shape answers that look almost right.
-shaped = st.fixed_dictionaries({}, optional={k: json_values for k in (
-    "node_id", "credential", "acked", "rejected", "mode", "url", "path", "message", "error")})
+shaped = st.fixed_dictionaries(
+    {},
+    optional={
+        k: json_values
+        for k in ("node_id", "credential", "acked", "rejected", "mode", "url", "path", "message", "error")
+    },
+)
 bodies = st.one_of(
     st.binary(max_size=64),
     json_values.map(orjson.dumps),
     shaped.map(orjson.dumps),
-    st.sampled_from([b"", b"not json", b"{", b"[]", b"null", b'"text"', b"\xff\xfe{}", b"line one\nline two\r\n",
-                     b'{"acked": ["a"], "rejected": null}', b'{"mode": "loki", "url": "http://x"}',
-                     b'{"node_id": "n", "credential": "c"}', b'{"message": "' + b"x" * (1 << 20) + b'"}']),
+    st.sampled_from(
+        [
+            b"",
+            b"not json",
+            b"{",
+            b"[]",
+            b"null",
+            b'"text"',
+            b"\xff\xfe{}",
+            b"line one\nline two\r\n",
+            b'{"acked": ["a"], "rejected": null}',
+            b'{"mode": "loki", "url": "http://x"}',
+            b'{"node_id": "n", "credential": "c"}',
+            b'{"message": "' + b"x" * (1 << 20) + b'"}',
+        ]
+    ),
 )
 # Header values a server can put on the wire (latin-1, no line breaks), plus the nasty classics.
 header_text = st.text(st.characters(min_codepoint=0x20, max_codepoint=0xFF, blacklist_characters="\x7f"), max_size=40)
-retry_afters = st.none() | header_text | st.sampled_from([
-    "30", "-5", "0", "1e400", "inf", "-inf", "nan", "99999999999999", "1_000", " 7 ", "0x10",
-    "Sun, 06 Nov 1994 08:49:37 GMT", "Fri, 31 Dec 9999 23:59:59 GMT", "Mon, 32 Jan 2020 00:00:00 GMT",
-    "Thu, 01 Jan 1970 00:00:00 +9999", "Sunday, 06-Nov-94 08:49:37 GMT", "tomorrow"])
+retry_afters = (
+    st.none()
+    | header_text
+    | st.sampled_from(
+        [
+            "30",
+            "-5",
+            "0",
+            "1e400",
+            "inf",
+            "-inf",
+            "nan",
+            "99999999999999",
+            "1_000",
+            " 7 ",
+            "0x10",
+            "Sun, 06 Nov 1994 08:49:37 GMT",
+            "Fri, 31 Dec 9999 23:59:59 GMT",
+            "Mon, 32 Jan 2020 00:00:00 GMT",
+            "Thu, 01 Jan 1970 00:00:00 +9999",
+            "Sunday, 06-Nov-94 08:49:37 GMT",
+            "tomorrow",
+        ]
+    )
+)
 statuses = st.integers(200, 599) | st.sampled_from([200, 204, 400, 401, 403, 404, 408, 413, 429, 500, 502, 503])
 operations = st.sampled_from(["enroll", "uplink", "log_target", "push_logs", "stream"])
 

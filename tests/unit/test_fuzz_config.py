@@ -6,7 +6,12 @@ from hypothesis import strategies as st
 from faden_agent.config import VARIABLES, ConfigError, env_name, load_config
 
 FIELDS = [v.field for v in VARIABLES if v.field not in ("enrollment_token_file", "ca_bundle", "journal_directory")]
-values = st.one_of(st.text(max_size=40), st.sampled_from(["-1", "0", "1e309", "nan", "true", "maybe", "http://", "https://h:99999", "ftp://x", "1.5", " 7 "]))
+values = st.one_of(
+    st.text(max_size=40),
+    st.sampled_from(
+        ["-1", "0", "1e309", "nan", "true", "maybe", "http://", "https://h:99999", "ftp://x", "1.5", " 7 "]
+    ),
+)
 
 
 @settings(max_examples=300, deadline=None)

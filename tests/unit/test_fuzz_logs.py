@@ -37,22 +37,40 @@ def targets(scripted_http, scripted_config):
 
 
 def entries(n: int, labels: LabelMaker) -> list[Entry]:
-    return [Entry(labels.system("info"), 1_700_000_000_000_000_000 + i, f"line {i}", {"unit": "x.service"},
-                  "journal", f"c{i}") for i in range(n)]
+    return [
+        Entry(
+            labels.system("info"), 1_700_000_000_000_000_000 + i, f"line {i}", {"unit": "x.service"}, "journal", f"c{i}"
+        )
+        for i in range(n)
+    ]
 
 
 statuses = st.integers(200, 599) | st.sampled_from([200, 204, 400, 408, 413, 429, 500, 502, 503, 504])
-bodies = header_text | st.sampled_from(["", "structured metadata is not enabled", "entry too far behind",
-                                        "entry for stream '{job=\"a\"}' has timestamp too old: 2024-01-01T00:00:00Z",
-                                        "Max entry size '1024' bytes exceeded for stream '{}' while adding",
-                                        "STRUCTURED METADATA disabled\nsecond line", "x" * 5000])
+bodies = header_text | st.sampled_from(
+    [
+        "",
+        "structured metadata is not enabled",
+        "entry too far behind",
+        "entry for stream '{job=\"a\"}' has timestamp too old: 2024-01-01T00:00:00Z",
+        "Max entry size '1024' bytes exceeded for stream '{}' while adding",
+        "STRUCTURED METADATA disabled\nsecond line",
+        "x" * 5000,
+    ]
+)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(via=st.sampled_from(["direct", "through"]), status=statuses, body=bodies, retry_after=retry_afters,
-       n=st.integers(1, 4))
+@given(
+    via=st.sampled_from(["direct", "through"]),
+    status=statuses,
+    body=bodies,
+    retry_after=retry_afters,
+    n=st.integers(1, 4),
+)
 def test_each_loki_answer_gets_its_decision(scripted_http, scripted_config, targets, via, status, body, retry_after, n):
-    scripted_http.answer(status, body.encode("latin-1"), {"Retry-After": retry_after} if retry_after is not None else {})
+    scripted_http.answer(
+        status, body.encode("latin-1"), {"Retry-After": retry_after} if retry_after is not None else {}
+    )
     waits: list[float] = []
     pusher = Pusher(targets[via], BACKOFF_MIN_S, BACKOFF_MAX_S, sleep=lambda s: waits.append(s) or True)
     batch = entries(n, LabelMaker(scripted_config))
@@ -90,23 +108,42 @@ def test_each_loki_answer_gets_its_decision(scripted_http, scripted_config, targ
 # --- journal lines
 
 byte_arrays = st.lists(st.integers(-5, 300), max_size=20)  # journalctl writes binary data as byte values
-field_values = (json_values | byte_arrays | st.lists(byte_arrays, max_size=3) | st.text(max_size=30)
-                | st.sampled_from(["x" * (MAX_LINE_BYTES + 10), "é" * MAX_LINE_BYTES, "\U0001f600" * 20_000]))
-timestamps = (json_values | st.integers(-(2**63), 2**64 - 1).map(str)
-              | st.sampled_from(["1700000000000000", "-1", "1e6", "", " 12 ", "9" * 5000, "0x10", True]))
-records = st.fixed_dictionaries({}, optional={
-    "__CURSOR": st.text(max_size=20) | json_values,
-    "__REALTIME_TIMESTAMP": timestamps,
-    "MESSAGE": field_values,
-    "PRIORITY": st.sampled_from(["0", "3", "7", "8", "-1", "", "03", 3, None, [51]]) | json_values,
-    "_SYSTEMD_UNIT": field_values, "_PID": field_values, "_BOOT_ID": field_values, "SYSLOG_IDENTIFIER": field_values,
-})
+field_values = (
+    json_values
+    | byte_arrays
+    | st.lists(byte_arrays, max_size=3)
+    | st.text(max_size=30)
+    | st.sampled_from(["x" * (MAX_LINE_BYTES + 10), "é" * MAX_LINE_BYTES, "\U0001f600" * 20_000])
+)
+timestamps = (
+    json_values
+    | st.integers(-(2**63), 2**64 - 1).map(str)
+    | st.sampled_from(["1700000000000000", "-1", "1e6", "", " 12 ", "9" * 5000, "0x10", True])
+)
+records = st.fixed_dictionaries(
+    {},
+    optional={
+        "__CURSOR": st.text(max_size=20) | json_values,
+        "__REALTIME_TIMESTAMP": timestamps,
+        "MESSAGE": field_values,
+        "PRIORITY": st.sampled_from(["0", "3", "7", "8", "-1", "", "03", 3, None, [51]]) | json_values,
+        "_SYSTEMD_UNIT": field_values,
+        "_PID": field_values,
+        "_BOOT_ID": field_values,
+        "SYSLOG_IDENTIFIER": field_values,
+    },
+)
 
 
 @pytest.fixture(scope="module")
 def journal(scripted_config, tmp_path_factory):
-    return JournalSource(scripted_config, Backlog(), Positions(tmp_path_factory.mktemp("positions")), LabelMaker(scripted_config),
-                         threading.Event())
+    return JournalSource(
+        scripted_config,
+        Backlog(),
+        Positions(tmp_path_factory.mktemp("positions")),
+        LabelMaker(scripted_config),
+        threading.Event(),
+    )
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -134,8 +171,16 @@ def test_any_bytes_from_journalctl_are_skipped_or_parsed(journal, raw):
 
 
 def test_binary_message_is_decoded_and_repeated_fields_joined(journal):
-    entry = journal.to_entry(orjson.dumps({"__CURSOR": "s=1", "__REALTIME_TIMESTAMP": "1700000000000001",
-                                           "MESSAGE": list(b"caf\xc3\xa9 \xff"), "PRIORITY": "3",
-                                           "_PID": ["1", "2"]}))
+    entry = journal.to_entry(
+        orjson.dumps(
+            {
+                "__CURSOR": "s=1",
+                "__REALTIME_TIMESTAMP": "1700000000000001",
+                "MESSAGE": list(b"caf\xc3\xa9 \xff"),
+                "PRIORITY": "3",
+                "_PID": ["1", "2"],
+            }
+        )
+    )
     assert entry.line == "café \ufffd" and entry.ts_ns == 1_700_000_000_000_001_000
     assert dict(entry.stream)["level"] == "error" and entry.metadata["pid"] == "1\n2"

@@ -21,20 +21,40 @@ from tests.unit.test_fuzz_backend import json_values
 VALID = {
     "image.pull": {"image": "busybox:1", "auth": {"username": "u", "password": "SECRET-PW"}},
     "image.remove": {"image": "busybox:1"},
-    "container.run": {"name": "c1", "image": "busybox:1", "command": ["sleep", "1"], "env": {"A": "1"},
-                      "ports": {"8000/tcp": 8000}, "mounts": [{"type": "bind", "source": "/tmp", "target": "/x"}],
-                      "ulimits": {"nofile": {"soft": 1, "hard": 2}}, "restart_policy": "always",
-                      "healthcheck": {"test": ["CMD", "true"], "interval_s": 1}, "shm_size": "1g", "gpus": "all"},
+    "container.run": {
+        "name": "c1",
+        "image": "busybox:1",
+        "command": ["sleep", "1"],
+        "env": {"A": "1"},
+        "ports": {"8000/tcp": 8000},
+        "mounts": [{"type": "bind", "source": "/tmp", "target": "/x"}],
+        "ulimits": {"nofile": {"soft": 1, "hard": 2}},
+        "restart_policy": "always",
+        "healthcheck": {"test": ["CMD", "true"], "interval_s": 1},
+        "shm_size": "1g",
+        "gpus": "all",
+    },
     "container.stop": {"name": "c1", "timeout_s": 3},
     "container.start": {"name": "c1"},
     "container.restart": {"name": "c1"},
     "container.remove": {"name": "c1"},
     "command.cancel": {"command_id": "c-1"},
-    "image.serve": {"image_id": "sha256:" + "a" * 64, "ticket_sha256": "b" * 64, "receiver": "198.18.0.12", "ttl_s": 60},
-    "image.relay": {"image_id": "sha256:" + "a" * 64, "url": "http://198.18.0.1:8000/api/agent/v1/relays/x",
-                    "token": "SECRET-TICKET-relay-token"},
-    "image.fetch": {"image_id": "sha256:" + "a" * 64, "image": "app:1",
-                    "peers": [{"address": "http://198.18.0.11:7480", "ticket": "SECRET-TICKET-0123456789"}]},
+    "image.serve": {
+        "image_id": "sha256:" + "a" * 64,
+        "ticket_sha256": "b" * 64,
+        "receiver": "198.18.0.12",
+        "ttl_s": 60,
+    },
+    "image.relay": {
+        "image_id": "sha256:" + "a" * 64,
+        "url": "http://198.18.0.1:8000/api/agent/v1/relays/x",
+        "token": "SECRET-TICKET-relay-token",
+    },
+    "image.fetch": {
+        "image_id": "sha256:" + "a" * 64,
+        "image": "app:1",
+        "peers": [{"address": "http://198.18.0.11:7480", "ticket": "SECRET-TICKET-0123456789"}],
+    },
 }
 assert set(VALID) == set(protocol.COMMAND_KINDS)
 # Nested places where one field can go wrong while the rest stays valid.
@@ -49,9 +69,42 @@ NESTED = {
     "auth": lambda v: {"username": "u", "password": v},
     "peers": lambda v: [{"address": v, "ticket": "SECRET-TICKET-0123456789"}],
 }
-nasty = st.sampled_from([0, -1, 1e308, -1e308, 5e-324, 2**63, 2**64 - 1, -(2**63), "", " ", "8g", "0g", "all",
-                         "/", "/dev/x", "9" * 5000, "9" * 5000 + "g", "99999999999999999999g", "8g\n", "CMD", ["CMD"], ["NONE"], [], {}, {"soft": 1}, {"soft": 1, "hard": "2"}, None,
-                         True, "a" * 10_000, "\u0000", "\ud7ff", "io.fadenstack.managed"])
+nasty = st.sampled_from(
+    [
+        0,
+        -1,
+        1e308,
+        -1e308,
+        5e-324,
+        2**63,
+        2**64 - 1,
+        -(2**63),
+        "",
+        " ",
+        "8g",
+        "0g",
+        "all",
+        "/",
+        "/dev/x",
+        "9" * 5000,
+        "9" * 5000 + "g",
+        "99999999999999999999g",
+        "8g\n",
+        "CMD",
+        ["CMD"],
+        ["NONE"],
+        [],
+        {},
+        {"soft": 1},
+        {"soft": 1, "hard": "2"},
+        None,
+        True,
+        "a" * 10_000,
+        "\u0000",
+        "\ud7ff",
+        "io.fadenstack.managed",
+    ]
+)
 values = (json_values | nasty).map(lambda v: orjson.loads(orjson.dumps(v)))
 
 
@@ -107,4 +160,7 @@ def check(kind: str, spec: dict, envelope_deadline: float | None) -> None:
     deadline = definition.deadline(normal, envelope_deadline, 1_700_000_000.0)
     assert isinstance(deadline, float) and not math.isnan(deadline)
     if "healthcheck" in normal and normal["healthcheck"]:
-        assert all(1_000_000 <= normal["healthcheck"].get(k, 1_000_000) < 2**63 for k in ("interval", "timeout", "start_period"))
+        assert all(
+            1_000_000 <= normal["healthcheck"].get(k, 1_000_000) < 2**63
+            for k in ("interval", "timeout", "start_period")
+        )

@@ -23,12 +23,18 @@ U64 = 2**64 - 1
 seqs = st.integers(-(2**63), U64) | st.sampled_from([0, -1, 1, 2**63 - 1, 2**63, U64, 1.0, 1.5, "7", True, None, [1]])
 ids = st.text(max_size=10) | st.sampled_from(["", " ", "c-1", "c-1"]) | json_values  # duplicates on purpose
 kinds = st.sampled_from(["container.run", "image.pull", "command.cancel", "", "no.such.kind"]) | json_values
-deadlines = st.none() | st.floats(allow_nan=False, allow_infinity=False) | st.sampled_from([True, "soon", -1, 0]) | json_values
-commands = st.fixed_dictionaries({"type": st.just("command")},
-                                 optional={"id": ids, "seq": seqs, "kind": kinds, "spec": json_values, "deadline": deadlines})
+deadlines = (
+    st.none() | st.floats(allow_nan=False, allow_infinity=False) | st.sampled_from([True, "soon", -1, 0]) | json_values
+)
+commands = st.fixed_dictionaries(
+    {"type": st.just("command")},
+    optional={"id": ids, "seq": seqs, "kind": kinds, "spec": json_values, "deadline": deadlines},
+)
 others = st.one_of(
-    st.fixed_dictionaries({"type": st.sampled_from(["keepalive", "hello", "future.thing", ""])},
-                          optional={"ts": json_values, "junk": json_values, "node_id": json_values}),
+    st.fixed_dictionaries(
+        {"type": st.sampled_from(["keepalive", "hello", "future.thing", ""])},
+        optional={"ts": json_values, "junk": json_values, "node_id": json_values},
+    ),
     st.dictionaries(st.text(max_size=6), json_values, max_size=3),  # often without "type"
     st.fixed_dictionaries({"type": json_values}),  # a type that is not a string
     json_values,  # not an object at all
@@ -37,8 +43,16 @@ good_lines = (commands | others).map(orjson.dumps)
 bad_lines = st.one_of(
     good_lines.flatmap(lambda line: st.integers(1, max(1, len(line) - 1)).map(lambda cut: line[:cut])),  # truncated
     st.binary(max_size=30),
-    st.sampled_from([b"\xff\xfe", b'{"type": "keepalive", "ts": "\xc3\x28"}', b"{'type': 'command'}", b"NaN",
-                     b'{"type": "command", "seq": 1e400}', b'{"type": "keepalive"} trailing']),
+    st.sampled_from(
+        [
+            b"\xff\xfe",
+            b'{"type": "keepalive", "ts": "\xc3\x28"}',
+            b"{'type': 'command'}",
+            b"NaN",
+            b'{"type": "command", "seq": 1e400}',
+            b'{"type": "keepalive"} trailing',
+        ]
+    ),
 )
 lines = st.lists(good_lines | bad_lines, max_size=8)
 
@@ -54,22 +68,33 @@ def expected(line: bytes):
 
 def check_command(message: dict) -> None:
     command = parse_command(message)
-    well_formed = (isinstance(message.get("id"), str) and message["id"] != "" and isinstance(message.get("kind"), str)
-                   and type(message.get("seq")) is int and 0 < message["seq"] < 2**63
-                   and (message.get("deadline") is None or isinstance(message["deadline"], (int, float))))
+    well_formed = (
+        isinstance(message.get("id"), str)
+        and message["id"] != ""
+        and isinstance(message.get("kind"), str)
+        and type(message.get("seq")) is int
+        and 0 < message["seq"] < 2**63
+        and (message.get("deadline") is None or isinstance(message["deadline"], (int, float)))
+    )
     if not well_formed:
         assert command is None, f"accepted a malformed command: {message!r}"
         return
-    assert command == {"id": message["id"], "seq": message["seq"], "kind": message["kind"],
-                       "spec": message.get("spec"), "deadline": message.get("deadline")}
+    assert command == {
+        "id": message["id"],
+        "seq": message["seq"],
+        "kind": message["kind"],
+        "spec": message.get("spec"),
+        "deadline": message.get("deadline"),
+    }
     orjson.dumps(command)  # travels on to the executor as JSON
 
 
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(stream_lines=lines, final_newline=st.booleans())
 def test_each_line_is_a_message_a_skip_or_a_clean_end(scripted_http, scripted_client, stream_lines, final_newline):
-    scripted_http.answer(200, b"\n".join(stream_lines) + (b"\n" if final_newline else b""),
-                {"Content-Type": "application/x-ndjson"})
+    scripted_http.answer(
+        200, b"\n".join(stream_lines) + (b"\n" if final_newline else b""), {"Content-Type": "application/x-ndjson"}
+    )
     received = []
     with pytest.raises(BackendError) as ended:
         for message in scripted_client.open_stream(0, 1.0):
@@ -121,8 +146,12 @@ def test_an_endless_line_is_refused_before_it_ends(tmp_path):
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
-    config = load_config({"FADEN_NODE_AGENT_BACKEND_URL": f"http://127.0.0.1:{listener.getsockname()[1]}",
-                          "FADEN_NODE_AGENT_STATE_PATH": str(tmp_path / "state.json")})
+    config = load_config(
+        {
+            "FADEN_NODE_AGENT_BACKEND_URL": f"http://127.0.0.1:{listener.getsockname()[1]}",
+            "FADEN_NODE_AGENT_STATE_PATH": str(tmp_path / "state.json"),
+        }
+    )
     client = BackendClient(config, "c")
     started = time.monotonic()
     try:

@@ -7,17 +7,37 @@ from faden_agent.workers.stream.heartbeat import change_key
 
 
 def detail(**worker_changes):
-    worker = {"name": "logs", "state": "RUNNING", "pid": 10, "uptime_s": 5.0, "restarts": 0, "last_exit": None,
-              "heartbeat_age_s": 0.3, "rss_bytes": 20_000_000, "cpu_percent": 0.1,
-              "status": {"lines": 5, "sources": {"journal": {"state": "following", "read": 3}}}}
+    worker = {
+        "name": "logs",
+        "state": "RUNNING",
+        "pid": 10,
+        "uptime_s": 5.0,
+        "restarts": 0,
+        "last_exit": None,
+        "heartbeat_age_s": 0.3,
+        "rss_bytes": 20_000_000,
+        "cpu_percent": 0.1,
+        "status": {"lines": 5, "sources": {"journal": {"state": "following", "read": 3}}},
+    }
     worker.update(worker_changes)
-    return {"version": "1", "capabilities": ["docker"], "supervisor": {"pid": 1, "uptime_s": 5.0},
-            "workers": [worker], "connection": {"state": "connected", "last_contact_at": 5.0}, "disk_full": None}
+    return {
+        "version": "1",
+        "capabilities": ["docker"],
+        "supervisor": {"pid": 1, "uptime_s": 5.0},
+        "workers": [worker],
+        "connection": {"state": "connected", "last_contact_at": 5.0},
+        "disk_full": None,
+    }
 
 
 def test_numbers_do_not_change_the_key():
-    quiet = detail(uptime_s=99.0, heartbeat_age_s=0.9, rss_bytes=1, cpu_percent=7.5,
-                   status={"lines": 500, "sources": {"journal": {"state": "following", "read": 300}}})
+    quiet = detail(
+        uptime_s=99.0,
+        heartbeat_age_s=0.9,
+        rss_bytes=1,
+        cpu_percent=7.5,
+        status={"lines": 500, "sources": {"journal": {"state": "following", "read": 300}}},
+    )
     quiet["connection"]["last_contact_at"] = 99.0
     quiet["supervisor"]["uptime_s"] = 99.0
     assert change_key(quiet) == change_key(detail())

@@ -17,10 +17,14 @@ import types
 from dataclasses import dataclass, field
 
 import pynvml
-import pytest
 
-from faden_agent.workers.inventory.gpu import (REASON_NO_DRIVER, REASON_NO_GPU, REASON_NO_LIBRARY,
-                                               REASON_NO_PYNVML, GpuProbe)
+from faden_agent.workers.inventory.gpu import (
+    REASON_NO_DRIVER,
+    REASON_NO_GPU,
+    REASON_NO_LIBRARY,
+    REASON_NO_PYNVML,
+    GpuProbe,
+)
 from faden_agent.workers.inventory.gpu_events import GpuErrorWatcher
 from faden_agent.workers.inventory.probes import OVERRUN, Probe
 
@@ -53,7 +57,7 @@ class FakeNvml(types.ModuleType):
         self.gpus = gpus
         self.init_error = init_error
         self.init_calls = 0
-        self.events: "queue.Queue[int]" = queue.Queue()  # pushed by a test: a GPU event
+        self.events: queue.Queue[int] = queue.Queue()  # pushed by a test: a GPU event
         self.event_support = True
         self.shutdowns = 0
 
@@ -71,8 +75,11 @@ class FakeNvml(types.ModuleType):
     def nvmlShutdown(self):
         self.shutdowns += 1
 
-    def nvmlEventSetCreate(self): return "event-set"
-    def nvmlEventSetFree(self, event_set): pass
+    def nvmlEventSetCreate(self):
+        return "event-set"
+
+    def nvmlEventSetFree(self, event_set):
+        pass
 
     def nvmlDeviceRegisterEvents(self, h, mask, event_set):
         assert mask == pynvml.nvmlEventTypeXidCriticalError | pynvml.nvmlEventTypeDoubleBitEccError
@@ -88,10 +95,17 @@ class FakeNvml(types.ModuleType):
             raise pynvml.NVMLError(code)
         return types.SimpleNamespace(eventType=pynvml.nvmlEventTypeXidCriticalError, eventData=79)
 
-    def nvmlDeviceGetCount(self): return len(self.gpus)
-    def nvmlSystemGetDriverVersion(self): return "550.54.15"
-    def nvmlSystemGetCudaDriverVersion(self): return 12040
-    def nvmlSystemGetNVMLVersion(self): return "12.550.54.15"
+    def nvmlDeviceGetCount(self):
+        return len(self.gpus)
+
+    def nvmlSystemGetDriverVersion(self):
+        return "550.54.15"
+
+    def nvmlSystemGetCudaDriverVersion(self):
+        return 12040
+
+    def nvmlSystemGetNVMLVersion(self):
+        return "12.550.54.15"
 
     def nvmlDeviceGetHandleByIndex(self, index):
         self._check("nvmlDeviceGetHandleByIndex", self.gpus[index])
@@ -117,8 +131,11 @@ class FakeNvml(types.ModuleType):
         self._check("nvmlDeviceGetMemoryInfo", h)
         return types.SimpleNamespace(total=h.total, used=h.used, free=h.total - h.used)
 
-    def nvmlDeviceGetCudaComputeCapability(self, h): return (9, 0)
-    def nvmlDeviceGetEnforcedPowerLimit(self, h): return 700_000
+    def nvmlDeviceGetCudaComputeCapability(self, h):
+        return (9, 0)
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, h):
+        return 700_000
 
     def nvmlDeviceGetPowerUsage(self, h):
         self._check("nvmlDeviceGetPowerUsage", h)
@@ -128,14 +145,16 @@ class FakeNvml(types.ModuleType):
         assert sensor == pynvml.NVML_TEMPERATURE_GPU
         return 41
 
-    def nvmlDeviceGetUtilizationRates(self, h): return types.SimpleNamespace(gpu=37, memory=12)
+    def nvmlDeviceGetUtilizationRates(self, h):
+        return types.SimpleNamespace(gpu=37, memory=12)
 
     def nvmlDeviceGetMigMode(self, h):
         if h.mig is None:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return list(h.mig)
 
-    def nvmlDeviceGetMaxMigDeviceCount(self, h): return 7
+    def nvmlDeviceGetMaxMigDeviceCount(self, h):
+        return 7
 
     def nvmlDeviceGetMigDeviceHandleByIndex(self, h, slot):
         if slot >= len(h.mig_children):
@@ -158,8 +177,10 @@ class FakeNvml(types.ModuleType):
 
 
 def two_gpus() -> list[FakeGpu]:
-    return [FakeGpu("GPU-aaaa", processes=[(1, 4 * GiB)]),
-            FakeGpu("GPU-bbbb", bus_id="00000000:2A:00.0", ecc=None, mig=None)]
+    return [
+        FakeGpu("GPU-aaaa", processes=[(1, 4 * GiB)]),
+        FakeGpu("GPU-bbbb", bus_id="00000000:2A:00.0", ecc=None, mig=None),
+    ]
 
 
 def test_two_gpus_report_every_field():
@@ -169,15 +190,28 @@ def test_two_gpus_report_every_field():
     assert result["cuda_driver_version"] == "12.4"
     first, second = result["devices"]
     assert first == {
-        "index": 0, "state": "ok", "uuid": "GPU-aaaa", "name": "NVIDIA H100 80GB HBM3",
-        "pci_bus_id": "00000000:17:00.0", "memory_total": 80 * GiB, "compute_capability": "9.0",
-        "power_limit_w": 700.0, "mig": {"enabled": False, "pending": False, "devices": []},
+        "index": 0,
+        "state": "ok",
+        "uuid": "GPU-aaaa",
+        "name": "NVIDIA H100 80GB HBM3",
+        "pci_bus_id": "00000000:17:00.0",
+        "memory_total": 80 * GiB,
+        "compute_capability": "9.0",
+        "power_limit_w": 700.0,
+        "mig": {"enabled": False, "pending": False, "devices": []},
         "ecc": {"enabled": True, "uncorrected_volatile": 0, "uncorrected_aggregate": 0},
-        "processes": [{"pid": 1, "name": first["processes"][0]["name"], "types": ["compute"],
-                       "usage": {"used_memory": 4 * GiB}}],
-        "usage": {"memory_used": 2 * GiB, "memory_free": 78 * GiB, "utilization_gpu": 37,
-                  "utilization_memory": 12, "temperature_c": 41, "power_draw_w": 123.5,
-                  "ecc_corrected_volatile": 5},
+        "processes": [
+            {"pid": 1, "name": first["processes"][0]["name"], "types": ["compute"], "usage": {"used_memory": 4 * GiB}}
+        ],
+        "usage": {
+            "memory_used": 2 * GiB,
+            "memory_free": 78 * GiB,
+            "utilization_gpu": 37,
+            "utilization_memory": 12,
+            "temperature_c": 41,
+            "power_draw_w": 123.5,
+            "ecc_corrected_volatile": 5,
+        },
     }
     assert first["processes"][0]["name"]  # pid 1 exists here, psutil names it
     # Not supported on this board: null, not an error.
@@ -205,16 +239,27 @@ def test_unsupported_power_reading_is_null_not_an_error():
 def test_mig_enabled_lists_its_instances():
     gpu = FakeGpu("GPU-mig", mig=(1, 1), mig_children=[("MIG-1111", 10 * GiB), ("MIG-2222", 20 * GiB)])
     device = GpuProbe(FakeNvml([gpu]))()["devices"][0]
-    assert device["mig"] == {"enabled": True, "pending": True, "devices": [
-        {"slot": 0, "uuid": "MIG-1111", "memory_total": 10 * GiB},
-        {"slot": 1, "uuid": "MIG-2222", "memory_total": 20 * GiB}]}
+    assert device["mig"] == {
+        "enabled": True,
+        "pending": True,
+        "devices": [
+            {"slot": 0, "uuid": "MIG-1111", "memory_total": 10 * GiB},
+            {"slot": 1, "uuid": "MIG-2222", "memory_total": 20 * GiB},
+        ],
+    }
 
 
 def test_library_missing_gives_an_empty_list_with_a_reason():
     fake = FakeNvml([], init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
     result = GpuProbe(fake)()
-    assert result == {"available": False, "reason": REASON_NO_LIBRARY, "driver_version": None,
-                      "cuda_driver_version": None, "nvml_version": None, "devices": []}
+    assert result == {
+        "available": False,
+        "reason": REASON_NO_LIBRARY,
+        "driver_version": None,
+        "cuda_driver_version": None,
+        "nvml_version": None,
+        "devices": [],
+    }
 
 
 def test_real_pynvml_here_has_no_library():

@@ -25,8 +25,13 @@ def meminfo_bytes(field: str) -> int:
 
 
 def test_host_facts_match_the_machine(tmp_path):
-    config = load_config({}, state_path=tmp_path / "state.json", advertise_host="node-7.example",
-                         advertise_scheme="https", agent_id="agent-x")
+    config = load_config(
+        {},
+        state_path=tmp_path / "state.json",
+        advertise_host="node-7.example",
+        advertise_scheme="https",
+        agent_id="agent-x",
+    )
     host = probe_host(config)
     assert host["memory_total"] == meminfo_bytes("MemTotal")
     assert host["swap_total"] == meminfo_bytes("SwapTotal")

@@ -11,16 +11,27 @@ from faden_agent.outbox import Outbox
 from faden_agent.uplink import Uplink
 from faden_agent.workers.inventory.collector import Collector
 from faden_agent.workers.inventory.probes import OK, OVERRUN, ProbeResult
-from faden_agent.workers.inventory.record import (FULL, UNCHANGED, RecordEmitter, apply_record, content_hash,
-                                                  only_usage, sections_from, without_usage)
+from faden_agent.workers.inventory.record import (
+    FULL,
+    UNCHANGED,
+    RecordEmitter,
+    apply_record,
+    content_hash,
+    only_usage,
+    sections_from,
+    without_usage,
+)
 from faden_agent.workers.inventory.worker import InventoryReporter
 
 SAMPLE = {
     "host": {"hostname": "n1", "usage": {"load_avg": [0.1, 0.2, 0.3]}},
     "disks": [{"paths": ["/"], "usage": {"free": 10}}, {"paths": ["/x"], "error": "gone"}],
     "network": [{"name": "lo"}],
-    "gpu": {"devices": [{"uuid": "GPU-1", "processes": [{"pid": 7, "usage": {"used_memory": 5}}],
-                         "usage": {"temperature_c": 40}}]},
+    "gpu": {
+        "devices": [
+            {"uuid": "GPU-1", "processes": [{"pid": 7, "usage": {"used_memory": 5}}], "usage": {"temperature_c": 40}}
+        ]
+    },
 }
 
 
@@ -77,11 +88,17 @@ def test_full_at_start_on_change_and_after_the_refresh_period():
 def test_a_failed_or_overrun_probe_keeps_its_last_data_marked_stale():
     last_good: dict = {}
     ok = sections_from({"docker": ProbeResult("docker", OK, data={"images": [1]})}, last_good, {"docker": 5})
-    hung = sections_from({"docker": ProbeResult("docker", OVERRUN, error="no answer within 5 s", since=123.0)},
-                         last_good, {"docker": 5})
+    hung = sections_from(
+        {"docker": ProbeResult("docker", OVERRUN, error="no answer within 5 s", since=123.0)}, last_good, {"docker": 5}
+    )
     assert hung["docker"] == {"images": [1]}
-    assert without_usage(hung["probes"]["docker"]) == {"status": "overrun", "error": "no answer within 5 s",
-                                                       "since": 123.0, "timeout_s": 5, "stale": True}
+    assert without_usage(hung["probes"]["docker"]) == {
+        "status": "overrun",
+        "error": "no answer within 5 s",
+        "since": 123.0,
+        "timeout_s": 5,
+        "stale": True,
+    }
     assert content_hash(hung) != content_hash(ok)  # the overrun itself is news: a full record
     never = sections_from({"gpu": ProbeResult("gpu", OVERRUN, since=1.0)}, {}, {"gpu": 5})
     assert never["gpu"] is None and "stale" not in never["probes"]["gpu"]
@@ -89,8 +106,9 @@ def test_a_failed_or_overrun_probe_keeps_its_last_data_marked_stale():
 
 def test_two_cycles_without_change_leave_one_full_and_one_small_record_in_the_outbox(tmp_path):
     models = tmp_path / "models"
-    config = load_config({}, state_path=tmp_path / "state" / "state.json", runtime_dir=tmp_path / "run",
-                         disk_paths=(models,))
+    config = load_config(
+        {}, state_path=tmp_path / "state" / "state.json", runtime_dir=tmp_path / "run", disk_paths=(models,)
+    )
     (tmp_path / "run").mkdir(mode=0o700)
     collector = Collector(config)
     # Real probes whose facts this test controls; Docker and network are shared with other
@@ -103,8 +121,10 @@ def test_two_cycles_without_change_leave_one_full_and_one_small_record_in_the_ou
         first = reporter.report()
         second = reporter.report()
         pending = reader.pending(100)
-        assert [(r["kind"], r["data"]["type"]) for r in pending] == [(protocol.INVENTORY, FULL),
-                                                                      (protocol.INVENTORY, UNCHANGED)]
+        assert [(r["kind"], r["data"]["type"]) for r in pending] == [
+            (protocol.INVENTORY, FULL),
+            (protocol.INVENTORY, UNCHANGED),
+        ]
         full, small = pending
         assert full["data"]["hash"] == small["data"]["hash"] == first["hash"]
         assert full["id"].startswith("inv:") and full["data"]["disks"] and full["data"]["gpu"]["devices"] == []
@@ -113,7 +133,9 @@ def test_two_cycles_without_change_leave_one_full_and_one_small_record_in_the_ou
 
         third = reporter.report()  # the unchanged slot is replaced, the full one stays
         assert [(r["data"]["type"], r["data"]["collected_at"]) for r in reader.pending(100)] == [
-            (FULL, first["collected_at"]), (UNCHANGED, third["collected_at"])]
+            (FULL, first["collected_at"]),
+            (UNCHANGED, third["collected_at"]),
+        ]
 
         models.mkdir()  # a configured path appears: a change
         fourth = reporter.report()

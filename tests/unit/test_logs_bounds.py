@@ -43,12 +43,18 @@ def test_an_oversize_entry_finds_its_fields_in_any_order_across_pieces():
 
     from faden_agent.workers.logs.sources.journal import MAX_ENTRY_BYTES, skip_line
 
-    message = b'"MESSAGE":[' + b"65," * (MAX_ENTRY_BYTES // 2) + b'66]'
-    line = (b'{"_BOOT_ID":"b",' + message + b',"PRIORITY":"3","__REALTIME_TIMESTAMP":"1700000000000000",'
-            b'"__CURSOR":"s=1;i=2"}\n')
+    message = b'"MESSAGE":[' + b"65," * (MAX_ENTRY_BYTES // 2) + b"66]"
+    line = (
+        b'{"_BOOT_ID":"b",' + message + b',"PRIORITY":"3","__REALTIME_TIMESTAMP":"1700000000000000",'
+        b'"__CURSOR":"s=1;i=2"}\n'
+    )
     stream = io.BufferedReader(io.BytesIO(line))
     head = stream.readline(MAX_ENTRY_BYTES)
     skipped, found = skip_line(stream, head)
     assert len(head) + skipped == len(line)
-    assert (found["__CURSOR"], found["PRIORITY"], found["__REALTIME_TIMESTAMP"]) == (b"s=1;i=2", b"3", b"1700000000000000")
+    assert (found["__CURSOR"], found["PRIORITY"], found["__REALTIME_TIMESTAMP"]) == (
+        b"s=1;i=2",
+        b"3",
+        b"1700000000000000",
+    )
     assert found["MESSAGE"].startswith(b'"MESSAGE":[65,65')

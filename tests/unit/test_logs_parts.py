@@ -38,9 +38,23 @@ def test_invalid_utf8_is_replaced_not_fatal():
     assert clean_line(b"ok \xff\xfe end") == "ok \ufffd\ufffd end"
 
 
-@pytest.mark.parametrize("priority,level", [("0", "emerg"), ("1", "alert"), ("2", "crit"), ("3", "error"),
-                                            ("4", "warning"), ("5", "notice"), ("6", "info"), ("7", "debug"),
-                                            (None, "info"), ("9", "info"), ("x", "info"), ([1], "info")])
+@pytest.mark.parametrize(
+    "priority,level",
+    [
+        ("0", "emerg"),
+        ("1", "alert"),
+        ("2", "crit"),
+        ("3", "error"),
+        ("4", "warning"),
+        ("5", "notice"),
+        ("6", "info"),
+        ("7", "debug"),
+        (None, "info"),
+        ("9", "info"),
+        ("x", "info"),
+        ([1], "info"),
+    ],
+)
 def test_levels_from_journald_priority(priority, level):
     assert level_from_priority(priority) == level
 
@@ -48,15 +62,26 @@ def test_levels_from_journald_priority(priority, level):
 def test_system_labels_are_exactly_the_documented_five(tmp_path):
     config = load_config({}, agent_id="gpu-7", advertise_host="10.1.2.3", state_path=tmp_path / "s.json")
     labels = dict(LabelMaker(config).system("warning"))
-    assert labels == {"job": "node-agent", "host": "10.1.2.3", "agent_id": "gpu-7",
-                      "container": "node-gpu-7", "level": "warning"}
+    assert labels == {
+        "job": "node-agent",
+        "host": "10.1.2.3",
+        "agent_id": "gpu-7",
+        "container": "node-gpu-7",
+        "level": "warning",
+    }
 
 
 def test_container_and_ray_labels_name_the_container_and_stay_low_cardinality(tmp_path):
     maker = LabelMaker(load_config({}, agent_id="a", advertise_host="h", state_path=tmp_path / "s.json"))
     assert dict(maker.container("ray-head", "c1", None, "stderr")) == {
-        "job": "node-agent", "host": "h", "agent_id": "a", "container": "ray-head", "cluster": "c1",
-        "source": "container", "stream": "stderr"}
+        "job": "node-agent",
+        "host": "h",
+        "agent_id": "a",
+        "container": "ray-head",
+        "cluster": "c1",
+        "source": "container",
+        "stream": "stderr",
+    }
     assert dict(maker.ray_file("ray-head", "replica_app_Model_x1y2.log"))["file"] == "replica"
     assert file_kind("controller_1234.log") == "controller"
     assert file_kind("_odd.log") == "other"
@@ -76,17 +101,23 @@ def test_docker_and_ray_timestamps():
     assert parse_rfc3339_ns(b"2024-01-02T04:04:05+01:00") == 1704164645_000000000
     assert parse_rfc3339_ns(b"garbage") is None
     assert parse_ray_ts_ns(b"INFO 2024-01-02 03:04:05,250 controller 12 -- up") == 1704164645_250000000
-    assert parse_ray_ts_ns(b"  File \"x.py\", line 3") is None
+    assert parse_ray_ts_ns(b'  File "x.py", line 3') is None
 
 
 def test_push_body_groups_streams_in_order_with_ns_strings_and_metadata():
     a, b = (("job", "a"),), (("job", "b"),)
-    entries = [Entry(a, 5, "a1", {"unit": "u"}, "s", 1), Entry(b, 6, "b1", None, "s", 2), Entry(a, 7, "a2", None, "s", 3)]
+    entries = [
+        Entry(a, 5, "a1", {"unit": "u"}, "s", 1),
+        Entry(b, 6, "b1", None, "s", 2),
+        Entry(a, 7, "a2", None, "s", 3),
+    ]
     body = orjson.loads(encode(entries))
-    assert body == {"streams": [
-        {"stream": {"job": "a"}, "values": [["5", "a1", {"unit": "u"}], ["7", "a2"]]},
-        {"stream": {"job": "b"}, "values": [["6", "b1"]]},
-    ]}
+    assert body == {
+        "streams": [
+            {"stream": {"job": "a"}, "values": [["5", "a1", {"unit": "u"}], ["7", "a2"]]},
+            {"stream": {"job": "b"}, "values": [["6", "b1"]]},
+        ]
+    }
     # Without metadata the detail stays in the line (docs/logs.md): after a tab, logfmt.
     assert orjson.loads(encode(entries, with_metadata=False))["streams"][0]["values"][0] == ["5", "a1\tunit=u"]
 
@@ -186,12 +217,18 @@ def test_container_lines_sharing_a_nanosecond_stamp_are_all_shipped(tmp_path):
     backlog = Backlog()
     source = ContainerSource(config, backlog, Positions(tmp_path), LabelMaker(config), threading.Event())
     stamp = b"2026-11-29T23:00:00.000000005Z "
-    follower = ContainerFollower(source, RecordedLog([stamp + b"first\n" + stamp + b"second\n",
-                                                      b"2026-11-29T23:00:00.000000009Z third\n"]), "stdout", "c:x")
+    follower = ContainerFollower(
+        source,
+        RecordedLog([stamp + b"first\n" + stamp + b"second\n", b"2026-11-29T23:00:00.000000009Z third\n"]),
+        "stdout",
+        "c:x",
+    )
     source.read_upto["c:x"] = parse_rfc3339_ns(b"2026-11-29T23:00:00.000000001Z")  # resume point before them
     assert follower.read_until_stopped()
     assert [e.line for e in backlog.take(10, 1 << 20, 0, 0.01)] == ["first", "second", "third"]
     # a second follow from where the first stopped does not read them again
-    follower.container = RecordedLog([stamp + b"first\n" + stamp + b"second\n", b"2026-11-29T23:00:00.000000009Z third\n"])
+    follower.container = RecordedLog(
+        [stamp + b"first\n" + stamp + b"second\n", b"2026-11-29T23:00:00.000000009Z third\n"]
+    )
     assert follower.read_until_stopped()
     assert backlog.take(10, 1 << 20, 0, 0.01) == []

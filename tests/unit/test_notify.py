@@ -99,8 +99,13 @@ def test_real_supervisor_sends_ready_watchdog_and_stopping(listener, tmp_path):
     sock, path = listener
     env = agent_env(tmp_path)
     env.update(NOTIFY_SOCKET=path, WATCHDOG_USEC="400000")  # pet every 0.2 s
-    proc = subprocess.Popen([sys.executable, "-c", supervisor_code()], env=env, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", supervisor_code()],
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         seen: list[list[str]] = []
         deadline = time.monotonic() + 15
@@ -129,8 +134,13 @@ def test_ready_is_sent_while_one_worker_crash_loops(listener, tmp_path):
     env = agent_env(tmp_path, restart_max=100)
     env.update(NOTIFY_SOCKET=path)
     code = supervisor_code({"broken": "tests.sampleworkers:CrashAtStartWorker"})
-    proc = subprocess.Popen([sys.executable, "-c", code], env=env, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         message = receive(sock)
         while "READY=1" not in message:

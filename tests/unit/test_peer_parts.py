@@ -27,16 +27,22 @@ from faden_agent.peer.tickets import Ticket, TicketBox, TicketRefused, ticket_ha
 LAYER = b"layer bytes " * 100
 
 
-def image_archive(*, tags=None, extra: dict[str, bytes] | None = None, layer: bytes = LAYER,
-                  link: str | None = None) -> tuple[bytes, str]:
+def image_archive(
+    *, tags=None, extra: dict[str, bytes] | None = None, layer: bytes = LAYER, link: str | None = None
+) -> tuple[bytes, str]:
     """A one-layer image archive as docker save writes it, and its image id."""
     diff_id = "sha256:" + hashlib.sha256(LAYER).hexdigest()
     config = orjson.dumps({"rootfs": {"type": "layers", "diff_ids": [diff_id]}})
     image = hashlib.sha256(config).hexdigest()
     directory = "a" * 64
-    files = {f"{directory}/VERSION": b"1.0", f"{image}.json": config,
-             "manifest.json": orjson.dumps([{"Config": f"{image}.json", "RepoTags": tags,
-                                             "Layers": [f"{directory}/layer.tar"]}]), **(extra or {})}
+    files = {
+        f"{directory}/VERSION": b"1.0",
+        f"{image}.json": config,
+        "manifest.json": orjson.dumps(
+            [{"Config": f"{image}.json", "RepoTags": tags, "Layers": [f"{directory}/layer.tar"]}]
+        ),
+        **(extra or {}),
+    }
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w") as archive:
         if link is None:
@@ -54,7 +60,7 @@ def image_archive(*, tags=None, extra: dict[str, bytes] | None = None, layer: by
 
 def verify(archive: bytes, image_id: str, reference: str | None = "app:1", held: set[str] | None = None) -> bytes:
     verifier = ArchiveVerifier(image_id, reference, held or set(), 1 << 30)
-    return b"".join(verifier.verified(ChunkReader([archive[i:i + 1000] for i in range(0, len(archive), 1000)])))
+    return b"".join(verifier.verified(ChunkReader([archive[i : i + 1000] for i in range(0, len(archive), 1000)])))
 
 
 def test_a_genuine_archive_passes_with_its_tags_removed():
@@ -64,15 +70,19 @@ def test_a_genuine_archive_passes_with_its_tags_removed():
         assert manifest[0]["RepoTags"] is None and out.extractfile("a" * 64 + "/layer.tar").read() == LAYER
 
 
-@pytest.mark.parametrize("archive_and_why", [
-    ({"layer": b"x" + LAYER[1:]}, "corrupted"),
-    ({"tags": ["busybox:latest"]}, "would tag busybox:latest"),
-    ({"extra": {"repositories": orjson.dumps({"busybox": {"latest": "x"}})}}, "would tag busybox:latest"),
-    ({"extra": {"../etc/passwd": b"x"}}, "unexpected entry"),
-    ({"extra": {"b" * 64 + ".json": b"{}"}}, "a different image"),
-    ({"extra": {"c" * 64 + "/layer.tar": b"x"}}, "layers the image does not use"),
-    ({"link": "/etc/shadow"}, "links outside"),
-], ids=["corrupted", "tag", "repositories", "traversal", "second config", "extra layer", "symlink"])
+@pytest.mark.parametrize(
+    "archive_and_why",
+    [
+        ({"layer": b"x" + LAYER[1:]}, "corrupted"),
+        ({"tags": ["busybox:latest"]}, "would tag busybox:latest"),
+        ({"extra": {"repositories": orjson.dumps({"busybox": {"latest": "x"}})}}, "would tag busybox:latest"),
+        ({"extra": {"../etc/passwd": b"x"}}, "unexpected entry"),
+        ({"extra": {"b" * 64 + ".json": b"{}"}}, "a different image"),
+        ({"extra": {"c" * 64 + "/layer.tar": b"x"}}, "layers the image does not use"),
+        ({"link": "/etc/shadow"}, "links outside"),
+    ],
+    ids=["corrupted", "tag", "repositories", "traversal", "second config", "extra layer", "symlink"],
+)
 def test_hostile_archives_are_refused_before_the_manifest(archive_and_why):
     options, why = archive_and_why
     archive, image = image_archive(**options)
@@ -147,13 +157,16 @@ class EngineInfo:
 def test_no_space_names_the_bytes_needed_and_free(tmp_path):
     mount = tmp_path / "small"
     mount.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mount)], capture_output=True, check=False).returncode:
+    if subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mount)], capture_output=True, check=False
+    ).returncode:
         pytest.skip("needs root to mount a tmpfs")
     try:
         transfer = Transfer(EngineInfo(str(mount)), "sha256:" + "a" * 64, None, True, lambda f: None, lambda: False)
         with pytest.raises(NoSpace, match=r"needs about \d+ bytes on .*small .*, \d+ are free"):
             transfer._check_space(100 << 20, "198.18.0.11:7480")
-        Transfer(EngineInfo(str(tmp_path)), "sha256:" + "a" * 64, None, True, lambda f: None,
-                 lambda: False)._check_space(1 << 20, "198.18.0.11:7480")  # room enough elsewhere: no refusal
+        Transfer(
+            EngineInfo(str(tmp_path)), "sha256:" + "a" * 64, None, True, lambda f: None, lambda: False
+        )._check_space(1 << 20, "198.18.0.11:7480")  # room enough elsewhere: no refusal
     finally:
         subprocess.run(["umount", str(mount)], check=False)

@@ -42,7 +42,7 @@ def test_a_damaged_page_is_found_by_quick_check(tmp_path):
     outbox.close()
     path = tmp_path / OUTBOX_FILE
     data = bytearray(path.read_bytes())
-    data[4096 * 3:4096 * 3 + 512] = b"\xee" * 512  # a b-tree page, not the header
+    data[4096 * 3 : 4096 * 3 + 512] = b"\xee" * 512  # a b-tree page, not the header
     path.write_bytes(bytes(data))
     again = Outbox(tmp_path)
     assert len(corrupt_copies(tmp_path, OUTBOX_FILE)) == 1

@@ -16,8 +16,9 @@ def test_url_credentials_are_redacted_wherever_a_url_is_shown():
     assert redact_url("https://user:key@logs.example:3100/x") == "https://<redacted>@logs.example:3100/x"
     assert redact_url("http://logs.example") == "http://logs.example"
     assert redact_text("push to https://u:k@l/p failed; mail a@b") == "push to https://<redacted>@l/p failed; mail a@b"
-    config = load_config({"FADEN_NODE_AGENT_LOKI_URL": "https://user:key@logs.example",
-                          "FADEN_NODE_AGENT_ENROLLMENT_TOKEN": "tok-123"})
+    config = load_config(
+        {"FADEN_NODE_AGENT_LOKI_URL": "https://user:key@logs.example", "FADEN_NODE_AGENT_ENROLLMENT_TOKEN": "tok-123"}
+    )
     assert config.loki_url == "https://user:key@logs.example"  # still used to push
     for text in (repr(config), str(config.redacted())):
         assert "key@" not in text and "tok-123" not in text

@@ -34,8 +34,11 @@ def test_the_packaged_template_is_the_one_unit_file_in_deploy_systemd():
     the_unit = repo / "deploy" / "systemd" / "faden-agent.service"
     assert the_unit.is_file() and not the_unit.is_symlink()
     assert TEMPLATE.resolve() == the_unit  # the package's path is a link to it, not a copy
-    copies = [p for p in repo.rglob("faden-agent.service")
-              if p.is_file() and not p.is_symlink() and not {".git", "build", "dist"} & set(p.relative_to(repo).parts)]
+    copies = [
+        p
+        for p in repo.rglob("faden-agent.service")
+        if p.is_file() and not p.is_symlink() and not {".git", "build", "dist"} & set(p.relative_to(repo).parts)
+    ]
     assert copies == [the_unit]
 
 
@@ -72,8 +75,12 @@ def test_exec_start_quotes_spaces_and_escapes_percent(tmp_path):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.dictionaries(st.from_regex(r"FADEN_NODE_AGENT_[A-Z_]{1,20}", fullmatch=True),
-                       st.text(st.characters(blacklist_characters="\r\n\0", blacklist_categories=("Cs",)), max_size=40)))
+@given(
+    st.dictionaries(
+        st.from_regex(r"FADEN_NODE_AGENT_[A-Z_]{1,20}", fullmatch=True),
+        st.text(st.characters(blacklist_characters="\r\n\0", blacklist_categories=("Cs",)), max_size=40),
+    )
+)
 def test_env_file_round_trips_any_single_line_value(values):
     assert parse_env(format_env(values)) == values
 
@@ -95,14 +102,23 @@ def test_env_file_is_0600_and_rewritten_only_on_change(tmp_path):
 
 def test_install_files_merges_settings_and_is_idempotent(tmp_path):
     paths = paths_in(tmp_path)
-    first = {"FADEN_NODE_AGENT_BACKEND_URL": "https://backend.example", "FADEN_NODE_AGENT_ENROLLMENT_TOKEN": "t1",
-             "HOME": "/root"}
+    first = {
+        "FADEN_NODE_AGENT_BACKEND_URL": "https://backend.example",
+        "FADEN_NODE_AGENT_ENROLLMENT_TOKEN": "t1",
+        "HOME": "/root",
+    }
     assert install_files(paths, first, ["/usr/local/bin/faden-agent"]) == (True, True)
     assert install_files(paths, first, ["/usr/local/bin/faden-agent"]) == (False, False)
     # A later run without the variables keeps them; a new value replaces the old one.
-    assert install_files(paths, {"FADEN_NODE_AGENT_LOG_LEVEL": "debug"}, ["/usr/local/bin/faden-agent"]) == (False, True)
-    assert read_env(paths.env_path) == {"FADEN_NODE_AGENT_BACKEND_URL": "https://backend.example",
-                                        "FADEN_NODE_AGENT_ENROLLMENT_TOKEN": "t1", "FADEN_NODE_AGENT_LOG_LEVEL": "debug"}
+    assert install_files(paths, {"FADEN_NODE_AGENT_LOG_LEVEL": "debug"}, ["/usr/local/bin/faden-agent"]) == (
+        False,
+        True,
+    )
+    assert read_env(paths.env_path) == {
+        "FADEN_NODE_AGENT_BACKEND_URL": "https://backend.example",
+        "FADEN_NODE_AGENT_ENROLLMENT_TOKEN": "t1",
+        "FADEN_NODE_AGENT_LOG_LEVEL": "debug",
+    }
     assert "HOME" not in paths.env_path.read_text()
 
 

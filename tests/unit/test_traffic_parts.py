@@ -17,8 +17,8 @@ from faden_agent.workers.inventory.traffic import infiniband, sockdiag
 from faden_agent.workers.inventory.traffic.nccl import FallbackWatch
 from faden_agent.workers.inventory.traffic.peers import PeerFile, parse_peers, write_peers
 from faden_agent.workers.inventory.traffic.report import changed
-from faden_agent.workers.inventory.traffic.tcp import TcpAccounting
 from faden_agent.workers.inventory.traffic.sockdiag import TcpSocket
+from faden_agent.workers.inventory.traffic.tcp import TcpAccounting
 
 
 def _pair(server_address: str) -> tuple[socket.socket, socket.socket, socket.socket]:
@@ -126,28 +126,52 @@ def test_infiniband_counters_in_4_byte_units_ext_counters_and_a_port_without_any
 
 
 def _record(rate: float | None, rtt: float | None = 1.0, connections: int = 1) -> dict:
-    return {"cluster": "c", "not_measured": [], "infiniband": None, "nics": [],
-            "peers": [{"address": "10.0.0.2", "sent_bytes_per_s": rate, "received_bytes_per_s": 0.0,
-                       "rtt_ms": rtt, "min_rtt_ms": rtt, "connections": connections, "interface": "eth0",
-                       "node_id": "n2", "sent_bytes": 123}]}
+    return {
+        "cluster": "c",
+        "not_measured": [],
+        "infiniband": None,
+        "nics": [],
+        "peers": [
+            {
+                "address": "10.0.0.2",
+                "sent_bytes_per_s": rate,
+                "received_bytes_per_s": 0.0,
+                "rtt_ms": rtt,
+                "min_rtt_ms": rtt,
+                "connections": connections,
+                "interface": "eth0",
+                "node_id": "n2",
+                "sent_bytes": 123,
+            }
+        ],
+    }
 
 
 def test_a_record_is_sent_only_when_it_changed_beyond_the_thresholds():
     assert changed(None, _record(0.0))
-    assert not changed(_record(0.0), _record(1000.0))            # under 64 KiB/s
-    assert not changed(_record(10e6), _record(10.5e6))           # under 10 %
+    assert not changed(_record(0.0), _record(1000.0))  # under 64 KiB/s
+    assert not changed(_record(10e6), _record(10.5e6))  # under 10 %
     assert changed(_record(10e6), _record(12e6))
-    assert changed(_record(None), _record(0.0))                  # measured at last
+    assert changed(_record(None), _record(0.0))  # measured at last
     assert not changed(_record(0.0, rtt=10.0), _record(0.0, rtt=10.8))
     assert changed(_record(0.0, rtt=10.0), _record(0.0, rtt=20.0))
     assert changed(_record(0.0), _record(0.0, connections=2))
 
 
 def _sample(tcp_rate: float, rdma_rate: float | None, at: float) -> dict:
-    port = {"device": "mlx5_0", "port": "1", "state": "ACTIVE", "counters": {"tx_bytes": 1},
-            "tx_bytes_per_s": rdma_rate, "rx_bytes_per_s": 0.0}
-    return {"collected_at": at, "infiniband": [port],
-            "peers": [{"address": "10.0.0.2", "node_id": "n2", "sent_bytes_per_s": tcp_rate, "received_bytes_per_s": 0}]}
+    port = {
+        "device": "mlx5_0",
+        "port": "1",
+        "state": "ACTIVE",
+        "counters": {"tx_bytes": 1},
+        "tx_bytes_per_s": rdma_rate,
+        "rx_bytes_per_s": 0.0,
+    }
+    return {
+        "collected_at": at,
+        "infiniband": [port],
+        "peers": [{"address": "10.0.0.2", "node_id": "n2", "sent_bytes_per_s": tcp_rate, "received_bytes_per_s": 0}],
+    }
 
 
 def test_nccl_fallback_warning_after_two_samples_once_per_episode():
@@ -155,8 +179,8 @@ def test_nccl_fallback_warning_after_two_samples_once_per_episode():
     assert watch.check(_sample(50e6, 0.0, 1)) is None
     event = watch.check(_sample(50e6, 0.0, 2))
     assert event["type"] == "traffic.rdma_idle_under_tcp_load" and event["peers"][0]["address"] == "10.0.0.2"
-    assert watch.check(_sample(50e6, 0.0, 3)) is None            # once per episode
-    assert watch.check(_sample(50e6, 40e6, 4)) is None           # RDMA moves: over, re-armed
+    assert watch.check(_sample(50e6, 0.0, 3)) is None  # once per episode
+    assert watch.check(_sample(50e6, 40e6, 4)) is None  # RDMA moves: over, re-armed
     assert watch.check(_sample(50e6, 0.0, 5)) is None
     assert watch.check(_sample(50e6, 0.0, 6)) is not None
     assert FallbackWatch().check({**_sample(50e6, 0.0, 7), "infiniband": None}) is None  # no RDMA: no warning
@@ -179,18 +203,41 @@ def test_backend_cluster_peers_and_the_newest_traffic_record(tmp_path: Path):
     nodes = []
     for i in (1, 2, 3):
         capabilities = ["traffic.passive"] if i == 1 else ["docker"]  # a2: an agent from before traffic
-        node_id, _ = store.enroll(store.mint_token(), {"agent_id": f"a{i}", "advertise_host": f"10.0.0.{i}",
-                                                       "capabilities": capabilities})
+        node_id, _ = store.enroll(
+            store.mint_token(), {"agent_id": f"a{i}", "advertise_host": f"10.0.0.{i}", "capabilities": capabilities}
+        )
         nodes.append(node_id)
     with pytest.raises(KeyError):
         store.set_cluster("c", [nodes[0], "node-nope"])
     assert store.set_cluster("c", nodes[:2]) == nodes[:2]
-    assert store.peers_message(nodes[0]) == {"type": "peers", "cluster": "c",
-                                             "peers": [{"node_id": nodes[1], "address": "10.0.0.2"}]}
+    assert store.peers_message(nodes[0]) == {
+        "type": "peers",
+        "cluster": "c",
+        "peers": [{"node_id": nodes[1], "address": "10.0.0.2"}],
+    }
     assert store.peers_message(nodes[2])["peers"] == []
     for at, rate in ((20.0, 5.0), (10.0, 9.0)):  # the older one arrives late: ignored
-        store.store_records(nodes[0], [{"id": f"t{at}", "kind": "traffic", "data": {"collected_at": at, "peers": [
-            {"address": "10.0.0.2", "sent_bytes_per_s": rate, "rtt_ms": 0.5, "connections": 1, "interface": "eth0"}]}}])
+        store.store_records(
+            nodes[0],
+            [
+                {
+                    "id": f"t{at}",
+                    "kind": "traffic",
+                    "data": {
+                        "collected_at": at,
+                        "peers": [
+                            {
+                                "address": "10.0.0.2",
+                                "sent_bytes_per_s": rate,
+                                "rtt_ms": 0.5,
+                                "connections": 1,
+                                "interface": "eth0",
+                            }
+                        ],
+                    },
+                }
+            ],
+        )
     matrix = store.traffic_matrix("c")
     assert [m["traffic"]["collected_at"] if m["traffic"] else None for m in matrix["machines"]] == [20.0, None]
     text = "\n".join(render(matrix))
@@ -218,4 +265,6 @@ def test_a_peers_message_that_cannot_be_written_does_not_raise(tmp_path: Path):
     """The downlink thread writes it: an OSError (disk full) must not end that critical thread."""
     not_a_dir = tmp_path / "file"
     not_a_dir.write_text("x")
-    assert not write_peers(not_a_dir, {"type": "peers", "cluster": "c", "peers": [{"node_id": "n2", "address": "10.0.0.2"}]})
+    assert not write_peers(
+        not_a_dir, {"type": "peers", "cluster": "c", "peers": [{"node_id": "n2", "address": "10.0.0.2"}]}
+    )

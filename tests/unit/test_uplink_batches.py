@@ -22,12 +22,25 @@ def test_a_batch_stops_before_the_byte_budget_and_keeps_order():
 
 
 def test_a_record_over_the_record_budget_travels_as_its_stub():
-    big = make_record(protocol.TIMELINE, {"command_id": "c-1", "state": "failed", "reason": "docker_error",
-                                          "message": "m" * (protocol.MAX_RECORD_BYTES + 1), "result": {"a": [1] * 10}})
+    big = make_record(
+        protocol.TIMELINE,
+        {
+            "command_id": "c-1",
+            "state": "failed",
+            "reason": "docker_error",
+            "message": "m" * (protocol.MAX_RECORD_BYTES + 1),
+            "result": {"a": [1] * 10},
+        },
+    )
     (stub,) = bounded_batch([big])
     assert is_stub(stub) and stub["id"] == big["id"] and stub["kind"] == big["kind"]
-    assert stub["data"] == {"command_id": "c-1", "state": "failed", "reason": "docker_error", "truncated": True,
-                            "original_bytes": size(big)}
+    assert stub["data"] == {
+        "command_id": "c-1",
+        "state": "failed",
+        "reason": "docker_error",
+        "truncated": True,
+        "original_bytes": size(big),
+    }
     assert size(stub) < 1024
 
 
@@ -35,5 +48,7 @@ def test_a_stub_stays_small_whatever_the_record_holds():
     record = make_record(protocol.EVENT, {f"k{i}": "v" * 150 for i in range(10_000)})
     stub = truncated(record, size(record))
     assert size(stub) < (protocol.QUOTE_BYTES + 16) * 40 and stub["data"]["truncated"] is True
-    assert truncated({"id": "x", "kind": "event", "data": "not an object"}, 5)["data"] == {"truncated": True,
-                                                                                           "original_bytes": 5}
+    assert truncated({"id": "x", "kind": "event", "data": "not an object"}, 5)["data"] == {
+        "truncated": True,
+        "original_bytes": 5,
+    }

@@ -55,8 +55,11 @@ def report_managed(ops: DockerOps, journal: Journal, uplink: Uplink, boot: int) 
     for container in containers:
         data = {"type": "container.adopted", **container_summary(container)}
         uplink.put(protocol.EVENT, data, record_id=f"ev:{container.id}:adopted:{boot}")
-    uplink.put(protocol.EVENT, {"type": "executor.adoption", "count": len(containers),
-                                "names": sorted(c.name for c in containers)}, record_id=f"ev:adoption:{boot}")
+    uplink.put(
+        protocol.EVENT,
+        {"type": "executor.adoption", "count": len(containers), "names": sorted(c.name for c in containers)},
+        record_id=f"ev:adoption:{boot}",
+    )
     log.info("adopted %d managed container(s)", len(containers))
     return len(containers)
 

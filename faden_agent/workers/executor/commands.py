@@ -52,8 +52,12 @@ class Commands:
     def fail_unexpectedly(self, command_id: str, kind: str, exc: BaseException) -> None:
         """End a command that raised something no step expects: failed, internal_error."""
         try:
-            self.timeline.finish(command_id, protocol.FAILED, "internal_error",
-                                 f"{kind}: unexpected error: {type(exc).__name__}: {protocol.quote(str(exc))}")
+            self.timeline.finish(
+                command_id,
+                protocol.FAILED,
+                "internal_error",
+                f"{kind}: unexpected error: {type(exc).__name__}: {protocol.quote(str(exc))}",
+            )
         except Exception:  # noqa: BLE001 - the journal is gone too: the next start resumes or poisons it
             log.exception("could not record the failure of command %s", command_id)
 
@@ -85,13 +89,18 @@ class Commands:
             self.timeline.finish(job.id, protocol.CANCELLED, "cancelled", f"{job.kind} was cancelled")
         elif job.stop_reason == "interrupted":
             removed = self._discard_own(job)
-            self.timeline.finish(job.id, protocol.FAILED, "interrupted",
-                                 f"{job.kind} was interrupted when the executor stopped (attempt {job.attempt}) "
-                                 "and its deadline has passed" + ("; removed the container it had made" if removed else ""))
+            self.timeline.finish(
+                job.id,
+                protocol.FAILED,
+                "interrupted",
+                f"{job.kind} was interrupted when the executor stopped (attempt {job.attempt}) "
+                "and its deadline has passed" + ("; removed the container it had made" if removed else ""),
+            )
         else:
             detail = f" (last error: {failure.message})" if failure else ""
-            self.timeline.finish(job.id, protocol.FAILED, "timeout",
-                                 f"{job.kind} did not finish before its deadline{detail}")
+            self.timeline.finish(
+                job.id, protocol.FAILED, "timeout", f"{job.kind} did not finish before its deadline{detail}"
+            )
 
     def check(self, job: Job) -> None:
         if job.should_stop():
@@ -105,7 +114,10 @@ class Commands:
 
     def image_pull(self, job: Job) -> dict[str, Any]:
         result = self._pull_or_fetch(job)
-        return {**result, "message": f"pulled {job.spec['image']}" + (f" from peer {result['source']}" if "source" in result else "")}
+        return {
+            **result,
+            "message": f"pulled {job.spec['image']}" + (f" from peer {result['source']}" if "source" in result else ""),
+        }
 
     def _pull_or_fetch(self, job: Job) -> dict[str, Any]:
         """The registry first; the spec's peers when it fails or lacks the image (issue 14)."""
@@ -115,7 +127,9 @@ class Commands:
             if not job.spec.get("peers") or failure.reason not in peer_commands.FALLBACK_REASONS:
                 raise
             log.info("command %s: %s; fetching from peers", job.id, failure.message)
-            result = peer_commands.fetch_from_peers(self, job, job.spec.get("image_id"), job.spec["image"], job.spec["peers"])
+            result = peer_commands.fetch_from_peers(
+                self, job, job.spec.get("image_id"), job.spec["image"], job.spec["peers"]
+            )
             return {**result, "registry_failure": failure.reason}
 
     def _pull(self, job: Job, image: str, auth: dict[str, str] | None) -> dict[str, Any]:
@@ -125,8 +139,13 @@ class Commands:
             self.check(job)
         try:
             self.progress(job, phase="pull", image=image, bytes_done=0, bytes_total=0, layers=0)
-            return self.ops.pull(image, auth, lambda figures: self.progress(job, phase="pull", image=image, **figures),
-                                 job.on_abort, job.should_stop)
+            return self.ops.pull(
+                image,
+                auth,
+                lambda figures: self.progress(job, phase="pull", image=image, **figures),
+                job.on_abort,
+                job.should_stop,
+            )
         finally:
             slots.release()
 
@@ -146,8 +165,11 @@ class Commands:
             self.journal.adopt(container.id, container.name, job.id)
             log.info("adopted unmanaged container %s on command %s", container.name, job.id)
             return
-        raise CommandFailed("not_managed", f"refusing to {action} container {container.name}: it was not created "
-                            "by the agent (send adopt: true to take it over explicitly)")
+        raise CommandFailed(
+            "not_managed",
+            f"refusing to {action} container {container.name}: it was not created "
+            "by the agent (send adopt: true to take it over explicitly)",
+        )
 
     def _target(self, job: Job, action: str) -> Any:
         container = self.ops.find(job.spec["name"])
@@ -168,8 +190,11 @@ class Commands:
             self.authorize(existing, job, "replace")
             if not spec["replace"]:
                 owner = (existing.labels or {}).get(protocol.LABEL_COMMAND_ID, "an earlier command")
-                raise CommandFailed("conflict", f"a container named {spec['name']} already exists (from {owner}); "
-                                    "send replace: true to recreate it")
+                raise CommandFailed(
+                    "conflict",
+                    f"a container named {spec['name']} already exists (from {owner}); "
+                    "send replace: true to recreate it",
+                )
         self._ensure_image(job)
         self.check(job)
         if existing is not None:
@@ -260,13 +285,20 @@ class Commands:
                     time.sleep(left)
                     continue
                 if health == "unhealthy":
-                    raise CommandFailed("unhealthy", f"container {container.name} runs but its healthcheck fails",
-                                        container_id=container.id)
+                    raise CommandFailed(
+                        "unhealthy",
+                        f"container {container.name} runs but its healthcheck fails",
+                        container_id=container.id,
+                    )
             elif state.get("Status") in ("exited", "dead") or state.get("Restarting"):
                 tail = self.ops.logs_tail(container)
-                raise CommandFailed("container_exited", f"container {container.name} exited with code "
-                                    f"{state.get('ExitCode')}" + (f"; last output: {tail[-300:]}" if tail else ""),
-                                    container_id=container.id, exit_code=state.get("ExitCode"))
+                raise CommandFailed(
+                    "container_exited",
+                    f"container {container.name} exited with code "
+                    f"{state.get('ExitCode')}" + (f"; last output: {tail[-300:]}" if tail else ""),
+                    container_id=container.id,
+                    exit_code=state.get("ExitCode"),
+                )
             self.check(job)
             time.sleep(delay)
             delay = min(delay * 2, POLL_MAX_S)
@@ -275,8 +307,12 @@ class Commands:
     def _run_result(container: Any, attrs: dict[str, Any], created_now: bool, status: str) -> dict[str, Any]:
         verb = "started" if created_now else "was already created by this command and"
         return {
-            "container_id": container.id, "name": container.name, "image": attrs["Config"]["Image"],
-            "image_id": attrs["Image"], "status": status, "created": created_now,
+            "container_id": container.id,
+            "name": container.name,
+            "image": attrs["Config"]["Image"],
+            "image_id": attrs["Image"],
+            "status": status,
+            "created": created_now,
             "message": f"container {container.name} {verb} is {status}",
         }
 
@@ -284,8 +320,12 @@ class Commands:
         container = self._target(job, "stop")
         self.ops.stop(container, job.spec["timeout_s"])
         attrs = self.ops.reload(container)
-        return {"container_id": container.id, "name": container.name, "exit_code": attrs["State"].get("ExitCode"),
-                "message": f"container {container.name} stopped"}
+        return {
+            "container_id": container.id,
+            "name": container.name,
+            "exit_code": attrs["State"].get("ExitCode"),
+            "message": f"container {container.name} stopped",
+        }
 
     def container_start(self, job: Job) -> dict[str, Any]:
         container = self._target(job, "start")
@@ -302,14 +342,21 @@ class Commands:
     def container_remove(self, job: Job) -> dict[str, Any]:
         container = self.ops.find(job.spec["name"])
         if container is None:
-            return {"name": job.spec["name"], "already_absent": True,
-                    "message": f"no container named {job.spec['name']}: nothing to remove"}
+            return {
+                "name": job.spec["name"],
+                "already_absent": True,
+                "message": f"no container named {job.spec['name']}: nothing to remove",
+            }
         self.authorize(container, job, "remove")
         hand_over_logs(self.config, container)
         self.ops.remove(container, force=job.spec["force"], volumes=job.spec["volumes"])
         self.journal.forget(container.id)
-        return {"container_id": container.id, "name": container.name, "already_absent": False,
-                "message": f"container {container.name} removed"}
+        return {
+            "container_id": container.id,
+            "name": container.name,
+            "already_absent": False,
+            "message": f"container {container.name} removed",
+        }
 
     # --- cancellation (no Docker call: runs inline in the worker loop)
 
@@ -320,12 +367,16 @@ class Commands:
         if target is None:
             entry = self.journal.get(target_id)
             ended = entry.outcome["state"] if entry and entry.outcome else None
-            raise CommandFailed("not_found", f"command {target_id} is not running"
-                                + (f" (it already ended: {ended})" if ended else " (unknown id)"))
+            raise CommandFailed(
+                "not_found",
+                f"command {target_id} is not running" + (f" (it already ended: {ended})" if ended else " (unknown id)"),
+            )
         if target.definition is None or not target.definition.cancellable:
             raise CommandFailed("conflict", f"command {target_id} ({target.kind}) cannot be cancelled")
         was_running = target.running and target.attempt > 0
         target.stop("cancelled")
         if not was_running:  # still queued: it ends now; its turn will find it stopped
-            self.timeline.finish(target_id, protocol.CANCELLED, "cancelled", f"{target.kind} was cancelled before it started")
+            self.timeline.finish(
+                target_id, protocol.CANCELLED, "cancelled", f"{target.kind} was cancelled before it started"
+            )
         return {"target": target_id, "message": f"cancel requested for {target_id} ({target.kind})"}

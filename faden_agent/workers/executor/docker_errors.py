@@ -21,9 +21,19 @@ DOCKER_PERMISSION = "docker_permission"
 
 # The engine's words when the registry's name does not resolve or nothing answers there
 # (Go's net package, as dockerd quotes it: `Get "https://host/v2/": dial tcp: ...`).
-_UNREACHABLE = ("no such host", "dial tcp", "connection refused", "i/o timeout", "network is unreachable",
-                "no route to host", "server misbehaving", "tls handshake timeout", "client.timeout exceeded",
-                "temporary failure in name resolution", "connection reset by peer")
+_UNREACHABLE = (
+    "no such host",
+    "dial tcp",
+    "connection refused",
+    "i/o timeout",
+    "network is unreachable",
+    "no route to host",
+    "server misbehaving",
+    "tls handshake timeout",
+    "client.timeout exceeded",
+    "temporary failure in name resolution",
+    "connection reset by peer",
+)
 _NOT_FOUND = ("manifest unknown", "not found", "does not exist", "no such image")
 
 
@@ -50,14 +60,18 @@ def advice(reason: str, image: str | None = None) -> str:
     """What to do about it, in one clause."""
     if reason == REGISTRY_UNREACHABLE:
         where = f"registry {registry_of(image)}" if image else "registry"
-        return (f"this machine's Docker engine cannot reach the {where}: check the name, DNS and the route "
-                "(dockerd's own HTTPS_PROXY when a proxy is needed), or use an image from a registry it reaches")
+        return (
+            f"this machine's Docker engine cannot reach the {where}: check the name, DNS and the route "
+            "(dockerd's own HTTPS_PROXY when a proxy is needed), or use an image from a registry it reaches"
+        )
     if reason == IMAGE_NOT_FOUND:
         where = f" in registry {registry_of(image)}" if image else ""
         return f"no such image or tag{where}: check the repository name and tag (and that it was pushed there)"
     if reason == DOCKER_PERMISSION:
-        return ("this user may not use the Docker socket: run the agent as root (faden-agent start as root "
-                "installs the system service), or add its user to the docker group and log in again")
+        return (
+            "this user may not use the Docker socket: run the agent as root (faden-agent start as root "
+            "installs the system service), or add its user to the docker group and log in again"
+        )
     return ""
 
 

@@ -12,7 +12,8 @@ import contextlib
 import os
 import threading
 import time
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import docker
 import requests
@@ -54,25 +55,34 @@ def translated(what: str, not_found: str = "not_found", image: str | None = None
     except CommandFailed:
         raise
     except (requests.exceptions.Timeout, TimeoutError) as exc:
-        raise CommandFailed("timeout", f"{what}: the Docker engine did not answer in time ({type(exc).__name__})") from None
+        raise CommandFailed(
+            "timeout", f"{what}: the Docker engine did not answer in time ({type(exc).__name__})"
+        ) from None
     except requests.exceptions.ConnectionError as exc:
         if "Read timed out" in str(exc):
             raise CommandFailed("timeout", f"{what}: the Docker engine did not answer in time") from None
         if docker_errors.is_permission_denied(exc):
-            raise CommandFailed(docker_errors.DOCKER_PERMISSION,
-                                f"{what}: {docker_errors.advice(docker_errors.DOCKER_PERMISSION)} ({_short(exc)})") from None
+            raise CommandFailed(
+                docker_errors.DOCKER_PERMISSION,
+                f"{what}: {docker_errors.advice(docker_errors.DOCKER_PERMISSION)} ({_short(exc)})",
+            ) from None
         raise CommandFailed("docker_unavailable", f"{what}: cannot reach the Docker engine ({_short(exc)})") from None
     except (ImageNotFound, NotFound) as exc:
         raise CommandFailed(*docker_errors.failure(what, _engine_text(exc), not_found, image)) from None
     except APIError as exc:
         text = _engine_text(exc)
         if is_gpu_runtime_missing(text):
-            raise CommandFailed("gpu_runtime_missing", f"{what}: GPUs were requested but this machine's Docker engine "
-                                f"has no NVIDIA container runtime ({text})") from None
+            raise CommandFailed(
+                "gpu_runtime_missing",
+                f"{what}: GPUs were requested but this machine's Docker engine "
+                f"has no NVIDIA container runtime ({text})",
+            ) from None
         if exc.status_code == 409:
             raise CommandFailed("conflict", f"{what}: {text}") from None
         if exc.status_code in (401, 403) or "unauthorized" in text or "authentication required" in text:
-            raise CommandFailed("registry_auth_failed", f"{what}: the registry refused the credentials ({text})") from None
+            raise CommandFailed(
+                "registry_auth_failed", f"{what}: the registry refused the credentials ({text})"
+            ) from None
         raise CommandFailed(*docker_errors.failure(what, text, "docker_error", image)) from None
     except DockerException as exc:
         raise CommandFailed("docker_unavailable", f"{what}: {_short(exc)}") from None
@@ -94,8 +104,16 @@ class PullProgress:
     def __init__(self) -> None:
         self.layers: dict[str, list[int]] = {}  # layer id -> [done, total]
 
-    LAYER_STATUSES = ("Pulling fs layer", "Waiting", "Downloading", "Verifying Checksum", "Download complete",
-                      "Extracting", "Pull complete", "Already exists")
+    LAYER_STATUSES = (
+        "Pulling fs layer",
+        "Waiting",
+        "Downloading",
+        "Verifying Checksum",
+        "Download complete",
+        "Extracting",
+        "Pull complete",
+        "Already exists",
+    )
 
     def update(self, line: dict[str, Any]) -> None:
         layer, status = line.get("id"), line.get("status", "")
@@ -147,8 +165,14 @@ class DockerOps:
             except ImageNotFound:
                 return False
 
-    def pull(self, image: str, auth: dict[str, str] | None, on_progress: Callable[[dict[str, int]], None],
-             on_abort: Callable[[Callable[[], None]], None], should_stop: Callable[[], bool]) -> dict[str, Any]:
+    def pull(
+        self,
+        image: str,
+        auth: dict[str, str] | None,
+        on_progress: Callable[[dict[str, int]], None],
+        on_abort: Callable[[Callable[[], None]], None],
+        should_stop: Callable[[], bool],
+    ) -> dict[str, Any]:
         """Pull with progress at most once a second. The request goes through the SDK's
         low-level helpers because `APIClient.pull` sets no read timeout and hides the
         response, which we need to bound a hung engine and to abort on cancel."""
@@ -158,8 +182,13 @@ class DockerOps:
         progress = PullProgress()
         last_report = 0.0
         with translated(f"pulling {image}", not_found="image_not_found", image=image):
-            response = api._post(api._url("/images/create"), params={"fromImage": repo, "tag": tag},
-                                 headers=headers, stream=True, timeout=self.timeout_s)
+            response = api._post(
+                api._url("/images/create"),
+                params={"fromImage": repo, "tag": tag},
+                headers=headers,
+                stream=True,
+                timeout=self.timeout_s,
+            )
             on_abort(response.close)
             try:
                 api._raise_for_status(response)
@@ -212,16 +241,32 @@ class DockerOps:
 
     def create(self, spec: dict[str, Any], labels: dict[str, str], extra_mounts: list[dict[str, Any]]):
         kwargs: dict[str, Any] = {
-            "image": spec["image"], "name": spec["name"], "labels": labels, "detach": True,
-            "environment": spec["env"], "ports": spec["ports"] or None,
-            "mounts": [Mount(m["target"], m["source"], type=m["type"], read_only=m["read_only"])
-                       for m in spec["mounts"] + extra_mounts] or None,
+            "image": spec["image"],
+            "name": spec["name"],
+            "labels": labels,
+            "detach": True,
+            "environment": spec["env"],
+            "ports": spec["ports"] or None,
+            "mounts": [
+                Mount(m["target"], m["source"], type=m["type"], read_only=m["read_only"])
+                for m in spec["mounts"] + extra_mounts
+            ]
+            or None,
             "ulimits": [Ulimit(**u) for u in spec["ulimits"]] or None,
             "devices": spec["devices"] or None,
             "device_requests": device_requests(spec["gpus"]) or None,
         }
-        for key in ("command", "entrypoint", "network_mode", "ipc_mode", "shm_size", "restart_policy",
-                    "healthcheck", "user", "working_dir"):
+        for key in (
+            "command",
+            "entrypoint",
+            "network_mode",
+            "ipc_mode",
+            "shm_size",
+            "restart_policy",
+            "healthcheck",
+            "user",
+            "working_dir",
+        ):
             if spec.get(key) is not None:
                 kwargs[key] = spec[key]
         with translated(f"creating container {spec['name']}", not_found="image_not_found", image=spec["image"]):

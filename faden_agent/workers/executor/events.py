@@ -14,7 +14,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from faden_agent import protocol
 from faden_agent.uplink import Uplink
@@ -56,8 +57,9 @@ def event_record(event: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
 
 
 class EventWatcher:
-    def __init__(self, ops: DockerOps, uplink: Uplink, is_adopted: Callable[[str], bool],
-                 stopping: threading.Event | None = None):
+    def __init__(
+        self, ops: DockerOps, uplink: Uplink, is_adopted: Callable[[str], bool], stopping: threading.Event | None = None
+    ):
         self.ops = ops
         self.uplink = uplink
         self.meta = uplink.outbox
@@ -118,8 +120,12 @@ class EventWatcher:
                 adopted = self.ops.find(container_id)
                 if adopted is not None:
                     containers[adopted.id] = adopted
-        reconcile(list(containers.values()), self.seen,
-                  lambda record_id, data: self.uplink.put(protocol.EVENT, data, record_id=record_id), replayed)
+        reconcile(
+            list(containers.values()),
+            self.seen,
+            lambda record_id, data: self.uplink.put(protocol.EVENT, data, record_id=record_id),
+            replayed,
+        )
 
     def _handle(self, event: dict[str, Any], live: bool) -> tuple[str, str, int] | None:
         """Report a managed container's event; (container id, action, time ns) when reported.

@@ -73,9 +73,11 @@ class Entry:
 def _write(method):
     """A journal write that waits out a full disk (diskfull.py: a thread waits, the
     worker's main loop gets DiskFull at once)."""
+
     @functools.wraps(method)
     def write(self, *args, **kwargs):
         return retry_when_full(lambda: method(self, *args, **kwargs), self.path)
+
     return write
 
 
@@ -116,7 +118,8 @@ class Journal:
     def _entries(self, where: str, params: tuple) -> list[Entry]:
         with self._lock:
             rows = self._db.execute(
-                "SELECT id, seq, kind, spec, deadline, state, attempt, outcome, received_at FROM commands WHERE " + where,
+                "SELECT id, seq, kind, spec, deadline, state, attempt, outcome, received_at FROM commands WHERE "
+                + where,
                 params,
             ).fetchall()
         return [_entry(r) for r in rows]
@@ -169,13 +172,17 @@ class Journal:
         deaths in a row so far."""
         with self._lock:
             clean = self._db.execute("DELETE FROM flags WHERE name = 'clean_stop'").rowcount == 1
-            self._db.execute("DELETE FROM deaths WHERE command_id NOT IN (SELECT id FROM commands WHERE state = ?)",
-                             (RUNNING,))
+            self._db.execute(
+                "DELETE FROM deaths WHERE command_id NOT IN (SELECT id FROM commands WHERE state = ?)", (RUNNING,)
+            )
             if clean:  # a whole life without dying: the row is broken
                 self._db.execute("DELETE FROM deaths")
             else:
-                self._db.execute("INSERT INTO deaths SELECT id, 1 FROM commands WHERE state = ? AND true"
-                                 " ON CONFLICT(command_id) DO UPDATE SET count = count + 1", (RUNNING,))
+                self._db.execute(
+                    "INSERT INTO deaths SELECT id, 1 FROM commands WHERE state = ? AND true"
+                    " ON CONFLICT(command_id) DO UPDATE SET count = count + 1",
+                    (RUNNING,),
+                )
             return dict(self._db.execute("SELECT command_id, count FROM deaths").fetchall())
 
     # --- terminal records: "done" here, then in the outbox
@@ -212,6 +219,13 @@ class Journal:
 
 def _entry(row: tuple) -> Entry:
     return Entry(
-        id=row[0], seq=row[1], kind=row[2], spec=orjson.loads(row[3]), deadline=row[4], state=row[5],
-        attempt=row[6], outcome=orjson.loads(row[7]) if row[7] else None, received_at=row[8],
+        id=row[0],
+        seq=row[1],
+        kind=row[2],
+        spec=orjson.loads(row[3]),
+        deadline=row[4],
+        state=row[5],
+        attempt=row[6],
+        outcome=orjson.loads(row[7]) if row[7] else None,
+        received_at=row[8],
     )

@@ -33,6 +33,7 @@ FALLBACK_REASONS = ("image_not_found", "registry_unreachable", "registry_auth_fa
 
 # --- spec checks
 
+
 def image_id(key: str, value: Any) -> str:
     if not isinstance(value, str) or not IMAGE_ID_RE.fullmatch(value):
         raise SpecError(f"{quote(key)} must be an image id sha256:<64 hex>, got {quote(value)}")
@@ -76,22 +77,33 @@ def by_fetched_image(spec: dict[str, Any]) -> str:
 
 # --- handlers
 
+
 def image_serve(commands: Any, job: Any) -> dict[str, Any]:
     spec = job.spec
     expires_at = time.time() + spec["ttl_s"]
-    TicketBox(commands.config.runtime_dir).add(spec["ticket_sha256"], Ticket(spec["image_id"], spec["receiver"], expires_at))
-    return {"image_id": spec["image_id"], "receiver": spec["receiver"], "expires_at": round(expires_at, 3),
-            "message": f"serving {spec['image_id'][:19]} to {spec['receiver']} for {spec['ttl_s']:g} s (one use)"}
+    TicketBox(commands.config.runtime_dir).add(
+        spec["ticket_sha256"], Ticket(spec["image_id"], spec["receiver"], expires_at)
+    )
+    return {
+        "image_id": spec["image_id"],
+        "receiver": spec["receiver"],
+        "expires_at": round(expires_at, 3),
+        "message": f"serving {spec['image_id'][:19]} to {spec['receiver']} for {spec['ttl_s']:g} s (one use)",
+    }
 
 
 def image_fetch(commands: Any, job: Any) -> dict[str, Any]:
     spec = job.spec
     result = fetch_from_peers(commands, job, spec["image_id"], spec.get("image"), spec["peers"])
-    return {**result, "message": f"fetched {spec.get('image') or spec['image_id']} from {result.get('source', 'this machine')}"}
+    return {
+        **result,
+        "message": f"fetched {spec.get('image') or spec['image_id']} from {result.get('source', 'this machine')}",
+    }
 
 
-def fetch_from_peers(commands: Any, job: Any, image_id: str | None, reference: str | None,
-                     sources: list[dict[str, str]]) -> dict[str, Any]:
+def fetch_from_peers(
+    commands: Any, job: Any, image_id: str | None, reference: str | None, sources: list[dict[str, str]]
+) -> dict[str, Any]:
     """The image from the first peer that delivers it intact; CommandFailed naming every
     peer's failure otherwise (integrity_failed when any peer sent something else)."""
     if image_id is None:
@@ -104,8 +116,14 @@ def fetch_from_peers(commands: Any, job: Any, image_id: str | None, reference: s
         failures: list[PeerFailure] = []
         for peer in sources:
             commands.check(job)
-            transfer = Transfer(api, image_id, reference, commands.config.tls_verify(),
-                                lambda figures: commands.progress(job, **figures), job.should_stop)
+            transfer = Transfer(
+                api,
+                image_id,
+                reference,
+                commands.config.tls_verify(),
+                lambda figures: commands.progress(job, **figures),
+                job.should_stop,
+            )
             try:
                 return {**transfer.run(peer), "failed_sources": [f.message for f in failures]}
             except PeerFailure as failure:
@@ -117,8 +135,11 @@ def fetch_from_peers(commands: Any, job: Any, image_id: str | None, reference: s
                 raise Cancelled() from None
     reasons = [f.reason for f in failures]
     reason = "integrity_failed" if "integrity_failed" in reasons else reasons[-1]
-    raise CommandFailed(reason, "no peer delivered the image: " + "; ".join(f.message for f in failures)[:1500],
-                        sources=[{"reason": f.reason, "message": f.message} for f in failures])
+    raise CommandFailed(
+        reason,
+        "no peer delivered the image: " + "; ".join(f.message for f in failures)[:1500],
+        sources=[{"reason": f.reason, "message": f.message} for f in failures],
+    )
 
 
 def image_relay(commands: Any, job: Any) -> dict[str, Any]:
@@ -154,16 +175,20 @@ def image_relay(commands: Any, job: Any) -> dict[str, Any]:
             yield chunk
 
     try:
-        done = requests.post(f"{spec['url']}/stream", data=checked(), headers={**auth, **headers},
-                             timeout=(10, 600), verify=verify)
+        done = requests.post(
+            f"{spec['url']}/stream", data=checked(), headers={**auth, **headers}, timeout=(10, 600), verify=verify
+        )
     except Stopped:
         raise Cancelled() from None
     except requests.exceptions.RequestException as exc:
         raise CommandFailed("peer_failed", f"the relay upload broke: {type(exc).__name__}") from None
     if done.status_code != 200:
         raise CommandFailed("peer_failed", f"the relay refused the stream: HTTP {done.status_code}")
-    return {"image_id": spec["image_id"], "bytes_sent": done.json().get("bytes"),
-            "message": f"relayed {spec['image_id'][:19]} through the backend"}
+    return {
+        "image_id": spec["image_id"],
+        "bytes_sent": done.json().get("bytes"),
+        "message": f"relayed {spec['image_id'][:19]} through the backend",
+    }
 
 
 def _present(api: Any, image_id: str) -> bool:

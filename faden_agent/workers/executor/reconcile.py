@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Callable
+from typing import Any
 
 import orjson
 
@@ -83,24 +84,51 @@ def missed(before: dict[str, Any], now: dict[str, Any], replayed: dict[str, list
     found: list[tuple[str, str, dict]] = []
     restarts = now["restart_count"] - before["restart_count"] - len(replayed.get("start", []))
     if now["restart_count"] > before["restart_count"] and restarts > 0:
-        found.append(("restart", str(now["restart_count"]),
-                      {"restarts": restarts, "restart_count": now["restart_count"],
-                       "time_ns": docker_time_ns(now["started_at"])}))
+        found.append(
+            (
+                "restart",
+                str(now["restart_count"]),
+                {
+                    "restarts": restarts,
+                    "restart_count": now["restart_count"],
+                    "time_ns": docker_time_ns(now["started_at"]),
+                },
+            )
+        )
     finished = docker_time_ns(now["finished_at"])
     if finished is not None and now["finished_at"] != before["finished_at"]:
         reported = any(t >= finished for t in replayed.get("die", []))  # the die event follows FinishedAt
         if now["oom_killed"] and not reported and not replayed.get("oom"):
             found.append(("oom", now["finished_at"], {"time_ns": finished}))
         if not reported:
-            found.append(("die", now["finished_at"], {"exit_code": now["exit_code"], "oom_killed": now["oom_killed"],
-                                                      "finished_at": now["finished_at"], "time_ns": finished}))
+            found.append(
+                (
+                    "die",
+                    now["finished_at"],
+                    {
+                        "exit_code": now["exit_code"],
+                        "oom_killed": now["oom_killed"],
+                        "finished_at": now["finished_at"],
+                        "time_ns": finished,
+                    },
+                )
+            )
     started = docker_time_ns(now["started_at"])
-    if (started is not None and now["started_at"] != before["started_at"] and now["status"] == "running"
-            and not any(t >= started for t in replayed.get("start", []))):
+    if (
+        started is not None
+        and now["started_at"] != before["started_at"]
+        and now["status"] == "running"
+        and not any(t >= started for t in replayed.get("start", []))
+    ):
         found.append(("start", now["started_at"], {"started_at": now["started_at"], "time_ns": started}))
     if now["health"] and now["health"] != before["health"] and not replayed.get("health_status"):
-        found.append(("health_status", f"{now['health']}:{now['started_at']}",
-                      {"health": now["health"], "time_ns": time.time_ns()}))
+        found.append(
+            (
+                "health_status",
+                f"{now['health']}:{now['started_at']}",
+                {"health": now["health"], "time_ns": time.time_ns()},
+            )
+        )
     return found
 
 
@@ -130,17 +158,27 @@ class Seen:
         self.meta.set_meta(SEEN_KEY, orjson.dumps(self.snapshots).decode())
 
 
-def reconciled_record(container_id: str, action: str, key: str, snap: dict[str, Any],
-                      extra: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+def reconciled_record(
+    container_id: str, action: str, key: str, snap: dict[str, Any], extra: dict[str, Any]
+) -> tuple[str, dict[str, Any]]:
     time_ns = extra.pop("time_ns", None) or time.time_ns()
-    data = {"type": f"container.{action}", "container_id": container_id,
-            **{k: snap.get(k) for k in ("name", "image", "command_id", "cluster", "workload")},
-            "time": time_ns / 1e9, "reconciled": True, **extra}
+    data = {
+        "type": f"container.{action}",
+        "container_id": container_id,
+        **{k: snap.get(k) for k in ("name", "image", "command_id", "cluster", "workload")},
+        "time": time_ns / 1e9,
+        "reconciled": True,
+        **extra,
+    }
     return f"ev:{container_id}:{action}:reconciled:{key}", data
 
 
-def reconcile(containers: list[Any], seen: Seen, put: Callable[[str, dict[str, Any]], None],
-              replayed: dict[str, dict[str, list[int]]]) -> int:
+def reconcile(
+    containers: list[Any],
+    seen: Seen,
+    put: Callable[[str, dict[str, Any]], None],
+    replayed: dict[str, dict[str, list[int]]],
+) -> int:
     """Compare and report; `containers` are the managed ones now (with fresh attrs).
     Returns how many events were reported."""
     reported = 0

@@ -9,7 +9,8 @@ in a backend script is an `invalid_spec` rejection instead of a silently ignored
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from faden_agent.protocol import quote
 
@@ -93,7 +94,7 @@ def gpus(key: str, value: Any) -> str | int | list[str]:
         return value
     if isinstance(value, list) and value and all(isinstance(v, (str, int)) and not isinstance(v, bool) for v in value):
         return [str(v) for v in value]
-    raise SpecError(f"{quote(key)} must be \"all\", a positive count, or a list of GPU indexes/UUIDs, got {quote(value)}")
+    raise SpecError(f'{quote(key)} must be "all", a positive count, or a list of GPU indexes/UUIDs, got {quote(value)}')
 
 
 def labels(key: str, value: Any) -> dict[str, str]:
@@ -107,18 +108,25 @@ def labels(key: str, value: Any) -> dict[str, str]:
 def ports(key: str, value: Any) -> dict[str, Any]:
     """{"8265/tcp": 8265} or {"8000": ["127.0.0.1", 8000]} or {"6379": null} (random port)."""
     if not isinstance(value, dict):
-        raise SpecError(f"{quote(key)} must be an object like {{\"8265/tcp\": 8265}}, got {quote(value)}")
+        raise SpecError(f'{quote(key)} must be an object like {{"8265/tcp": 8265}}, got {quote(value)}')
     out: dict[str, Any] = {}
     for container_port, host in value.items():
         if not re.fullmatch(r"\d{1,5}(/(tcp|udp|sctp))?", container_port):
             raise SpecError(f"{quote(key)}: {quote(container_port)} is not a container port like '8000' or '8000/tcp'")
         if host is None or (isinstance(host, int) and not isinstance(host, bool) and 0 < host < 65536):
             out[container_port] = host
-        elif (isinstance(host, list) and len(host) == 2 and isinstance(host[0], str)
-              and isinstance(host[1], int) and 0 < host[1] < 65536):
+        elif (
+            isinstance(host, list)
+            and len(host) == 2
+            and isinstance(host[0], str)
+            and isinstance(host[1], int)
+            and 0 < host[1] < 65536
+        ):
             out[container_port] = (host[0], host[1])
         else:
-            raise SpecError(f"{quote(key)}[{quote(container_port)}] must be a host port, [host_ip, port] or null, got {quote(host)}")
+            raise SpecError(
+                f"{quote(key)}[{quote(container_port)}] must be a host port, [host_ip, port] or null, got {quote(host)}"
+            )
     return out
 
 
@@ -142,16 +150,24 @@ def mounts(key: str, value: Any) -> list[dict[str, Any]]:
         if kind != "tmpfs":
             source = string(f"{key}[{i}].source", source)
             if kind == "bind" and not source.startswith("/"):
-                raise SpecError(f"{quote(key)}[{i}].source of a bind mount must be an absolute path, got {quote(source)}")
-        out.append({"type": kind, "source": source, "target": target,
-                    "read_only": boolean(f"{key}[{i}].read_only", mount.get("read_only", False))})
+                raise SpecError(
+                    f"{quote(key)}[{i}].source of a bind mount must be an absolute path, got {quote(source)}"
+                )
+        out.append(
+            {
+                "type": kind,
+                "source": source,
+                "target": target,
+                "read_only": boolean(f"{key}[{i}].read_only", mount.get("read_only", False)),
+            }
+        )
     return out
 
 
 def ulimits(key: str, value: Any) -> list[dict[str, Any]]:
     """{"memlock": -1, "nofile": {"soft": 65536, "hard": 65536}}."""
     if not isinstance(value, dict):
-        raise SpecError(f"{quote(key)} must be an object like {{\"nofile\": 65536}}, got {quote(value)}")
+        raise SpecError(f'{quote(key)} must be an object like {{"nofile": 65536}}, got {quote(value)}')
     out = []
     for name, limit in value.items():
         if _int64(limit):
@@ -167,19 +183,25 @@ def restart_policy(key: str, value: Any) -> dict[str, Any]:
     if isinstance(value, str):
         value = {"name": value}
     if not isinstance(value, dict) or value.get("name") not in RESTART_POLICIES:
-        raise SpecError(f"{quote(key)} must be one of {', '.join(RESTART_POLICIES)} (or {{name, maximum_retry_count}}), got {quote(value)}")
+        raise SpecError(
+            f"{quote(key)} must be one of {', '.join(RESTART_POLICIES)} (or {{name, maximum_retry_count}}), got {quote(value)}"
+        )
     policy = {"Name": value["name"]}
     if "maximum_retry_count" in value:
         count = value["maximum_retry_count"]
         if value["name"] != "on-failure" or not _int64(count) or count < 0:
-            raise SpecError(f"{quote(key)}.maximum_retry_count needs name on-failure and a count >= 0, got {quote(value)}")
+            raise SpecError(
+                f"{quote(key)}.maximum_retry_count needs name on-failure and a count >= 0, got {quote(value)}"
+            )
         policy["MaximumRetryCount"] = count
     return policy
 
 
 def healthcheck(key: str, value: Any) -> dict[str, Any]:
     if not isinstance(value, dict):
-        raise SpecError(f"{quote(key)} must be an object with 'test' and optional interval_s, timeout_s, retries, start_period_s")
+        raise SpecError(
+            f"{quote(key)} must be an object with 'test' and optional interval_s, timeout_s, retries, start_period_s"
+        )
     extra = set(value) - {"test", "interval_s", "timeout_s", "retries", "start_period_s"}
     if extra:
         raise SpecError(f"{quote(key)}: unknown keys {quote(sorted(extra))}")
@@ -188,7 +210,11 @@ def healthcheck(key: str, value: Any) -> dict[str, Any]:
         raise SpecError(f"{quote(key)}.test must start with CMD, CMD-SHELL or NONE, got {quote(test)}")
     out: dict[str, Any] = {"test": test}
     ns = 1_000_000_000
-    for field, docker_name in (("interval_s", "interval"), ("timeout_s", "timeout"), ("start_period_s", "start_period")):
+    for field, docker_name in (
+        ("interval_s", "interval"),
+        ("timeout_s", "timeout"),
+        ("start_period_s", "start_period"),
+    ):
         if field in value:
             nanoseconds = seconds(f"{key}.{field}", value[field]) * ns
             if not 1_000_000 <= nanoseconds < 2**63:  # Docker's bounds: 1 ms, int64 (int(inf) would raise)
@@ -203,7 +229,11 @@ def healthcheck(key: str, value: Any) -> dict[str, Any]:
 
 
 def auth(key: str, value: Any) -> dict[str, str]:
-    if not isinstance(value, dict) or not isinstance(value.get("username"), str) or not isinstance(value.get("password"), str):
+    if (
+        not isinstance(value, dict)
+        or not isinstance(value.get("username"), str)
+        or not isinstance(value.get("password"), str)
+    ):
         raise SpecError(f"{quote(key)} must be an object with string 'username' and 'password'")  # value never echoed
     return {k: v for k, v in value.items() if k in ("username", "password", "serveraddress")}
 
@@ -231,16 +261,20 @@ def choice(*allowed: str) -> Check:
         if value not in allowed:
             raise SpecError(f"{quote(key)} must be one of {', '.join(allowed)}, got {quote(value)}")
         return value
+
     return check
 
 
 def refuse(why: str) -> Check:
     def check(key: str, value: Any) -> None:
         raise SpecError(f"{quote(key)} is not allowed: {why}")
+
     return check
 
 
-def check_spec(kind: str, required: dict[str, Check], optional: dict[str, tuple[Check, Any]], spec: Any) -> dict[str, Any]:
+def check_spec(
+    kind: str, required: dict[str, Check], optional: dict[str, tuple[Check, Any]], spec: Any
+) -> dict[str, Any]:
     """The normalised spec, or SpecError naming the culprit key."""
     if not isinstance(spec, dict):
         raise SpecError(f"the spec of {kind} must be an object, got {type(spec).__name__}")

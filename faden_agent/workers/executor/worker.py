@@ -25,7 +25,6 @@ from faden_agent.files import quarantine_record_id
 from faden_agent.ipc import Channel, Message
 from faden_agent.uplink import Uplink
 from faden_agent.workers.base import Worker
-from faden_agent.workers.executor.specs import SpecError
 from faden_agent.workers.executor.adoption import adopt
 from faden_agent.workers.executor.commands import Commands
 from faden_agent.workers.executor.docker_ops import DockerOps
@@ -33,6 +32,7 @@ from faden_agent.workers.executor.events import EventWatcher
 from faden_agent.workers.executor.journal import QUEUED, RUNNING, Entry, Journal
 from faden_agent.workers.executor.kinds import KINDS
 from faden_agent.workers.executor.scheduler import Job, Scheduler
+from faden_agent.workers.executor.specs import SpecError
 from faden_agent.workers.executor.timeline import Timeline
 
 log = logging.getLogger(__name__)
@@ -56,20 +56,25 @@ class ExecutorWorker(Worker):
         self.timeline = Timeline(self.uplink, self.journal)
         if self.journal.quarantined:
             log.error("%s", self.journal.quarantined["message"])
-            self.uplink.put(protocol.EVENT, self.journal.quarantined, record_id=quarantine_record_id(self.journal.quarantined))
+            self.uplink.put(
+                protocol.EVENT, self.journal.quarantined, record_id=quarantine_record_id(self.journal.quarantined)
+            )
         self.ops = DockerOps(self.config)
         self.commands_ = Commands(self.config, self.ops, self.journal, self.timeline)
         self.scheduler = Scheduler(self.commands_.execute, self.config.max_concurrent_pulls)
         self.commands_.scheduler = self.scheduler
         self.engine_ok: bool | None = None
-        self.events = EventWatcher(self.ops, self.uplink, lambda cid: cid in self.journal.adopted_ids(),
-                                   self.stop_event)
+        self.events = EventWatcher(
+            self.ops, self.uplink, lambda cid: cid in self.journal.adopted_ids(), self.stop_event
+        )
         self.events.start(self.start_thread)
         self.start_thread("adoption", adopt, self.ops, self.journal, self.uplink, self.stop_event, finite=True)
         self.start_thread("engine-probe", self._probe_engine)
         replayed = self.timeline.report_unreported()  # finished by a predecessor, never reported
         if replayed:
-            log.warning("re-emitted the terminal records of %d finished command(s) a predecessor never reported", replayed)
+            log.warning(
+                "re-emitted the terminal records of %d finished command(s) a predecessor never reported", replayed
+            )
         self.resume_unfinished()
         self.requests = Channel.bind(zmq.REP, self.endpoints.executor)
 
@@ -83,7 +88,10 @@ class ExecutorWorker(Worker):
             channel.send("ack", {"adopt": True})
             return
         if message.type != "command":
-            channel.send("error", {"message": f"unknown request type {protocol.quote(message.type)}; expected 'command' or 'adopt'"})
+            channel.send(
+                "error",
+                {"message": f"unknown request type {protocol.quote(message.type)}; expected 'command' or 'adopt'"},
+            )
             return
         try:
             reply = self.accept(message.body)
@@ -95,8 +103,13 @@ class ExecutorWorker(Worker):
         except Exception as exc:  # noqa: BLE001 - a bug with one command must not wedge the socket
             log.exception("accepting a command failed")
             body = message.body if isinstance(message.body, dict) else {}
-            reply = {"id": body.get("id"), "accepted": False, "duplicate": False, "reason": "internal_error",
-                     "message": f"the executor failed to accept the command: {protocol.quote(str(exc))}"}
+            reply = {
+                "id": body.get("id"),
+                "accepted": False,
+                "duplicate": False,
+                "reason": "internal_error",
+                "message": f"the executor failed to accept the command: {protocol.quote(str(exc))}",
+            }
         channel.send("ack", reply)
 
     def tick(self) -> None:
@@ -122,13 +135,19 @@ class ExecutorWorker(Worker):
         """Journal the command, then own it: ack accepted unless it cannot be journaled."""
         command_id = body.get("id") if isinstance(body, dict) else None
         if not isinstance(command_id, str) or not command_id.strip() or len(command_id) > protocol.MAX_ID_BYTES:
-            return {"id": command_id if isinstance(command_id, str) and len(command_id) <= protocol.MAX_ID_BYTES else None,
-                    "accepted": False, "duplicate": False, "reason": "invalid_spec",
-                    "message": f"a command needs a non-empty string id of at most {protocol.MAX_ID_BYTES} bytes"}
+            return {
+                "id": command_id if isinstance(command_id, str) and len(command_id) <= protocol.MAX_ID_BYTES else None,
+                "accepted": False,
+                "duplicate": False,
+                "reason": "invalid_spec",
+                "message": f"a command needs a non-empty string id of at most {protocol.MAX_ID_BYTES} bytes",
+            }
         kind = body.get("kind")
         kind = kind if isinstance(kind, str) else repr(kind)
         seq = body.get("seq")
-        seq = seq if isinstance(seq, int) and 0 < seq < protocol.MAX_SEQ else None  # beyond int64 SQLite raises OverflowError
+        seq = (
+            seq if isinstance(seq, int) and 0 < seq < protocol.MAX_SEQ else None
+        )  # beyond int64 SQLite raises OverflowError
         deadline = body.get("deadline")
         deadline = float(deadline) if isinstance(deadline, (int, float)) and not isinstance(deadline, bool) else None
         spec = body.get("spec")
@@ -136,12 +155,18 @@ class ExecutorWorker(Worker):
         size = body["too_large"] if "too_large" in body else len(orjson.dumps(spec))
         too_large = "too_large" in body or size > protocol.MAX_SPEC_BYTES
         try:
-            entry, duplicate = self.journal.add(command_id, seq, kind[:protocol.MAX_ID_BYTES], None if too_large else spec,
-                                                deadline)
+            entry, duplicate = self.journal.add(
+                command_id, seq, kind[: protocol.MAX_ID_BYTES], None if too_large else spec, deadline
+            )
         except sqlite3.Error as exc:
             log.error("cannot journal command %s: %s", command_id, exc)
-            return {"id": command_id, "accepted": False, "duplicate": False, "reason": "journal_error",
-                    "message": f"the executor cannot journal the command: {exc}"}
+            return {
+                "id": command_id,
+                "accepted": False,
+                "duplicate": False,
+                "reason": "journal_error",
+                "message": f"the executor cannot journal the command: {exc}",
+            }
         if duplicate:
             if entry.outcome is not None:
                 self.timeline.replay(entry)
@@ -152,9 +177,13 @@ class ExecutorWorker(Worker):
             return {"id": command_id, "accepted": True, "duplicate": True}
         self.timeline.received(command_id, entry.kind, seq)
         if too_large:
-            self.timeline.finish(command_id, protocol.REJECTED, "too_large",
-                                 f"{protocol.quote(kind)}: the command ({protocol.quote(size)} bytes) exceeds the "
-                                 f"size limit ({protocol.MAX_SPEC_BYTES} bytes of spec); it is not run")
+            self.timeline.finish(
+                command_id,
+                protocol.REJECTED,
+                "too_large",
+                f"{protocol.quote(kind)}: the command ({protocol.quote(size)} bytes) exceeds the "
+                f"size limit ({protocol.MAX_SPEC_BYTES} bytes of spec); it is not run",
+            )
         else:
             self.dispatch(entry)
         return {"id": command_id, "accepted": True, "duplicate": False}
@@ -166,9 +195,12 @@ class ExecutorWorker(Worker):
         try:
             definition = KINDS.get(entry.kind)
             if definition is None:
-                self.timeline.finish(entry.id, protocol.REJECTED, "unknown_kind",
-                                     f"unknown command kind {protocol.quote(entry.kind)}; "
-                                     f"this agent knows {', '.join(KINDS)}")
+                self.timeline.finish(
+                    entry.id,
+                    protocol.REJECTED,
+                    "unknown_kind",
+                    f"unknown command kind {protocol.quote(entry.kind)}; this agent knows {', '.join(KINDS)}",
+                )
                 return
             try:
                 spec = definition.validate(entry.spec)
@@ -176,10 +208,16 @@ class ExecutorWorker(Worker):
                 self.timeline.finish(entry.id, protocol.REJECTED, "invalid_spec", f"{entry.kind}: {exc}")
                 return
             step = "scheduling"
-            job = Job(id=entry.id, kind=entry.kind, spec=spec, definition=definition,
-                      deadline=definition.deadline(spec, entry.deadline, entry.received_at),
-                      key=definition.queue_key(spec) if definition.queue_key else "inline",
-                      attempt=entry.attempt, stop_reason=stop_reason)
+            job = Job(
+                id=entry.id,
+                kind=entry.kind,
+                spec=spec,
+                definition=definition,
+                deadline=definition.deadline(spec, entry.deadline, entry.received_at),
+                key=definition.queue_key(spec) if definition.queue_key else "inline",
+                attempt=entry.attempt,
+                stop_reason=stop_reason,
+            )
             if definition.inline:
                 self.commands_.execute(job)  # touches no Docker: inline keeps it ahead of every queue
             else:
@@ -187,9 +225,13 @@ class ExecutorWorker(Worker):
         except Exception as exc:  # noqa: BLE001 - a poison command ends as a command
             log.exception("command %s (%s) failed while %s", entry.id, entry.kind, step)
             state = protocol.REJECTED if step == "validating" else protocol.FAILED
-            self.timeline.finish(entry.id, state, "internal_error",
-                                 f"{protocol.quote(entry.kind)}: unexpected error while {step} it: "
-                                 f"{type(exc).__name__}: {protocol.quote(str(exc))}")
+            self.timeline.finish(
+                entry.id,
+                state,
+                "internal_error",
+                f"{protocol.quote(entry.kind)}: unexpected error while {step} it: "
+                f"{type(exc).__name__}: {protocol.quote(str(exc))}",
+            )
 
     def resume_unfinished(self) -> None:
         """Commands a killed predecessor accepted: finish them, or report them interrupted;
@@ -200,11 +242,19 @@ class ExecutorWorker(Worker):
             if self.scheduler.find(entry.id):
                 continue
             if entry.state == RUNNING and deaths.get(entry.id, 0) >= POISON_DEATHS:
-                log.error("command %s (%s) was running each of the last %d times the executor died: failing it as poison",
-                          entry.id, entry.kind, deaths[entry.id])
-                self.timeline.finish(entry.id, protocol.FAILED, "poison",
-                                     f"{protocol.quote(entry.kind)}: the executor died {deaths[entry.id]} times in a row "
-                                     f"while this command ran (attempt {entry.attempt}); not run again")
+                log.error(
+                    "command %s (%s) was running each of the last %d times the executor died: failing it as poison",
+                    entry.id,
+                    entry.kind,
+                    deaths[entry.id],
+                )
+                self.timeline.finish(
+                    entry.id,
+                    protocol.FAILED,
+                    "poison",
+                    f"{protocol.quote(entry.kind)}: the executor died {deaths[entry.id]} times in a row "
+                    f"while this command ran (attempt {entry.attempt}); not run again",
+                )
                 continue
             late = self._deadline(entry) <= time.time()
             if entry.state != QUEUED and late:
@@ -212,8 +262,13 @@ class ExecutorWorker(Worker):
                 continue
             if entry.state != QUEUED:
                 log.info("resuming command %s (%s) interrupted by an executor restart", entry.id, entry.kind)
-                self.timeline.progress(entry.id, entry.attempt, 0, phase="resumed",
-                                       message="the executor restarted while this command ran; resuming it")
+                self.timeline.progress(
+                    entry.id,
+                    entry.attempt,
+                    0,
+                    phase="resumed",
+                    message="the executor restarted while this command ran; resuming it",
+                )
             self.dispatch(entry)
 
     # --- deadlines
@@ -232,9 +287,13 @@ class ExecutorWorker(Worker):
         for job in self.scheduler.jobs():
             if job.stop_reason is None and job.deadline <= now:
                 job.stop("timeout")
-                self.timeline.finish(job.id, protocol.FAILED, "timeout",
-                                     f"{job.kind} did not finish before its deadline"
-                                     + (" (the Docker engine is not answering)" if self.engine_ok is False else ""))
+                self.timeline.finish(
+                    job.id,
+                    protocol.FAILED,
+                    "timeout",
+                    f"{job.kind} did not finish before its deadline"
+                    + (" (the Docker engine is not answering)" if self.engine_ok is False else ""),
+                )
 
     def _probe_engine(self) -> None:
         while not self.stop_event.is_set():

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from faden_agent import protocol
 from faden_agent.workers.inventory import docker_probe
@@ -15,10 +16,23 @@ from faden_agent.workers.threads import start_daemon
 
 log = logging.getLogger(__name__)
 
-CONTAINER_ACTIONS = frozenset({
-    "create", "start", "restart", "die", "stop", "kill", "oom", "destroy", "pause", "unpause",
-    "rename", "update", "health_status",
-})
+CONTAINER_ACTIONS = frozenset(
+    {
+        "create",
+        "start",
+        "restart",
+        "die",
+        "stop",
+        "kill",
+        "oom",
+        "destroy",
+        "pause",
+        "unpause",
+        "rename",
+        "update",
+        "health_status",
+    }
+)
 IMAGE_ACTIONS = frozenset({"pull", "delete", "tag", "untag", "import", "load"})
 RETRY_MIN_S = 1.0
 RETRY_MAX_S = 30.0

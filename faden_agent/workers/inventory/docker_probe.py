@@ -48,14 +48,16 @@ def images(api: docker.APIClient) -> list[dict[str, Any]]:
     found = []
     for image in api.images():
         refs = [t for t in image.get("RepoTags") or () if t != "<none>:<none>"]
-        found.append({
-            "id": image["Id"],
-            "references": sorted(refs),
-            "digests": sorted(d for d in image.get("RepoDigests") or () if not d.startswith("<none>")),
-            "size": image.get("Size"),
-            "created": image.get("Created"),
-            "layers": image_layers(api, image["Id"]),
-        })
+        found.append(
+            {
+                "id": image["Id"],
+                "references": sorted(refs),
+                "digests": sorted(d for d in image.get("RepoDigests") or () if not d.startswith("<none>")),
+                "size": image.get("Size"),
+                "created": image.get("Created"),
+                "layers": image_layers(api, image["Id"]),
+            }
+        )
     return sorted(found, key=lambda i: i["id"])
 
 
@@ -109,8 +111,11 @@ def gpu_assignment(host_config: dict[str, Any], env: list[str]) -> dict[str, Any
         if request.get("Driver") == "nvidia" or "gpu" in capabilities:
             ids = request.get("DeviceIDs") or []
             count = request.get("Count")
-            return {"source": "device_requests", "count": "all" if count == -1 else (count or len(ids)),
-                    "device_ids": ids}
+            return {
+                "source": "device_requests",
+                "count": "all" if count == -1 else (count or len(ids)),
+                "device_ids": ids,
+            }
     for item in env:
         name, _, value = item.partition("=")
         if name == "NVIDIA_VISIBLE_DEVICES" and value and value not in ("void", "none"):

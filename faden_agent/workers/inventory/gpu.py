@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import importlib
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 REASON_NO_PYNVML = "pynvml (nvidia-ml-py) not installed"
 REASON_NO_LIBRARY = "NVML library not found"
@@ -89,8 +90,11 @@ class GpuProbe:
         try:
             return fn(*args)
         except nvml.NVMLError as exc:
-            if exc.value in (nvml.NVML_ERROR_NOT_SUPPORTED, nvml.NVML_ERROR_FUNCTION_NOT_FOUND,
-                             nvml.NVML_ERROR_NO_PERMISSION):
+            if exc.value in (
+                nvml.NVML_ERROR_NOT_SUPPORTED,
+                nvml.NVML_ERROR_FUNCTION_NOT_FOUND,
+                nvml.NVML_ERROR_NO_PERMISSION,
+            ):
                 return None
             raise
 
@@ -142,8 +146,11 @@ class GpuProbe:
         if modes is None:
             return None
         current, pending = modes
-        mig = {"enabled": current == nvml.NVML_DEVICE_MIG_ENABLE,
-               "pending": pending == nvml.NVML_DEVICE_MIG_ENABLE, "devices": []}
+        mig = {
+            "enabled": current == nvml.NVML_DEVICE_MIG_ENABLE,
+            "pending": pending == nvml.NVML_DEVICE_MIG_ENABLE,
+            "devices": [],
+        }
         if mig["enabled"]:
             for slot in range(nvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
                 try:
@@ -152,11 +159,13 @@ class GpuProbe:
                     if exc.value == nvml.NVML_ERROR_NOT_FOUND:
                         continue  # an empty slot
                     raise
-                mig["devices"].append({
-                    "slot": slot,
-                    "uuid": _text(nvml.nvmlDeviceGetUUID(child)),
-                    "memory_total": nvml.nvmlDeviceGetMemoryInfo(child).total,
-                })
+                mig["devices"].append(
+                    {
+                        "slot": slot,
+                        "uuid": _text(nvml.nvmlDeviceGetUUID(child)),
+                        "memory_total": nvml.nvmlDeviceGetMemoryInfo(child).total,
+                    }
+                )
         return mig
 
     def _ecc(self, handle: Any) -> dict[str, Any] | None:
@@ -183,8 +192,10 @@ class GpuProbe:
     def _processes(self, handle: Any) -> list[dict[str, Any]]:
         nvml = self.nvml
         found: dict[int, dict[str, Any]] = {}
-        for kind, fn in (("compute", nvml.nvmlDeviceGetComputeRunningProcesses),
-                         ("graphics", nvml.nvmlDeviceGetGraphicsRunningProcesses)):
+        for kind, fn in (
+            ("compute", nvml.nvmlDeviceGetComputeRunningProcesses),
+            ("graphics", nvml.nvmlDeviceGetGraphicsRunningProcesses),
+        ):
             for proc in self._optional(fn, handle) or ():
                 entry = found.setdefault(proc.pid, {"pid": proc.pid, "name": process_name(proc.pid), "types": []})
                 entry["types"].append(kind)
@@ -209,5 +220,11 @@ def cuda_version(raw: int | None) -> str | None:
 
 
 def unavailable(reason: str) -> dict[str, Any]:
-    return {"available": False, "reason": reason, "driver_version": None, "cuda_driver_version": None,
-            "nvml_version": None, "devices": []}
+    return {
+        "available": False,
+        "reason": reason,
+        "driver_version": None,
+        "cuda_driver_version": None,
+        "nvml_version": None,
+        "devices": [],
+    }

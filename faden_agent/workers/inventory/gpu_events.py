@@ -12,7 +12,8 @@ from __future__ import annotations
 import importlib
 import logging
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from faden_agent.workers.threads import start_daemon
 

@@ -22,15 +22,17 @@ def probe_network() -> list[dict[str, Any]]:
         if name.startswith(SKIPPED_PREFIXES):
             continue
         stat = stats.get(name)
-        interfaces.append({
-            "name": name,
-            "up": stat.isup if stat else None,
-            "mtu": stat.mtu if stat else None,
-            "speed_mbps": (stat.speed or None) if stat else None,  # 0: unknown (virtual links)
-            "addresses": [
-                {"family": _FAMILIES[a.family], "address": a.address, "netmask": a.netmask}
-                for a in addresses.get(name, ())
-                if a.family in _FAMILIES
-            ],
-        })
+        interfaces.append(
+            {
+                "name": name,
+                "up": stat.isup if stat else None,
+                "mtu": stat.mtu if stat else None,
+                "speed_mbps": (stat.speed or None) if stat else None,  # 0: unknown (virtual links)
+                "addresses": [
+                    {"family": _FAMILIES[a.family], "address": a.address, "netmask": a.netmask}
+                    for a in addresses.get(name, ())
+                    if a.family in _FAMILIES
+                ],
+            }
+        )
     return interfaces

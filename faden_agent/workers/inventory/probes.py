@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 OK = "ok"
 ERROR = "error"
@@ -93,8 +94,13 @@ class Probe:
         assert call is not None, "start() first"
         remaining = call.started_mono + self.timeout_s - time.monotonic()
         if not call.done.wait(max(0.0, remaining)):
-            return ProbeResult(self.name, OVERRUN, error=f"no answer within {self.timeout_s:g} s",
-                               duration_s=time.monotonic() - call.started_mono, since=call.started_wall)
+            return ProbeResult(
+                self.name,
+                OVERRUN,
+                error=f"no answer within {self.timeout_s:g} s",
+                duration_s=time.monotonic() - call.started_mono,
+                since=call.started_wall,
+            )
         duration = call.finished_mono - call.started_mono
         if call.error is not None:
             return ProbeResult(self.name, ERROR, error=call.error, duration_s=duration)

@@ -64,8 +64,9 @@ def content_hash(sections: dict[str, Any]) -> str:
     return hashlib.sha256(canonical).hexdigest()[:32]
 
 
-def sections_from(results: dict[str, ProbeResult], last_good: dict[str, Any],
-                  timeouts: dict[str, float]) -> dict[str, Any]:
+def sections_from(
+    results: dict[str, ProbeResult], last_good: dict[str, Any], timeouts: dict[str, float]
+) -> dict[str, Any]:
     """Each section from its probe; a failed or overrun probe keeps its last good data
     (marked stale in probes.<name>) so a hung engine does not look like an empty one."""
     sections: dict[str, Any] = {}

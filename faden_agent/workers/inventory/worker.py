@@ -65,11 +65,14 @@ class InventoryWorker(Worker):
     def setup(self) -> None:
         self.uplink = Uplink(self.config)
         self.collector = Collector(self.config)
-        self.reporter = InventoryReporter(self.collector, self.uplink,
-                                          RecordEmitter(usage_refresh_s=self.config.inventory_usage_sec))
+        self.reporter = InventoryReporter(
+            self.collector, self.uplink, RecordEmitter(usage_refresh_s=self.config.inventory_usage_sec)
+        )
         self._changed = threading.Event()
-        self.watchers = [DockerChangeWatcher(self.config.docker_host, self._changed.set, stop=self.stop_event),
-                         GpuErrorWatcher(self._changed.set, stop=self.stop_event)]
+        self.watchers = [
+            DockerChangeWatcher(self.config.docker_host, self._changed.set, stop=self.stop_event),
+            GpuErrorWatcher(self._changed.set, stop=self.stop_event),
+        ]
         self.start_thread("inventory-collect", self._collect_loop)
         for watcher in self.watchers:
             watcher.start(self.start_thread)
@@ -79,8 +82,11 @@ class InventoryWorker(Worker):
         """Traffic to peer machines, NICs, RDMA ports (traffic/report.py): a sampling thread,
         and one reading the kernel's TCP destroy notifications when it may."""
         self.traffic = TrafficReporter(
-            self.config.state_dir, self.config.sysfs_root, self.uplink.put_latest,
-            lambda data, record_id: self.uplink.put(protocol.EVENT, data, record_id=record_id))
+            self.config.state_dir,
+            self.config.sysfs_root,
+            self.uplink.put_latest,
+            lambda data, record_id: self.uplink.put(protocol.EVENT, data, record_id=record_id),
+        )
         if self.traffic.open_listener():
             # finite: when the notifications fail, the records say so and sampling goes on
             self.start_thread("inventory-tcp-closed", self.traffic.listen, self.stop_event, finite=True)

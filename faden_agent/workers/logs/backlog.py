@@ -52,8 +52,11 @@ class Backlog:
                 return False
             self._items.append((time.monotonic(), entry))
             self._bytes += entry.size
-            if self._takers and not self._woken and (len(self._items) >= self._want_lines
-                                                     or self._bytes >= self._want_bytes or self._full()):
+            if (
+                self._takers
+                and not self._woken
+                and (len(self._items) >= self._want_lines or self._bytes >= self._want_bytes or self._full())
+            ):
                 self._woken = True  # once: the taker is on its way (until it waits again)
                 self._cond.notify_all()
             return True

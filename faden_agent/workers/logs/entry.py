@@ -34,7 +34,9 @@ class Entry:
 
     def __post_init__(self) -> None:
         if not self.size:
-            self.size = len(self.line) + 64 + (sum(len(k) + len(v) for k, v in self.metadata.items()) if self.metadata else 0)
+            self.size = (
+                len(self.line) + 64 + (sum(len(k) + len(v) for k, v in self.metadata.items()) if self.metadata else 0)
+            )
 
     def with_detail(self) -> str:
         """The line for a Loki that takes no structured metadata: the metadata kept after a

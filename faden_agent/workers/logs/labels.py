@@ -52,7 +52,9 @@ class LabelMaker:
         return self._system[level]
 
     def container(self, name: str, cluster: str | None, workload: str | None, stream: str) -> Labels:
-        return _labels(**self.base, container=name, cluster=cluster, workload=workload, source="container", stream=stream)
+        return _labels(
+            **self.base, container=name, cluster=cluster, workload=workload, source="container", stream=stream
+        )
 
     def ray_file(self, container: str, filename: str) -> Labels:
         return _labels(**self.base, container=container, source="ray-serve", file=file_kind(filename))

@@ -88,7 +88,7 @@ class Outcome:
     rejected: int = 0  # lines in pushes Loki refused in part (400 naming lines) or single lines refused whole
     dropped: int = 0  # single lines answered 413
 
-    def __iadd__(self, other: "Outcome") -> "Outcome":
+    def __iadd__(self, other: Outcome) -> Outcome:
         self.accepted += other.accepted
         self.rejected += other.rejected
         self.dropped += other.dropped
@@ -96,8 +96,14 @@ class Outcome:
 
 
 class Pusher:
-    def __init__(self, target, backoff_min_s: float, backoff_max_s: float, sleep: Callable[[float], bool],
-                 structured_metadata: str = "auto"):
+    def __init__(
+        self,
+        target,
+        backoff_min_s: float,
+        backoff_max_s: float,
+        sleep: Callable[[float], bool],
+        structured_metadata: str = "auto",
+    ):
         """`sleep(seconds)` waits and returns True when the worker is stopping."""
         if structured_metadata not in STRUCTURED_METADATA_MODES:
             raise ValueError(f"structured_metadata must be one of {STRUCTURED_METADATA_MODES}")
@@ -151,8 +157,11 @@ class Pusher:
                     continue
                 if len(entries) == 1:
                     return self._rejected(1, answer.detail)
-                log.warning("logs: Loki refused a whole push of %d lines (400: %s); splitting it",
-                            len(entries), answer.detail[:200])
+                log.warning(
+                    "logs: Loki refused a whole push of %d lines (400: %s); splitting it",
+                    len(entries),
+                    answer.detail[:200],
+                )
                 return self._split(entries, with_metadata=False)
             if answer.status == 413:
                 if len(entries) == 1:
@@ -178,8 +187,12 @@ class Pusher:
     def _refused_metadata(self, detail: str) -> None:
         if self.mode == "auto" and self.plain_target != str(self.target):
             self.plain_target = str(self.target)
-            log.warning("logs: %s refused a push with structured metadata (400: %s); pushing the plain form "
-                        "there from now on, the detail kept in the line", self.target, detail[:200])
+            log.warning(
+                "logs: %s refused a push with structured metadata (400: %s); pushing the plain form "
+                "there from now on, the detail kept in the line",
+                self.target,
+                detail[:200],
+            )
 
     def _rejected(self, lines: int, detail: str) -> Outcome:
         self.last_rejection = detail[:300]

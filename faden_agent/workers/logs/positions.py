@@ -104,8 +104,9 @@ class Positions:
     def _save(self, force: bool) -> None:
         with self._lock:
             now = time.monotonic()
-            if not self._dirty or (not force and self._failed_at is not None
-                                   and now - self._failed_at < DISK_FULL_RETRY_SEC):
+            if not self._dirty or (
+                not force and self._failed_at is not None and now - self._failed_at < DISK_FULL_RETRY_SEC
+            ):
                 return
             data = orjson.dumps(self._values)
             self._dirty = False
@@ -119,8 +120,10 @@ class Positions:
                 self._dirty = True  # saved by a later call, when there is space
                 self._failed_at = time.monotonic()
             if DISK.full(self.path, str(exc)):
-                log.error("disk full: cannot save the log positions %s; shipping goes on, saved when there is space",
-                          self.path)
+                log.error(
+                    "disk full: cannot save the log positions %s; shipping goes on, saved when there is space",
+                    self.path,
+                )
             return
         with self._lock:
             self._failed_at = None

@@ -48,8 +48,13 @@ class Shipper:
         self.positions = positions
         self.stop_event = stop_event
         self.target = make_target(config)
-        self.pusher = Pusher(self.target, config.reconnect_min_sec, config.reconnect_max_sec, stop_event.wait,
-                             config.loki_structured_metadata)
+        self.pusher = Pusher(
+            self.target,
+            config.reconnect_min_sec,
+            config.reconnect_max_sec,
+            stop_event.wait,
+            config.loki_structured_metadata,
+        )
         self.batcher = Batcher(backlog, config.log_batch_size, config.log_flush_interval_sec)
         self.totals = Outcome()
         self.batches = 0
@@ -81,7 +86,7 @@ class Shipper:
             self.stop_event.set()  # senders still retrying give up at once
         self.positions.save(force=True)
 
-    def _send(self, pending: "_Pending") -> None:
+    def _send(self, pending: _Pending) -> None:
         try:
             pending.outcome = self.pusher.push(pending.batch.entries)
         except BaseException as exc:  # raised again by run(): the shipper thread fails visibly

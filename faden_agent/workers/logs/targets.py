@@ -74,7 +74,9 @@ class DirectLoki:
         self._local = threading.local()
         self._open: set[http.client.HTTPConnection] = set()
         self._lock = threading.Lock()
-        proxied = self._host and urllib.request.getproxies().get(parts.scheme) and not urllib.request.proxy_bypass(self._host)
+        proxied = (
+            self._host and urllib.request.getproxies().get(parts.scheme) and not urllib.request.proxy_bypass(self._host)
+        )
         self.session = requests.Session() if proxied else None
 
     def __str__(self) -> str:  # shown in status, heartbeats and logs: no user:key@
@@ -124,8 +126,9 @@ class DirectLoki:
     def _send_via_proxy(self, body: bytes) -> Answer:
         assert self.session is not None
         try:
-            reply = self.session.post(self.url, data=body, headers=self._headers, timeout=self.timeout_s,
-                                      verify=self.verify)
+            reply = self.session.post(
+                self.url, data=body, headers=self._headers, timeout=self.timeout_s, verify=self.verify
+            )
         except requests.RequestException as exc:
             return Answer(None, None, f"{exc.__class__.__name__}: {exc}"[:300])
         with reply:

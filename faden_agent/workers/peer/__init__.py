@@ -35,6 +35,7 @@ class PeerWorker(Worker):
         client = getattr(self._local, "client", None)
         if client is None:
             from faden_agent.workers.inventory.docker_probe import make_client
+
             client = self._local.client = make_client(self.config.docker_host, self.config.docker_timeout_sec)
         return client
 
@@ -55,7 +56,9 @@ class PeerWorker(Worker):
             self.error = error
             return
         self.error = None
-        log.info("serving images to peers on %s://%s:%d", config.advertise_scheme, config.advertise_host, self.server.port)
+        log.info(
+            "serving images to peers on %s://%s:%d", config.advertise_scheme, config.advertise_host, self.server.port
+        )
         self.start_thread("peer-serve", self.server.serve)
 
     def tick(self) -> None:

@@ -20,8 +20,8 @@ from typing import Any
 import zmq
 
 from faden_agent.backend import MaintenanceHold
-from faden_agent.ipc import Channel, Message
 from faden_agent.diskfull import retry_when_full
+from faden_agent.ipc import Channel, Message
 from faden_agent.outbox import OUTBOX_FILE, Outbox
 from faden_agent.status import STATUS_FILE
 from faden_agent.workers.base import Worker
@@ -54,8 +54,9 @@ class StreamWorker(Worker):
         self.link_status.set_node(state.node_id)
         # Opened here, not in setup: on a full disk a new outbox waits for space on this
         # thread while the worker's loop goes on heartbeating.
-        self.outbox = retry_when_full(lambda: Outbox(self.config.state_dir), self.config.state_dir / OUTBOX_FILE,
-                                      self.stop_event)
+        self.outbox = retry_when_full(
+            lambda: Outbox(self.config.state_dir), self.config.state_dir / OUTBOX_FILE, self.stop_event
+        )
         shared = Link(self.config, state, self.outbox, self.link_status, self.gate, self.stop_event, self.endpoints)
         self.uplink = UplinkSender(shared)
         for part in (Downlink(shared), self.uplink, HeartbeatSender(shared)):

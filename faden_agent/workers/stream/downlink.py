@@ -48,11 +48,17 @@ class Downlink(LinkThread):
             except BackendError as exc:
                 state, delay = self.back_off(exc)
                 if state == link.CREDENTIAL_REJECTED and self.token_set():
-                    raise link.RejoinNeeded(f"the backend rejects the credential (HTTP {exc.status}) and a new "
-                                            "enrollment token is set: the stream worker restarts to enroll again") from None
+                    raise link.RejoinNeeded(
+                        f"the backend rejects the credential (HTTP {exc.status}) and a new "
+                        "enrollment token is set: the stream worker restarts to enroll again"
+                    ) from None
                 self.status.set_state(state, f"{exc}; reconnecting in {delay:.1f}s")
-                log.log(logging.ERROR if state == link.CREDENTIAL_REJECTED else logging.WARNING,
-                        "downlink: %s; reconnecting in %.1fs", exc, delay)
+                log.log(
+                    logging.ERROR if state == link.CREDENTIAL_REJECTED else logging.WARNING,
+                    "downlink: %s; reconnecting in %.1fs",
+                    exc,
+                    delay,
+                )
                 self.stop.wait(delay)
             finally:
                 client.close()
@@ -96,9 +102,13 @@ class Downlink(LinkThread):
             self.outbox.set_meta(EPOCH_KEY, epoch)  # the first epoch seen: the cursor is its own
             self.epoch = epoch
             return True
-        log.warning("downlink: the backend's epoch changed from %.80r to %.80r (its command store was restored or "
-                    "replaced); cursor reset from seq %d to 0, re-delivered commands are recognised by id",
-                    self.epoch, epoch, self.cursor)
+        log.warning(
+            "downlink: the backend's epoch changed from %.80r to %.80r (its command store was restored or "
+            "replaced); cursor reset from seq %d to 0, re-delivered commands are recognised by id",
+            self.epoch,
+            epoch,
+            self.cursor,
+        )
         self.outbox.set_meta(CURSOR_KEY, "0")  # before the epoch: a crash in between resets again, harmlessly
         self.outbox.set_meta(EPOCH_KEY, epoch)
         self.cursor, self.epoch = 0, epoch
@@ -115,9 +125,15 @@ class Downlink(LinkThread):
             # or one that went back in time without a new epoch. Never dropped in silence.
             self.stale += 1
             self.status.note(stale_commands=self.stale)
-            log.warning("downlink: command %.200r (seq %d) is at or below the cursor %d of epoch %.80r; not run "
-                        "again (%d such commands so far)", command["id"], command["seq"], self.cursor,
-                        self.epoch or "-", self.stale)
+            log.warning(
+                "downlink: command %.200r (seq %d) is at or below the cursor %d of epoch %.80r; not run "
+                "again (%d such commands so far)",
+                command["id"],
+                command["seq"],
+                self.cursor,
+                self.epoch or "-",
+                self.stale,
+            )
             return
         if not self.hand_off(command):
             return  # stopping; the cursor stays, the command comes again next start
@@ -133,14 +149,27 @@ class Downlink(LinkThread):
             except EnvelopeError as exc:
                 reply = None
                 log.error("downlink: the executor's reply is malformed: %s", exc)
-            if reply is not None and reply.type == "ack" and isinstance(reply.body, dict) \
-                    and reply.body.get("id") == command["id"]:
-                log.info("command %s (%s, seq %d) handed to the executor: accepted=%s duplicate=%s", command["id"],
-                         command["kind"], command["seq"], reply.body.get("accepted"), reply.body.get("duplicate"))
+            if (
+                reply is not None
+                and reply.type == "ack"
+                and isinstance(reply.body, dict)
+                and reply.body.get("id") == command["id"]
+            ):
+                log.info(
+                    "command %s (%s, seq %d) handed to the executor: accepted=%s duplicate=%s",
+                    command["id"],
+                    command["kind"],
+                    command["seq"],
+                    reply.body.get("accepted"),
+                    reply.body.get("duplicate"),
+                )
                 return True
             if not warned:
-                log.warning("downlink: the executor did not ack command %s within %.0fs; retrying",
-                            command["id"], HANDOFF_TIMEOUT_S)
+                log.warning(
+                    "downlink: the executor did not ack command %s within %.0fs; retrying",
+                    command["id"],
+                    HANDOFF_TIMEOUT_S,
+                )
                 warned = True
             self.stop.wait(HANDOFF_RETRY_S)
         return False
@@ -161,5 +190,5 @@ def parse_command(message: dict[str, Any]) -> dict[str, Any] | None:
     if size > protocol.MAX_COMMAND_BYTES:
         # Beyond the IPC budget: hand over only what identifies it; the executor acks it and
         # ends it `rejected` (too_large), so it is answered once and never retried.
-        return {**command, "kind": kind[:protocol.MAX_ID_BYTES], "spec": None, "too_large": size}
+        return {**command, "kind": kind[: protocol.MAX_ID_BYTES], "spec": None, "too_large": size}
     return command

@@ -20,8 +20,8 @@ from faden_agent import __version__, protocol
 from faden_agent.backend import BackendClient, BackendError, CredentialRejected
 from faden_agent.backoff import Backoff
 from faden_agent.config import Config, ConfigError, env_name
-from faden_agent.ipc import Endpoints, EnvelopeError, request
 from faden_agent.diskfull import DISK, is_disk_full, retry_when_full
+from faden_agent.ipc import Endpoints, EnvelopeError, request
 from faden_agent.service.envfile import forget_token
 from faden_agent.state import (
     ENROLLMENT_ATTEMPT_FILE,
@@ -106,9 +106,15 @@ class Membership:
             token = self.config.token() if self._token_set() else None
             if token and not state.spent(token) and self.credential_rejected(state):
                 return self.enroll(token, replacing=state)
-            note = "" if not token else (" (the enrollment token set, already spent for this node, is ignored)"
-                                         if state.spent(token) else
-                                         " (the enrollment token set is ignored: the credential is valid)")
+            note = (
+                ""
+                if not token
+                else (
+                    " (the enrollment token set, already spent for this node, is ignored)"
+                    if state.spent(token)
+                    else " (the enrollment token set is ignored: the credential is valid)"
+                )
+            )
             log.info("already a member of %s as node %s%s", state.backend_url, state.node_id, note)
             return state
         token = self.config.token()
@@ -138,12 +144,16 @@ class Membership:
         self.status.set_state(link.ENROLLING)
         agent_id = replacing.agent_id if replacing else self.config.agent_id
         # On disk before the token is spent; a full disk waits here, the token unspent.
-        attempt = retry_when_full(lambda: enrollment_attempt_id(self.config.state_dir),
-                                  self.config.state_dir / ENROLLMENT_ATTEMPT_FILE, self.stop)
+        attempt = retry_when_full(
+            lambda: enrollment_attempt_id(self.config.state_dir),
+            self.config.state_dir / ENROLLMENT_ATTEMPT_FILE,
+            self.stop,
+        )
         client = BackendClient(self.config)
         try:
-            reply = client.enroll(token, {**enrollment_facts(self.config), "agent_id": agent_id,
-                                          "enrollment_id": attempt})
+            reply = client.enroll(
+                token, {**enrollment_facts(self.config), "agent_id": agent_id, "enrollment_id": attempt}
+            )
         finally:
             client.close()
         state = new_state(self.config.backend_url, reply["node_id"], reply["credential"], agent_id, token)
@@ -156,9 +166,13 @@ class Membership:
             # The token is spent: keep the credential in memory and run with it; the state
             # file is written as soon as there is space (write_state_file, on this thread).
             DISK.full(self.config.state_path, str(exc))
-            log.error("enrolled as node %s, but the disk is full: cannot write the state file %s (%s); the credential "
-                      "is kept in memory and written as soon as there is space", state.node_id, self.config.state_path,
-                      exc.strerror or exc)
+            log.error(
+                "enrolled as node %s, but the disk is full: cannot write the state file %s (%s); the credential "
+                "is kept in memory and written as soon as there is space",
+                state.node_id,
+                self.config.state_path,
+                exc.strerror or exc,
+            )
         if replacing is not None:
             self.report_containers_again()
         return state
@@ -172,8 +186,10 @@ class Membership:
             reply = None
             log.warning("the executor's answer to 'adopt' is malformed: %s", exc)
         if reply is None or reply.type != "ack":
-            log.warning("the executor did not take 'adopt' (%s); it reports its containers when it starts next",
-                        "no answer" if reply is None else reply.type)
+            log.warning(
+                "the executor did not take 'adopt' (%s); it reports its containers when it starts next",
+                "no answer" if reply is None else reply.type,
+            )
 
     def write_state_file(self) -> None:
         """Write the state of an enrollment whose file is not on disk yet (a no-op once it is);
@@ -184,8 +200,14 @@ class Membership:
         path = self.config.state_path
         if replacing is not None and path.exists():
             aside = supersede_state(path, state)
-            log.warning("re-enrolled with %s: node %s is now node %s (agent %s); the rejected state file is kept "
-                        "as %s", state.backend_url, replacing.node_id, state.node_id, state.agent_id, aside)
+            log.warning(
+                "re-enrolled with %s: node %s is now node %s (agent %s); the rejected state file is kept as %s",
+                state.backend_url,
+                replacing.node_id,
+                state.node_id,
+                state.agent_id,
+                aside,
+            )
         else:
             write_state(path, state)
         self._unwritten = None

@@ -31,8 +31,18 @@ from faden_agent.workers.stream.link import Link, LinkThread
 log = logging.getLogger(__name__)
 
 PS_TIMEOUT_S = 0.5
-WORKER_FIELDS = ("name", "state", "pid", "uptime_s", "restarts", "last_exit", "heartbeat_age_s", "rss_bytes",
-                 "cpu_percent", "status")
+WORKER_FIELDS = (
+    "name",
+    "state",
+    "pid",
+    "uptime_s",
+    "restarts",
+    "last_exit",
+    "heartbeat_age_s",
+    "rss_bytes",
+    "cpu_percent",
+    "status",
+)
 WORKER_STATE_FIELDS = ("name", "state", "pid", "restarts", "last_exit")  # numbers here are states too
 
 
@@ -108,8 +118,14 @@ class HeartbeatSender(LinkThread):
             "workers": [{k: w.get(k) for k in WORKER_FIELDS} for w in table.get("workers", [])],
             "connection": self.status.snapshot(),
             # the first worker that cannot write its files: {"path", "error", "since", "paths"}
-            "disk_full": next((w["status"]["disk_full"] for w in table.get("workers", [])
-                               if isinstance(w.get("status"), dict) and w["status"].get("disk_full")), None),
+            "disk_full": next(
+                (
+                    w["status"]["disk_full"]
+                    for w in table.get("workers", [])
+                    if isinstance(w.get("status"), dict) and w["status"].get("disk_full")
+                ),
+                None,
+            ),
             "pid": os.getpid(),
         }
 
@@ -125,8 +141,10 @@ class HeartbeatSender(LinkThread):
 def change_key(detail: dict[str, Any]) -> Any:
     """What must reach the backend when it changes: the detail without its numbers, except
     the workers' identity and restart fields (numbers that are states)."""
-    rows = [tuple(w.get(k) for k in WORKER_STATE_FIELDS) + (states_only(w.get("status")),)
-            for w in detail.get("workers", [])]
+    rows = [
+        tuple(w.get(k) for k in WORKER_STATE_FIELDS) + (states_only(w.get("status")),)
+        for w in detail.get("workers", [])
+    ]
     rest = {k: v for k, v in detail.items() if k not in ("workers", "supervisor")}
     return (tuple(rows), states_only(rest), (detail.get("supervisor") or {}).get("pid"))
 
@@ -134,8 +152,7 @@ def change_key(detail: dict[str, Any]) -> Any:
 def states_only(value: Any) -> Any:
     """`value` with every number left out (counters, ages, sizes, times), hashable."""
     if isinstance(value, dict):
-        return tuple(sorted((str(k), states_only(v)) for k, v in value.items()
-                            if not _is_number(v)))
+        return tuple(sorted((str(k), states_only(v)) for k, v in value.items() if not _is_number(v)))
     if isinstance(value, (list, tuple)):
         return tuple(states_only(v) for v in value if not _is_number(v))
     return value

@@ -52,8 +52,13 @@ class UplinkSender(LinkThread):
                 except BackendError as exc:
                     state, delay = self.back_off(exc)
                     # A rejected credential or maintenance is the downlink's to report in status.
-                    log.log(logging.WARNING if state == link.BACKOFF else logging.DEBUG,
-                            "uplink: %s; retrying in %.1fs (%d records wait on disk)", exc, delay, self.outbox.count())
+                    log.log(
+                        logging.WARNING if state == link.BACKOFF else logging.DEBUG,
+                        "uplink: %s; retrying in %.1fs (%d records wait on disk)",
+                        exc,
+                        delay,
+                        self.outbox.count(),
+                    )
                     self.stop.wait(delay)
         finally:
             client.close()
@@ -82,8 +87,11 @@ class UplinkSender(LinkThread):
             record = batch[0]
             if is_stub(record):
                 raise  # even the stub is refused: a backend problem, retried with backoff
-            log.error("uplink: the backend refused record %s (%s) as too large; sending a stub instead",
-                      record.get("id"), record.get("kind"))
+            log.error(
+                "uplink: the backend refused record %s (%s) as too large; sending a stub instead",
+                record.get("id"),
+                record.get("kind"),
+            )
             self.send(client, [truncated(record, len(orjson.dumps(record)))])
             return
         self.acknowledge(batch, acked, rejected)
@@ -91,7 +99,9 @@ class UplinkSender(LinkThread):
     def acknowledge(self, batch: list[dict[str, Any]], acked: list[str], rejected: list[str]) -> None:
         if rejected:
             # Malformed records would be resent forever and block the queue: drop them, loudly.
-            log.error("uplink: the backend rejected %d malformed records (ids %s); dropped", len(rejected), rejected[:5])
+            log.error(
+                "uplink: the backend rejected %d malformed records (ids %s); dropped", len(rejected), rejected[:5]
+            )
         # Only this batch's ids: a backend acking ids it was not sent must not drop pending records.
         done = (set(acked) | set(rejected)) & {r["id"] for r in batch}
         if not done:
@@ -109,8 +119,14 @@ class UplinkSender(LinkThread):
         dropped = self.outbox.trim()
         if dropped:
             log.error("uplink: the outbox exceeded its bound; dropped the %d oldest records", dropped)
-            self.outbox.put(protocol.EVENT, {"type": "agent.outbox_overflow", "dropped": dropped,
-                                             "message": f"{dropped} oldest unsent records dropped"})
+            self.outbox.put(
+                protocol.EVENT,
+                {
+                    "type": "agent.outbox_overflow",
+                    "dropped": dropped,
+                    "message": f"{dropped} oldest unsent records dropped",
+                },
+            )
 
 
 def bounded_batch(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -120,8 +136,13 @@ def bounded_batch(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for record in records:
         size = len(orjson.dumps(record))
         if size > protocol.MAX_RECORD_BYTES:
-            log.error("uplink: record %s (%s) of %d bytes exceeds %d; sending a stub instead",
-                      record.get("id"), record.get("kind"), size, protocol.MAX_RECORD_BYTES)
+            log.error(
+                "uplink: record %s (%s) of %d bytes exceeds %d; sending a stub instead",
+                record.get("id"),
+                record.get("kind"),
+                size,
+                protocol.MAX_RECORD_BYTES,
+            )
             record = truncated(record, size)
             size = len(orjson.dumps(record))
         if batch and total + size > protocol.MAX_UPLINK_BATCH_BYTES:
@@ -145,6 +166,10 @@ def truncated(record: dict[str, Any], size: int) -> dict[str, Any]:
     for key, value in data.items():
         if len(kept) >= STUB_FIELDS:
             break
-        if value is None or isinstance(value, (bool, int, float)) or (isinstance(value, str) and len(value) <= protocol.QUOTE_BYTES):
+        if (
+            value is None
+            or isinstance(value, (bool, int, float))
+            or (isinstance(value, str) and len(value) <= protocol.QUOTE_BYTES)
+        ):
             kept[key] = value
     return {**record, "data": {**kept, "truncated": True, "original_bytes": size}}

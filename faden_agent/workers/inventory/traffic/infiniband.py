@@ -16,8 +16,14 @@ from typing import Any
 
 DATA_UNIT = 4  # IB data counters count 32-bit words
 DATA = {"tx_bytes": "port_xmit_data", "rx_bytes": "port_rcv_data"}
-OTHER = {"tx_packets": "port_xmit_packets", "rx_packets": "port_rcv_packets", "rx_errors": "port_rcv_errors",
-         "tx_discards": "port_xmit_discards", "symbol_errors": "symbol_error", "link_downed": "link_downed"}
+OTHER = {
+    "tx_packets": "port_xmit_packets",
+    "rx_packets": "port_rcv_packets",
+    "rx_errors": "port_rcv_errors",
+    "tx_discards": "port_xmit_discards",
+    "symbol_errors": "symbol_error",
+    "link_downed": "link_downed",
+}
 CONGESTION = ("np_cnp_sent", "rp_cnp_handled", "np_ecn_marked_roce_packets", "out_of_sequence", "packet_seq_err")
 
 
@@ -51,7 +57,8 @@ def read_ports(sysfs_root: Path) -> list[dict[str, Any]] | None:
 def _read_port(device: str, port: Path) -> dict[str, Any]:
     state = _read(port / "state")  # "4: ACTIVE"
     entry: dict[str, Any] = {
-        "device": device, "port": port.name,
+        "device": device,
+        "port": port.name,
         "link_layer": _read(port / "link_layer"),  # InfiniBand, or Ethernet for RoCE
         "state": state.split(":", 1)[-1].strip() if state else None,
         "rate": _read(port / "rate"),

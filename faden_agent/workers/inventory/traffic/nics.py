@@ -23,8 +23,12 @@ def read_nics() -> dict[str, dict[str, Any]]:
             continue
         stat = stats.get(name)
         out[name] = {
-            "counters": {"tx_bytes": c.bytes_sent, "rx_bytes": c.bytes_recv, "errors": c.errin + c.errout,
-                         "drops": c.dropin + c.dropout},
+            "counters": {
+                "tx_bytes": c.bytes_sent,
+                "rx_bytes": c.bytes_recv,
+                "errors": c.errin + c.errout,
+                "drops": c.dropin + c.dropout,
+            },
             "up": stat.isup if stat else None,
             "speed_mbps": (stat.speed or None) if stat else None,  # None: unknown, not zero
         }

@@ -15,8 +15,9 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from faden_agent import protocol
 from faden_agent.workers.inventory.traffic import infiniband, nics, sockdiag
@@ -26,9 +27,9 @@ from faden_agent.workers.inventory.traffic.tcp import PeerView, TcpAccounting
 
 log = logging.getLogger(__name__)
 
-RATE_CHANGE = 0.10            # a rate that moved by 10 % ...
-RATE_FLOOR = 64 * 1024        # ... and by at least 64 KiB/s is a change
-RTT_CHANGE = 0.20             # an RTT that moved by 20 % and by at least 1 ms
+RATE_CHANGE = 0.10  # a rate that moved by 10 % ...
+RATE_FLOOR = 64 * 1024  # ... and by at least 64 KiB/s is a change
+RTT_CHANGE = 0.20  # an RTT that moved by 20 % and by at least 1 ms
 RTT_FLOOR_MS = 1.0
 NETNS_RECOUNT_S = 60.0
 
@@ -44,8 +45,14 @@ def _ms(values: list[int], pick: Callable[[list[int]], float]) -> float | None:
 
 
 class TrafficReporter:
-    def __init__(self, state_dir: Path, sysfs_root: Path, put_latest: Callable[[str, dict], Any],
-                 put_event: Callable[[dict, str], Any], dump: Callable = sockdiag.dump):
+    def __init__(
+        self,
+        state_dir: Path,
+        sysfs_root: Path,
+        put_latest: Callable[[str, dict], Any],
+        put_event: Callable[[dict, str], Any],
+        dump: Callable = sockdiag.dump,
+    ):
         self.peers = PeerFile(state_dir)
         self.tcp = TcpAccounting(dump)
         self.sysfs_root = sysfs_root
@@ -121,9 +128,14 @@ class TrafficReporter:
             "infiniband": self._ports(counters["ib"], previous, seconds),
             "not_measured": self._blind_spots(),
         }
-        self._previous = {"mono": mono, "peers": {a: (v.totals.sent, v.totals.received, v.totals.sent_all,
-                                                       v.totals.retrans) for a, v in views.items()},
-                          "nics": counters["nics"], "ib": counters["ib"]}
+        self._previous = {
+            "mono": mono,
+            "peers": {
+                a: (v.totals.sent, v.totals.received, v.totals.sent_all, v.totals.retrans) for a, v in views.items()
+            },
+            "nics": counters["nics"],
+            "ib": counters["ib"],
+        }
         self.samples += 1
         return data
 
@@ -140,7 +152,7 @@ class TrafficReporter:
         return {
             "node_id": self.peers.by_address.get(address),
             "address": address,
-            "sent_bytes": totals.sent,          # since this agent first saw the peer
+            "sent_bytes": totals.sent,  # since this agent first saw the peer
             "received_bytes": totals.received,
             "sent_bytes_per_s": _rate(totals.sent, before[0] if before else None, seconds),
             "received_bytes_per_s": _rate(totals.received, before[1] if before else None, seconds),
@@ -157,14 +169,19 @@ class TrafficReporter:
         for name, nic in sorted(now.items()):
             before = ((previous or {}).get("nics") or {}).get(name, {}).get("counters", {})
             c = nic["counters"]
-            out.append({
-                "name": name, "up": nic["up"], "speed_mbps": nic["speed_mbps"],
-                "tx_bytes_per_s": _rate(c["tx_bytes"], before.get("tx_bytes"), seconds),
-                "rx_bytes_per_s": _rate(c["rx_bytes"], before.get("rx_bytes"), seconds),
-                "errors": c["errors"], "drops": c["drops"],
-                "errors_per_s": _rate(c["errors"], before.get("errors"), seconds),
-                "drops_per_s": _rate(c["drops"], before.get("drops"), seconds),
-            })
+            out.append(
+                {
+                    "name": name,
+                    "up": nic["up"],
+                    "speed_mbps": nic["speed_mbps"],
+                    "tx_bytes_per_s": _rate(c["tx_bytes"], before.get("tx_bytes"), seconds),
+                    "rx_bytes_per_s": _rate(c["rx_bytes"], before.get("rx_bytes"), seconds),
+                    "errors": c["errors"],
+                    "drops": c["drops"],
+                    "errors_per_s": _rate(c["errors"], before.get("errors"), seconds),
+                    "drops_per_s": _rate(c["drops"], before.get("drops"), seconds),
+                }
+            )
         return out
 
     @staticmethod
@@ -188,8 +205,10 @@ class TrafficReporter:
         if self.listener_problem:
             spots.append(f"connections closed between samples: {self.listener_problem}")
         elif self.listener is not None and self.listener.lost:
-            spots.append(f"connections closed between samples: {self.listener.lost} batches of destroy "
-                         "notifications lost (kernel buffer full)")
+            spots.append(
+                f"connections closed between samples: {self.listener.lost} batches of destroy "
+                "notifications lost (kernel buffer full)"
+            )
         others = self._other_netns()
         if others:
             spots.append(f"sockets in {others} other network namespaces (containers not on the host network)")
@@ -237,7 +256,9 @@ def changed(before: dict[str, Any] | None, now: dict[str, Any]) -> bool:
     if (old_ib is None) != (new_ib is None):
         return True
     if new_ib is not None:
-        if [(p["device"], p["port"], p["state"]) for p in old_ib] != [(p["device"], p["port"], p["state"]) for p in new_ib]:
+        if [(p["device"], p["port"], p["state"]) for p in old_ib] != [
+            (p["device"], p["port"], p["state"]) for p in new_ib
+        ]:
             return True
         if any(_item_changed(o, n) for o, n in zip(old_ib, new_ib)):
             return True

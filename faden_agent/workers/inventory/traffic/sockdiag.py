@@ -18,8 +18,8 @@ import ipaddress
 import os
 import socket
 import struct
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Iterable, Iterator
 
 NETLINK_SOCK_DIAG = 4
 SOCK_DIAG_BY_FAMILY = 20
@@ -48,9 +48,14 @@ _RTATTR = struct.Struct("=HH")
 
 # struct tcp_info offsets of what we read
 _TCPI = {
-    "rtt_us": (68, "I"), "min_rtt_us": (148, "I"), "total_retrans": (100, "I"),
-    "bytes_acked": (120, "Q"), "bytes_received": (128, "Q"), "segs_out": (136, "I"),
-    "bytes_sent": (200, "Q"), "bytes_retrans": (208, "Q"),
+    "rtt_us": (68, "I"),
+    "min_rtt_us": (148, "I"),
+    "total_retrans": (100, "I"),
+    "bytes_acked": (120, "Q"),
+    "bytes_received": (128, "Q"),
+    "segs_out": (136, "I"),
+    "bytes_sent": (200, "Q"),
+    "bytes_retrans": (208, "Q"),
 }
 RECV_BUFFER = 1 << 20
 
@@ -95,7 +100,7 @@ def parse_message(payload: bytes | memoryview) -> TcpSocket | None:
     family, state = payload[0], payload[1]
     if family not in (socket.AF_INET, socket.AF_INET6):
         return None
-    sockid = bytes(payload[4:4 + _SOCKID_LEN])
+    sockid = bytes(payload[4 : 4 + _SOCKID_LEN])
     cookie = struct.unpack_from("=Q", sockid, 40)[0]
     offset, info = _MSG_HEAD, None
     while offset + 4 <= len(payload):
@@ -103,17 +108,24 @@ def parse_message(payload: bytes | memoryview) -> TcpSocket | None:
         if length < 4:
             break
         if kind == INET_DIAG_INFO:
-            info = bytes(payload[offset + 4:offset + length])
+            info = bytes(payload[offset + 4 : offset + length])
         offset += (length + 3) & ~3
     if info is None:
         return None
     fields = parse_tcp_info(info)
     return TcpSocket(
-        cookie=cookie, state=state,
-        local=_address(family, sockid[4:20]), remote=_address(family, sockid[20:36]),
-        bytes_acked=fields["bytes_acked"] or 0, bytes_received=fields["bytes_received"] or 0,
-        rtt_us=fields["rtt_us"], min_rtt_us=fields["min_rtt_us"], bytes_sent=fields["bytes_sent"],
-        bytes_retrans=fields["bytes_retrans"], segs_out=fields["segs_out"], total_retrans=fields["total_retrans"],
+        cookie=cookie,
+        state=state,
+        local=_address(family, sockid[4:20]),
+        remote=_address(family, sockid[20:36]),
+        bytes_acked=fields["bytes_acked"] or 0,
+        bytes_received=fields["bytes_received"] or 0,
+        rtt_us=fields["rtt_us"],
+        min_rtt_us=fields["min_rtt_us"],
+        bytes_sent=fields["bytes_sent"],
+        bytes_retrans=fields["bytes_retrans"],
+        segs_out=fields["segs_out"],
+        total_retrans=fields["total_retrans"],
     )
 
 
@@ -124,7 +136,7 @@ def _messages(data: bytes) -> Iterator[tuple[int, memoryview]]:
         length, kind, _flags, _seq, _pid = _NLMSGHDR.unpack_from(data, offset)
         if length < _NLMSGHDR.size:
             return
-        yield kind, view[offset + _NLMSGHDR.size:offset + length]
+        yield kind, view[offset + _NLMSGHDR.size : offset + length]
         offset += (length + 3) & ~3
 
 
@@ -214,15 +226,20 @@ class DestroyListener:
         """The sockets destroyed since the last call (waits up to 0.5 s for the first)."""
         try:
             data = self.sock.recv(RECV_BUFFER)
-        except socket.timeout:
+        except TimeoutError:
             return []
         except OSError as exc:
             if exc.errno == errno.ENOBUFS:
                 self.lost += 1
                 return []
             raise
-        return [p for kind, payload in _messages(data) if kind == SOCK_DIAG_BY_FAMILY
-                for p in [parse_message(payload)] if p is not None]
+        return [
+            p
+            for kind, payload in _messages(data)
+            if kind == SOCK_DIAG_BY_FAMILY
+            for p in [parse_message(payload)]
+            if p is not None
+        ]
 
     def close(self) -> None:
         self.sock.close()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from faden_agent.config import Config
 from faden_agent.workers.logs.backlog import Backlog
@@ -25,8 +25,9 @@ log = logging.getLogger(__name__)
 
 
 class Source:
-    def __init__(self, config: Config, backlog: Backlog, positions: Positions, labels: LabelMaker,
-                 stop_event: threading.Event):
+    def __init__(
+        self, config: Config, backlog: Backlog, positions: Positions, labels: LabelMaker, stop_event: threading.Event
+    ):
         self.name = f"logs-{self.kind}"
         self.config = config
         self.backlog = backlog

@@ -61,7 +61,7 @@ class LineCutter:
             end = len(chunk) if newline < 0 else newline
             if not self.dropping:
                 room = self.limit - len(self.pending)
-                self.pending += chunk[start:start + min(room, end - start)]
+                self.pending += chunk[start : start + min(room, end - start)]
                 if end - start > room:
                     self.dropping = True
                     yield bytes(self.pending), self.limit
@@ -123,8 +123,11 @@ class ContainerSource(Source):
         events = None
         try:
             since = time.time()  # events from here on; the listing below covers what exists already
-            events = client.api.events(since=f"{since:.9f}", decode=True,
-                                       filters={"type": "container", "label": f"{protocol.LABEL_MANAGED}=true"})
+            events = client.api.events(
+                since=f"{since:.9f}",
+                decode=True,
+                filters={"type": "container", "label": f"{protocol.LABEL_MANAGED}=true"},
+            )
             reader = self.start_thread("logs-docker-events", self.read_events, events, critical=False)
             self.refresh(client)
             self.last_error = ""
@@ -194,8 +197,9 @@ class ContainerSource(Source):
 
     def refresh(self, client) -> None:
         """The full listing: at start, and now and then in case an event was lost."""
-        containers = client.containers.list(all=True, filters={"label": f"{protocol.LABEL_MANAGED}=true"},
-                                            ignore_removed=True)  # removed while listing: skip it
+        containers = client.containers.list(
+            all=True, filters={"label": f"{protocol.LABEL_MANAGED}=true"}, ignore_removed=True
+        )  # removed while listing: skip it
         present = {f"container:{c.id}:{stream}" for c in containers for stream in STREAMS}
         for container in containers:
             self.ensure_followers(container)
@@ -238,9 +242,16 @@ class ContainerSource(Source):
             return
         self.unreadable.add(container.id)
         log.warning("logs: container %s: %s; its output is not shipped", container.name, why)
-        report_event(self.config, {"type": "logs.container_unreadable", "container_id": container.id,
-                                   "name": container.name, "message": f"container {container.name}: {why}"[:300]},
-                     record_id=f"logs-unreadable:{container.id}")
+        report_event(
+            self.config,
+            {
+                "type": "logs.container_unreadable",
+                "container_id": container.id,
+                "name": container.name,
+                "message": f"container {container.name}: {why}"[:300],
+            },
+            record_id=f"logs-unreadable:{container.id}",
+        )
 
     def drained(self, container_id: str) -> bool:
         """Whether every line the (stopped) container printed was read and accepted by Loki.
@@ -274,8 +285,13 @@ class ContainerSource(Source):
         return (int(time.time()) - FIRST_START_WINDOW_SEC) * 1_000_000_000
 
     def status(self) -> dict[str, object]:
-        return {**super().status(), "followers": sum(f.is_alive() for f in list(self.followers.values())),
-                "lines_cut": self.lines_cut, "unreadable": len(self.unreadable), "events": self.events_seen}
+        return {
+            **super().status(),
+            "followers": sum(f.is_alive() for f in list(self.followers.values())),
+            "lines_cut": self.lines_cut,
+            "unreadable": len(self.unreadable),
+            "events": self.events_seen,
+        }
 
 
 class ContainerFollower:
@@ -290,7 +306,8 @@ class ContainerFollower:
         self.idle = False  # read to the end of a stopped container's log; waiting for a restart
         labels = container.labels or {}
         self.labels = source.labels.container(
-            container.name, labels.get(protocol.LABEL_CLUSTER), labels.get(protocol.LABEL_WORKLOAD), stream)
+            container.name, labels.get(protocol.LABEL_CLUSTER), labels.get(protocol.LABEL_WORKLOAD), stream
+        )
 
     def is_alive(self) -> bool:
         return self.thread is not None and self.thread.is_alive()
@@ -330,8 +347,14 @@ class ContainerFollower:
         """Follow the log until the container stops; False when the backlog closed."""
         after_ns = self.start_ns = self.source.start_after(self.key)
         self.caught_up = False
-        chunks = self.container.logs(stream=True, follow=True, timestamps=True, since=max(1, after_ns // 1_000_000_000),
-                                     stdout=self.stream == "stdout", stderr=self.stream == "stderr")
+        chunks = self.container.logs(
+            stream=True,
+            follow=True,
+            timestamps=True,
+            since=max(1, after_ns // 1_000_000_000),
+            stdout=self.stream == "stdout",
+            stderr=self.stream == "stderr",
+        )
         lines = LineCutter(MAX_LINE_BYTES + STAMP_BYTES)
         for chunk in chunks:
             for line, cut in lines.feed(chunk):

@@ -32,8 +32,7 @@ from dataclasses import dataclass, field
 
 from faden_agent.workers.logs.entry import MAX_LINE_BYTES, Entry, Labels, clean_line
 from faden_agent.workers.logs.report import report_event
-from faden_agent.workers.logs.sources import FIRST_START_WINDOW_SEC, Source
-from faden_agent.workers.logs.sources import mount
+from faden_agent.workers.logs.sources import FIRST_START_WINDOW_SEC, Source, mount
 from faden_agent.workers.logs.sources.mount import Refused, safe_name
 
 POLL_SEC = 0.5
@@ -203,7 +202,8 @@ class RayFileSource(Source):
             try:
                 for session in self.listing(container_fd, (container.name,)):
                     if not session.name.startswith("session_") or (
-                            session.name == RAY_OWN_SYMLINK and session.is_symlink()):
+                        session.name == RAY_OWN_SYMLINK and session.is_symlink()
+                    ):
                         continue
                     yield from self.descend((container.name, session.name), container_fd, device)
             finally:
@@ -216,7 +216,7 @@ class RayFileSource(Source):
             fd = parent_fd
             names = (parts[-1], *SESSION_PATH)
             for depth, name in enumerate(names):
-                here = (*parts[:-1], *names[:depth + 1])
+                here = (*parts[:-1], *names[: depth + 1])
                 try:
                     fd, _ = mount.open_dir(name, fd, device)
                 except (FileNotFoundError, NotADirectoryError):
@@ -255,8 +255,9 @@ class RayFileSource(Source):
                 present.add(ident)
         return present
 
-    def open(self, parts: tuple[str, ...], serve_fd: int, device: int, first: bool,
-             rotated: bool) -> tuple[int, int] | None:
+    def open(
+        self, parts: tuple[str, ...], serve_fd: int, device: int, first: bool, rotated: bool
+    ) -> tuple[int, int] | None:
         container = parts[0]
         if sum(t.container == container for t in self.tails.values()) >= MAX_OPEN_PER_CONTAINER:
             known = mount.identity_at(serve_fd, (parts[-1],))
@@ -289,7 +290,12 @@ class RayFileSource(Source):
             self.positions.initialize(key, {"offset": offset, "ts": ts_ns, "path": path}, replace=True)
         filename = parts[-1]
         self.tails[ident] = Tail(
-            parts=parts, path=path, fd=fd, ident=ident, offset=offset, ts_ns=ts_ns,
+            parts=parts,
+            path=path,
+            fd=fd,
+            ident=ident,
+            offset=offset,
+            ts_ns=ts_ns,
             labels=self.labels.ray_file(container, filename),
             metadata={"filename": safe_name(filename.split(".log")[0] + ".log"), "session": safe_name(parts[1])},
         )
@@ -315,10 +321,17 @@ class RayFileSource(Source):
         if sent < MAX_REFUSED_EVENTS_PER_CONTAINER:
             self.refused_events[container] = sent + 1
             digest = hashlib.sha256(f"{key[0]}\0{reason}".encode("utf-8", "surrogateescape")).hexdigest()[:16]
-            report_event(self.config, {"type": "logs.entry_refused", "container": container, "path": shown,
-                               "reason": reason,
-                               "message": f"a log file entry of container {container} was refused ({reason}): {shown}"},
-                              record_id=f"logs-refused:{digest}")
+            report_event(
+                self.config,
+                {
+                    "type": "logs.entry_refused",
+                    "container": container,
+                    "path": shown,
+                    "reason": reason,
+                    "message": f"a log file entry of container {container} was refused ({reason}): {shown}",
+                },
+                record_id=f"logs-refused:{digest}",
+            )
 
     # --- reading
 
@@ -398,8 +411,14 @@ class RayFileSource(Source):
     def ship(self, tail: Tail, line: bytes, consumed: int) -> bool:
         ts_ns = parse_ray_ts_ns(line) or tail.ts_ns
         offset = tail.offset + consumed
-        entry = Entry(tail.labels, ts_ns, clean_line(line), tail.metadata, tail.key,
-                      {"offset": offset, "ts": ts_ns, "path": tail.path})
+        entry = Entry(
+            tail.labels,
+            ts_ns,
+            clean_line(line),
+            tail.metadata,
+            tail.key,
+            {"offset": offset, "ts": ts_ns, "path": tail.path},
+        )
         if not self.backlog.put(entry):
             return False
         tail.offset, tail.ts_ns = offset, ts_ns
@@ -414,6 +433,11 @@ class RayFileSource(Source):
         self.tails.clear()
 
     def status(self) -> dict[str, object]:
-        return {**super().status(), "files": len(self.tails), "rotations": self.rotations,
-                "truncations": self.truncations, "refused": dict(self.refused),
-                "refused_total": sum(n for reason, n in self.refused.items() if reason != "overflow")}
+        return {
+            **super().status(),
+            "files": len(self.tails),
+            "rotations": self.rotations,
+            "truncations": self.truncations,
+            "refused": dict(self.refused),
+            "refused_total": sum(n for reason, n in self.refused.items() if reason != "overflow"),
+        }

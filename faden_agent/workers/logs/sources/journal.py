@@ -82,7 +82,7 @@ def skip_line(stream, head: bytes) -> tuple[int, dict[str, bytes]]:
     Returns (bytes dropped, {field: raw value})."""
     found = _small_fields(head)
     if b'"MESSAGE":' in head:
-        found["MESSAGE"] = head[head.index(b'"MESSAGE":'):]
+        found["MESSAGE"] = head[head.index(b'"MESSAGE":') :]
     skipped, carry = 0, head[-_CARRY:]
     while piece := stream.readline(MAX_ENTRY_BYTES):
         skipped += len(piece)
@@ -90,7 +90,7 @@ def skip_line(stream, head: bytes) -> tuple[int, dict[str, bytes]]:
         for name, value in _small_fields(window).items():
             found.setdefault(name, value)
         if "MESSAGE" not in found and b'"MESSAGE":' in window:
-            found["MESSAGE"] = window[window.index(b'"MESSAGE":'):]
+            found["MESSAGE"] = window[window.index(b'"MESSAGE":') :]
         carry = piece[-_CARRY:]
         if piece.endswith(b"\n"):
             break
@@ -113,7 +113,7 @@ def message_head(head: bytes) -> str:
         return bytes(int(n) for n in numbers if n.isdigit() and int(n) < 256).decode("utf-8", "replace")
     for trim in range(8):  # the cut may split an escape sequence: back off until it parses
         try:
-            return orjson.loads(value[:len(value) - trim] + b'"')
+            return orjson.loads(value[: len(value) - trim] + b'"')
         except orjson.JSONDecodeError:
             continue
     return ""
@@ -152,8 +152,9 @@ class JournalSource(Source):
     def follow(self) -> None:
         argv = self.argv()
         with tempfile.TemporaryFile() as errors:
-            self.proc = proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                                stderr=errors, bufsize=1 << 16)
+            self.proc = proc = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errors, bufsize=1 << 16
+            )
             self.last_output = time.monotonic()
             read = 0
             try:
@@ -221,8 +222,9 @@ class JournalSource(Source):
         if not 0 <= ts_ns < 2**63:  # outside Loki's nanosecond range: Loki would refuse the line
             ts_ns = self._last_ts_ns  # stays in order; the cursor still tells where we are
         self._last_ts_ns = ts_ns
-        metadata = {name: field_text(record[field])[:MAX_FIELD_CHARS] for name, field in METADATA_FIELDS
-                    if field in record}
+        metadata = {
+            name: field_text(record[field])[:MAX_FIELD_CHARS] for name, field in METADATA_FIELDS if field in record
+        }
         return Entry(
             stream=self.labels.system(level_from_priority(record.get("PRIORITY"))),
             ts_ns=ts_ns,
@@ -242,13 +244,20 @@ class JournalSource(Source):
             log.warning("logs: skipped a journal entry of %d bytes without a cursor", size)
             return None
         record = {name: value.decode() for name, value in found.items() if name != "MESSAGE"}
-        return self.to_record_entry(record, clean_line(message_head(found.get("MESSAGE", b"")))
-                                    + ENTRY_CUT_MARKER.format(size=size, cap=MAX_ENTRY_BYTES))
+        return self.to_record_entry(
+            record,
+            clean_line(message_head(found.get("MESSAGE", b"")))
+            + ENTRY_CUT_MARKER.format(size=size, cap=MAX_ENTRY_BYTES),
+        )
 
     def check(self) -> None:
         proc = self.proc
-        if (proc is not None and proc.poll() is None and not self.waiting_on_backlog
-                and time.monotonic() - self.last_output > IDLE_RESTART_SEC):
+        if (
+            proc is not None
+            and proc.poll() is None
+            and not self.waiting_on_backlog
+            and time.monotonic() - self.last_output > IDLE_RESTART_SEC
+        ):
             log.info("logs: journalctl silent for %.0fs; restarting it", IDLE_RESTART_SEC)
             self.last_output = time.monotonic()
             self.idle_killed = True

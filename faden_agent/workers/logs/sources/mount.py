@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import re
 import stat
-from typing import Iterator
+from collections.abc import Iterator
 
 O_PROBE = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
 O_READ = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC  # O_NONBLOCK: never wait on open or read
@@ -37,8 +37,17 @@ class Refused(Exception):
         self.reason = reason
 
 
-REASONS = ("symlink", "not_regular", "not_directory", "other_device", "hard_link", "unreadable",
-           "too_many_files", "too_many_entries", "bad_name")
+REASONS = (
+    "symlink",
+    "not_regular",
+    "not_directory",
+    "other_device",
+    "hard_link",
+    "unreadable",
+    "too_many_files",
+    "too_many_entries",
+    "bad_name",
+)
 
 
 def safe_name(name: str) -> str:
