@@ -14,7 +14,7 @@ from faden_agent.outbox import Outbox
 from tests.agentproc import AgentProcess, wait_for
 from tests.sampleworkers import supervisor_argv
 
-EXECUTOR_ONLY = supervisor_argv({"executor": "faden_agent.workers.executor:ExecutorWorker"})
+EXECUTOR_ONLY = supervisor_argv({"executor": "faden_agent.workers.executor.worker:ExecutorWorker"})
 
 
 def unique_prefix() -> str:

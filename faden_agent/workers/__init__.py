@@ -1,9 +1,10 @@
-"""The workers the supervisor forks, by name -> "module:Class" (imported only in the child)."""
+"""The workers the supervisor forks, by name -> "module:Class" (imported only in the child).
+Every worker's class is in its package's worker.py."""
 
 WORKERS: dict[str, str] = {
-    "stream": "faden_agent.workers.stream:StreamWorker",
-    "executor": "faden_agent.workers.executor:ExecutorWorker",
-    "inventory": "faden_agent.workers.inventory:InventoryWorker",
-    "logs": "faden_agent.workers.logs:LogsWorker",
-    "peer": "faden_agent.workers.peer:PeerWorker",  # serves images to peer machines (issue 14)
+    "stream": "faden_agent.workers.stream.worker:StreamWorker",
+    "executor": "faden_agent.workers.executor.worker:ExecutorWorker",
+    "inventory": "faden_agent.workers.inventory.worker:InventoryWorker",
+    "logs": "faden_agent.workers.logs.worker:LogsWorker",
+    "peer": "faden_agent.workers.peer.worker:PeerWorker",  # serves images to peer machines (issue 14)
 }

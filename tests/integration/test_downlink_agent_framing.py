@@ -19,7 +19,10 @@ from tests.scriptedhttp import StreamingHTTP
 pytestmark = pytest.mark.docker
 
 STREAM_AND_EXECUTOR = supervisor_argv(
-    {"stream": "faden_agent.workers.stream:StreamWorker", "executor": "faden_agent.workers.executor:ExecutorWorker"}
+    {
+        "stream": "faden_agent.workers.stream.worker:StreamWorker",
+        "executor": "faden_agent.workers.executor.worker:ExecutorWorker",
+    }
 )
 PEAK_RSS_BOUND_MIB = 80  # the stream worker's VmHWM, whatever the backend sends
 BIG_LINE_BYTES = 12 * 1024 * 1024

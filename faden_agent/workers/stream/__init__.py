@@ -1,78 +1,9 @@
-"""Stream worker: owns the backend link (docs/protocol.md).
+"""The stream worker: owns the backend link (docs/protocol.md).
 
-Its loop only passes pokes on; the network lives in threads, so a slow backend never
-delays the worker's own heartbeat to the supervisor:
-
-    membership  load the state file, or enroll once (enroll.py); then starts:
-    downlink    the NDJSON stream -> commands handed to the executor (downlink.py)
-    uplink      the durable outbox -> the backend, in batches (uplink_sender.py)
-    heartbeat   every HEARTBEAT_INTERVAL_SEC, with the worker table (heartbeat.py)
-
-Inputs: pokes on endpoints.uplink (a producer wrote to the outbox). Outputs: the link's
-state in status() (shown by `ps` and `faden-agent status`) and the status file.
+worker.py         the loop: starts the threads below, passes pokes on
+enroll.py         membership: load the state file, or enroll once
+link.py           what the threads share: the link's status, backoff, the gate
+downlink.py       the NDJSON stream -> commands handed to the executor
+uplink_sender.py  the durable outbox -> the backend, in batches
+heartbeat.py      the node's heartbeat to the backend, with the worker table
 """
-
-from __future__ import annotations
-
-import logging
-from typing import Any
-
-import zmq
-
-from faden_agent.backend import MaintenanceHold
-from faden_agent.diskfull import retry_when_full
-from faden_agent.ipc import Channel, Message
-from faden_agent.outbox import OUTBOX_FILE, Outbox
-from faden_agent.status import STATUS_FILE
-from faden_agent.workers.base import Worker
-from faden_agent.workers.stream.downlink import Downlink
-from faden_agent.workers.stream.enroll import Membership
-from faden_agent.workers.stream.heartbeat import HeartbeatSender
-from faden_agent.workers.stream.link import Gate, Link, LinkStatus
-from faden_agent.workers.stream.uplink_sender import UplinkSender
-
-log = logging.getLogger(__name__)
-
-
-class StreamWorker(Worker):
-    name = "stream"
-
-    def setup(self) -> None:
-        self.pokes = Channel.bind(zmq.PULL, self.endpoints.uplink)
-        self.link_status = LinkStatus(self.config.backend_url, self.config.state_dir / STATUS_FILE)
-        self.gate = Gate(self.stop_event, MaintenanceHold(self.config.runtime_dir))
-        self.uplink: UplinkSender | None = None
-        self.start_thread("membership", self.start_link, finite=True)
-
-    def start_link(self) -> None:
-        """Become a member (may take long: no token yet, backend down), then run the link;
-        a state file that a full disk kept from being written is written afterwards."""
-        membership = Membership(self.config, self.link_status, self.gate, self.stop_event)
-        state = membership.establish()
-        if state is None:
-            return
-        self.link_status.set_node(state.node_id)
-        # Opened here, not in setup: on a full disk a new outbox waits for space on this
-        # thread while the worker's loop goes on heartbeating.
-        self.outbox = retry_when_full(
-            lambda: Outbox(self.config.state_dir), self.config.state_dir / OUTBOX_FILE, self.stop_event
-        )
-        shared = Link(self.config, state, self.outbox, self.link_status, self.gate, self.stop_event, self.endpoints)
-        self.uplink = UplinkSender(shared)
-        for part in (Downlink(shared), self.uplink, HeartbeatSender(shared)):
-            self.start_thread(part.name, part.run)
-        membership.write_state_file_when_possible()
-
-    def channels(self) -> list[Channel]:
-        return [self.pokes]
-
-    def handle(self, channel: Channel, message: Message) -> None:
-        if self.uplink is not None:
-            self.uplink.poke()
-
-    def status(self) -> dict[str, Any]:
-        return {"link": self.link_status.snapshot()}
-
-    def teardown(self) -> None:
-        self.join_threads()  # a read blocked on a silent stream is left to die with the process
-        self.pokes.close()

@@ -1,0 +1,76 @@
+"""The peer worker: serves images to peer machines of the cluster (issue 14, docs/protocol.md
+"Images from peers"). Its own process, so a 15 GB transfer never delays a heartbeat or a
+command; it touches nothing but the Docker engine (docker save) and its listening socket.
+
+    setup   listen on ADVERTISE_HOST:PEER_PORT (https with PEER_CERT_FILE/PEER_KEY_FILE when
+            ADVERTISE_SCHEME is https); a port that cannot be bound is retried every tick
+            and reported in the status, never a crash loop
+    tick    forget expired tickets
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from faden_agent.peer.server import PeerServer
+from faden_agent.peer.tickets import TicketBox
+from faden_agent.workers.base import Worker
+
+log = logging.getLogger(__name__)
+
+
+class PeerWorker(Worker):
+    name = "peer"
+    tick_interval_s = 5.0
+
+    def setup(self) -> None:
+        self.tickets = TicketBox(self.config.runtime_dir)
+        self.server: PeerServer | None = None
+        self.error: str | None = None
+        self._local = threading.local()
+
+    def _docker(self) -> Any:
+        client = getattr(self._local, "client", None)
+        if client is None:
+            from faden_agent.workers.inventory.docker_probe import make_client
+
+            client = self._local.client = make_client(self.config.docker_host, self.config.docker_timeout_sec)
+        return client
+
+    def _listen(self) -> None:
+        config = self.config
+        tls = None
+        if config.advertise_scheme == "https":
+            if not (config.peer_cert_file and config.peer_key_file):
+                self.error = "ADVERTISE_SCHEME is https but PEER_CERT_FILE and PEER_KEY_FILE are not both set"
+                return
+            tls = (str(config.peer_cert_file), str(config.peer_key_file))
+        try:
+            self.server = PeerServer(config.advertise_host, config.peer_port, self.tickets, self._docker, tls)
+        except (OSError, ValueError) as exc:
+            error = f"cannot listen on {config.advertise_host}:{config.peer_port}: {exc}"
+            if error != self.error:
+                log.warning("%s", error)
+            self.error = error
+            return
+        self.error = None
+        log.info(
+            "serving images to peers on %s://%s:%d", config.advertise_scheme, config.advertise_host, self.server.port
+        )
+        self.start_thread("peer-serve", self.server.serve)
+
+    def tick(self) -> None:
+        if self.server is None and (self.error is None or "cannot listen" in self.error):
+            self._listen()
+        self.tickets.expire()
+
+    def status(self) -> dict[str, Any]:
+        server = self.server
+        listening = {"listening": server is not None, "port": self.config.peer_port, "error": self.error}
+        return {**listening, **(server.status() if server else {})}
+
+    def teardown(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
