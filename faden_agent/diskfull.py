@@ -15,6 +15,7 @@ their work resumes, in order, when space returns; nothing is lost or sent twice.
 from __future__ import annotations
 
 import errno
+import functools
 import logging
 import os
 import sqlite3
@@ -119,3 +120,14 @@ def retry_when_full(write: Callable[[], T], path: Path | str, stop: threading.Ev
         if DISK.written(path):
             log.warning("%s is written again: the disk has space", path)
         return result
+
+
+def writes_file(method: Callable[..., T]) -> Callable[..., T]:
+    """A method of an object writing the file at `self.path`: each call is a write that
+    waits out a full disk (retry_when_full), so every file's writers share one mechanism."""
+
+    @functools.wraps(method)
+    def write(self: Any, *args: Any, **kwargs: Any) -> T:
+        return retry_when_full(lambda: method(self, *args, **kwargs), self.path)
+
+    return write

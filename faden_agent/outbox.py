@@ -9,7 +9,7 @@ nothing; resends are harmless because every record has a unique id the backend d
 Latest-value records (inventory) are kept one per kind: only the newest matters.
 
 A corrupt outbox file is moved aside at open (sqlitefile) and the fresh one starts with an
-event saying so. Every write waits out a full disk (diskfull.retry_when_full: a thread
+event saying so. Every write waits out a full disk (diskfull.writes_file: a thread
 waits, a worker's main loop gets DiskFull at once).
 """
 
@@ -25,7 +25,7 @@ from typing import Any
 import orjson
 
 from faden_agent import protocol
-from faden_agent.diskfull import retry_when_full
+from faden_agent.diskfull import writes_file
 from faden_agent.files import quarantine_record_id
 from faden_agent.sqlitefile import open_private_sqlite
 
@@ -70,14 +70,11 @@ class Outbox:
         if quarantined:
             self.put(protocol.EVENT, quarantined, record_id=quarantine_record_id(quarantined))
 
-    def _write(self, sql: str, params: tuple | list = (), many: bool = False) -> Any:
+    @writes_file
+    def _write(self, sql: str, params: tuple | list = ()) -> Any:
         """One write statement (its own transaction), waiting out a full disk."""
-
-        def write() -> Any:
-            with self._lock:
-                return (self._db.executemany if many else self._db.execute)(sql, params)
-
-        return retry_when_full(write, self.path)
+        with self._lock:
+            return self._db.execute(sql, params)
 
     def put(self, kind: str, data: dict[str, Any], record_id: str | None = None) -> dict[str, Any]:
         """Store a record durably; a repeated id is a no-op. Returns the record."""
@@ -105,21 +102,20 @@ class Outbox:
         return [orjson.loads(body) for (body,) in rows]
 
     def ack(self, ids: Iterable[str]) -> None:
-        ids = list(ids)
+        self._delete([(i,) for i in ids])  # a list: a retried write must see the same ids
 
-        def delete() -> None:
-            with self._lock:
-                self._db.execute("BEGIN IMMEDIATE")
-                try:
-                    self._db.executemany("DELETE FROM outbox WHERE id = ?", [(i,) for i in ids])
-                    self._db.executemany("DELETE FROM latest WHERE id = ?", [(i,) for i in ids])
-                    self._db.execute("COMMIT")
-                except BaseException:
-                    if self._db.in_transaction:  # SQLite may have rolled back already (disk full)
-                        self._db.execute("ROLLBACK")
-                    raise
-
-        retry_when_full(delete, self.path)
+    @writes_file
+    def _delete(self, rows: list[tuple[str]]) -> None:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.executemany("DELETE FROM outbox WHERE id = ?", rows)
+                self._db.executemany("DELETE FROM latest WHERE id = ?", rows)
+                self._db.execute("COMMIT")
+            except BaseException:
+                if self._db.in_transaction:  # SQLite may have rolled back already (disk full)
+                    self._db.execute("ROLLBACK")
+                raise
 
     def count(self, wait_s: float = -1) -> int | None:
         """Records waiting; None when this connection stays busy past wait_s (the default

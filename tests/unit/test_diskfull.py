@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from faden_agent.diskfull import DISK, DiskFull, is_disk_full, retry_when_full
+from faden_agent.diskfull import DISK, DiskFull, is_disk_full, retry_when_full, writes_file
 
 
 class FullFor:
@@ -61,3 +61,31 @@ def test_sqlite_full_is_disk_full_and_other_sqlite_errors_are_not():
     full = sqlite3.OperationalError("database or disk is full")
     assert is_disk_full(full)
     assert not is_disk_full(sqlite3.OperationalError("database is locked"))
+
+
+def test_writes_file_makes_each_call_of_a_method_a_write_of_self_path(tmp_path, monkeypatch):
+    """The one decorator the journal and the outbox share: the method is retried while the
+    disk is full (in a thread), with the same arguments, and the state names self.path."""
+    monkeypatch.setattr("faden_agent.diskfull.RETRY_S", 0.01)
+
+    class File:
+        path = tmp_path / "file.sqlite"
+
+        def __init__(self) -> None:
+            self.write_once = FullFor(2)
+            self.seen: list[tuple] = []
+
+        @writes_file
+        def put(self, *args: object) -> str:
+            self.seen.append(args)
+            return self.write_once()
+
+    file, result = File(), []
+    thread = threading.Thread(target=lambda: result.append(file.put("a", 1)))
+    thread.start()
+    thread.join(10)
+    assert result == ["written"] and file.seen == [("a", 1)] * 3 and DISK.snapshot() is None
+    with pytest.raises(DiskFull) as caught:  # the main thread: at once
+        File().put("b")
+    assert caught.value.path == str(File.path)
+    assert DISK.written(File.path)  # leave no full path behind for other tests

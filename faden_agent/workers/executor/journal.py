@@ -13,7 +13,6 @@ the command is done, then scrubbed.
 
 from __future__ import annotations
 
-import functools
 import threading
 import time
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from faden_agent.diskfull import retry_when_full
+from faden_agent.diskfull import writes_file
 from faden_agent.sqlitefile import open_private_sqlite
 
 JOURNAL_FILE = "executor.sqlite"
@@ -70,17 +69,6 @@ class Entry:
     received_at: float
 
 
-def _write(method):
-    """A journal write that waits out a full disk (diskfull.py: a thread waits, the
-    worker's main loop gets DiskFull at once)."""
-
-    @functools.wraps(method)
-    def write(self, *args, **kwargs):
-        return retry_when_full(lambda: method(self, *args, **kwargs), self.path)
-
-    return write
-
-
 def scrub(spec: Any) -> Any:
     """The spec without credentials."""
     if isinstance(spec, dict):
@@ -100,7 +88,7 @@ class Journal:
         if "reported" not in columns:  # a journal from before the column: its done rows were reported
             self._db.execute("ALTER TABLE commands ADD COLUMN reported INTEGER NOT NULL DEFAULT 1")
 
-    @_write
+    @writes_file  # waits out a full disk: a thread waits, the main loop gets DiskFull at once
     def add(self, command_id: str, seq: int | None, kind: str, spec: Any, deadline: float | None) -> tuple[Entry, bool]:
         """Journal a new command; returns (entry, True) when the id was already there."""
         now = time.time()
@@ -132,7 +120,7 @@ class Journal:
         """Commands a previous executor accepted but did not finish, oldest first."""
         return self._entries("state != ? ORDER BY received_at", (DONE,))
 
-    @_write
+    @writes_file
     def mark_running(self, command_id: str) -> int:
         """Returns the attempt number (1 for the first run, more after a restart)."""
         with self._lock:
@@ -143,7 +131,7 @@ class Journal:
             (attempt,) = self._db.execute("SELECT attempt FROM commands WHERE id = ?", (command_id,)).fetchone()
         return attempt
 
-    @_write
+    @writes_file
     def finish(self, command_id: str, outcome: dict[str, Any]) -> bool:
         """Record the terminal outcome once; False when another path already finished it."""
         with self._lock:
@@ -187,7 +175,7 @@ class Journal:
 
     # --- terminal records: "done" here, then in the outbox
 
-    @_write
+    @writes_file
     def mark_reported(self, command_id: str) -> None:
         with self._lock:
             self._db.execute("UPDATE commands SET reported = 1 WHERE id = ?", (command_id,))
@@ -198,12 +186,12 @@ class Journal:
 
     # --- containers adopted explicitly (they carry no labels of ours)
 
-    @_write
+    @writes_file
     def adopt(self, container_id: str, name: str, command_id: str) -> None:
         with self._lock:
             self._db.execute("INSERT OR REPLACE INTO adopted VALUES (?, ?, ?)", (container_id, name, command_id))
 
-    @_write
+    @writes_file
     def forget(self, container_id: str) -> None:
         with self._lock:
             self._db.execute("DELETE FROM adopted WHERE container_id = ?", (container_id,))
