@@ -163,6 +163,51 @@ def timeline_record_id(command_id: str, state: str, step: int = 0) -> str:
     return f"tl:{command_id}:{state}:{step}"
 
 
+def command_problem(message: object) -> str | None:
+    """Why a command's id, seq, kind or deadline is unusable, in one line; None when usable.
+
+    The downlink (before the hand-off) and the executor (before the journal) both ask this,
+    so they agree on what a command is (docs/protocol.md, "Commands")."""
+    if not isinstance(message, dict):
+        return f"a command is a JSON object, not {_value_name(message)}"
+    command_id = message.get("id")
+    if not isinstance(command_id, str) or not command_id.strip():
+        return f"id must be a non-empty string, not {_value_name(command_id)}"
+    if not usable_id(command_id):
+        size = len(command_id.encode("utf-8", "surrogatepass"))
+        return f"id is {size} bytes (over {MAX_ID_BYTES}): {_value_name(command_id[:40])}"
+    seq = message.get("seq")
+    if type(seq) is not int:  # a bool is an int in Python, and 1.0 is no sequence number
+        return f"seq must be an integer, not {_value_name(seq)}"
+    if not 0 < seq < MAX_SEQ:
+        return f"seq must be from 1 to {MAX_SEQ - 1}, not {_value_name(seq)}"
+    kind = message.get("kind")
+    if not isinstance(kind, str):
+        return f"kind must be a string, not {_value_name(kind)}"
+    deadline = message.get("deadline")
+    if deadline is not None and type(deadline) not in (int, float):
+        return f"deadline must be a number of seconds or null, not {_value_name(deadline)}"
+    return None
+
+
+def usable_id(value: object) -> bool:
+    """A non-empty string of at most MAX_ID_BYTES bytes in UTF-8 (as stored and sent; a
+    character count lets a 1,024-byte id of 256 characters through)."""
+    return (
+        isinstance(value, str)
+        and bool(value.strip())
+        and len(value) <= MAX_ID_BYTES  # cheap first: never encode a huge string
+        and len(value.encode("utf-8", "surrogatepass")) <= MAX_ID_BYTES
+    )
+
+
+def _value_name(value: object) -> str:
+    """A bad value for a reason: its type and a short quote (a huge int is only measured)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"an int of {value.bit_length()} bits"
+    return f"{type(value).__name__} {quote(value, 80)}"
+
+
 # Labels on every container the agent creates (the executor sets them; inventory and the
 # log shipper find managed containers by them).
 LABEL_MANAGED = "io.fadenstack.managed"  # "true"

@@ -79,11 +79,11 @@ def test_a_command_running_at_two_executor_deaths_in_a_row_fails_as_poison(execu
     }  # never healthy
     ex.send(cid, "container.run", spec)
     for death in (1, 2):
-        wait_for(lambda: ex.states(cid).count("started") == death, 30, what=f"attempt {death} started")
+        wait_for(lambda death=death: ex.states(cid).count("started") == death, 30, what=f"attempt {death} started")
         old = executor_pid(agent)
         os.kill(old, signal.SIGKILL)  # the command "kills" the executor while it runs
         wait_for(
-            lambda: (w := agent.workers().get("executor")) and w["pid"] != old and w["state"] == "RUNNING",
+            lambda old=old: (w := agent.workers().get("executor")) and w["pid"] != old and w["state"] == "RUNNING",
             30,
             what="the executor restarted by the supervisor",
         )
@@ -106,7 +106,9 @@ def test_an_orderly_restart_is_not_a_death(executor_factory, prefix):
     }
     ex.send(cid, "container.run", spec)
     for attempt in (1, 2):
-        wait_for(lambda: ex.states(cid).count("started") == attempt, 30, what=f"attempt {attempt} started")
+        wait_for(
+            lambda attempt=attempt: ex.states(cid).count("started") == attempt, 30, what=f"attempt {attempt} started"
+        )
         agent.stop()  # SIGTERM: the executor stops in order
         agent.start()
     wait_for(lambda: ex.states(cid).count("started") == 3, 30, what="a third attempt after two orderly stops")
@@ -155,4 +157,23 @@ def test_a_malformed_or_over_size_request_never_wedges_the_executor_socket(execu
         sock.close()
         context.term()
     run_a_valid_command(ex, prefix, "after-bad-frames")
+    assert_executor_alive(agent)
+
+
+def test_hostile_ids_and_seqs_are_refused_by_the_executor_as_by_the_downlink(executor_factory, prefix):
+    """Before: the executor measured the id in characters (a 200-character id of 400 bytes
+    was journaled) and took True or 1.5 as 'no seq'; now it asks protocol.command_problem
+    like the downlink and refuses each with that one line, journaling nothing."""
+    from faden_agent.ipc import request
+
+    agent, ex = executor_factory()
+    spec = {"name": f"{prefix}-h", "image": TEST_IMAGE, "command": ["true"]}
+    for field, value in (("seq", True), ("seq", 1.5), ("seq", 2**63), ("id", "é" * 200), ("kind", 3)):
+        body = {"id": f"{prefix}-h", "seq": 1, "kind": "container.run", "spec": spec, field: value}
+        reply = request(agent.endpoints.executor, "command", body, timeout_s=5)
+        assert reply is not None and reply.type == "ack", reply
+        assert reply.body["accepted"] is False and reply.body["reason"] == "invalid_spec", (field, value, reply.body)
+        assert reply.body["message"] == f"the command is malformed: {protocol.command_problem(body)}"
+    assert ex.timeline(f"{prefix}-h") == []  # nothing journaled, nothing run
+    run_a_valid_command(ex, prefix, "after-hostile")
     assert_executor_alive(agent)

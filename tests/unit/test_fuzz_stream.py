@@ -67,18 +67,21 @@ def expected(line: bytes):
 
 
 def check_command(message: dict) -> None:
-    command = parse_command(message)
     well_formed = (
         isinstance(message.get("id"), str)
-        and message["id"] != ""
+        and message["id"].strip() != ""
+        and len(message["id"].encode()) <= 256
         and isinstance(message.get("kind"), str)
         and type(message.get("seq")) is int
         and 0 < message["seq"] < 2**63
-        and (message.get("deadline") is None or isinstance(message["deadline"], (int, float)))
+        and (message.get("deadline") is None or type(message["deadline"]) in (int, float))
     )
     if not well_formed:
-        assert command is None, f"accepted a malformed command: {message!r}"
+        with pytest.raises(ValueError) as refused:
+            parse_command(message)
+        assert "\n" not in str(refused.value) and len(str(refused.value)) < 300
         return
+    command = parse_command(message)
     assert command == {
         "id": message["id"],
         "seq": message["seq"],

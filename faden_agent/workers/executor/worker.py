@@ -133,23 +133,18 @@ class ExecutorWorker(Worker):
 
     def accept(self, body: Any) -> dict[str, Any]:
         """Journal the command, then own it: ack accepted unless it cannot be journaled."""
-        command_id = body.get("id") if isinstance(body, dict) else None
-        if not isinstance(command_id, str) or not command_id.strip() or len(command_id) > protocol.MAX_ID_BYTES:
+        problem = protocol.command_problem(body)
+        if problem is not None:  # the downlink hands over none of these; a direct sender might
+            command_id = body.get("id") if isinstance(body, dict) else None
             return {
-                "id": command_id if isinstance(command_id, str) and len(command_id) <= protocol.MAX_ID_BYTES else None,
+                "id": command_id if protocol.usable_id(command_id) else None,
                 "accepted": False,
                 "duplicate": False,
                 "reason": "invalid_spec",
-                "message": f"a command needs a non-empty string id of at most {protocol.MAX_ID_BYTES} bytes",
+                "message": f"the command is malformed: {problem}",
             }
-        kind = body.get("kind")
-        kind = kind if isinstance(kind, str) else repr(kind)
-        seq = body.get("seq")
-        seq = (
-            seq if isinstance(seq, int) and 0 < seq < protocol.MAX_SEQ else None
-        )  # beyond int64 SQLite raises OverflowError
-        deadline = body.get("deadline")
-        deadline = float(deadline) if isinstance(deadline, (int, float)) and not isinstance(deadline, bool) else None
+        command_id, seq, kind = body["id"], body["seq"], body["kind"]
+        deadline = None if body.get("deadline") is None else float(body["deadline"])
         spec = body.get("spec")
         # The stream worker measured it and left the spec out, or we measure.
         size = body["too_large"] if "too_large" in body else len(orjson.dumps(spec))

@@ -116,9 +116,10 @@ class Downlink(LinkThread):
         return False
 
     def deliver(self, message: dict[str, Any]) -> None:
-        command = parse_command(message)
-        if command is None:
-            log.error("downlink: skipped a malformed command line: %s", protocol.quote(message))
+        try:
+            command = parse_command(message)
+        except ValueError as exc:  # without a usable id and seq no terminal state can be reported
+            log.error("downlink: skipped a malformed command (%s): %s", exc, protocol.quote(message))
             return
         if command["seq"] <= self.cursor:
             # Already acknowledged in this epoch: a backend replaying from an older cursor,
@@ -175,16 +176,13 @@ class Downlink(LinkThread):
         return False
 
 
-def parse_command(message: dict[str, Any]) -> dict[str, Any] | None:
-    """The executor's hand-off body, or None when a required field is missing or mistyped."""
-    command_id, seq, kind = message.get("id"), message.get("seq"), message.get("kind")
-    deadline = message.get("deadline")
-    if not isinstance(command_id, str) or not command_id or len(command_id) > protocol.MAX_ID_BYTES:
-        return None
-    if not isinstance(seq, int) or isinstance(seq, bool) or not 0 < seq < protocol.MAX_SEQ:
-        return None
-    if not isinstance(kind, str) or (deadline is not None and not isinstance(deadline, (int, float))):
-        return None
+def parse_command(message: dict[str, Any]) -> dict[str, Any]:
+    """The executor's hand-off body; ValueError (one line) when a required field is missing
+    or mistyped (protocol.command_problem, which the executor asks too)."""
+    problem = protocol.command_problem(message)
+    if problem is not None:
+        raise ValueError(problem)
+    command_id, seq, kind, deadline = message["id"], message["seq"], message["kind"], message.get("deadline")
     command = {"id": command_id, "seq": seq, "kind": kind, "spec": message.get("spec"), "deadline": deadline}
     size = len(orjson.dumps(command))
     if size > protocol.MAX_COMMAND_BYTES:
