@@ -40,7 +40,7 @@ from tests.backendproc import BackendProcess, agent_env_for  # noqa: E402
 from tests.journalfiles import JournalWriter  # noqa: E402
 from tests.lokireceiver import LokiReceiver  # noqa: E402
 
-SETTLE_S = 0.2  # the executor's settle check after a start (commands.py)
+SETTLE_S = 0.2  # the executor's settle check after a start (commands/container.py)
 # settings the test helpers shorten, left to the agent's own defaults here
 PRODUCTION_DEFAULTS = (
     "heartbeat_interval_sec",

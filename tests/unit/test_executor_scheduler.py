@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from faden_agent.workers.executor.kinds import KINDS
+from faden_agent.workers.executor.commands import KINDS
 from faden_agent.workers.executor.scheduler import Job, Scheduler
 
 

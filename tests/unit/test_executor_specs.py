@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from faden_agent import protocol
-from faden_agent.workers.executor.kinds import KINDS
+from faden_agent.workers.executor.commands import KINDS
 from faden_agent.workers.executor.specs import SpecError
 
 

@@ -3,7 +3,8 @@
 journal.py     the on-disk command journal (exactly-once effect, resume after a crash)
 specs.py       validation of each command kind's spec
 scheduler.py   per-container order, parallelism, bounded pulls, cancellation flags
-commands.py    what each command kind does
+kinds.py       the CommandKind record and the registry
+commands/      every command kind, one module per family (container.py, image.py, ...)
 docker_ops.py  the Docker SDK calls, bounded, errors -> reasons
 gpu.py         `gpus` -> NVIDIA device requests; gpu_runtime_missing detection
 timeline.py    timeline records with deterministic ids

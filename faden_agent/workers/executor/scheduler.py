@@ -30,7 +30,7 @@ class Job:
     spec: dict[str, Any]
     deadline: float  # epoch seconds
     key: str  # jobs with the same key run one after another, in arrival order
-    definition: CommandKind | None = None  # its row in kinds.KINDS: handler, cancellable
+    definition: CommandKind | None = None  # its registered CommandKind: handler, cancellable
     attempt: int = 0
     steps: int = 0  # progress records sent in this attempt
     running: bool = False

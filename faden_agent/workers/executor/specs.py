@@ -1,5 +1,5 @@
 """The checks of spec keys: bad input -> one SpecError line naming the key, quoting at most
-protocol.QUOTE_BYTES of the value. Which keys each kind takes is in kinds.py.
+protocol.QUOTE_BYTES of the value. Which keys each kind takes is in its family module, commands/<family>.py.
 
 `check_spec` returns the spec normalised (defaults filled in, sizes in bytes) so
 the Docker code never has to second-guess its input. Unknown keys are refused, so a typo

@@ -26,11 +26,10 @@ from faden_agent.ipc import Channel, Message
 from faden_agent.uplink import Uplink
 from faden_agent.workers.base import Worker
 from faden_agent.workers.executor.adoption import adopt
-from faden_agent.workers.executor.commands import Commands
+from faden_agent.workers.executor.commands import KINDS, Commands
 from faden_agent.workers.executor.docker_ops import DockerOps
 from faden_agent.workers.executor.events import EventWatcher
 from faden_agent.workers.executor.journal import QUEUED, RUNNING, Entry, Journal
-from faden_agent.workers.executor.kinds import KINDS
 from faden_agent.workers.executor.scheduler import Job, Scheduler
 from faden_agent.workers.executor.specs import SpecError
 from faden_agent.workers.executor.timeline import Timeline

@@ -1,12 +1,14 @@
-"""The executor's image-from-peers kinds (issue 14; docs/commands.md):
+"""The image.* kinds (docs/commands.md), images from peers included (issue 14):
 
-    image.serve  (inline, no Docker) the holder: register a one-time ticket, by its sha256,
-                 for one image and one receiver until ttl_s; the peer worker serves it.
-    image.fetch  the receiver: fetch an image from peers, one after the other until one
-                 succeeds (peer/fetch.py), then tag it.
+    image.pull    from the registry; from the spec's peers when it fails or lacks the image
+    image.remove  remove an image
+    image.serve   (inline, no Docker) the holder: register a one-time ticket, by its sha256,
+                  for one image and one receiver until ttl_s; the peer worker serves it.
+    image.fetch   the receiver: fetch an image from peers, one after the other until one
+                  succeeds (peer/fetch.py), then tag it.
+    image.relay   the holder's side of a relay through the backend
 
-`fetch_from_peers` is also the fallback of image.pull and container.run when the registry
-fails or lacks the image and the spec names `peers`.
+`pull_or_fetch` is also what container.run does when it needs the image.
 """
 
 from __future__ import annotations
@@ -21,7 +23,11 @@ from faden_agent.peer.fetch import NoSpace, PeerFailure, Stopped, Transfer, tag_
 from faden_agent.peer.server import holder_stream
 from faden_agent.peer.tickets import Ticket, TicketBox
 from faden_agent.protocol import quote
+from faden_agent.workers.executor import specs
+from faden_agent.workers.executor.commands.frame import Commands
 from faden_agent.workers.executor.docker_ops import Cancelled, CommandFailed, translated
+from faden_agent.workers.executor.kinds import COMMON, CommandKind, register
+from faden_agent.workers.executor.scheduler import Job
 from faden_agent.workers.executor.specs import SpecError
 
 log = logging.getLogger(__name__)
@@ -71,14 +77,58 @@ def peers(key: str, value: Any) -> list[dict[str, str]]:
     return checked
 
 
-def by_fetched_image(spec: dict[str, Any]) -> str:
-    return f"image:{spec.get('image') or spec['image_id']}"
+# Peers to fetch the image from when the registry fails or lacks it (issue 14).
+PEER_OPTIONS = {"peers": (peers, None), "image_id": (image_id, None)}
 
 
 # --- handlers
 
 
-def image_serve(commands: Any, job: Any) -> dict[str, Any]:
+def image_pull(commands: Commands, job: Job) -> dict[str, Any]:
+    result = pull_or_fetch(commands, job)
+    return {
+        **result,
+        "message": f"pulled {job.spec['image']}" + (f" from peer {result['source']}" if "source" in result else ""),
+    }
+
+
+def pull_or_fetch(commands: Commands, job: Job) -> dict[str, Any]:
+    """The registry first; the spec's peers when it fails or lacks the image (issue 14)."""
+    try:
+        return _pull(commands, job, job.spec["image"], job.spec.get("auth"))
+    except CommandFailed as failure:
+        if not job.spec.get("peers") or failure.reason not in FALLBACK_REASONS:
+            raise
+        log.info("command %s: %s; fetching from peers", job.id, failure.message)
+        result = fetch_from_peers(commands, job, job.spec.get("image_id"), job.spec["image"], job.spec["peers"])
+        return {**result, "registry_failure": failure.reason}
+
+
+def _pull(commands: Commands, job: Job, image: str, auth: dict[str, str] | None) -> dict[str, Any]:
+    assert commands.scheduler is not None
+    slots = commands.scheduler.pull_slots
+    while not slots.acquire(timeout=0.2):
+        commands.check(job)
+    try:
+        commands.progress(job, phase="pull", image=image, bytes_done=0, bytes_total=0, layers=0)
+        return commands.ops.pull(
+            image,
+            auth,
+            lambda figures: commands.progress(job, phase="pull", image=image, **figures),
+            job.on_abort,
+            job.should_stop,
+        )
+    finally:
+        slots.release()
+
+
+def image_remove(commands: Commands, job: Job) -> dict[str, Any]:
+    result = commands.ops.remove_image(job.spec["image"], job.spec["force"])
+    gone = "was already absent" if result["already_absent"] else "removed"
+    return {**result, "message": f"image {job.spec['image']} {gone}"}
+
+
+def image_serve(commands: Commands, job: Job) -> dict[str, Any]:
     spec = job.spec
     expires_at = time.time() + spec["ttl_s"]
     TicketBox(commands.config.runtime_dir).add(
@@ -92,7 +142,7 @@ def image_serve(commands: Any, job: Any) -> dict[str, Any]:
     }
 
 
-def image_fetch(commands: Any, job: Any) -> dict[str, Any]:
+def image_fetch(commands: Commands, job: Job) -> dict[str, Any]:
     spec = job.spec
     result = fetch_from_peers(commands, job, spec["image_id"], spec.get("image"), spec["peers"])
     return {
@@ -102,7 +152,7 @@ def image_fetch(commands: Any, job: Any) -> dict[str, Any]:
 
 
 def fetch_from_peers(
-    commands: Any, job: Any, image_id: str | None, reference: str | None, sources: list[dict[str, str]]
+    commands: Commands, job: Job, image_id: str | None, reference: str | None, sources: list[dict[str, str]]
 ) -> dict[str, Any]:
     """The image from the first peer that delivers it intact; CommandFailed naming every
     peer's failure otherwise (integrity_failed when any peer sent something else)."""
@@ -142,7 +192,7 @@ def fetch_from_peers(
     )
 
 
-def image_relay(commands: Any, job: Any) -> dict[str, Any]:
+def image_relay(commands: Commands, job: Job) -> dict[str, Any]:
     """The holder's side of a relay through the backend (peers that cannot reach each other):
     wait for the receiver's request there, then upload the same stream the peer port sends.
     Runs in an executor scheduler thread (the peer worker only listens)."""
@@ -199,3 +249,66 @@ def _present(api: Any, image_id: str) -> bool:
         return True
     except docker.errors.NotFound:
         return False
+
+
+# --- the kinds
+
+
+def by_image(spec: dict[str, Any]) -> str:
+    return f"image:{spec['image']}"
+
+
+def by_fetched_image(spec: dict[str, Any]) -> str:
+    return f"image:{spec.get('image') or spec['image_id']}"
+
+
+register(
+    CommandKind(
+        "image.pull",
+        image_pull,
+        {"image": specs.string},
+        {"auth": (specs.auth, None), **PEER_OPTIONS, **COMMON},
+        deadline_s=1800.0,
+        queue_key=by_image,
+        cancellable=True,
+    )
+)
+register(
+    CommandKind(
+        "image.remove",
+        image_remove,
+        {"image": specs.string},
+        {"force": (specs.boolean, False), **COMMON},
+        queue_key=by_image,
+    )
+)
+register(
+    CommandKind(
+        "image.serve",
+        image_serve,
+        {"image_id": image_id, "ticket_sha256": sha256_hex, "receiver": specs.string},
+        {"ttl_s": (specs.seconds, 600.0)},
+    )
+)
+register(
+    CommandKind(
+        "image.fetch",
+        image_fetch,
+        {"image_id": image_id, "peers": peers},
+        {"image": (specs.string, None), **COMMON},
+        deadline_s=3600.0,
+        queue_key=by_fetched_image,
+        cancellable=True,
+    )
+)
+register(
+    CommandKind(
+        "image.relay",
+        image_relay,
+        {"url": specs.string, "token": specs.string, "image_id": image_id},
+        COMMON,
+        deadline_s=3600.0,
+        queue_key=by_fetched_image,
+        cancellable=True,
+    )
+)

@@ -1,0 +1,330 @@
+"""The container.* kinds: run, stop, start, restart, remove (docs/commands.md).
+
+Only containers the agent created (its label) or adopted are touched; container.run waits
+until the container runs (and is healthy when it has a healthcheck), and an interrupted
+container.run removes the container it had made.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from faden_agent import protocol
+from faden_agent.workers.executor import specs
+from faden_agent.workers.executor.commands.frame import Commands
+from faden_agent.workers.executor.commands.image import PEER_OPTIONS, pull_or_fetch
+from faden_agent.workers.executor.docker_ops import Cancelled, CommandFailed
+from faden_agent.workers.executor.kinds import COMMON, CommandKind, register
+from faden_agent.workers.executor.log_handoff import hand_over_logs
+from faden_agent.workers.executor.ray_logs import image_user, make_ray_log_dir
+from faden_agent.workers.executor.scheduler import Job
+
+log = logging.getLogger(__name__)
+
+POLL_START_S = 0.05
+POLL_MAX_S = 0.5
+# A container must still run this long after it was first seen running: a crash at start
+# (bad arguments, missing file) then fails the command instead of passing as "running".
+RUN_SETTLE_S = 0.2
+
+
+# --- handlers
+
+
+def container_run(commands: Commands, job: Job) -> dict[str, Any]:
+    spec = job.spec
+    ops = commands.ops
+    existing = ops.find(spec["name"])
+    if existing is not None:
+        if (existing.labels or {}).get(protocol.LABEL_COMMAND_ID) == job.id:
+            # created by this very command before a restart or a re-delivery: finish it
+            if existing.status in ("created", "exited"):
+                ops.start(existing)
+            return _wait_running(commands, job, existing, created_now=False)
+        authorize(commands, existing, job, "replace")
+        if not spec["replace"]:
+            owner = (existing.labels or {}).get(protocol.LABEL_COMMAND_ID, "an earlier command")
+            raise CommandFailed(
+                "conflict",
+                f"a container named {spec['name']} already exists (from {owner}); send replace: true to recreate it",
+            )
+    _ensure_image(commands, job)
+    commands.check(job)
+    if existing is not None:
+        hand_over_logs(commands.config, existing)
+        ops.remove(existing, force=True)
+        commands.journal.forget(existing.id)
+    container = ops.create(spec, _labels(commands, job), _ray_mounts(commands, spec))
+    try:
+        commands.check(job)
+        ops.start(container)
+        return _wait_running(commands, job, container, created_now=True)
+    except CommandFailed as failure:
+        if failure.reason not in ("container_exited", "unhealthy"):  # those stay for their logs
+            _discard(commands, container)
+        raise
+    except Cancelled:
+        _discard(commands, container)
+        raise
+
+
+def container_stop(commands: Commands, job: Job) -> dict[str, Any]:
+    container = _target(commands, job, "stop")
+    commands.ops.stop(container, job.spec["timeout_s"])
+    attrs = commands.ops.reload(container)
+    return {
+        "container_id": container.id,
+        "name": container.name,
+        "exit_code": attrs["State"].get("ExitCode"),
+        "message": f"container {container.name} stopped",
+    }
+
+
+def container_start(commands: Commands, job: Job) -> dict[str, Any]:
+    container = _target(commands, job, "start")
+    commands.ops.start(container)
+    result = _wait_running(commands, job, container, created_now=False)
+    return {**result, "created": False, "message": f"container {container.name} started"}
+
+
+def container_restart(commands: Commands, job: Job) -> dict[str, Any]:
+    container = _target(commands, job, "restart")
+    commands.ops.restart(container, job.spec["timeout_s"])
+    result = _wait_running(commands, job, container, created_now=False)
+    return {**result, "created": False, "message": f"container {container.name} restarted"}
+
+
+def container_remove(commands: Commands, job: Job) -> dict[str, Any]:
+    container = commands.ops.find(job.spec["name"])
+    if container is None:
+        return {
+            "name": job.spec["name"],
+            "already_absent": True,
+            "message": f"no container named {job.spec['name']}: nothing to remove",
+        }
+    authorize(commands, container, job, "remove")
+    hand_over_logs(commands.config, container)
+    commands.ops.remove(container, force=job.spec["force"], volumes=job.spec["volumes"])
+    commands.journal.forget(container.id)
+    return {
+        "container_id": container.id,
+        "name": container.name,
+        "already_absent": False,
+        "message": f"container {container.name} removed",
+    }
+
+
+def discard_own(commands: Commands, job: Job) -> bool:
+    """Remove the container an interrupted container.run had made, so failed means no effect."""
+    try:
+        container = commands.ops.find(job.spec["name"])
+    except CommandFailed:
+        return False
+    if container is None or (container.labels or {}).get(protocol.LABEL_COMMAND_ID) != job.id:
+        return False
+    _discard(commands, container)
+    return True
+
+
+# --- helpers
+
+
+def authorize(commands: Commands, container: Any, job: Job, action: str) -> None:
+    """Only containers the agent created (label) or adopted may be touched."""
+    labels = container.labels or {}
+    if labels.get(protocol.LABEL_MANAGED) == "true" or container.id in commands.journal.adopted_ids():
+        return
+    if job.spec.get("adopt"):
+        commands.journal.adopt(container.id, container.name, job.id)
+        log.info("adopted unmanaged container %s on command %s", container.name, job.id)
+        return
+    raise CommandFailed(
+        "not_managed",
+        f"refusing to {action} container {container.name}: it was not created "
+        "by the agent (send adopt: true to take it over explicitly)",
+    )
+
+
+def _target(commands: Commands, job: Job, action: str) -> Any:
+    container = commands.ops.find(job.spec["name"])
+    if container is None:
+        raise CommandFailed("not_found", f"no container named {job.spec['name']}")
+    authorize(commands, container, job, action)
+    return container
+
+
+def _discard(commands: Commands, container: Any) -> None:
+    try:
+        commands.ops.remove(container, force=True)
+    except CommandFailed as exc:
+        log.warning("could not remove half-made container %s: %s", container.name, exc.message)
+
+
+def _ensure_image(commands: Commands, job: Job) -> None:
+    image, policy = job.spec["image"], job.spec["pull"]
+    if policy == "always" or (policy == "missing" and not commands.ops.has_image(image)):
+        pull_or_fetch(commands, job)
+    elif policy == "never" and not commands.ops.has_image(image):
+        raise CommandFailed("image_not_found", f"image {image} is not on this machine and pull is never")
+
+
+def _labels(commands: Commands, job: Job) -> dict[str, str]:
+    spec = job.spec
+    labels = dict(spec["labels"])
+    labels[protocol.LABEL_MANAGED] = "true"
+    labels[protocol.LABEL_AGENT_ID] = commands.config.agent_id
+    labels[protocol.LABEL_COMMAND_ID] = job.id
+    if spec["cluster"]:
+        labels[protocol.LABEL_CLUSTER] = spec["cluster"]
+    if spec["workload"]:
+        labels[protocol.LABEL_WORKLOAD] = spec["workload"]
+    if spec["ray"]:
+        labels[protocol.LABEL_RAY] = "true"
+    return labels
+
+
+def _ray_mounts(commands: Commands, spec: dict[str, Any]) -> list[dict[str, Any]]:
+    if not spec["ray"]:
+        return []
+    user = spec.get("user") if spec.get("user") is not None else image_user(commands.ops, spec["image"])
+    host_dir = make_ray_log_dir(Path(commands.config.ray_log_dir), spec["name"], user)
+    return [{"type": "bind", "source": str(host_dir), "target": protocol.RAY_LOG_MOUNT, "read_only": False}]
+
+
+def _wait_running(commands: Commands, job: Job, container: Any, created_now: bool) -> dict[str, Any]:
+    """Until the container runs (and is healthy when it has a healthcheck)."""
+    wants_health = bool(job.spec.get("healthcheck")) and job.spec["healthcheck"]["test"][0] != "NONE"
+    delay = POLL_START_S
+    seen_running: tuple[float, str] | None = None  # (when, StartedAt) of the first sighting
+    while True:
+        attrs = commands.ops.reload(container)
+        state = attrs["State"]
+        health = (state.get("Health") or {}).get("Status")
+        if state.get("Running") and not state.get("Restarting"):
+            if wants_health and health == "healthy":
+                return _run_result(container, attrs, created_now, "healthy")
+            if not wants_health:
+                if seen_running is None or seen_running[1] != state.get("StartedAt"):
+                    seen_running = (time.monotonic(), state.get("StartedAt"))
+                left = RUN_SETTLE_S - (time.monotonic() - seen_running[0])
+                if left <= 0:
+                    return _run_result(container, attrs, created_now, "running")
+                # Look again once, when the settle check ends (not on the polling ladder,
+                # which overshot it by ~50 ms and cost four more inspects).
+                commands.check(job)
+                time.sleep(left)
+                continue
+            if health == "unhealthy":
+                raise CommandFailed(
+                    "unhealthy",
+                    f"container {container.name} runs but its healthcheck fails",
+                    container_id=container.id,
+                )
+        elif state.get("Status") in ("exited", "dead") or state.get("Restarting"):
+            tail = commands.ops.logs_tail(container)
+            raise CommandFailed(
+                "container_exited",
+                f"container {container.name} exited with code "
+                f"{state.get('ExitCode')}" + (f"; last output: {tail[-300:]}" if tail else ""),
+                container_id=container.id,
+                exit_code=state.get("ExitCode"),
+            )
+        commands.check(job)
+        time.sleep(delay)
+        delay = min(delay * 2, POLL_MAX_S)
+
+
+def _run_result(container: Any, attrs: dict[str, Any], created_now: bool, status: str) -> dict[str, Any]:
+    verb = "started" if created_now else "was already created by this command and"
+    return {
+        "container_id": container.id,
+        "name": container.name,
+        "image": attrs["Config"]["Image"],
+        "image_id": attrs["Image"],
+        "status": status,
+        "created": created_now,
+        "message": f"container {container.name} {verb} is {status}",
+    }
+
+
+# --- the kinds
+
+
+def by_container(spec: dict[str, Any]) -> str:
+    return f"container:{spec['name']}"
+
+
+ADOPT = {"adopt": (specs.boolean, False), **COMMON}
+TARGET = {"name": specs.name}
+RUN_OPTIONS = {
+    "command": (specs.str_list, None),
+    "entrypoint": (specs.str_list, None),
+    "env": (specs.str_map, {}),
+    "labels": (specs.labels, {}),
+    "gpus": (specs.gpus, None),
+    "ports": (specs.ports, {}),
+    "mounts": (specs.mounts, []),
+    "network_mode": (specs.string, None),
+    "ipc_mode": (specs.string, None),
+    "shm_size": (specs.size, None),
+    "ulimits": (specs.ulimits, []),
+    "restart_policy": (specs.restart_policy, None),
+    "healthcheck": (specs.healthcheck, None),
+    "devices": (specs.devices, []),
+    "cluster": (specs.string, None),
+    "workload": (specs.string, None),
+    "ray": (specs.boolean, False),
+    "auth": (specs.auth, None),
+    "pull": (specs.choice("missing", "always", "never"), "missing"),
+    "replace": (specs.boolean, False),
+    "user": (specs.string, None),
+    "working_dir": (specs.string, None),
+    **PEER_OPTIONS,
+    "privileged": (specs.refuse("privileged containers are not run by the agent"), None),
+    **ADOPT,
+}
+
+register(
+    CommandKind(
+        "container.run",
+        container_run,
+        {"name": specs.name, "image": specs.string},
+        RUN_OPTIONS,
+        deadline_s=900.0,
+        queue_key=by_container,
+        cancellable=True,
+        undo=discard_own,
+    )
+)
+register(
+    CommandKind(
+        "container.stop",
+        container_stop,
+        TARGET,
+        {"timeout_s": (specs.count, 10), **ADOPT},
+        queue_key=by_container,
+    )
+)
+register(CommandKind("container.start", container_start, TARGET, ADOPT, queue_key=by_container, cancellable=True))
+register(
+    CommandKind(
+        "container.restart",
+        container_restart,
+        TARGET,
+        {"timeout_s": (specs.count, 10), **ADOPT},
+        queue_key=by_container,
+        cancellable=True,
+    )
+)
+register(
+    CommandKind(
+        "container.remove",
+        container_remove,
+        TARGET,
+        {"force": (specs.boolean, True), "volumes": (specs.boolean, False), **ADOPT},
+        queue_key=by_container,
+    )
+)

@@ -1,0 +1,103 @@
+"""The frame around every command kind. Runs in scheduler threads (inline kinds: in the loop).
+
+`execute(job)` wraps every kind the same way: journal the attempt, report started, run the
+handler, report exactly one terminal state. Handlers (in the family modules beside this
+one) take (commands, job) and return a result dict or raise CommandFailed(reason) /
+Cancelled; `commands` gives them the engine (ops), the journal, the timeline, the
+scheduler, and check/progress.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from faden_agent import protocol
+from faden_agent.config import Config
+from faden_agent.workers.executor.docker_ops import Cancelled, CommandFailed, DockerOps
+from faden_agent.workers.executor.journal import Journal
+from faden_agent.workers.executor.scheduler import Job, Scheduler
+from faden_agent.workers.executor.timeline import Timeline
+
+log = logging.getLogger(__name__)
+
+
+class Commands:
+    def __init__(self, config: Config, ops: DockerOps, journal: Journal, timeline: Timeline):
+        self.config = config
+        self.ops = ops
+        self.journal = journal
+        self.timeline = timeline
+        self.scheduler: Scheduler | None = None  # set by the worker (the scheduler calls execute)
+
+    # --- the frame around every kind
+
+    def execute(self, job: Job) -> None:
+        """Run one job to exactly one terminal state; never raises (a bug ends the command)."""
+        try:
+            self._execute(job)
+        except Exception as exc:  # noqa: BLE001 - e.g. the journal itself failing
+            log.exception("command %s (%s) failed outside its handler", job.id, job.kind)
+            self.fail_unexpectedly(job.id, job.kind, exc)
+
+    def fail_unexpectedly(self, command_id: str, kind: str, exc: BaseException) -> None:
+        """End a command that raised something no step expects: failed, internal_error."""
+        try:
+            self.timeline.finish(
+                command_id,
+                protocol.FAILED,
+                "internal_error",
+                f"{kind}: unexpected error: {type(exc).__name__}: {protocol.quote(str(exc))}",
+            )
+        except Exception:  # noqa: BLE001 - the journal is gone too: the next start resumes or poisons it
+            log.exception("could not record the failure of command %s", command_id)
+
+    def _execute(self, job: Job) -> None:
+        if job.should_stop():  # cancelled or timed out while queued: already reported
+            self._finish_stopped(job, None)
+            return
+        assert job.definition is not None
+        job.attempt = self.journal.mark_running(job.id)
+        self.timeline.started(job.id, job.attempt)
+        try:
+            result = job.definition.handler(self, job)
+        except Cancelled:
+            self._finish_stopped(job, None)
+        except CommandFailed as failure:
+            if job.should_stop():
+                self._finish_stopped(job, failure)
+            else:
+                self.timeline.finish(job.id, protocol.FAILED, failure.reason, failure.message, **failure.result)
+        except Exception as exc:  # noqa: BLE001 - a bug must end the command, not the worker
+            log.exception("command %s (%s) failed unexpectedly", job.id, job.kind)
+            self.fail_unexpectedly(job.id, job.kind, exc)
+        else:
+            message = result.pop("message", f"{job.kind} done")
+            self.timeline.finish(job.id, protocol.SUCCEEDED, "ok", message, result=result)
+
+    def _finish_stopped(self, job: Job, failure: CommandFailed | None) -> None:
+        if job.stop_reason == "cancelled":
+            self.timeline.finish(job.id, protocol.CANCELLED, "cancelled", f"{job.kind} was cancelled")
+        elif job.stop_reason == "interrupted":
+            undo = job.definition.undo if job.definition else None
+            removed = undo(self, job) if undo else False
+            self.timeline.finish(
+                job.id,
+                protocol.FAILED,
+                "interrupted",
+                f"{job.kind} was interrupted when the executor stopped (attempt {job.attempt}) "
+                "and its deadline has passed" + ("; removed the container it had made" if removed else ""),
+            )
+        else:
+            detail = f" (last error: {failure.message})" if failure else ""
+            self.timeline.finish(
+                job.id, protocol.FAILED, "timeout", f"{job.kind} did not finish before its deadline{detail}"
+            )
+
+    def check(self, job: Job) -> None:
+        if job.should_stop():
+            raise Cancelled()
+
+    def progress(self, job: Job, **fields: Any) -> None:
+        job.steps += 1
+        self.timeline.progress(job.id, job.attempt, job.steps, **fields)
