@@ -27,7 +27,7 @@ import orjson
 import requests
 import urllib3
 
-from faden_agent import __version__
+from faden_agent import __version__, protocol
 from faden_agent.backoff import MAX_RETRY_AFTER_SEC, parse_retry_after  # noqa: F401  (re-exported)
 from faden_agent.config import Config
 from faden_agent.files import replace_file
@@ -35,7 +35,6 @@ from faden_agent.protocol import MAX_STREAM_INFLATE_RATIO, MAX_STREAM_LINE_BYTES
 
 log = logging.getLogger(__name__)
 
-API = "/api/agent/v1"
 # A stream line longer than this is a broken or hostile server, not a command (protocol.py).
 MAX_STREAM_LINE = MAX_STREAM_LINE_BYTES
 
@@ -195,7 +194,7 @@ class BackendClient:
         try:
             reply = self._request(
                 "POST",
-                f"{API}/enroll",
+                protocol.ENROLL_PATH,
                 auth=False,
                 data=orjson.dumps({**facts, "token": token}),
                 headers={"Content-Type": "application/json"},
@@ -214,7 +213,7 @@ class BackendClient:
         read_timeout = stream_read_timeout(keepalive_sec)
         reply = self._request(
             "GET",
-            f"{API}/stream",
+            protocol.STREAM_PATH,
             params={"after": after, "keepalive": f"{keepalive_sec:g}"},
             stream=True,
             timeout=(self.timeout_s, read_timeout),
@@ -226,7 +225,7 @@ class BackendClient:
         """Send one batch; returns (acked ids, ids the backend rejected as malformed)."""
         reply = self._request(
             "POST",
-            f"{API}/uplink",
+            protocol.UPLINK_PATH,
             data=orjson.dumps({"records": records}),
             headers={"Content-Type": "application/json"},
         )
@@ -238,14 +237,14 @@ class BackendClient:
 
     def log_target(self) -> dict[str, Any]:
         """Where the log shipper pushes: {"mode": "loki", "url": ...} or {"mode": "push", "path": ...}."""
-        body = self._json(self._request("GET", f"{API}/logs/target"))
+        body = self._json(self._request("GET", protocol.LOGS_TARGET_PATH))
         if body.get("mode") == "loki" and isinstance(body.get("url"), str):
             return body
         if body.get("mode") == "push" and isinstance(body.get("path"), str):
             return body
         raise ProtocolError(f"logs/target answer has no usable mode: {str(body)[:200]}")
 
-    def push_logs(self, body: bytes, gzip: bool = True, path: str = f"{API}/logs/push") -> None:
+    def push_logs(self, body: bytes, gzip: bool = True, path: str = protocol.LOGS_PUSH_PATH) -> None:
         """One Loki push body through the backend. 400/413 raise RequestRejected (see .status)."""
         headers = {"Content-Type": "application/json"}
         if gzip:

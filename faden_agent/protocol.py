@@ -27,6 +27,44 @@ REJECTED = "rejected"
 TERMINAL_STATES = (SUCCEEDED, FAILED, CANCELLED, REJECTED)
 TIMELINE_STATES = (RECEIVED, STARTED, PROGRESS) + TERMINAL_STATES
 
+# HTTP paths, spelled once for the agent's client (backend.py), the admin client
+# (devbackend/admin.py) and the reference backend (devbackend/api_*.py). `{name}` is a path
+# parameter: clients fill it with str.format, the reference backend matches it (web.route).
+AGENT_API = "/api/agent/v1"
+ENROLL_PATH = f"{AGENT_API}/enroll"
+STREAM_PATH = f"{AGENT_API}/stream"
+UPLINK_PATH = f"{AGENT_API}/uplink"
+LOGS_TARGET_PATH = f"{AGENT_API}/logs/target"
+LOGS_PUSH_PATH = f"{AGENT_API}/logs/push"  # the backend's own log store, when it names no Loki
+PEER_FETCH_PATH = "/v1/images/fetch"  # a holder's peer port (peer/server.py); also under a relay
+PEER_PROBE_PATH = "/v1/traffic/probe"  # an active probe session on a peer port (peer/probe.py)
+RELAY_PATH = f"{AGENT_API}/relays/{{relay_id}}"  # an image relay: the peer address a receiver gets
+RELAY_FETCH_PATH = RELAY_PATH + PEER_FETCH_PATH  # the receiver, as at a holder's peer port
+RELAY_REQUEST_PATH = f"{RELAY_PATH}/request"  # the holder asks what the receiver wants
+RELAY_STREAM_PATH = f"{RELAY_PATH}/stream"  # the holder posts the archive
+DOWNLOADS_PATH = "/downloads/{name}"  # agent builds and install.sh (reference backend --downloads)
+LOKI_PUSH_PATH = "/loki/api/v1/push"  # Loki's own push API, after its base URL
+
+# The reference backend's admin API (docs/protocol.md, "Admin API").
+ADMIN_API = "/api/admin/system"
+ADMIN_ENROLLMENT_TOKENS_PATH = f"{ADMIN_API}/nodes/enrollment-tokens"
+ADMIN_NODES_PATH = f"{ADMIN_API}/nodes"
+ADMIN_NODE_PATH = f"{ADMIN_API}/nodes/{{node_id}}"
+ADMIN_NODE_COMMANDS_PATH = f"{ADMIN_NODE_PATH}/commands"
+ADMIN_NODE_VIEW_PATH = f"{ADMIN_NODE_PATH}/{{view}}"  # one of ADMIN_NODE_VIEWS
+ADMIN_NODE_VIEWS = ("events", "heartbeats", "timeline", "inventory", "logs")
+ADMIN_COMMAND_PATH = f"{ADMIN_API}/commands/{{command_id}}"
+ADMIN_CLUSTER_PATH = f"{ADMIN_API}/clusters/{{cluster}}"
+ADMIN_CLUSTER_TRAFFIC_PATH = f"{ADMIN_CLUSTER_PATH}/traffic"
+ADMIN_FANOUTS_PATH = f"{ADMIN_CLUSTER_PATH}/fanouts"
+ADMIN_FANOUT_PATH = f"{ADMIN_FANOUTS_PATH}/{{fanout_id}}"
+ADMIN_PROBES_PATH = f"{ADMIN_CLUSTER_PATH}/probes"  # probe rounds (devbackend/probes.py)
+ADMIN_PROBE_PATH = f"{ADMIN_PROBES_PATH}/{{probe_id}}"
+ADMIN_RELAYS_PATH = f"{ADMIN_API}/relays"
+ADMIN_FAULTS_PATH = f"{ADMIN_API}/faults"
+ADMIN_REQUESTS_PATH = f"{ADMIN_API}/requests"
+ADMIN_STATS_PATH = f"{ADMIN_API}/stats"
+
 MAX_SEQ = 2**63  # command sequence numbers are below this: SQLite INTEGERs (int64) on both sides
 
 # One size budget, end to end (docs/protocol.md, "Size budget"). Each layer's limit holds

@@ -9,7 +9,7 @@ from typing import Any
 
 import requests
 
-ADMIN = "/api/admin/system"
+from faden_agent import protocol
 
 
 class AdminError(RuntimeError):
@@ -25,10 +25,11 @@ class AdminClient:
         self.session.headers["Authorization"] = f"Bearer {admin_token}"
 
     def call(self, method: str, path: str, body: Any = None, **params: Any) -> Any:
+        """One admin request; `path` is a protocol.ADMIN_..._PATH, filled in."""
         try:
             reply = self.session.request(
                 method,
-                self.url + ADMIN + path,
+                self.url + path,
                 json=body,
                 params=params or None,
                 timeout=self.timeout_s,
@@ -41,20 +42,20 @@ class AdminClient:
                 detail = reply.json().get("message", reply.text)
             except ValueError:
                 detail = reply.text[:200]
-            raise AdminError(f"{method} {ADMIN}{path}: HTTP {reply.status_code}: {detail}")
+            raise AdminError(f"{method} {path}: HTTP {reply.status_code}: {detail}")
         return reply.json()
 
     def mint_token(self) -> str:
-        return self.call("POST", "/nodes/enrollment-tokens")["token"]
+        return self.call("POST", protocol.ADMIN_ENROLLMENT_TOKENS_PATH)["token"]
 
     def nodes(self) -> list[dict[str, Any]]:
-        return self.call("GET", "/nodes")["nodes"]
+        return self.call("GET", protocol.ADMIN_NODES_PATH)["nodes"]
 
     def node(self, node_id: str) -> dict[str, Any]:
-        return self.call("GET", f"/nodes/{node_id}")
+        return self.call("GET", protocol.ADMIN_NODE_PATH.format(node_id=node_id))
 
     def revoke(self, node_id: str) -> dict[str, Any]:
-        return self.call("DELETE", f"/nodes/{node_id}")
+        return self.call("DELETE", protocol.ADMIN_NODE_PATH.format(node_id=node_id))
 
     def send_command(
         self, node_id: str, kind: str, spec: Any = None, command_id: str | None = None, deadline: float | None = None
@@ -64,50 +65,58 @@ class AdminClient:
             body["id"] = command_id
         if deadline is not None:
             body["deadline"] = deadline
-        return self.call("POST", f"/nodes/{node_id}/commands", body)["id"]
+        return self.call("POST", protocol.ADMIN_NODE_COMMANDS_PATH.format(node_id=node_id), body)["id"]
 
     def command(self, command_id: str) -> dict[str, Any]:
-        return self.call("GET", f"/commands/{command_id}")
+        return self.call("GET", protocol.ADMIN_COMMAND_PATH.format(command_id=command_id))
+
+    def view(self, node_id: str, view: str, **params: Any) -> Any:
+        """One of a node's record views (protocol.ADMIN_NODE_VIEWS)."""
+        return self.call("GET", protocol.ADMIN_NODE_VIEW_PATH.format(node_id=node_id, view=view), **params)
 
     def events(self, node_id: str, limit: int = 10_000) -> list[dict[str, Any]]:
-        return self.call("GET", f"/nodes/{node_id}/events", limit=limit)["events"]
+        return self.view(node_id, "events", limit=limit)["events"]
 
     def heartbeats(self, node_id: str, limit: int = 10_000) -> list[dict[str, Any]]:
-        return self.call("GET", f"/nodes/{node_id}/heartbeats", limit=limit)["heartbeats"]
+        return self.view(node_id, "heartbeats", limit=limit)["heartbeats"]
 
     def timeline(self, node_id: str) -> list[dict[str, Any]]:
-        return self.call("GET", f"/nodes/{node_id}/timeline")["timeline"]
+        return self.view(node_id, "timeline")["timeline"]
 
     def inventory(self, node_id: str) -> dict[str, Any]:
-        return self.call("GET", f"/nodes/{node_id}/inventory")
+        return self.view(node_id, "inventory")
 
     def logs(self, node_id: str) -> list[dict[str, Any]]:
-        return self.call("GET", f"/nodes/{node_id}/logs")["lines"]
+        return self.view(node_id, "logs")["lines"]
 
     def set_cluster(self, cluster: str, node_ids: list[str]) -> dict[str, Any]:
-        return self.call("POST", f"/clusters/{cluster}", {"nodes": node_ids})
+        return self.call("POST", protocol.ADMIN_CLUSTER_PATH.format(cluster=cluster), {"nodes": node_ids})
 
     def traffic(self, cluster: str) -> dict[str, Any]:
-        return self.call("GET", f"/clusters/{cluster}/traffic")
+        return self.call("GET", protocol.ADMIN_CLUSTER_TRAFFIC_PATH.format(cluster=cluster))
 
     def fanout(self, cluster: str, image_id: str, image: str | None = None) -> str:
         """Start putting an image on every machine of the cluster; the fan-out's id."""
-        return self.call("POST", f"/clusters/{cluster}/fanouts", {"image_id": image_id, "image": image})["id"]
+        return self.call(
+            "POST", protocol.ADMIN_FANOUTS_PATH.format(cluster=cluster), {"image_id": image_id, "image": image}
+        )["id"]
 
     def relay(self, image_id: str, holder: str, receiver: str, image: str | None = None) -> dict[str, Any]:
         """Relay an image through the backend: {"id", "relay_command", "fetch_command"}."""
         return self.call(
-            "POST", "/relays", {"image_id": image_id, "holder": holder, "receiver": receiver, "image": image}
+            "POST",
+            protocol.ADMIN_RELAYS_PATH,
+            {"image_id": image_id, "holder": holder, "receiver": receiver, "image": image},
         )
 
     def fanout_status(self, cluster: str, fanout_id: str) -> dict[str, Any]:
-        return self.call("GET", f"/clusters/{cluster}/fanouts/{fanout_id}")
+        return self.call("GET", protocol.ADMIN_FANOUT_PATH.format(cluster=cluster, fanout_id=fanout_id))
 
     def faults(self, **switches: Any) -> dict[str, Any]:
-        return self.call("POST", "/faults", switches) if switches else self.call("GET", "/faults")
+        return self.call("POST" if switches else "GET", protocol.ADMIN_FAULTS_PATH, switches or None)
 
     def requests_log(self, since: float = 0.0) -> list[dict[str, Any]]:
-        return self.call("GET", "/requests", since=since)["requests"]
+        return self.call("GET", protocol.ADMIN_REQUESTS_PATH, since=since)["requests"]
 
     def stats(self) -> dict[str, Any]:
-        return self.call("GET", "/stats")
+        return self.call("GET", protocol.ADMIN_STATS_PATH)

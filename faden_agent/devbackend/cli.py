@@ -198,7 +198,7 @@ def admin_show(
     ca_bundle: Path | None = CaOption,
 ) -> None:
     """Show a node's events, inventory, heartbeats, timeline records or stored log lines (JSON)."""
-    _echo_json(_run(lambda: _client(url, admin_token, ca_bundle).call("GET", f"/nodes/{node_id}/{what}")))
+    _echo_json(_run(lambda: _client(url, admin_token, ca_bundle).view(node_id, what)))
 
 
 @admin_app.command("cluster")

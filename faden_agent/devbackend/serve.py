@@ -8,7 +8,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from faden_agent.devbackend.server import Backend, make_server
+from faden_agent.devbackend.app import Backend
+from faden_agent.devbackend.server import make_server
 
 log = logging.getLogger("faden_agent.devbackend")
 

@@ -232,7 +232,8 @@ class Store:
         command_id = command_id or uuid.uuid4().hex
         with self._lock:
             self._db.execute(
-                "INSERT OR IGNORE INTO commands (id, node_id, kind, spec, deadline, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT OR IGNORE INTO commands (id, node_id, kind, spec, deadline, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
                 (command_id, node_id, kind, orjson.dumps(spec), deadline, time.time()),
             )
             row = self._db.execute("SELECT seq, node_id FROM commands WHERE id = ?", (command_id,)).fetchone()
@@ -344,7 +345,8 @@ class Store:
     def records(self, node_id: str, kind: str, limit: int = 10_000) -> list[dict[str, Any]]:
         with self._lock:
             rows = self._db.execute(
-                "SELECT id, ts, received_at, data FROM records WHERE node_id = ? AND kind = ? ORDER BY received_at, ts LIMIT ?",
+                "SELECT id, ts, received_at, data FROM records WHERE node_id = ? AND kind = ?"
+                " ORDER BY received_at, ts LIMIT ?",
                 (node_id, kind, limit),
             ).fetchall()
         return [{"id": rid, "ts": ts, "received_at": received, "data": _json(data)} for rid, ts, received, data in rows]
@@ -427,7 +429,10 @@ class Store:
                 "SELECT labels, ts_ns, line, metadata FROM log_lines WHERE node_id = ? ORDER BY n LIMIT ?",
                 (node_id, limit),
             ).fetchall()
-        return [{"labels": _json(l), "ts": ts, "line": line, "metadata": _json(m)} for l, ts, line, m in rows]
+        return [
+            {"labels": _json(labels), "ts": ts, "line": line, "metadata": _json(metadata)}
+            for labels, ts, line, metadata in rows
+        ]
 
     def close(self) -> None:
         with self._lock:

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 import docker
 import requests
 
+from faden_agent import protocol
 from faden_agent.peer.archive import (
     ArchiveVerifier,
     ChunkReader,
@@ -121,7 +122,7 @@ class Transfer:
     def _request(self, peer: dict[str, str], held: set[str], source: str) -> requests.Response:
         try:
             response = requests.post(
-                f"{peer['address']}/v1/images/fetch",
+                peer["address"] + protocol.PEER_FETCH_PATH,
                 json={"image_id": self.image_id, "held_chains": sorted(held)},
                 headers={"Authorization": f"Bearer {peer['ticket']}"},
                 stream=True,

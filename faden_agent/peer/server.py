@@ -23,6 +23,7 @@ from typing import Any
 import docker
 import orjson
 
+from faden_agent import protocol
 from faden_agent.peer.archive import (
     ChunkReader,
     held_prefix,
@@ -153,7 +154,7 @@ class _Handler(BaseHTTPRequestHandler):
         log.info("peer %s refused: %s (%s)", self.client_address[0], reason, message)
 
     def do_POST(self) -> None:
-        if self.path != "/v1/images/fetch":
+        if self.path != protocol.PEER_FETCH_PATH:
             return self._refuse(404, "not_found", f"no such path {self.path[:100]}")
         length_text = self.headers.get("Content-Length") or "0"
         length = int(length_text) if length_text.isdigit() else 0  # a non-number: refused below, not a traceback

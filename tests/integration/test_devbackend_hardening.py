@@ -100,7 +100,7 @@ def test_an_empty_admin_token_refuses_to_start(tmp_path, token):
 
 
 def test_the_backend_object_refuses_an_empty_admin_token(tmp_path):
-    from faden_agent.devbackend.server import Backend
+    from faden_agent.devbackend.app import Backend
 
     with pytest.raises(ValueError, match="admin token"):
         Backend(tmp_path, "")

@@ -23,7 +23,8 @@ from faden_agent.backend import (
     parse_retry_after,
 )
 from faden_agent.config import load_config
-from faden_agent.devbackend.server import Backend, make_server
+from faden_agent.devbackend.app import Backend
+from faden_agent.devbackend.server import make_server
 from faden_agent.outbox import make_record
 
 FACTS = {"agent_id": "unit-agent", "host": "127.0.0.1", "version": "0"}

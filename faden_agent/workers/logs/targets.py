@@ -23,13 +23,12 @@ from urllib.parse import unquote, urlsplit
 
 import requests
 
-from faden_agent import __version__
+from faden_agent import __version__, protocol
 from faden_agent.backend import BackendClient, BackendError, parse_retry_after
 from faden_agent.config import Config
 from faden_agent.redact import redact_url
 from faden_agent.state import StateError, load_state
 
-PUSH_PATH = "/loki/api/v1/push"
 GZIP_LEVEL = 1  # lines compress ~10x even at level 1; higher levels cost CPU for little
 MAX_ANSWER_BYTES = 64 * 1024  # Loki's answers are a line or two; more is not read
 log = logging.getLogger(__name__)
@@ -53,7 +52,7 @@ class DirectLoki:
     used instead."""
 
     def __init__(self, base_url: str, config: Config):
-        self.url = base_url.rstrip("/") + PUSH_PATH
+        self.url = base_url.rstrip("/") + protocol.LOKI_PUSH_PATH
         self.timeout_s = config.request_timeout_sec
         # Our own TLS settings only: REQUESTS_CA_BUNDLE/CURL_CA_BUNDLE in the environment
         # must not override VERIFY_TLS=false or CA_BUNDLE.
