@@ -6,6 +6,7 @@ The whole chain runs in the cluster rig (tests/cluster/test_traffic.py)."""
 from __future__ import annotations
 
 import socket
+import threading
 import time
 from pathlib import Path
 
@@ -101,6 +102,43 @@ def test_accounting_baseline_growth_closed_and_a_socket_destroyed_during_a_dump(
     view = tcp.sample(["10.0.0.2"])["10.0.0.2"]
     assert (view.totals.sent, view.connections) == (4_500, 1)
     assert tcp.local_of["10.0.0.2"] == "10.0.0.1"
+
+
+def test_a_notification_read_after_the_socket_left_the_dump_counts_from_its_last_sight():
+    """The listener reads destroy notifications in batches (once a second at most): a
+    socket already gone from the next dump must not count its bytes twice."""
+    live: list[TcpSocket] = []
+    tcp = TcpAccounting(lambda peers: [s for s in live if s.remote in peers])
+    tcp.sample(["10.0.0.2"])
+    live[:] = [_sock(7, "10.0.0.2", 1_000, 10)]
+    assert tcp.sample(["10.0.0.2"])["10.0.0.2"].totals.sent == 1_000
+    live[:] = []  # destroyed; its notification still queued in the kernel
+    tcp.sample(["10.0.0.2"])
+    tcp.closed([_sock(7, "10.0.0.2", 1_200, 10)])
+    assert tcp.totals["10.0.0.2"].sent == 1_200
+
+
+def test_the_destroy_listener_blocks_until_woken_and_leaves_the_groups_without_peers():
+    try:
+        listener = sockdiag.DestroyListener()
+    except OSError as exc:
+        pytest.skip(f"no destroy notifications here: {exc}")
+    try:
+        listener.subscribe(False)
+        server, client, accepted = _pair("127.0.0.2")
+        for s in (client, accepted, server):
+            s.close()
+        assert listener.read(timeout_s=0.3) == []  # left the groups: nothing queued
+        done: list[list[TcpSocket]] = []
+        reader = threading.Thread(target=lambda: done.append(listener.read()))
+        reader.start()
+        time.sleep(0.3)
+        assert not done  # blocked in the kernel, no timeout
+        listener.wake()
+        reader.join(5)
+        assert done == [[]]
+    finally:
+        listener.close()
 
 
 def _write(path: Path, text: str) -> None:

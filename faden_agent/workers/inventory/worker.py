@@ -119,5 +119,6 @@ class InventoryWorker(Worker):
         self._changed.set()
         for watcher in self.watchers:
             watcher.stop()
+        self.traffic.stop()  # its listener blocks in the kernel until woken
         self.join_threads()
         self.uplink.close()

@@ -32,6 +32,7 @@ RATE_FLOOR = 64 * 1024  # ... and by at least 64 KiB/s is a change
 RTT_CHANGE = 0.20  # an RTT that moved by 20 % and by at least 1 ms
 RTT_FLOOR_MS = 1.0
 NETNS_RECOUNT_S = 60.0
+LISTEN_BATCH_S = 1.0  # the destroy listener wakes at most this often
 
 
 def _rate(now: int | None, before: int | None, seconds: float | None) -> float | None:
@@ -78,18 +79,26 @@ class TrafficReporter:
         return True
 
     def listen(self, stop: threading.Event) -> None:
-        """Until stopped: hand every destroyed socket's last counters to the accounting."""
+        """Until stopped: hand every destroyed socket's last counters to the accounting.
+        Blocks in the kernel while nothing closes; on a busy host it wakes at most once per
+        LISTEN_BATCH_S (the kernel queues the notifications meanwhile, 4 MiB of them)."""
         assert self.listener is not None
         try:
             while not stop.is_set():
                 closed = self.listener.read()
                 if closed:
                     self.tcp.closed(closed)
+                stop.wait(LISTEN_BATCH_S)
         except OSError as exc:  # the records say so from now on; sampling goes on
             self.listener_problem = f"TCP destroy notifications failed ({exc.strerror or exc})"
             log.warning("traffic: %s; connections closed between samples are no longer counted", self.listener_problem)
         finally:
             self.listener.close()
+
+    def stop(self) -> None:
+        """Wake the listener blocked in the kernel (the stop event is set)."""
+        if self.listener is not None:
+            self.listener.wake()
 
     def run(self, stop: threading.Event, interval_s: float) -> None:
         while not stop.is_set():
@@ -114,6 +123,8 @@ class TrafficReporter:
 
     def sample(self) -> dict[str, Any]:
         self.peers.refresh()
+        if self.listener is not None and not self.listener_problem:
+            self._subscribe(bool(self.peers.by_address))
         at, mono = time.time(), time.monotonic()
         views = self.tcp.sample(self.peers.by_address)
         counters = {"nics": nics.read_nics(), "ib": infiniband.read_ports(self.sysfs_root)}
@@ -138,6 +149,16 @@ class TrafficReporter:
         }
         self.samples += 1
         return data
+
+    def _subscribe(self, on: bool) -> None:
+        """Destroy notifications only while the backend names peers: without peers none of
+        them counts, and every TCP close on the host would wake the listener."""
+        assert self.listener is not None
+        try:
+            self.listener.subscribe(on)
+        except OSError as exc:
+            self.listener_problem = f"TCP destroy notifications failed ({exc.strerror or exc})"
+            log.warning("traffic: %s; connections closed between samples are no longer counted", self.listener_problem)
 
     def _peer(self, address: str, view: PeerView, previous: dict | None, seconds: float | None) -> dict[str, Any]:
         totals = view.totals
@@ -260,7 +281,7 @@ def changed(before: dict[str, Any] | None, now: dict[str, Any]) -> bool:
             (p["device"], p["port"], p["state"]) for p in new_ib
         ]:
             return True
-        if any(_item_changed(o, n) for o, n in zip(old_ib, new_ib)):
+        if any(_item_changed(o, n) for o, n in zip(old_ib, new_ib, strict=True)):  # same ports, checked above
             return True
     return False
 

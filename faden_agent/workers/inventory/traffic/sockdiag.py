@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import ipaddress
 import os
+import select
 import socket
 import struct
 from collections.abc import Iterable, Iterator
@@ -29,6 +30,7 @@ NLMSG_ERROR = 2
 NLMSG_DONE = 3
 SOL_NETLINK = 270
 NETLINK_ADD_MEMBERSHIP = 1
+NETLINK_DROP_MEMBERSHIP = 2
 SKNLGRP_INET_TCP_DESTROY = 1
 SKNLGRP_INET6_TCP_DESTROY = 3
 
@@ -207,39 +209,74 @@ def _read_dump(nl: socket.socket) -> Iterator[TcpSocket]:
 
 
 class DestroyListener:
-    """The kernel's TCP destroy notifications (needs CAP_NET_ADMIN in the namespace)."""
+    """The kernel's TCP destroy notifications (needs CAP_NET_ADMIN in the namespace).
+
+    read() blocks in the kernel (poll on the socket and a wake pipe, no timeout), so an idle
+    host never wakes the listener; subscribe(False) leaves the multicast groups (a machine in
+    no cluster has no peer whose closed sockets count), wake() ends a blocked read."""
 
     def __init__(self) -> None:
-        self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_SOCK_DIAG)
+        self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM | socket.SOCK_NONBLOCK, NETLINK_SOCK_DIAG)
         try:
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * RECV_BUFFER)
             self.sock.bind((0, 0))
-            for group in (SKNLGRP_INET_TCP_DESTROY, SKNLGRP_INET6_TCP_DESTROY):
-                self.sock.setsockopt(SOL_NETLINK, NETLINK_ADD_MEMBERSHIP, group)
+            self.subscribed = False
+            self.subscribe(True)  # fails here, at once, without CAP_NET_ADMIN
         except OSError:
             self.sock.close()
             raise
-        self.sock.settimeout(0.5)
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._poll = select.poll()
+        self._poll.register(self.sock, select.POLLIN)
+        self._poll.register(self._wake_r, select.POLLIN)
         self.lost = 0  # times the kernel dropped notifications (ENOBUFS)
 
-    def read(self) -> list[TcpSocket]:
-        """The sockets destroyed since the last call (waits up to 0.5 s for the first)."""
+    def subscribe(self, on: bool) -> None:
+        """Join (or leave) the TCP destroy groups; a no-op when already so."""
+        if on == self.subscribed:
+            return
+        option = NETLINK_ADD_MEMBERSHIP if on else NETLINK_DROP_MEMBERSHIP
+        for group in (SKNLGRP_INET_TCP_DESTROY, SKNLGRP_INET6_TCP_DESTROY):
+            self.sock.setsockopt(SOL_NETLINK, option, group)
+        self.subscribed = on
+
+    def read(self, timeout_s: float | None = None) -> list[TcpSocket]:
+        """Every socket destroyed and queued so far; waits for the first (at most timeout_s,
+        None: until one comes or wake() is called)."""
+        self._poll.poll(None if timeout_s is None else int(timeout_s * 1000))
         try:
-            data = self.sock.recv(RECV_BUFFER)
-        except TimeoutError:
-            return []
-        except OSError as exc:
-            if exc.errno == errno.ENOBUFS:
+            os.read(self._wake_r, 64)
+        except BlockingIOError:
+            pass
+        out: list[TcpSocket] = []
+        while True:
+            try:
+                data = self.sock.recv(RECV_BUFFER)
+            except BlockingIOError:
+                return out
+            except OSError as exc:
+                if exc.errno != errno.ENOBUFS:
+                    raise
                 self.lost += 1
-                return []
-            raise
-        return [
-            p
-            for kind, payload in _messages(data)
-            if kind == SOCK_DIAG_BY_FAMILY
-            for p in [parse_message(payload)]
-            if p is not None
-        ]
+                continue
+            out += [
+                p
+                for kind, payload in _messages(data)
+                if kind == SOCK_DIAG_BY_FAMILY
+                for p in [parse_message(payload)]
+                if p is not None
+            ]
+
+    def wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"x")
+        except (BlockingIOError, OSError):
+            pass  # a wake is pending already, or the listener is closed
 
     def close(self) -> None:
         self.sock.close()
+        for fd in (self._wake_r, self._wake_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass

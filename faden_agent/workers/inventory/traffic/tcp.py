@@ -54,6 +54,7 @@ class TcpAccounting:
         self._lock = threading.Lock()
         self._seen: dict[int, _Seen] = {}
         self._destroyed: dict[int, float] = {}
+        self._gone: dict[int, tuple[_Seen, float]] = {}  # absent from the last dump, not yet notified
         self.totals: dict[str, PeerTotals] = {}
         self.closed_counted = 0
         self._peers_seen: set[str] = set()  # the peers of the last sample
@@ -84,11 +85,15 @@ class TcpAccounting:
                     view.min_rtt_us.append(sock.min_rtt_us)
                 view.local_bytes[sock.local] = view.local_bytes.get(sock.local, 0) + now.sent + now.received
                 self.local_of[sock.remote] = sock.local
-            # Gone without a destroy notification (none came, or the listener is off):
-            # what they did since the last sample is lost; say so through closed_counted.
+            # Gone without a destroy notification yet: the listener reads them in batches, so
+            # the last sight stays the baseline of a notification that comes later; with none
+            # (the listener is off) what they did since the last sample is lost.
+            now_mono = time.monotonic()
+            cutoff = now_mono - FORGET_DESTROYED_S
+            self._gone = {c: g for c, g in self._gone.items() if g[1] > cutoff}
+            self._gone.update({c: (seen, now_mono) for c, seen in self._seen.items() if c not in live})
             self._seen = live
             self._peers_seen = peers
-            cutoff = time.monotonic() - FORGET_DESTROYED_S
             self._destroyed = {c: t for c, t in self._destroyed.items() if t > cutoff}
         return views
 
@@ -97,7 +102,8 @@ class TcpAccounting:
             for sock in sockets:
                 if sock.remote not in self._peers_seen:
                     continue
-                before = self._seen.pop(sock.cookie, None) or _Seen(sock.remote, 0, 0, 0, 0)
+                gone = self._gone.pop(sock.cookie, None)
+                before = self._seen.pop(sock.cookie, None) or (gone and gone[0]) or _Seen(sock.remote, 0, 0, 0, 0)
                 self._add(sock.remote, before, _counters(sock))
                 self._destroyed[sock.cookie] = time.monotonic()
                 self.local_of[sock.remote] = sock.local
