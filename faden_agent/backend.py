@@ -31,6 +31,7 @@ from faden_agent import __version__, protocol
 from faden_agent.backoff import MAX_RETRY_AFTER_SEC, parse_retry_after  # noqa: F401  (re-exported)
 from faden_agent.config import Config
 from faden_agent.files import replace_file
+from faden_agent.jsonhead import HEAD_BYTES, leading_members
 from faden_agent.protocol import MAX_STREAM_INFLATE_RATIO, MAX_STREAM_LINE_BYTES
 
 log = logging.getLogger(__name__)
@@ -304,7 +305,10 @@ class DownlinkStream:
     command is handled as soon as its line is complete, never when the answer ends. A line
     over MAX_STREAM_LINE is not buffered: it is skipped to its newline (logged), and one
     that runs on past MAX_SKIP_BYTES ends the stream; an answer that inflates more than
-    MAX_STREAM_INFLATE_RATIO times is a gzip bomb and ends it too."""
+    MAX_STREAM_INFLATE_RATIO times is a gzip bomb and ends it too. Of a skipped line only
+    its first HEAD_BYTES are kept: when they name a command (type, id and seq come first),
+    it is yielded as {type, id, seq, kind, too_large: <bytes>}, so the executor ends it
+    rejected/too_large and the backend sees a terminal state, as for any command too big."""
 
     READ_BYTES = 64 * 1024
     MAX_SKIP_BYTES = 16 * MAX_STREAM_LINE
@@ -329,7 +333,8 @@ class DownlinkStream:
             yield data
 
     def _lines(self) -> Iterator[bytes]:
-        """The raw lines, each at most MAX_STREAM_LINE bytes; longer ones skipped unbuffered."""
+        """The raw lines, each at most MAX_STREAM_LINE bytes; longer ones skipped unbuffered
+        (in their place: the short line _skip makes of a command they name)."""
         pending = bytearray()
         skipping: bytes | None = None  # the head of a line being skipped
         skipped = 0
@@ -341,17 +346,23 @@ class DownlinkStream:
                 if skipping is not None:
                     skipped += len(piece)
                     if skipped > self.MAX_SKIP_BYTES:
+                        over_cap = self._skip(skipping, skipped)
+                        if over_cap is not None:  # answered before the reconnect, or it comes again and again
+                            yield over_cap
                         raise ProtocolError(f"stream line runs on past {self.MAX_SKIP_BYTES} bytes: {skipping[:80]!r}")
                 elif len(pending) + len(piece) > MAX_STREAM_LINE:
-                    skipping, skipped = bytes(pending[:80] or piece[:80]), len(pending) + len(piece)
+                    skipping = bytes(pending[:HEAD_BYTES]) + piece[: max(0, HEAD_BYTES - len(pending))]
+                    skipped = len(pending) + len(piece)
                     pending.clear()
                 else:
                     pending += piece
                 if end < 0:
                     break
                 if skipping is not None:
-                    self._skip(skipping, skipped)
+                    over_cap = self._skip(skipping, skipped)
                     skipping = None
+                    if over_cap is not None:
+                        yield over_cap
                 else:
                     yield bytes(pending)
                     pending.clear()
@@ -359,9 +370,31 @@ class DownlinkStream:
         if pending and skipping is None:
             yield bytes(pending)
 
-    def _skip(self, head: bytes, size: int) -> None:
+    def _skip(self, head: bytes, size: int) -> bytes | None:
+        """Count and log a line over the cap; the short line {type, id, seq, kind, too_large}
+        when its beginning names a command (checked like any command by the downlink)."""
         self.skipped_lines += 1
-        log.error("downlink: skipped a stream line of %d bytes (over %d): %r...", size, MAX_STREAM_LINE, head)
+        fields = leading_members(head)
+        if fields.get("type") == "command" and "id" in fields and "seq" in fields:
+            log.error(
+                "downlink: command %.200r (seq %.40r) is on a stream line of %d bytes (over %d): not read, "
+                "reported rejected/too_large",
+                fields["id"],
+                fields["seq"],
+                size,
+                MAX_STREAM_LINE,
+            )
+            over_cap = {"type": "command", "id": fields["id"], "seq": fields["seq"], "too_large": size}
+            return orjson.dumps({**over_cap, "kind": fields.get("kind", "")})
+        log.error(
+            "downlink: skipped a stream line of %d bytes (over %d), no command id and seq among the members in "
+            "its first %d bytes: %r...",
+            size,
+            MAX_STREAM_LINE,
+            HEAD_BYTES,
+            head[:80],
+        )
+        return None
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         try:

@@ -12,6 +12,7 @@ import pytest
 
 from faden_agent.backend import MAX_STREAM_LINE, BackendClient, ProtocolError
 from faden_agent.config import load_config
+from faden_agent.workers.stream.downlink import parse_command
 from tests.scriptedhttp import StreamingHTTP
 
 FRAMINGS = [
@@ -65,11 +66,19 @@ def test_each_command_arrives_while_the_connection_stays_open(client_for, framin
 
 
 @pytest.mark.parametrize("framing, gzip", FRAMINGS)
-def test_an_over_size_line_is_skipped_and_the_next_command_arrives(client_for, framing, gzip):
+def test_an_over_size_line_is_skipped_named_by_its_beginning_and_the_next_command_arrives(client_for, framing, gzip):
+    """The line is not held; its first bytes name the command, which comes out as a short
+    too_large command (the executor ends it rejected), then the next command."""
     server = StreamingHTTP(framing, gzip)
     stream = iter(client_for(server).open_stream(0, 5.0))
-    server.put(command("c-big", 1, spec={"x": os.urandom(MAX_STREAM_LINE).hex()}))  # incompressible: no bomb
+    big = command("c-big", 1, spec={"x": os.urandom(MAX_STREAM_LINE).hex()})  # incompressible: no bomb
+    server.put(big)
+    server.put(b'{"spec": {"id": "nested"}, "x": "' + b"y" * MAX_STREAM_LINE + b'", "type": "command"}')  # no id first
     server.put(command("c-next", 2))
+    over_cap = next_command(stream)
+    assert over_cap == {"type": "command", "id": "c-big", "seq": 1, "kind": "no.such.kind", "too_large": len(big)}
+    handed = parse_command(over_cap)  # what the executor gets: no spec, the line's size
+    assert handed["spec"] is None and handed["too_large"] == len(big)
     assert next_command(stream)["id"] == "c-next"
     assert server.streams_open == 1
 

@@ -184,7 +184,9 @@ def parse_command(message: dict[str, Any]) -> dict[str, Any]:
         raise ValueError(problem)
     command_id, seq, kind, deadline = message["id"], message["seq"], message["kind"], message.get("deadline")
     command = {"id": command_id, "seq": seq, "kind": kind, "spec": message.get("spec"), "deadline": deadline}
-    size = len(orjson.dumps(command))
+    size = message.get("too_large")  # the reader's measure of a line over its cap (backend.DownlinkStream)
+    if type(size) is not int:
+        size = len(orjson.dumps(command))
     if size > protocol.MAX_COMMAND_BYTES:
         # Beyond the IPC budget: hand over only what identifies it; the executor acks it and
         # ends it `rejected` (too_large), so it is answered once and never retried.
