@@ -128,6 +128,8 @@ COMMAND_KINDS = (
     "image.serve",
     "image.fetch",
     "image.relay",
+    "traffic.serve",
+    "traffic.probe",
     "container.run",
     "container.stop",
     "container.start",
@@ -172,6 +174,7 @@ REASONS = (
 # Capabilities this build reports to the backend.
 TRAFFIC_CAPABILITY = "traffic.passive"  # sends traffic records (peers, NICs, RDMA ports)
 PEER_IMAGES_CAPABILITY = "images.peer"  # image.serve / image.fetch, a peer worker on PEER_PORT (issue 14)
+PROBE_CAPABILITY = "traffic.probe"  # traffic.serve / traffic.probe: active probes over the peer port (issue 15)
 CAPABILITIES = (
     "docker",
     "gpu",
@@ -181,6 +184,7 @@ CAPABILITIES = (
     "heartbeat.delta",
     TRAFFIC_CAPABILITY,
     PEER_IMAGES_CAPABILITY,
+    PROBE_CAPABILITY,
 )
 
 

@@ -9,6 +9,10 @@ command.
          what is sent), X-Faden-Byte-Limit (most bytes the archive may have), X-Faden-Layers-Sent.
     401 ticket_refused / ticket_expired, 404 image_not_found, 400 bad request:
          {"reason", "message"}.
+
+    POST /v1/traffic/probe  Authorization: Bearer <ticket>, Upgrade: faden-probe/1
+    101: one active probe session (issue 15): echoes, a bounded upload and download; the
+         wire form and this side's caps are in peer/probe.py.
 """
 
 from __future__ import annotations
@@ -24,13 +28,14 @@ import docker
 import orjson
 
 from faden_agent import protocol
+from faden_agent.peer import probe
 from faden_agent.peer.archive import (
     ChunkReader,
     held_prefix,
     strip_held_layers,
     v1_layer_ids,
 )
-from faden_agent.peer.tickets import TicketBox, TicketRefused
+from faden_agent.peer.tickets import PROBE_GRANT, TicketBox, TicketRefused
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +111,9 @@ class PeerServer:
         self.active = 0
         self.served = 0
         self.bytes_sent = 0
+        self.probes_active = 0
+        self.probes_served = 0
+        self.probe_limits = probe.LIMITS  # what one probe session may cost this machine
         self._lock = threading.Lock()
         handler = type("Handler", (_Handler,), {"peer": self})
         self.httpd = ThreadingHTTPServer((host, port), handler)
@@ -127,7 +135,26 @@ class PeerServer:
         self.httpd.server_close()
 
     def status(self) -> dict[str, Any]:
-        return {"transfers_active": self.active, "transfers_served": self.served, "bytes_sent": self.bytes_sent}
+        return {
+            "transfers_active": self.active,
+            "transfers_served": self.served,
+            "bytes_sent": self.bytes_sent,
+            "probes_active": self.probes_active,
+            "probes_served": self.probes_served,
+        }
+
+    def probe_slot(self) -> bool:
+        """Take one of probe.MAX_SESSIONS probe slots; False when all are taken."""
+        with self._lock:
+            if self.probes_active >= probe.MAX_SESSIONS:
+                return False
+            self.probes_active += 1
+            return True
+
+    def probe_done(self) -> None:
+        with self._lock:
+            self.probes_active -= 1
+            self.probes_served += 1
 
     def count(self, active: int, served: int = 0, sent: int = 0) -> None:
         with self._lock:
@@ -153,7 +180,12 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
         log.info("peer %s refused: %s (%s)", self.client_address[0], reason, message)
 
+    def _ticket(self) -> str:
+        return (self.headers.get("Authorization") or "").removeprefix("Bearer ").strip()
+
     def do_POST(self) -> None:
+        if self.path == probe.PATH:
+            return self._probe()
         if self.path != protocol.PEER_FETCH_PATH:
             return self._refuse(404, "not_found", f"no such path {self.path[:100]}")
         length_text = self.headers.get("Content-Length") or "0"
@@ -165,9 +197,8 @@ class _Handler(BaseHTTPRequestHandler):
             image_id, held = str(request["image_id"]), {str(c) for c in request.get("held_chains") or ()}
         except (orjson.JSONDecodeError, KeyError, TypeError):
             return self._refuse(400, "bad_request", "the body must be JSON with image_id and held_chains")
-        ticket = (self.headers.get("Authorization") or "").removeprefix("Bearer ").strip()
         try:
-            self.peer.tickets.take(ticket, image_id, self.client_address[0])
+            self.peer.tickets.take(self._ticket(), image_id, self.client_address[0])
         except TicketRefused as refused:
             return self._refuse(401, refused.reason, refused.message)
         try:
@@ -197,3 +228,34 @@ class _Handler(BaseHTTPRequestHandler):
             log.warning("serving %s to %s ended early: %s", image_id[:19], self.client_address[0], exc)
         finally:
             self.peer.count(-1, served=1, sent=writer.sent)
+
+    def _probe(self) -> None:
+        """One active probe session (peer/probe.py): the ticket, then the upgraded connection."""
+        self.close_connection = True
+        if (self.headers.get("Upgrade") or "").strip() != probe.UPGRADE:
+            return self._refuse(400, "bad_request", f"a probe needs Upgrade: {probe.UPGRADE}")
+        if not self.peer.probe_slot():
+            return self._refuse(503, "peer_busy", f"{probe.MAX_SESSIONS} probes are running here")
+        try:
+            try:
+                self.peer.tickets.take(self._ticket(), PROBE_GRANT, self.client_address[0])
+            except TicketRefused as refused:
+                return self._refuse(401, refused.reason, refused.message)
+            self.send_response(101)
+            self.send_header("Connection", "Upgrade")
+            self.send_header("Upgrade", probe.UPGRADE)
+            limits = self.peer.probe_limits
+            self.send_header("X-Faden-Probe-Max-Bytes", str(limits.bytes))
+            self.send_header("X-Faden-Probe-Max-Seconds", f"{limits.seconds:g}")
+            self.send_header("X-Faden-Probe-Max-Echoes", str(limits.echoes))
+            self.end_headers()
+            session = probe.serve(self.connection, self.rfile, self.wfile, limits)
+            log.info(
+                "probed by %s: %d echoes, %d bytes received, %d sent",
+                self.client_address[0],
+                session.echoes,
+                session.received,
+                session.sent,
+            )
+        finally:
+            self.peer.probe_done()

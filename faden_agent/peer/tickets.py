@@ -31,9 +31,14 @@ class TicketRefused(Exception):
         self.message = message
 
 
+# The grant of a ticket for one active probe session (issue 15, peer/probe.py), in the place
+# of an image id: an image ticket cannot open a probe, nor a probe ticket fetch an image.
+PROBE_GRANT = "traffic.probe"
+
+
 @dataclass(frozen=True)
 class Ticket:
-    image_id: str
+    image_id: str  # what it grants: an image id, or PROBE_GRANT
     receiver: str | None  # the receiver's address; None: any
     expires_at: float  # wall clock
 
@@ -70,7 +75,7 @@ class TicketBox:
         if grant.expires_at < time.time():
             raise TicketRefused("ticket_expired", "the ticket has expired")
         if grant.image_id != image_id:
-            raise TicketRefused("ticket_refused", "the ticket is for another image")
+            raise TicketRefused("ticket_refused", "the ticket is for another image (or a probe)")
         if grant.receiver and grant.receiver != receiver:
             raise TicketRefused("ticket_refused", f"the ticket is for another receiver than {receiver[:100]}")
         return grant

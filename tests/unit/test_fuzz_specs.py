@@ -55,6 +55,13 @@ VALID = {
         "image": "app:1",
         "peers": [{"address": "http://198.18.0.11:7480", "ticket": "SECRET-TICKET-0123456789"}],
     },
+    "traffic.serve": {"tickets": [{"ticket_sha256": "b" * 64, "receiver": "198.18.0.12"}], "ttl_s": 60},
+    "traffic.probe": {
+        "peers": [{"machine": "node-2", "address": "http://198.18.0.12:7480", "ticket": "SECRET-TICKET-0123456789"}],
+        "duration_s": 2,
+        "max_bytes": 1 << 20,
+        "round_trips": 10,
+    },
 }
 assert set(VALID) == set(protocol.COMMAND_KINDS)
 # Nested places where one field can go wrong while the rest stays valid.

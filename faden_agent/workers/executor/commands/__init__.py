@@ -6,12 +6,13 @@ registers its CommandKinds (kinds.py). A new family is a new module here, import
     container.py  container.run/stop/start/restart/remove
     image.py      image.pull/remove, and images from peers: image.serve/fetch/relay
     command.py    command.cancel
+    traffic.py    active probes between peer machines: traffic.serve/probe (issue 15)
 
 KINDS is the full table once this package is imported.
 """
 
 from faden_agent import protocol
-from faden_agent.workers.executor.commands import command, container, image  # noqa: F401 - each registers its kinds
+from faden_agent.workers.executor.commands import command, container, image, traffic  # noqa: F401 - each registers its kinds
 from faden_agent.workers.executor.commands.frame import Commands
 from faden_agent.workers.executor.kinds import KINDS
 
