@@ -69,7 +69,7 @@ class TicketBox:
         except FileNotFoundError:
             raise TicketRefused("ticket_refused", "unknown or already used ticket") from None
         try:
-            grant = Ticket(**orjson.loads(spent.read_bytes()))
+            grant = _grant(spent.read_bytes())
         finally:
             spent.unlink(missing_ok=True)
         if grant.expires_at < time.time():
@@ -91,3 +91,20 @@ class TicketBox:
             except (OSError, ValueError, KeyError, TypeError):
                 continue
         return removed
+
+
+def _grant(data: bytes) -> Ticket:
+    """The grant a ticket file holds; TicketRefused naming what is wrong when the file is
+    corrupt (cut short by a crash, a full disk, another writer): spent all the same."""
+    try:
+        fields = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise TicketRefused("ticket_refused", f"the ticket's file is corrupt: not JSON ({exc})"[:200]) from None
+    if (
+        not isinstance(fields, dict)
+        or not isinstance(fields.get("image_id"), str)
+        or not isinstance(fields.get("receiver"), (str, type(None)))
+        or type(fields.get("expires_at")) not in (int, float)
+    ):
+        raise TicketRefused("ticket_refused", f"the ticket's file is corrupt: {data[:80]!r}")
+    return Ticket(fields["image_id"], fields["receiver"], fields["expires_at"])

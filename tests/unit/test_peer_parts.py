@@ -146,6 +146,31 @@ def test_expired_tickets_are_refused_and_forgotten(tmp_path):
     assert box.expire(kept_s=0) == 1 and not list(box.path.iterdir())
 
 
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"",
+        b'{"image_id": "sha256:',
+        b"[1, 2]",
+        b'{"image_id": 7, "receiver": null, "expires_at": 1e12}',
+        b'{"image_id": "x", "receiver": null, "expires_at": "never"}',
+        b'{"image_id": "x", "extra": 1}',
+        b"\xff" * 300,
+    ],
+)
+def test_a_corrupt_ticket_file_is_a_refusal_in_one_line_and_spent(tmp_path, content):
+    """Before: a cut or garbled file raised JSONDecodeError/TypeError out of take (the peer
+    server's handler thread ended without an answer to the receiver)."""
+    box = TicketBox(tmp_path)
+    box.add(ticket_hash("c" * 32), Ticket("sha256:" + "a" * 64, None, time.time() + 60))
+    (box.path / ticket_hash("c" * 32)).write_bytes(content)
+    with pytest.raises(TicketRefused) as refused:
+        box.take("c" * 32, "sha256:" + "a" * 64, "198.18.0.12")
+    assert refused.value.reason == "ticket_refused" and "corrupt" in refused.value.message
+    assert "\n" not in refused.value.message and len(refused.value.message) <= 200
+    assert not list(box.path.iterdir())  # spent: a second try is 'unknown'
+
+
 class EngineInfo:
     def __init__(self, root: str):
         self.root = root
