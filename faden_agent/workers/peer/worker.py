@@ -29,6 +29,7 @@ class PeerWorker(Worker):
         self.tickets = TicketBox(self.config.runtime_dir)
         self.server: PeerServer | None = None
         self.error: str | None = None
+        self.misconfigured = False  # a setting no retry can fix (set by _listen): not retried
         self._local = threading.local()
 
     def _docker(self) -> Any:
@@ -45,11 +46,12 @@ class PeerWorker(Worker):
         if config.advertise_scheme == "https":
             if not (config.peer_cert_file and config.peer_key_file):
                 self.error = "ADVERTISE_SCHEME is https but PEER_CERT_FILE and PEER_KEY_FILE are not both set"
+                self.misconfigured = True
                 return
             tls = (str(config.peer_cert_file), str(config.peer_key_file))
         try:
             self.server = PeerServer(config.advertise_host, config.peer_port, self.tickets, self._docker, tls)
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError) as exc:  # port taken, address not up yet, unreadable key: retried
             error = f"cannot listen on {config.advertise_host}:{config.peer_port}: {exc}"
             if error != self.error:
                 log.warning("%s", error)
@@ -62,7 +64,7 @@ class PeerWorker(Worker):
         self.start_thread("peer-serve", self.server.serve)
 
     def tick(self) -> None:
-        if self.server is None and (self.error is None or "cannot listen" in self.error):
+        if self.server is None and not self.misconfigured:
             self._listen()
         self.tickets.expire()
 
