@@ -32,7 +32,6 @@ class UplinkSender(LinkThread):
     def __init__(self, link: Link):
         super().__init__("uplink", link)
         self.wakeup = threading.Event()
-        self.sent = 0
         self._next_trim = 0.0
 
     def poke(self) -> None:
@@ -107,7 +106,6 @@ class UplinkSender(LinkThread):
         if not done:
             raise ProtocolError("the backend acknowledged none of the batch")
         self.outbox.ack(done)
-        self.sent += len(acked)
         self.status.contact()
         self.backoff.reset()
 
