@@ -112,6 +112,14 @@ class AdminClient:
     def fanout_status(self, cluster: str, fanout_id: str) -> dict[str, Any]:
         return self.call("GET", protocol.ADMIN_FANOUT_PATH.format(cluster=cluster, fanout_id=fanout_id))
 
+    def probe(self, cluster: str, **bounds: Any) -> str:
+        """Start probing every pair of the cluster's machines (duration_s, max_bytes,
+        round_trips: traffic.probe's bounds); the probe round's id."""
+        return self.call("POST", protocol.ADMIN_PROBES_PATH.format(cluster=cluster), bounds)["id"]
+
+    def probe_status(self, cluster: str, probe_id: str) -> dict[str, Any]:
+        return self.call("GET", protocol.ADMIN_PROBE_PATH.format(cluster=cluster, probe_id=probe_id))
+
     def faults(self, **switches: Any) -> dict[str, Any]:
         return self.call("POST" if switches else "GET", protocol.ADMIN_FAULTS_PATH, switches or None)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from faden_agent import protocol
 from faden_agent.devbackend.builds import with_available_version
 from faden_agent.devbackend.fanout import Fanout
+from faden_agent.devbackend.probes import BOUND_KEYS, ProbeRound
 from faden_agent.devbackend.web import HttpError, Request, Route, route
 
 RECORD_KIND_OF_VIEW = {"events": protocol.EVENT, "heartbeats": protocol.HEARTBEAT, "timeline": protocol.TIMELINE}
@@ -126,6 +127,30 @@ def fanout_status(req: Request, cluster: str, fanout_id: str) -> int:
     return req.send_json(200, fanout.status())
 
 
+def start_probes(req: Request, cluster: str) -> int:
+    """Probe every pair of the cluster's machines once (traffic.probe), in rounds of disjoint
+    pairs; the results fill the probe matrix of GET .../traffic."""
+    req.require_admin()
+    body = req.read_json()
+    bounds = {key: body.get(key) for key in BOUND_KEYS}
+    for key, value in bounds.items():  # the agents check the ranges; here only the types
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise HttpError(400, "bad_body", f"{key} must be a number or null")
+    if not req.backend.store.members(cluster):
+        raise HttpError(404, "not_found", f"no cluster {cluster[:100]}")
+    probes = ProbeRound(req.backend, cluster, bounds).start()
+    req.backend.probes[probes.id] = probes
+    return req.send_json(200, {"id": probes.id})
+
+
+def probes_status(req: Request, cluster: str, probe_id: str) -> int:
+    req.require_admin()
+    probes = req.backend.probes.get(probe_id)
+    if probes is None or probes.cluster != cluster:
+        raise HttpError(404, "not_found", f"no probe round {probe_id[:40]} in cluster {cluster[:100]}")
+    return req.send_json(200, probes.status())
+
+
 def request_log(req: Request) -> int:
     req.require_admin()
     since = float(req.query.get("since", "0"))
@@ -151,6 +176,8 @@ ROUTES: list[Route] = [
     route("GET", protocol.ADMIN_CLUSTER_TRAFFIC_PATH, cluster_traffic),
     route("POST", protocol.ADMIN_FANOUTS_PATH, start_fanout),
     route("GET", protocol.ADMIN_FANOUT_PATH, fanout_status),
+    route("POST", protocol.ADMIN_PROBES_PATH, start_probes),
+    route("GET", protocol.ADMIN_PROBE_PATH, probes_status),
     route("GET", protocol.ADMIN_REQUESTS_PATH, request_log),
     route("GET", protocol.ADMIN_STATS_PATH, stats),
 ]

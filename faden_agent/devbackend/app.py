@@ -36,6 +36,7 @@ class Backend:
         self.new_commands = threading.Condition()
         self.cluster_generation = 0  # bumped on every cluster change: streams send `peers` again
         self.fanouts: dict[str, Any] = {}  # fan-out id -> devbackend.fanout.Fanout (issue 14)
+        self.probes: dict[str, Any] = {}  # probe round id -> devbackend.probes.ProbeRound (issue 15)
         self.relays: dict[str, Any] = {}  # relay id -> devbackend.relay.Relay (issue 14)
         self.requests: collections.deque[dict[str, Any]] = collections.deque(maxlen=REQUEST_LOG_SIZE)
         self.requests_lock = threading.Lock()

@@ -220,12 +220,22 @@ def admin_traffic(
     admin_token: str = TokenOption,
     ca_bundle: Path | None = CaOption,
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    probe: bool = typer.Option(False, "--probe", help="Probe every pair of machines first (traffic.probe) and wait."),
+    duration: float | None = typer.Option(None, "--duration", help="Probe: seconds per phase (agent default 2)."),
+    max_bytes: int | None = typer.Option(None, "--max-bytes", help="Probe: bytes per direction (default 256 MiB)."),
+    wait: float = typer.Option(600.0, "--wait", help="Probe: give up waiting after this many seconds."),
 ) -> None:
     """The cluster's traffic matrix (machines x machines: rate, RTT, interface), naming the
-    machines whose agent lacks the traffic capability."""
-    from faden_agent.devbackend.traffic_view import render
+    machines whose agent lacks the traffic capability; below it the latest active probes
+    (throughput, RTT p50/p99 or why not), which --probe measures anew."""
+    from faden_agent.devbackend.traffic_view import render, wait_for_probes
 
-    matrix = _run(lambda: _client(url, admin_token, ca_bundle).traffic(cluster))
+    client = _client(url, admin_token, ca_bundle)
+    if probe:
+        probe_id = _run(lambda: client.probe(cluster, duration_s=duration, max_bytes=max_bytes))
+        for line in _run(lambda: wait_for_probes(client, cluster, probe_id, wait)):
+            typer.echo(line, err=True)
+    matrix = _run(lambda: client.traffic(cluster))
     if as_json:
         _echo_json(matrix)
         return

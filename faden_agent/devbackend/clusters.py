@@ -1,6 +1,7 @@
 """Clusters in the reference backend: which machines form one (set by the admin), the
 peers each agent is told about (downlink `peers`), and the latest traffic record of each
-machine, read back as the cluster's traffic matrix (docs/protocol.md, "Traffic record").
+machine, read back as the cluster's traffic matrix (docs/protocol.md, "Traffic record"),
+beside the latest active probe of each pair (traffic.probe results, "Active probes").
 
 Functions over the store's SQLite connection; the Store calls them under its lock.
 """
@@ -92,8 +93,34 @@ def traffic_matrix(db: sqlite3.Connection, cluster: str, nodes: list[dict[str, A
                 "address": node.get("advertise_host"),
                 "version": node.get("version"),
                 "capable": protocol.TRAFFIC_CAPABILITY in (node.get("capabilities") or ()),
+                "probe_capable": protocol.PROBE_CAPABILITY in (node.get("capabilities") or ()),
                 "traffic": orjson.loads(row[0]) if row else None,
                 "received_at": row[1] if row else None,
             }
         )
-    return {"cluster": cluster, "machines": machines}
+    return {"cluster": cluster, "machines": machines, "probes": probe_results(db, cluster)}
+
+
+def probe_results(db: sqlite3.Connection, cluster: str) -> list[dict[str, Any]]:
+    """The latest probe entry of each (prober, probed machine) pair of the cluster, from the
+    results of succeeded traffic.probe commands: {"from", "to", ...the entry}."""
+    ids = members(db, cluster)
+    if not ids:
+        return []
+    rows = db.execute(
+        "SELECT r.node_id, r.data FROM records r JOIN commands c ON c.id = r.command_id"
+        f" WHERE c.kind = 'traffic.probe' AND r.kind = ? AND r.node_id IN ({', '.join('?' * len(ids))})",
+        (protocol.TIMELINE, *ids),
+    ).fetchall()
+    latest: dict[tuple[str, str], dict[str, Any]] = {}
+    for node_id, blob in rows:
+        data = orjson.loads(blob)
+        if data.get("state") != protocol.SUCCEEDED:
+            continue
+        for entry in (data.get("result") or {}).get("peers") or []:
+            if not isinstance(entry, dict) or entry.get("machine") not in ids:
+                continue
+            key = (node_id, entry["machine"])
+            if key not in latest or (entry.get("at") or 0) >= (latest[key].get("at") or 0):
+                latest[key] = {"from": node_id, "to": entry["machine"], **entry}
+    return sorted(latest.values(), key=lambda e: (e["from"], e["to"]))

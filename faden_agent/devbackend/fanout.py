@@ -27,6 +27,29 @@ POLL_S = 0.2
 SERVE_WAIT_S = 30.0
 
 
+def command_outcome(store: Any, command_id: str) -> tuple[str | None, str | None]:
+    """(terminal state, reason) of a command; (None, None) while it runs."""
+    command = store.command(command_id) or {}
+    if command.get("state") not in protocol.TERMINAL_STATES:
+        return None, None
+    end = next((t for t in reversed(command.get("timeline") or []) if t.get("state") == command["state"]), {})
+    return command["state"], end.get("reason")
+
+
+def peer_address(store: Any, node_id: str) -> str:
+    """The node's peer port: advertise_scheme://advertise_host:peer_port."""
+    node = store.node(node_id) or {}
+    inventory = (store.inventory(node_id) or {}).get("inventory") or {}
+    port = (inventory.get("host") or {}).get("peer_port") or DEFAULT_PEER_PORT
+    return f"{node.get('advertise_scheme') or 'http'}://{node.get('advertise_host')}:{port}"
+
+
+def mint_ticket() -> tuple[str, str]:
+    """A one-time ticket and its sha256 (the holder gets only the hash)."""
+    ticket = secrets.token_urlsafe(32)
+    return ticket, hashlib.sha256(ticket.encode()).hexdigest()
+
+
 class Fanout:
     def __init__(self, backend: Any, cluster: str, image_id: str, reference: str | None, ttl_s: float = 1800.0):
         self.id = uuid.uuid4().hex[:12]
@@ -90,12 +113,7 @@ class Fanout:
             self.ended_at = time.time()
 
     def _outcome(self, command_id: str) -> tuple[str | None, str | None]:
-        """(terminal state, reason) of a command; (None, None) while it runs."""
-        command = self.backend.store.command(command_id) or {}
-        if command.get("state") not in protocol.TERMINAL_STATES:
-            return None, None
-        end = next((t for t in reversed(command.get("timeline") or []) if t.get("state") == command["state"]), {})
-        return command["state"], end.get("reason")
+        return command_outcome(self.backend.store, command_id)
 
     def _inventory(self, node_id: str) -> dict[str, Any]:
         return (self.backend.store.inventory(node_id) or {}).get("inventory") or {}
@@ -105,13 +123,11 @@ class Fanout:
         return any(image.get("id") == self.image_id for image in images)
 
     def _address(self, node_id: str) -> str:
-        node = self.backend.store.node(node_id) or {}
-        port = (self._inventory(node_id).get("host") or {}).get("peer_port") or DEFAULT_PEER_PORT
-        return f"{node.get('advertise_scheme') or 'http'}://{node.get('advertise_host')}:{port}"
+        return peer_address(self.backend.store, node_id)
 
     def _send(self, holder: str, target: str) -> dict[str, Any]:
         store = self.backend.store
-        ticket = secrets.token_urlsafe(32)
+        ticket, ticket_sha256 = mint_ticket()
         receiver = (store.node(target) or {}).get("advertise_host")
         serve = store.add_command(
             holder,
@@ -120,7 +136,7 @@ class Fanout:
                 "image_id": self.image_id,
                 "receiver": receiver,
                 "ttl_s": self.ttl_s,
-                "ticket_sha256": hashlib.sha256(ticket.encode()).hexdigest(),
+                "ticket_sha256": ticket_sha256,
             },
             None,
             None,

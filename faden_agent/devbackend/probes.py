@@ -1,0 +1,136 @@
+"""Probe rounds in the reference backend (issue 15): measure the cluster's reachability and
+bandwidth matrix with `traffic.probe`, every machine against every other.
+
+A probe of machine A by machine B measures both directions (B's upload: B to A, its
+download: A to B) and the RTT, so each pair is probed once. Pairs are scheduled in rounds
+of disjoint pairs (the circle method: N-1 rounds for N machines), so no machine takes part
+in two probes at once and the figures are each link's own, not shared ones.
+
+Each probed machine first gets one `traffic.serve` with the sha256 of a fresh one-time
+ticket per prober (as image.serve for images); the prober gets `traffic.probe` with the
+ticket. Machines whose agent lacks the capability are skipped and named. The results stay
+in the probe commands' timeline records; clusters.probe_results reads the latest per pair.
+
+Runs in a thread of the backend; its state is read back with GET .../probes/{id}.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from typing import Any
+
+from faden_agent import protocol
+from faden_agent.devbackend.fanout import command_outcome, mint_ticket, peer_address
+
+BOUND_KEYS = ("duration_s", "max_bytes", "round_trips")  # of traffic.probe; null: the agent's default
+POLL_S = 0.2
+SERVE_WAIT_S = 30.0
+# What a probe may take beyond its three phases: connecting, draining, the answer's way back.
+PROBE_SLACK_S = 30.0
+
+
+def rounds(machines: list[str]) -> list[list[tuple[str, str]]]:
+    """Every pair once, in rounds where no machine appears twice (the circle method)."""
+    ring: list[str | None] = list(machines) + ([None] if len(machines) % 2 else [])
+    schedule = []
+    for _ in range(len(ring) - 1):
+        half = len(ring) // 2
+        pairs = [(ring[i], ring[-1 - i]) for i in range(half)]
+        schedule.append([(a, b) for a, b in pairs if a is not None and b is not None])
+        ring = [ring[0], ring[-1], *ring[1:-1]]
+    return [pairs for pairs in schedule if pairs]
+
+
+class ProbeRound:
+    def __init__(self, backend: Any, cluster: str, bounds: dict[str, Any]):
+        self.id = uuid.uuid4().hex[:12]
+        self.backend = backend
+        self.cluster = cluster
+        self.bounds = bounds  # duration_s, max_bytes, round_trips (the agent's defaults where absent)
+        self.state = "running"
+        self.started_at = time.time()
+        self.ended_at: float | None = None
+        self.skipped: list[str] = []  # members whose agent cannot probe
+        self.pairs: list[dict[str, Any]] = []  # {prober, target, command_id, state, reason}
+        self._lock = threading.Lock()
+
+    def start(self) -> ProbeRound:
+        threading.Thread(target=self._run, name=f"probes-{self.id}", daemon=True).start()
+        return self
+
+    def status(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "id": self.id,
+                "cluster": self.cluster,
+                "state": self.state,
+                "started_at": self.started_at,
+                "ended_at": self.ended_at,
+                "bounds": self.bounds,
+                "skipped": list(self.skipped),
+                "pairs": [dict(p) for p in self.pairs],
+            }
+
+    def probe_deadline_s(self) -> float:
+        return 3 * float(self.bounds.get("duration_s") or 2.0) + PROBE_SLACK_S
+
+    # --- the loop
+
+    def _run(self) -> None:
+        store = self.backend.store
+        members = store.members(self.cluster)
+        capable = [n for n in members if protocol.PROBE_CAPABILITY in ((store.node(n) or {}).get("capabilities") or ())]
+        schedule = rounds(capable)
+        with self._lock:
+            self.skipped = [n for n in members if n not in capable]
+        tickets = self._serve(schedule)
+        for pairs in schedule:
+            running = [self._probe(prober, target, tickets[(prober, target)]) for prober, target in pairs]
+            while running:
+                time.sleep(POLL_S)
+                for pair in list(running):
+                    state, reason = command_outcome(store, pair["command_id"])
+                    if state is not None:
+                        running.remove(pair)
+                        with self._lock:
+                            pair.update(state=state, reason=reason)
+        with self._lock:
+            self.state = "done"
+            self.ended_at = time.time()
+
+    def _serve(self, schedule: list[list[tuple[str, str]]]) -> dict[tuple[str, str], str]:
+        """One traffic.serve per probed machine with a ticket hash per prober; the tickets."""
+        store = self.backend.store
+        tickets: dict[tuple[str, str], str] = {}
+        hashes: dict[str, list[dict[str, str]]] = {}
+        for prober, target in (pair for pairs in schedule for pair in pairs):
+            ticket, ticket_sha256 = mint_ticket()
+            tickets[(prober, target)] = ticket
+            receiver = (store.node(prober) or {}).get("advertise_host")
+            hashes.setdefault(target, []).append({"ticket_sha256": ticket_sha256, "receiver": receiver})
+        ttl_s = len(schedule) * (self.probe_deadline_s() + 10) + 60
+        serves = [
+            store.add_command(target, "traffic.serve", {"tickets": entries, "ttl_s": ttl_s}, None, None)["id"]
+            for target, entries in hashes.items()
+        ]
+        self.backend.notify_streams()
+        deadline = time.monotonic() + SERVE_WAIT_S  # the tickets must be known before they are presented
+        while any(command_outcome(store, s)[0] is None for s in serves) and time.monotonic() < deadline:
+            time.sleep(POLL_S / 4)
+        return tickets
+
+    def _probe(self, prober: str, target: str, ticket: str) -> dict[str, Any]:
+        store = self.backend.store
+        spec = {
+            "peers": [{"machine": target, "address": peer_address(store, target), "ticket": ticket}],
+            **{k: v for k, v in self.bounds.items() if v is not None},
+            "deadline_s": self.probe_deadline_s(),
+        }
+        command = store.add_command(prober, "traffic.probe", spec, None, None)
+        self.backend.notify_streams()
+        pair = {"prober": prober, "target": target, "command_id": command["id"], "state": "running", "reason": None}
+        with self._lock:
+            self.pairs.append(pair)
+        return pair
