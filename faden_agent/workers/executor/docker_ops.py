@@ -9,7 +9,6 @@ nothing has to be rebuilt when the engine comes back.
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -23,6 +22,7 @@ from docker.utils import parse_repository_tag
 from docker.utils.json_stream import json_stream
 
 from faden_agent.config import Config
+from faden_agent.dockerclient import make_client
 from faden_agent.workers.executor import docker_errors
 from faden_agent.workers.executor.gpu import device_requests, is_gpu_runtime_missing
 
@@ -136,7 +136,7 @@ class PullProgress:
 
 class DockerOps:
     def __init__(self, config: Config):
-        self.base_url = config.docker_host or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+        self.docker_host = config.docker_host
         self.timeout_s = config.docker_timeout_sec
         self._local = threading.local()  # one client per thread: requests sessions are not shared safely
 
@@ -145,7 +145,7 @@ class DockerOps:
         client = getattr(self._local, "client", None)
         if client is None:
             with translated("connecting to the Docker engine"):
-                client = docker.DockerClient(base_url=self.base_url, version=API_VERSION, timeout=self.timeout_s)
+                client = make_client(self.docker_host, timeout_s=self.timeout_s, version=API_VERSION)
             self._local.client = client
         return client
 

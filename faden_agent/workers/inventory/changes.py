@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from faden_agent import protocol
-from faden_agent.workers.inventory import docker_probe
+from faden_agent.dockerclient import make_client
 from faden_agent.workers.threads import start_daemon
 
 log = logging.getLogger(__name__)
@@ -72,7 +72,7 @@ class DockerChangeWatcher:
         while not self._stop.is_set():
             client = None
             try:
-                client = docker_probe.make_client(self.docker_host, timeout_s=10)
+                client = make_client(self.docker_host, timeout_s=10)
                 self._stream = client.api.events(decode=True, filters={"type": ["container", "image"]})
                 delay = RETRY_MIN_S
                 if connected_before:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from faden_agent.config import Config
+from faden_agent.dockerclient import make_client
 from faden_agent.workers.inventory import docker_probe
 from faden_agent.workers.inventory.disks import probe_disks
 from faden_agent.workers.inventory.gpu import GpuProbe
@@ -25,7 +26,7 @@ class DockerProbe:
     def __call__(self) -> dict[str, Any]:
         try:
             if self._client is None:
-                self._client = docker_probe.make_client(self.docker_host)
+                self._client = make_client(self.docker_host, timeout_s=docker_probe.CLIENT_TIMEOUT_S)
             return docker_probe.probe_docker(self._client)
         except Exception:
             client, self._client = self._client, None

@@ -17,12 +17,6 @@ MANAGED_FILTER = {"label": f"{protocol.LABEL_MANAGED}=true"}
 LABEL_PREFIX = "io.fadenstack."
 
 
-def make_client(docker_host: str | None, timeout_s: float = CLIENT_TIMEOUT_S) -> docker.DockerClient:
-    if docker_host:
-        return docker.DockerClient(base_url=docker_host, timeout=timeout_s)
-    return docker.from_env(timeout=timeout_s)
-
-
 def probe_docker(client: docker.DockerClient) -> dict[str, Any]:
     api = client.api
     version = api.version()

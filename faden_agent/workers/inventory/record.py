@@ -123,7 +123,7 @@ def merge_usage(full: Any, usage: Any) -> Any:
                 merged[key] = merge_usage(full[key], value)
         return merged
     if isinstance(full, list) and isinstance(usage, list) and len(full) == len(usage):
-        return [f if u is None else merge_usage(f, u) for f, u in zip(full, usage)]
+        return [f if u is None else merge_usage(f, u) for f, u in zip(full, usage, strict=True)]
     return full
 
 

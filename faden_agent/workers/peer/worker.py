@@ -14,6 +14,7 @@ import logging
 import threading
 from typing import Any
 
+from faden_agent.dockerclient import make_client
 from faden_agent.peer.server import PeerServer
 from faden_agent.peer.tickets import TicketBox
 from faden_agent.workers.base import Worker
@@ -35,9 +36,7 @@ class PeerWorker(Worker):
     def _docker(self) -> Any:
         client = getattr(self._local, "client", None)
         if client is None:
-            from faden_agent.workers.inventory.docker_probe import make_client
-
-            client = self._local.client = make_client(self.config.docker_host, self.config.docker_timeout_sec)
+            client = self._local.client = make_client(self.config.docker_host, timeout_s=self.config.docker_timeout_sec)
         return client
 
     def _listen(self) -> None:

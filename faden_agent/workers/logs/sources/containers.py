@@ -25,6 +25,7 @@ import time
 from datetime import datetime
 
 from faden_agent import protocol
+from faden_agent.dockerclient import make_client
 from faden_agent.workers.logs.entry import MAX_LINE_BYTES, Entry, clean_line
 from faden_agent.workers.logs.report import report_event
 from faden_agent.workers.logs.sources import FIRST_START_WINDOW_SEC, Source
@@ -82,6 +83,10 @@ class LineCutter:
 
 def parse_rfc3339_ns(text: bytes) -> int | None:
     """Docker's RFC 3339 timestamp (nanoseconds, trailing zeros trimmed) -> epoch ns."""
+    seconds = _utc_second_seen(text)
+    if seconds is not None:  # the fast path: most lines share their second with the line before
+        fraction = text[20:-1]
+        return seconds * 1_000_000_000 + (int(fraction.ljust(9, b"0")) if fraction else 0)
     match = _RFC3339.match(text)
     if match is None:
         return None
@@ -90,16 +95,30 @@ def parse_rfc3339_ns(text: bytes) -> int | None:
         seconds = int(datetime.fromisoformat(match[1].decode() + zone).timestamp())
     except ValueError:  # digits in the right places, yet no date (month 13, zone +99:00)
         return None
+    if match[3] == b"Z":
+        global _last_utc_second
+        _last_utc_second = (match[1], seconds)  # one tuple, replaced whole: safe for the follower threads
     return seconds * 1_000_000_000 + int((match[2] or b"").ljust(9, b"0"))
 
 
-def docker_client(config):
-    import docker  # only this reader needs the SDK
+# Docker writes "YYYY-MM-DDTHH:MM:SS[.1 to 9 digits]Z": the date part of the last such stamp
+# parsed the slow way, and its epoch seconds. A line of the same second needs no datetime.
+_last_utc_second: tuple[bytes, int] = (b"-", 0)
 
-    kwargs = {"timeout": max(30.0, config.request_timeout_sec), "max_pool_size": 64}
-    if config.docker_host:
-        return docker.DockerClient(base_url=config.docker_host, **kwargs)
-    return docker.from_env(**kwargs)
+
+def _utc_second_seen(text: bytes) -> int | None:
+    """Epoch seconds of `text` when it is Docker's UTC form within the second parsed last."""
+    second, seconds = _last_utc_second
+    if text[:19] != second or text[-1:] != b"Z":
+        return None
+    if len(text) == 20 or (text[19:20] == b"." and 21 <= len(text) <= 30 and text[20:-1].isdigit()):
+        return seconds
+    return None
+
+
+def docker_client(config):
+    # One client shared by the event reader and every follower thread: a pool of 64.
+    return make_client(config.docker_host, timeout_s=max(30.0, config.request_timeout_sec), max_pool_size=64)
 
 
 class ContainerSource(Source):
