@@ -4,6 +4,8 @@ Checks what an operator needs when a node misbehaves: the backend (DNS, TCP, TLS
 configured CA, clock skew from its Date header), the credential, the state file, Docker
 and its NVIDIA runtime, NVML, journald, the log path (Loki or the backend), free disk, and
 the service. Each check is bounded in time and independent: one failing never hides another.
+A check that later checks build on returns what it learned beside its line (the addresses,
+the connection, the membership, the log target, Docker's info); run() hands that on.
 """
 
 from __future__ import annotations
@@ -19,10 +21,14 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from faden_agent.config import Config, env_name
+from faden_agent.dockerclient import engine_url, make_client
+
+if TYPE_CHECKING:
+    from faden_agent.membership import Membership
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 CHECK_TIMEOUT_S = 5.0
@@ -51,79 +57,78 @@ class Doctor:
         self.host = parts.hostname or ""
         self.port = parts.port or (443 if parts.scheme == "https" else 80)
         self.https = parts.scheme == "https"
-        self.addresses: list[tuple] = []
-        self.tcp_ok = False
-        self.docker_info: dict[str, Any] | None = None
-        self.state = None
         self.checks: list[Check] = []
 
     def run(self) -> list[Check]:
-        steps: list[Callable[[], Check | None]] = [
-            self.backend_dns,
-            self.backend_tcp,
-            self.backend_tls,
-            self.backend_clock,
-            self.state_file,
-            self.credential,
-            self.docker,
-            self.nvidia_runtime,
-            self.nvml,
-            self.journald,
-            self.log_path,
-            self.disk_state,
-            self.disk_docker,
-            self.service,
-        ]
-        for step in steps:
-            try:
-                check = step()
-            except Exception as exc:  # noqa: BLE001 - a broken check is reported, never fatal
-                check = Check(step.__name__.replace("_", " "), FAIL, f"check crashed: {exc.__class__.__name__}: {exc}")
-            if check is not None:
-                self.checks.append(check)
+        addresses = self.step(self.backend_dns) or []
+        connected = self.step(self.backend_tcp, addresses) or False
+        self.step(self.backend_tls, connected)
+        self.step(self.backend_clock)
+        membership = self.step(self.state_file)
+        log_target = self.step(self.credential, membership)
+        docker_info = self.step(self.docker)
+        self.step(self.nvidia_runtime, docker_info)
+        self.step(self.nvml)
+        self.step(self.journald)
+        self.step(self.log_path, log_target)
+        self.step(self.disk_state)
+        self.step(self.disk_docker, docker_info)
+        self.step(self.service)
         return self.checks
+
+    def step(self, check: Callable[..., Any], *learned_before: Any) -> Any:
+        """Run one check with what earlier ones learned; keep its line, return what it learned
+        (None when it learned nothing or crashed)."""
+        try:
+            outcome = check(*learned_before)
+        except Exception as exc:  # noqa: BLE001 - a broken check is reported, never fatal
+            outcome = Check(check.__name__.replace("_", " "), FAIL, f"check crashed: {exc.__class__.__name__}: {exc}")
+        line, learned = outcome if isinstance(outcome, tuple) else (outcome, None)
+        if line is not None:
+            self.checks.append(line)
+        return learned
 
     # ------------------------------------------------------------------ the backend
 
-    def backend_dns(self) -> Check:
+    def backend_dns(self) -> tuple[Check, list[tuple]]:
+        """The line and the backend's addresses (none when the name does not resolve)."""
         try:
             infos = socket.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
         except socket.gaierror as exc:
-            return Check(
+            check = Check(
                 "backend dns",
                 FAIL,
                 f"{self.host} does not resolve ({exc.strerror})",
                 f"check {env_name('backend_url')} and this machine's DNS (/etc/resolv.conf)",
             )
-        self.addresses = [info[4] for info in infos]
-        shown = ", ".join(sorted({str(a[0]) for a in self.addresses}))
-        return Check("backend dns", OK, f"{self.host} -> {shown}")
+            return check, []
+        addresses = [info[4] for info in infos]
+        shown = ", ".join(sorted({str(a[0]) for a in addresses}))
+        return Check("backend dns", OK, f"{self.host} -> {shown}"), addresses
 
-    def backend_tcp(self) -> Check:
-        if not self.addresses:
-            return Check("backend tcp", FAIL, "skipped: the name does not resolve", "fix DNS first")
+    def backend_tcp(self, addresses: list[tuple]) -> tuple[Check, bool]:
+        """The line and whether one of the addresses took a TCP connection."""
+        if not addresses:
+            return Check("backend tcp", FAIL, "skipped: the name does not resolve", "fix DNS first"), False
         errors = []
-        for address in self.addresses:
+        for address in addresses:
             start = time.monotonic()
             try:
                 with socket.create_connection(address[:2], timeout=self.timeout_s):
-                    self.tcp_ok = True
-                    return Check(
-                        "backend tcp",
-                        OK,
-                        f"connected to {address[0]}:{address[1]} in {1000 * (time.monotonic() - start):.0f} ms",
-                    )
+                    took_ms = 1000 * (time.monotonic() - start)
+                    return Check("backend tcp", OK, f"connected to {address[0]}:{address[1]} in {took_ms:.0f} ms"), True
             except OSError as exc:
                 errors.append(f"{address[0]}:{address[1]}: {exc.strerror or exc}")
         proxy = " (an HTTPS proxy is set; the agent uses it, this check does not)" if _proxy_set() else ""
-        return Check(
+        check = Check(
             "backend tcp",
             FAIL,
             "cannot connect: " + "; ".join(errors) + proxy,
             "is the backend running and reachable from here (firewall, port)?",
         )
+        return check, False
 
-    def backend_tls(self) -> Check:
+    def backend_tls(self, connected: bool) -> Check:
         if not self.https:
             return Check(
                 "backend tls",
@@ -131,7 +136,7 @@ class Doctor:
                 f"{self.config.backend_url} is plain http: the credential travels unencrypted",
                 "use an https:// backend URL outside a lab",
             )
-        if not self.tcp_ok:
+        if not connected:
             return Check("backend tls", FAIL, "skipped: no TCP connection", "fix the connection first")
         if not self.config.verify_tls:
             return Check("backend tls", WARN, "certificate verification is off", f"set {env_name('verify_tls')}=true")
@@ -183,8 +188,9 @@ class Doctor:
 
     # ------------------------------------------------------------------ membership
 
-    def state_file(self) -> Check:
-        from faden_agent.state import StateError, check_backend, load_state
+    def state_file(self) -> Check | tuple[Check, Membership]:
+        """The line, and the membership when the state file holds a usable one."""
+        from faden_agent.membership import MembershipError, check_backend, load_membership
 
         path = self.config.state_path
         try:
@@ -204,25 +210,26 @@ class Doctor:
         except OSError as exc:
             return Check("state file", FAIL, f"{path}: {exc.strerror}", "fix the permissions of the state directory")
         try:
-            self.state = load_state(path)
-            check_backend(self.state, self.config.backend_url, path)
-        except StateError as exc:
+            membership = load_membership(path)
+            check_backend(membership, self.config.backend_url, path)
+        except MembershipError as exc:
             return Check("state file", FAIL, str(exc))
         if mode != 0o600:
             return Check(
                 "state file", FAIL, f"{path} has mode {mode:04o}: it holds the credential", f"chmod 600 {path}"
             )
-        return Check("state file", OK, f"{path} (0600), node {self.state.node_id}")
+        return Check("state file", OK, f"{path} (0600), node {membership.node_id}"), membership
 
-    def credential(self) -> Check:
+    def credential(self, membership: Membership | None) -> Check | tuple[Check, dict[str, Any]]:
+        """The line, and where the backend sends this node's logs when it accepted the credential."""
         from faden_agent.backend import BackendClient, BackendError, CredentialRejected
 
-        if self.state is None:
+        if membership is None:
             return Check("credential", WARN, "none yet (not enrolled)", "see the state file check")
-        client = BackendClient(self.config, self.state.credential)
+        client = BackendClient(self.config, membership.credential)
         client.timeout_s = self.timeout_s
         try:
-            self.log_target = client.log_target()
+            log_target = client.log_target()
         except CredentialRejected as exc:
             return Check(
                 "credential",
@@ -235,18 +242,17 @@ class Doctor:
             return Check("credential", FAIL, f"not verified: {exc}", "see the backend checks above")
         finally:
             client.close()
-        return Check("credential", OK, f"accepted for node {self.state.node_id}")
+        return Check("credential", OK, f"accepted for node {membership.node_id}"), log_target
 
     # ------------------------------------------------------------------ Docker and GPUs
 
-    def docker(self) -> Check:
-        import docker
-
-        base_url = self.config.docker_host or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    def docker(self) -> Check | tuple[Check, dict[str, Any]]:
+        """The line, and the engine's info when it answers."""
+        base_url = engine_url(self.config.docker_host)
         try:
-            client = docker.DockerClient(base_url=base_url, timeout=self.timeout_s)
+            client = make_client(self.config.docker_host, timeout_s=self.timeout_s)
             try:
-                self.docker_info = client.info()
+                info = client.info()
             finally:
                 client.close()
         except Exception as exc:  # noqa: BLE001 - the SDK raises many types for one cause
@@ -256,18 +262,14 @@ class Doctor:
                 f"engine at {base_url} does not answer: {_reason(exc)}",
                 f"start the Docker engine (systemctl start docker) or fix {env_name('docker_host')}",
             )
-        info = self.docker_info
-        return Check(
-            "docker",
-            OK,
-            f"engine {info.get('ServerVersion', '?')} at {base_url}, {info.get('Containers', 0)} containers",
-        )
+        text = f"engine {info.get('ServerVersion', '?')} at {base_url}, {info.get('Containers', 0)} containers"
+        return Check("docker", OK, text), info
 
-    def nvidia_runtime(self) -> Check:
-        if self.docker_info is None:
+    def nvidia_runtime(self, docker_info: dict[str, Any] | None) -> Check:
+        if docker_info is None:
             return Check("nvidia runtime", FAIL, "skipped: the engine does not answer", "fix Docker first")
-        runtimes = sorted((self.docker_info.get("Runtimes") or {}).keys())
-        if "nvidia" in runtimes or any("nvidia" in str(d) for d in self.docker_info.get("CDISpecDirs") or []):
+        runtimes = sorted((docker_info.get("Runtimes") or {}).keys())
+        if "nvidia" in runtimes or any("nvidia" in str(d) for d in docker_info.get("CDISpecDirs") or []):
             return Check("nvidia runtime", OK, f"runtimes: {', '.join(runtimes)}")
         return Check(
             "nvidia runtime",
@@ -317,20 +319,20 @@ class Doctor:
             return Check("journald", FAIL, f"journalctl did not answer within {self.timeout_s:g}s")
         source = f"directory {self.config.journal_directory}" if where else "the system journal"
         if done.returncode != 0:
+            why = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else done.returncode
             return Check(
                 "journald",
                 FAIL,
-                f"cannot read {source}: {done.stderr.strip().splitlines()[-1] if done.stderr.strip() else done.returncode}",
+                f"cannot read {source}: {why}",
                 "run the agent as root or add its user to the systemd-journal group",
             )
         if not done.stdout.strip() and "No journal files" in done.stderr + done.stdout:
             return Check("journald", WARN, f"{source} holds no journal files")
         return Check("journald", OK, f"{source} is readable")
 
-    def log_path(self) -> Check:
+    def log_path(self, target: dict[str, Any] | None) -> Check:
         import requests
 
-        target = getattr(self, "log_target", None)
         loki = self.config.loki_url or (target.get("url") if target and target.get("mode") == "loki" else None)
         if loki:
             try:
@@ -359,8 +361,8 @@ class Doctor:
     def disk_state(self) -> Check:
         return _disk_check("disk (state)", self.config.state_dir)
 
-    def disk_docker(self) -> Check | None:
-        root = (self.docker_info or {}).get("DockerRootDir")
+    def disk_docker(self, docker_info: dict[str, Any] | None) -> Check | None:
+        root = (docker_info or {}).get("DockerRootDir")
         if not root:
             return None
         if not Path(root).exists():
@@ -380,7 +382,10 @@ class Doctor:
             )
         if not state["installed"]:
             return Check("service", WARN, f"no {state['scope']} service installed", "run `faden-agent start`")
-        text = f"{state['scope']} service {state['active']} ({state['sub']}), {state['enabled']}, {state['restarts']} restarts"
+        text = (
+            f"{state['scope']} service {state['active']} ({state['sub']}), {state['enabled']},"
+            f" {state['restarts']} restarts"
+        )
         if state["active"] == "active":
             return Check("service", OK, text + f", main pid {state['main_pid']}")
         if state["active"] == "failed":

@@ -15,7 +15,7 @@ import orjson
 
 from faden_agent.config import Config
 from faden_agent.ipc import Endpoints, EnvelopeError, request
-from faden_agent.state import StateError, load_state
+from faden_agent.membership import MembershipError, load_membership
 
 STATUS_FILE = "status.json"  # written by the stream worker (workers/stream/link.py)
 PS_TIMEOUT_S = 1.0
@@ -40,14 +40,19 @@ def collect_status(config: Config) -> dict[str, Any]:
         "disk_full": None,  # {"path", "error", "since", "paths", "worker"} while a worker cannot write
     }
     try:
-        state = load_state(config.state_path)
-    except StateError as exc:
+        membership = load_membership(config.state_path)
+    except MembershipError as exc:
         out["state_error"] = str(exc)
     else:
-        if state is not None:
-            out.update(enrolled=True, node_id=state.node_id, agent_id=state.agent_id, enrolled_at=state.enrolled_at)
-            if state.backend_url != config.backend_url:
-                out["state_error"] = f"state file belongs to backend {state.backend_url}"
+        if membership is not None:
+            out.update(
+                enrolled=True,
+                node_id=membership.node_id,
+                agent_id=membership.agent_id,
+                enrolled_at=membership.enrolled_at,
+            )
+            if membership.backend_url != config.backend_url:
+                out["state_error"] = f"state file belongs to backend {membership.backend_url}"
     link, source, out["disk_full"] = _live_link(config)
     if link is None:
         link, source = _link_from_file(config), "status file"

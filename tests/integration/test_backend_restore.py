@@ -20,7 +20,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from faden_agent.state import load_state
+from faden_agent.membership import load_membership
 from tests.agentproc import AgentProcess, wait_for
 from tests.backendproc import agent_env_for, agent_on_backend, backend  # noqa: F401
 from tests.conftest import TEST_IMAGE
@@ -100,7 +100,7 @@ def test_restored_backend_runs_new_commands_and_a_later_node_reenrolls(
     node = backend.wait_node(agent_id, timeout_s=30)
     assert node["node_id"] != late_node["node_id"]
     state_path = Path(late.env["FADEN_NODE_AGENT_STATE_PATH"])
-    state = load_state(state_path)
+    state = load_membership(state_path)
     assert state is not None and state.node_id == node["node_id"] and state.agent_id == agent_id
     kept = list(state_path.parent.glob(state_path.name + ".rejected-*"))
     assert len(kept) == 1 and orjson.loads(kept[0].read_bytes())["node_id"] == late_node["node_id"]
@@ -158,7 +158,7 @@ def test_a_new_token_file_while_the_credential_is_rejected_re_enrolls_without_a_
         assert agent.proc.poll() is None  # the agent process was never restarted; its stream worker was
         stream = agent.workers()["stream"]
         assert "enroll again" in (stream.get("last_exit") or ""), stream
-        state = load_state(Path(env["FADEN_NODE_AGENT_STATE_PATH"]))
+        state = load_membership(Path(env["FADEN_NODE_AGENT_STATE_PATH"]))
         assert state is not None and state.node_id == renewed["node_id"] and state.agent_id == agent_id
         wait_for(lambda: link_state(agent) == "connected", 30, interval_s=0.2, what="connected again")
         # The executor (never restarted) reports its container to the new node; it runs on.

@@ -16,8 +16,7 @@ from faden_agent.backend import (
     TokenRefused,
 )
 from faden_agent.backoff import MAX_RETRY_AFTER_SEC, Backoff, capped_retry_after, ceiling
-from faden_agent.workers.stream import link
-from faden_agent.workers.stream.link import Gate, wait_after
+from faden_agent.workers.stream.link import Connection, Gate, wait_after
 
 
 def test_ceiling_doubles_from_min_to_max_and_never_overflows():
@@ -37,10 +36,10 @@ def test_retry_after_wins_over_the_backoff_and_is_capped():
 @pytest.mark.parametrize(
     "error, state, expected",
     [
-        (Maintenance("503", 503, 7.0), link.MAINTENANCE, 7.0),
-        (CredentialRejected("401", 401), link.CREDENTIAL_REJECTED, 60.0),
-        (TokenRefused("403"), link.ENROLLMENT_REFUSED, 60.0),
-        (BackendUnavailable("429", 429, 12.0), link.BACKOFF, 12.0),
+        (Maintenance("503", 503, 7.0), Connection.MAINTENANCE, 7.0),
+        (CredentialRejected("401", 401), Connection.CREDENTIAL_REJECTED, 60.0),
+        (TokenRefused("403"), Connection.ENROLLMENT_REFUSED, 60.0),
+        (BackendUnavailable("429", 429, 12.0), Connection.BACKOFF, 12.0),
     ],
 )
 def test_each_backend_error_maps_to_one_state_and_wait(error, state, expected):
@@ -50,7 +49,7 @@ def test_each_backend_error_maps_to_one_state_and_wait(error, state, expected):
 def test_other_failures_back_off_with_full_jitter_within_bounds():
     backoff = Backoff(1.0, 4.0, rng=random.Random(5))
     waits = [wait_after(ProtocolError("junk"), backoff, 60.0) for _ in range(50)]
-    assert {state for state, _ in waits} == {link.BACKOFF}
+    assert {state for state, _ in waits} == {Connection.BACKOFF}
     assert all(1.0 <= delay <= 4.0 for _, delay in waits)
     assert max(delay for _, delay in waits[10:]) > 3.0
 

@@ -8,8 +8,8 @@ import threading
 from faden_agent.backend import MaintenanceHold
 from faden_agent.config import load_config
 from faden_agent.ipc import Endpoints
+from faden_agent.membership import new_membership
 from faden_agent.outbox import Outbox
-from faden_agent.state import new_state
 from faden_agent.workers.stream.downlink import CURSOR_KEY, EPOCH_KEY, Downlink
 from faden_agent.workers.stream.link import Gate, Link, LinkStatus
 
@@ -25,7 +25,7 @@ def make_downlink(tmp_path) -> Downlink:
     outbox = Outbox(tmp_path / "state")
     link = Link(
         config,
-        new_state("http://b", "node-1", "cred", "a"),
+        new_membership("http://b", "node-1", "cred", "a"),
         outbox,
         LinkStatus("http://b", None),
         Gate(stop, MaintenanceHold(tmp_path)),

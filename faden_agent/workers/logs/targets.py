@@ -26,8 +26,8 @@ import requests
 from faden_agent import __version__, protocol
 from faden_agent.backend import BackendClient, BackendError, parse_retry_after
 from faden_agent.config import Config
+from faden_agent.membership import MembershipError, load_membership
 from faden_agent.redact import redact_url
-from faden_agent.state import StateError, load_state
 
 GZIP_LEVEL = 1  # lines compress ~10x even at level 1; higher levels cost CPU for little
 MAX_ANSWER_BYTES = 64 * 1024  # Loki's answers are a line or two; more is not read
@@ -196,12 +196,12 @@ class ViaBackend:
 
     def _resolve(self) -> Answer | None:
         try:
-            state = load_state(self.config.state_path)
-        except StateError as exc:
+            membership = load_membership(self.config.state_path)
+        except MembershipError as exc:
             return Answer(None, None, str(exc))
-        if state is None:
+        if membership is None:
             return Answer(None, None, "not enrolled yet: no credential to ask the backend where to push")
-        client = BackendClient(self.config, state.credential)
+        client = BackendClient(self.config, membership.credential)
         try:
             target = client.log_target()
         except BackendError as exc:

@@ -21,8 +21,7 @@ from faden_agent.backend import BackendClient, BackendError
 from faden_agent.config import ConfigError
 from faden_agent.ipc import EnvelopeError, request
 from faden_agent.workers.inventory.traffic.peers import write_peers
-from faden_agent.workers.stream import link
-from faden_agent.workers.stream.link import Link, LinkThread
+from faden_agent.workers.stream.link import Connection, Link, LinkThread, RejoinNeeded
 
 log = logging.getLogger(__name__)
 
@@ -41,20 +40,20 @@ class Downlink(LinkThread):
 
     def run(self) -> None:
         while self.gate.wait():
-            self.status.set_state(link.CONNECTING)
-            client = BackendClient(self.config, self.state.credential)
+            self.status.set_connection(Connection.CONNECTING)
+            client = BackendClient(self.config, self.membership.credential)
             try:
                 self.follow(client)
             except BackendError as exc:
-                state, delay = self.back_off(exc)
-                if state == link.CREDENTIAL_REJECTED and self.token_set():
-                    raise link.RejoinNeeded(
+                connection, delay = self.back_off(exc)
+                if connection == Connection.CREDENTIAL_REJECTED and self.token_set():
+                    raise RejoinNeeded(
                         f"the backend rejects the credential (HTTP {exc.status}) and a new "
                         "enrollment token is set: the stream worker restarts to enroll again"
                     ) from None
-                self.status.set_state(state, f"{exc}; reconnecting in {delay:.1f}s")
+                self.status.set_connection(connection, f"{exc}; reconnecting in {delay:.1f}s")
                 log.log(
-                    logging.ERROR if state == link.CREDENTIAL_REJECTED else logging.WARNING,
+                    logging.ERROR if connection == Connection.CREDENTIAL_REJECTED else logging.WARNING,
                     "downlink: %s; reconnecting in %.1fs",
                     exc,
                     delay,
@@ -70,11 +69,11 @@ class Downlink(LinkThread):
             token = self.config.token()
         except ConfigError:
             return False
-        return bool(token) and not self.state.spent(token)
+        return bool(token) and not self.membership.spent(token)
 
     def follow(self, client: BackendClient) -> None:
         stream = client.open_stream(self.cursor, self.config.stream_keepalive_sec)
-        self.status.set_state(link.CONNECTED)
+        self.status.set_connection(Connection.CONNECTED)
         self.status.contact()
         self.backoff.reset()
         log.info("downlink connected (after seq %d)", self.cursor)

@@ -1,4 +1,4 @@
-"""Membership: load the state file, or enroll once with the one-time token and write it.
+"""Enrollment: load the state file, or enroll once with the one-time token and write it.
 
 A machine with a state file is a member and does not enroll again, whatever token is set,
 unless the backend rejects its credential and a new token is set: then it re-enrolls as the
@@ -22,21 +22,20 @@ from faden_agent.backoff import Backoff
 from faden_agent.config import Config, ConfigError, env_name
 from faden_agent.diskfull import DISK, is_disk_full, retry_when_full
 from faden_agent.ipc import Endpoints, EnvelopeError, request
-from faden_agent.service.envfile import forget_token
-from faden_agent.state import (
+from faden_agent.membership import (
     ENROLLMENT_ATTEMPT_FILE,
-    AgentState,
-    StateError,
+    Membership,
+    MembershipError,
     check_backend,
     enrollment_attempt_id,
     forget_enrollment_attempt,
-    load_state,
-    new_state,
-    supersede_state,
-    write_state,
+    load_membership,
+    new_membership,
+    supersede_membership,
+    write_membership,
 )
-from faden_agent.workers.stream import link
-from faden_agent.workers.stream.link import Gate, LinkStatus
+from faden_agent.service.envfile import forget_token
+from faden_agent.workers.stream.link import Connection, Gate, LinkStatus, wait_after
 
 log = logging.getLogger(__name__)
 ADOPT_ASK_TIMEOUT_S = 5.0
@@ -64,7 +63,7 @@ def enrollment_facts(config: Config) -> dict[str, object]:
     }
 
 
-class Membership:
+class Enrollment:
     def __init__(self, config: Config, status: LinkStatus, gate: Gate, stop: threading.Event):
         self.config = config
         self.status = status
@@ -72,76 +71,78 @@ class Membership:
         self.stop = stop
         self.backoff = Backoff(config.reconnect_min_sec, config.reconnect_max_sec)
         self._last_problem: str | None = None
-        self._unwritten: tuple[AgentState, AgentState | None, str] | None = None  # enrolled, state file not yet written
+        self._unwritten: tuple[Membership, Membership | None, str] | None = None  # enrolled, state file not yet written
         self._unforgotten: str | None = None  # a spent token a full disk kept in the env file
 
-    def establish(self) -> AgentState | None:
+    def establish(self) -> Membership | None:
         """Block (in a thread) until this machine is a member; None when stopping."""
         while not self.stop.is_set():
             try:
-                state = self.attempt()
-            except StateError as exc:
-                self.problem(link.STATE_ERROR, str(exc), self.config.reconnect_max_sec)
+                membership = self.attempt()
+            except MembershipError as exc:
+                self.problem(Connection.STATE_ERROR, str(exc), self.config.reconnect_max_sec)
             except ConfigError as exc:  # an unreadable token file
-                self.problem(link.CONFIG_ERROR, str(exc), self.config.reconnect_max_sec)
+                self.problem(Connection.CONFIG_ERROR, str(exc), self.config.reconnect_max_sec)
             except BackendError as exc:
-                state, delay = link.wait_after(exc, self.backoff, self.config.reconnect_max_sec)
-                advice = "; mint a new token and set it, then restart" if state == link.ENROLLMENT_REFUSED else ""
-                self.problem(state, f"enrollment failed: {exc}{advice}", delay)
+                connection, delay = wait_after(exc, self.backoff, self.config.reconnect_max_sec)
+                advice = (
+                    "; mint a new token and set it, then restart" if connection == Connection.ENROLLMENT_REFUSED else ""
+                )
+                self.problem(connection, f"enrollment failed: {exc}{advice}", delay)
             else:
-                if state is not None:
-                    return state
+                if membership is not None:
+                    return membership
                 self.problem(
-                    link.NOT_ENROLLED,
+                    Connection.NOT_ENROLLED,
                     f"not enrolled: set {env_name('enrollment_token')} or {env_name('enrollment_token_file')}",
                     self.config.reconnect_max_sec,
                 )
         return None
 
-    def attempt(self) -> AgentState | None:
+    def attempt(self) -> Membership | None:
         path = self.config.state_path
-        state = load_state(path)
-        if state is not None:
-            check_backend(state, self.config.backend_url, path)
+        membership = load_membership(path)
+        if membership is not None:
+            check_backend(membership, self.config.backend_url, path)
             token = self.config.token() if self._token_set() else None
-            if token and not state.spent(token) and self.credential_rejected(state):
-                return self.enroll(token, replacing=state)
+            if token and not membership.spent(token) and self.credential_rejected(membership):
+                return self.enroll(token, replacing=membership)
             note = (
                 ""
                 if not token
                 else (
                     " (the enrollment token set, already spent for this node, is ignored)"
-                    if state.spent(token)
+                    if membership.spent(token)
                     else " (the enrollment token set is ignored: the credential is valid)"
                 )
             )
-            log.info("already a member of %s as node %s%s", state.backend_url, state.node_id, note)
-            return state
+            log.info("already a member of %s as node %s%s", membership.backend_url, membership.node_id, note)
+            return membership
         token = self.config.token()
         if not token:
             return None
         return self.enroll(token)
 
-    def credential_rejected(self, state: AgentState) -> bool:
+    def credential_rejected(self, membership: Membership) -> bool:
         """Ask the backend (an empty uplink batch) whether it still knows this credential;
         other failures raise and are retried like any enrollment failure."""
         if not self.gate.wait():
             return False
-        client = BackendClient(self.config, state.credential)
+        client = BackendClient(self.config, membership.credential)
         try:
             client.uplink([])
         except CredentialRejected as exc:
-            log.warning("%s; an enrollment token is set: enrolling again as agent %s", exc, state.agent_id)
+            log.warning("%s; an enrollment token is set: enrolling again as agent %s", exc, membership.agent_id)
             return True
         finally:
             client.close()
         return False
 
-    def enroll(self, token: str, replacing: AgentState | None = None) -> AgentState | None:
+    def enroll(self, token: str, replacing: Membership | None = None) -> Membership | None:
         """Spend the token; with `replacing`, re-enroll that member (same agent id, new credential)."""
         if not self.gate.wait():
             return None
-        self.status.set_state(link.ENROLLING)
+        self.status.set_connection(Connection.ENROLLING)
         agent_id = replacing.agent_id if replacing else self.config.agent_id
         # On disk before the token is spent; a full disk waits here, the token unspent.
         attempt = retry_when_full(
@@ -156,26 +157,26 @@ class Membership:
             )
         finally:
             client.close()
-        state = new_state(self.config.backend_url, reply["node_id"], reply["credential"], agent_id, token)
-        self._unwritten = (state, replacing, token)
+        membership = new_membership(self.config.backend_url, reply["node_id"], reply["credential"], agent_id, token)
+        self._unwritten = (membership, replacing, token)
         try:
-            self.write_state_file()
+            self.write_membership_file()
         except OSError as exc:
             if not is_disk_full(exc):
                 raise
             # The token is spent: keep the credential in memory and run with it; the state
-            # file is written as soon as there is space (write_state_file, on this thread).
+            # file is written as soon as there is space (write_membership_file, on this thread).
             DISK.full(self.config.state_path, str(exc))
             log.error(
                 "enrolled as node %s, but the disk is full: cannot write the state file %s (%s); the credential "
                 "is kept in memory and written as soon as there is space",
-                state.node_id,
+                membership.node_id,
                 self.config.state_path,
                 exc.strerror or exc,
             )
         if replacing is not None:
             self.report_containers_again()
-        return state
+        return membership
 
     def report_containers_again(self) -> None:
         """A new node at the backend: the executor reports the managed containers it adopted
@@ -191,37 +192,37 @@ class Membership:
                 "no answer" if reply is None else reply.type,
             )
 
-    def write_state_file(self) -> None:
-        """Write the state of an enrollment whose file is not on disk yet (a no-op once it is);
+    def write_membership_file(self) -> None:
+        """Write the membership file of an enrollment whose file is not on disk yet (a no-op once it is);
         until then the attempt id stays on disk, so a restart is answered with the same node."""
         if self._unwritten is None:
             return
-        state, replacing, token = self._unwritten
+        membership, replacing, token = self._unwritten
         path = self.config.state_path
         if replacing is not None and path.exists():
-            aside = supersede_state(path, state)
+            aside = supersede_membership(path, membership)
             log.warning(
                 "re-enrolled with %s: node %s is now node %s (agent %s); the rejected state file is kept as %s",
-                state.backend_url,
+                membership.backend_url,
                 replacing.node_id,
-                state.node_id,
-                state.agent_id,
+                membership.node_id,
+                membership.agent_id,
                 aside,
             )
         else:
-            write_state(path, state)
+            write_membership(path, membership)
         self._unwritten = None
         if DISK.written(path):
             log.warning("the state file %s is written: the disk has space again", path)
         forget_enrollment_attempt(self.config.state_dir)
-        log.info("enrolled with %s as node %s; state written to %s", state.backend_url, state.node_id, path)
+        log.info("enrolled with %s as node %s; state written to %s", membership.backend_url, membership.node_id, path)
         self.forget_spent_token(token)
 
-    def write_state_file_when_possible(self) -> None:
+    def write_membership_file_when_possible(self) -> None:
         """Block (the membership thread) until the state file is written and the spent token
         is out of the env file, or stopping."""
         if self._unwritten is not None:
-            retry_when_full(self.write_state_file, self.config.state_path, self.stop)
+            retry_when_full(self.write_membership_file, self.config.state_path, self.stop)
         token, path = self._unforgotten, self.config.env_file
         if token is not None and path is not None:
             self._unforgotten = None
@@ -237,16 +238,16 @@ class Membership:
                 log.info("the spent enrollment token was removed from %s", path)
         except OSError as exc:
             if is_disk_full(exc):
-                self._unforgotten = token  # removed once there is space (write_state_file_when_possible)
+                self._unforgotten = token  # removed once there is space (write_membership_file_when_possible)
             log.warning("cannot remove the spent enrollment token from %s: %s", path, exc.strerror or exc)
 
     def _token_set(self) -> bool:
         return bool(self.config.enrollment_token or self.config.enrollment_token_file)
 
-    def problem(self, state: str, message: str, wait_s: float) -> None:
+    def problem(self, connection: Connection, message: str, wait_s: float) -> None:
         if message != self._last_problem:  # one line per distinct problem, not one per retry
             log.error("%s", message)
             self._last_problem = message
-        self.status.set_state(state, message)
+        self.status.set_connection(connection, message)
         self.stop.wait(wait_s)
         self.gate.wait()

@@ -55,7 +55,7 @@ class HeartbeatSender(LinkThread):
 
     def run(self) -> None:
         interval = self.config.heartbeat_interval_sec
-        client = BackendClient(self.config, self.state.credential)
+        client = BackendClient(self.config, self.membership.credential)
         start_mono, start_wall = time.monotonic(), time.time()
         beat = 0
         try:
@@ -108,8 +108,8 @@ class HeartbeatSender(LinkThread):
     def detail(self, table: dict[str, Any]) -> dict[str, Any]:
         supervisor = table.get("supervisor") or {}
         return {
-            "agent_id": self.state.agent_id,
-            "node_id": self.state.node_id,
+            "agent_id": self.membership.agent_id,
+            "node_id": self.membership.node_id,
             "version": __version__,
             "protocol": protocol.PROTOCOL_VERSION,
             "capabilities": list(protocol.CAPABILITIES),

@@ -1,14 +1,16 @@
 """What the stream worker's threads share about the backend link.
 
+- Connection: the link's connection states (an Enum; their values are what status/ps show);
 - LinkStatus: connection state, last contact, last error (what `status`/`ps` show), also
   kept in a small 0600 status file so `faden-agent status` can answer while the agent is down;
 - Gate: when requests may be sent: the one maintenance hold (a 503's Retry-After, shared
   by every process, backend.MaintenanceHold) and a rejected credential's slow retry, so
   what one thread heard holds back all of them;
-- wait_after: the one place that maps a failed exchange to a link state and a wait
+- wait_after: the one place that maps a failed exchange to a connection state and a wait
   (Retry-After wins, capped; else exponential backoff with full jitter between
   RECONNECT_MIN and RECONNECT_MAX, faden_agent/backoff.py);
-- Link + LinkThread: what every link thread (downlink, uplink, heartbeat) is given; the
+- Link + LinkThread: what every link thread (downlink, uplink, heartbeat) is given (the
+  membership, the outbox, the status, ...); the
   stream worker runs each one's run() on a supervised thread (Worker.start_thread).
 """
 
@@ -19,6 +21,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -29,26 +32,30 @@ from faden_agent.backoff import Backoff
 from faden_agent.config import Config
 from faden_agent.files import replace_file
 from faden_agent.ipc import Endpoints
+from faden_agent.membership import Membership
 from faden_agent.outbox import Outbox
 from faden_agent.redact import redact_text, redact_url
-from faden_agent.state import AgentState
 
 log = logging.getLogger(__name__)
 
 CONTACT_WRITE_EVERY_S = 5.0  # the status file is rewritten on every change of state, contacts throttled
 
-# Connection states, in the order a healthy start passes them.
-STARTING = "starting"
-NOT_ENROLLED = "not_enrolled"
-ENROLLING = "enrolling"
-CONNECTING = "connecting"
-CONNECTED = "connected"
-BACKOFF = "backoff"
-MAINTENANCE = "maintenance"
-CREDENTIAL_REJECTED = "credential_rejected"
-ENROLLMENT_REFUSED = "enrollment_refused"
-STATE_ERROR = "state_error"
-CONFIG_ERROR = "config_error"
+
+class Connection(StrEnum):
+    """The link's connection state, in the order a healthy start passes them; the values
+    are what the status file, `status` and `ps` show (a StrEnum: they serialise as is)."""
+
+    STARTING = "starting"
+    NOT_ENROLLED = "not_enrolled"
+    ENROLLING = "enrolling"
+    CONNECTING = "connecting"
+    CONNECTED = "connected"
+    BACKOFF = "backoff"
+    MAINTENANCE = "maintenance"
+    CREDENTIAL_REJECTED = "credential_rejected"
+    ENROLLMENT_REFUSED = "enrollment_refused"
+    STATE_ERROR = "state_error"  # the membership (state) file cannot be used
+    CONFIG_ERROR = "config_error"
 
 
 class LinkStatus:
@@ -57,7 +64,7 @@ class LinkStatus:
         self._status_path = status_path
         self._written_at = 0.0
         self._data: dict[str, Any] = {
-            "state": STARTING,
+            "state": Connection.STARTING,  # the key status/ps read: the connection state
             "since": time.time(),
             "backend_url": redact_url(backend_url),
             "node_id": None,
@@ -72,21 +79,21 @@ class LinkStatus:
             return dict(self._data)
 
     @property
-    def state(self) -> str:
+    def connection(self) -> Connection:
         with self._lock:
             return self._data["state"]
 
     def set_node(self, node_id: str) -> None:
         self._update(node_id=node_id)
 
-    def set_state(self, state: str, error: str | None = None) -> None:
-        changes: dict[str, Any] = {"state": state}
+    def set_connection(self, connection: Connection, error: str | None = None) -> None:
+        changes: dict[str, Any] = {"state": connection}
         if error is not None:
             changes.update(last_error=redact_text(error), last_error_at=time.time())
         self._update(**changes)
 
     def note(self, **counters: Any) -> None:
-        """Counters shown beside the state (stale_commands, epoch_resets)."""
+        """Counters shown beside the connection state (stale_commands, epoch_resets)."""
         self._update(**counters)
 
     def contact(self) -> None:
@@ -149,16 +156,16 @@ class RejoinNeeded(RuntimeError):
     so the worker is restarted (workers/threads.py) and enrolls again at start (enroll.py)."""
 
 
-def wait_after(error: BackendError, backoff: Backoff, slow_s: float) -> tuple[str, float]:
-    """The link state a failed exchange with the backend means, and how long to wait before
+def wait_after(error: BackendError, backoff: Backoff, slow_s: float) -> tuple[Connection, float]:
+    """The connection state a failed exchange with the backend means, and how long to wait before
     the next one: the single rule for enrollment, downlink, uplink and heartbeat."""
     if isinstance(error, Maintenance):
-        return MAINTENANCE, error.retry_after or 0.0  # the client already set the shared hold
+        return Connection.MAINTENANCE, error.retry_after or 0.0  # the client already set the shared hold
     if isinstance(error, CredentialRejected):
-        return CREDENTIAL_REJECTED, slow_s  # retried slowly, never re-enrolled without a new token
+        return Connection.CREDENTIAL_REJECTED, slow_s  # retried slowly, never re-enrolled without a new token
     if isinstance(error, TokenRefused):
-        return ENROLLMENT_REFUSED, slow_s
-    return BACKOFF, backoff.next_delay(error.retry_after)
+        return Connection.ENROLLMENT_REFUSED, slow_s
+    return Connection.BACKOFF, backoff.next_delay(error.retry_after)
 
 
 @dataclass(frozen=True)
@@ -166,7 +173,7 @@ class Link:
     """The membership and the shared parts every link thread works with."""
 
     config: Config
-    state: AgentState
+    membership: Membership
     outbox: Outbox
     status: LinkStatus
     gate: Gate
@@ -179,13 +186,13 @@ class LinkThread:
 
     def __init__(self, name: str, link: Link):
         self.name = name
-        self.config, self.state, self.outbox = link.config, link.state, link.outbox
+        self.config, self.membership, self.outbox = link.config, link.membership, link.outbox
         self.status, self.gate, self.stop, self.endpoints = link.status, link.gate, link.stop, link.endpoints
         self.backoff = Backoff(link.config.reconnect_min_sec, link.config.reconnect_max_sec)
 
-    def back_off(self, error: BackendError) -> tuple[str, float]:
+    def back_off(self, error: BackendError) -> tuple[Connection, float]:
         """wait_after, plus: a rejected credential holds every link thread, not only this one."""
-        state, delay = wait_after(error, self.backoff, self.config.reconnect_max_sec)
-        if state == CREDENTIAL_REJECTED:
+        connection, delay = wait_after(error, self.backoff, self.config.reconnect_max_sec)
+        if connection == Connection.CREDENTIAL_REJECTED:
             self.gate.hold(delay)
-        return state, delay
+        return connection, delay

@@ -18,8 +18,7 @@ import orjson
 
 from faden_agent import protocol
 from faden_agent.backend import BackendClient, BackendError, ProtocolError, RequestRejected
-from faden_agent.workers.stream import link
-from faden_agent.workers.stream.link import Link, LinkThread
+from faden_agent.workers.stream.link import Connection, Link, LinkThread
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +37,7 @@ class UplinkSender(LinkThread):
         self.wakeup.set()
 
     def run(self) -> None:
-        client = BackendClient(self.config, self.state.credential)
+        client = BackendClient(self.config, self.membership.credential)
         try:
             while not self.stop.is_set():
                 self.wakeup.wait(POLL_S)
@@ -49,10 +48,10 @@ class UplinkSender(LinkThread):
                 try:
                     self.drain(client)
                 except BackendError as exc:
-                    state, delay = self.back_off(exc)
+                    connection, delay = self.back_off(exc)
                     # A rejected credential or maintenance is the downlink's to report in status.
                     log.log(
-                        logging.WARNING if state == link.BACKOFF else logging.DEBUG,
+                        logging.WARNING if connection == Connection.BACKOFF else logging.DEBUG,
                         "uplink: %s; retrying in %.1fs (%d records wait on disk)",
                         exc,
                         delay,

@@ -9,7 +9,7 @@ delays the worker's own heartbeat to the supervisor:
     heartbeat   every HEARTBEAT_INTERVAL_SEC, with the worker table (heartbeat.py)
 
 Inputs: pokes on endpoints.uplink (a producer wrote to the outbox). Outputs: the link's
-state in status() (shown by `ps` and `faden-agent status`) and the status file.
+connection state in status() (shown by `ps` and `faden-agent status`) and the status file.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from faden_agent.outbox import OUTBOX_FILE, Outbox
 from faden_agent.status import STATUS_FILE
 from faden_agent.workers.base import Worker
 from faden_agent.workers.stream.downlink import Downlink
-from faden_agent.workers.stream.enroll import Membership
+from faden_agent.workers.stream.enroll import Enrollment
 from faden_agent.workers.stream.heartbeat import HeartbeatSender
 from faden_agent.workers.stream.link import Gate, Link, LinkStatus
 from faden_agent.workers.stream.uplink_sender import UplinkSender
@@ -47,21 +47,23 @@ class StreamWorker(Worker):
     def start_link(self) -> None:
         """Become a member (may take long: no token yet, backend down), then run the link;
         a state file that a full disk kept from being written is written afterwards."""
-        membership = Membership(self.config, self.link_status, self.gate, self.stop_event)
-        state = membership.establish()
-        if state is None:
+        enrollment = Enrollment(self.config, self.link_status, self.gate, self.stop_event)
+        membership = enrollment.establish()
+        if membership is None:
             return
-        self.link_status.set_node(state.node_id)
+        self.link_status.set_node(membership.node_id)
         # Opened here, not in setup: on a full disk a new outbox waits for space on this
         # thread while the worker's loop goes on heartbeating.
         self.outbox = retry_when_full(
             lambda: Outbox(self.config.state_dir), self.config.state_dir / OUTBOX_FILE, self.stop_event
         )
-        shared = Link(self.config, state, self.outbox, self.link_status, self.gate, self.stop_event, self.endpoints)
+        shared = Link(
+            self.config, membership, self.outbox, self.link_status, self.gate, self.stop_event, self.endpoints
+        )
         self.uplink = UplinkSender(shared)
         for part in (Downlink(shared), self.uplink, HeartbeatSender(shared)):
             self.start_thread(part.name, part.run)
-        membership.write_state_file_when_possible()
+        enrollment.write_membership_file_when_possible()
 
     def channels(self) -> list[Channel]:
         return [self.pokes]

@@ -1,9 +1,10 @@
-"""The state file: this machine's membership (node id, credential, backend URL).
+"""This machine's membership (node id, credential, backend URL) and the file that keeps it:
+FADEN_NODE_AGENT_STATE_PATH, called "the state file" in operator docs and messages.
 
 Written once, at enrollment: temp file in the same directory, fsync, rename, fsync of the
 directory, mode 0600. The agent never deletes or overwrites it; only a re-enrollment (the
 backend rejects the credential and a new token is set, docs/protocol.md) moves it aside
-and writes a new one. Every way it can be wrong has one clear error (StateError),
+and writes a new one. Every way it can be wrong has one clear error (MembershipError),
 and no message ever contains the credential.
 """
 
@@ -19,15 +20,15 @@ from pathlib import Path
 
 import orjson
 
-STATE_VERSION = 1
+MEMBERSHIP_VERSION = 1
 
 
-class StateError(RuntimeError):
-    """The state file cannot be used; str() is the one-line message for the operator."""
+class MembershipError(RuntimeError):
+    """The membership (state) file cannot be used; str() is the one-line message for the operator."""
 
 
 @dataclass(frozen=True)
-class AgentState:
+class Membership:
     backend_url: str
     node_id: str
     credential: str
@@ -40,30 +41,30 @@ class AgentState:
         return bool(self.enrolled_with) and token_digest(token) == self.enrolled_with
 
     def __repr__(self) -> str:  # keep the credential out of any accidental log line
-        return f"AgentState(node_id={self.node_id!r}, backend_url={self.backend_url!r}, agent_id={self.agent_id!r})"
+        return f"Membership(node_id={self.node_id!r}, backend_url={self.backend_url!r}, agent_id={self.agent_id!r})"
 
     __str__ = __repr__
 
 
-def load_state(path: Path) -> AgentState | None:
-    """The state, or None when the file does not exist (not enrolled yet)."""
+def load_membership(path: Path) -> Membership | None:
+    """The membership, or None when the file does not exist (not enrolled yet)."""
     path = Path(path)
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise StateError(f"state file {path} is unreadable ({exc.strerror}); fix its permissions") from None
+        raise MembershipError(f"state file {path} is unreadable ({exc.strerror}); fix its permissions") from None
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError:
-        raise StateError(
+        raise MembershipError(
             f"state file {path} is corrupt (not JSON); restore it from a backup or remove it to enroll again"
         ) from None
-    if not isinstance(data, dict) or data.get("version") != STATE_VERSION:
-        raise StateError(f"state file {path} is not a version-{STATE_VERSION} faden-agent state file")
+    if not isinstance(data, dict) or data.get("version") != MEMBERSHIP_VERSION:
+        raise MembershipError(f"state file {path} is not a version-{MEMBERSHIP_VERSION} faden-agent state file")
     try:
-        return AgentState(
+        return Membership(
             backend_url=_text(data, "backend_url"),
             node_id=_text(data, "node_id"),
             credential=_text(data, "credential"),
@@ -72,7 +73,7 @@ def load_state(path: Path) -> AgentState | None:
             enrolled_with=str(data.get("enrolled_with") or ""),
         )
     except (KeyError, TypeError, ValueError) as exc:
-        raise StateError(f"state file {path} is corrupt: {exc}") from None
+        raise MembershipError(f"state file {path} is corrupt: {exc}") from None
 
 
 def _text(data: dict, key: str) -> str:
@@ -82,20 +83,20 @@ def _text(data: dict, key: str) -> str:
     return value
 
 
-def check_backend(state: AgentState, backend_url: str, path: Path) -> None:
+def check_backend(membership: Membership, backend_url: str, path: Path) -> None:
     """Refuse a state file written for another backend (a credential is only valid at its issuer)."""
-    if state.backend_url.rstrip("/") != backend_url.rstrip("/"):
-        raise StateError(
-            f"state file {path} belongs to backend {state.backend_url}, not {backend_url}; "
+    if membership.backend_url.rstrip("/") != backend_url.rstrip("/"):
+        raise MembershipError(
+            f"state file {path} belongs to backend {membership.backend_url}, not {backend_url}; "
             "set FADEN_NODE_AGENT_BACKEND_URL back, or move the state file away to enroll with the new backend"
         )
 
 
-def write_state(path: Path, state: AgentState) -> None:
+def write_membership(path: Path, membership: Membership) -> None:
     """Write a new state file atomically; refuses to replace an existing one."""
     path = Path(path)
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    data = orjson.dumps({"version": STATE_VERSION, **asdict(state)}, option=orjson.OPT_INDENT_2)
+    data = orjson.dumps({"version": MEMBERSHIP_VERSION, **asdict(membership)}, option=orjson.OPT_INDENT_2)
     fd, tmp = tempfile.mkstemp(prefix=".state-", dir=path.parent)  # mkstemp creates it 0600
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -104,7 +105,7 @@ def write_state(path: Path, state: AgentState) -> None:
             os.fsync(fh.fileno())
         _publish(tmp, path)
     except FileExistsError:
-        raise StateError(f"state file {path} already exists; it is never overwritten") from None
+        raise MembershipError(f"state file {path} already exists; it is never overwritten") from None
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
@@ -115,7 +116,7 @@ def write_state(path: Path, state: AgentState) -> None:
         os.close(dir_fd)
 
 
-def supersede_state(path: Path, state: AgentState) -> Path:
+def supersede_membership(path: Path, membership: Membership) -> Path:
     """Re-enrollment (a rejected credential plus a new token): the old file is kept beside
     as `<name>.rejected-<UTC time>` (never deleted), then the new one is written. Returns
     where the old one went. A death in between leaves no state file: the next start
@@ -123,7 +124,7 @@ def supersede_state(path: Path, state: AgentState) -> Path:
     path = Path(path)
     aside = path.with_name(f"{path.name}.rejected-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
     os.replace(path, aside)
-    write_state(path, state)
+    write_membership(path, membership)
     return aside
 
 
@@ -139,8 +140,8 @@ def _publish(tmp: str, path: Path) -> None:
         os.rename(tmp, path)
 
 
-def new_state(backend_url: str, node_id: str, credential: str, agent_id: str, token: str = "") -> AgentState:
-    return AgentState(
+def new_membership(backend_url: str, node_id: str, credential: str, agent_id: str, token: str = "") -> Membership:
+    return Membership(
         backend_url=backend_url,
         node_id=node_id,
         credential=credential,
