@@ -104,6 +104,31 @@ def test_docker_and_ray_timestamps():
     assert parse_ray_ts_ns(b'  File "x.py", line 3') is None
 
 
+@pytest.mark.parametrize(
+    "stamp",
+    [
+        b"2024-01-02T03:04:05Z",
+        b"2024-01-02T03:04:05.5Z",
+        b"2024-01-02T03:04:05.000000001Z",
+        b"2024-01-02T03:04:05.1234567890Z",  # ten digits: not RFC 3339 as Docker writes it
+        b"2024-01-02T03:04:05.Z",
+        b"2024-01-02T03:04:05.12a4Z",
+        b"2024-01-02T03:04:05.1_2Z",  # int() would take it
+        b"2024-01-02T03:04:05. 12Z",
+        b"2024-01-02T03:04:05,5Z",
+        b"2024-01-02T03:04:05.5+00:00",
+        b"2024-01-02T03:04:06.5Z",
+    ],
+)
+def test_the_same_second_fast_path_answers_as_the_full_parse(stamp):
+    """After a stamp of the same second primed the fast path, each stamp parses as it does
+    cold (the fast path only skips datetime for Docker's own UTC form)."""
+    parse_rfc3339_ns(b"1999-01-01T00:00:00Z")  # another second primed: the full parse
+    cold = parse_rfc3339_ns(stamp)
+    parse_rfc3339_ns(b"2024-01-02T03:04:05.9Z")  # prime 03:04:05
+    assert parse_rfc3339_ns(stamp) == cold
+
+
 def test_push_body_groups_streams_in_order_with_ns_strings_and_metadata():
     a, b = (("job", "a"),), (("job", "b"),)
     entries = [

@@ -83,10 +83,14 @@ class LineCutter:
 
 def parse_rfc3339_ns(text: bytes) -> int | None:
     """Docker's RFC 3339 timestamp (nanoseconds, trailing zeros trimmed) -> epoch ns."""
-    seconds = _utc_second_seen(text)
-    if seconds is not None:  # the fast path: most lines share their second with the line before
+    global _last_utc_second
+    second, seconds = _last_utc_second
+    if text[:19] == second and text[-1:] == b"Z":  # the fast path: most lines share the last one's second
+        if len(text) == 20:
+            return seconds * 1_000_000_000
         fraction = text[20:-1]
-        return seconds * 1_000_000_000 + (int(fraction.ljust(9, b"0")) if fraction else 0)
+        if text[19:20] == b"." and len(fraction) <= 9 and fraction.isdigit():
+            return seconds * 1_000_000_000 + int(fraction.ljust(9, b"0"))
     match = _RFC3339.match(text)
     if match is None:
         return None
@@ -96,7 +100,6 @@ def parse_rfc3339_ns(text: bytes) -> int | None:
     except ValueError:  # digits in the right places, yet no date (month 13, zone +99:00)
         return None
     if match[3] == b"Z":
-        global _last_utc_second
         _last_utc_second = (match[1], seconds)  # one tuple, replaced whole: safe for the follower threads
     return seconds * 1_000_000_000 + int((match[2] or b"").ljust(9, b"0"))
 
@@ -104,16 +107,6 @@ def parse_rfc3339_ns(text: bytes) -> int | None:
 # Docker writes "YYYY-MM-DDTHH:MM:SS[.1 to 9 digits]Z": the date part of the last such stamp
 # parsed the slow way, and its epoch seconds. A line of the same second needs no datetime.
 _last_utc_second: tuple[bytes, int] = (b"-", 0)
-
-
-def _utc_second_seen(text: bytes) -> int | None:
-    """Epoch seconds of `text` when it is Docker's UTC form within the second parsed last."""
-    second, seconds = _last_utc_second
-    if text[:19] != second or text[-1:] != b"Z":
-        return None
-    if len(text) == 20 or (text[19:20] == b"." and 21 <= len(text) <= 30 and text[20:-1].isdigit()):
-        return seconds
-    return None
 
 
 def docker_client(config):
