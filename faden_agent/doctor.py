@@ -189,7 +189,7 @@ class Doctor:
     # ------------------------------------------------------------------ membership
 
     def state_file(self) -> Check | tuple[Check, Membership]:
-        """The line, and the membership when the state file holds a usable one."""
+        """The line, and the membership when the state file holds one for this backend."""
         from faden_agent.membership import MembershipError, check_backend, load_membership
 
         path = self.config.state_path
@@ -214,10 +214,9 @@ class Doctor:
             check_backend(membership, self.config.backend_url, path)
         except MembershipError as exc:
             return Check("state file", FAIL, str(exc))
-        if mode != 0o600:
-            return Check(
-                "state file", FAIL, f"{path} has mode {mode:04o}: it holds the credential", f"chmod 600 {path}"
-            )
+        if mode != 0o600:  # a failure, yet the credential in it is still worth checking
+            hint = f"chmod 600 {path}"
+            return Check("state file", FAIL, f"{path} has mode {mode:04o}: it holds the credential", hint), membership
         return Check("state file", OK, f"{path} (0600), node {membership.node_id}"), membership
 
     def credential(self, membership: Membership | None) -> Check | tuple[Check, dict[str, Any]]:
