@@ -8,6 +8,8 @@ starts with req.require_admin(), its path in protocol.py (ADMIN_..._PATH), one l
 
 from __future__ import annotations
 
+from typing import Any
+
 from faden_agent import protocol
 from faden_agent.devbackend.builds import with_available_version
 from faden_agent.devbackend.fanout import Fanout
@@ -119,12 +121,17 @@ def start_fanout(req: Request, cluster: str) -> int:
     return req.send_json(200, {"id": fanout.id})
 
 
+def cluster_job_status(jobs: dict[str, Any], cluster: str, job_id: str, what: str) -> dict[str, Any]:
+    """The status of a background job of the cluster (a fan-out, a probe round); 404 otherwise."""
+    job = jobs.get(job_id)
+    if job is None or job.cluster != cluster:
+        raise HttpError(404, "not_found", f"no {what} {job_id[:40]} in cluster {cluster[:100]}")
+    return job.status()
+
+
 def fanout_status(req: Request, cluster: str, fanout_id: str) -> int:
     req.require_admin()
-    fanout = req.backend.fanouts.get(fanout_id)
-    if fanout is None or fanout.cluster != cluster:
-        raise HttpError(404, "not_found", f"no fan-out {fanout_id[:40]} in cluster {cluster[:100]}")
-    return req.send_json(200, fanout.status())
+    return req.send_json(200, cluster_job_status(req.backend.fanouts, cluster, fanout_id, "fan-out"))
 
 
 def start_probes(req: Request, cluster: str) -> int:
@@ -145,10 +152,7 @@ def start_probes(req: Request, cluster: str) -> int:
 
 def probes_status(req: Request, cluster: str, probe_id: str) -> int:
     req.require_admin()
-    probes = req.backend.probes.get(probe_id)
-    if probes is None or probes.cluster != cluster:
-        raise HttpError(404, "not_found", f"no probe round {probe_id[:40]} in cluster {cluster[:100]}")
-    return req.send_json(200, probes.status())
+    return req.send_json(200, cluster_job_status(req.backend.probes, cluster, probe_id, "probe round"))
 
 
 def request_log(req: Request) -> int:

@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 import orjson
 
 from faden_agent.peer import probe
+from faden_agent.tls import client_context
 
 CONNECT_TIMEOUT_S = 5.0
 # A phase may run this much past its time bound (what is in flight drains, the answer comes
@@ -53,15 +54,6 @@ class Stopped(Exception):
 def percentile(ordered: list[float], q: float) -> float:
     """Nearest rank of an ascending list."""
     return ordered[max(0, min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1))]
-
-
-def _context(verify: bool | str) -> ssl.SSLContext:
-    if verify is False:
-        context = ssl.create_default_context()
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-        return context
-    return ssl.create_default_context(cafile=verify if isinstance(verify, str) else None)
 
 
 @dataclass
@@ -103,7 +95,7 @@ class Probe:
         probe.tune(sock)
         if parts.scheme == "https":
             try:
-                sock = _context(self.verify).wrap_socket(sock, server_hostname=parts.hostname)
+                sock = client_context(self.verify).wrap_socket(sock, server_hostname=parts.hostname)
             except (OSError, ssl.SSLError) as exc:
                 sock.close()
                 raise ProbeFailed("peer_unreachable", f"TLS with {self.address} failed: {type(exc).__name__}") from None

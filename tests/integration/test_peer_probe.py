@@ -6,6 +6,7 @@ hostile prober can make it send or swallow (peer/probe.py)."""
 from __future__ import annotations
 
 import socket
+import subprocess
 import threading
 import time
 
@@ -167,3 +168,26 @@ def test_an_idle_prober_is_dropped(peer):
     assert rfile.read(1) == b""  # the peer closed the idle session
     assert time.monotonic() - started < 5
     sock.close()
+
+
+def test_a_probe_over_https_with_the_operators_certificate(tmp_path):
+    """ADVERTISE_SCHEME=https: the probe speaks TLS too; a prober not trusting the
+    certificate gets peer_unreachable, one trusting it measures."""
+    cert, key = tmp_path / "peer.crt", tmp_path / "peer.key"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1"]
+        + ["-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+        check=True,
+        capture_output=True,
+    )
+    server = PeerServer("127.0.0.1", 0, TicketBox(tmp_path), lambda: None, tls=(str(cert), str(key)))
+    threading.Thread(target=server.serve, daemon=True).start()
+    try:
+        address = f"https://127.0.0.1:{server.port}"
+        with pytest.raises(ProbeFailed) as untrusted:
+            Probe(address, grant(server, "k"), Bounds(0.5, MiB, 5), verify=True).run()
+        assert untrusted.value.reason == "peer_unreachable" and "TLS" in untrusted.value.message
+        figures = Probe(address, grant(server, "l"), Bounds(0.5, MiB, 5), verify=str(cert)).run()
+        assert figures["round_trips"] == 5 and figures["send_bytes"] == figures["receive_bytes"] == MiB
+    finally:
+        server.shutdown()

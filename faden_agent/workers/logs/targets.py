@@ -15,7 +15,6 @@ import base64
 import gzip
 import http.client
 import logging
-import ssl
 import threading
 import urllib.request
 from typing import NamedTuple
@@ -28,6 +27,7 @@ from faden_agent.backend import BackendClient, BackendError, parse_retry_after
 from faden_agent.config import Config
 from faden_agent.membership import MembershipError, load_membership
 from faden_agent.redact import redact_url
+from faden_agent.tls import client_context
 
 GZIP_LEVEL = 1  # lines compress ~10x even at level 1; higher levels cost CPU for little
 MAX_ANSWER_BYTES = 64 * 1024  # Loki's answers are a line or two; more is not read
@@ -69,7 +69,7 @@ class DirectLoki:
         if parts.username is not None:  # https://user:key@loki...: basic auth, as requests did
             pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
             self._headers["Authorization"] = "Basic " + base64.b64encode(pair).decode()
-        self._tls = _tls_context(self.verify) if self._https else None
+        self._tls = client_context(self.verify) if self._https else None
         self._local = threading.local()
         self._open: set[http.client.HTTPConnection] = set()
         self._lock = threading.Lock()
@@ -141,15 +141,6 @@ class DirectLoki:
             conn.close()
         if self.session is not None:
             self.session.close()
-
-
-def _tls_context(verify: bool | str) -> ssl.SSLContext:
-    if verify is False:
-        context = ssl.create_default_context()
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-        return context
-    return ssl.create_default_context(cafile=verify if isinstance(verify, str) else None)
 
 
 class ThroughBackend:

@@ -59,16 +59,23 @@ def number_in(low: float, high: float, whole: bool = False) -> Check:
     return check
 
 
+def objects(key: str, value: Any, keys: tuple[str, ...], what: str) -> list[dict[str, Any]]:
+    """A list of 1..MAX_PEERS objects with exactly `keys` each (values unchecked). Refusals
+    name keys and types, never quote a value (tickets are secrets)."""
+    if not isinstance(value, list) or not 0 < len(value) <= MAX_PEERS:
+        shown = f"{len(value)} {what}" if isinstance(value, list) else type(value).__name__
+        raise SpecError(f"{quote(key)} must be a list of 1..{MAX_PEERS} {what}, got {shown}")
+    for entry in value:
+        if not isinstance(entry, dict) or set(entry) != set(keys):
+            shown = f"keys {quote(sorted(map(str, entry)))}" if isinstance(entry, dict) else type(entry).__name__
+            raise SpecError(f"each of {quote(key)} must be {{{', '.join(keys)}}}, got {shown}")
+    return value
+
+
 def probe_peers(key: str, value: Any) -> list[dict[str, str]]:
     """[{"machine", "address": "http(s)://host:port", "ticket"}], 1..MAX_PEERS, machines distinct."""
-    if not isinstance(value, list) or not 0 < len(value) <= MAX_PEERS:
-        shown = f"{len(value)} peers" if isinstance(value, list) else type(value).__name__
-        raise SpecError(f"{quote(key)} must be a list of 1..{MAX_PEERS} peers, got {shown}")
     checked = []
-    for peer in value:
-        if not isinstance(peer, dict) or set(peer) != {"machine", "address", "ticket"}:
-            shown = f"keys {quote(sorted(map(str, peer)))}" if isinstance(peer, dict) else type(peer).__name__
-            raise SpecError(f"each of {quote(key)} must be {{machine, address, ticket}}, got {shown}")
+    for peer in objects(key, value, ("machine", "address", "ticket"), "peers"):
         machine = peer["machine"]
         if not isinstance(machine, str) or not 0 < len(machine) <= 200 or not machine.isprintable():
             raise SpecError(
@@ -83,21 +90,13 @@ def probe_peers(key: str, value: Any) -> list[dict[str, str]]:
 
 def probe_tickets(key: str, value: Any) -> list[dict[str, str]]:
     """[{"ticket_sha256", "receiver"}], 1..MAX_PEERS."""
-    if not isinstance(value, list) or not 0 < len(value) <= MAX_PEERS:
-        shown = f"{len(value)} tickets" if isinstance(value, list) else type(value).__name__
-        raise SpecError(f"{quote(key)} must be a list of 1..{MAX_PEERS} tickets, got {shown}")
-    checked = []
-    for entry in value:
-        if not isinstance(entry, dict) or set(entry) != {"ticket_sha256", "receiver"}:
-            shown = f"keys {quote(sorted(map(str, entry)))}" if isinstance(entry, dict) else type(entry).__name__
-            raise SpecError(f"each of {quote(key)} must be {{ticket_sha256, receiver}}, got {shown}")
-        checked.append(
-            {
-                "ticket_sha256": sha256_hex(f"{key}.ticket_sha256", entry["ticket_sha256"]),
-                "receiver": specs.string(f"{key}.receiver", entry["receiver"]),
-            }
-        )
-    return checked
+    return [
+        {
+            "ticket_sha256": sha256_hex(f"{key}.ticket_sha256", entry["ticket_sha256"]),
+            "receiver": specs.string(f"{key}.receiver", entry["receiver"]),
+        }
+        for entry in objects(key, value, ("ticket_sha256", "receiver"), "tickets")
+    ]
 
 
 # --- handlers
