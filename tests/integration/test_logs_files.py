@@ -74,8 +74,9 @@ def test_rename_rotation_while_reading_loses_no_line(tmp_path):
         numbers = [int(e.line.split("request ")[1].split()[0]) for e in collector.lines]
         missing = sorted(set(range(total)) - set(numbers))
         out_of_order = next((i for i in range(len(numbers) - 1) if numbers[i + 1] != numbers[i] + 1), None)
+        around = numbers[out_of_order : out_of_order + 3] if out_of_order is not None else ""
         assert numbers == list(range(total)), (
-            f"missing {missing[:5]} ({len(missing)}), {len(numbers)} read, order breaks at {out_of_order}: {numbers[out_of_order : out_of_order + 3] if out_of_order is not None else ''}"
+            f"missing {missing[:5]} ({len(missing)}), {len(numbers)} read, order breaks at {out_of_order}: {around}"
         )
         assert source.rotations >= 5  # the files really rotated under the reader
         first = collector.lines[0]
@@ -185,3 +186,59 @@ def test_a_filesystem_mounted_inside_the_log_mount_is_refused(tmp_path, monkeypa
             join(source)
     finally:
         subprocess.run(["umount", str(other)], check=True)
+
+
+def _switches(thread: threading.Thread) -> int:
+    text = Path(f"/proc/self/task/{thread.native_id}/status").read_text()
+    return int(next(line for line in text.splitlines() if line.startswith("voluntary_ctxt_switches")).split()[1])
+
+
+def test_the_tree_is_watched_not_polled_and_new_dirs_files_and_lines_are_found(tmp_path):
+    """Issue 16: an idle source waits in the kernel (inotify), yet a Ray log directory made
+    after the start, a session made later, a new file and an appended line are all read;
+    a container with more directories than the limit turns the source back to polling."""
+    ray_dir = tmp_path / "ray"  # not there yet: its parent is watched
+    source, collector, stop = start_source(tmp_path, ray_dir)
+    try:
+        serve = serve_dir(ray_dir)
+        (serve / "replica.log").write_text("INFO 2024-01-01 00:00:01,000 first\n")
+        collector.wait(1)
+        assert [e.line for e in collector.lines] == ["INFO 2024-01-01 00:00:01,000 first"]
+        assert source.status()["watching"] == "inotify"
+        with open(serve / "replica.log", "a") as f:
+            f.write("INFO 2024-01-01 00:00:02,000 second\n")
+        collector.wait(2)
+        later = ray_dir / "ray-head-1" / "session_2024-01-02_00-00-00_2" / "logs" / "serve"
+        later.mkdir(parents=True)
+        (later / "controller.log").write_text("INFO 2024-01-02 00:00:01,000 third\n")
+        collector.wait(3)
+        assert [e.line.split()[-1] for e in collector.lines] == ["first", "second", "third"]
+        time.sleep(2.0)  # settled: the next window is idle
+        before = _switches(source.thread)
+        time.sleep(4.0)
+        assert _switches(source.thread) - before <= 3  # polling every 0.5 s: 8 or more
+    finally:
+        stop.set()
+        source.stop()
+        source.thread.join(5)
+    assert not source.thread.is_alive()
+
+
+def test_a_container_over_the_directory_limit_is_polled(tmp_path):
+    ray_dir = tmp_path / "ray"
+    serve = serve_dir(ray_dir)
+    for i in range(30):  # 1 + 30 * 3 directories > 64
+        (ray_dir / "ray-head-1" / f"session_{i}" / "logs" / "serve").mkdir(parents=True)
+    (serve / "replica.log").write_text("INFO 2024-01-01 00:00:01,000 first\n")
+    source, collector, stop = start_source(tmp_path, ray_dir)
+    try:
+        collector.wait(1)
+        assert source.status()["watching"].startswith("polling: more than 64 directories in ray-head-1")
+        with open(serve / "replica.log", "a") as f:
+            f.write("INFO 2024-01-01 00:00:02,000 second\n")
+        collector.wait(2)
+        assert [e.line.split()[-1] for e in collector.lines] == ["first", "second"]
+    finally:
+        stop.set()
+        source.stop()
+        source.thread.join(5)

@@ -15,6 +15,12 @@ which Ray uses): the path then names a new inode; the old descriptor is read to 
 first, then the new file from its start, so no line is lost and the order holds.
 Truncation (copytruncate): a size below the offset restarts the file at 0.
 
+Waiting: inotify (inotify.py) on every directory walked and every file tailed, so an idle
+tree costs no wakeup; a directory event lists the tree again, a file event reads the files
+again, at most one round per POLL_SEC (a busy file is read in batches), and a full listing
+every RESCAN_SEC is the safety net. Where inotify fails or a container has more than
+MAX_WATCHED_DIRS_PER_CONTAINER directories, the source polls every POLL_SEC as before.
+
 Timestamps: Ray's line prefix "LEVEL YYYY-MM-DD HH:MM:SS,mmm" (read as UTC); a line without
 one (a traceback line) gets the previous line's; a file's first lines without one get the
 file's modification time when it was found, stored at once, so a replay is exact.
@@ -33,9 +39,13 @@ from dataclasses import dataclass, field
 from faden_agent.workers.logs.entry import MAX_LINE_BYTES, Entry, Labels, clean_line
 from faden_agent.workers.logs.report import report_event
 from faden_agent.workers.logs.sources import FIRST_START_WINDOW_SEC, Source, mount
+from faden_agent.workers.logs.sources.inotify import TreeWatch
 from faden_agent.workers.logs.sources.mount import Refused, safe_name
 
-POLL_SEC = 0.5
+POLL_SEC = 0.5  # at most one round this often; the poll interval where inotify cannot serve
+RESCAN_SEC = 60.0  # a full listing although no event came: the safety net
+ROOT_POLL_SEC = 5.0  # neither the Ray log directory nor its parent exists yet
+MAX_WATCHED_DIRS_PER_CONTAINER = 64  # a container dir and 21 sessions' session/logs/serve
 FORGET_AFTER_SEC = 300.0
 READ_CHUNK = 256 * 1024
 READ_RATE_BYTES = 4 * 1024 * 1024  # per container and second (one second's worth may be saved up)
@@ -103,6 +113,7 @@ class Tail:
     metadata: dict[str, str]
     pending: bytes = field(default=b"")
     at_eof: bool = False
+    wd: int | None = None  # its inotify watch
 
     @property
     def key(self) -> str:
@@ -127,35 +138,71 @@ class RayFileSource(Source):
         self.refused: dict[str, int] = {}  # reason -> distinct entries refused
         self.refused_seen: set[tuple[str, str]] = set()  # (relative path, reason) reported already
         self.refused_events: dict[str, int] = {}  # container -> events sent
+        self.watch: TreeWatch | None = None
+        self.root_watched = False  # the Ray log directory (or its parent) is watched
 
     def follow(self) -> None:
         self.close_all()
-        first = True
+        if self.watch is not None:
+            self.watch.close()
+        self.watch = TreeWatch(MAX_WATCHED_DIRS_PER_CONTAINER)
+        first, list_again = True, True
         try:
             while not self.stop_event.is_set():
-                root_fd = self.open_root()
-                if root_fd is not None:
-                    try:
-                        if not self.drain_detached(root_fd):
-                            return
-                        self.scan(root_fd, first)
-                        first = False
-                    finally:
-                        os.close(root_fd)
+                started = time.monotonic()
+                if list_again:
+                    root_fd = self.open_root()
+                    if root_fd is not None:
+                        try:
+                            if not self.drain_detached(root_fd):
+                                return
+                            self.scan(root_fd, first)
+                            first = False
+                        finally:
+                            os.close(root_fd)
                 more = self.read_round()
                 if more is None:
                     return
-                if not more:
-                    self.stop_event.wait(POLL_SEC)
+                list_again = more or self.wait(started)
         finally:
             self.close_all()
 
+    def wait(self, round_started: float) -> bool:
+        """Until there is work: whether the tree is to be listed again (False: only tailed
+        files grew). At most one round per POLL_SEC."""
+        assert self.watch is not None
+        self.stop_event.wait(max(0.0, round_started + POLL_SEC - time.monotonic()))
+        if self.stop_event.is_set() or self.watch.polling or any(not t.at_eof for t in self.tails.values()):
+            return True  # polling, or a read budget left data unread: read on after POLL_SEC
+        if not self.root_watched:
+            self.stop_event.wait(ROOT_POLL_SEC)
+            return True
+        return self.watch.wait(RESCAN_SEC)
+
+    def stop(self) -> None:
+        if self.watch is not None:
+            self.watch.wake()
+
     def open_root(self) -> int | None:
-        """The agent's own directory (not container-controlled); None until it exists."""
+        """The agent's own directory (not container-controlled); None until it exists, and
+        then its parent is watched for its creation."""
+        flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
         try:
-            return os.open(self.config.ray_log_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            fd = os.open(self.config.ray_log_dir, flags)
         except (FileNotFoundError, NotADirectoryError):
+            fd = None
+        try:
+            watched = fd if fd is not None else os.open(os.path.dirname(self.config.ray_log_dir) or ".", flags)
+        except (FileNotFoundError, NotADirectoryError):
+            self.root_watched = False
             return None
+        assert self.watch is not None
+        self.watch.begin_listing()
+        self.watch.watch_dir(watched, "")
+        self.root_watched = True
+        if fd is None:
+            os.close(watched)
+        return fd
 
     # --- finding files
 
@@ -199,6 +246,8 @@ class RayFileSource(Source):
             except Refused as refused:
                 self.refuse((container.name,), refused.reason)
                 continue
+            assert self.watch is not None
+            self.watch.watch_dir(container_fd, container.name)
             try:
                 for session in self.listing(container_fd, (container.name,)):
                     if not session.name.startswith("session_") or (
@@ -225,6 +274,8 @@ class RayFileSource(Source):
                     self.refuse(here, refused.reason)
                     return
                 fds.append(fd)
+                assert self.watch is not None
+                self.watch.watch_dir(fd, parts[0])
             yield (*parts, *SESSION_PATH), fd, device
         finally:
             for fd in fds:
@@ -298,6 +349,7 @@ class RayFileSource(Source):
             ts_ns=ts_ns,
             labels=self.labels.ray_file(container, filename),
             metadata={"filename": safe_name(filename.split(".log")[0] + ".log"), "session": safe_name(parts[1])},
+            wd=self.watch.watch_file(fd) if self.watch is not None else None,
         )
         return ident
 
@@ -353,6 +405,8 @@ class RayFileSource(Source):
                 return False
             self.rotations += 1
             self.finished[ident] = (os.fstat(tail.fd).st_mtime_ns, time.monotonic())
+            assert self.watch is not None
+            self.watch.unwatch_file(tail.wd)
             os.close(tail.fd)
             del self.tails[ident]
         return True
@@ -436,6 +490,7 @@ class RayFileSource(Source):
         return {
             **super().status(),
             "files": len(self.tails),
+            "watching": self.watch.status() if self.watch is not None else None,
             "rotations": self.rotations,
             "truncations": self.truncations,
             "refused": dict(self.refused),

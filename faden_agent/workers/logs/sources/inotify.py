@@ -1,0 +1,210 @@
+"""inotify through libc (ctypes): the Ray log source waits in the kernel for a change instead
+of listing its directories twice a second (issue 16).
+
+Watches are added by descriptor (the /proc/self/fd/N magic link names exactly the inode
+that was opened and checked, mount.py), never by a path a container could swap. The caller
+tells directories (a change means: list again) from files (a change means: read again).
+
+    watch = Inotify()
+    wd = watch.add(fd, DIR_EVENTS)        # OSError (ENOSPC: the user's watch limit) -> poll instead
+    changes = watch.wait(timeout_s)       # None: timed out; else Changes(wds, overflow)
+    watch.wake()                          # ends a wait from another thread (stop)
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import select
+import struct
+from dataclasses import dataclass, field
+
+IN_MODIFY = 0x002
+IN_MOVED_FROM = 0x040
+IN_MOVED_TO = 0x080
+IN_CREATE = 0x100
+IN_DELETE = 0x200
+IN_DELETE_SELF = 0x400
+IN_MOVE_SELF = 0x800
+IN_Q_OVERFLOW = 0x4000
+IN_IGNORED = 0x8000
+IN_NONBLOCK = os.O_NONBLOCK
+IN_CLOEXEC = os.O_CLOEXEC
+
+DIR_EVENTS = IN_CREATE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE | IN_DELETE_SELF | IN_MOVE_SELF
+FILE_EVENTS = IN_MODIFY  # appends and truncation
+_EVENT = struct.Struct("iIII")  # wd, mask, cookie, len (then len bytes of name)
+READ_BYTES = 64 * 1024  # about 2,000 events a read; more stay queued for the next
+
+_libc = None
+
+
+def _lib() -> ctypes.CDLL:
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    return _libc
+
+
+def _check(result: int) -> int:
+    if result < 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
+    return result
+
+
+@dataclass
+class Changes:
+    wds: set[int] = field(default_factory=set)  # watches that saw an event
+    gone: set[int] = field(default_factory=set)  # watches the kernel removed (IN_IGNORED)
+    overflow: bool = False  # the kernel's queue overflowed: events were lost
+
+
+class Inotify:
+    def __init__(self) -> None:
+        self.fd = _check(_lib().inotify_init1(IN_NONBLOCK | IN_CLOEXEC))
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._poll = select.poll()
+        self._poll.register(self.fd, select.POLLIN)
+        self._poll.register(self._wake_r, select.POLLIN)
+
+    def add(self, fd: int, mask: int) -> int:
+        """Watch the inode open as `fd`; the same inode twice gives the same watch."""
+        return _check(_lib().inotify_add_watch(self.fd, f"/proc/self/fd/{fd}".encode(), mask))
+
+    def remove(self, wd: int) -> None:
+        _lib().inotify_rm_watch(self.fd, wd)  # gone already (EINVAL) is fine
+
+    def wait(self, timeout_s: float | None) -> Changes | None:
+        """The events queued, after waiting for the first at most timeout_s (None: until one
+        or a wake()); None when the wait timed out, an empty Changes when woken."""
+        ready = self._poll.poll(None if timeout_s is None else max(0, int(timeout_s * 1000)))
+        if not ready:
+            return None
+        try:
+            os.read(self._wake_r, 64)
+        except BlockingIOError:
+            pass
+        changes = Changes()
+        while True:
+            try:
+                data = os.read(self.fd, READ_BYTES)
+            except BlockingIOError:
+                return changes
+            except OSError as exc:
+                if exc.errno == errno.EINTR:
+                    continue
+                raise
+            offset = 0
+            while offset + _EVENT.size <= len(data):
+                wd, mask, _cookie, length = _EVENT.unpack_from(data, offset)
+                offset += _EVENT.size + length
+                if mask & IN_Q_OVERFLOW:
+                    changes.overflow = True
+                elif mask & IN_IGNORED:
+                    changes.gone.add(wd)
+                else:
+                    changes.wds.add(wd)
+
+    def wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"x")
+        except OSError:
+            pass  # a wake is pending already, or closed
+
+    def close(self) -> None:
+        for fd in (self.fd, self._wake_r, self._wake_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+class TreeWatch:
+    """The Ray log tree's watches: directories (a change: list again) and tailed files (a
+    change: read again), at most `max_dirs` directories per container per listing. A
+    container over it, or inotify failing (ENOSPC: the user's watch limit), turns the
+    source back to polling; `problem` says why (shown in the source's status)."""
+
+    def __init__(self, max_dirs: int):
+        self.max_dirs = max_dirs
+        self.dirs: dict[int, str] = {}  # wd -> container ("" for the agent's own directories)
+        self.files: set[int] = set()
+        self.listed: dict[str, set[int]] = {}  # container -> directory watches of this listing
+        self.over: set[str] = set()  # containers with more directories than max_dirs
+        self.problem: str | None = None
+        try:
+            self.inotify: Inotify | None = Inotify()
+        except OSError as exc:
+            self.inotify = None
+            self.problem = f"inotify unavailable ({exc.strerror or exc})"
+
+    @property
+    def polling(self) -> bool:
+        return self.inotify is None or self.problem is not None or bool(self.over)
+
+    def status(self) -> str:
+        if self.problem:
+            return f"polling: {self.problem}"
+        if self.over:
+            return f"polling: more than {self.max_dirs} directories in {', '.join(sorted(self.over)[:5])}"
+        return "inotify"
+
+    def begin_listing(self) -> None:
+        self.listed.clear()
+        self.over.clear()
+
+    def watch_dir(self, fd: int, container: str) -> None:
+        if self.inotify is None or self.problem:
+            return
+        listed = self.listed.setdefault(container, set())
+        if len(listed) >= self.max_dirs:
+            self.over.add(container)
+            return
+        wd = self._add(fd, DIR_EVENTS)
+        if wd is not None:
+            self.dirs[wd] = container
+            listed.add(wd)
+
+    def watch_file(self, fd: int) -> int | None:
+        if self.inotify is None or self.problem:
+            return None
+        wd = self._add(fd, FILE_EVENTS)
+        if wd is not None:
+            self.files.add(wd)
+        return wd
+
+    def unwatch_file(self, wd: int | None) -> None:
+        if wd is not None and self.inotify is not None and wd in self.files:
+            self.files.discard(wd)
+            self.inotify.remove(wd)
+
+    def _add(self, fd: int, mask: int) -> int | None:
+        assert self.inotify is not None
+        try:
+            return self.inotify.add(fd, mask)
+        except OSError as exc:
+            self.problem = f"cannot watch ({exc.strerror or exc})"
+            return None
+
+    def wait(self, timeout_s: float) -> bool:
+        """Wait for a change; True when the directories may have changed (or the wait timed
+        out, or events were lost): list again. False: only tailed files grew."""
+        assert self.inotify is not None
+        changes = self.inotify.wait(timeout_s)
+        if changes is None or changes.overflow:
+            return True
+        for wd in changes.gone:
+            self.dirs.pop(wd, None)
+            self.files.discard(wd)
+        return bool(changes.gone) or any(wd not in self.files for wd in changes.wds)
+
+    def wake(self) -> None:
+        if self.inotify is not None:
+            self.inotify.wake()
+
+    def close(self) -> None:
+        if self.inotify is not None:
+            self.inotify.close()
+            self.inotify = None
