@@ -30,6 +30,7 @@ import urllib3
 from faden_agent import __version__, protocol
 from faden_agent.backoff import MAX_RETRY_AFTER_SEC, parse_retry_after  # noqa: F401  (re-exported)
 from faden_agent.config import Config
+from faden_agent.errorline import error_line
 from faden_agent.files import replace_file
 from faden_agent.jsonhead import HEAD_BYTES, leading_members
 from faden_agent.protocol import MAX_STREAM_INFLATE_RATIO, MAX_STREAM_LINE_BYTES
@@ -152,9 +153,13 @@ class BackendClient:
         try:
             reply = self.session.request(method, url, timeout=timeout or self.timeout_s, verify=self.verify, **kwargs)
         except requests.exceptions.SSLError as exc:
-            raise BackendUnavailable(f"TLS verification of {self.base_url} failed: {_reason(exc)}") from None
+            raise BackendUnavailable(
+                f"TLS verification of {self.base_url} failed: {error_line(exc, root=True)}"
+            ) from None
         except requests.RequestException as exc:
-            raise BackendUnavailable(f"{method} {path}: {exc.__class__.__name__}: {_reason(exc)}") from None
+            raise BackendUnavailable(
+                f"{method} {path}: {exc.__class__.__name__}: {error_line(exc, root=True)}"
+            ) from None
         if 200 <= reply.status_code < 300:
             return reply
         if reply.status_code < 400:  # a redirect requests did not follow (no Location, 304, ...): not done
@@ -288,15 +293,6 @@ def stream_read_timeout(keepalive_sec: float) -> float:
     return 3 * keepalive_sec + 1.0
 
 
-def _reason(exc: Exception) -> str:
-    """The innermost cause, short: 'Connection refused', 'Read timed out', ..."""
-    text = str(exc)
-    for marker in ("] ", "): "):
-        if marker in text:
-            text = text.rsplit(marker, 1)[-1]
-    return text.strip(" ')\"")[:200] or exc.__class__.__name__
-
-
 class DownlinkStream:
     """The NDJSON lines of one open stream, decoded; BackendUnavailable when it breaks.
 
@@ -409,7 +405,7 @@ class DownlinkStream:
                     raise ProtocolError(f"stream line has no type: {line[:80]!r}")
                 yield message
         except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
-            raise BackendUnavailable(f"stream broke: {exc.__class__.__name__}: {_reason(exc)}") from None
+            raise BackendUnavailable(f"stream broke: {exc.__class__.__name__}: {error_line(exc, root=True)}") from None
         finally:
             self.reply.close()
         raise BackendUnavailable("stream ended by the backend")

@@ -25,6 +25,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from faden_agent.errorline import error_line
+
 log = logging.getLogger(__name__)
 
 RETRY_S = 1.0
@@ -105,7 +107,7 @@ def retry_when_full(write: Callable[[], T], path: Path | str, stop: threading.Ev
         except BaseException as exc:  # noqa: BLE001 - only a full disk is handled here
             if not is_disk_full(exc, path):
                 raise
-            detail = str(exc)[:200]
+            detail = error_line(exc)
             if DISK.full(path, detail):
                 log.error(
                     "disk full: cannot write %s (%s); retrying every %gs until there is space", path, detail, RETRY_S

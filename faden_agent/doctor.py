@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 
 from faden_agent.config import Config, env_name
 from faden_agent.dockerclient import engine_url, make_client
+from faden_agent.errorline import error_line
 
 if TYPE_CHECKING:
     from faden_agent.membership import Membership
@@ -167,7 +168,10 @@ class Doctor:
             reply = requests.get(self.config.backend_url + "/", timeout=self.timeout_s, verify=self.config.tls_verify())
         except requests.RequestException as exc:
             return Check(
-                "clock skew", FAIL, f"no HTTP answer from the backend: {_reason(exc)}", "see the backend checks above"
+                "clock skew",
+                FAIL,
+                f"no HTTP answer from the backend: {error_line(exc, 300, root=True)}",
+                "see the backend checks above",
             )
         received = time.time()
         date = reply.headers.get("Date")
@@ -258,7 +262,7 @@ class Doctor:
             return Check(
                 "docker",
                 FAIL,
-                f"engine at {base_url} does not answer: {_reason(exc)}",
+                f"engine at {base_url} does not answer: {error_line(exc, 300, root=True)}",
                 f"start the Docker engine (systemctl start docker) or fix {env_name('docker_host')}",
             )
         text = f"engine {info.get('ServerVersion', '?')} at {base_url}, {info.get('Containers', 0)} containers"
@@ -340,7 +344,7 @@ class Doctor:
                 return Check(
                     "log path",
                     FAIL,
-                    f"Loki at {loki} does not answer: {_reason(exc)}",
+                    f"Loki at {loki} does not answer: {error_line(exc, 300, root=True)}",
                     f"check {env_name('loki_url')} or the backend's log settings",
                 )
             if reply.status_code != 200:
@@ -415,16 +419,6 @@ def _has_token(config: Config) -> bool:
 
 def _proxy_set() -> bool:
     return any(os.environ.get(k) for k in ("HTTPS_PROXY", "https_proxy"))
-
-
-def _reason(exc: BaseException) -> str:
-    """The innermost useful text of an exception chain (requests nests them deeply)."""
-    text = str(exc)
-    while exc.__cause__ or exc.__context__:
-        exc = exc.__cause__ or exc.__context__
-        if str(exc):
-            text = str(exc)
-    return text.splitlines()[0][:300] if text else exc.__class__.__name__
 
 
 def report(checks: list[Check]) -> dict[str, Any]:

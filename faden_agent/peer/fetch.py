@@ -21,6 +21,7 @@ import docker
 import requests
 
 from faden_agent import protocol
+from faden_agent.errorline import error_line
 from faden_agent.peer.archive import (
     ArchiveVerifier,
     ChunkReader,
@@ -180,7 +181,7 @@ class Transfer:
                 if isinstance(exc, Stopped)
                 else PeerFailure(
                     "integrity_failed",
-                    f"peer {source}: not a valid image archive ({type(exc).__name__}: {str(exc)[:200]})",
+                    f"peer {source}: not a valid image archive ({error_line(exc, named=True)})",
                 )
             )
             raise self.cut from None
@@ -196,7 +197,7 @@ class Transfer:
         except Exception as exc:  # noqa: BLE001 - whatever the client made of the cut
             if self.cut is not None:
                 raise self.cut from None
-            raise PeerFailure("peer_failed", f"docker load failed: {type(exc).__name__}: {str(exc)[:300]}") from None
+            raise PeerFailure("peer_failed", f"docker load failed: {error_line(exc, 300, named=True)}") from None
         if self.cut is not None:
             raise self.cut
         try:

@@ -23,10 +23,9 @@ from collections.abc import Callable
 from typing import Any
 
 from faden_agent import testhooks
+from faden_agent.errorline import error_line
 
 log = logging.getLogger(__name__)
-
-ERROR_CHARS = 200  # a failure quoted in `ps` and the heartbeat: one line, bounded
 
 
 def start_daemon(
@@ -36,11 +35,6 @@ def start_daemon(
     thread = threading.Thread(target=target, args=args, name=name, daemon=True)
     thread.start()
     return thread
-
-
-def describe_error(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return (f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__)[:ERROR_CHARS]
 
 
 class WorkerThreads:
@@ -71,10 +65,10 @@ class WorkerThreads:
             target(*args)
         except BaseException as exc:  # noqa: BLE001 - every death of a thread is reported
             if self.stop_event.is_set():
-                log.debug("%s: thread %s ended while stopping: %s", self.owner, name, describe_error(exc))
+                log.debug("%s: thread %s ended while stopping: %s", self.owner, name, error_line(exc, named=True))
                 return
             log.error("%s: thread %s died", self.owner, name, exc_info=True)
-            error = describe_error(exc)
+            error = error_line(exc, named=True)  # quoted in `ps` and the heartbeat: one bounded line
         else:
             if finite or self.stop_event.is_set() or not critical:
                 return

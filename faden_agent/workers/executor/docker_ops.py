@@ -23,6 +23,7 @@ from docker.utils.json_stream import json_stream
 
 from faden_agent.config import Config
 from faden_agent.dockerclient import make_client
+from faden_agent.errorline import error_line
 from faden_agent.workers.executor import docker_errors
 from faden_agent.workers.executor.gpu import device_requests, is_gpu_runtime_missing
 
@@ -64,9 +65,11 @@ def translated(what: str, not_found: str = "not_found", image: str | None = None
         if docker_errors.is_permission_denied(exc):
             raise CommandFailed(
                 docker_errors.DOCKER_PERMISSION,
-                f"{what}: {docker_errors.advice(docker_errors.DOCKER_PERMISSION)} ({_short(exc)})",
+                f"{what}: {docker_errors.advice(docker_errors.DOCKER_PERMISSION)} ({error_line(exc, 300)})",
             ) from None
-        raise CommandFailed("docker_unavailable", f"{what}: cannot reach the Docker engine ({_short(exc)})") from None
+        raise CommandFailed(
+            "docker_unavailable", f"{what}: cannot reach the Docker engine ({error_line(exc, 300)})"
+        ) from None
     except (ImageNotFound, NotFound) as exc:
         raise CommandFailed(*docker_errors.failure(what, _engine_text(exc), not_found, image)) from None
     except APIError as exc:
@@ -85,12 +88,7 @@ def translated(what: str, not_found: str = "not_found", image: str | None = None
             ) from None
         raise CommandFailed(*docker_errors.failure(what, text, "docker_error", image)) from None
     except DockerException as exc:
-        raise CommandFailed("docker_unavailable", f"{what}: {_short(exc)}") from None
-
-
-def _short(exc: BaseException) -> str:
-    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return text[:300]
+        raise CommandFailed("docker_unavailable", f"{what}: {error_line(exc, 300)}") from None
 
 
 def split_image(image: str) -> tuple[str, str]:

@@ -17,6 +17,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from faden_agent.errorline import error_line
+
 log = logging.getLogger(__name__)
 
 RAY_IMAGE_OWNER = (1000, 100)  # rayproject/ray: user "ray", group "users"
@@ -40,7 +42,7 @@ def image_user(ops: Any, image: str) -> str | None:
     try:
         return ((ops.client.images.get(image).attrs.get("Config") or {}).get("User")) or ""
     except Exception as exc:  # noqa: BLE001 - the directory still gets made, with the Ray default
-        log.warning("cannot read the user of image %s (%s); assuming Ray's", image, str(exc)[:200])
+        log.warning("cannot read the user of image %s (%s); assuming Ray's", image, error_line(exc))
         return None
 
 

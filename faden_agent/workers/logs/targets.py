@@ -25,6 +25,7 @@ import requests
 from faden_agent import __version__, protocol
 from faden_agent.backend import BackendClient, BackendError, parse_retry_after
 from faden_agent.config import Config
+from faden_agent.errorline import error_line
 from faden_agent.membership import MembershipError, load_membership
 from faden_agent.redact import redact_url
 from faden_agent.tls import client_context
@@ -99,7 +100,7 @@ class DirectLoki:
                 self._drop(conn)
                 if reused and not fresh and isinstance(exc, (http.client.RemoteDisconnected, ConnectionError)):
                     continue  # a kept-alive connection the server closed while idle: once more, anew
-                return Answer(None, None, f"{exc.__class__.__name__}: {exc}"[:300])
+                return Answer(None, None, error_line(exc, 300, named=True))
         raise AssertionError("unreachable")
 
     def _connection(self, fresh: bool) -> tuple[http.client.HTTPConnection, bool]:
@@ -129,7 +130,7 @@ class DirectLoki:
                 self.url, data=body, headers=self._headers, timeout=self.timeout_s, verify=self.verify
             )
         except requests.RequestException as exc:
-            return Answer(None, None, f"{exc.__class__.__name__}: {exc}"[:300])
+            return Answer(None, None, error_line(exc, 300, named=True))
         with reply:
             detail = "" if reply.ok else reply.text[:300].strip()
             return Answer(reply.status_code, parse_retry_after(reply.headers.get("Retry-After")), detail)

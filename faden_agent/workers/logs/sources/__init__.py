@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable
 
 from faden_agent.config import Config
+from faden_agent.errorline import error_line
 from faden_agent.workers.logs.backlog import Backlog
 from faden_agent.workers.logs.labels import LabelMaker
 from faden_agent.workers.logs.positions import Positions
@@ -52,7 +53,7 @@ class Source:
             try:
                 self.follow()
             except Exception as exc:  # noqa: BLE001 - a reader must never take the worker down
-                error = f"{exc.__class__.__name__}: {exc}"[:300]
+                error = error_line(exc, 300, named=True)
                 if error != self.last_error:  # once per distinct failure, not every retry
                     log.error("logs: %s reader failed (%s); retrying every %gs", self.kind, error, RETRY_SEC)
                 self.last_error = error
