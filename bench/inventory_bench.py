@@ -22,7 +22,7 @@ import orjson  # noqa: E402
 
 from faden_agent import protocol  # noqa: E402
 from faden_agent.config import load_config  # noqa: E402
-from faden_agent.outbox import make_record  # noqa: E402
+from faden_agent.reports.outbox import make_record  # noqa: E402
 from faden_agent.workers.inventory.collector import Collector  # noqa: E402
 from faden_agent.workers.inventory.record import RecordEmitter  # noqa: E402
 

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from faden_agent import protocol  # noqa: E402
 from faden_agent.config import load_config  # noqa: E402
-from faden_agent.uplink import Uplink  # noqa: E402
+from faden_agent.reports.producer import Reports  # noqa: E402
 from tests.agentproc import AgentProcess, wait_for  # noqa: E402
 from tests.backendproc import BackendProcess, agent_env_for  # noqa: E402
 
@@ -89,7 +89,7 @@ def reconnect_times(backend: BackendProcess, restarts: int) -> dict:
 
 def drain_rate(backend: BackendProcess, env: dict, node_id: str, backlog: int) -> dict:
     backend.kill()
-    producer = Uplink(load_config(env))
+    producer = Reports(load_config(env))
     for i in range(backlog):
         producer.put(protocol.EVENT, {"type": "bench.event", "n": i, "pad": "x" * 100}, f"ev:bench:{i}")
     producer.close()

@@ -227,7 +227,7 @@ class BackendClient:
         )  # what DownlinkStream inflates
         return DownlinkStream(reply)
 
-    def uplink(self, records: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
+    def post_reports(self, records: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
         """Send one batch; returns (acked ids, ids the backend rejected as malformed)."""
         reply = self._request(
             "POST",

@@ -10,7 +10,7 @@ from typing import Any
 
 from faden_agent import protocol
 from faden_agent.ipc import request
-from faden_agent.outbox import Outbox
+from faden_agent.reports.outbox import Outbox
 from tests.agentproc import AgentProcess, wait_for
 from tests.sampleworkers import supervisor_argv
 

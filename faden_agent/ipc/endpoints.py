@@ -61,9 +61,9 @@ class Endpoints:
         return self._ipc("logs")
 
     @property
-    def uplink(self) -> str:
-        """Stream PULL: producers poke the stream worker after writing to the outbox."""
-        return self._ipc("uplink")
+    def reports_ready(self) -> str:
+        """Stream PULL: producers wake the stream worker's outbox sender after writing to the outbox."""
+        return self._ipc("reports-ready")
 
     def socket_path(self, address: str) -> Path:
         return Path(address.removeprefix("ipc://"))

@@ -29,7 +29,7 @@ import psutil
 import pytest
 
 from faden_agent import protocol
-from faden_agent.outbox import Outbox
+from faden_agent.reports.outbox import Outbox
 from tests.agentproc import AgentProcess, pid_alive, wait_for
 from tests.backendproc import BackendProcess, agent_env_for
 from tests.conftest import TEST_IMAGE

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from faden_agent import protocol
-from faden_agent.outbox import Outbox
+from faden_agent.reports.outbox import Outbox
 from tests.agentproc import wait_for
 from tests.backendproc import agent_on_backend, backend  # noqa: F401
 from tests.conftest import TEST_IMAGE

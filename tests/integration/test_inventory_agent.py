@@ -11,7 +11,7 @@ import threading
 import pytest
 
 from faden_agent import protocol
-from faden_agent.outbox import Outbox
+from faden_agent.reports.outbox import Outbox
 from tests.agentproc import agent_env, wait_for
 
 pytestmark = pytest.mark.docker

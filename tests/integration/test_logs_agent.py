@@ -385,7 +385,7 @@ def test_a_stopped_journalctl_never_delays_the_log_workers_heartbeat(tmp_path, l
 
 
 def test_too_old_lines_are_refused_counted_and_reported_and_long_lines_arrive_cut(tmp_path, real_loki):
-    from faden_agent.outbox import Outbox
+    from faden_agent.reports.outbox import Outbox
 
     agent_id = unique_agent_id()
     journal = JournalWriter(tmp_path / "journal")

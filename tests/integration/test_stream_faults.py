@@ -11,8 +11,8 @@ from collections import Counter
 
 from faden_agent import protocol
 from faden_agent.config import load_config
-from faden_agent.outbox import Outbox
-from faden_agent.uplink import Uplink
+from faden_agent.reports.outbox import Outbox
+from faden_agent.reports.producer import Reports
 from tests.agentproc import pid_alive, wait_for
 from tests.backendproc import agent_on_backend, backend  # noqa: F401
 from tests.integration.test_stream_enroll import agent_status
@@ -88,7 +88,7 @@ def test_stalled_stream_is_detected_and_reconnected(backend, agent_on_backend): 
 def test_kill_9_of_the_stream_worker_loses_no_pending_record(backend, agent_on_backend):  # noqa: F811
     agent, node = agent_on_backend()
     backend.kill()
-    producer = Uplink(load_config(agent.env))
+    producer = Reports(load_config(agent.env))
     ids = [f"ev:test:{i}" for i in range(300)]
     for record_id in ids:
         producer.put(protocol.EVENT, {"type": "test.event", "record": record_id}, record_id)

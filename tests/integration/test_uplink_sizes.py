@@ -9,7 +9,7 @@ import time
 
 from faden_agent import protocol
 from faden_agent.config import load_config
-from faden_agent.uplink import Uplink
+from faden_agent.reports.producer import Reports
 from tests.agentproc import wait_for
 from tests.backendproc import agent_on_backend, backend  # noqa: F401
 
@@ -24,7 +24,7 @@ def delivered(backend, node_id: str, prefix: str) -> dict[str, dict]:  # noqa: F
 def test_a_record_refused_with_413_becomes_a_stub_and_everything_after_it_is_delivered(backend, agent_on_backend):  # noqa: F811
     agent, node = agent_on_backend()
     backend.admin.faults(max_body_bytes=64 * KIB)
-    producer = Uplink(load_config(agent.env))
+    producer = Reports(load_config(agent.env))
     try:
         before = [f"sz:before:{i}" for i in range(20)]
         after = [f"sz:after:{i}" for i in range(200)]

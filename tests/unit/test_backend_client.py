@@ -25,7 +25,7 @@ from faden_agent.backend import (
 from faden_agent.config import load_config
 from faden_agent.devbackend.app import Backend
 from faden_agent.devbackend.server import make_server
-from faden_agent.outbox import make_record
+from faden_agent.reports.outbox import make_record
 
 FACTS = {"agent_id": "unit-agent", "host": "127.0.0.1", "version": "0"}
 
@@ -78,7 +78,7 @@ def test_uplink_acks_and_resends_are_idempotent(server, tmp_path):
     beat = make_record(protocol.HEARTBEAT, {"version": "9", "workers": []})
     event = make_record(protocol.EVENT, {"type": "x"})
     for _ in range(3):
-        acked, rejected = client.uplink([beat, event, {"kind": "event"}])
+        acked, rejected = client.post_reports([beat, event, {"kind": "event"}])
         assert acked == [beat["id"], event["id"]] and rejected == []
     node = backend.store.node(reply["node_id"])
     assert node["heartbeats"] == 1 and node["version"] == "9"
@@ -90,7 +90,7 @@ def test_maintenance_is_typed_with_retry_after(server, tmp_path):
     _, client, _ = enrolled(server, tmp_path)
     backend.faults.maintenance_retry_after = 7
     with pytest.raises(Maintenance) as info:
-        client.uplink([])
+        client.post_reports([])
     assert info.value.retry_after == 7 and info.value.status == 503
 
 
@@ -101,7 +101,7 @@ def test_a_503_holds_every_client_of_the_agent_until_retry_after(server, tmp_pat
     other = BackendClient(config, reply["credential"])  # e.g. the log worker, another process
     backend.faults.maintenance_retry_after = 1
     with pytest.raises(Maintenance):
-        client.uplink([])
+        client.post_reports([])
     backend.faults.maintenance_retry_after = None  # the backend is back, but we were told to wait
     with pytest.raises(Maintenance, match="not sent"):
         other.log_target()
@@ -120,11 +120,11 @@ def test_unknown_and_revoked_credentials(server, tmp_path):
     backend, url = server
     config, client, reply = enrolled(server, tmp_path)
     with pytest.raises(CredentialRejected) as info:
-        BackendClient(config, "not-a-credential").uplink([])
+        BackendClient(config, "not-a-credential").post_reports([])
     assert info.value.status == 401 and "not-a-credential" not in str(info.value)
     backend.store.revoke(reply["node_id"])
     with pytest.raises(CredentialRejected) as info:
-        client.uplink([])
+        client.post_reports([])
     assert info.value.status == 403
 
 
@@ -174,7 +174,7 @@ def test_every_request_is_bounded_by_the_timeout(tmp_path):
         config = config_for(f"http://127.0.0.1:{silent.getsockname()[1]}", tmp_path, request_timeout_sec=0.5)
         started = time.monotonic()
         with pytest.raises(BackendUnavailable, match="Timeout"):
-            BackendClient(config, "c").uplink([])
+            BackendClient(config, "c").post_reports([])
         assert time.monotonic() - started < 3
     finally:
         silent.close()

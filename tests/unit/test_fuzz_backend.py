@@ -99,7 +99,7 @@ def call(client: BackendClient, operation: str):
     if operation == "enroll":
         return client.enroll("fuzz-token", {"agent_id": "a"})
     if operation == "uplink":
-        return client.uplink([{"id": "r1", "kind": "event", "ts": 1.0, "data": {}}])
+        return client.post_reports([{"id": "r1", "kind": "event", "ts": 1.0, "data": {}}])
     if operation == "log_target":
         return client.log_target()
     if operation == "push_logs":
@@ -163,9 +163,9 @@ def test_maintenance_without_a_usable_retry_after_waits_the_default(scripted_htt
     for header in ("inf", "nan", "soon"):
         scripted_http.answer(503, b"", {"Retry-After": header})
         with pytest.raises(Maintenance) as caught:
-            scripted_client.uplink([])
+            scripted_client.post_reports([])
         assert caught.value.retry_after == DEFAULT_MAINTENANCE_WAIT_S
     scripted_http.answer(503, b"", {"Retry-After": "1e12"})
     with pytest.raises(Maintenance) as caught:
-        scripted_client.uplink([])
+        scripted_client.post_reports([])
     assert caught.value.retry_after == MAX_RETRY_AFTER_SEC

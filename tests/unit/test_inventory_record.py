@@ -7,8 +7,8 @@ import orjson
 
 from faden_agent import protocol
 from faden_agent.config import load_config
-from faden_agent.outbox import Outbox
-from faden_agent.uplink import Uplink
+from faden_agent.reports.outbox import Outbox
+from faden_agent.reports.producer import Reports
 from faden_agent.workers.inventory.collector import Collector
 from faden_agent.workers.inventory.probes import OK, OVERRUN, ProbeResult
 from faden_agent.workers.inventory.record import (
@@ -114,8 +114,8 @@ def test_two_cycles_without_change_leave_one_full_and_one_small_record_in_the_ou
     # Real probes whose facts this test controls; Docker and network are shared with other
     # tests running in parallel (their containers and networks would be changes).
     collector.probes = [p for p in collector.probes if p.name in ("host", "disks", "gpu")]
-    uplink = Uplink(config)
-    reporter = InventoryReporter(collector, uplink)
+    reports = Reports(config)
+    reporter = InventoryReporter(collector, reports)
     reader = Outbox(config.state_dir)
     try:
         first = reporter.report()
@@ -146,7 +146,7 @@ def test_two_cycles_without_change_leave_one_full_and_one_small_record_in_the_ou
         reader.ack([r["id"] for r in reader.pending(100)])
         assert reporter.report()["type"] == UNCHANGED and reader.count() == 1
     finally:
-        uplink.close()
+        reports.close()
         reader.close()
 
 

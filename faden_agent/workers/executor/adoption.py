@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from faden_agent import protocol
-from faden_agent.uplink import Uplink
+from faden_agent.reports.producer import Reports
 from faden_agent.workers.executor.docker_ops import CommandFailed, DockerOps
 from faden_agent.workers.executor.journal import Journal
 
@@ -50,12 +50,12 @@ def managed_containers(ops: DockerOps, journal: Journal) -> list[Any]:
     return list(found.values())
 
 
-def report_managed(ops: DockerOps, journal: Journal, uplink: Uplink, boot: int) -> int:
+def report_managed(ops: DockerOps, journal: Journal, reports: Reports, boot: int) -> int:
     containers = managed_containers(ops, journal)
     for container in containers:
         data = {"type": "container.adopted", **container_summary(container)}
-        uplink.put(protocol.EVENT, data, record_id=f"ev:{container.id}:adopted:{boot}")
-    uplink.put(
+        reports.put(protocol.EVENT, data, record_id=f"ev:{container.id}:adopted:{boot}")
+    reports.put(
         protocol.EVENT,
         {"type": "executor.adoption", "count": len(containers), "names": sorted(c.name for c in containers)},
         record_id=f"ev:adoption:{boot}",
@@ -64,13 +64,13 @@ def report_managed(ops: DockerOps, journal: Journal, uplink: Uplink, boot: int) 
     return len(containers)
 
 
-def adopt(ops: DockerOps, journal: Journal, uplink: Uplink, stopping: threading.Event) -> None:
+def adopt(ops: DockerOps, journal: Journal, reports: Reports, stopping: threading.Event) -> None:
     """Report (the executor runs this on a thread), retrying until the engine answers."""
     boot = time.time_ns()
     delay = 0.5
     while not stopping.is_set():
         try:
-            report_managed(ops, journal, uplink, boot)
+            report_managed(ops, journal, reports, boot)
             return
         except CommandFailed as exc:
             log.warning("adoption waits for the Docker engine: %s", exc.message)

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from faden_agent import protocol
-from faden_agent.uplink import Uplink
+from faden_agent.reports.producer import Reports
 from faden_agent.workers.executor.docker_ops import DockerOps
 from faden_agent.workers.executor.reconcile import Seen, reconcile, snapshot
 from faden_agent.workers.threads import start_daemon
@@ -58,11 +58,15 @@ def event_record(event: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
 
 class EventWatcher:
     def __init__(
-        self, ops: DockerOps, uplink: Uplink, is_adopted: Callable[[str], bool], stopping: threading.Event | None = None
+        self,
+        ops: DockerOps,
+        reports: Reports,
+        is_adopted: Callable[[str], bool],
+        stopping: threading.Event | None = None,
     ):
         self.ops = ops
-        self.uplink = uplink
-        self.meta = uplink.outbox
+        self.reports = reports
+        self.meta = reports.outbox
         self.is_adopted = is_adopted
         self.stopping = stopping or threading.Event()
         self.connected = False
@@ -123,7 +127,7 @@ class EventWatcher:
         reconcile(
             list(containers.values()),
             self.seen,
-            lambda record_id, data: self.uplink.put(protocol.EVENT, data, record_id=record_id),
+            lambda record_id, data: self.reports.put(protocol.EVENT, data, record_id=record_id),
             replayed,
         )
 
@@ -138,7 +142,7 @@ class EventWatcher:
             time_nano = int(event.get("timeNano") or 0)
             covered = (self.seen.get(container_id) or {}).get("reconciled_as_of_ns", 0)
             if record is not None and not (live and time_nano <= covered):
-                self.uplink.put(protocol.EVENT, record[1], record_id=record[0])
+                self.reports.put(protocol.EVENT, record[1], record_id=record[0])
                 reported = (container_id, record[1]["type"].removeprefix("container."), time_nano)
                 if live:
                     self._remember(container_id, record[1]["type"] == "container.destroy", covered)

@@ -16,21 +16,21 @@ from typing import Any
 
 from faden_agent import protocol, testhooks
 from faden_agent.diskfull import DiskFull
-from faden_agent.uplink import Uplink
+from faden_agent.reports.producer import Reports
 from faden_agent.workers.executor.journal import Entry, Journal
 
 PROGRESS_STEPS_PER_ATTEMPT = 1_000_000
 
 
 class Timeline:
-    def __init__(self, uplink: Uplink, journal: Journal):
-        self.uplink = uplink
+    def __init__(self, reports: Reports, journal: Journal):
+        self.reports = reports
         self.journal = journal
         self.unreported = False  # a terminal record could not be put (full disk): report_unreported soon
 
     def _put(self, command_id: str, state: str, step: int, **fields: Any) -> None:
         data = protocol.timeline_data(command_id, state, **fields)
-        self.uplink.put(protocol.TIMELINE, data, record_id=protocol.timeline_record_id(command_id, state, step))
+        self.reports.put(protocol.TIMELINE, data, record_id=protocol.timeline_record_id(command_id, state, step))
 
     def received(self, command_id: str, kind: str, seq: int | None) -> None:
         self._put(command_id, protocol.RECEIVED, 0, kind=kind, seq=seq)

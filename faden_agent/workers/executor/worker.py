@@ -2,7 +2,7 @@
 
 Inputs: "command" requests from the stream worker on endpoints.executor (REP), each
 journaled on disk before the ack. Outputs: the ack, then timeline records of every command
-and event records (Docker events, adoption) through Uplink.
+and event records (Docker events, adoption) through Reports.
 
 Nothing here calls Docker: commands run on scheduler threads, events and adoption have
 their own threads, and tick() only enforces deadlines, so a hung dockerd never stalls the
@@ -23,7 +23,7 @@ from faden_agent import protocol
 from faden_agent.diskfull import DiskFull
 from faden_agent.files import quarantine_record_id
 from faden_agent.ipc import Channel, Message
-from faden_agent.uplink import Uplink
+from faden_agent.reports.producer import Reports
 from faden_agent.workers.base import Worker
 from faden_agent.workers.executor.adoption import adopt
 from faden_agent.workers.executor.commands import KINDS, Commands
@@ -51,11 +51,11 @@ class ExecutorWorker(Worker):
 
     def setup(self) -> None:
         self.journal = Journal(self.config.state_dir)
-        self.uplink = Uplink(self.config)
-        self.timeline = Timeline(self.uplink, self.journal)
+        self.reports = Reports(self.config)
+        self.timeline = Timeline(self.reports, self.journal)
         if self.journal.quarantined:
             log.error("%s", self.journal.quarantined["message"])
-            self.uplink.put(
+            self.reports.put(
                 protocol.EVENT, self.journal.quarantined, record_id=quarantine_record_id(self.journal.quarantined)
             )
         self.ops = DockerOps(self.config)
@@ -64,10 +64,10 @@ class ExecutorWorker(Worker):
         self.commands_.scheduler = self.scheduler
         self.engine_ok: bool | None = None
         self.events = EventWatcher(
-            self.ops, self.uplink, lambda cid: cid in self.journal.adopted_ids(), self.stop_event
+            self.ops, self.reports, lambda cid: cid in self.journal.adopted_ids(), self.stop_event
         )
         self.events.start(self.start_thread)
-        self.start_thread("adoption", adopt, self.ops, self.journal, self.uplink, self.stop_event, finite=True)
+        self.start_thread("adoption", adopt, self.ops, self.journal, self.reports, self.stop_event, finite=True)
         self.start_thread("engine-probe", self._probe_engine)
         replayed = self.timeline.report_unreported()  # finished by a predecessor, never reported
         if replayed:
@@ -83,7 +83,7 @@ class ExecutorWorker(Worker):
     def handle(self, channel: Channel, message: Message) -> None:
         # A REP socket must answer every request, or it takes no other: never raise before send.
         if message.type == "adopt":  # the node enrolled again: report the managed containers to it
-            self.start_thread("adoption", adopt, self.ops, self.journal, self.uplink, self.stop_event, finite=True)
+            self.start_thread("adoption", adopt, self.ops, self.journal, self.reports, self.stop_event, finite=True)
             channel.send("ack", {"adopt": True})
             return
         if message.type != "command":
@@ -126,7 +126,7 @@ class ExecutorWorker(Worker):
         self.journal.mark_clean_stop()
         self.events.stop()
         self.requests.close()
-        self.uplink.close()
+        self.reports.close()
 
     # --- inputs
 

@@ -1,6 +1,6 @@
 """The inventory worker: what this machine is and has (docs/inventory.md).
 
-    worker.py        the loop: interval, start, changes -> one record through Uplink
+    worker.py        the loop: interval, start, changes -> one record through Reports
     collector.py     the probes of this machine, run together
     probes.py        each probe in its own thread with a timeout; overrun, never piled up
     host.py          psutil facts: identity, OS, CPU, memory, addresses in effect

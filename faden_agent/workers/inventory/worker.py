@@ -6,7 +6,7 @@ Loop (a collector thread; the worker's main loop only heartbeats and watches it)
   ECC event) -> run the probes (each in its own
   thread with a timeout, see probes.py) -> one record (record.py).
 Inputs: psutil, the Docker engine, NVML.
-Outputs: `inventory` records through Uplink: full ones durable (`put`), unchanged ones
+Outputs: `inventory` records through Reports: full ones durable (`put`), unchanged ones
 in the latest-value slot (`put_latest`), so an unchanged record never replaces a full
 one still waiting for delivery.
 A traffic thread beside it (traffic/): every TRAFFIC_INTERVAL_SEC a `traffic` record in
@@ -21,7 +21,7 @@ import time
 from typing import Any
 
 from faden_agent import protocol
-from faden_agent.uplink import Uplink
+from faden_agent.reports.producer import Reports
 from faden_agent.workers.base import Worker
 from faden_agent.workers.inventory.changes import DockerChangeWatcher
 from faden_agent.workers.inventory.collector import Collector
@@ -37,9 +37,9 @@ SETTLE_S = 1.0  # a burst of events (create, start, ...) becomes one record
 class InventoryReporter:
     """One cycle: collect, decide full or unchanged, hand it to the outbox."""
 
-    def __init__(self, collector: Collector, uplink: Uplink, emitter: RecordEmitter | None = None):
+    def __init__(self, collector: Collector, reports: Reports, emitter: RecordEmitter | None = None):
         self.collector = collector
-        self.uplink = uplink
+        self.reports = reports
         self.emitter = emitter or RecordEmitter()
         self.cycles = 0
         self.last: dict[str, Any] | None = None
@@ -51,9 +51,9 @@ class InventoryReporter:
         if data is None:
             return None
         if data["type"] == FULL:
-            self.uplink.put(protocol.INVENTORY, data, record_id=full_record_id(data))
+            self.reports.put(protocol.INVENTORY, data, record_id=full_record_id(data))
         else:
-            self.uplink.put_latest(protocol.INVENTORY, data)
+            self.reports.put_latest(protocol.INVENTORY, data)
         self.emitter.sent(data)  # only once it is in the outbox
         self.last = data
         return data
@@ -63,10 +63,10 @@ class InventoryWorker(Worker):
     name = "inventory"
 
     def setup(self) -> None:
-        self.uplink = Uplink(self.config)
+        self.reports = Reports(self.config)
         self.collector = Collector(self.config)
         self.reporter = InventoryReporter(
-            self.collector, self.uplink, RecordEmitter(usage_refresh_s=self.config.inventory_usage_sec)
+            self.collector, self.reports, RecordEmitter(usage_refresh_s=self.config.inventory_usage_sec)
         )
         self._changed = threading.Event()
         self.watchers = [
@@ -84,8 +84,8 @@ class InventoryWorker(Worker):
         self.traffic = TrafficReporter(
             self.config.state_dir,
             self.config.sysfs_root,
-            self.uplink.put_latest,
-            lambda data, record_id: self.uplink.put(protocol.EVENT, data, record_id=record_id),
+            self.reports.put_latest,
+            lambda data, record_id: self.reports.put(protocol.EVENT, data, record_id=record_id),
         )
         if self.traffic.open_listener():
             # finite: when the notifications fail, the records say so and sampling goes on
@@ -121,4 +121,4 @@ class InventoryWorker(Worker):
             watcher.stop()
         self.traffic.stop()  # its listener blocks in the kernel until woken
         self.join_threads()
-        self.uplink.close()
+        self.reports.close()

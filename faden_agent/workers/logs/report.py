@@ -1,4 +1,4 @@
-"""Events from the log worker to the backend (through the durable uplink outbox)."""
+"""Events from the log worker to the backend (through Reports: the durable outbox, reports/)."""
 
 from __future__ import annotations
 
@@ -14,13 +14,13 @@ log = logging.getLogger(__name__)
 def report_event(config: Config, data: dict[str, Any], record_id: str | None = None) -> bool:
     """Put one event into the outbox (rare: opened and closed per event); False when that failed."""
     try:
-        from faden_agent.uplink import Uplink
+        from faden_agent.reports.producer import Reports
 
-        uplink = Uplink(config)
+        reports = Reports(config)
         try:
-            uplink.put(protocol.EVENT, data, record_id=record_id)
+            reports.put(protocol.EVENT, data, record_id=record_id)
         finally:
-            uplink.close()
+            reports.close()
     except Exception as exc:  # noqa: BLE001 - reporting must never stop a reader
         log.warning("logs: could not report a %s event (%s)", data.get("type"), str(exc)[:200])
         return False

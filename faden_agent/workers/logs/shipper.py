@@ -129,13 +129,13 @@ class Shipper:
             "reason": self.pusher.last_rejection,
         }
         try:
-            from faden_agent.uplink import Uplink
+            from faden_agent.reports.producer import Reports
 
-            uplink = Uplink(self.config)
+            reports = Reports(self.config)
             try:
-                uplink.put(protocol.EVENT, data)
+                reports.put(protocol.EVENT, data)
             finally:
-                uplink.close()
+                reports.close()
         except Exception as exc:  # noqa: BLE001 - keep the count and try again next interval
             log.warning("logs: could not report lost log lines (%s)", exc)
             return

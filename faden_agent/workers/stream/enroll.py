@@ -130,7 +130,7 @@ class Enrollment:
             return False
         client = BackendClient(self.config, membership.credential)
         try:
-            client.uplink([])
+            client.post_reports([])
         except CredentialRejected as exc:
             log.warning("%s; an enrollment token is set: enrolling again as agent %s", exc, membership.agent_id)
             return True

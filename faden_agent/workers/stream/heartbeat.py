@@ -25,7 +25,7 @@ from typing import Any
 from faden_agent import __version__, protocol
 from faden_agent.backend import BackendClient, BackendError
 from faden_agent.ipc import EnvelopeError, request
-from faden_agent.outbox import make_record
+from faden_agent.reports.outbox import make_record
 from faden_agent.workers.stream.link import Link, LinkThread
 
 log = logging.getLogger(__name__)
@@ -73,7 +73,7 @@ class HeartbeatSender(LinkThread):
         if self.gate.remaining() > 0:  # another thread was told to wait while we asked `ps`
             return
         try:
-            client.uplink([record])
+            client.post_reports([record])
         except BackendError as exc:
             # Latest-value: no retry of this beat; the next one waits for the gate the
             # failure may have closed (the fixed grid, not the backoff, paces heartbeats).

@@ -33,8 +33,8 @@ from faden_agent.config import Config
 from faden_agent.files import replace_file
 from faden_agent.ipc import Endpoints
 from faden_agent.membership import Membership
-from faden_agent.outbox import Outbox
 from faden_agent.redact import redact_text, redact_url
+from faden_agent.reports.outbox import Outbox
 
 log = logging.getLogger(__name__)
 

@@ -5,10 +5,10 @@ delays the worker's own heartbeat to the supervisor:
 
     membership  load the state file, or enroll once (enroll.py); then starts:
     downlink    the NDJSON stream -> commands handed to the executor (downlink.py)
-    uplink      the durable outbox -> the backend, in batches (uplink_sender.py)
+    uplink      the durable outbox -> the backend, in batches (reports/sender.py: OutboxSender)
     heartbeat   every HEARTBEAT_INTERVAL_SEC, with the worker table (heartbeat.py)
 
-Inputs: pokes on endpoints.uplink (a producer wrote to the outbox). Outputs: the link's
+Inputs: pokes on endpoints.reports_ready (a producer wrote to the outbox). Outputs: the link's
 connection state in status() (shown by `ps` and `faden-agent status`) and the status file.
 """
 
@@ -22,14 +22,14 @@ import zmq
 from faden_agent.backend import MaintenanceHold
 from faden_agent.diskfull import retry_when_full
 from faden_agent.ipc import Channel, Message
-from faden_agent.outbox import OUTBOX_FILE, Outbox
+from faden_agent.reports.outbox import OUTBOX_FILE, Outbox
+from faden_agent.reports.sender import OutboxSender
 from faden_agent.status import STATUS_FILE
 from faden_agent.workers.base import Worker
 from faden_agent.workers.stream.downlink import Downlink
 from faden_agent.workers.stream.enroll import Enrollment
 from faden_agent.workers.stream.heartbeat import HeartbeatSender
 from faden_agent.workers.stream.link import Gate, Link, LinkStatus
-from faden_agent.workers.stream.uplink_sender import UplinkSender
 
 log = logging.getLogger(__name__)
 
@@ -38,10 +38,10 @@ class StreamWorker(Worker):
     name = "stream"
 
     def setup(self) -> None:
-        self.pokes = Channel.bind(zmq.PULL, self.endpoints.uplink)
+        self.pokes = Channel.bind(zmq.PULL, self.endpoints.reports_ready)
         self.link_status = LinkStatus(self.config.backend_url, self.config.state_dir / STATUS_FILE)
         self.gate = Gate(self.stop_event, MaintenanceHold(self.config.runtime_dir))
-        self.uplink: UplinkSender | None = None
+        self.sender: OutboxSender | None = None
         self.start_thread("membership", self.start_link, finite=True)
 
     def start_link(self) -> None:
@@ -60,8 +60,8 @@ class StreamWorker(Worker):
         shared = Link(
             self.config, membership, self.outbox, self.link_status, self.gate, self.stop_event, self.endpoints
         )
-        self.uplink = UplinkSender(shared)
-        for part in (Downlink(shared), self.uplink, HeartbeatSender(shared)):
+        self.sender = OutboxSender(shared)
+        for part in (Downlink(shared), self.sender, HeartbeatSender(shared)):
             self.start_thread(part.name, part.run)
         enrollment.write_membership_file_when_possible()
 
@@ -69,8 +69,8 @@ class StreamWorker(Worker):
         return [self.pokes]
 
     def handle(self, channel: Channel, message: Message) -> None:
-        if self.uplink is not None:
-            self.uplink.poke()
+        if self.sender is not None:
+            self.sender.poke()
 
     def status(self) -> dict[str, Any]:
         return {"link": self.link_status.snapshot()}

@@ -1,4 +1,5 @@
-"""The uplink sender: drain the durable outbox to the backend in batches.
+"""OutboxSender: the stream worker's thread that drains the durable outbox to the backend
+in batches (BackendClient.post_reports, POST /api/agent/v1/uplink).
 
     loop: wait for a poke (a producer wrote) or the poll interval -> wait for the gate ->
           send the oldest batch -> ack what the backend acknowledged -> repeat until empty.
@@ -27,7 +28,7 @@ POLL_S = 2.0  # a lost poke delays a record at most this long
 TRIM_EVERY_S = 60.0
 
 
-class UplinkSender(LinkThread):
+class OutboxSender(LinkThread):
     def __init__(self, link: Link):
         super().__init__("uplink", link)
         self.wakeup = threading.Event()
@@ -72,7 +73,7 @@ class UplinkSender(LinkThread):
         """Send and ack one batch; a 413 splits it in halves, down to one record, which is
         then sent as a stub: one record the backend will not take never blocks the rest."""
         try:
-            acked, rejected = client.uplink(batch)
+            acked, rejected = client.post_reports(batch)
         except RequestRejected as exc:
             if exc.status != 413:
                 raise

@@ -1,4 +1,4 @@
-"""The durable uplink queue: records that must reach the backend survive any crash.
+"""The outbox: the durable queue of reports; records that must reach the backend survive any crash.
 
 Producers (executor, logs, inventory, stream) `put` records into one SQLite file in the
 state directory (WAL mode; safe across processes); the stream worker reads `pending`

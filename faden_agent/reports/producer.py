@@ -1,5 +1,6 @@
-"""What producers (executor, inventory, logs) use to report: a durable write to the outbox,
-then a poke so the stream worker sends it now instead of at its next poll."""
+"""Reports: what producers (executor, inventory, logs) use to report: a durable write to the
+outbox, then a wake-up on Endpoints.reports_ready so the stream worker's OutboxSender sends
+it now instead of at its next poll."""
 
 from __future__ import annotations
 
@@ -10,14 +11,14 @@ import zmq
 
 from faden_agent.config import Config
 from faden_agent.ipc import Channel, Endpoints
-from faden_agent.outbox import Outbox
+from faden_agent.reports.outbox import Outbox
 
 
-class Uplink:
+class Reports:
     def __init__(self, config: Config):
         self.outbox = Outbox(config.state_dir)
         self._lock = threading.Lock()  # zmq sockets are not thread-safe; producers use threads
-        self._poke = Channel.connect(zmq.PUSH, Endpoints(config.runtime_dir).uplink, hwm=1)
+        self._poke = Channel.connect(zmq.PUSH, Endpoints(config.runtime_dir).reports_ready, hwm=1)
 
     def put(self, kind: str, data: dict[str, Any], record_id: str | None = None) -> dict[str, Any]:
         record = self.outbox.put(kind, data, record_id)
