@@ -65,10 +65,13 @@ class Probe:
     bounds: Bounds
     verify: bool | str = True
     should_stop: Callable[[], bool] = lambda: False
+    # Registers a call that unblocks the probe at once when it must stop (Job.on_abort).
+    on_abort: Callable[[Callable[[], None]], None] = lambda hook: None
     figures: dict[str, Any] = field(default_factory=dict)
 
     def run(self) -> dict[str, Any]:
         sock = self._connect()
+        self.on_abort(lambda: sock.shutdown(socket.SHUT_RDWR))
         try:
             rfile = sock.makefile("rb")
             granted = self._upgrade(sock, rfile)
@@ -76,9 +79,12 @@ class Probe:
             max_bytes, seconds = min(self.bounds.max_bytes, granted.bytes), min(self.bounds.duration_s, granted.seconds)
             self._upload(sock, rfile, max_bytes, seconds)
             self._download(sock, rfile, max_bytes, seconds)
-        except TimeoutError:
-            raise ProbeFailed("timeout", f"{self.address} stopped answering") from None
-        except (OSError, EOFError, struct.error) as exc:
+        except (OSError, EOFError, struct.error, ProbeFailed) as exc:
+            self._check()  # cut by on_abort: stopped, not failed
+            if isinstance(exc, ProbeFailed):
+                raise
+            if isinstance(exc, TimeoutError):
+                raise ProbeFailed("timeout", f"{self.address} stopped answering") from None
             raise ProbeFailed("peer_failed", f"{self.address}: the probe broke: {type(exc).__name__}") from None
         finally:
             sock.close()

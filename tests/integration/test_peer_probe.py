@@ -191,3 +191,38 @@ def test_a_probe_over_https_with_the_operators_certificate(tmp_path):
         assert figures["round_trips"] == 5 and figures["send_bytes"] == figures["receive_bytes"] == MiB
     finally:
         server.shutdown()
+
+
+def test_a_stopped_probe_ends_at_once_even_when_the_peer_is_silent():
+    """Cancel or deadline: the job's abort hook shuts the socket, so a probe blocked on a
+    silent peer ends now (Stopped), not after its timeout."""
+    from faden_agent.peer.probe_client import Stopped
+
+    silent = socket.create_server(("127.0.0.1", 0))
+    hooks, stop = [], threading.Event()
+    attempt = Probe(
+        f"http://127.0.0.1:{silent.getsockname()[1]}",
+        "m" * 32,
+        Bounds(20.0, MiB, 5),
+        should_stop=stop.is_set,
+        on_abort=hooks.append,
+    )
+    outcome: list = []
+
+    def run() -> None:
+        try:
+            attempt.run()
+        except BaseException as exc:  # noqa: BLE001 - the test reads it
+            outcome.append(exc)
+
+    runner = threading.Thread(target=run)
+    started = time.monotonic()
+    runner.start()
+    wait_for(lambda: hooks, 5, what="the probe to register its abort hook")
+    stop.set()
+    for hook in hooks:
+        hook()
+    runner.join(10)
+    assert [type(e) for e in outcome] == [Stopped], outcome
+    assert time.monotonic() - started < 4  # the connect timeout alone is 5 s
+    silent.close()

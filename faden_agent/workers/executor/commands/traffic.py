@@ -123,7 +123,7 @@ def traffic_probe(commands: Commands, job: Job) -> dict[str, Any]:
     entries = []
     for done, peer in enumerate(spec["peers"], start=1):
         commands.check(job)
-        entries.append(probe_one(peer, bounds, commands.config.tls_verify(), job.should_stop))
+        entries.append(probe_one(peer, bounds, commands.config.tls_verify(), job))
         commands.progress(job, phase="probe", machine=peer["machine"], peers_done=done, peers_total=len(spec["peers"]))
     failed = [f"{e['machine']}: {e['reason']}" for e in entries if e["reason"]]
     return {
@@ -134,7 +134,7 @@ def traffic_probe(commands: Commands, job: Job) -> dict[str, Any]:
     }
 
 
-def probe_one(peer: dict[str, str], bounds: Bounds, verify: bool | str, should_stop: Any) -> dict[str, Any]:
+def probe_one(peer: dict[str, str], bounds: Bounds, verify: bool | str, job: Job) -> dict[str, Any]:
     """One peer's entry: its figures, or its reason and what was measured before it."""
     entry: dict[str, Any] = {
         "machine": peer["machine"],
@@ -143,7 +143,7 @@ def probe_one(peer: dict[str, str], bounds: Bounds, verify: bool | str, should_s
         "reason": None,
         "message": None,
     }
-    attempt = Probe(peer["address"], peer["ticket"], bounds, verify, should_stop)
+    attempt = Probe(peer["address"], peer["ticket"], bounds, verify, job.should_stop, job.on_abort)
     try:
         attempt.run()
     except ProbeFailed as failure:
