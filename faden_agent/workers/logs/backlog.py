@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Sequence
 
 from faden_agent.workers.logs.entry import Entry
 
@@ -39,27 +40,39 @@ class Backlog:
 
     def put(self, entry: Entry) -> bool:
         """Add one entry, waiting while full; False once closed (the entry is not kept)."""
+        return self.put_many((entry,)) == 1
+
+    def put_many(self, entries: Sequence[Entry]) -> int:
+        """Add entries in order under one lock (a reader's whole block: one lock round and
+        at most one wake-up, not one per line), waiting while full; how many were kept
+        (fewer only once closed)."""
         with self._cond:
-            if self._full() and not self.closed:
-                self.blocked_puts += 1
-                self._putters += 1
-                try:
-                    while self._full() and not self.closed:
-                        self._cond.wait(1.0)
-                finally:
-                    self._putters -= 1
-            if self.closed:
-                return False
-            self._items.append((time.monotonic(), entry))
-            self._bytes += entry.size
-            if (
-                self._takers
-                and not self._woken
-                and (len(self._items) >= self._want_lines or self._bytes >= self._want_bytes or self._full())
-            ):
-                self._woken = True  # once: the taker is on its way (until it waits again)
-                self._cond.notify_all()
-            return True
+            now = time.monotonic()
+            for kept, entry in enumerate(entries):
+                if self._full() and not self.closed:
+                    self._wait_for_room()
+                    now = time.monotonic()
+                if self.closed:
+                    return kept
+                self._items.append((now, entry))
+                self._bytes += entry.size
+                if (
+                    self._takers
+                    and not self._woken
+                    and (len(self._items) >= self._want_lines or self._bytes >= self._want_bytes or self._full())
+                ):
+                    self._woken = True  # once: the taker is on its way (until it waits again)
+                    self._cond.notify_all()
+            return len(entries)
+
+    def _wait_for_room(self) -> None:
+        self.blocked_puts += 1
+        self._putters += 1
+        try:
+            while self._full() and not self.closed:
+                self._cond.wait(1.0)
+        finally:
+            self._putters -= 1
 
     def _full(self) -> bool:
         # One entry always fits into an empty backlog, however large.

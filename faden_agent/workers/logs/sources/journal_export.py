@@ -1,0 +1,92 @@
+"""journalctl's export format (`--output=export`), parsed a block at a time.
+
+Why this format: journalctl writes it at about a third of the CPU that `--output=json` costs
+(measured on systemd 252, 100,000 entries: 0.31 s against 1.10 s, 1.34 s with
+--output-fields), and it was the log worker's largest single cost.
+
+The format (systemd's JOURNAL_EXPORT_FORMATS): an entry is a run of fields ending with an
+empty line. A field is `NAME=value\\n` when the value is printable text without a newline;
+otherwise it is binary-safe: `NAME\\n`, the value's length as a little-endian 64-bit
+integer, the value, `\\n`. A field that occurs twice in an entry is written twice.
+
+The fast path splits a block at the empty lines and each entry at its newlines: a few C
+calls an entry. It is only right where every line of a piece is `NAME=value`; a piece
+holding a binary field has the bare `NAME` line (field names never hold `=`), a repeated
+field makes fewer dict keys than lines, so either sends that entry to the careful
+field-by-field parser, and the fast path carries on after it. Values stay bytes.
+"""
+
+from __future__ import annotations
+
+import struct
+
+Record = dict[bytes, bytes]
+_LENGTH = struct.Struct("<Q")
+
+
+class ExportParser:
+    """Feed it what journalctl wrote; it hands back the complete entries and keeps the rest."""
+
+    def __init__(self) -> None:
+        self.pending = b""  # the start of an entry not complete yet
+
+    def feed(self, data: bytes) -> list[Record]:
+        buf = self.pending + data if self.pending else data
+        records: list[Record] = []
+        pos = 0
+        while True:
+            pos = _fast(buf, pos, records)
+            parsed = _careful(buf, pos)
+            if parsed is None:
+                break
+            records.append(parsed[0])
+            pos = parsed[1]
+        self.pending = buf[pos:]
+        return records
+
+
+def _fast(buf: bytes, pos: int, records: list[Record]) -> int:
+    """Parse whole text-only entries from pos; the offset of the first one it cannot take."""
+    end = buf.rfind(b"\n\n", pos)
+    if end < 0:
+        return pos
+    for piece in buf[pos:end].split(b"\n\n"):
+        try:
+            record = dict([line.split(b"=", 1) for line in piece.split(b"\n")])
+        except ValueError:  # a line without "=": a binary field (or a stray empty line)
+            return pos
+        if len(record) != piece.count(b"\n") + 1:  # a field written twice
+            return pos
+        records.append(record)
+        pos += len(piece) + 2
+    return pos
+
+
+def _careful(buf: bytes, pos: int) -> tuple[Record, int] | None:
+    """One entry at pos, field by field: (record, offset after it), None when incomplete.
+    A field written twice keeps both values, joined by a newline (as the JSON reader did)."""
+    record: Record = {}
+    size = len(buf)
+    while True:
+        newline = buf.find(b"\n", pos)
+        if newline < 0:
+            return None
+        if newline == pos:  # the empty line: end of the entry (or a stray one before it)
+            if record:
+                return record, pos + 1
+            pos += 1
+            continue
+        line = buf[pos:newline]
+        name, equals, value = line.partition(b"=")
+        if equals:
+            pos = newline + 1
+        else:
+            start = newline + 1 + _LENGTH.size
+            if size < start:
+                return None
+            (length,) = _LENGTH.unpack_from(buf, newline + 1)
+            if size < start + length + 1:
+                return None
+            value = buf[start : start + length]
+            pos = start + length + 1  # and the newline after the value
+        record[name] = record[name] + b"\n" + value if name in record else value
