@@ -48,7 +48,7 @@ PRODUCTION_DEFAULTS = (
     "reconnect_min_sec",
     "reconnect_max_sec",
     "request_timeout_sec",
-    "worker_heartbeat_sec",
+    "worker_liveness_sec",
     "worker_hang_timeout_sec",
     "restart_backoff_min_sec",
     "restart_backoff_max_sec",

@@ -207,7 +207,7 @@ def agent_section(table: Table, results: dict, args: argparse.Namespace, root: P
             loki_url=loki.url,
             journal_directory=journal.directory,
             docker_timeout_sec=60,
-            worker_heartbeat_sec=1,
+            worker_liveness_sec=1,
             worker_hang_timeout_sec=30,
         )
         agent = AgentProcess(env, root / "agent.log").start()

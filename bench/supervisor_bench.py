@@ -46,7 +46,7 @@ def production_restart_env(tmp_path: Path) -> dict[str, str]:
         tmp_path,
         RESTART_WINDOW_SEC="1",
         RESTART_MAX="1000",
-        WORKER_HEARTBEAT_SEC="1",
+        WORKER_LIVENESS_SEC="1",
         WORKER_HANG_TIMEOUT_SEC="10",
         RESTART_BACKOFF_MIN_SEC="0.2",
     )
@@ -60,7 +60,7 @@ def raw_fork_env(tmp_path: Path) -> dict[str, str]:
         tmp_path,
         RESTART_WINDOW_SEC="1",
         RESTART_MAX="1000",
-        WORKER_HEARTBEAT_SEC="1",
+        WORKER_LIVENESS_SEC="1",
         RESTART_BACKOFF_MIN_SEC="0.001",
         RESTART_BACKOFF_MAX_SEC="0.001",
     )

@@ -191,6 +191,7 @@ class Variable:
     parse: Callable[[str], Any]
     help: str
     secret: bool = False
+    old_fields: tuple[str, ...] = ()  # earlier names, still read when the variable is unset
 
 
 VARIABLES: tuple[Variable, ...] = (
@@ -308,10 +309,13 @@ VARIABLES: tuple[Variable, ...] = (
     ),
     Variable("max_concurrent_pulls", "3", _positive_int, "Most image pulls the executor runs at once"),
     Variable(
-        "worker_heartbeat_sec",
+        "worker_liveness_sec",
         "3",
         _positive_float,
-        "How often each worker reports to the supervisor (a few times per WORKER_HANG_TIMEOUT_SEC; each report wakes the supervisor)",
+        "How often each worker tells the supervisor it is alive"
+        " (a few times per WORKER_HANG_TIMEOUT_SEC; each message wakes the supervisor);"
+        " WORKER_HEARTBEAT_SEC is its old name, still read",
+        old_fields=("worker_heartbeat_sec",),
     ),
     Variable(
         "worker_hang_timeout_sec", "10", _positive_float, "A worker silent this long is dumped, killed and restarted"
@@ -375,7 +379,7 @@ class Config:
     docker_host: str | None
     docker_timeout_sec: float
     max_concurrent_pulls: int
-    worker_heartbeat_sec: float
+    worker_liveness_sec: float
     worker_hang_timeout_sec: float
     restart_backoff_min_sec: float
     restart_backoff_max_sec: float
@@ -468,6 +472,10 @@ def load_config(environ: Mapping[str, str] | None = None, **overrides: Any) -> C
     for var in VARIABLES:
         name = env_name(var.field)
         raw = env.get(name)
+        for old in var.old_fields:  # an env file written for an older agent still works
+            if raw is None and env.get(env_name(old)) is not None:
+                name = env_name(old)
+                raw = env[name]
         if raw is None:
             if var.default is None:
                 continue

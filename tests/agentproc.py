@@ -22,7 +22,7 @@ def agent_env(tmp_path: Path, **overrides: Any) -> dict[str, str]:
         FADEN_NODE_AGENT_RUNTIME_DIR=str(tmp_path / "run"),
         FADEN_NODE_AGENT_STATE_PATH=str(tmp_path / "state" / "state.json"),
         FADEN_NODE_AGENT_RAY_LOG_DIR=str(tmp_path / "ray"),
-        FADEN_NODE_AGENT_WORKER_HEARTBEAT_SEC="0.2",
+        FADEN_NODE_AGENT_WORKER_LIVENESS_SEC="0.2",
         FADEN_NODE_AGENT_WORKER_HANG_TIMEOUT_SEC="2",
         FADEN_NODE_AGENT_RESTART_BACKOFF_MIN_SEC="0.1",
         FADEN_NODE_AGENT_RESTART_BACKOFF_MAX_SEC="2",

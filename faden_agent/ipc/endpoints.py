@@ -45,9 +45,9 @@ class Endpoints:
         return self._ipc("control")
 
     @property
-    def heartbeat(self) -> str:
-        """Supervisor PULL: every worker PUSHes its heartbeat here."""
-        return self._ipc("heartbeat")
+    def liveness(self) -> str:
+        """Supervisor PULL: every worker PUSHes its "alive" messages (and "thread_died") here."""
+        return self._ipc("liveness")
 
     @property
     def executor(self) -> str:

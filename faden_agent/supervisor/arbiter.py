@@ -2,9 +2,9 @@
 
     while running:
         spawn_due_workers()      BACKOFF/FATAL/STOPPED workers whose time has come
-        wait_for_events()        control requests, worker heartbeats, signals
+        wait_for_events()        control requests, workers' "alive" messages, signals
         reap_workers()           waitpid(); exit -> BACKOFF or FATAL
-        murder_hung_workers()    no heartbeat for too long -> traceback dump, SIGKILL
+        murder_hung_workers()    silent (no "alive") for too long -> traceback dump, SIGKILL
         sample_resources()       RSS/CPU for `ps`
         notify_systemd()         READY once, WATCHDOG while this loop turns and no required
                                  worker stays FATAL (see withheld_watchdog)
@@ -118,10 +118,10 @@ class Supervisor:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP):
             signal.signal(sig, self._on_signal)
         self.control = Channel.bind(zmq.REP, self.endpoints.control)
-        self.heartbeats = Channel.bind(zmq.PULL, self.endpoints.heartbeat, hwm=10_000)
+        self.liveness = Channel.bind(zmq.PULL, self.endpoints.liveness, hwm=10_000)
         self.poller = zmq.Poller()
         self.poller.register(self.control.socket, zmq.POLLIN)
-        self.poller.register(self.heartbeats.socket, zmq.POLLIN)
+        self.poller.register(self.liveness.socket, zmq.POLLIN)
         self.poller.register(self._wakeup_r, zmq.POLLIN)
 
     def next_timeout(self) -> float:
@@ -168,7 +168,7 @@ class Supervisor:
         worker.state = WorkerState.STARTING
         worker.started_at = time.time()
         worker.started_mono = time.monotonic()
-        worker.last_heartbeat_mono = None
+        worker.last_alive_mono = None
         worker.kill_at_mono = None
         worker.status = {}
         worker.failure = None
@@ -183,8 +183,8 @@ class Supervisor:
             raise
         if self._wakeup_r in events:
             self.handle_signals()
-        if self.heartbeats.socket in events:
-            self.drain_heartbeats()
+        if self.liveness.socket in events:
+            self.drain_liveness()
         if self.control.socket in events:
             self.answer_control()
 
@@ -203,25 +203,25 @@ class Supervisor:
             elif sig == signal.SIGHUP:
                 log.info("SIGHUP ignored: configuration is read at start; restart the agent to apply changes")
 
-    def drain_heartbeats(self) -> None:
+    def drain_liveness(self) -> None:
         while True:
             try:
-                message = self.heartbeats.recv(0)
+                message = self.liveness.recv(0)
             except EnvelopeError as exc:
-                log.warning("dropped a malformed heartbeat: %s", exc)
+                log.warning("dropped a malformed liveness message: %s", exc)
                 continue
             if message is None:
                 return
             body = message.body if isinstance(message.body, dict) else {}
             worker = self.workers.get(str(body.get("name")))
             if worker is None or worker.pid != body.get("pid"):
-                continue  # a late beat from a predecessor
+                continue  # a late message from a predecessor
             if message.type == "thread_died":
                 self.record_thread_death(worker, body)
                 continue
             if worker.state == WorkerState.STOPPING:
                 continue  # on its way out: `ps` must not call it RUNNING again
-            worker.last_heartbeat_mono = time.monotonic()
+            worker.last_alive_mono = time.monotonic()
             worker.status = body.get("status") or {}
             if worker.state == WorkerState.STARTING:
                 worker.state = WorkerState.RUNNING
@@ -233,7 +233,7 @@ class Supervisor:
         reaped it is STOPPING, and its exit will name the thread and the error."""
         worker.failure = f"thread {str(body.get('thread'))[:40]} died: {str(body.get('error'))[:200]}"
         worker.state = WorkerState.STOPPING
-        worker.last_heartbeat_mono = time.monotonic()  # the hang timer now bounds its exit
+        worker.last_alive_mono = time.monotonic()  # the hang timer now bounds its exit
         log.error("worker %s (pid %s): %s", worker.name, worker.pid, worker.failure)
 
     def answer_control(self) -> None:
@@ -309,10 +309,10 @@ class Supervisor:
                 if now >= worker.kill_at_mono:  # a late beat after SIGCONT does not save it
                     self._kill(worker.pid, signal.SIGKILL)
                 continue
-            silent = now - (worker.last_heartbeat_mono or worker.started_mono or now)
+            silent = now - (worker.last_alive_mono or worker.started_mono or now)
             if silent >= limit:
                 log.error(
-                    "worker %s (pid %d) sent no heartbeat for %.1fs: dumping its traceback and killing it",
+                    "worker %s (pid %d) sent no liveness message for %.1fs: dumping its traceback and killing it",
                     worker.name,
                     worker.pid,
                     silent,
@@ -333,7 +333,7 @@ class Supervisor:
     def notify_systemd(self) -> None:
         """READY once every worker has either run or failed once: a worker that crash-loops
         (its journal unreadable, say) must not make systemd restart the whole agent, whose
-        other workers keep heartbeating and executing. STATUS names the ones not running."""
+        other workers keep running and executing. STATUS names the ones not running."""
         running = [w.name for w in self.workers.values() if w.state == WorkerState.RUNNING]
         failing = [w.name for w in self.workers.values() if w.state != WorkerState.RUNNING]
         status = f"{len(running)} workers running" + (f"; not running: {', '.join(failing)}" if failing else "")
@@ -395,7 +395,7 @@ class Supervisor:
         log.info("supervisor stopped")
 
     def close_sockets(self) -> None:
-        for channel, address in ((self.control, self.endpoints.control), (self.heartbeats, self.endpoints.heartbeat)):
+        for channel, address in ((self.control, self.endpoints.control), (self.liveness, self.endpoints.liveness)):
             channel.close()
             Path(self.endpoints.socket_path(address)).unlink(missing_ok=True)
 

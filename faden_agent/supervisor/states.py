@@ -33,12 +33,12 @@ class WorkerProcess:
     pid: int | None = None
     started_at: float | None = None  # wall clock, for uptime
     started_mono: float | None = None
-    last_heartbeat_mono: float | None = None
+    last_alive_mono: float | None = None  # when its last "alive" message came
     restarts: int = 0
     last_exit: str | None = None  # "exit 1", "signal SIGKILL", "killed: hung"
     next_start_mono: float = 0.0
     exit_times: collections.deque = field(default_factory=lambda: collections.deque(maxlen=256))
-    status: dict[str, Any] = field(default_factory=dict)  # the worker's own heartbeat fields
+    status: dict[str, Any] = field(default_factory=dict)  # the worker's own fields, from its "alive" messages
     kill_at_mono: float | None = None  # set when found hung: SIGKILL after the dump grace
     fatal_streak: int = 0  # times it went FATAL since it last ran: 2 = its FATAL retry failed too
     failure: str | None = None  # "thread downlink died: OSError: ...", told by the worker before it exits
@@ -48,7 +48,8 @@ class WorkerProcess:
             return None
         return max(0.0, (now_wall or time.time()) - self.started_at)
 
-    def heartbeat_age(self, now_mono: float | None = None) -> float | None:
-        if self.pid is None or self.last_heartbeat_mono is None:
+    def liveness_age(self, now_mono: float | None = None) -> float | None:
+        """Seconds since its last "alive" message (ps: HB AGE, heartbeat_age_s)."""
+        if self.pid is None or self.last_alive_mono is None:
             return None
-        return max(0.0, (now_mono or time.monotonic()) - self.last_heartbeat_mono)
+        return max(0.0, (now_mono or time.monotonic()) - self.last_alive_mono)

@@ -37,7 +37,7 @@ class ResourceSampler:
 
 def worker_row(worker: WorkerProcess, resources: tuple[int | None, float | None] = (None, None)) -> dict[str, Any]:
     uptime = worker.uptime()
-    age = worker.heartbeat_age()
+    age = worker.liveness_age()
     rss, cpu = resources
     return {
         "name": worker.name,

@@ -8,15 +8,16 @@ A worker reads as its loop, its inputs and its outputs:
         def channels(self): return [...]     # inputs polled by the loop
         def handle(self, channel, message):  # one input message
         def tick(self): ...                  # periodic work; must not block
-        def status(self): return {...}       # extra fields for the heartbeat
+        def status(self): return {...}       # extra fields for the "alive" message
         def teardown(self): ...
 
-The loop heartbeats to the supervisor from the main thread, so a main loop that is stuck
-(or a process that is SIGSTOPped) stops heartbeating and is replaced. Blocking work
+The loop tells the supervisor it is alive from the main thread ("alive" messages every
+WORKER_LIVENESS_SEC; not the node's heartbeat to the backend, workers/stream/heartbeat.py),
+so a main loop that is stuck (or a process that is SIGSTOPped) falls silent and is replaced. Blocking work
 (Docker, NVML, HTTP) belongs in threads, never in handle() or tick().
 
 Threads are started with start_thread() only: a critical thread that dies ends the loop
-(no more heartbeats), the failure is told to the supervisor ("thread_died", shown by `ps`
+(no more "alive" messages), the failure is told to the supervisor ("thread_died", shown by `ps`
 in last_exit) and the worker exits THREAD_DIED_EXIT, to be restarted with the usual backoff.
 """
 
@@ -103,7 +104,7 @@ class Worker:
     def run(self) -> int:
         self._install_signal_handlers()
         self.worker_threads.owner = self.name  # set by worker_main after __init__
-        self._supervisor = Channel.connect(zmq.PUSH, self.endpoints.heartbeat, hwm=10)
+        self._supervisor = Channel.connect(zmq.PUSH, self.endpoints.liveness, hwm=10)
         if not self._set_up():
             return 0  # stopped while waiting for disk space
         poller = zmq.Poller()
@@ -112,26 +113,26 @@ class Worker:
             poller.register(channel.socket, zmq.POLLIN)
             by_socket[channel.socket] = channel
         poller.register(self._wakeup_r, zmq.POLLIN)
-        next_beat = 0.0
-        # A worker without periodic work (no tick of its own) wakes only to heartbeat.
+        next_alive = 0.0
+        # A worker without periodic work (no tick of its own) wakes only to say it is alive.
         next_tick = 0.0 if type(self).tick is not Worker.tick else float("inf")
         while not self.stopping:
             if self.worker_threads.failure is not None:
                 return self._fail_for_thread()
             now = time.monotonic()
-            if now >= next_beat:
-                self.beat()
-                next_beat = now + self.config.worker_heartbeat_sec
+            if now >= next_alive:
+                self.tell_alive()
+                next_alive = now + self.config.worker_liveness_sec
             if now >= next_tick:
                 try:
                     self.tick()
                 except DiskFull:
-                    pass  # reported in the heartbeat (disk_full); the tick comes again
+                    pass  # reported in the "alive" message (disk_full); the tick comes again
                 next_tick = now + self.tick_interval_s
             if os.getppid() != self._parent_pid:
                 log.error("%s: supervisor is gone; exiting", self.name)
                 return 1
-            timeout = max(0.0, min(next_beat, next_tick) - time.monotonic())
+            timeout = max(0.0, min(next_alive, next_tick) - time.monotonic())
             for sock, _ in poller.poll(int(timeout * 1000) + 1):
                 if sock == self._wakeup_r:
                     os.read(self._wakeup_r, 64)
@@ -171,7 +172,7 @@ class Worker:
 
     def _set_up(self) -> bool:
         """setup(); when a full disk keeps it from creating its files (a first start), wait
-        for space while heartbeating (`disk_full` in ps) instead of crash-looping. Only
+        for space while telling the supervisor it is alive (`disk_full` in ps) instead of crash-looping. Only
         before any thread started: a setup cut short later is not safe to run again."""
         while not self.stopping:
             try:
@@ -184,18 +185,19 @@ class Worker:
                     raise
                 if DISK.full(self.config.state_dir, f"setup: {exc}"[:200]):
                     log.error("%s: the disk is full, cannot set up (%s); waiting for space", self.name, exc)
-            self.beat({"setup": "waiting for disk space"})
-            select.select([self._wakeup_r], [], [], self.config.worker_heartbeat_sec)
+            self.tell_alive({"setup": "waiting for disk space"})
+            select.select([self._wakeup_r], [], [], self.config.worker_liveness_sec)
         return False
 
-    def beat(self, status: dict[str, Any] | None = None) -> None:
+    def tell_alive(self, status: dict[str, Any] | None = None) -> None:
+        """The liveness message to the supervisor, with the worker's status (shown by ps)."""
         status = self.status() if status is None else status
         disk_full = DISK.snapshot()
         if disk_full:
             status["disk_full"] = disk_full  # shown by ps --json, status and the node heartbeat
         body = {"name": self.name, "pid": os.getpid(), "status": status}
         assert self._supervisor is not None
-        self._supervisor.send("heartbeat", body, block=False)
+        self._supervisor.send("alive", body, block=False)
 
     def request_stop(self, *_: Any) -> None:
         self.stopping = True  # the loop sets the stop event itself: no lock in a signal handler

@@ -5,8 +5,8 @@ Every thread a worker needs is started here (Worker.start_thread). Each runs und
 - a critical thread that raises, or that returns while the worker is not stopping (unless
   it is `finite`: it has a job that ends, like enrolling or adopting), is a failure of the
   whole worker: `failure` names the thread and the exception and `on_failure` wakes the
-  worker's loop, which stops heartbeating and exits, so the supervisor restarts it with
-  the usual backoff. A worker never goes on heartbeating "RUNNING" with a dead thread;
+  worker's loop, which stops its "alive" messages and exits, so the supervisor restarts it with
+  the usual backoff. A worker never goes on saying it is alive ("RUNNING") with a dead thread;
 - a thread that is not critical (one container's log follower) only logs its failure.
 
 One stop event and one join budget for all of them: a stop sets the event once, and the

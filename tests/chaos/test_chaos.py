@@ -116,7 +116,7 @@ class Run:
             heartbeat_interval_sec=HEARTBEAT_S,
             reconnect_max_sec=RECONNECT_MAX_S,
             reconnect_min_sec=0.2,
-            worker_heartbeat_sec=0.5,
+            worker_liveness_sec=0.5,
             worker_hang_timeout_sec=HANG_TIMEOUT_S,
             restart_max=1000,
             restart_window_sec=30,

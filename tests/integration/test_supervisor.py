@@ -76,7 +76,7 @@ def test_sigstopped_worker_is_detected_dumped_and_replaced(tmp_path):
         # documented bound: hang timeout + 0.5 s dump grace + restart backoff + one heartbeat
         assert replaced_after < 1.5 + 0.5 + 2 + 3
         log = agent.log_text()
-        assert "sent no heartbeat" in log
+        assert "sent no liveness message" in log
         assert "most recent call first" in log, "faulthandler traceback of the hung worker was not dumped"
 
 
@@ -213,7 +213,7 @@ def test_runtime_dir_is_private_and_other_users_cannot_connect(tmp_path):
         runtime = tmp_path / "run"
         assert (runtime.stat().st_mode & 0o777) == 0o700
         sockets = sorted(runtime.glob("*.sock"))
-        assert {s.name for s in sockets} >= {"control.sock", "heartbeat.sock"}
+        assert {s.name for s in sockets} >= {"control.sock", "liveness.sock"}
         os.chmod(tmp_path, 0o755)  # let "nobody" reach the runtime dir's parent: only the 0700 dir stops it
         read_fd, write_fd = os.pipe()
         pid = os.fork()

@@ -6,7 +6,7 @@ and event records (Docker events, adoption) through Reports.
 
 Nothing here calls Docker: commands run on scheduler threads, events and adoption have
 their own threads, and tick() only enforces deadlines, so a hung dockerd never stalls the
-loop or its heartbeat to the supervisor.
+loop or its "alive" messages to the supervisor.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class ExecutorWorker(Worker):
     @property
     def tick_interval_s(self) -> float:
         """Deadline checks four times a second while commands run; idle, once a second
-        (with the loop's heartbeat), so an idle executor does not wake more often."""
+        (with the loop's "alive" message), so an idle executor does not wake more often."""
         return 0.25 if self.scheduler.jobs() else 1.0
 
     def setup(self) -> None:

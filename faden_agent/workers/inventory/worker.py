@@ -1,6 +1,6 @@
 """Inventory worker: what this machine is and has, reported to the backend.
 
-Loop (a collector thread; the worker's main loop only heartbeats and watches it):
+Loop (a collector thread; the worker's main loop only says it is alive and watches it):
   every INVENTORY_INTERVAL_SEC, at start, and SETTLE_S after a change it can see (a
   Docker event of a managed container or an image, an NVML critical-Xid or double-bit
   ECC event) -> run the probes (each in its own

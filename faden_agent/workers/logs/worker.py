@@ -1,10 +1,10 @@
-"""The log shipper worker. Its loop: heartbeat and a quick health check of each reader.
+"""The log shipper worker. Its loop: "alive" to the supervisor and a quick health check of each reader.
 Its inputs: journald, managed containers' logs, Ray Serve files (one reader thread each);
 the executor's `drain` questions on its REP socket (before it removes a container).
 Its output: Loki pushes from one shipping thread; losses reported as events via Reports.
 
-All blocking work (journalctl, Docker, files, HTTP) runs in threads, so the heartbeat from
-the main loop never waits for it.
+All blocking work (journalctl, Docker, files, HTTP) runs in threads, so the "alive" messages
+from the main loop never wait for it.
 """
 
 from __future__ import annotations

@@ -1,12 +1,13 @@
 """Stream worker: owns the backend link (docs/protocol.md).
 
 Its loop only passes pokes on; the network lives in threads, so a slow backend never
-delays the worker's own heartbeat to the supervisor:
+delays the worker's own "alive" messages to the supervisor:
 
     membership  load the state file, or enroll once (enroll.py); then starts:
     downlink    the NDJSON stream -> commands handed to the executor (downlink.py)
     uplink      the durable outbox -> the backend, in batches (reports/sender.py: OutboxSender)
-    heartbeat   every HEARTBEAT_INTERVAL_SEC, with the worker table (heartbeat.py)
+    heartbeat   the node's heartbeat to the backend, every HEARTBEAT_INTERVAL_SEC, with the worker
+                table (heartbeat.py)
 
 Inputs: pokes on endpoints.reports_ready (a producer wrote to the outbox). Outputs: the link's
 connection state in status() (shown by `ps` and `faden-agent status`) and the status file.
@@ -53,7 +54,7 @@ class StreamWorker(Worker):
             return
         self.link_status.set_node(membership.node_id)
         # Opened here, not in setup: on a full disk a new outbox waits for space on this
-        # thread while the worker's loop goes on heartbeating.
+        # thread while the worker's loop goes on telling the supervisor it is alive.
         self.outbox = retry_when_full(
             lambda: Outbox(self.config.state_dir), self.config.state_dir / OUTBOX_FILE, self.stop_event
         )
