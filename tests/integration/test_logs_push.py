@@ -14,7 +14,7 @@ from faden_agent.config import load_config
 from faden_agent.workers.logs.entry import Entry
 from faden_agent.workers.logs.loki import Pusher
 from faden_agent.workers.logs.targets import DirectLoki
-from tests.lokiproc import real_loki  # noqa: F401 - fixture
+from tests.lokiproc import VERSIONS, LokiProcess, real_loki  # noqa: F401 - fixture
 from tests.lokireceiver import LokiReceiver
 
 STREAM = (("job", "node-agent"), ("level", "info"))
@@ -243,3 +243,35 @@ def test_real_loki_a_throttled_stream_beside_another_in_one_batch_loses_nothing(
     assert pusher.retries >= 1  # the flood was throttled (429) and resent
     assert sorted(set(real_loki.lines(f'{{agent_id="{dict(flood)["agent_id"]}"}}'))) == lines
     assert real_loki.lines(f'{{agent_id="{dict(small)["agent_id"]}"}}') == [f"small {s}" for s in range(0, 1600, 400)]
+
+
+# The tenant's own ingestion rate (the distributor's limiter, before any stream): a push
+# over it is refused whole with 429 "Ingestion rate limit exceeded", nothing stored.
+TENANT_RATE_FLAGS = ["-distributor.ingestion-rate-limit-mb=0.25", "-distributor.ingestion-burst-size-mb=0.5"]
+
+
+@pytest.fixture(scope="module", params=VERSIONS, ids=[f"loki-{v}" for v in VERSIONS])
+def tenant_limited_loki(request, tmp_path_factory):
+    with LokiProcess(request.param, tmp_path_factory.mktemp("tenant-rate") / "data", TENANT_RATE_FLAGS) as loki:
+        yield loki
+
+
+def test_real_loki_tenant_rate_limit_answers_429_and_every_line_arrives_once_none_rejected(
+    tenant_limited_loki, tmp_path
+):
+    labels = stream("tenant")
+    now = time.time_ns()
+    lines = [f"{i:06d} " + "t" * 500 for i in range(1600)]  # 800 KB: over the tenant's 512KB burst
+    pusher = real_pusher(tenant_limited_loki, tmp_path)
+    answers = []
+    send = pusher.target.send
+    pusher.target.send = lambda payload: answers.append(send(payload)) or answers[-1]
+    for start in range(0, 1600, 400):
+        batch = [Entry(labels, now + i, lines[i], None, "journal", i) for i in range(start, start + 400)]
+        outcome = pusher.push(batch)
+        assert (outcome.accepted, outcome.rejected, outcome.dropped) == (400, 0, 0)  # a 429 is no rejection
+    throttled = [a for a in answers if a.status == 429]
+    assert throttled and all("Ingestion rate limit exceeded" in a.detail for a in throttled), answers[:3]
+    print(f"Loki {tenant_limited_loki.version}: {len(throttled)} pushes answered 429 (tenant rate), all lines in")
+    # Refused whole, so a resend stores each line once: no duplicates on either version.
+    assert tenant_limited_loki.lines(f'{{agent_id="{dict(labels)["agent_id"]}"}}') == lines
