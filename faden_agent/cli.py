@@ -87,7 +87,8 @@ def ps(as_json: bool = typer.Option(False, "--json", help="Print JSON for machin
         print_json(table)
     else:
         typer.echo(format_ps(table))
-    all_running = all(w["state"] == "RUNNING" for w in table["workers"])
+    # a worker started on demand (the peer worker) and not wanted yet is as it should be
+    all_running = all(w["state"] == "RUNNING" or (w.get("status") or {}).get("on_demand") for w in table["workers"])
     raise typer.Exit(0 if all_running else EXIT_NOT_ALL_RUNNING)
 
 

@@ -89,6 +89,12 @@ def _scheme(raw: str) -> str:
     return raw
 
 
+def _peer_start(raw: str) -> str:
+    if raw not in ("on_demand", "always"):
+        raise ValueError("one of on_demand, always")
+    return raw
+
+
 def _text(raw: str) -> str:
     value = raw.strip()
     if not value or any(ch.isspace() for ch in value):
@@ -205,6 +211,13 @@ VARIABLES: tuple[Variable, ...] = (
         "7480",
         _port,
         "Port on ADVERTISE_HOST where peer machines fetch images from this one (the peer worker)",
+    ),
+    Variable(
+        "peer_start",
+        "on_demand",
+        _peer_start,
+        "When the peer worker starts: on_demand (once the backend puts this machine in a cluster "
+        "or asks it to serve an image or a probe) or always",
     ),
     Variable("peer_cert_file", None, _optional_path, "PEM certificate of the peer port when ADVERTISE_SCHEME is https"),
     Variable("peer_key_file", None, _optional_path, "PEM private key of the peer port when ADVERTISE_SCHEME is https"),
@@ -349,6 +362,7 @@ class Config:
     advertise_host: str
     advertise_scheme: str
     peer_port: int
+    peer_start: str
     peer_cert_file: Path | None
     peer_key_file: Path | None
     enrollment_token: str | None

@@ -27,6 +27,8 @@ def agent_env(tmp_path: Path, **overrides: Any) -> dict[str, str]:
         FADEN_NODE_AGENT_RESTART_BACKOFF_MIN_SEC="0.1",
         FADEN_NODE_AGENT_RESTART_BACKOFF_MAX_SEC="2",
         FADEN_NODE_AGENT_STOP_TIMEOUT_SEC="5",
+        # Every worker from the start, as tests expect; on demand is tested by itself (test_peer_on_demand)
+        FADEN_NODE_AGENT_PEER_START="always",
         PYTHONUNBUFFERED="1",
     )
     for key, value in overrides.items():
@@ -84,7 +86,9 @@ class AgentProcess:
             if self.proc is not None and self.proc.poll() is not None:
                 raise AssertionError(f"agent exited with {self.proc.returncode}: {self.log_text()[-3000:]}")
             rows = self.workers()
-            return rows if rows and all(w["state"] == "RUNNING" for w in rows.values()) else None
+            # a worker started on demand and not wanted yet counts (PEER_START=on_demand)
+            up = all(w["state"] == "RUNNING" or (w.get("status") or {}).get("on_demand") for w in rows.values())
+            return rows if rows and up else None
 
         return wait_for(all_running, timeout_s, what="all workers RUNNING")
 

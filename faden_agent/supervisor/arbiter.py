@@ -26,6 +26,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,7 @@ from faden_agent.supervisor.states import WorkerProcess, WorkerState
 from faden_agent.supervisor.table import ResourceSampler, worker_row
 from faden_agent.workers import WORKERS
 from faden_agent.workers.base import worker_main
+from faden_agent.workers.peer.demand import PeerDemand
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +68,13 @@ def describe_status(status: int) -> str:
 
 
 class Supervisor:
-    def __init__(self, config: Config, workers: dict[str, str] | None = None, notifier: SystemdNotifier | None = None):
+    def __init__(
+        self,
+        config: Config,
+        workers: dict[str, str] | None = None,
+        notifier: SystemdNotifier | None = None,
+        on_demand: dict[str, Callable[[], bool]] | None = None,
+    ):
         self.config = config
         self.endpoints = Endpoints(config.runtime_dir)
         self.policy = RestartPolicy(
@@ -77,6 +85,12 @@ class Supervisor:
             fatal_retry_s=config.fatal_retry_sec,
         )
         self.workers = {name: WorkerProcess(name, target) for name, target in (workers or WORKERS).items()}
+        # Workers started only once wanted (peer/demand.py); until then STOPPED, saying so.
+        if on_demand is None:
+            on_demand = {"peer": PeerDemand(config).wanted} if workers is None else {}
+        self.dormant = {name: wanted for name, wanted in on_demand.items() if name in self.workers}
+        for name in self.dormant:
+            self.workers[name].status = {"on_demand": "starts when this machine serves peers"}
         self.notifier = notifier or SystemdNotifier()
         self.sampler = ResourceSampler()
         self.started_at = time.time()
@@ -142,6 +156,8 @@ class Supervisor:
     def spawn_due_workers(self) -> None:
         now = time.monotonic()
         for worker in self.workers.values():
+            if worker.name in self.dormant and not self.wanted_now(worker.name):
+                continue
             if (
                 worker.state in (WorkerState.STOPPED, WorkerState.BACKOFF, WorkerState.FATAL)
                 and now >= worker.next_start_mono
@@ -150,6 +166,15 @@ class Supervisor:
                     log.warning("retrying FATAL worker %s", worker.name)
                     worker.exit_times.clear()
                 self.spawn_worker(worker)
+
+    def wanted_now(self, name: str, asked: bool = False) -> bool:
+        """Whether a dormant worker is to start: asked for, or its check says so (once
+        wanted, always: it is never stopped for want of demand)."""
+        if not (asked or self.dormant[name]()):
+            return False
+        del self.dormant[name]
+        log.info("starting worker %s on demand", name)
+        return True
 
     def spawn_worker(self, worker: WorkerProcess) -> None:
         sys.stdout.flush()
@@ -245,6 +270,14 @@ class Supervisor:
             return
         if op == "ps":
             self.control.send("ps", self.table())
+        elif op == "start":  # a dormant worker is needed now (peer/demand.py ask_to_serve)
+            name = str((message.body or {}).get("name") if isinstance(message.body, dict) else None)
+            if name not in self.workers:
+                self.control.send("error", {"message": f"unknown worker {name[:40]!r}"})
+                return
+            if name in self.dormant:
+                self.wanted_now(name, asked=True)
+            self.control.send("start", {"name": name, "state": self.workers[name].state.value})
         else:
             self.control.send("error", {"message": f"unknown request {op!r}"})
 
@@ -335,13 +368,19 @@ class Supervisor:
         (its journal unreadable, say) must not make systemd restart the whole agent, whose
         other workers keep running and executing. STATUS names the ones not running."""
         running = [w.name for w in self.workers.values() if w.state == WorkerState.RUNNING]
-        failing = [w.name for w in self.workers.values() if w.state != WorkerState.RUNNING]
+        failing = [
+            w.name for w in self.workers.values() if w.state != WorkerState.RUNNING and w.name not in self.dormant
+        ]
         status = f"{len(running)} workers running" + (f"; not running: {', '.join(failing)}" if failing else "")
+        if self.dormant:
+            status += f"; on demand: {', '.join(self.dormant)}"
         withheld = self.withheld_watchdog()
         if withheld:
             status += f"; watchdog withheld: {withheld}"
         if not self.ready_sent:
-            if all(w.state == WorkerState.RUNNING or w.exit_times for w in self.workers.values()):
+            if all(
+                w.state == WorkerState.RUNNING or w.exit_times or w.name in self.dormant for w in self.workers.values()
+            ):
                 self.ready_sent = True
                 self._last_status = status
                 self.notifier.ready(status)

@@ -29,6 +29,7 @@ from faden_agent.workers.executor.docker_ops import Cancelled, CommandFailed, tr
 from faden_agent.workers.executor.kinds import COMMON, CommandKind, register
 from faden_agent.workers.executor.scheduler import Job
 from faden_agent.workers.executor.specs import SpecError
+from faden_agent.workers.peer.demand import ask_to_serve
 
 log = logging.getLogger(__name__)
 
@@ -134,6 +135,7 @@ def image_serve(commands: Commands, job: Job) -> dict[str, Any]:
     TicketBox(commands.config.runtime_dir).add(
         spec["ticket_sha256"], Ticket(spec["image_id"], spec["receiver"], expires_at)
     )
+    ask_to_serve(commands.config)  # the peer worker starts on demand: listening before we answer
     return {
         "image_id": spec["image_id"],
         "receiver": spec["receiver"],

@@ -30,6 +30,7 @@ from faden_agent.workers.executor.docker_ops import Cancelled
 from faden_agent.workers.executor.kinds import COMMON, CommandKind, register
 from faden_agent.workers.executor.scheduler import Job
 from faden_agent.workers.executor.specs import Check, SpecError
+from faden_agent.workers.peer.demand import ask_to_serve
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +109,7 @@ def traffic_serve(commands: Commands, job: Job) -> dict[str, Any]:
     box = TicketBox(commands.config.runtime_dir)
     for entry in spec["tickets"]:
         box.add(entry["ticket_sha256"], Ticket(PROBE_GRANT, entry["receiver"], expires_at))
+    ask_to_serve(commands.config)  # the peer worker starts on demand: listening before we answer
     receivers = sorted({entry["receiver"] for entry in spec["tickets"]})
     return {
         "receivers": receivers,
