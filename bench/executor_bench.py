@@ -23,11 +23,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import docker  # noqa: E402
+import docker
 
-from faden_agent import protocol  # noqa: E402
-from tests.agentproc import AgentProcess  # noqa: E402
-from tests.backendproc import BackendProcess, agent_env_for  # noqa: E402
+from faden_agent import protocol
+from tests.agentproc import AgentProcess
+from tests.backendproc import BackendProcess, agent_env_for
 
 IMAGE = "faden-test/busybox:1"
 POLL_S = 0.005

@@ -31,14 +31,14 @@ from urllib.parse import urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import psutil  # noqa: E402
+import psutil
 
-from bench import executor_bench  # noqa: E402
-from bench.counting_proxy import CountingProxy  # noqa: E402
-from tests.agentproc import AgentProcess, wait_for  # noqa: E402
-from tests.backendproc import BackendProcess, agent_env_for  # noqa: E402
-from tests.journalfiles import JournalWriter  # noqa: E402
-from tests.lokireceiver import LokiReceiver  # noqa: E402
+from bench import executor_bench
+from bench.counting_proxy import CountingProxy
+from tests.agentproc import AgentProcess, wait_for
+from tests.backendproc import BackendProcess, agent_env_for
+from tests.journalfiles import JournalWriter
+from tests.lokireceiver import LokiReceiver
 
 SETTLE_S = 0.2  # the executor's settle check after a start (commands/container.py)
 # settings the test helpers shorten, left to the agent's own defaults here

@@ -29,10 +29,10 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.agentproc import AgentProcess, agent_env, wait_for  # noqa: E402
-from tests.journalfiles import JournalWriter  # noqa: E402
-from tests.lokiproc import TOOLS, LokiProcess, count  # noqa: E402
-from tests.lokireceiver import LokiReceiver  # noqa: E402
+from tests.agentproc import AgentProcess, agent_env, wait_for
+from tests.journalfiles import JournalWriter
+from tests.lokiproc import TOOLS, LokiProcess, count
+from tests.lokireceiver import LokiReceiver
 
 LINE_PREFIX = "bench line "
 
@@ -143,7 +143,8 @@ def agent_into_loki(journal: JournalWriter, entries: int, loki: LokiProcess, roo
         return {"seconds": done["end"] - worker.create_time(), "cpu": done["cpu"] + done["child_cpu"]}
 
 
-PROMTAIL_CONFIG = """server: {{http_listen_address: 127.0.0.1, http_listen_port: 0, grpc_listen_address: 127.0.0.1, grpc_listen_port: 0}}
+PROMTAIL_CONFIG = """server:
+  {{http_listen_address: 127.0.0.1, http_listen_port: 0, grpc_listen_address: 127.0.0.1, grpc_listen_port: 0}}
 positions: {{filename: {root}/positions.yaml}}
 clients: [{{url: "{url}/loki/api/v1/push"}}]
 scrape_configs:
@@ -255,7 +256,8 @@ def main() -> None:
                 r["seconds"],
                 r["worker_cpu"] + r["journalctl_cpu"],
                 alone_rate,
-                f"{r['pushes']} pushes, journalctl {r['journalctl_cpu']:.2f} CPU s, peak RSS {r['peak_rss'] / 2**20:.0f} MiB",
+                f"{r['pushes']} pushes, journalctl {r['journalctl_cpu']:.2f} CPU s,"
+                f" peak RSS {r['peak_rss'] / 2**20:.0f} MiB",
             )
         if args.no_loki:
             return

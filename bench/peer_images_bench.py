@@ -24,8 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: the repository root
 
 from tests.cluster.rig import Rig, run
 from tests.cluster.test_peer_images import (
@@ -44,13 +43,16 @@ from tests.cluster.test_peer_images import (
 
 PIPE_PORT = 9799
 RECEIVE = (
-    "import socket, shutil, sys; s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
+    "import socket, shutil, sys; s = socket.socket(); "
+    "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
     "s.bind(('{address}', {port})); s.listen(1); c, _ = s.accept(); "
     "shutil.copyfileobj(c.makefile('rb'), sys.stdout.buffer, 1 << 20)"
 )
 SEND = (
-    "import socket, shutil, sys, time\nfor _ in range(100):\n    try:\n        c = socket.create_connection(('{address}', {port}))\n"
-    "        break\n    except OSError:\n        time.sleep(0.1)\nshutil.copyfileobj(sys.stdin.buffer, c.makefile('wb'), 1 << 20)"
+    "import socket, shutil, sys, time\nfor _ in range(100):\n    try:\n"
+    "        c = socket.create_connection(('{address}', {port}))\n"
+    "        break\n    except OSError:\n        time.sleep(0.1)\n"
+    "shutil.copyfileobj(sys.stdin.buffer, c.makefile('wb'), 1 << 20)"
 )
 
 
@@ -121,10 +123,12 @@ def main() -> int:
     pipe_s = statistics.median(r["seconds"] for r in pipe)
     print(f"image: {size / MB:.0f} MiB in layers of {args.mb} MB; {args.rounds} rounds each, medians")
     print(
-        f"agents (image.fetch, verified):  {agent_s:6.1f} s  {size / agent_s / MB:6.1f} MiB/s   runs {[round(r['seconds'], 1) for r in agents]}"
+        f"agents (image.fetch, verified):  {agent_s:6.1f} s  {size / agent_s / MB:6.1f} MiB/s"
+        f"   runs {[round(r['seconds'], 1) for r in agents]}"
     )
     print(
-        f"docker save | TCP | docker load: {pipe_s:6.1f} s  {size / pipe_s / MB:6.1f} MiB/s   runs {[round(r['seconds'], 1) for r in pipe]}"
+        f"docker save | TCP | docker load: {pipe_s:6.1f} s  {size / pipe_s / MB:6.1f} MiB/s"
+        f"   runs {[round(r['seconds'], 1) for r in pipe]}"
     )
     print(f"ratio agents/pipe (rate): {pipe_s / agent_s:.2f}x")
     print(
@@ -134,8 +138,10 @@ def main() -> int:
     if fanout:
         print(
             f"fan-out to {fanout['targets']} machines (backend fan-out): {fanout['fanout_s']:.1f} s; "
-            f"all from one holder at once: {fanout['one_holder_s']:.1f} s; one transfer alone: {fanout['single_s']:.1f} s "
-            f"(ideal log2: {fanout['rounds']} x {fanout['single_s']:.1f} = {fanout['rounds'] * fanout['single_s']:.1f} s)"
+            f"all from one holder at once: {fanout['one_holder_s']:.1f} s; "
+            f"one transfer alone: {fanout['single_s']:.1f} s "
+            f"(ideal log2: {fanout['rounds']} x {fanout['single_s']:.1f} = "
+            f"{fanout['rounds'] * fanout['single_s']:.1f} s)"
         )
     return 0
 

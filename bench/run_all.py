@@ -50,13 +50,13 @@ from bench import (
     footprint_bench,
     inventory_bench,
     logs_bench,
-    stream_bench,  # noqa: E402
+    stream_bench,
     supervisor_bench,
 )
-from tests.agentproc import AgentProcess, wait_for  # noqa: E402
-from tests.backendproc import BackendProcess, agent_env_for  # noqa: E402
-from tests.journalfiles import JournalWriter  # noqa: E402
-from tests.lokireceiver import LokiReceiver  # noqa: E402
+from tests.agentproc import AgentProcess, wait_for
+from tests.backendproc import BackendProcess, agent_env_for
+from tests.journalfiles import JournalWriter
+from tests.lokireceiver import LokiReceiver
 
 HEARTBEAT_S = 1.0
 

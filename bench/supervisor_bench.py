@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.agentproc import AgentProcess, agent_env, wait_for  # noqa: E402
+from tests.agentproc import AgentProcess, agent_env, wait_for
 
 
 def pss_kib(pid: int) -> int:
@@ -74,7 +74,7 @@ def restart_latencies(agent: AgentProcess, name: str, kills: int, spacing_s: flo
         killed = time.monotonic()
         os.kill(old, signal.SIGKILL)
         wait_for(
-            lambda: (w := agent.workers().get(name)) and w["state"] == "RUNNING" and w["pid"] != old,
+            lambda old=old: (w := agent.workers().get(name)) and w["state"] == "RUNNING" and w["pid"] != old,
             timeout_s=30,
             interval_s=0.002,
             what="restart",
@@ -158,11 +158,13 @@ def main() -> None:
     print(f"{'figure':<44} value")
     rl = results["restart_latency_s"]
     print(
-        f"{'restart latency after kill -9 (median/max)':<44} {rl['median'] * 1000:.0f} ms / {rl['max'] * 1000:.0f} ms over {rl['n']} kills (first backoff 200 ms +-20 %)"
+        f"{'restart latency after kill -9 (median/max)':<44} {rl['median'] * 1000:.0f} ms / "
+        f"{rl['max'] * 1000:.0f} ms over {rl['n']} kills (first backoff 200 ms +-20 %)"
     )
     hd = results["hung_detection_s"]
     print(
-        f"{'hung worker (SIGSTOP) killed / running again':<44} {hd['killed_after_s']:.2f} s / {hd['running_again_after_s']:.2f} s (hang timeout 10 s)"
+        f"{'hung worker (SIGSTOP) killed / running again':<44} {hd['killed_after_s']:.2f} s / "
+        f"{hd['running_again_after_s']:.2f} s (hang timeout 10 s)"
     )
     print(f"{'idle tree PSS (supervisor + workers)':<44} {results['idle_tree_pss_kib'] / 1024:.1f} MiB {parts}")
     fr = results["fork_to_running_s"]

@@ -85,7 +85,8 @@ def phase(rig: Rig, name: str, seconds: float, interval: float) -> None:
     print(
         f"{name}: {len(rows)} records from {machines} machines in {seconds:.0f} s "
         f"({per_interval:.2f} per machine per sample), {per_record:.0f} bytes each (JSON data); "
-        f"per machine per hour at {DEFAULT_INTERVAL_S} s: {per_hour:.0f} records, {per_hour * per_record / 1024:.1f} KiB",
+        f"per machine per hour at {DEFAULT_INTERVAL_S} s: {per_hour:.0f} records,"
+        f" {per_hour * per_record / 1024:.1f} KiB",
         flush=True,
     )
 

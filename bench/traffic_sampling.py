@@ -22,10 +22,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from faden_agent.workers.inventory.traffic import sockdiag  # noqa: E402
-from faden_agent.workers.inventory.traffic.peers import write_peers  # noqa: E402
-from faden_agent.workers.inventory.traffic.report import TrafficReporter  # noqa: E402
-from faden_agent.workers.inventory.traffic.tcp import TcpAccounting  # noqa: E402
+from faden_agent.workers.inventory.traffic import sockdiag
+from faden_agent.workers.inventory.traffic.peers import write_peers
+from faden_agent.workers.inventory.traffic.report import TrafficReporter
+from faden_agent.workers.inventory.traffic.tcp import TcpAccounting
 
 PEERS = ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
 ROUNDS = 20
@@ -93,7 +93,9 @@ def main(argv: list[str]) -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
         held = connections("127.0.0.1", int(argv[1]))
         print("ready", flush=True)
-        sys.stdin.read()
+        sys.stdin.read()  # the connections stay open until the parent closes stdin
+        for sock in held:
+            sock.close()
         return
     sizes = [int(a) for a in argv] or [1000, 20000]
     for size in sizes:

@@ -104,7 +104,8 @@ def format_ps(table: dict[str, Any]) -> str:
     sup = table["supervisor"]
     lines = [
         f"supervisor pid {sup['pid']}  version {sup.get('version', '?')}  uptime {_fmt(sup.get('uptime_s'), 's')}",
-        f"{'WORKER':<10} {'STATE':<9} {'PID':>7} {'UPTIME':>9} {'RESTARTS':>8} {'LAST EXIT':<22} {'HB AGE':>7} {'RSS':>8} {'CPU':>6}",
+        f"{'WORKER':<10} {'STATE':<9} {'PID':>7} {'UPTIME':>9} {'RESTARTS':>8} {'LAST EXIT':<22} "
+        f"{'HB AGE':>7} {'RSS':>8} {'CPU':>6}",
     ]
     for w in table["workers"]:
         rss = f"{w['rss_bytes'] / 2**20:.1f}M" if w.get("rss_bytes") else "-"

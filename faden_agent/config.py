@@ -239,21 +239,24 @@ VARIABLES: tuple[Variable, ...] = (
         "runtime_dir",
         None,
         _path,
-        "Directory for the IPC sockets, mode 0700 (default: /run/faden-agent as root, else $XDG_RUNTIME_DIR/faden-agent or /tmp/faden-agent-UID)",
+        "Directory for the IPC sockets, mode 0700 (default: /run/faden-agent as root,"
+        " else $XDG_RUNTIME_DIR/faden-agent or /tmp/faden-agent-UID)",
     ),
     Variable("heartbeat_interval_sec", "15", _positive_float, "Heartbeat interval"),
     Variable(
         "heartbeat_full_sec",
         "300",
         _positive_float,
-        "Longest time between heartbeats carrying the full detail (worker table, version); between them beats carry it only when it changed",
+        "Longest time between heartbeats carrying the full detail (worker table, version);"
+        " between them beats carry it only when it changed",
     ),
     Variable("inventory_interval_sec", "60", _positive_float, "Inventory interval"),
     Variable(
         "inventory_usage_sec",
         "300",
         _positive_float,
-        "Longest time between inventory records when nothing but gauges (load, memory, utilization) moved; a change is sent at the next interval",
+        "Longest time between inventory records when nothing but gauges (load, memory, utilization) moved;"
+        " a change is sent at the next interval",
     ),
     Variable(
         "inventory_probe_timeout_sec",
@@ -291,7 +294,8 @@ VARIABLES: tuple[Variable, ...] = (
         "loki_structured_metadata",
         "auto",
         _structured_metadata,
-        "Per-line detail as Loki structured metadata: auto (until the target refuses it), on (always tried first), off (kept in the line)",
+        "Per-line detail as Loki structured metadata: auto (until the target refuses it),"
+        " on (always tried first), off (kept in the line)",
     ),
     Variable(
         "journal_directory",
@@ -303,7 +307,8 @@ VARIABLES: tuple[Variable, ...] = (
         "ray_log_dir",
         None,
         _path,
-        "Host directory for Ray session logs of managed Ray containers (default: /var/log/faden-agent/ray as root, else ~/.local/state/faden-agent/ray)",
+        "Host directory for Ray session logs of managed Ray containers"
+        " (default: /var/log/faden-agent/ray as root, else ~/.local/state/faden-agent/ray)",
     ),
     Variable(
         "disk_paths",

@@ -104,7 +104,7 @@ def retry_when_full(write: Callable[[], T], path: Path | str, stop: threading.Ev
     while True:
         try:
             result = write()
-        except BaseException as exc:  # noqa: BLE001 - only a full disk is handled here
+        except BaseException as exc:  # only a full disk is handled here
             if not is_disk_full(exc, path):
                 raise
             detail = error_line(exc)

@@ -87,7 +87,7 @@ class Request(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             status = 499
             self.close_connection = True
-        except Exception as exc:  # noqa: BLE001 - one bad request must not kill the server
+        except Exception as exc:  # one bad request must not kill the server
             log.exception("internal error on %s %s", method, url.path)
             status = 500
             try:

@@ -235,7 +235,7 @@ class ArchiveVerifier:
         if not isinstance(layers, list) or len(layers) != len(diff_ids):
             raise IntegrityError("manifest.json lists another number of layers than the image config")
         chains = chain_ids(diff_ids)
-        for path, diff_id, chain in zip(layers, diff_ids, chains):
+        for path, diff_id, chain in zip(layers, diff_ids, chains, strict=True):
             digest = self.layer_digests.get(self.links.get(path, path))
             if digest is None and chain not in self.held_chains:
                 raise IntegrityError(f"layer {diff_id} is neither in the archive nor on this machine")

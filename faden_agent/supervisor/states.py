@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-class WorkerState(str, enum.Enum):
+class WorkerState(enum.StrEnum):
     STOPPED = "STOPPED"
     STARTING = "STARTING"
     RUNNING = "RUNNING"

@@ -165,7 +165,7 @@ class Worker:
         self.worker_threads.stop()
         try:
             self.teardown()
-        except Exception:  # noqa: BLE001 - exiting anyway; the failure that matters is reported
+        except Exception:  # exiting anyway; the failure that matters is reported
             log.exception("%s: teardown after the thread failure failed", self.name)
         self.join_threads()
         return THREAD_DIED_EXIT
@@ -180,7 +180,7 @@ class Worker:
                 if DISK.written(self.config.state_dir):
                     log.warning("%s: set up after waiting for disk space", self.name)
                 return True
-            except Exception as exc:  # noqa: BLE001 - only a full disk is waited out
+            except Exception as exc:  # only a full disk is waited out
                 if not is_disk_full(exc, self.config.state_path) or self.worker_threads.alive():
                     raise
                 if DISK.full(self.config.state_dir, f"setup: {exc}"[:200]):

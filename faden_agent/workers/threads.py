@@ -63,7 +63,7 @@ class WorkerThreads:
         try:
             self._test_hook(name)
             target(*args)
-        except BaseException as exc:  # noqa: BLE001 - every death of a thread is reported
+        except BaseException as exc:  # every death of a thread is reported
             if self.stop_event.is_set():
                 log.debug("%s: thread %s ended while stopping: %s", self.owner, name, error_line(exc, named=True))
                 return

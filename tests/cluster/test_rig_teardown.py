@@ -23,9 +23,9 @@ def leftovers() -> dict[str, object]:
     return {
         "namespaces": rigmod.rig_namespaces(),
         "links": [
-            l.split(":")[1].strip()
-            for l in links.splitlines()
-            if rigmod.BRIDGE in l or f" {rigmod.HOST_VETH_PREFIX}" in l
+            link.split(":")[1].strip()
+            for link in links.splitlines()
+            if rigmod.BRIDGE in link or f" {rigmod.HOST_VETH_PREFIX}" in link
         ],
         "dirs": list(Path("/tmp").glob(rigmod.DIR_PREFIX + "*")),
         "processes": rigmod._processes_using_rig_dirs(),

@@ -28,7 +28,7 @@ MiB = 1 << 20
 
 
 @pytest.fixture(scope="module")
-def rig(old_agent_tree):  # noqa: F811 - the fixture imported above
+def rig(old_agent_tree):  # the fixture imported above
     require_rig()
     old = ([sys.executable, "-P", "-m", "faden_agent", "run"], {"PYTHONPATH": str(old_agent_tree)})
     rig = Rig(4, agent_argv={4: old})

@@ -25,7 +25,7 @@ COLOUR = re.compile(r"\x1b\[[0-9;]*m")  # within a line: dropped
 CURSOR = re.compile(r"\x1b\[[0-9;?]*[A-Za-ln-z]|\x1b\][^\x07]*\x07|\r")  # moves between redraws: a line break
 
 
-def _env(backend) -> dict[str, str]:  # noqa: F811
+def _env(backend) -> dict[str, str]:
     return {
         "FADEN_ADMIN_TOKEN": backend.admin_token,
         "PATH": "/usr/bin:/bin",
@@ -35,7 +35,7 @@ def _env(backend) -> dict[str, str]:  # noqa: F811
     }
 
 
-def admin_in_terminal(backend, *args: str, timeout_s: float = 180) -> tuple[int, str]:  # noqa: F811
+def admin_in_terminal(backend, *args: str, timeout_s: float = 180) -> tuple[int, str]:
     """Run `faden-agent admin ARGS` with a pseudo-terminal as stdout/stderr; (exit code, screen text)."""
     leader, follower = pty.openpty()
     proc = subprocess.Popen(
@@ -65,11 +65,13 @@ def admin_in_terminal(backend, *args: str, timeout_s: float = 180) -> tuple[int,
         code = proc.wait(10)
     except subprocess.TimeoutExpired:
         proc.kill()
-        raise AssertionError(f"`admin {' '.join(args)}` did not end in {timeout_s}s:\n{b''.join(chunks)[-3000:]!r}")
+        raise AssertionError(
+            f"`admin {' '.join(args)}` did not end in {timeout_s}s:\n{b''.join(chunks)[-3000:]!r}"
+        ) from None
     return code, CURSOR.sub("\n", COLOUR.sub("", b"".join(chunks).decode(errors="replace")))
 
 
-def admin_piped(backend, *args: str) -> subprocess.CompletedProcess:  # noqa: F811
+def admin_piped(backend, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "faden_agent", "admin", *args, "--url", backend.url],
         env=_env(backend),
@@ -79,7 +81,7 @@ def admin_piped(backend, *args: str) -> subprocess.CompletedProcess:  # noqa: F8
     )
 
 
-def test_follow_a_pull_from_the_registry(backend, agent_on_backend, big_image):  # noqa: F811
+def test_follow_a_pull_from_the_registry(backend, agent_on_backend, big_image):
     agent, node = agent_on_backend()
     code, screen = admin_in_terminal(
         backend, "send", node["node_id"], "image.pull", "--spec", json.dumps({"image": big_image}), "--follow"
@@ -110,7 +112,7 @@ def test_follow_a_pull_from_the_registry(backend, agent_on_backend, big_image): 
     assert "succeeded" in as_json.stderr
 
 
-def test_follow_a_failed_pull_shows_reason_and_message(backend, agent_on_backend, registry):  # noqa: F811
+def test_follow_a_failed_pull_shows_reason_and_message(backend, agent_on_backend, registry):
     agent, node = agent_on_backend()
     image = f"{registry}/faden/busybox:no-such-tag"
     code, screen = admin_in_terminal(

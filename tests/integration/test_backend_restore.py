@@ -55,7 +55,7 @@ def link_state(agent) -> str | None:
 def test_restored_backend_runs_new_commands_and_a_later_node_reenrolls(
     backend,
     agent_on_backend,
-    prefix,  # noqa: F811
+    prefix,
     docker_client,
     tmp_path,
 ):
@@ -122,7 +122,7 @@ def test_restored_backend_runs_new_commands_and_a_later_node_reenrolls(
 
 def test_a_new_token_file_while_the_credential_is_rejected_re_enrolls_without_a_restart(
     backend,
-    prefix,  # noqa: F811
+    prefix,
     docker_client,
     tmp_path,
 ):

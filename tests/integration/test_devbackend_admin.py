@@ -18,7 +18,7 @@ from tests.backendproc import BackendProcess, agent_env_for, agent_on_backend, b
 from tests.lokireceiver import LokiReceiver
 
 
-def admin_cli(backend, *args: str) -> str:  # noqa: F811
+def admin_cli(backend, *args: str) -> str:
     env = {"FADEN_ADMIN_TOKEN": backend.admin_token, "PATH": "/usr/bin:/bin"}
     result = subprocess.run(
         [sys.executable, "-m", "faden_agent", "admin", *args, "--url", backend.url],
@@ -31,7 +31,7 @@ def admin_cli(backend, *args: str) -> str:  # noqa: F811
     return result.stdout.strip()
 
 
-def test_quick_start_with_the_admin_cli(backend, agent_on_backend, tmp_path):  # noqa: F811
+def test_quick_start_with_the_admin_cli(backend, agent_on_backend, tmp_path):
     token = admin_cli(backend, "token")
     assert token.startswith("fdn_enr_")
     agent, node = agent_on_backend(enrollment_token=token)

@@ -44,7 +44,7 @@ def raw_post(url: str, path: str, headers: dict[str, str], body_chunks, timeout_
 ENROLL = "/api/agent/v1/enroll"
 
 
-def test_a_negative_content_length_is_refused_unread(backend):  # noqa: F811
+def test_a_negative_content_length_is_refused_unread(backend):
     before = peak_rss_mib(backend.proc.pid)
     answer = raw_post(
         backend.url,
@@ -57,12 +57,12 @@ def test_a_negative_content_length_is_refused_unread(backend):  # noqa: F811
 
 
 @pytest.mark.parametrize("length", [str(protocol.MAX_REQUEST_BODY_BYTES + 1), "99999999999999999999999", "12abc"])
-def test_an_over_size_or_garbage_content_length_is_refused_unread(backend, length):  # noqa: F811
+def test_an_over_size_or_garbage_content_length_is_refused_unread(backend, length):
     answer = raw_post(backend.url, ENROLL, {"Content-Length": length}, [b"{}"])
     assert answer.split(b" ")[1] in (b"400", b"413"), answer[:200]
 
 
-def test_a_gzip_bomb_is_refused_after_the_limit(backend):  # noqa: F811
+def test_a_gzip_bomb_is_refused_after_the_limit(backend):
     deflater = zlib.compressobj(9, wbits=31)
     bomb = b"".join(deflater.compress(b"\0" * (16 * MIB)) for _ in range(32)) + deflater.flush()  # 512 MiB inflated
     assert len(bomb) < 2 * MIB
@@ -78,7 +78,7 @@ def test_a_gzip_bomb_is_refused_after_the_limit(backend):  # noqa: F811
     assert growth < 3 * protocol.MAX_REQUEST_BODY_BYTES / MIB, f"peak RSS grew {growth:.0f} MiB"
 
 
-def test_a_gzip_body_within_the_limit_is_still_read(backend):  # noqa: F811
+def test_a_gzip_body_within_the_limit_is_still_read(backend):
     token = backend.mint_token()
     body = gzip.compress(b'{"token": "%s", "agent_id": "gz-agent", "hostname": "h"}' % token.encode())
     answer = raw_post(

@@ -66,7 +66,7 @@ def disk_full_rows(env) -> dict:
     }
 
 
-def test_a_full_state_disk_holds_work_back_and_loses_nothing(backend, small_fs, tmp_path):  # noqa: F811
+def test_a_full_state_disk_holds_work_back_and_loses_nothing(backend, small_fs, tmp_path):
     journal = JournalWriter(tmp_path / "journal")
     journal.append(journal.lines([f"before {i}" for i in range(5)], priority=5))
     env = agent_env_for(
@@ -79,7 +79,9 @@ def test_a_full_state_disk_holds_work_back_and_loses_nothing(backend, small_fs, 
 
         def shipped() -> list[str]:
             return [
-                l["line"] for l in backend.logs(node["node_id"]) if l["labels"].get("container") == f"node-{agent_id}"
+                entry["line"]
+                for entry in backend.logs(node["node_id"])
+                if entry["labels"].get("container") == f"node-{agent_id}"
             ]
 
         wait_for(lambda: len(shipped()) >= 5, 30, what="the first lines at the backend")
@@ -116,7 +118,7 @@ def test_a_full_state_disk_holds_work_back_and_loses_nothing(backend, small_fs, 
         assert all(w["state"] == "RUNNING" and w["restarts"] == restarts[n] for n, w in table.items()), table
 
 
-def test_enrollment_on_a_full_disk_spends_the_token_once_when_there_is_space(backend, small_fs, tmp_path):  # noqa: F811
+def test_enrollment_on_a_full_disk_spends_the_token_once_when_there_is_space(backend, small_fs, tmp_path):
     env = agent_env_for(backend, tmp_path, worker_hang_timeout_sec=15)
     env["FADEN_NODE_AGENT_STATE_PATH"] = str(small_fs / "state.json")
     filler = fill(small_fs)
@@ -139,7 +141,7 @@ def test_enrollment_on_a_full_disk_spends_the_token_once_when_there_is_space(bac
     assert len([n for n in backend.nodes() if n.get("agent_id") == env["FADEN_NODE_AGENT_AGENT_ID"]]) == 1, node
 
 
-def test_a_credential_that_cannot_be_written_is_kept_in_memory_and_written_later(backend, small_fs, tmp_path):  # noqa: F811
+def test_a_credential_that_cannot_be_written_is_kept_in_memory_and_written_later(backend, small_fs, tmp_path):
     env = agent_env_for(backend, tmp_path, token=None, worker_hang_timeout_sec=15)
     env["FADEN_NODE_AGENT_STATE_PATH"] = str(small_fs / "state.json")
     with AgentProcess(env, tmp_path / "first.log"):  # a first start, not enrolled: the files exist

@@ -32,7 +32,7 @@ def flood_docker_events(docker_client, count: int) -> None:
 
 def test_deaths_ooms_and_restarts_during_an_outage_beyond_dockers_event_buffer_are_reconciled(
     executor_factory, prefix, docker_client, tmp_path
-):  # noqa: F811
+):
     journal = JournalWriter(tmp_path / "journal")
     journal.append(journal.lines(["boot"]))
     counter = tmp_path / "counter"

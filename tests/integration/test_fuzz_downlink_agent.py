@@ -10,6 +10,7 @@ once, so the run ends."""
 
 from __future__ import annotations
 
+import itertools
 import random
 import threading
 import time
@@ -68,7 +69,8 @@ SKIPPED = {
     "sk-u64": command("sk-u64", U64, "no.such.kind", {}),  # beyond int64: crashed the executor's journal once
     "sk-kind": command("sk-kind", 8, 42, {}),
     "sk-deadline": command("sk-deadline", 9, "no.such.kind", {}, deadline="soon"),
-    "sk-u65": b'{"type": "command", "id": "sk-u65", "seq": 18446744073709551616, "kind": "no.such.kind"}',  # a float once read
+    # a float once read:
+    "sk-u65": b'{"type": "command", "id": "sk-u65", "seq": 18446744073709551616, "kind": "no.such.kind"}',
 }
 
 
@@ -277,6 +279,6 @@ def test_a_garbage_downlink_neither_stops_heartbeats_nor_valid_commands(garbage_
         assert rows[name]["restarts"] == 0 and rows[name]["pid"] == first[name]["pid"], (rows[name], log_text[-3000:])
     beats = [at for at, _ in garbage_backend.of_kind("heartbeat")]
     assert len(beats) > beats_before, "heartbeats stopped"
-    gaps = [b - a for a, b in zip(beats, beats[1:])]
+    gaps = [b - a for a, b in itertools.pairwise(beats)]
     assert max(gaps) < 5, f"heartbeat gap of {max(gaps):.1f}s at a 0.5 s interval"
     assert "Traceback" not in log_text, log_text[-3000:]

@@ -28,7 +28,12 @@ FAKE_CURL = """#!/bin/sh
 echo "$*" >> "{log}"
 out=""; url=""
 while [ $# -gt 0 ]; do
-  case "$1" in -o) out=$2; shift ;; --proto|--proto-redir|--retry|--connect-timeout|--cacert) shift ;; -*) ;; *) url=$1 ;; esac
+  case "$1" in
+    -o) out=$2; shift ;;
+    --proto|--proto-redir|--retry|--connect-timeout|--cacert) shift ;;
+    -*) ;;
+    *) url=$1 ;;
+  esac
   shift
 done
 cp "{served}/${{url##*/}}" "$out"

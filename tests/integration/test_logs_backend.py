@@ -25,10 +25,10 @@ def test_push_through_the_reference_backend_when_no_loki_url_is_set(tmp_path, ba
     agent_id = agent.env["FADEN_NODE_AGENT_AGENT_ID"]
 
     def system_lines():
-        return [l for l in backend.logs(node["node_id"]) if l["labels"].get("container") == f"node-{agent_id}"]
+        return [e for e in backend.logs(node["node_id"]) if e["labels"].get("container") == f"node-{agent_id}"]
 
     lines = wait_for(lambda: len(system_lines()) >= 20 and system_lines(), 30, what="20 lines at the backend")
-    assert [l["line"] for l in lines] == [f"through backend {i}" for i in range(20)]
+    assert [e["line"] for e in lines] == [f"through backend {i}" for i in range(20)]
     assert lines[0]["labels"] == {
         "job": "node-agent",
         "host": "10.0.0.5",

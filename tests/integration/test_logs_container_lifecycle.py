@@ -30,7 +30,7 @@ def loki():
 
 
 @pytest.fixture
-def agent(executor_factory, loki, tmp_path):  # noqa: F811
+def agent(executor_factory, loki, tmp_path):
     journal = JournalWriter(tmp_path / "journal")
     journal.append(journal.lines(["boot"]))
     return executor_factory(
@@ -52,7 +52,7 @@ def docker_time_s(value: str) -> float:
     return datetime.fromisoformat(head + "+00:00").timestamp() + float(f"0.{frac or 0}")
 
 
-def test_a_container_that_prints_3_lines_and_exits_within_50_ms(agent, loki, docker_client, prefix):  # noqa: F811
+def test_a_container_that_prints_3_lines_and_exits_within_50_ms(agent, loki, docker_client, prefix):
     name = f"{prefix}-blink"
     try:
         container = docker_client.containers.run(
@@ -75,7 +75,7 @@ def test_a_container_that_prints_3_lines_and_exits_within_50_ms(agent, loki, doc
     assert got == ["one", "two", "three"]
 
 
-def test_a_crash_looping_container_is_followed_across_20_restarts(agent, loki, docker_client, prefix, tmp_path):  # noqa: F811
+def test_a_crash_looping_container_is_followed_across_20_restarts(agent, loki, docker_client, prefix, tmp_path):
     name = f"{prefix}-loop"
     counter = tmp_path / "counter"
     counter.mkdir()
@@ -113,7 +113,7 @@ def test_a_crash_looping_container_is_followed_across_20_restarts(agent, loki, d
     assert restarts >= 19
 
 
-def test_1000_lines_then_container_remove_right_after_exit(agent, loki, docker_client, prefix):  # noqa: F811
+def test_1000_lines_then_container_remove_right_after_exit(agent, loki, docker_client, prefix):
     _, ex = agent
     name = f"{prefix}-words"
     loki.delay_s = 0.3  # a Loki that takes its time: the remove must wait for it
@@ -136,7 +136,7 @@ def test_1000_lines_then_container_remove_right_after_exit(agent, loki, docker_c
     assert set(got) == {f"last words {i}" for i in range(1, 1001)}
 
 
-def test_a_log_driver_that_cannot_be_read_is_reported_once(agent, loki, docker_client, prefix):  # noqa: F811
+def test_a_log_driver_that_cannot_be_read_is_reported_once(agent, loki, docker_client, prefix):
     agent_process, ex = agent
     name = f"{prefix}-mute"
     try:
@@ -163,7 +163,7 @@ def test_a_log_driver_that_cannot_be_read_is_reported_once(agent, loki, docker_c
     assert status["unreadable"] >= 1
 
 
-def test_1000_lines_then_a_replacing_container_run(agent, loki, docker_client, prefix):  # noqa: F811
+def test_1000_lines_then_a_replacing_container_run(agent, loki, docker_client, prefix):
     _, ex = agent
     name = f"{prefix}-replaced"
     loki.delay_s = 0.3

@@ -73,7 +73,7 @@ def hostile_script(secret_file: str, secret_dir: str) -> str:
 def test_a_hostile_ray_container_cannot_read_host_files_or_stall_shipping(
     executor_factory,
     prefix,
-    docker_client,  # noqa: F811
+    docker_client,
     tmp_path,
 ):
     host = tmp_path / "host"
@@ -141,7 +141,7 @@ def test_a_hostile_ray_container_cannot_read_host_files_or_stall_shipping(
 def test_the_log_mount_is_writable_by_the_containers_user_and_nobody_else(
     executor_factory,
     prefix,
-    docker_client,  # noqa: F811
+    docker_client,
     tmp_path,
 ):
     _, ex = executor_factory()

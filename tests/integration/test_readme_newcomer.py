@@ -31,7 +31,9 @@ HOME = "/home/newcomer"
 NODES_PROBE = """
 import json, pathlib, urllib.request
 token = (pathlib.Path.home() / ".local/share/faden-agent/dev-backend/admin-token").read_text().strip()
-req = urllib.request.Request("http://127.0.0.1:8000/api/admin/system/nodes", headers={"Authorization": "Bearer " + token})
+req = urllib.request.Request(
+    "http://127.0.0.1:8000/api/admin/system/nodes", headers={"Authorization": "Bearer " + token}
+)
 print(json.dumps(json.load(urllib.request.urlopen(req, timeout=5))["nodes"]))
 """
 

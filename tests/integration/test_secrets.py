@@ -33,7 +33,7 @@ def agent_tree(agent: AgentProcess) -> list[psutil.Process]:
     return [root, *root.children(recursive=True)]
 
 
-def test_loki_url_credentials_and_the_token_never_leak(backend, tmp_path):  # noqa: F811
+def test_loki_url_credentials_and_the_token_never_leak(backend, tmp_path):
     journal = JournalWriter(tmp_path / "journal")
     journal.append(journal.lines([f"secret test line {i}" for i in range(20)], _SYSTEMD_UNIT="t.service"))
     with LokiReceiver() as loki:

@@ -21,7 +21,7 @@ def agent_status(env: dict[str, str]) -> dict:
     return json.loads(out.stdout)
 
 
-def test_enroll_restart_no_second_enrollment(backend, agent_on_backend, tmp_path):  # noqa: F811
+def test_enroll_restart_no_second_enrollment(backend, agent_on_backend, tmp_path):
     agent, node = agent_on_backend()
     state_path = tmp_path / "agent0" / "state" / "state.json"
     assert stat.S_IMODE(state_path.stat().st_mode) == 0o600
@@ -47,7 +47,7 @@ def test_enroll_restart_no_second_enrollment(backend, agent_on_backend, tmp_path
     assert len(enrolls) == 1
 
 
-def test_second_use_of_a_token_is_refused(backend, agent_on_backend, tmp_path):  # noqa: F811
+def test_second_use_of_a_token_is_refused(backend, agent_on_backend, tmp_path):
     token = backend.mint_token()
     first, node = agent_on_backend(enrollment_token=token)
     env = agent_env_for(backend, tmp_path / "second", token=token)
@@ -65,7 +65,7 @@ def test_second_use_of_a_token_is_refused(backend, agent_on_backend, tmp_path): 
         second.stop()
 
 
-def test_token_from_a_file(backend, agent_on_backend, tmp_path):  # noqa: F811
+def test_token_from_a_file(backend, agent_on_backend, tmp_path):
     token_file = tmp_path / "token"
     token_file.write_text(backend.mint_token() + "\n")
     token_file.chmod(0o600)
@@ -73,7 +73,7 @@ def test_token_from_a_file(backend, agent_on_backend, tmp_path):  # noqa: F811
     assert node["agent_id"] == agent.env["FADEN_NODE_AGENT_AGENT_ID"]
 
 
-def test_corrupt_and_foreign_state_files_are_reported_and_kept(backend, tmp_path):  # noqa: F811
+def test_corrupt_and_foreign_state_files_are_reported_and_kept(backend, tmp_path):
     cases = {
         "corrupt": (b"{half a state file", "is corrupt"),
         "foreign": (
@@ -99,7 +99,9 @@ def test_corrupt_and_foreign_state_files_are_reported_and_kept(backend, tmp_path
         agent = AgentProcess(env, root / "agent.log").start()
         try:
             report = wait_for(
-                lambda: (s := agent_status(env))["connection"] == "state_error" and s, 20, what=f"{name} state error"
+                lambda env=env: (s := agent_status(env))["connection"] == "state_error" and s,
+                20,
+                what=f"{name} state error",
             )
             assert message in report["last_error"]
             assert message in agent.log_text()
@@ -109,7 +111,7 @@ def test_corrupt_and_foreign_state_files_are_reported_and_kept(backend, tmp_path
     assert backend.nodes() == []
 
 
-def test_rejection_travels_back_as_a_timeline(backend, agent_on_backend):  # noqa: F811
+def test_rejection_travels_back_as_a_timeline(backend, agent_on_backend):
     agent, node = agent_on_backend()
     command_id = backend.send_command(node["node_id"], "no.such.kind", {"x": 1})
     command = backend.wait_command(command_id)
@@ -118,7 +120,7 @@ def test_rejection_travels_back_as_a_timeline(backend, agent_on_backend):  # noq
     assert terminal["reason"] in ("unknown_kind", "not_implemented") and terminal["message"]
 
 
-def test_revoked_credential_is_reported_never_reenrolled(backend, agent_on_backend, tmp_path):  # noqa: F811
+def test_revoked_credential_is_reported_never_reenrolled(backend, agent_on_backend, tmp_path):
     agent, node = agent_on_backend()
     state_path = tmp_path / "agent0" / "state" / "state.json"
     before = state_path.read_bytes()
@@ -134,7 +136,7 @@ def test_revoked_credential_is_reported_never_reenrolled(backend, agent_on_backe
     assert len(backend.nodes()) == 1
 
 
-def test_commands_queued_while_the_agent_is_down_arrive_once(backend, agent_on_backend):  # noqa: F811
+def test_commands_queued_while_the_agent_is_down_arrive_once(backend, agent_on_backend):
     agent, node = agent_on_backend()
     first = backend.send_command(node["node_id"], "no.such.kind")
     backend.wait_command(first)
@@ -150,7 +152,7 @@ def test_commands_queued_while_the_agent_is_down_arrive_once(backend, agent_on_b
     assert all(command_id in after_restart for command_id in queued)
 
 
-def test_death_between_enrollment_and_state_file_is_retried_as_the_same_node(backend, tmp_path):  # noqa: F811
+def test_death_between_enrollment_and_state_file_is_retried_as_the_same_node(backend, tmp_path):
     """The backend answered, the agent died before its state file was on disk: the next start
     presents the same token and attempt id and becomes the node it was given, not a refusal."""
     from faden_agent.backend import BackendClient

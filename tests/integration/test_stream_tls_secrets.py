@@ -143,7 +143,7 @@ def _all_cmdlines_and_titles() -> list[bytes]:
     return texts
 
 
-def test_token_and_credential_never_leak(backend, agent_on_backend, tmp_path):  # noqa: F811
+def test_token_and_credential_never_leak(backend, agent_on_backend, tmp_path):
     agent, node = agent_on_backend()
     token = agent.env["FADEN_NODE_AGENT_ENROLLMENT_TOKEN"]
     credential = orjson.loads((tmp_path / "agent0" / "state" / "state.json").read_bytes())["credential"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import signal
@@ -39,7 +40,7 @@ def test_kill_9_of_each_worker_restarts_only_that_worker(tmp_path):
             victim = before[name]["pid"]
             os.kill(victim, signal.SIGKILL)
             after = wait_for(
-                lambda: (
+                lambda name=name, victim=victim: (
                     (rows := agent.workers())
                     and rows[name]["state"] == "RUNNING"
                     and rows[name]["pid"] != victim
@@ -112,7 +113,7 @@ def test_crash_loop_backoff_grows_and_fatal_leaves_others_running(tmp_path):
         ]
         assert len(delays) == 4
         # exponential: each delay about twice the previous one (jitter is +-20 %)
-        for earlier, later in zip(delays, delays[1:]):
+        for earlier, later in itertools.pairwise(delays):
             assert later > earlier * 1.2, delays
         stable = agent.workers()
         time.sleep(1)

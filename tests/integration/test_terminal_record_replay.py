@@ -15,7 +15,7 @@ from tests.executorproc import prefix  # noqa: F401
 pytestmark = pytest.mark.docker
 
 
-def test_kill_9_between_done_and_outbox_still_delivers_the_terminal_record(backend, prefix, tmp_path, docker_client):  # noqa: F811
+def test_kill_9_between_done_and_outbox_still_delivers_the_terminal_record(backend, prefix, tmp_path, docker_client):
     env = agent_env_for(backend, tmp_path)
     env.update(FADEN_TEST_HOOKS="1", FADEN_TEST_HOOK_KILL_BETWEEN="done/outbox")
     with AgentProcess(env, tmp_path / "agent.log") as agent:
@@ -23,7 +23,7 @@ def test_kill_9_between_done_and_outbox_still_delivers_the_terminal_record(backe
         check_replay(backend, agent, node, prefix)
 
 
-def check_replay(backend, agent, node, prefix):  # noqa: F811
+def check_replay(backend, agent, node, prefix):
     executor_pid = agent.workers()["executor"]["pid"]
     # Runs on a command thread after the ack (it asks the engine), so the downlink will
     # not hand it over again: only the journal knows it finished.

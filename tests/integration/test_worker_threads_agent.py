@@ -11,7 +11,7 @@ from tests.backendproc import agent_env_for, backend  # noqa: F401
 HOOK_ERROR = "thread downlink died: RuntimeError: made to die by the test hook THREAD_DIES"
 
 
-def test_a_dead_critical_thread_restarts_its_worker_and_ps_says_why(backend, tmp_path):  # noqa: F811
+def test_a_dead_critical_thread_restarts_its_worker_and_ps_says_why(backend, tmp_path):
     env = agent_env_for(backend, tmp_path)
     env.update(FADEN_TEST_HOOKS="1", FADEN_TEST_HOOK_THREAD_DIES="stream/downlink/1.5")
     with AgentProcess(env, tmp_path / "agent.log") as agent:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import subprocess
@@ -142,7 +143,7 @@ def test_token_file_is_read(tmp_path):
 
 def test_config_is_immutable():
     config = load()
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         config.agent_id = "other"  # type: ignore[misc]
 
 

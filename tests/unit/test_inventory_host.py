@@ -39,7 +39,8 @@ def test_host_facts_match_the_machine(tmp_path):
     assert 1 <= host["cpu_physical"] <= host["cpu_logical"]
     assert host["hostname"] == socket.gethostname()
     assert host["kernel"] == os.uname().release and host["arch"] == os.uname().machine
-    btime = next(int(l.split()[1]) for l in Path("/proc/stat").read_text().splitlines() if l.startswith("btime"))
+    stat_lines = Path("/proc/stat").read_text().splitlines()
+    btime = next(int(line.split()[1]) for line in stat_lines if line.startswith("btime"))
     assert abs(host["boot_time"] - btime) <= 1
     assert host["cpu_model"]
     assert host["agent_id"] == "agent-x"

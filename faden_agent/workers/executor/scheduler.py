@@ -101,7 +101,7 @@ class Scheduler:
     def _run(self, job: Job) -> None:
         try:
             self._execute(job)
-        except Exception:  # noqa: BLE001 - execute reports its own failures; this is a last guard
+        except Exception:  # execute reports its own failures; this is a last guard
             log.exception("command %s (%s) crashed", job.id, job.kind)
         finally:
             self._finished(job)

@@ -143,7 +143,8 @@ def mounts(key: str, value: Any) -> list[dict[str, Any]]:
         kind = mount.get("type", "bind")
         if kind not in MOUNT_TYPES:
             raise SpecError(f"{quote(key)}[{i}].type must be one of {', '.join(MOUNT_TYPES)}, got {quote(kind)}")
-        target = _need(mount, "target", lambda k, v: string(f"{key}[{i}].{k}", v))
+        at = f"{key}[{i}]"
+        target = _need(mount, "target", lambda k, v, at=at: string(f"{at}.{k}", v))
         if not target.startswith("/"):
             raise SpecError(f"{quote(key)}[{i}].target must be an absolute path, got {quote(target)}")
         source = mount.get("source")
@@ -184,7 +185,8 @@ def restart_policy(key: str, value: Any) -> dict[str, Any]:
         value = {"name": value}
     if not isinstance(value, dict) or value.get("name") not in RESTART_POLICIES:
         raise SpecError(
-            f"{quote(key)} must be one of {', '.join(RESTART_POLICIES)} (or {{name, maximum_retry_count}}), got {quote(value)}"
+            f"{quote(key)} must be one of {', '.join(RESTART_POLICIES)} (or {{name, maximum_retry_count}}),"
+            f" got {quote(value)}"
         )
     policy = {"Name": value["name"]}
     if "maximum_retry_count" in value:

@@ -36,7 +36,7 @@ class Commands:
         """Run one job to exactly one terminal state; never raises (a bug ends the command)."""
         try:
             self._execute(job)
-        except Exception as exc:  # noqa: BLE001 - e.g. the journal itself failing
+        except Exception as exc:  # e.g. the journal itself failing
             log.exception("command %s (%s) failed outside its handler", job.id, job.kind)
             self.fail_unexpectedly(job.id, job.kind, exc)
 
@@ -49,7 +49,7 @@ class Commands:
                 "internal_error",
                 f"{kind}: unexpected error: {type(exc).__name__}: {protocol.quote(str(exc))}",
             )
-        except Exception:  # noqa: BLE001 - the journal is gone too: the next start resumes or poisons it
+        except Exception:  # the journal is gone too: the next start resumes or poisons it
             log.exception("could not record the failure of command %s", command_id)
 
     def _execute(self, job: Job) -> None:
@@ -68,7 +68,7 @@ class Commands:
                 self._finish_stopped(job, failure)
             else:
                 self.timeline.finish(job.id, protocol.FAILED, failure.reason, failure.message, **failure.result)
-        except Exception as exc:  # noqa: BLE001 - a bug must end the command, not the worker
+        except Exception as exc:  # a bug must end the command, not the worker
             log.exception("command %s (%s) failed unexpectedly", job.id, job.kind)
             self.fail_unexpectedly(job.id, job.kind, exc)
         else:

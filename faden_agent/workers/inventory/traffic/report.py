@@ -104,7 +104,7 @@ class TrafficReporter:
         while not stop.is_set():
             try:
                 self.report()
-            except Exception:  # noqa: BLE001 - e.g. the outbox disk is full: try again next time
+            except Exception:  # e.g. the outbox disk is full: try again next time
                 log.exception("traffic sample failed")
             stop.wait(interval_s)
 
