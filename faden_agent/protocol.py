@@ -40,8 +40,10 @@ PEER_FETCH_PATH = "/v1/images/fetch"  # a holder's peer port (peer/server.py); a
 PEER_PROBE_PATH = "/v1/traffic/probe"  # an active probe session on a peer port (peer/probe.py)
 RELAY_PATH = f"{AGENT_API}/relays/{{relay_id}}"  # an image relay: the peer address a receiver gets
 RELAY_FETCH_PATH = RELAY_PATH + PEER_FETCH_PATH  # the receiver, as at a holder's peer port
-RELAY_REQUEST_PATH = f"{RELAY_PATH}/request"  # the holder asks what the receiver wants
-RELAY_STREAM_PATH = f"{RELAY_PATH}/stream"  # the holder posts the archive
+RELAY_REQUEST = "/request"  # after a relay's address: the holder asks what the receiver wants
+RELAY_STREAM = "/stream"  # after a relay's address: the holder posts the archive
+RELAY_REQUEST_PATH = RELAY_PATH + RELAY_REQUEST
+RELAY_STREAM_PATH = RELAY_PATH + RELAY_STREAM
 DOWNLOADS_PATH = "/downloads/{name}"  # agent builds and install.sh (reference backend --downloads)
 LOKI_PUSH_PATH = "/loki/api/v1/push"  # Loki's own push API, after its base URL
 

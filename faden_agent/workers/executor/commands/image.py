@@ -19,6 +19,7 @@ import time
 from typing import Any
 from urllib.parse import urlsplit
 
+from faden_agent import protocol
 from faden_agent.peer.fetch import NoSpace, PeerFailure, Stopped, Transfer, tag_image
 from faden_agent.peer.server import holder_stream
 from faden_agent.peer.tickets import Ticket, TicketBox
@@ -207,7 +208,7 @@ def image_relay(commands: Commands, job: Job) -> dict[str, Any]:
     while request is None:
         commands.check(job)
         try:
-            answer = requests.get(f"{spec['url']}/request", headers=auth, timeout=(10, 30), verify=verify)
+            answer = requests.get(spec["url"] + protocol.RELAY_REQUEST, headers=auth, timeout=(10, 30), verify=verify)
         except requests.exceptions.RequestException as exc:
             raise CommandFailed("peer_unreachable", f"cannot reach the relay: {type(exc).__name__}") from None
         if answer.status_code == 200:
@@ -228,7 +229,11 @@ def image_relay(commands: Commands, job: Job) -> dict[str, Any]:
 
     try:
         done = requests.post(
-            f"{spec['url']}/stream", data=checked(), headers={**auth, **headers}, timeout=(10, 600), verify=verify
+            spec["url"] + protocol.RELAY_STREAM,
+            data=checked(),
+            headers={**auth, **headers},
+            timeout=(10, 600),
+            verify=verify,
         )
     except Stopped:
         raise Cancelled() from None
