@@ -31,6 +31,7 @@ from faden_agent.workers.logs.report import report_event
 from faden_agent.workers.logs.sources import FIRST_START_WINDOW_SEC, Source
 
 RESCAN_SEC = 60.0  # a full listing besides the events: a safety net for an event lost on a reconnect
+ENDED, STOP = "faden:ended", "faden:stop"  # inbox markers: the event stream ended, the source stops
 RESTART_CHECK_SEC = 5.0  # a stopped container's follower checks this often for a restart it missed
 FOLLOW_ACTIONS = frozenset({"create", "start", "restart", "unpause", "die", "oom", "want"})
 WAKE_ACTIONS = frozenset({"start", "restart", "unpause"})
@@ -147,11 +148,13 @@ class ContainerSource(Source):
             while not self.stop_event.is_set():
                 if not reader.is_alive():
                     raise ConnectionError("the Docker event stream ended")
-                try:
-                    what, container_id = self.inbox.get(timeout=0.2)
+                try:  # blocks until an event, a drain request, the stream's end or a stop: no polling
+                    what, container_id = self.inbox.get(timeout=max(0.0, next_refresh - time.monotonic()))
                 except queue.Empty:
                     what = container_id = None
-                if what is not None:
+                if what == ENDED:
+                    reader.join(1.0)  # then the check above sees it
+                elif what is not None and what != STOP:
                     self.on_event(client, what, container_id)
                 if time.monotonic() >= next_refresh:
                     self.refresh(client)
@@ -162,7 +165,22 @@ class ContainerSource(Source):
             client.close()
 
     def read_events(self, events) -> None:
-        """The event stream into the inbox (its own thread: the stream blocks)."""
+        """The event stream into the inbox (its own thread: the stream blocks); its end too."""
+        try:
+            self._read_events(events)
+        finally:
+            self._nudge(ENDED)
+
+    def stop(self) -> None:
+        self._nudge(STOP)
+
+    def _nudge(self, what: str) -> None:
+        try:
+            self.inbox.put_nowait((what, None))
+        except queue.Full:
+            pass  # the loop is awake anyway: it has a full inbox to read
+
+    def _read_events(self, events) -> None:
         for event in events:
             if self.stop_event.is_set():
                 return
