@@ -18,13 +18,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import orjson  # noqa: E402
+import orjson
 
-from faden_agent import protocol  # noqa: E402
-from faden_agent.config import load_config  # noqa: E402
-from faden_agent.reports.outbox import make_record  # noqa: E402
-from faden_agent.workers.inventory.collector import Collector  # noqa: E402
-from faden_agent.workers.inventory.record import RecordEmitter  # noqa: E402
+from faden_agent import protocol
+from faden_agent.config import load_config
+from faden_agent.reports.outbox import make_record
+from faden_agent.workers.inventory.collector import Collector
+from faden_agent.workers.inventory.record import RecordEmitter
 
 
 def wire_size(data: dict) -> int:

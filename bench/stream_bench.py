@@ -23,11 +23,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from faden_agent import protocol  # noqa: E402
-from faden_agent.config import load_config  # noqa: E402
-from faden_agent.reports.producer import Reports  # noqa: E402
-from tests.agentproc import AgentProcess, wait_for  # noqa: E402
-from tests.backendproc import BackendProcess, agent_env_for  # noqa: E402
+from faden_agent import protocol
+from faden_agent.config import load_config
+from faden_agent.reports.producer import Reports
+from tests.agentproc import AgentProcess, wait_for
+from tests.backendproc import BackendProcess, agent_env_for
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -70,7 +70,7 @@ def reconnect_times(backend: BackendProcess, restarts: int) -> dict:
         started_at = time.time()  # the backend process is spawned: its own start-up is included
         backend.start()
         first = wait_for(
-            lambda: [
+            lambda started_at=started_at: [
                 r
                 for r in backend.admin.requests_log(started_at)
                 if r["path"].endswith("/stream") and r["status"] == 200
@@ -150,7 +150,8 @@ def main() -> int:
         f"p99 {hb['lateness_p99_ms']} ms, max {hb['lateness_max_ms']} ms, skipped {hb['skipped_beats']}"
     )
     print(
-        f"reconnect after backend restart, from spawning the backend (its ~0.3-0.5 s start-up included; RECONNECT_MIN {args.reconnect_min}s, MAX {args.reconnect_max}s), "
+        "reconnect after backend restart, from spawning the backend (its ~0.3-0.5 s start-up included;"
+        f" RECONNECT_MIN {args.reconnect_min}s, MAX {args.reconnect_max}s), "
         f"{rc['restarts']} restarts: median {rc['reconnect_median_s']} s, max {rc['reconnect_max_s']} s"
     )
     print(

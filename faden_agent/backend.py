@@ -175,12 +175,9 @@ class BackendClient:
         where = f"{method} {path}: HTTP {status}"
         if status == 503:
             retry_after = parse_retry_after(reply.headers.get("Retry-After"))
-            self.hold.hold(retry_after if retry_after is not None else DEFAULT_MAINTENANCE_WAIT_S)
-            raise Maintenance(
-                f"{where} (maintenance; retry after {retry_after if retry_after is not None else DEFAULT_MAINTENANCE_WAIT_S:g}s)",
-                status,
-                retry_after if retry_after is not None else DEFAULT_MAINTENANCE_WAIT_S,
-            )
+            wait_s = retry_after if retry_after is not None else DEFAULT_MAINTENANCE_WAIT_S
+            self.hold.hold(wait_s)
+            raise Maintenance(f"{where} (maintenance; retry after {wait_s:g}s)", status, wait_s)
         if status in (401, 403) and auth:
             raise CredentialRejected(
                 f"{where}: the backend rejected this node's credential ({detail or 'no detail'}); "

@@ -13,6 +13,7 @@ by default; FADEN_CHAOS_SECONDS asks for longer.
 from __future__ import annotations
 
 import collections
+import itertools
 import os
 import random
 import signal
@@ -180,7 +181,10 @@ class Run:
                 ["run", "stop", "start", "restart", "remove", "pull", "cancel"], [5, 2, 2, 1, 2, 2, 1]
             )[0]
             if action == "run":
-                script = f"echo chaos-line {name} start $(date +%s%N); i=0; while true; do i=$((i+1)); echo chaos-line {name} $i; sleep 1; done"
+                script = (
+                    f"echo chaos-line {name} start $(date +%s%N); "
+                    f"i=0; while true; do i=$((i+1)); echo chaos-line {name} $i; sleep 1; done"
+                )
                 cid = self.send(
                     "container.run",
                     {
@@ -487,7 +491,7 @@ def settle_and_check(run: Run) -> None:
     # 5. heartbeat gaps: 2x the interval, except while a fault silenced the stream, then bounded
     beats = sorted(b["received_at"] for b in backend.heartbeats(run.node_id))
     worst = 0.0
-    for earlier, later in zip(beats, beats[1:]):
+    for earlier, later in itertools.pairwise(beats):
         gap = later - earlier
         if gap <= 2 * HEARTBEAT_S:
             continue

@@ -14,7 +14,7 @@ from tests.backendproc import agent_env_for, backend  # noqa: F401
 GARBAGE = b"\x00\xffnot sqlite at all" * 500
 
 
-def test_corrupt_outbox_journal_and_positions_at_start_are_quarantined_reported_and_work_goes_on(backend, tmp_path):  # noqa: F811
+def test_corrupt_outbox_journal_and_positions_at_start_are_quarantined_reported_and_work_goes_on(backend, tmp_path):
     env = agent_env_for(backend, tmp_path)
     state_dir = load_config(env).state_dir
     with AgentProcess(env, tmp_path / "first.log"):

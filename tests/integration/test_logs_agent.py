@@ -3,6 +3,7 @@ systemd-journal-remote, a Loki-compatible receiver over HTTP, real signals and r
 
 from __future__ import annotations
 
+import itertools
 import logging
 import logging.handlers
 import os
@@ -299,7 +300,7 @@ def test_ray_serve_file_rotated_by_rename_while_shipping_loses_no_line(tmp_path,
         # timestamp) is. Every line once, and the stamps never go back in file order.
         numbered = sorted((int(e.line.split()[-2]), int(e.ts)) for e in got)
         assert [n for n, _ in numbered] == list(range(2000))
-        assert all(a[1] <= b[1] for a, b in zip(numbered, numbered[1:]))
+        assert all(a[1] <= b[1] for a, b in itertools.pairwise(numbered))
         assert got[0].labels == {
             "job": "node-agent",
             "host": "10.9.8.7",

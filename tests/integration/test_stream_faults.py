@@ -3,6 +3,7 @@ stalled streams, kill -9 of the stream worker, a SIGSTOPped executor (issue 3)."
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import statistics
@@ -20,11 +21,11 @@ from tests.integration.test_stream_enroll import agent_status
 UNKNOWN_KIND = "no.such.kind"  # rejected by the executor: a real timeline without Docker work
 
 
-def stream_requests(backend, since: float) -> list[dict]:  # noqa: F811
+def stream_requests(backend, since: float) -> list[dict]:
     return [r for r in backend.admin.requests_log(since) if r["path"].endswith("/stream")]
 
 
-def assert_each_state_once(backend, command_ids):  # noqa: F811
+def assert_each_state_once(backend, command_ids):
     for command_id in command_ids:
         command = backend.wait_command(command_id)
         assert command["state"] == protocol.REJECTED, command
@@ -32,7 +33,7 @@ def assert_each_state_once(backend, command_ids):  # noqa: F811
         assert counts[protocol.REJECTED] == 1 and all(n == 1 for n in counts.values()), counts
 
 
-def test_backend_restart_reconnects_in_time_and_loses_nothing(backend, agent_on_backend):  # noqa: F811
+def test_backend_restart_reconnects_in_time_and_loses_nothing(backend, agent_on_backend):
     reconnect_max = 2.0
     agent, node = agent_on_backend(reconnect_max_sec=reconnect_max)
     before = [backend.send_command(node["node_id"], UNKNOWN_KIND, {"n": i}) for i in range(5)]
@@ -49,7 +50,7 @@ def test_backend_restart_reconnects_in_time_and_loses_nothing(backend, agent_on_
     assert agent.workers()["stream"]["restarts"] == 0
 
 
-def test_maintenance_retry_after_is_obeyed(backend, agent_on_backend):  # noqa: F811
+def test_maintenance_retry_after_is_obeyed(backend, agent_on_backend):
     retry_after = 2
     agent, node = agent_on_backend()
     switched_on = time.time()
@@ -71,7 +72,7 @@ def test_maintenance_retry_after_is_obeyed(backend, agent_on_backend):  # noqa: 
     assert backend.wait_command(command_id)["state"] == protocol.REJECTED
 
 
-def test_stalled_stream_is_detected_and_reconnected(backend, agent_on_backend):  # noqa: F811
+def test_stalled_stream_is_detected_and_reconnected(backend, agent_on_backend):
     agent, node = agent_on_backend(stream_keepalive_sec=0.5)  # read timeout 3 x 0.5 + 1 = 2.5 s
     stalled_at = time.time()
     backend.admin.faults(stall_streams=True, drop_streams=True)
@@ -85,7 +86,7 @@ def test_stalled_stream_is_detected_and_reconnected(backend, agent_on_backend): 
     assert agent.workers()["stream"]["restarts"] == 0
 
 
-def test_kill_9_of_the_stream_worker_loses_no_pending_record(backend, agent_on_backend):  # noqa: F811
+def test_kill_9_of_the_stream_worker_loses_no_pending_record(backend, agent_on_backend):
     agent, node = agent_on_backend()
     backend.kill()
     producer = Reports(load_config(agent.env))
@@ -111,7 +112,7 @@ def test_kill_9_of_the_stream_worker_loses_no_pending_record(backend, agent_on_b
     outbox.close()
 
 
-def test_heartbeats_keep_their_interval_while_the_executor_is_stopped(backend, agent_on_backend):  # noqa: F811
+def test_heartbeats_keep_their_interval_while_the_executor_is_stopped(backend, agent_on_backend):
     interval = 0.5
     agent, node = agent_on_backend(heartbeat_interval_sec=interval, worker_hang_timeout_sec=30)
     executor_pid = agent.workers()["executor"]["pid"]
@@ -121,7 +122,7 @@ def test_heartbeats_keep_their_interval_while_the_executor_is_stopped(backend, a
         command_id = backend.send_command(node["node_id"], UNKNOWN_KIND)  # the hand-off now blocks
         time.sleep(5)
         beats = [b["received_at"] for b in backend.heartbeats(node["node_id"]) if b["received_at"] >= stopped_at]
-        gaps = [b - a for a, b in zip(beats, beats[1:])]
+        gaps = [b - a for a, b in itertools.pairwise(beats)]
         # A heartbeat held up by the hand-off would leave a 5 s hole; the bound leaves room
         # for a loaded CI machine (the measured jitter is in bench/stream_bench.py).
         assert len(beats) >= 6, beats

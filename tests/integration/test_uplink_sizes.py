@@ -16,12 +16,12 @@ from tests.backendproc import agent_on_backend, backend  # noqa: F401
 KIB = 1024
 
 
-def delivered(backend, node_id: str, prefix: str) -> dict[str, dict]:  # noqa: F811
+def delivered(backend, node_id: str, prefix: str) -> dict[str, dict]:
     events = [r["data"] for r in backend.events(node_id)]
     return {e["record"]: e for e in events if str(e.get("record", "")).startswith(prefix)}
 
 
-def test_a_record_refused_with_413_becomes_a_stub_and_everything_after_it_is_delivered(backend, agent_on_backend):  # noqa: F811
+def test_a_record_refused_with_413_becomes_a_stub_and_everything_after_it_is_delivered(backend, agent_on_backend):
     agent, node = agent_on_backend()
     backend.admin.faults(max_body_bytes=64 * KIB)
     producer = Reports(load_config(agent.env))

@@ -99,7 +99,7 @@ class ExecutorWorker(Worker):
             # journal knows it when it got that far, see accept's duplicate branch).
             channel.send("error", {"message": f"the executor cannot journal the command now: {exc}", "retry": True})
             return
-        except Exception as exc:  # noqa: BLE001 - a bug with one command must not wedge the socket
+        except Exception as exc:  # a bug with one command must not wedge the socket
             log.exception("accepting a command failed")
             body = message.body if isinstance(message.body, dict) else {}
             reply = {
@@ -216,7 +216,7 @@ class ExecutorWorker(Worker):
                 self.commands_.execute(job)  # touches no Docker: inline keeps it ahead of every queue
             else:
                 self.scheduler.submit(job)
-        except Exception as exc:  # noqa: BLE001 - a poison command ends as a command
+        except Exception as exc:  # a poison command ends as a command
             log.exception("command %s (%s) failed while %s", entry.id, entry.kind, step)
             state = protocol.REJECTED if step == "validating" else protocol.FAILED
             self.timeline.finish(

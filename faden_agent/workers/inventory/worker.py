@@ -98,7 +98,7 @@ class InventoryWorker(Worker):
                 data = self.reporter.report()
                 if data is not None:
                     log.debug("inventory %s record %s", data["type"], data["hash"])
-            except Exception:  # noqa: BLE001 - e.g. the outbox disk is full: try again next time
+            except Exception:  # e.g. the outbox disk is full: try again next time
                 log.exception("inventory cycle failed")
             if self._changed.wait(self.config.inventory_interval_sec):
                 self.stop_event.wait(SETTLE_S)

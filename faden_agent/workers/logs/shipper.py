@@ -122,7 +122,9 @@ class Shipper:
             return
         data = {
             "type": "logs.lines_lost",
-            "message": f"Loki refused {lost.rejected} log lines (HTTP 400) and {lost.dropped} over-large lines (HTTP 413)",
+            "message": (
+                f"Loki refused {lost.rejected} log lines (HTTP 400) and {lost.dropped} over-large lines (HTTP 413)"
+            ),
             "rejected": lost.rejected,
             "too_large": lost.dropped,
             "target": str(self.target),

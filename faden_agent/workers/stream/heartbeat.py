@@ -5,9 +5,10 @@ Lean, after kubelet's node leases: every beat carries the pulse (beat, due_at, u
 outbox backlog: a few dozen bytes); the detail (version, capabilities, the supervisor's
 worker table, the connection, disk_full) rides along only when it changed, after a beat
 that could not be sent, and at least every HEARTBEAT_FULL_SEC (for the numbers, and a
-backend that lost it). "Changed" means a state, not a counter: a worker's name/state/pid/restarts/last_exit and the non-numeric values of its
-status; numbers (ages, sizes, CPU, counters) are refreshed by the slow full beat. The
-backend keeps the last detail and merges each beat into it (docs/protocol.md).
+backend that lost it). "Changed" means a state, not a counter: a worker's
+name/state/pid/restarts/last_exit and the non-numeric values of its status; numbers (ages,
+sizes, CPU, counters) are refreshed by the slow full beat. The backend keeps the last
+detail and merges each beat into it (docs/protocol.md).
 
 A heartbeat is latest-value: one that cannot be sent is dropped, the next one replaces it.
 Beats are due at start + n * interval; a late beat does not shift the ones after it, and
