@@ -30,6 +30,7 @@ from tests.cluster.rig import BRIDGE_ADDRESS, TEST_IMAGE, Machine, Rig
 pytestmark = [pytest.mark.cluster, pytest.mark.docker]
 
 PEER_PORT = 7480
+RIG_AGENT_SETTINGS = {"peer_start": "on_demand"}  # production's default (the test helpers' is always)
 APP = "faden-peer/app:1"
 BASE = "faden-peer/base:1"
 OTHER = "faden-peer/other:1"
@@ -158,11 +159,13 @@ def fetch_progress(done: dict[str, Any]) -> list[dict[str, Any]]:
 @pytest.fixture(scope="module")
 def rig(cluster_rig):
     build_images(cluster_rig.machine(1))
-    for machine in cluster_rig.machines:  # every agent's peer worker listens
+    # In no cluster and serving nothing yet, no machine runs a peer worker (PEER_START=on_demand,
+    # the default): each test's first image.serve starts it, answered once its port listens.
+    for machine in cluster_rig.machines:
         wait_for(
-            lambda m=machine: (m.agent.workers().get("peer") or {}).get("status", {}).get("listening"),
+            lambda m=machine: (m.agent.workers().get("peer") or {}).get("status", {}).get("on_demand"),
             30,
-            what=f"peer worker of machine {machine.index} listening",
+            what=f"peer worker of machine {machine.index} waiting for demand",
         )
     return cluster_rig
 
