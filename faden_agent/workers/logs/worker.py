@@ -28,6 +28,9 @@ from faden_agent.workers.logs.sources.journal import JournalSource
 
 class LogsWorker(Worker):
     name = "logs"
+    # The readers' checks are about minutes (journalctl silent for 5 min): an idle loop wakes
+    # every 5 s for them, not every second (issue 16).
+    tick_interval_s = 5.0
 
     def setup(self) -> None:
         self.backlog = Backlog()
