@@ -18,6 +18,7 @@ command.
 from __future__ import annotations
 
 import logging
+import socket
 import ssl
 import threading
 from collections.abc import Iterator
@@ -38,6 +39,8 @@ from faden_agent.peer.archive import (
 from faden_agent.peer.tickets import PROBE_GRANT, TicketBox, TicketRefused
 
 log = logging.getLogger(__name__)
+SAFETY_POLL_S = 30.0  # serve_forever's timer, only a safety net (shutdown() wakes it)
+SHUTDOWN_WAIT_S = 2.0
 
 REQUEST_LIMIT = 4 << 20  # the held chains of a machine with thousands of images fit
 FRAME = 1 << 20
@@ -128,10 +131,18 @@ class PeerServer:
         return self.httpd.server_address[1]
 
     def serve(self) -> None:
-        self.httpd.serve_forever(poll_interval=0.5)
+        # Woken by a connection, or by shutdown() shutting the listening socket down: an idle
+        # peer worker sleeps (issue 16; serve_forever's 0.5 s poll woke it twice a second).
+        self.httpd.serve_forever(poll_interval=SAFETY_POLL_S)
 
     def shutdown(self) -> None:
-        self.httpd.shutdown()
+        stopper = threading.Thread(target=self.httpd.shutdown, name="peer-serve-stop", daemon=True)
+        stopper.start()  # sets serve_forever's stop flag, then waits for the loop to end
+        try:
+            self.httpd.socket.shutdown(socket.SHUT_RDWR)  # wakes the loop's select at once
+        except OSError:
+            pass  # not listening (never was, or closed): the safety poll ends the loop
+        stopper.join(SHUTDOWN_WAIT_S)
         self.httpd.server_close()
 
     def status(self) -> dict[str, Any]:

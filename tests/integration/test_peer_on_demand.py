@@ -11,8 +11,13 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
+from pathlib import Path
 
 from faden_agent import protocol
+from faden_agent.peer.server import PeerServer
+from faden_agent.peer.tickets import TicketBox
 from tests.agentproc import wait_for
 from tests.backendproc import agent_on_backend, backend, free_port  # noqa: F401
 
@@ -68,3 +73,24 @@ def test_started_when_the_backend_puts_the_machine_in_a_cluster(agent_on_backend
     backend.admin.set_cluster("c-on-demand", [node["node_id"]])
     wait_for(lambda: peer_row(agent)["state"] == "RUNNING", 20, what="the peer worker started for the cluster")
     wait_for(lambda: listens(port), 10, what="the peer port")
+
+
+def test_an_idle_peer_server_sleeps_and_stops_at_once(tmp_path):
+    """Its HTTP server waits for a connection, not on a 0.5 s timer; shutdown() wakes it."""
+    server = PeerServer("127.0.0.1", 0, TicketBox(tmp_path), lambda: None)
+    thread = threading.Thread(target=server.serve, daemon=True)
+    thread.start()
+
+    def switches() -> int:
+        text = Path(f"/proc/self/task/{thread.native_id}/status").read_text()
+        return int(next(line for line in text.splitlines() if line.startswith("voluntary_ctxt_switches")).split()[1])
+
+    time.sleep(0.5)
+    before = switches()
+    time.sleep(3.0)
+    assert switches() - before <= 2  # the 0.5 s poll: 6
+    assert listens(server.port)
+    server.shutdown()
+    thread.join(5)
+    assert not thread.is_alive()  # woken by the shutdown, not by its 30 s safety poll
+    assert not listens(server.port)
