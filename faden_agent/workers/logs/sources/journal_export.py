@@ -51,11 +51,12 @@ def _fast(buf: bytes, pos: int, records: list[Record]) -> int:
     if end < 0:
         return pos
     for piece in buf[pos:end].split(b"\n\n"):
+        pairs = [line.split(b"=", 1) for line in piece.split(b"\n")]
         try:
-            record = dict([line.split(b"=", 1) for line in piece.split(b"\n")])
+            record = dict(pairs)
         except ValueError:  # a line without "=": a binary field (or a stray empty line)
             return pos
-        if len(record) != piece.count(b"\n") + 1:  # a field written twice
+        if len(record) != len(pairs):  # a field written twice
             return pos
         records.append(record)
         pos += len(piece) + 2
