@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-import threading
 import time
-import uuid
 from typing import Any
 
 from faden_agent import protocol
+from faden_agent.devbackend.rounds import ClusterRound
 
 DEFAULT_PEER_PORT = 7480
 ATTEMPTS = 3
@@ -50,35 +49,18 @@ def mint_ticket() -> tuple[str, str]:
     return ticket, hashlib.sha256(ticket.encode()).hexdigest()
 
 
-class Fanout:
+class Fanout(ClusterRound):
+    kind = "fanout"
+
     def __init__(self, backend: Any, cluster: str, image_id: str, reference: str | None, ttl_s: float = 1800.0):
-        self.id = uuid.uuid4().hex[:12]
-        self.backend = backend
-        self.cluster = cluster
+        super().__init__(backend, cluster)
         self.image_id = image_id
         self.reference = reference
         self.ttl_s = ttl_s
-        self.state = "running"
-        self.started_at = time.time()
-        self.ended_at: float | None = None
         self.transfers: list[dict[str, Any]] = []  # {target, source, command_id, state, reason, started_at, ended_at}
-        self._lock = threading.Lock()
 
-    def start(self) -> Fanout:
-        threading.Thread(target=self._run, name=f"fanout-{self.id}", daemon=True).start()
-        return self
-
-    def status(self) -> dict[str, Any]:
-        with self._lock:
-            return {
-                "id": self.id,
-                "cluster": self.cluster,
-                "image_id": self.image_id,
-                "state": self.state,
-                "started_at": self.started_at,
-                "ended_at": self.ended_at,
-                "transfers": [dict(t) for t in self.transfers],
-            }
+    def _detail(self) -> dict[str, Any]:
+        return {"image_id": self.image_id, "transfers": [dict(t) for t in self.transfers]}
 
     # --- the loop
 
@@ -109,8 +91,7 @@ class Fanout:
                 elif tries[transfer["target"]] < ATTEMPTS:
                     targets.append(transfer["target"])
         with self._lock:
-            self.state = "done" if all(self._holds(n) or n in holders for n in members) else "failed"
-            self.ended_at = time.time()
+            self.finish("done" if all(self._holds(n) or n in holders for n in members) else "failed")
 
     def _outcome(self, command_id: str) -> tuple[str | None, str | None]:
         return command_outcome(self.backend.store, command_id)

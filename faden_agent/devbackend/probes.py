@@ -16,13 +16,12 @@ Runs in a thread of the backend; its state is read back with GET .../probes/{id}
 
 from __future__ import annotations
 
-import threading
 import time
-import uuid
 from typing import Any
 
 from faden_agent import protocol
 from faden_agent.devbackend.fanout import command_outcome, mint_ticket, peer_address
+from faden_agent.devbackend.rounds import ClusterRound
 
 BOUND_KEYS = ("duration_s", "max_bytes", "round_trips")  # of traffic.probe; null: the agent's default
 POLL_S = 0.2
@@ -43,35 +42,17 @@ def rounds(machines: list[str]) -> list[list[tuple[str, str]]]:
     return [pairs for pairs in schedule if pairs]
 
 
-class ProbeRound:
+class ProbeRound(ClusterRound):
+    kind = "probes"
+
     def __init__(self, backend: Any, cluster: str, bounds: dict[str, Any]):
-        self.id = uuid.uuid4().hex[:12]
-        self.backend = backend
-        self.cluster = cluster
+        super().__init__(backend, cluster)
         self.bounds = bounds  # duration_s, max_bytes, round_trips (the agent's defaults where absent)
-        self.state = "running"
-        self.started_at = time.time()
-        self.ended_at: float | None = None
         self.skipped: list[str] = []  # members whose agent cannot probe
         self.pairs: list[dict[str, Any]] = []  # {prober, target, command_id, state, reason}
-        self._lock = threading.Lock()
 
-    def start(self) -> ProbeRound:
-        threading.Thread(target=self._run, name=f"probes-{self.id}", daemon=True).start()
-        return self
-
-    def status(self) -> dict[str, Any]:
-        with self._lock:
-            return {
-                "id": self.id,
-                "cluster": self.cluster,
-                "state": self.state,
-                "started_at": self.started_at,
-                "ended_at": self.ended_at,
-                "bounds": self.bounds,
-                "skipped": list(self.skipped),
-                "pairs": [dict(p) for p in self.pairs],
-            }
+    def _detail(self) -> dict[str, Any]:
+        return {"bounds": self.bounds, "skipped": list(self.skipped), "pairs": [dict(p) for p in self.pairs]}
 
     def probe_deadline_s(self) -> float:
         return 3 * float(self.bounds.get("duration_s") or 2.0) + PROBE_SLACK_S
@@ -97,8 +78,7 @@ class ProbeRound:
                         with self._lock:
                             pair.update(state=state, reason=reason)
         with self._lock:
-            self.state = "done"
-            self.ended_at = time.time()
+            self.finish("done")
 
     def _serve(self, schedule: list[list[tuple[str, str]]]) -> dict[tuple[str, str], str]:
         """One traffic.serve per probed machine with a ticket hash per prober; the tickets."""
