@@ -15,9 +15,19 @@ from tests.agentproc import wait_for
 DOCKERD_LOG = os.environ.get("FADEN_TEST_SERVICES_DIR", "/var/tmp/faden-test-services") + "/dockerd.log"
 
 
+def serves_the_default_socket(cmdline: list[str]) -> bool:
+    """True for the shared engine (started without -H, so on /var/run/docker.sock); engines of
+    their own that the cluster rig or a benchmark start at the same time name their socket."""
+    return not any(arg in ("-H", "--host") or arg.startswith(("-H=", "--host=")) for arg in cmdline[1:])
+
+
 def dockerd_pid() -> int:
-    pids = [p.pid for p in psutil.process_iter(["name"]) if p.info["name"] == "dockerd"]
-    assert len(pids) == 1, f"expected one dockerd, found {pids}"
+    pids = [
+        p.pid
+        for p in psutil.process_iter(["name", "cmdline"])
+        if p.info["name"] == "dockerd" and serves_the_default_socket(p.info["cmdline"] or [])
+    ]
+    assert len(pids) == 1, f"expected one dockerd on the default socket, found {pids}"
     return pids[0]
 
 
