@@ -16,11 +16,12 @@ from __future__ import annotations
 import errno
 import ipaddress
 import os
-import select
 import socket
 import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+
+from faden_agent.wakeable import Wakeable
 
 NETLINK_SOCK_DIAG = 4
 SOCK_DIAG_BY_FAMILY = 20
@@ -225,10 +226,7 @@ class DestroyListener:
         except OSError:
             self.sock.close()
             raise
-        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        self._poll = select.poll()
-        self._poll.register(self.sock, select.POLLIN)
-        self._poll.register(self._wake_r, select.POLLIN)
+        self._waiter = Wakeable(self.sock.fileno())
         self.lost = 0  # times the kernel dropped notifications (ENOBUFS)
 
     def subscribe(self, on: bool) -> None:
@@ -243,11 +241,7 @@ class DestroyListener:
     def read(self, timeout_s: float | None = None) -> list[TcpSocket]:
         """Every socket destroyed and queued so far; waits for the first (at most timeout_s,
         None: until one comes or wake() is called)."""
-        self._poll.poll(None if timeout_s is None else int(timeout_s * 1000))
-        try:
-            os.read(self._wake_r, 64)
-        except BlockingIOError:
-            pass
+        self._waiter.wait(timeout_s)
         out: list[TcpSocket] = []
         while True:
             try:
@@ -268,15 +262,8 @@ class DestroyListener:
             ]
 
     def wake(self) -> None:
-        try:
-            os.write(self._wake_w, b"x")
-        except (BlockingIOError, OSError):
-            pass  # a wake is pending already, or the listener is closed
+        self._waiter.wake()
 
     def close(self) -> None:
         self.sock.close()
-        for fd in (self._wake_r, self._wake_w):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        self._waiter.close()

@@ -7,7 +7,7 @@ tells directories (a change means: list again) from files (a change means: read 
 
     watch = Inotify()
     wd = watch.add(fd, DIR_EVENTS)        # OSError (ENOSPC: the user's watch limit) -> poll instead
-    changes = watch.wait(timeout_s)       # None: timed out; else Changes(wds, overflow)
+    changes = watch.wait(timeout_s)       # None: timed out or woken; else Changes(wds, gone, overflow)
     watch.wake()                          # ends a wait from another thread (stop)
 """
 
@@ -16,9 +16,10 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
-import select
 import struct
 from dataclasses import dataclass, field
+
+from faden_agent.wakeable import Wakeable
 
 IN_MODIFY = 0x002
 IN_MOVED_FROM = 0x040
@@ -64,10 +65,7 @@ class Changes:
 class Inotify:
     def __init__(self) -> None:
         self.fd = _check(_lib().inotify_init1(IN_NONBLOCK | IN_CLOEXEC))
-        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        self._poll = select.poll()
-        self._poll.register(self.fd, select.POLLIN)
-        self._poll.register(self._wake_r, select.POLLIN)
+        self._waiter = Wakeable(self.fd)
 
     def add(self, fd: int, mask: int) -> int:
         """Watch the inode open as `fd`; the same inode twice gives the same watch."""
@@ -78,14 +76,9 @@ class Inotify:
 
     def wait(self, timeout_s: float | None) -> Changes | None:
         """The events queued, after waiting for the first at most timeout_s (None: until one
-        or a wake()); None when the wait timed out, an empty Changes when woken."""
-        ready = self._poll.poll(None if timeout_s is None else max(0, int(timeout_s * 1000)))
-        if not ready:
+        or a wake()); None when the wait timed out or was woken."""
+        if not self._waiter.wait(timeout_s):
             return None
-        try:
-            os.read(self._wake_r, 64)
-        except BlockingIOError:
-            pass
         changes = Changes()
         while True:
             try:
@@ -108,17 +101,14 @@ class Inotify:
                     changes.wds.add(wd)
 
     def wake(self) -> None:
-        try:
-            os.write(self._wake_w, b"x")
-        except OSError:
-            pass  # a wake is pending already, or closed
+        self._waiter.wake()
 
     def close(self) -> None:
-        for fd in (self.fd, self._wake_r, self._wake_w):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        self._waiter.close()
+        try:
+            os.close(self.fd)
+        except OSError:
+            pass
 
 
 class TreeWatch:
