@@ -45,9 +45,10 @@ class ExecutorWorker(Worker):
 
     @property
     def tick_interval_s(self) -> float:
-        """Deadline checks four times a second while commands run; idle, once a second
-        (with the loop's "alive" message), so an idle executor does not wake more often."""
-        return 0.25 if self.scheduler.jobs() else 1.0
+        """Deadline checks four times a second while commands run; idle, with the loop's
+        "alive" message (every WORKER_LIVENESS_SEC, 3 s; at least a second), so an idle
+        executor does not wake more often (issue 16: it woke every second, 3 s apart beats)."""
+        return 0.25 if self.scheduler.jobs() else max(1.0, self.config.worker_liveness_sec)
 
     def setup(self) -> None:
         self.journal = Journal(self.config.state_dir)
