@@ -18,9 +18,8 @@ from pathlib import Path
 from faden_agent import protocol
 from faden_agent.peer.server import PeerServer
 from faden_agent.peer.tickets import TicketBox
-from tests.agentproc import agent_env, wait_for
+from tests.agentproc import wait_for
 from tests.backendproc import agent_on_backend, backend, free_port  # noqa: F401
-from tests.unit.test_notify import listener, receive  # noqa: F401
 
 IMAGE_ID = "sha256:" + "ab" * 32
 
@@ -95,32 +94,3 @@ def test_an_idle_peer_server_sleeps_and_stops_at_once(tmp_path):
     thread.join(5)
     assert not thread.is_alive()  # woken by the shutdown, not by its 30 s safety poll
     assert not listens(server.port)
-
-
-def test_systemd_hears_ready_while_a_worker_waits_for_demand(listener, tmp_path):
-    """A dormant worker is as it should be: READY comes, STATUS names it as on demand."""
-    sock, path = listener
-    env = agent_env(tmp_path)
-    env.update(NOTIFY_SOCKET=path)
-    code = (
-        "import sys\n"
-        "from faden_agent.config import load_config\n"
-        "from faden_agent.supervisor import Supervisor\n"
-        "workers = {'idle': 'faden_agent.workers.base:Worker', 'later': 'faden_agent.workers.base:Worker'}\n"
-        "sys.exit(Supervisor(load_config(), workers=workers, on_demand={'later': lambda: False}).run())\n"
-    )
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code],
-        env=env,
-        start_new_session=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        message = receive(sock)
-        while "READY=1" not in message:
-            message = receive(sock)
-        assert "STATUS=1 workers running; on demand: later" in message, message
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()

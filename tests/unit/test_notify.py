@@ -86,13 +86,34 @@ SUPERVISOR = textwrap.dedent(
     import sys
     from faden_agent.config import load_config
     from faden_agent.supervisor import Supervisor
-    sys.exit(Supervisor(load_config(), workers={"idle": "faden_agent.workers.base:Worker", **EXTRA}).run())
+    workers = {"idle": "faden_agent.workers.base:Worker", **EXTRA}
+    sys.exit(Supervisor(load_config(), workers=workers, on_demand={n: lambda: False for n in DORMANT}).run())
     """
 )
 
 
-def supervisor_code(extra: dict[str, str] | None = None) -> str:
-    return SUPERVISOR.replace("EXTRA", repr(extra or {}))
+def supervisor_code(extra: dict[str, str] | None = None, dormant: tuple[str, ...] = ()) -> str:
+    """A real supervisor of an idle worker and `extra`; `dormant` ones start only on demand."""
+    return SUPERVISOR.replace("EXTRA", repr(extra or {})).replace("DORMANT", repr(dormant))
+
+
+def ready_message(sock: socket.socket, env: dict[str, str], code: str) -> list[str]:
+    """The message that carries READY=1 from a supervisor run with `code`, then killed."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        message = receive(sock)
+        while "READY=1" not in message:
+            message = receive(sock)
+        return message
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def test_real_supervisor_sends_ready_watchdog_and_stopping(listener, tmp_path):
@@ -133,19 +154,15 @@ def test_ready_is_sent_while_one_worker_crash_loops(listener, tmp_path):
     sock, path = listener
     env = agent_env(tmp_path, restart_max=100)
     env.update(NOTIFY_SOCKET=path)
-    code = supervisor_code({"broken": "tests.sampleworkers:CrashAtStartWorker"})
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code],
-        env=env,
-        start_new_session=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        message = receive(sock)
-        while "READY=1" not in message:
-            message = receive(sock)
-        assert any(m.startswith("STATUS=1 workers running; not running: broken") for m in message), message
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    message = ready_message(sock, env, supervisor_code({"broken": "tests.sampleworkers:CrashAtStartWorker"}))
+    assert any(m.startswith("STATUS=1 workers running; not running: broken") for m in message), message
+
+
+def test_ready_is_sent_while_a_worker_waits_for_demand(listener, tmp_path):
+    """A worker started on demand (the peer worker, issue 16) and not wanted yet is as it
+    should be: READY comes, STATUS names it as on demand."""
+    sock, path = listener
+    env = agent_env(tmp_path)
+    env.update(NOTIFY_SOCKET=path)
+    message = ready_message(sock, env, supervisor_code({"later": "faden_agent.workers.base:Worker"}, ("later",)))
+    assert "STATUS=1 workers running; on demand: later" in message, message
