@@ -28,10 +28,10 @@ from typing import IO
 
 import orjson
 
-from faden_agent.workers.logs.entry import Entry, clean_line
+from faden_agent.workers.logs.entry import MAX_LINE_BYTES, Entry, Labels, clean_line
 from faden_agent.workers.logs.labels import DEFAULT_LEVEL, LEVELS, level_from_priority
 from faden_agent.workers.logs.sources import FIRST_START_WINDOW_SEC, Source
-from faden_agent.workers.logs.sources.journal_export import ExportParser, Record
+from faden_agent.workers.logs.sources.journal_export import ExportParser, Record, Shaped, text_fields
 
 POSITION_KEY = "journal"
 # One journalctl JSON line, read in at most this much (a 64 KiB binary MESSAGE is about
@@ -65,6 +65,7 @@ _METADATA_KEYS = tuple(field.encode() for _, field in METADATA_FIELDS)
 READ_BYTES = 1024 * 1024  # one read of journalctl's pipe, parsed and queued as one block
 PIPE_BYTES = 1024 * 1024  # asked for (F_SETPIPE_SZ): journalctl writes on while we parse
 _METADATA_CACHE_MAX = 256  # distinct (unit, pid, ...) tuples kept: one dict per process, not per line
+_SHAPES_MAX = 256  # distinct fields-around-MESSAGE kept (Shaped entries): labels and metadata once per process
 log = logging.getLogger(__name__)
 
 
@@ -165,6 +166,7 @@ class JournalSource(Source):
         self._streams = {str(i).encode(): self.labels.system(level) for i, level in enumerate(LEVELS)}
         self._default_stream = self.labels.system(DEFAULT_LEVEL)
         self._metadata: dict[tuple[bytes | None, ...], tuple[dict[str, str] | None, int]] = {}
+        self._shapes: dict[bytes, tuple[Labels, dict[str, str] | None, int]] = {}
         self._oversize_next = False  # the entry after the cursor is read through --output=json
 
     def argv(self, output: str = "export", follow: bool = True) -> list[str]:
@@ -279,9 +281,11 @@ class JournalSource(Source):
         proc.wait()
         proc.stdout.close()
 
-    def export_entry(self, record: Record) -> Entry | None:
+    def export_entry(self, record: Record | Shaped) -> Entry | None:
         """An Entry from one export record (journal_export.py), the same as to_entry would
         make of the entry's JSON; None without a cursor (nothing to resume after)."""
+        if type(record) is tuple:
+            return self._shaped_entry(record)
         cursor = record.get(b"__CURSOR")
         if cursor is None:
             return None
@@ -308,6 +312,29 @@ class JournalSource(Source):
             POSITION_KEY,
             cursor.decode("utf-8", "replace"),
             len(line) + 64 + metadata_size,
+        )
+
+    def _shaped_entry(self, shaped: Shaped) -> Entry:
+        """export_entry of the usual entry: its labels and metadata are looked up by the
+        fields around MESSAGE (the same for every line of a process), not built per line."""
+        cursor, realtime, before, message, after = shaped
+        ts_ns = int(realtime) * 1000  # digits only (journal_export's expression)
+        if ts_ns >= 2**63:  # outside Loki's nanosecond range: Loki would refuse the line
+            ts_ns = self._last_ts_ns
+        self._last_ts_ns = ts_ns
+        fields = before + after
+        shape = self._shapes.get(fields)
+        if shape is None:
+            if len(self._shapes) >= _SHAPES_MAX:
+                self._shapes.clear()
+            record = text_fields(fields)
+            metadata, metadata_size = _metadata(tuple(map(record.get, _METADATA_KEYS)))
+            stream = self._streams.get(record.get(b"PRIORITY"), self._default_stream)  # type: ignore[arg-type]
+            shape = self._shapes[fields] = (stream, metadata, 64 + metadata_size)
+        stream, metadata, overhead = shape
+        line = message.decode("utf-8", "replace") if len(message) <= MAX_LINE_BYTES else clean_line(message)
+        return Entry(
+            stream, ts_ns, line, metadata, POSITION_KEY, cursor.decode("utf-8", "replace"), len(line) + overhead
         )
 
     def to_entry(self, raw: bytes) -> Entry | None:

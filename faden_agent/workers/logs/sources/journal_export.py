@@ -14,13 +14,33 @@ calls an entry. It is only right where every line of a piece is `NAME=value`; a 
 holding a binary field has the bare `NAME` line (field names never hold `=`), a repeated
 field makes fewer dict keys than lines, so either sends that entry to the careful
 field-by-field parser, and the fast path carries on after it. Values stay bytes.
+
+Faster still, for the usual entry (text fields, a cursor, a timestamp and one MESSAGE):
+one regular expression match cuts it into a Shaped tuple (cursor, timestamp, the fields
+before MESSAGE, MESSAGE, the fields after it) without a dict or a split per line. The
+fields around MESSAGE are the same for every line of one process, so the reader turns them
+into labels and metadata once per distinct value (journal.py), not once per line. An entry
+the expression does not take whole (binary or repeated MESSAGE, no cursor) goes the dict way.
 """
 
 from __future__ import annotations
 
+import re
 import struct
 
 Record = dict[bytes, bytes]
+# (__CURSOR, __REALTIME_TIMESTAMP, fields before MESSAGE, MESSAGE, fields after), all bytes,
+# the fields as their `NAME=value\n` lines.
+Shaped = tuple[bytes, bytes, bytes, bytes, bytes]
+_TEXT_FIELDS = rb"((?:(?!MESSAGE=)[^\n=]+=[^\n]*\n)*)"  # NAME=value lines, none of them MESSAGE
+_SHAPED = re.compile(
+    rb"__CURSOR=([^\n]+)\n__REALTIME_TIMESTAMP=([0-9]{1,20})\n__MONOTONIC_TIMESTAMP=[^\n]*\n"
+    rb"(?:__SEQNUM=[^\n]*\n)?(?:__SEQNUM_ID=[^\n]*\n)?"  # systemd >= 254 writes these
+    + _TEXT_FIELDS
+    + rb"MESSAGE=([^\n]*)\n"
+    + _TEXT_FIELDS
+    + rb"\n"
+)
 _LENGTH = struct.Struct("<Q")
 
 
@@ -30,9 +50,9 @@ class ExportParser:
     def __init__(self) -> None:
         self.pending = b""  # the start of an entry not complete yet
 
-    def feed(self, data: bytes) -> list[Record]:
+    def feed(self, data: bytes) -> list[Record | Shaped]:
         buf = self.pending + data if self.pending else data
-        records: list[Record] = []
+        records: list[Record | Shaped] = []
         pos = 0
         while True:
             pos = _fast(buf, pos, records)
@@ -45,12 +65,19 @@ class ExportParser:
         return records
 
 
-def _fast(buf: bytes, pos: int, records: list[Record]) -> int:
+def _fast(buf: bytes, pos: int, records: list[Record | Shaped]) -> int:
     """Parse whole text-only entries from pos; the offset of the first one it cannot take."""
-    end = buf.rfind(b"\n\n", pos)
-    if end < 0:
-        return pos
-    for piece in buf[pos:end].split(b"\n\n"):
+    match = _SHAPED.match
+    while True:
+        shaped = match(buf, pos)
+        if shaped is not None:
+            records.append(shaped.groups())  # type: ignore[arg-type]
+            pos = shaped.end()
+            continue
+        end = buf.find(b"\n\n", pos)
+        if end < 0:
+            return pos
+        piece = buf[pos:end]
         pairs = [line.split(b"=", 1) for line in piece.split(b"\n")]
         try:
             record = dict(pairs)
@@ -59,8 +86,7 @@ def _fast(buf: bytes, pos: int, records: list[Record]) -> int:
         if len(record) != len(pairs):  # a field written twice
             return pos
         records.append(record)
-        pos += len(piece) + 2
-    return pos
+        pos = end + 2
 
 
 def _careful(buf: bytes, pos: int) -> tuple[Record, int] | None:
@@ -91,3 +117,13 @@ def _careful(buf: bytes, pos: int) -> tuple[Record, int] | None:
             value = buf[start : start + length]
             pos = start + length + 1  # and the newline after the value
         record[name] = record[name] + b"\n" + value if name in record else value
+
+
+def text_fields(lines: bytes) -> Record:
+    """The `NAME=value\\n` lines of a Shaped entry as a record; a field written twice keeps
+    both values, joined by a newline (as _careful does)."""
+    record: Record = {}
+    for line in lines.split(b"\n")[:-1]:
+        name, _, value = line.partition(b"=")
+        record[name] = record[name] + b"\n" + value if name in record else value
+    return record
