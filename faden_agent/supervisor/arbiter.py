@@ -2,10 +2,10 @@
 
     while running:
         spawn_due_workers()      BACKOFF/FATAL/STOPPED workers whose time has come
-        wait_for_events()        control requests, workers' "alive" messages, signals
+        wait_for_events()        sleeps until a signal, a control request or the next thing
+                                 due (next_wake_mono); drains workers' "alive" messages
         reap_workers()           waitpid(); exit -> BACKOFF or FATAL
         murder_hung_workers()    silent (no "alive") for too long -> traceback dump, SIGKILL
-        sample_resources()       RSS/CPU for `ps`
         notify_systemd()         READY once, WATCHDOG while this loop turns and no required
                                  worker stays FATAL (see withheld_watchdog)
 
@@ -15,6 +15,13 @@ milliseconds, imports nothing, and shares those pages; what only one path needs 
 on a GPU machine) is still imported where it is used. Each child asks
 the kernel to SIGKILL it when the supervisor dies (PR_SET_PDEATHSIG), so none outlives a
 `kill -9` of the supervisor.
+
+Idle, the loop wakes only when something is due (issue 16): a worker's hang deadline, a
+restart, the watchdog ping, a dormant worker's demand check. Workers' "alive" messages
+wake it only while one is STARTING (READY, RUNNING in `ps`); otherwise they wait in the
+socket and are read at the next wake-up, at the latest at the sender's hang deadline, so
+a hang is still found exactly WORKER_HANG_TIMEOUT_SEC after the last one. `ps` reads them
+(and samples RSS/CPU) before it answers.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from __future__ import annotations
 import errno
 import gc
 import logging
+import math
 import os
 import signal
 import sys
@@ -52,8 +60,9 @@ log = logging.getLogger(__name__)
 # the whole service restarted by systemd's watchdog. Inventory and logs do not.
 REQUIRED_WORKERS = ("stream", "executor")
 HUNG_DUMP_GRACE_S = 0.5  # time for faulthandler to write the traceback before SIGKILL
-RESOURCE_SAMPLE_S = 2.0
-IDLE_WAKE_S = 1.0
+RESOURCE_SAMPLE_S = 2.0  # `ps` asked more often than this gets the last sample
+DORMANT_CHECK_S = 5.0  # a dormant worker's demand check (asked-for starts are at once)
+MAX_SLEEP_S = 30.0  # a safety net: everything due has its own time
 LIVE_STATES = (WorkerState.STARTING, WorkerState.RUNNING, WorkerState.STOPPING)
 
 
@@ -65,6 +74,14 @@ def describe_status(status: int) -> str:
         except ValueError:
             return f"signal {sig}"
     return f"exit {os.WEXITSTATUS(status)}"
+
+
+def sent_mono(body: dict[str, Any]) -> float:
+    """When a liveness message was sent (CLOCK_MONOTONIC is one clock for every process of
+    the machine), at the latest now: read late, it still times a hang from its sending."""
+    now = time.monotonic()
+    sent = body.get("sent_mono")
+    return min(float(sent), now) if isinstance(sent, (int, float)) and not isinstance(sent, bool) else now
 
 
 class Supervisor:
@@ -101,7 +118,8 @@ class Supervisor:
         self._signals: list[int] = []
         self._last_watchdog = 0.0
         self._watchdog_withheld = False
-        self._last_sample = 0.0
+        self._last_sample = -RESOURCE_SAMPLE_S
+        self._next_dormant_check = 0.0
         self._resources: dict[int, tuple[int | None, float | None]] = {}
 
     # ------------------------------------------------------------------ main loop
@@ -111,10 +129,9 @@ class Supervisor:
         log.info("supervisor %s started (pid %d), workers: %s", __version__, os.getpid(), ", ".join(self.workers))
         while not self.stop_requested:
             self.spawn_due_workers()
-            self.wait_for_events(self.next_timeout())
+            self.wait_for_events(max(0.0, self.next_wake_mono() - time.monotonic()))
             self.reap_workers()
             self.murder_hung_workers()
-            self.sample_resources()
             self.notify_systemd()
         self.shutdown()
         return 0
@@ -138,25 +155,41 @@ class Supervisor:
         self.poller.register(self.liveness.socket, zmq.POLLIN)
         self.poller.register(self._wakeup_r, zmq.POLLIN)
 
-    def next_timeout(self) -> float:
-        """Sleep until the next thing is due (a restart, a kill after the dump grace), at
-        most IDLE_WAKE_S: hangs are seconds long, an idle supervisor wakes once a second."""
+    def next_wake_mono(self) -> float:
+        """When the next thing is due: a restart, a kill after the dump grace, a worker's hang
+        deadline, the watchdog ping, a dormant worker's demand check (at most MAX_SLEEP_S)."""
         now = time.monotonic()
-        due = [
-            w.next_start_mono - now
-            for w in self.workers.values()
-            if w.state in (WorkerState.BACKOFF, WorkerState.FATAL)
-        ]
-        due += [w.kill_at_mono - now for w in self.workers.values() if w.kill_at_mono is not None]
-        due.append(IDLE_WAKE_S)
-        return max(0.0, min(due))
+        due = [now + MAX_SLEEP_S]
+        for w in self.workers.values():
+            if w.state in (WorkerState.BACKOFF, WorkerState.FATAL):
+                due.append(w.next_start_mono)
+            if w.kill_at_mono is not None:
+                due.append(w.kill_at_mono)
+            elif (deadline := self.hang_deadline(w)) is not None:
+                due.append(deadline)
+        if self.notifier.watchdog_interval_s:
+            due.append(self._last_watchdog + self.notifier.watchdog_interval_s)
+        if self.dormant:
+            due.append(self._next_dormant_check)
+        return min(due)
+
+    def hang_deadline(self, worker: WorkerProcess) -> float | None:
+        """When a live worker that stays silent counts as hung (None: not watched)."""
+        if worker.pid is None or worker.state not in LIVE_STATES:
+            return None
+        if worker.state == WorkerState.STOPPING and self.stop_requested:
+            return None  # the agent's stop has its own bound (shutdown)
+        return (worker.last_alive_mono or worker.started_mono or time.monotonic()) + self.config.worker_hang_timeout_sec
 
     # ------------------------------------------------------------------ steps
 
     def spawn_due_workers(self) -> None:
         now = time.monotonic()
+        check_dormant = now >= self._next_dormant_check
+        if check_dormant:
+            self._next_dormant_check = now + DORMANT_CHECK_S
         for worker in self.workers.values():
-            if worker.name in self.dormant and not self.wanted_now(worker.name):
+            if worker.name in self.dormant and not (check_dormant and self.wanted_now(worker.name)):
                 continue
             if (
                 worker.state in (WorkerState.STOPPED, WorkerState.BACKOFF, WorkerState.FATAL)
@@ -200,16 +233,19 @@ class Supervisor:
         log.info("spawned worker %s (pid %d)", worker.name, pid)
 
     def wait_for_events(self, timeout_s: float) -> None:
+        # "alive" messages wake the loop only while a worker waits for its first one.
+        starting = any(w.state == WorkerState.STARTING for w in self.workers.values())
+        self.poller.register(self.liveness.socket, zmq.POLLIN if starting else 0)
         try:
-            events = dict(self.poller.poll(int(timeout_s * 1000)))
+            # Rounded up: waking a millisecond early would find nothing due and turn the loop twice.
+            events = dict(self.poller.poll(math.ceil(timeout_s * 1000)))
         except zmq.ZMQError as exc:
             if exc.errno == errno.EINTR:
                 return
             raise
         if self._wakeup_r in events:
             self.handle_signals()
-        if self.liveness.socket in events:
-            self.drain_liveness()
+        self.drain_liveness()  # before reaping (a "thread_died" names the exit) and before `ps`
         if self.control.socket in events:
             self.answer_control()
 
@@ -246,7 +282,7 @@ class Supervisor:
                 continue
             if worker.state == WorkerState.STOPPING:
                 continue  # on its way out: `ps` must not call it RUNNING again
-            worker.last_alive_mono = time.monotonic()
+            worker.last_alive_mono = sent_mono(body)
             worker.status = body.get("status") or {}
             if worker.state == WorkerState.STARTING:
                 worker.state = WorkerState.RUNNING
@@ -258,7 +294,7 @@ class Supervisor:
         reaped it is STOPPING, and its exit will name the thread and the error."""
         worker.failure = f"thread {str(body.get('thread'))[:40]} died: {str(body.get('error'))[:200]}"
         worker.state = WorkerState.STOPPING
-        worker.last_alive_mono = time.monotonic()  # the hang timer now bounds its exit
+        worker.last_alive_mono = sent_mono(body)  # the hang timer now bounds its exit
         log.error("worker %s (pid %s): %s", worker.name, worker.pid, worker.failure)
 
     def answer_control(self) -> None:
@@ -269,6 +305,7 @@ class Supervisor:
             self.control.send("error", {"message": str(exc)})
             return
         if op == "ps":
+            self.sample_resources()
             self.control.send("ps", self.table())
         elif op == "start":  # a dormant worker is needed now (peer/demand.py ask_to_serve)
             name = str((message.body or {}).get("name") if isinstance(message.body, dict) else None)
@@ -328,33 +365,28 @@ class Supervisor:
 
     def murder_hung_workers(self) -> None:
         now = time.monotonic()
-        limit = self.config.worker_hang_timeout_sec
         for worker in self.workers.values():
-            if worker.pid is None or worker.state not in (
-                WorkerState.STARTING,
-                WorkerState.RUNNING,
-                WorkerState.STOPPING,
-            ):
+            deadline = self.hang_deadline(worker)
+            if deadline is None:
                 continue
-            if worker.state == WorkerState.STOPPING and self.stop_requested:
-                continue  # the agent's stop has its own bound (shutdown)
+            assert worker.pid is not None
             if worker.kill_at_mono is not None:
                 if now >= worker.kill_at_mono:  # a late beat after SIGCONT does not save it
                     self._kill(worker.pid, signal.SIGKILL)
                 continue
-            silent = now - (worker.last_alive_mono or worker.started_mono or now)
-            if silent >= limit:
+            if now >= deadline:
                 log.error(
                     "worker %s (pid %d) sent no liveness message for %.1fs: dumping its traceback and killing it",
                     worker.name,
                     worker.pid,
-                    silent,
+                    now - deadline + self.config.worker_hang_timeout_sec,
                 )
                 worker.kill_at_mono = now + HUNG_DUMP_GRACE_S
                 self._kill(worker.pid, signal.SIGUSR1)  # faulthandler writes every thread's stack
                 self._kill(worker.pid, signal.SIGCONT)  # a stopped process must run to dump
 
     def sample_resources(self) -> None:
+        """RSS and CPU% (since the previous sample) per process, for `ps`: taken when asked."""
         now = time.monotonic()
         if now - self._last_sample < RESOURCE_SAMPLE_S:
             return

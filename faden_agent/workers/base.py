@@ -161,7 +161,8 @@ class Worker:
             failure.get("error"),
         )
         assert self._supervisor is not None
-        self._supervisor.send("thread_died", {"name": self.name, "pid": os.getpid(), **failure}, block=False)
+        body = {"name": self.name, "pid": os.getpid(), "sent_mono": time.monotonic(), **failure}
+        self._supervisor.send("thread_died", body, block=False)
         self.worker_threads.stop()
         try:
             self.teardown()
@@ -195,7 +196,8 @@ class Worker:
         disk_full = DISK.snapshot()
         if disk_full:
             status["disk_full"] = disk_full  # shown by ps --json, status and the node heartbeat
-        body = {"name": self.name, "pid": os.getpid(), "status": status}
+        # sent_mono: the supervisor reads these lazily and times hangs from when they were sent.
+        body = {"name": self.name, "pid": os.getpid(), "status": status, "sent_mono": time.monotonic()}
         assert self._supervisor is not None
         self._supervisor.send("alive", body, block=False)
 

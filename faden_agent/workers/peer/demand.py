@@ -32,7 +32,8 @@ _listened = False  # seen listening once: started for good (a crash restarts it 
 
 
 class PeerDemand:
-    """The supervisor's check, once a loop: whether the peer worker is wanted now."""
+    """The supervisor's check, every DORMANT_CHECK_S (arbiter.py): whether the peer worker
+    is wanted now. A cluster is thus served within seconds; image.serve asks at once."""
 
     def __init__(self, config: Config):
         self.config = config
