@@ -1,8 +1,12 @@
 """OutboxSender: the stream worker's thread that drains the durable outbox to the backend
 in batches (BackendClient.post_reports, POST /api/agent/v1/uplink).
 
-    loop: wait for a poke (a producer wrote) or the poll interval -> wait for the gate ->
+    loop: wait for a poke (a producer wrote, or a retry is due) -> wait for the gate ->
           send the oldest batch -> ack what the backend acknowledged -> repeat until empty.
+
+Idle it sleeps (issue 16): no poll, only a long SAFETY_S net. It drains at start (what
+was written while the worker was down or enrolling, whose pokes nobody read), retries by
+poking itself after a backoff or a gate hold, and is poked when the worker stops.
 
 Records leave the outbox only after the backend acknowledged their ids, so a backend
 outage or a kill -9 loses nothing; a resend is harmless because the backend dedups ids.
@@ -24,7 +28,7 @@ from faden_agent.workers.stream.link import Connection, Link, LinkThread
 log = logging.getLogger(__name__)
 
 BATCH_SIZE = 500
-POLL_S = 2.0  # a lost poke delays a record at most this long
+SAFETY_S = 60.0  # a lost poke (none is known) would delay a record at most this long
 TRIM_EVERY_S = 60.0
 
 
@@ -32,6 +36,7 @@ class OutboxSender(LinkThread):
     def __init__(self, link: Link):
         super().__init__("uplink", link)
         self.wakeup = threading.Event()
+        self.wakeup.set()  # drain at start: records may wait from before
         self._next_trim = 0.0
 
     def poke(self) -> None:
@@ -41,13 +46,14 @@ class OutboxSender(LinkThread):
         client = BackendClient(self.config, self.membership.credential)
         try:
             while not self.stop.is_set():
-                self.wakeup.wait(POLL_S)
+                self.wakeup.wait(SAFETY_S)
                 self.wakeup.clear()
                 self.trim_if_due()
                 if not self.gate.wait():
                     break
                 try:
-                    self.drain(client)
+                    if not self.drain(client):
+                        self.poke()  # a hold came between batches: on once the gate opens
                 except BackendError as exc:
                     connection, delay = self.back_off(exc)
                     # A rejected credential or maintenance is the downlink's to report in status.
@@ -59,15 +65,18 @@ class OutboxSender(LinkThread):
                         self.outbox.count(),
                     )
                     self.stop.wait(delay)
+                    self.poke()  # the retry is due now, poked or not
         finally:
             client.close()
 
-    def drain(self, client: BackendClient) -> None:
+    def drain(self, client: BackendClient) -> bool:
+        """Send until the outbox is empty (True), or the worker stops or the gate closes."""
         while not self.stop.is_set() and self.gate.remaining() <= 0:
             batch = bounded_batch(self.outbox.pending(BATCH_SIZE))
             if not batch:
-                return
+                return True
             self.send(client, batch)
+        return self.stop.is_set()
 
     def send(self, client: BackendClient, batch: list[dict[str, Any]]) -> None:
         """Send and ack one batch; a 413 splits it in halves, down to one record, which is

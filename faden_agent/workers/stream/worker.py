@@ -77,5 +77,7 @@ class StreamWorker(Worker):
         return {"link": self.link_status.snapshot()}
 
     def teardown(self) -> None:
+        if self.sender is not None:
+            self.sender.poke()  # it sleeps until poked (SAFETY_S): wake it to see the stop
         self.join_threads()  # a read blocked on a silent stream is left to die with the process
         self.pokes.close()
