@@ -11,8 +11,12 @@ import threading
 import time
 from collections import deque
 from collections.abc import Sequence
+from operator import attrgetter, itemgetter
 
 from faden_agent.workers.logs.entry import Entry
+
+_ENTRY = itemgetter(1)  # of a backlog item (put time, entry)
+_SIZE = attrgetter("size")
 
 # Caps on what waits in memory besides the batch in flight (see docs/logs.md, memory bound).
 MAX_LINES = 10_000
@@ -107,12 +111,18 @@ class Backlog:
                 self._cond.wait(min(left, poll_s))
         finally:
             self._want_lines, self._want_bytes = 1, self.max_bytes
-        taken: list[Entry] = []
-        size = 0
-        while self._items and len(taken) < max_lines and size < max_bytes:
-            entry = self._items.popleft()[1]
-            taken.append(entry)
-            size += entry.size
+        # Up to max_lines at C speed, then give back what passes max_bytes (rare: lines are small).
+        popleft = self._items.popleft
+        pairs = [popleft() for _ in range(min(max_lines, len(self._items)))]
+        taken = list(map(_ENTRY, pairs))
+        size = sum(map(_SIZE, taken))
+        if size > max_bytes:
+            size, keep = 0, 0
+            while size < max_bytes:  # the entry that reaches max_bytes is taken too, as ever
+                size += taken[keep].size
+                keep += 1
+            self._items.extendleft(reversed(pairs[keep:]))
+            del taken[keep:]
         self._bytes -= size
         if self._putters:
             self._cond.notify_all()  # room again for blocked readers

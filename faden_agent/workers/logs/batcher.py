@@ -9,6 +9,7 @@ drains at full speed). Entries keep their backlog order, so every stream keeps i
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 from faden_agent.protocol import MAX_LOG_PUSH_BYTES
@@ -19,6 +20,7 @@ MAX_BATCH_BYTES = MAX_LOG_PUSH_BYTES  # uncompressed (the size budget, protocol.
 # How long an idle collector waits before the shipper looks at `stopping` again; the stop
 # closes the backlog first (teardown), which wakes it at once, so this only paces idle wakeups.
 POLL_SEC = 5.0
+_SOURCE, _POSITION, _SIZE = attrgetter("source"), attrgetter("position"), attrgetter("size")
 
 
 @dataclass
@@ -28,7 +30,7 @@ class Batch:
 
     def positions(self) -> dict[str, Any]:
         """The newest position of every source in the batch: what acceptance lets us store."""
-        return {entry.source: entry.position for entry in self.entries}
+        return dict(zip(map(_SOURCE, self.entries), map(_POSITION, self.entries), strict=True))  # the last one wins
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -44,4 +46,4 @@ class Batcher:
     def collect(self) -> Batch | None:
         """The next batch, or None when nothing came within POLL_SEC (or the backlog closed)."""
         entries = self.backlog.take(self.max_lines, self.max_bytes, self.flush_interval_s, POLL_SEC)
-        return Batch(entries, sum(e.size for e in entries)) if entries else None
+        return Batch(entries, sum(map(_SIZE, entries))) if entries else None
