@@ -61,7 +61,9 @@ log = logging.getLogger(__name__)
 REQUIRED_WORKERS = ("stream", "executor")
 HUNG_DUMP_GRACE_S = 0.5  # time for faulthandler to write the traceback before SIGKILL
 RESOURCE_SAMPLE_S = 2.0  # `ps` asked more often than this gets the last sample
-DORMANT_CHECK_S = 5.0  # a dormant worker's demand check (asked-for starts are at once)
+# A dormant worker's demand check rides on every wake-up; a wake-up of its own only when
+# none came for this long (hang deadlines wake the loop every ~8 s). Asked-for starts: at once.
+DORMANT_CHECK_S = 10.0
 MAX_SLEEP_S = 30.0  # a safety net: everything due has its own time
 LIVE_STATES = (WorkerState.STARTING, WorkerState.RUNNING, WorkerState.STOPPING)
 
@@ -119,7 +121,7 @@ class Supervisor:
         self._last_watchdog = 0.0
         self._watchdog_withheld = False
         self._last_sample = -RESOURCE_SAMPLE_S
-        self._next_dormant_check = 0.0
+        self._last_dormant_check = 0.0
         self._resources: dict[int, tuple[int | None, float | None]] = {}
 
     # ------------------------------------------------------------------ main loop
@@ -170,7 +172,7 @@ class Supervisor:
         if self.notifier.watchdog_interval_s:
             due.append(self._last_watchdog + self.notifier.watchdog_interval_s)
         if self.dormant:
-            due.append(self._next_dormant_check)
+            due.append(self._last_dormant_check + DORMANT_CHECK_S)
         return min(due)
 
     def hang_deadline(self, worker: WorkerProcess) -> float | None:
@@ -185,11 +187,9 @@ class Supervisor:
 
     def spawn_due_workers(self) -> None:
         now = time.monotonic()
-        check_dormant = now >= self._next_dormant_check
-        if check_dormant:
-            self._next_dormant_check = now + DORMANT_CHECK_S
+        self._last_dormant_check = now
         for worker in self.workers.values():
-            if worker.name in self.dormant and not (check_dormant and self.wanted_now(worker.name)):
+            if worker.name in self.dormant and not self.wanted_now(worker.name):
                 continue
             if (
                 worker.state in (WorkerState.STOPPED, WorkerState.BACKOFF, WorkerState.FATAL)

@@ -32,8 +32,9 @@ _listened = False  # seen listening once: started for good (a crash restarts it 
 
 
 class PeerDemand:
-    """The supervisor's check, every DORMANT_CHECK_S (arbiter.py): whether the peer worker
-    is wanted now. A cluster is thus served within seconds; image.serve asks at once."""
+    """The supervisor's check, at each turn of its loop and at least every DORMANT_CHECK_S
+    (arbiter.py): whether the peer worker is wanted now. A new cluster is served within
+    that; image.serve and probe tickets ask at once (ask_to_serve)."""
 
     def __init__(self, config: Config):
         self.config = config
