@@ -7,7 +7,7 @@
 
 from faden_agent.ipc.endpoints import Endpoints, ensure_runtime_dir
 from faden_agent.ipc.envelope import ENVELOPE_VERSION, EnvelopeError, Message, decode, encode
-from faden_agent.ipc.sockets import Channel, request
+from faden_agent.ipc.sockets import Channel, Requester, request
 
 __all__ = [
     "ENVELOPE_VERSION",
@@ -15,6 +15,7 @@ __all__ = [
     "Endpoints",
     "EnvelopeError",
     "Message",
+    "Requester",
     "decode",
     "encode",
     "ensure_runtime_dir",

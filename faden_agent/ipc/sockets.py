@@ -86,3 +86,26 @@ def request(address: str, msg_type: str, body: Any = None, timeout_s: float = 1.
         return channel.recv(timeout_s)
     finally:
         channel.close()
+
+
+class Requester:
+    """A kept REQ connection, for a thread that asks one peer again and again (the heartbeat's
+    `ps`): a request() per question sets up and tears down a connection each time, about ten
+    wake-ups of both processes' ZeroMQ threads (issue 16). One thread only."""
+
+    def __init__(self, address: str):
+        self.address = address
+        self._channel: Channel | None = None
+
+    def ask(self, msg_type: str, body: Any = None, timeout_s: float = 1.0) -> Message | None:
+        """The reply, or None when none comes in time (a late one is dropped: REQ_CORRELATE)."""
+        if self._channel is None:
+            self._channel = Channel.connect(zmq.REQ, self.address)
+        if not self._channel.send(msg_type, body, block=False):
+            return None
+        return self._channel.recv(timeout_s)
+
+    def close(self) -> None:
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None

@@ -25,7 +25,7 @@ from typing import Any
 
 from faden_agent import __version__, protocol
 from faden_agent.backend import BackendClient, BackendError
-from faden_agent.ipc import EnvelopeError, request
+from faden_agent.ipc import EnvelopeError, Requester
 from faden_agent.reports.outbox import make_record
 from faden_agent.workers.stream.link import Link, LinkThread
 
@@ -53,6 +53,7 @@ class HeartbeatSender(LinkThread):
         self.started_at = time.time()
         self.beats = 0
         self.detail_sent: tuple[Any, float] | None = None  # (change key, monotonic time) of the last detail sent
+        self.supervisor = Requester(link.endpoints.control)
 
     def run(self) -> None:
         interval = self.config.heartbeat_interval_sec
@@ -67,6 +68,7 @@ class HeartbeatSender(LinkThread):
                 beat = max(beat + 1, math.floor((time.monotonic() - start_mono) / interval) + 1)
         finally:
             client.close()
+            self.supervisor.close()
 
     def send(self, client: BackendClient, beat: int, due_at: float) -> None:
         data, key = self.heartbeat_data(beat, due_at)
@@ -133,7 +135,7 @@ class HeartbeatSender(LinkThread):
     def worker_table(self) -> dict[str, Any]:
         """The supervisor's `ps` table; empty when it does not answer in time."""
         try:
-            reply = request(self.endpoints.control, "ps", timeout_s=PS_TIMEOUT_S)
+            reply = self.supervisor.ask("ps", timeout_s=PS_TIMEOUT_S)
         except EnvelopeError:
             return {}
         return reply.body if reply is not None and isinstance(reply.body, dict) else {}
