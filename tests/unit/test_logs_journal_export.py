@@ -104,3 +104,28 @@ def test_an_entry_is_held_until_its_empty_line_and_one_without_a_cursor_is_skipp
     assert first[b"MESSAGE"] == b"half\na\nb"  # the field twice: both values
     assert source.export_entry(first).position == "s=9"
     assert source.export_entry(second) is None
+
+
+def test_the_usual_entry_is_cut_by_one_match_and_its_labels_follow_the_fields_around_message(source):
+    """journalctl's own layout (cursor, timestamps, fields, MESSAGE, fields) takes the shaped
+    way: a field written twice keeps both values, each PRIORITY its own level, and an entry
+    the match cannot take whole (a binary MESSAGE) between them goes the careful way."""
+    head = b"__CURSOR=s=%d\n__REALTIME_TIMESTAMP=1700000000000001\n__MONOTONIC_TIMESTAMP=5\n_BOOT_ID=b\n"
+    exported = (
+        head % 1
+        + b"_PID=1\nMESSAGE=one a=b\n_PID=2\nPRIORITY=3\n\n"
+        + head % 2
+        + b"PRIORITY=6\nMESSAGE\n"
+        + (3).to_bytes(8, "little")
+        + b"x\ny\n_PID=7\n\n"
+        + head % 3
+        + b"PRIORITY=7\n_PID=7\nMESSAGE=three\n\n"
+    )
+    records = ExportParser().feed(exported)
+    assert [type(record) for record in records] == [tuple, dict, tuple]
+    entries = [source.export_entry(record) for record in records]
+    assert [(e.line, e.position, e.metadata, dict(e.stream)["level"]) for e in entries] == [
+        ("one a=b", "s=1", {"pid": "1\n2", "boot_id": "b"}, "error"),
+        ("x\ny", "s=2", {"pid": "7", "boot_id": "b"}, "info"),
+        ("three", "s=3", {"pid": "7", "boot_id": "b"}, "debug"),
+    ]

