@@ -11,6 +11,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Sequence
+from itertools import repeat
 from operator import attrgetter, itemgetter
 
 from faden_agent.workers.logs.entry import Entry
@@ -52,14 +53,23 @@ class Backlog:
         (fewer only once closed)."""
         with self._cond:
             now = time.monotonic()
-            for kept, entry in enumerate(entries):
+            kept = 0
+            while kept < len(entries):
                 if self._full() and not self.closed:
                     self._wait_for_room()
                     now = time.monotonic()
                 if self.closed:
                     return kept
-                self._items.append((now, entry))
-                self._bytes += entry.size
+                # All that fit before the backlog turns full, in one C-speed extend; one at a
+                # time where the bytes cap is near (each added while not full, as ever).
+                part = entries[kept : kept + self.max_lines - len(self._items)] or entries[kept : kept + 1]
+                size = sum(map(_SIZE, part))
+                if len(part) > 1 and self._bytes + size >= self.max_bytes:
+                    part = entries[kept : kept + 1]
+                    size = part[0].size
+                self._items.extend(zip(repeat(now), part))
+                self._bytes += size
+                kept += len(part)
                 if (
                     self._takers
                     and not self._woken
@@ -67,7 +77,7 @@ class Backlog:
                 ):
                     self._woken = True  # once: the taker is on its way (until it waits again)
                     self._cond.notify_all()
-            return len(entries)
+            return kept
 
     def _wait_for_room(self) -> None:
         self.blocked_puts += 1
