@@ -20,6 +20,7 @@ from faden_agent.peer.server import PeerServer
 from faden_agent.peer.tickets import TicketBox
 from tests.agentproc import wait_for
 from tests.backendproc import agent_on_backend, backend, free_port  # noqa: F401
+from tests.executorproc import executor_factory  # noqa: F401
 
 IMAGE_ID = "sha256:" + "ab" * 32
 
@@ -94,3 +95,21 @@ def test_an_idle_peer_server_sleeps_and_stops_at_once(tmp_path):
     thread.join(5)
     assert not thread.is_alive()  # woken by the shutdown, not by its 30 s safety poll
     assert not listens(server.port)
+
+
+def test_a_supervisor_without_a_peer_worker_answers_serve_at_once_and_the_executor_lives(executor_factory):
+    """A supervisor running the executor alone (no peer worker) answers the start request
+    with an error: the executor must not then wait for a port that never listens, with its
+    loop (and its liveness messages) stopped past the hang timeout."""
+    agent, ex = executor_factory(peer_start="on_demand")
+    spec = {
+        "image_id": IMAGE_ID,
+        "receiver": "127.0.0.1",
+        "ttl_s": 60,
+        "ticket_sha256": hashlib.sha256(b"another ticket").hexdigest(),
+    }
+    for n in range(3):
+        done = ex.run(f"serve-{n}", "image.serve", spec, timeout_s=30)
+        assert done["state"] == protocol.SUCCEEDED, done
+    worker = agent.workers()["executor"]
+    assert worker["state"] == "RUNNING" and worker["restarts"] == 0, worker

@@ -60,13 +60,16 @@ def ask_to_serve(config: Config) -> bool:
     if _listened:
         return True
     control = Endpoints(config.runtime_dir).control
-    deadline = time.monotonic() + LISTEN_WAIT_S
+    # The executor's loop sends no liveness while it waits here: stay well inside its hang timeout.
+    wait_s = min(LISTEN_WAIT_S, config.worker_hang_timeout_sec / 2)
+    deadline = time.monotonic() + wait_s
     asked = False
     while time.monotonic() < deadline:
         if not asked:
-            asked = request(control, "start", {"name": NAME}, timeout_s=ASK_TIMEOUT_S) is not None
-            if not asked:
-                return False  # no supervisor answers (an executor run on its own)
+            answer = request(control, "start", {"name": NAME}, timeout_s=ASK_TIMEOUT_S)
+            if answer is None or answer.type != "start":
+                return False  # no supervisor answers, or one without a peer worker (an executor on its own)
+            asked = True
         reply = request(control, "ps", timeout_s=ASK_TIMEOUT_S)
         rows = {row["name"]: row for row in (reply.body.get("workers") or [])} if reply is not None else {}
         status = (rows.get(NAME) or {}).get("status") or {}
@@ -77,5 +80,5 @@ def ask_to_serve(config: Config) -> bool:
             log.warning("the peer worker does not listen: %s", status["error"])
             return False
         time.sleep(0.02)
-    log.warning("the peer worker did not listen within %.0f s", LISTEN_WAIT_S)
+    log.warning("the peer worker did not listen within %.1f s", wait_s)
     return False
