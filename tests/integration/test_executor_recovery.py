@@ -57,6 +57,11 @@ def test_kill_9_of_the_executor_during_a_start_leaves_one_container(executor_fac
     assert ex.states(cid).count("started") == 2  # the attempt before the kill and the resumed one
 
 
+# Long enough that a loaded machine still sees the container before the deadline ends the
+# command (the executor would remove it first), short enough to pass while the agent is down.
+DEADLINE_S = 8
+
+
 def test_command_in_flight_past_its_deadline_is_reported_interrupted(executor_factory, prefix, docker_client):
     agent, ex = executor_factory()
     cid, name = f"{prefix}-run", f"{prefix}-never"
@@ -64,15 +69,16 @@ def test_command_in_flight_past_its_deadline_is_reported_interrupted(executor_fa
         "name": name,
         "image": TEST_IMAGE,
         "command": ["sleep", "300"],
-        "deadline_s": 3,
+        "deadline_s": DEADLINE_S,
         "healthcheck": {"test": ["CMD-SHELL", "false"], "interval_s": 5, "retries": 5},
     }
+    sent_at = time.monotonic()
     ex.send(cid, "container.run", spec)
     wait_for(lambda: "started" in ex.states(cid), 10, what="started")
     # kill once the container exists: "started" is recorded before the engine creates it
     wait_for(lambda: docker_client.containers.list(all=True, filters={"name": name}), 20, what="the container created")
     agent.kill()  # the whole agent, kill -9
-    time.sleep(3.5)
+    time.sleep(max(0.0, sent_at + DEADLINE_S + 0.5 - time.monotonic()))  # the deadline passes while it is down
     agent.start()
     done = ex.wait_terminal(cid, 20)
     assert (done["state"], done["reason"]) == ("failed", "interrupted"), done
