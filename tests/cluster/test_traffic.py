@@ -159,7 +159,16 @@ def test_delay_on_one_link_shows_in_that_pair_only(rig):
         except AssertionError:
             print(records(rig)[1])
             raise
-        reverse = peer(records(rig)[2], m1.address)
+
+        def measured_back() -> dict | None:
+            # machine 2 sends its own record on its own schedule: wait for one of this load
+            back = records(rig)[2]
+            if back is None or back["collected_at"] < start:
+                return None
+            entry = peer(back, m1.address)
+            return entry if entry["connections"] and entry["min_rtt_ms"] is not None else None
+
+        reverse = wait_for(measured_back, 30, interval_s=0.5, what="m2's record with its RTT to m1")
         far, near = peer(record, m2.address), peer(record, m3.address)
         print(
             f"RTT m1->m2 {far['rtt_ms']} ms (min {far['min_rtt_ms']}), m2->m1 {reverse['rtt_ms']} ms, "
