@@ -125,3 +125,33 @@ def test_a_journalctl_without_output_fields_still_ships(tmp_path, loki):
     with agent:
         loki.wait_for(lambda e: [x for x in system_lines(e) if text(x) == "from an old systemd"], 30)
         assert "no --output-fields" in agent.log_text()
+
+
+@pytest.mark.docker
+def test_a_line_docker_cut_into_partial_messages_arrives_whole(tmp_path, loki, docker_client):
+    """Docker's json-file driver cuts a line into 16 KiB partial messages, each with its own
+    timestamp prefix when read with timestamps: none of those prefixes may land in the line."""
+    from faden_agent import protocol
+    from tests.conftest import TEST_IMAGE
+
+    name = f"faden-logs-test-{uuid.uuid4().hex[:8]}"
+    journal = JournalWriter(tmp_path / "journal")
+    journal.append(journal.lines(["boot"]))
+    script = "head -c 40000 /dev/zero | tr '\\0' y; echo; echo after-the-long-line"
+    container = docker_client.containers.create(
+        TEST_IMAGE,
+        ["sh", "-c", script],
+        name=name,
+        labels={protocol.LABEL_MANAGED: "true", protocol.LABEL_AGENT_ID: "logs-node"},
+    )
+    try:
+        with start_agent(tmp_path, loki, journal.directory) as agent:
+            time.sleep(2.5)  # the follower is there before the line (discovery)
+            container.start()
+            mine = lambda e: [x for x in e if x.labels.get("container") == name]  # noqa: E731
+            got = loki.wait_for(lambda e: [x for x in mine(e) if text(x) == "after-the-long-line"] and mine(e), 60)
+            status = agent.workers()["logs"]["status"]["sources"]["containers"]
+        assert [e.line for e in got] == ["y" * 40000, "after-the-long-line"]
+        assert status["lines_cut"] == 0
+    finally:
+        container.remove(force=True)

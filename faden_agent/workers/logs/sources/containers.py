@@ -82,6 +82,15 @@ class LineCutter:
         return None
 
 
+def without_partial_stamp(chunk: bytes) -> bytes:
+    """The rest of a line Docker cut into partial messages: its timestamp prefix would land in
+    the middle of the line. A chunk that does not start with one is kept whole."""
+    stamp, space, rest = chunk[:STAMP_BYTES].partition(b" ")
+    if space and parse_rfc3339_ns(stamp) is not None:
+        return rest + chunk[STAMP_BYTES:]
+    return chunk
+
+
 def parse_rfc3339_ns(text: bytes) -> int | None:
     """Docker's RFC 3339 timestamp (nanoseconds, trailing zeros trimmed) -> epoch ns."""
     global _last_utc_second
@@ -386,7 +395,13 @@ class ContainerFollower:
             stderr=self.stream == "stderr",
         )
         lines = LineCutter(MAX_LINE_BYTES + STAMP_BYTES)
+        continued = False
         for chunk in chunks:
+            if continued:
+                chunk = without_partial_stamp(chunk)
+            # Without a TTY each chunk is one log message (one multiplexed frame); Docker cuts a
+            # line into 16 KiB partial messages, each with its own timestamp prefix.
+            continued = not chunk.endswith(b"\n")
             for line, cut in lines.feed(chunk):
                 if not self.ship(line, cut):
                     return False
