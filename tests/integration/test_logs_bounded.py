@@ -70,21 +70,26 @@ def test_a_journal_entry_with_a_32_mib_binary_message_keeps_the_worker_small(tmp
     assert peak < RSS_BOUND_BYTES
 
 
-@pytest.mark.docker
-def test_a_container_printing_100_mib_without_a_newline_keeps_the_worker_small(tmp_path, loki, docker_client):
+def managed_container(docker_client, script: str):
+    """A container this agent's log shipper follows (managed, its agent id), not started yet."""
     from faden_agent import protocol
     from tests.conftest import TEST_IMAGE
 
-    name = f"faden-logs-test-{uuid.uuid4().hex[:8]}"
+    return docker_client.containers.create(
+        TEST_IMAGE,
+        ["sh", "-c", script],
+        name=f"faden-logs-test-{uuid.uuid4().hex[:8]}",
+        labels={protocol.LABEL_MANAGED: "true", protocol.LABEL_AGENT_ID: "logs-node"},
+    )
+
+
+@pytest.mark.docker
+def test_a_container_printing_100_mib_without_a_newline_keeps_the_worker_small(tmp_path, loki, docker_client):
     journal = JournalWriter(tmp_path / "journal")
     journal.append(journal.lines(["boot"]))
     script = "head -c 104857600 /dev/zero | tr '\\0' x; echo; echo after-the-flood"
-    container = docker_client.containers.create(
-        TEST_IMAGE,
-        ["sh", "-c", script],
-        name=name,
-        labels={protocol.LABEL_MANAGED: "true", protocol.LABEL_AGENT_ID: "logs-node"},
-    )
+    container = managed_container(docker_client, script)
+    name = container.name
     try:
         with start_agent(tmp_path, loki, journal.directory) as agent:
             rss = PeakRss(logs_pid(agent))
@@ -131,19 +136,11 @@ def test_a_journalctl_without_output_fields_still_ships(tmp_path, loki):
 def test_a_line_docker_cut_into_partial_messages_arrives_whole(tmp_path, loki, docker_client):
     """Docker's json-file driver cuts a line into 16 KiB partial messages, each with its own
     timestamp prefix when read with timestamps: none of those prefixes may land in the line."""
-    from faden_agent import protocol
-    from tests.conftest import TEST_IMAGE
-
-    name = f"faden-logs-test-{uuid.uuid4().hex[:8]}"
     journal = JournalWriter(tmp_path / "journal")
     journal.append(journal.lines(["boot"]))
     script = "head -c 40000 /dev/zero | tr '\\0' y; echo; echo after-the-long-line"
-    container = docker_client.containers.create(
-        TEST_IMAGE,
-        ["sh", "-c", script],
-        name=name,
-        labels={protocol.LABEL_MANAGED: "true", protocol.LABEL_AGENT_ID: "logs-node"},
-    )
+    container = managed_container(docker_client, script)
+    name = container.name
     try:
         with start_agent(tmp_path, loki, journal.directory) as agent:
             time.sleep(2.5)  # the follower is there before the line (discovery)
