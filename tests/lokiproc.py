@@ -24,7 +24,31 @@ import pytest
 import requests
 
 REPO = Path(__file__).resolve().parents[1]
-TOOLS = REPO.parent / "shared" / "tools" / "loki"
+
+
+def find_tools() -> Path:
+    """The real Loki builds: FADEN_TEST_LOKI_DIR, else ../shared/tools/loki beside this
+    repository, else beside the local checkout this one was cloned from (a clone into a
+    temporary folder, as CI makes one)."""
+    if os.environ.get("FADEN_TEST_LOKI_DIR"):
+        return Path(os.environ["FADEN_TEST_LOKI_DIR"])
+    beside = REPO.parent / "shared" / "tools" / "loki"
+    if beside.exists():
+        return beside
+    try:
+        origin = subprocess.run(
+            ["git", "-C", str(REPO), "remote", "get-url", "origin"], capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        origin = ""
+    if origin and Path(origin).is_dir():
+        cloned_from = Path(origin).resolve().parent / "shared" / "tools" / "loki"
+        if cloned_from.exists():
+            return cloned_from
+    return beside
+
+
+TOOLS = find_tools()
 RUN_LOKI = TOOLS / "run-loki.sh"
 VERSIONS = ("2.8.0", "3.4.6")
 READY_TIMEOUT_S = 120.0
@@ -62,7 +86,9 @@ class LokiProcess:
 
     def start(self, timeout_s: float = READY_TIMEOUT_S) -> LokiProcess:
         if not RUN_LOKI.is_file():
-            raise RuntimeError(f"no Loki for tests: {RUN_LOKI} is missing (../shared beside the repository)")
+            raise RuntimeError(
+                f"no Loki for tests: {RUN_LOKI} is missing (set FADEN_TEST_LOKI_DIR or put ../shared beside the repo)"
+            )
         argv = ["bash", str(RUN_LOKI), self.version, str(self.port), str(self.data_dir)]
         setpriv = shutil.which("setpriv")
         if setpriv:  # a test run that dies (killed, Ctrl-C) takes its Loki with it
