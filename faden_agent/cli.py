@@ -12,6 +12,7 @@ import typer
 
 from faden_agent import __version__
 from faden_agent.config import Config, ConfigError, load_config
+from faden_agent.launch import EXIT_CONFIG, complain
 
 app = typer.Typer(
     add_completion=False,
@@ -21,13 +22,11 @@ app = typer.Typer(
 )
 
 EXIT_NOT_ALL_RUNNING = 1
-EXIT_CONFIG = 2
 EXIT_NO_SUPERVISOR = 3
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
-    typer.echo(f"faden-agent: {message}", err=True)
-    raise typer.Exit(code)
+    raise typer.Exit(complain(message, code))
 
 
 def load() -> Config:
@@ -59,18 +58,9 @@ def _root(
 @app.command()
 def run() -> None:
     """Run the agent in the foreground: the supervisor and its workers."""
-    config = load()
-    from faden_agent.hardening import harden_process
-    from faden_agent.logsetup import configure_logging
-    from faden_agent.supervisor import Supervisor
+    from faden_agent.launch import run_agent
 
-    configure_logging(config.log_level, "faden-agent")
-    harden_process()  # the token out of the environment, no core dumps: before any worker or child
-    try:
-        code = Supervisor(config).run()
-    except OSError as exc:
-        fail(f"cannot start the supervisor: {exc}")
-    raise typer.Exit(code)
+    raise typer.Exit(run_agent())
 
 
 @app.command()

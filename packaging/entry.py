@@ -4,6 +4,6 @@ from faden_agent.standalone import start_from_launcher
 
 start_from_launcher()  # before the CLI's imports: hold this unpacked build, prune older ones
 
-from faden_agent.cli import main  # noqa: E402
+from faden_agent.launch import main  # noqa: E402
 
 main()

@@ -11,13 +11,17 @@ After the imports the supervisor freezes them (gc.freeze): its collector then ne
 writes to the shared objects' headers, which would copy their pages into the supervisor;
 each child freezes what it inherits first thing (arbiter.spawn_worker).
 
-Where the private memory of a worker comes from (issue 16, measured with
-sys._debugmallocstats and smaps in each process): the shared object heap is ~17 MiB in
-1 MiB arenas and a worker adds about one arena of its own, yet has 3-10 MiB of private
-anonymous pages. Those are inherited pages it wrote to: CPython 3.11 writes a refcount on
-every object it touches (and rewrites bytecode as it specializes it), and a new small
-object is put into a free block of an inherited pool. fill_pools() removes the second
-cause before each fork; the first only an immortal-object runtime (3.12+) removes.
+Where the private memory of a worker comes from (issue 16, measured by comparing each
+worker's page frames with the supervisor's in /proc/PID/pagemap): 8-10 MiB of each worker's
+9-13 MiB are inherited pages it wrote to, not objects of its own. CPython writes a refcount
+on every object it touches (calling a function writes its function and code object), and
+3.11's specializing interpreter writes version tags into the dicts and types it caches and
+rewrites the bytecode it runs. The same tree measured on CPython 3.12.1 and 3.13.0 (immortal
+objects) was no smaller: their immortality covers static objects and interned strings, not
+code. A new small object put into a free block of an inherited pool would copy one more
+page: fill_pools() removes that cause before each fork. Importing the workers' own modules
+after the fork instead was measured too: 2-6 MiB more over the tree (each import's garbage
+and its whole module are private, where preloaded only the touched pages are).
 """
 
 from __future__ import annotations
@@ -27,15 +31,22 @@ import importlib
 import logging
 import os
 import sys
+import warnings
 
 log = logging.getLogger(__name__)
 
 SHARED_MODULES = ("docker",)  # imported lazily by some workers, used by three of four
+# requests guesses the charset of a body that names none with charset_normalizer, which
+# imports all of Python's ~100 codecs: 2.7 MiB of objects in every worker. The agent never
+# needs the guess (what it reads is JSON or names its charset); without it requests decodes
+# such a body as UTF-8 (Response.apparent_encoding).
+CHARSET_GUESSERS = ("charset_normalizer", "chardet")
 
 
 def preload(targets: list[str]) -> None:
     """Imports each worker target's module and SHARED_MODULES, then freezes the heap. A
     module that fails to import is left to its worker, which reports the failure."""
+    skip_charset_guessers()
     for module in [t.partition(":")[0] for t in targets] + list(SHARED_MODULES):
         try:
             importlib.import_module(module)
@@ -47,6 +58,18 @@ def preload(targets: list[str]) -> None:
     supervisor = os.getpid()
     # Again before every later fork (a restart): the supervisor's own work leaves holes.
     os.register_at_fork(before=lambda: fill_pools() if os.getpid() == supervisor else None)
+
+
+def skip_charset_guessers() -> None:
+    """Makes requests load without a charset guesser (CHARSET_GUESSERS); a no-op once requests
+    is loaded."""
+    if "requests" in sys.modules:
+        return
+    for name in CHARSET_GUESSERS:
+        sys.modules.setdefault(name, None)  # None: the import fails, and requests falls back
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Unable to find acceptable character detection")
+        import requests  # noqa: F401 - loaded here, under the filter, for every worker
 
 
 _FILLERS: list = []  # kept for the life of the process: they only occupy blocks

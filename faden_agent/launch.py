@@ -1,0 +1,50 @@
+"""The `faden-agent` entry point (and `python -m faden_agent`, the service's command).
+
+`faden-agent run` starts the supervisor without loading the command-line library: whatever
+the supervisor has imported when it forks is in every worker's address space, and typer,
+click and rich (~4 MiB of objects) are never used by a worker (issue 16: PSS of the tree).
+Every other command, and `run` with options (`--help`), goes through the typer app.
+"""
+
+from __future__ import annotations
+
+import sys
+
+EXIT_CONFIG = 2
+
+
+def run_agent() -> int:
+    """Runs the supervisor and its workers in the foreground; the exit code. A bad setting or
+    a supervisor that cannot start is one line on stderr."""
+    from faden_agent.config import ConfigError, load_config
+
+    try:
+        config = load_config()
+    except ConfigError as exc:
+        return complain(str(exc), EXIT_CONFIG)
+    from faden_agent.hardening import harden_process
+    from faden_agent.logsetup import configure_logging
+    from faden_agent.supervisor import Supervisor
+
+    configure_logging(config.log_level, "faden-agent")
+    harden_process()  # the token out of the environment, no core dumps: before any worker or child
+    try:
+        return Supervisor(config).run()
+    except OSError as exc:
+        return complain(f"cannot start the supervisor: {exc}", 1)
+
+
+def complain(message: str, code: int) -> int:
+    print(f"faden-agent: {message}", file=sys.stderr, flush=True)
+    return code
+
+
+def main() -> None:
+    if sys.argv[1:] == ["run"]:
+        try:
+            sys.exit(run_agent())
+        except KeyboardInterrupt:
+            sys.exit(130)
+    from faden_agent.cli import main as cli_main
+
+    cli_main()
