@@ -59,6 +59,16 @@ def _port(raw: str) -> int:
     return value
 
 
+def _nice(raw: str) -> int:
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise ValueError("a nice increment 0..19") from None
+    if not 0 <= value <= 19:
+        raise ValueError("a nice increment 0..19")
+    return value
+
+
 def _bool(raw: str) -> bool:
     lowered = raw.strip().lower()
     if lowered in ("1", "true", "yes", "on"):
@@ -291,6 +301,12 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("log_batch_size", "100", _positive_int, "Most lines in one Loki push"),
     Variable("log_flush_interval_sec", "5", _positive_float, "Longest wait before a partial batch is pushed"),
     Variable(
+        "log_nice",
+        "10",
+        _nice,
+        "Added to the nice value of the log worker and its journalctl: a log flood yields the CPU to heartbeats",
+    ),
+    Variable(
         "loki_structured_metadata",
         "auto",
         _structured_metadata,
@@ -391,6 +407,7 @@ class Config:
     loki_url: str | None
     log_batch_size: int
     log_flush_interval_sec: float
+    log_nice: int
     loki_structured_metadata: str
     journal_directory: Path | None
     ray_log_dir: Path
