@@ -11,6 +11,8 @@ talk to the driver. bench/gpu_probe.py runs the real probe on a machine with GPU
 from __future__ import annotations
 
 import queue
+import subprocess
+import sys
 import threading
 import time
 import types
@@ -18,6 +20,7 @@ from dataclasses import dataclass, field
 
 import pynvml
 
+from faden_agent.workers.inventory import gpu
 from faden_agent.workers.inventory.gpu import (
     REASON_NO_DRIVER,
     REASON_NO_GPU,
@@ -273,10 +276,31 @@ def test_no_driver_and_no_gpu_have_their_reasons():
     assert result["available"] is False and result["reason"] == REASON_NO_GPU and result["devices"] == []
 
 
-def test_no_pynvml_module():
-    probe = GpuProbe()
-    probe._module = lambda: None  # what an ImportError of pynvml leads to
-    assert probe()["reason"] == REASON_NO_PYNVML
+def test_no_pynvml_module(monkeypatch):
+    monkeypatch.setattr(gpu, "NVML_LIBRARY", "libc.so.6")  # a library that opens here
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # what an uninstalled pynvml gives
+    assert GpuProbe()()["reason"] == REASON_NO_PYNVML
+
+
+NO_BINDINGS_WITHOUT_LIBRARY = """
+import sys
+from faden_agent.workers.inventory.gpu import GpuProbe
+from faden_agent.workers.inventory.gpu_events import GpuErrorWatcher
+print(GpuProbe()()["reason"])
+watcher = GpuErrorWatcher(lambda: None)
+watcher.start()
+watcher.thread.join(10)
+print(watcher.thread.is_alive(), "pynvml" in sys.modules)
+"""
+
+
+def test_without_the_nvml_library_pynvml_is_never_imported():
+    # A fresh interpreter on this GPU-less machine: the probe and the event watcher give up
+    # on the missing library before importing the 2.4 MiB of bindings (issue 16).
+    out = subprocess.run(
+        [sys.executable, "-c", NO_BINDINGS_WITHOUT_LIBRARY], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert out.stdout.splitlines() == [REASON_NO_LIBRARY, "False False"], out.stdout + out.stderr
 
 
 def test_init_once_and_again_after_the_driver_went_away():

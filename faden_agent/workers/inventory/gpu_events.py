@@ -9,12 +9,12 @@ can stop; a wait that hangs in the driver holds only this thread.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import threading
 from collections.abc import Callable
 from typing import Any
 
+from faden_agent.workers.inventory.gpu import load_pynvml
 from faden_agent.workers.threads import start_daemon
 
 log = logging.getLogger(__name__)
@@ -39,10 +39,9 @@ class GpuErrorWatcher:
         self._stop.set()
 
     def _run(self) -> None:
-        try:
-            nvml = self.nvml or importlib.import_module("pynvml")
-        except ImportError:
-            return
+        nvml = self.nvml or load_pynvml()[0]
+        if nvml is None:
+            return  # no library or no bindings: nothing to watch
         while not self._stop.is_set():
             try:
                 nvml.nvmlInit()
