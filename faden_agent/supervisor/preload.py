@@ -5,11 +5,14 @@ not spend its first 100 ms importing).
 Every worker's module (and so what it imports at module level: requests, urllib3, ssl,
 the docker SDK, ...) plus the docker SDK that the log worker imports lazily. Importing
 starts nothing (no thread, socket, NVML or Docker call); pynvml stays out: only the
-inventory worker's GPU probe loads it, and only on a machine with GPUs.
+inventory worker's GPU probe loads it, and only where the NVML library opens.
 
-After the imports the supervisor freezes them (gc.freeze): its collector then never
-writes to the shared objects' headers, which would copy their pages into the supervisor;
-each child freezes what it inherits first thing (arbiter.spawn_worker).
+After the imports the supervisor rehearses the workers' first HTTP, Docker and SQLite
+calls against throwaway servers of its own (rehearsal.py: the writes those first calls
+make to shared code and caches then happen once, here; its threads are joined before any
+fork) and freezes everything (gc.freeze): its collector then never writes to the shared
+objects' headers, which would copy their pages into the supervisor; each child freezes
+what it inherits first thing (arbiter.spawn_worker).
 
 Where the private memory of a worker comes from (issue 16, measured by comparing each
 worker's page frames with the supervisor's in /proc/PID/pagemap): 8-10 MiB of each worker's
@@ -33,6 +36,8 @@ import os
 import sys
 import warnings
 
+from faden_agent.supervisor.rehearsal import rehearse
+
 log = logging.getLogger(__name__)
 
 SHARED_MODULES = ("docker",)  # imported lazily by some workers, used by three of four
@@ -52,6 +57,7 @@ def preload(targets: list[str]) -> None:
             importlib.import_module(module)
         except Exception as exc:  # noqa: BLE001 - the worker's own import reports it properly
             log.warning("preloading %s failed (its worker imports it again): %s", module, exc)
+    rehearse()  # the workers' first HTTP, Docker and SQLite calls, once for all (rehearsal.py)
     gc.collect()
     fill_pools()
     gc.freeze()
