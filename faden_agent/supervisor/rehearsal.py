@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 
 ROUNDS = 12  # past 3.11's warm-up (8 calls) and the first specializations
 TIMEOUT_S = 2.0
+MAX_BODY_BYTES = 64 * 1024  # the rehearsal's own bodies are tiny; anything else is not read
 
 
 class _Answers(BaseHTTPRequestHandler):
@@ -43,9 +44,13 @@ class _Answers(BaseHTTPRequestHandler):
     timeout = TIMEOUT_S  # a connection left open (another local process's) ends the thread soon
 
     def _answer(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        if length:
-            self.rfile.read(length)
+        # The loopback port is open to other local processes while it runs: what is not a
+        # small body of the rehearsal's own ends the connection unanswered.
+        length = self.headers.get("Content-Length") or "0"
+        if not length.isdigit() or int(length) > MAX_BODY_BYTES:
+            self.close_connection = True
+            return
+        self.rfile.read(int(length))
         body = b"[]" if self.path.split("?")[0].endswith("/json") else b'{"ok": true}'
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -64,11 +69,16 @@ class _TcpAnswers(_Answers):
     disable_nagle_algorithm = True  # head and body are two writes: no 40 ms wait for an ACK
 
 
-class _TcpServer(ThreadingHTTPServer):
+class _Quiet:
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        log.debug("rehearsal server: a connection failed", exc_info=True)  # not a traceback on stderr
+
+
+class _TcpServer(_Quiet, ThreadingHTTPServer):
     daemon_threads = False  # server_close() joins the answering threads: none is left at the fork
 
 
-class _UnixServer(ThreadingMixIn, UnixStreamServer):
+class _UnixServer(_Quiet, ThreadingMixIn, UnixStreamServer):
     def get_request(self) -> tuple[socket.socket, tuple[str, int]]:
         request, _ = super().get_request()
         return request, ("rehearsal", 0)  # BaseHTTPRequestHandler expects a host and port

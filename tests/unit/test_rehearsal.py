@@ -40,3 +40,28 @@ def test_a_step_that_cannot_run_is_skipped_and_the_others_still_run(tmp_path):
     result = run_child(dict(os.environ, TMPDIR=str(deep)))
     assert result["done"] == {"http": 24, "docker": 0, "sqlite": 36}
     assert result["threads"] == 1 and result["left"] == [] and list(deep.iterdir()) == []
+
+
+HOSTILE = """
+import json, socket, threading
+from faden_agent.supervisor import rehearsal
+
+server = rehearsal._TcpServer(("127.0.0.1", 0), rehearsal._TcpAnswers)
+thread = rehearsal._serve(server)
+answers = []
+for head in (b"Content-Length: 99999999999", b"Content-Length: -5", b"Content-Length: x", b"Content-Length: 2"):
+    with socket.create_connection(server.server_address, timeout=5) as conn:
+        conn.sendall(b"POST /x HTTP/1.1\\r\\nHost: h\\r\\n" + head + b"\\r\\n\\r\\n{}")
+        answers.append(conn.recv(100).split(b"\\r\\n")[0].decode())
+rehearsal._stop(server, thread)
+print(json.dumps({"answers": answers, "threads": threading.active_count()}))
+"""
+
+
+def test_a_local_process_sending_nonsense_gets_no_answer_and_costs_nothing():
+    # The loopback port is reachable by other local processes while the rehearsal runs.
+    out = subprocess.run([sys.executable, "-c", HOSTILE], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    result = json.loads(out.stdout)
+    assert result["answers"] == ["", "", "", "HTTP/1.1 200 OK"]
+    assert result["threads"] == 1
