@@ -49,24 +49,22 @@ def _positive_int(raw: str) -> int:
     return value
 
 
-def _port(raw: str) -> int:
+def _int_between(raw: str, low: int, high: int, expected: str) -> int:
     try:
         value = int(raw.strip())
     except ValueError:
-        raise ValueError("a port number 1..65535") from None
-    if not 0 < value < 65536:
-        raise ValueError("a port number 1..65535")
+        raise ValueError(expected) from None
+    if not low <= value <= high:
+        raise ValueError(expected)
     return value
+
+
+def _port(raw: str) -> int:
+    return _int_between(raw, 1, 65535, "a port number 1..65535")
 
 
 def _nice(raw: str) -> int:
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        raise ValueError("a nice increment 0..19") from None
-    if not 0 <= value <= 19:
-        raise ValueError("a nice increment 0..19")
-    return value
+    return _int_between(raw, 0, 19, "a nice increment 0..19")
 
 
 def _bool(raw: str) -> bool:

@@ -83,29 +83,36 @@ def managed_container(docker_client, script: str):
     )
 
 
-@pytest.mark.docker
-def test_a_container_printing_100_mib_without_a_newline_keeps_the_worker_small(tmp_path, loki, docker_client):
+def ship_container_output(tmp_path, loki, docker_client, script: str, last: str, timeout_s: float):
+    """Runs a managed container printing `script`'s output once the agent follows it, waits
+    until its `last` line arrived; (its entries, the container source's status, the log
+    worker's peak RSS)."""
     journal = JournalWriter(tmp_path / "journal")
     journal.append(journal.lines(["boot"]))
-    script = "head -c 104857600 /dev/zero | tr '\\0' x; echo; echo after-the-flood"
     container = managed_container(docker_client, script)
     name = container.name
     try:
         with start_agent(tmp_path, loki, journal.directory) as agent:
             rss = PeakRss(logs_pid(agent))
-            time.sleep(2.5)  # the follower is there before the flood (discovery)
+            time.sleep(2.5)  # the follower is there before the output (discovery)
             container.start()
             mine = lambda e: [x for x in e if x.labels.get("container") == name]  # noqa: E731
-            got = loki.wait_for(lambda e: [x for x in mine(e) if text(x) == "after-the-flood"] and mine(e), 180)
+            got = loki.wait_for(lambda e: [x for x in mine(e) if text(x) == last] and mine(e), timeout_s)
             peak = rss.stop()
-            status = agent.workers()["logs"]["status"]["sources"]["containers"]
-        print(f"log worker peak RSS, 100 MiB container line without newline: {peak / 2**20:.1f} MiB")
-        assert [e.line[:5] for e in got] == ["xxxxx", "after"]
-        assert "line cut at 65536 bytes" in got[0].line and len(got[0].line.encode()) < 70 * 1024
-        assert status["lines_cut"] == 1
-        assert peak < RSS_BOUND_BYTES
+            return got, agent.workers()["logs"]["status"]["sources"]["containers"], peak
     finally:
         container.remove(force=True)
+
+
+@pytest.mark.docker
+def test_a_container_printing_100_mib_without_a_newline_keeps_the_worker_small(tmp_path, loki, docker_client):
+    script = "head -c 104857600 /dev/zero | tr '\\0' x; echo; echo after-the-flood"
+    got, status, peak = ship_container_output(tmp_path, loki, docker_client, script, "after-the-flood", 180)
+    print(f"log worker peak RSS, 100 MiB container line without newline: {peak / 2**20:.1f} MiB")
+    assert [e.line[:5] for e in got] == ["xxxxx", "after"]
+    assert "line cut at 65536 bytes" in got[0].line and len(got[0].line.encode()) < 70 * 1024
+    assert status["lines_cut"] == 1
+    assert peak < RSS_BOUND_BYTES
 
 
 def test_a_journalctl_without_output_fields_still_ships(tmp_path, loki):
@@ -136,19 +143,7 @@ def test_a_journalctl_without_output_fields_still_ships(tmp_path, loki):
 def test_a_line_docker_cut_into_partial_messages_arrives_whole(tmp_path, loki, docker_client):
     """Docker's json-file driver cuts a line into 16 KiB partial messages, each with its own
     timestamp prefix when read with timestamps: none of those prefixes may land in the line."""
-    journal = JournalWriter(tmp_path / "journal")
-    journal.append(journal.lines(["boot"]))
     script = "head -c 40000 /dev/zero | tr '\\0' y; echo; echo after-the-long-line"
-    container = managed_container(docker_client, script)
-    name = container.name
-    try:
-        with start_agent(tmp_path, loki, journal.directory) as agent:
-            time.sleep(2.5)  # the follower is there before the line (discovery)
-            container.start()
-            mine = lambda e: [x for x in e if x.labels.get("container") == name]  # noqa: E731
-            got = loki.wait_for(lambda e: [x for x in mine(e) if text(x) == "after-the-long-line"] and mine(e), 60)
-            status = agent.workers()["logs"]["status"]["sources"]["containers"]
-        assert [e.line for e in got] == ["y" * 40000, "after-the-long-line"]
-        assert status["lines_cut"] == 0
-    finally:
-        container.remove(force=True)
+    got, status, _ = ship_container_output(tmp_path, loki, docker_client, script, "after-the-long-line", 60)
+    assert [e.line for e in got] == ["y" * 40000, "after-the-long-line"]
+    assert status["lines_cut"] == 0
