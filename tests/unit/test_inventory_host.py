@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
+import subprocess
+import sys
 from pathlib import Path
+
+import orjson
+import pytest
 
 from faden_agent.config import load_config
 from faden_agent.workers.inventory.disks import LOW_FREE_BYTES, is_low, probe_disks
 from faden_agent.workers.inventory.host import probe_host
 from faden_agent.workers.inventory.network import probe_network
+from faden_agent.workers.inventory.record import content_hash
+from tests.agentproc import wait_for
 
 GiB = 1024**3
 
@@ -77,6 +85,16 @@ def test_low_disk_threshold():
     assert not is_low(20 * GiB, 6 * GiB)
 
 
+def link_is_up(name: str) -> bool:
+    """Administratively up and with a carrier, as the kernel's sysfs says."""
+    if not int(Path(f"/sys/class/net/{name}/flags").read_text(), 16) & 0x1:
+        return False
+    try:
+        return Path(f"/sys/class/net/{name}/carrier").read_text().strip() == "1"
+    except OSError:  # EINVAL: no carrier to read on a down link
+        return False
+
+
 def test_network_interfaces_match_sysfs():
     interfaces = {i["name"]: i for i in probe_network()}
     expected = {n for n in os.listdir("/sys/class/net") if not n.startswith("veth")}
@@ -84,3 +102,62 @@ def test_network_interfaces_match_sysfs():
     for name, iface in interfaces.items():
         assert iface["mtu"] == int(Path(f"/sys/class/net/{name}/mtu").read_text())
     assert {"family": "ipv4", "address": "127.0.0.1", "netmask": "255.0.0.0"} in interfaces["lo"]["addresses"]
+    for name, iface in interfaces.items():
+        link = iface["usage"] if iface["bridge"] else iface
+        assert iface["bridge"] == Path(f"/sys/class/net/{name}/bridge").is_dir()
+        if name not in ("docker0",):  # other tests' containers flip docker0 meanwhile
+            assert link["up"] is link_is_up(name), name
+        families = {a["family"] for a in iface["addresses"]}
+        assert ("mac" in families) is (not iface["bridge"]), iface
+
+
+def test_a_bridge_keeps_its_hash_while_ports_come_and_go(tmp_path):
+    """A Linux bridge's carrier, speed and MAC follow its ports: docker0's flip with every
+    container. A real bridge in a network namespace of its own gets a port, then loses it;
+    the record's content hash (everything but "usage") stays the same."""
+    if shutil.which("ip") is None or os.geteuid() != 0:
+        reason = "needs root and iproute2 for a network namespace (tests/infra/start-services.sh installs it)"
+        if os.environ.get("FADEN_TEST_REQUIRE_DOCKER") == "1":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    ns = f"faden-br-{os.getpid()}"
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+
+        def in_ns(*cmd):
+            subprocess.run(["ip", "netns", "exec", ns, *cmd], check=True)
+
+        def probe():
+            out = subprocess.run(
+                [
+                    "ip",
+                    "netns",
+                    "exec",
+                    ns,
+                    sys.executable,
+                    "-c",
+                    "import orjson, sys; from faden_agent.workers.inventory.network import probe_network; "
+                    "sys.stdout.buffer.write(orjson.dumps(probe_network()))",
+                ],
+                check=True,
+                capture_output=True,
+            ).stdout
+            return {i["name"]: i for i in orjson.loads(out)}
+
+        in_ns("ip", "link", "add", "br0", "type", "bridge")
+        in_ns("ip", "link", "set", "br0", "up")
+        alone = probe()
+        in_ns("ip", "link", "add", "p0", "type", "veth", "peer", "name", "p1")
+        in_ns("ip", "link", "set", "p0", "master", "br0")
+        in_ns("ip", "link", "set", "p0", "up")
+        in_ns("ip", "link", "set", "p1", "up")
+        with_port = wait_for(lambda: (b := probe())["br0"]["usage"]["up"] and b, 10, what="br0's carrier with a port")
+        in_ns("ip", "link", "del", "p0")
+        after = wait_for(lambda: (b := probe())["br0"]["usage"]["up"] is False and b, 10, what="br0 without its port")
+        states = [alone, with_port, after]
+        assert all(s["br0"]["bridge"] for s in states)
+        assert len({content_hash({"network": [s["br0"]]}) for s in states}) == 1
+        assert with_port["p1"]["bridge"] is False and with_port["p1"]["up"] is True
+        assert any(a["family"] == "mac" for a in with_port["p1"]["addresses"])
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], check=False)
