@@ -81,14 +81,29 @@ class TicketBox:
         return grant
 
     def expire(self, kept_s: float = EXPIRED_KEPT_S) -> int:
-        """Remove tickets expired more than kept_s ago; how many."""
+        """Remove tickets expired more than kept_s ago; how many. A file no ticket can be read
+        from (cut short by a crash or a full disk), a partial write never renamed into place
+        and a spent ticket a dead worker left go once they are older than kept_s: no grant of
+        theirs can be honoured."""
         removed = 0
-        for entry in self.path.glob("[0-9a-f]*") if self.path.is_dir() else ():
+        now = time.time()
+        for entry in self.path.iterdir() if self.path.is_dir() else ():
             try:
-                if orjson.loads(entry.read_bytes())["expires_at"] < time.time() - kept_s:
+                if entry.name.endswith(SPENT_SUFFIX):
+                    # take() removes it at once, unless the worker died in between. The rename
+                    # that spent it set its ctime: a ticket being taken right now is never old.
+                    expired = entry.lstat().st_ctime < now - kept_s
+                elif entry.name.startswith("."):
+                    expired = entry.lstat().st_mtime < now - kept_s
+                else:
+                    try:
+                        expired = _grant(entry.read_bytes()).expires_at < now - kept_s
+                    except TicketRefused:
+                        expired = entry.lstat().st_mtime < now - kept_s
+                if expired:
                     entry.unlink()
                     removed += 1
-            except (OSError, ValueError, KeyError, TypeError):
+            except OSError:
                 continue
         return removed
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import subprocess
 import tarfile
 import threading
@@ -22,7 +23,7 @@ from faden_agent.peer.archive import (
     held_prefix,
 )
 from faden_agent.peer.fetch import NoSpace, Transfer
-from faden_agent.peer.tickets import Ticket, TicketBox, TicketRefused, ticket_hash
+from faden_agent.peer.tickets import EXPIRED_KEPT_S, SPENT_SUFFIX, Ticket, TicketBox, TicketRefused, ticket_hash
 
 LAYER = b"layer bytes " * 100
 
@@ -169,6 +170,29 @@ def test_a_corrupt_ticket_file_is_a_refusal_in_one_line_and_spent(tmp_path, cont
     assert refused.value.reason == "ticket_refused" and "corrupt" in refused.value.message
     assert "\n" not in refused.value.message and len(refused.value.message) <= 200
     assert not list(box.path.iterdir())  # spent: a second try is 'unknown'
+
+
+def test_expire_removes_old_corrupt_tickets_and_partial_writes(tmp_path):
+    """Before: expire skipped a file it could not read as a ticket, and never looked at a
+    partial `.new` write a crash left: both stayed in the runtime directory for good."""
+    box = TicketBox(tmp_path)
+    box.add(ticket_hash("g" * 32), Ticket("sha256:" + "a" * 64, None, time.time() + 3600))
+    live = box.path / ticket_hash("g" * 32)
+    corrupt = box.path / ticket_hash("h" * 32)
+    partial = box.path / f".{ticket_hash('i' * 32)}.new"
+    corrupt.write_bytes(b'{"image_id": "sha256:')
+    partial.write_bytes(b'{"image_id"')
+    assert box.expire() == 0  # young: kept like an expired ticket would be
+    old = time.time() - EXPIRED_KEPT_S - 5
+    for path in (live, corrupt, partial):
+        os.utime(path, (old, old))
+    assert box.expire() == 2
+    assert list(box.path.iterdir()) == [live]  # a valid ticket goes by its grant, not its age
+    # A spent ticket a worker died before removing: it counts from its spending (the rename).
+    spent = live.with_name(live.name + SPENT_SUFFIX)
+    live.rename(spent)
+    assert box.expire() == 0 and spent.exists()
+    assert box.expire(kept_s=-60) == 1 and not list(box.path.iterdir())
 
 
 class EngineInfo:
