@@ -115,7 +115,8 @@ class Worker:
         poller.register(self._wakeup_r, zmq.POLLIN)
         next_alive = 0.0
         # A worker without periodic work (no tick of its own) wakes only to say it is alive.
-        next_tick = 0.0 if type(self).tick is not Worker.tick else float("inf")
+        has_tick = type(self).tick is not Worker.tick
+        next_tick = 0.0 if has_tick else float("inf")
         while not self.stopping:
             if self.worker_threads.failure is not None:
                 return self._fail_for_thread()
@@ -147,6 +148,8 @@ class Worker:
                     continue
                 if message is not None:
                     self.handle(channel, message)
+                    if has_tick:  # a message can shorten the interval (the executor's first job)
+                        next_tick = min(next_tick, time.monotonic() + self.tick_interval_s)
         self.worker_threads.stop()
         self.teardown()
         self.join_threads()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import socket
+import threading
 
 import pytest
 
@@ -67,3 +69,48 @@ def test_cancel_a_running_pull(executor_factory, prefix, big_image):
     assert (done["state"], done["reason"]) == ("cancelled", "cancelled"), done
     late = ex.run(f"{prefix}-cancel2", "command.cancel", {"command_id": f"{prefix}-pull"})
     assert (late["state"], late["reason"]) == ("failed", "not_found")
+
+
+class SilentRegistry:
+    """A TCP port that accepts and never answers: a registry whose server hangs. A pull from
+    it waits on the registry for as long as the command lets it."""
+
+    def __init__(self):
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.held: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                self.held.append(self.server.accept()[0])
+            except OSError:
+                return
+
+    def close(self):
+        self.server.close()
+        for conn in self.held:
+            conn.close()
+
+
+def test_an_idle_executor_meets_a_short_deadline(executor_factory, prefix):
+    """An idle executor checks deadlines only with its slow "alive" beat (here every 20 s).
+    Before: a command's first deadline check waited for that beat, so a 1 s deadline was
+    enforced up to 20 s late. Now a new job brings the check forward to 0.25 s."""
+    registry = SilentRegistry()
+    try:
+        agent, ex = executor_factory(worker_liveness_sec=20, worker_hang_timeout_sec=120, docker_timeout_sec=30)
+        agent.wait_all_running()
+        done = ex.run(
+            f"{prefix}-late",
+            "image.pull",
+            {"image": f"127.0.0.1:{registry.port}/hung/image:1", "deadline_s": 1},
+            timeout_s=10,
+        )
+        assert (done["state"], done["reason"]) == ("failed", "timeout"), done
+        assert registry.held, "the pull never reached the silent registry"
+        rows = {r["data"]["state"]: r["ts"] for r in ex.timeline(f"{prefix}-late")}
+        assert rows["failed"] - rows["received"] < 6, rows  # 1 s deadline + a tick + a loaded machine
+    finally:
+        registry.close()
