@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
+from faden_agent.errorline import ERROR_LINE_CHARS
 from faden_agent.workers.inventory.probes import ERROR, OK, OVERRUN, Probe, run_probes
 
 
@@ -56,3 +57,15 @@ def test_an_exception_is_an_error_result_with_its_message():
     assert result.status == ERROR and result.error == "ConnectionError: engine refused the connection"
     summary = result.summary(1)
     assert summary["status"] == ERROR and "duration_ms" in summary["usage"]
+
+
+def test_an_error_is_one_bounded_line():
+    """Before: the whole text of the exception went into every inventory record (a Docker
+    error quoting a 1 MiB answer, or a traceback-like text over many lines)."""
+
+    def verbose():
+        raise RuntimeError("first line of " + "x" * 1_000_000 + "\nsecond line\nthird")
+
+    result = run_probes([Probe("docker", verbose, timeout_s=1)])["docker"]
+    assert result.status == ERROR and result.error.startswith("RuntimeError: first line of xxx")
+    assert "\n" not in result.error and len(result.error) <= ERROR_LINE_CHARS

@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from faden_agent.errorline import error_line
+
 OK = "ok"
 ERROR = "error"
 OVERRUN = "overrun"
@@ -83,7 +85,7 @@ class Probe:
         try:
             call.result = self.fn()
         except Exception as exc:  # noqa: BLE001 - any failure of a probe is reported, not raised
-            call.error = f"{type(exc).__name__}: {exc}".strip()
+            call.error = error_line(exc, named=True)
         finally:
             call.finished_mono = time.monotonic()
             call.done.set()
