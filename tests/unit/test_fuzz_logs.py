@@ -53,6 +53,12 @@ bodies = header_text | st.sampled_from(
         "entry too far behind",
         "entry for stream '{job=\"a\"}' has timestamp too old: 2024-01-01T00:00:00Z",
         "Max entry size '1024' bytes exceeded for stream '{}' while adding",
+        "entry for stream '{}' has timestamp too old: 2024-01-01T00:00:00Z, oldest acceptable timestamp is: "
+        "2024-01-02T00:00:00Z",
+        "entry for stream '{}' has timestamp too old: x, oldest acceptable timestamp is: 99999-99-99T99:99:99Z",
+        "entry for stream '{}' has timestamp too new: 1970-01-01T00:00:00Z",
+        "entry with timestamp 2024 ignored, reason: 'entry out of order' for stream: {},\n"
+        "total ignored: 99999999999999999999999 out of 1",
         "STRUCTURED METADATA disabled\nsecond line",
         "x" * 5000,
     ]
@@ -80,8 +86,11 @@ def test_each_loki_answer_gets_its_decision(scripted_http, scripted_config, targ
     if 200 <= status < 300:
         assert (outcome.accepted, outcome.rejected, outcome.dropped, pushes) == (n, 0, 0, 1)
     elif status == 400:
-        assert (outcome.accepted, outcome.rejected, outcome.dropped) == (0, n, 0)  # never more than the batch
         names_lines = names_single_lines(body[:300])
+        # Every line counted once: those Loki's words condemn (at least one) as rejected, the
+        # rest accepted; lines pushed alone and refused are each rejected.
+        assert outcome.accepted + outcome.rejected == n and outcome.dropped == 0
+        assert 1 <= outcome.rejected and (names_lines or outcome.rejected == n)
         # Naming lines: final, sent once. Refusing the whole push: once more in the plain
         # form, then split down to single lines (1 + 2n - 1 pushes), the form remembered.
         assert pushes == (1 if names_lines else 2 * n)

@@ -15,7 +15,7 @@ from faden_agent.workers.logs.backlog import Backlog
 from faden_agent.workers.logs.batcher import Batcher
 from faden_agent.workers.logs.entry import MAX_LINE_BYTES, Entry, clean_line
 from faden_agent.workers.logs.labels import LabelMaker, file_kind, level_from_priority
-from faden_agent.workers.logs.loki import encode
+from faden_agent.workers.logs.loki import encode, refused_count
 from faden_agent.workers.logs.positions import Positions
 from faden_agent.workers.logs.sources.containers import parse_rfc3339_ns
 from faden_agent.workers.logs.sources.files import parse_ray_ts_ns
@@ -257,3 +257,33 @@ def test_container_lines_sharing_a_nanosecond_stamp_are_all_shipped(tmp_path):
     )
     assert follower.read_until_stopped()
     assert backlog.take(10, 1 << 20, 0, 0.01) == []
+
+
+def test_a_per_line_refusal_counts_the_lines_lokis_words_condemn():
+    """Loki's 400 about single lines names one bad line (or the number it ignored) and stores
+    the rest; before, the whole batch was counted as rejected."""
+    second = 1_800_000_000 * 10**9
+    labels = (("job", "a"),)
+    batch = [
+        Entry(labels, second + offset, line, None, "journal", i)
+        for i, (offset, line) in enumerate(
+            [(-7200 * 10**9, "old"), (-3600 * 10**9, "older than the limit"), (0, "now"), (5 * 10**9, "x" * 300)]
+        )
+    ]
+    oldest = "oldest acceptable timestamp is: 2027-01-15T07:30:00Z"  # 30 min before `second`
+    assert (
+        refused_count(f"entry for stream '{{job=\"a\"}}' has timestamp too old: 2027-01-15T06:00:00Z, {oldest}", batch)
+        == 2
+    )
+    assert refused_count("entry for stream '{}' has timestamp too new: 2027-01-15T08:00:05Z", batch) == 1
+    assert refused_count("Max entry size '256' bytes exceeded for stream '{}' while adding", batch) == 1
+    assert (
+        refused_count(
+            "entry with timestamp x ignored, reason: 'entry out of order' ...\ntotal ignored: 3 out of 4", batch
+        )
+        == 3
+    )
+    # No measure in the words, or one that condemns none: the whole batch, at least one line.
+    assert refused_count("entry for stream '{}' has timestamp too old: 2027-01-15T06:00:00Z", batch) == 4
+    assert refused_count("Max entry size '100000' bytes exceeded", batch) == 1
+    assert refused_count("oldest acceptable timestamp is: 2027-99-99T99:99:99Z", batch) == 4

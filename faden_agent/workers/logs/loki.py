@@ -10,7 +10,9 @@ Policy, per push (docs/logs.md):
 - 2xx: accepted.
 - 400 that names single lines (Loki's "timestamp too old/new", "Max entry size ...
   exceeded", "entry out of order"/"too far behind"): final. Loki stored the other lines;
-  resending would not help, so the batch counts as done and its lines as rejected.
+  resending would not help, so the batch counts as done. Loki names only one bad line (or
+  the number it ignored); the lines counted as rejected are those its words condemn
+  (refused_count), the rest as accepted.
 - 400 that refuses the whole push (Loki 2.x cannot decode a value with structured
   metadata, Loki 3.x has it switched off, or any answer that names no line): nothing was
   stored. Sent with structured metadata: the same batch goes again in the plain two-element
@@ -25,6 +27,7 @@ Policy, per push (docs/logs.md):
 
 from __future__ import annotations
 
+import calendar
 import logging
 import random
 import re
@@ -70,6 +73,42 @@ def _values(entries: list[Entry], with_metadata: bool) -> list[tuple]:
     if with_metadata:
         return [(str(e.ts_ns), e.line, e.metadata) if e.metadata else (str(e.ts_ns), e.line) for e in entries]
     return [(str(e.ts_ns), e.with_detail()) if e.metadata else (str(e.ts_ns), e.line) for e in entries]
+
+
+_TOTAL_IGNORED = re.compile(r"total ignored: (\d+) out of \d+")
+_OLDEST_ACCEPTABLE = re.compile(r"oldest acceptable timestamp is: (\S+?Z)")
+_TOO_NEW = re.compile(r"has timestamp too new: (\S+?Z)")
+_MAX_ENTRY_SIZE = re.compile(r"Max entry size '(\d+)' bytes exceeded")
+
+
+def refused_count(detail: str, entries: list[Entry]) -> int:
+    """How many of the batch's lines a per-line 400 refused, from Loki's words: the number it
+    ignored, or the lines its limit condemns (older than the oldest acceptable timestamp, at
+    least as new as the too-new one it quotes, longer than the entry size). Loki quotes times
+    to the second, so this counts the lines surely refused: at least one, at most the batch;
+    the whole batch when the words give no measure."""
+    if (ignored := _TOTAL_IGNORED.search(detail)) is not None:
+        return max(1, min(int(ignored[1]), len(entries)))
+    measures = []
+    if (oldest := _OLDEST_ACCEPTABLE.search(detail)) and (oldest_ns := _rfc3339_ns(oldest[1])) is not None:
+        measures.append(lambda e: e.ts_ns < oldest_ns)
+    if (newest := _TOO_NEW.search(detail)) and (newest_ns := _rfc3339_ns(newest[1])) is not None:
+        measures.append(lambda e: e.ts_ns >= newest_ns)
+    if (size := _MAX_ENTRY_SIZE.search(detail)) is not None:
+        limit = int(size[1])
+        measures.append(lambda e: len(e.line) > limit // 4 and len(e.line.encode("utf-8", "surrogatepass")) > limit)
+    if not measures:
+        return len(entries)
+    refused = sum(1 for e in entries if any(m(e) for m in measures))
+    return max(1, min(refused, len(entries)))
+
+
+def _rfc3339_ns(text: str) -> int | None:
+    """Loki's quoted time (RFC 3339, to the second, UTC) -> epoch ns; None if it is not one."""
+    try:
+        return int(calendar.timegm(time.strptime(text, "%Y-%m-%dT%H:%M:%SZ"))) * 1_000_000_000
+    except (ValueError, OverflowError):
+        return None
 
 
 def names_single_lines(detail: str) -> bool:
@@ -159,13 +198,13 @@ class Pusher:
             if answer.status == 400:
                 self._recovered(attempt)
                 if names_single_lines(answer.detail):
-                    return self._rejected(len(entries), answer.detail)
+                    return self._rejected(entries, answer.detail)
                 if metadata:
                     self._refused_metadata(answer.detail)
                     with_metadata = False
                     continue
                 if len(entries) == 1:
-                    return self._rejected(1, answer.detail)
+                    return self._rejected(entries, answer.detail, whole=True)
                 log.warning(
                     "logs: Loki refused a whole push of %d lines (400: %s); splitting it",
                     len(entries),
@@ -203,10 +242,13 @@ class Pusher:
                 detail[:200],
             )
 
-    def _rejected(self, lines: int, detail: str) -> Outcome:
+    def _rejected(self, entries: list[Entry], detail: str, whole: bool = False) -> Outcome:
+        refused = len(entries) if whole else refused_count(detail, entries)
         self.last_rejection = detail[:300]
-        log.warning("logs: Loki rejected lines of a batch of %d (400, not resent): %s", lines, detail[:200])
-        return Outcome(rejected=lines)
+        log.warning(
+            "logs: Loki rejected %d lines of a batch of %d (400, not resent): %s", refused, len(entries), detail[:200]
+        )
+        return Outcome(accepted=len(entries) - refused, rejected=refused)
 
     def _split(self, entries: list[Entry], with_metadata: bool | None) -> Outcome | None:
         outcome = Outcome()
