@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import itertools
-import socket
-import threading
 
 import pytest
 
 from faden_agent import protocol
 from tests.agentproc import wait_for
 from tests.executorproc import big_image, executor_factory, prefix  # noqa: F401
+from tests.silentserver import SilentServer
 
 pytestmark = pytest.mark.docker
 
@@ -71,34 +70,11 @@ def test_cancel_a_running_pull(executor_factory, prefix, big_image):
     assert (late["state"], late["reason"]) == ("failed", "not_found")
 
 
-class SilentRegistry:
-    """A TCP port that accepts and never answers: a registry whose server hangs. A pull from
-    it waits on the registry for as long as the command lets it."""
-
-    def __init__(self):
-        self.server = socket.create_server(("127.0.0.1", 0))
-        self.port = self.server.getsockname()[1]
-        self.held: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        while True:
-            try:
-                self.held.append(self.server.accept()[0])
-            except OSError:
-                return
-
-    def close(self):
-        self.server.close()
-        for conn in self.held:
-            conn.close()
-
-
 def test_an_idle_executor_meets_a_short_deadline(executor_factory, prefix):
     """An idle executor checks deadlines only with its slow "alive" beat (here every 20 s).
     Before: a command's first deadline check waited for that beat, so a 1 s deadline was
     enforced up to 20 s late. Now a new job brings the check forward to 0.25 s."""
-    registry = SilentRegistry()
+    registry = SilentServer.tcp()  # a registry whose server hangs
     try:
         agent, ex = executor_factory(worker_liveness_sec=20, worker_hang_timeout_sec=120, docker_timeout_sec=30)
         agent.wait_all_running()

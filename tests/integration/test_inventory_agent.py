@@ -4,9 +4,6 @@ reported as an overrun probe while the worker keeps reporting and heartbeating."
 
 from __future__ import annotations
 
-import socket
-import struct
-import threading
 import time
 
 import pytest
@@ -14,6 +11,7 @@ import pytest
 from faden_agent import protocol
 from faden_agent.reports.outbox import Outbox
 from tests.agentproc import agent_env, wait_for
+from tests.silentserver import SilentServer
 
 pytestmark = pytest.mark.docker
 
@@ -24,35 +22,6 @@ def inventory_records(state_dir):
         return [r for r in outbox.pending(1000) if r["kind"] == protocol.INVENTORY]
     finally:
         outbox.close()
-
-
-class HungEngine:
-    """A unix socket that accepts and then never answers: what a stuck dockerd looks like
-    to a client. Remembers the pid of every connecting process (SO_PEERCRED)."""
-
-    def __init__(self, path):
-        self.path = path
-        self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.server.bind(str(path))
-        self.server.listen(64)
-        self.peers: list[int] = []
-        self.held: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        while True:
-            try:
-                conn, _ = self.server.accept()
-            except OSError:
-                return
-            creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-            self.peers.append(struct.unpack("3i", creds)[0])
-            self.held.append(conn)
-
-    def close(self):
-        self.server.close()
-        for conn in self.held:
-            conn.close()
 
 
 def test_full_record_at_start(tmp_path, agent_factory, docker_client):
@@ -77,7 +46,7 @@ def test_full_record_at_start(tmp_path, agent_factory, docker_client):
 
 
 def test_a_hung_engine_is_an_overrun_and_the_worker_keeps_going(tmp_path, agent_factory):
-    engine = HungEngine(tmp_path / "hung-docker.sock")
+    engine = SilentServer.unix(tmp_path / "hung-docker.sock")  # a hung dockerd
     env = agent_env(
         tmp_path,
         inventory_interval_sec=0.5,
