@@ -42,6 +42,7 @@ from tests.agentproc import AgentProcess, wait_for
 from tests.backendproc import BackendProcess, agent_env_for
 from tests.journalfiles import JournalWriter
 from tests.lokireceiver import LokiReceiver
+from tests.privateengine import PrivateEngine
 
 SETTLE_S = 0.2  # the executor's settle check after a start (commands/container.py)
 # settings the test helpers shorten, left to the agent's own defaults here
@@ -139,76 +140,6 @@ def named_tree(agent: AgentProcess) -> dict[str, int]:
 def dockerd_pid() -> int:
     """The engine at /var/run/docker.sock (its pid file); other dockerds may run beside it (test rigs)."""
     return int(Path("/var/run/docker.pid").read_text())
-
-
-class PrivateEngine:
-    """A dockerd of the bench's own (own data root, socket; no bridge, no iptables) holding
-    the test image: on a machine whose shared engine other work keeps busy, the agent's
-    Docker events, inventory changes and dockerd's CPU are then the agent's own."""
-
-    def __init__(self, root: Path):
-        self.root = root
-        self.socket = root / "docker.sock"
-        self.host = f"unix://{self.socket}"
-        self.proc: subprocess.Popen | None = None
-
-    def __enter__(self) -> PrivateEngine:
-        self.root.mkdir(parents=True, exist_ok=True)
-        with open(self.root / "dockerd.log", "ab") as log_file:
-            self.proc = subprocess.Popen(
-                # In a network namespace of its own: a dockerd with --bridge=none deletes the
-                # host's docker0 at start (Docker's removeDefaultBridgeInterface).
-                [
-                    "unshare",
-                    "--net",
-                    "--",
-                    "dockerd",
-                    "--data-root",
-                    str(self.root / "data"),
-                    "--exec-root",
-                    str(self.root / "exec"),
-                    "--pidfile",
-                    str(self.root / "docker.pid"),
-                    "-H",
-                    self.host,
-                    "--bridge=none",
-                    "--iptables=false",
-                    "--ip6tables=false",
-                    "--ip-masq=false",
-                    "--shutdown-timeout",
-                    "2",
-                ],
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        wait_for(lambda: self.docker("version", check=False).returncode == 0, 90, 0.5, "the bench's dockerd")
-        image = subprocess.run(["docker", "save", IMAGE], capture_output=True, check=True, timeout=120).stdout
-        subprocess.run(["docker", "-H", self.host, "load"], input=image, capture_output=True, check=True, timeout=120)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.proc is not None:
-            ids = self.docker("ps", "-aq", check=False).stdout.split()
-            if ids:
-                self.docker("rm", "-f", *ids, check=False)
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def docker(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            ["docker", "-H", self.host, *args], capture_output=True, text=True, check=check, timeout=120
-        )
 
 
 def memory(agent: AgentProcess) -> dict[str, Any]:
@@ -386,7 +317,7 @@ def measure(root: Path, window_s: float, containers: int, ray: int, runs: int) -
     backend = BackendProcess(root / "backend", root / "backend.log").start()
     url = urlsplit(backend.url)
     with (
-        PrivateEngine(root / "engine") as engine,
+        PrivateEngine(root / "engine", image=IMAGE) as engine,
         LokiReceiver() as loki,
         CountingProxy(url.hostname, url.port) as proxy,
     ):

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.agentproc import AgentProcess, agent_env, wait_for
+from tests.privateengine import dockerd_argv
 
 log = logging.getLogger(__name__)
 
@@ -199,23 +200,7 @@ class Rig:
         root = machine.root
         log_file = open(root / "dockerd.log", "ab")
         machine.dockerd = subprocess.Popen(
-            machine.nsenter_argv(
-                "dockerd",
-                "--data-root",
-                str(root / "docker"),
-                "--exec-root",
-                str(root / "exec"),
-                "--pidfile",
-                str(root / "docker.pid"),
-                "-H",
-                machine.docker_host,
-                "--bridge=none",
-                "--iptables=false",
-                "--ip6tables=false",
-                "--ip-masq=false",
-                "--shutdown-timeout",
-                "2",
-            ),
+            machine.nsenter_argv(*dockerd_argv(root, root / "docker", machine.docker_host)),
             stdout=log_file,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

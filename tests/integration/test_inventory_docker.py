@@ -4,18 +4,24 @@ unmanaged containers stay out, and the change watcher sees Docker events as they
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import threading
 import time
 import uuid
+from pathlib import Path
 
 import docker
 import pytest
 
 from faden_agent import protocol
+from faden_agent.config import load_config
 from faden_agent.workers.inventory.changes import DockerChangeWatcher, is_change
-from faden_agent.workers.inventory.collector import DockerProbe
+from faden_agent.workers.inventory.collector import Collector, DockerProbe
+from faden_agent.workers.inventory.record import content_hash
 from tests.agentproc import wait_for
 from tests.conftest import TEST_IMAGE
+from tests.privateengine import PrivateEngine
 
 pytestmark = pytest.mark.docker
 
@@ -121,3 +127,31 @@ def test_the_watcher_calls_back_on_a_managed_container(docker_client, unique):
         watcher.stop()
         watcher.thread.join(5)
     assert not watcher.thread.is_alive()
+
+
+def test_the_first_record_names_the_engines_own_data_root(tmp_path):
+    """A private engine whose data root is not /var/lib/docker. Before: the disks probe ran
+    beside the first Docker probe and measured the default root, so the second round found
+    the real one and sent a second full record a minute after start (every start, on every
+    machine whose engine has its own data root)."""
+    short = Path(tempfile.mkdtemp(prefix="fx-pe-"))  # a Unix socket path has 108 bytes at most
+    try:
+        with PrivateEngine(short / "engine") as engine:
+            config = load_config(
+                {}, state_path=tmp_path / "state" / "state.json", runtime_dir=tmp_path / "run", docker_host=engine.host
+            )
+            collector = Collector(config)
+            collector.probes = [p for p in collector.probes if p.name in ("disks", "docker")]
+            first = collector.collect()
+            data_root = str(short / "engine" / "data")
+            assert first["docker"]["data_root"] == data_root
+            docker_disk = next(d for d in first["disks"] if "docker" in d["roles"])
+            assert docker_disk["paths"][docker_disk["roles"].index("docker")] == data_root
+            second = collector.collect()
+            assert content_hash(without_probes(second)) == content_hash(without_probes(first))
+    finally:
+        shutil.rmtree(short, ignore_errors=True)
+
+
+def without_probes(sections):
+    return {k: v for k, v in sections.items() if k != "probes"}

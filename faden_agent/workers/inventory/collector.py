@@ -11,7 +11,7 @@ from faden_agent.workers.inventory.disks import probe_disks
 from faden_agent.workers.inventory.gpu import GpuProbe
 from faden_agent.workers.inventory.host import probe_host
 from faden_agent.workers.inventory.network import probe_network
-from faden_agent.workers.inventory.probes import Probe, run_probes
+from faden_agent.workers.inventory.probes import OK, Probe, run_probes
 from faden_agent.workers.inventory.record import sections_from
 
 
@@ -56,7 +56,16 @@ class Collector:
         return next(p for p in self.probes if p.name == name)
 
     def collect(self) -> dict[str, Any]:
-        return sections_from(run_probes(self.probes), self.last_good, self.timeouts)
+        root_before = self.docker_root()
+        results = run_probes(self.probes)
+        sections = sections_from(results, self.last_good, self.timeouts)
+        if self.docker_root() != root_before and results["disks"].status == OK:
+            # The engine named a data root the disks probe, running beside it, did not know
+            # yet (the first round, or a moved root): measure again with it, or this record
+            # holds the old root and the next round sends a second full one.
+            results["disks"] = run_probes([self.probe("disks")])["disks"]
+            sections = sections_from(results, self.last_good, self.timeouts)
+        return sections
 
     def overrun(self) -> list[str]:
         return [p.name for p in self.probes if p.overrun()]
