@@ -287,3 +287,6 @@ def test_a_per_line_refusal_counts_the_lines_lokis_words_condemn():
     assert refused_count("entry for stream '{}' has timestamp too old: 2027-01-15T06:00:00Z", batch) == 4
     assert refused_count("Max entry size '100000' bytes exceeded", batch) == 1
     assert refused_count("oldest acceptable timestamp is: 2027-99-99T99:99:99Z", batch) == 4
+    # Numbers no Loki writes (5000 digits: int() refuses over 4300) are no measure, not a crash.
+    assert refused_count("Max entry size '" + "9" * 5000 + "' bytes exceeded", batch) == 4
+    assert refused_count("total ignored: " + "9" * 5000 + " out of 4", batch) == 4
