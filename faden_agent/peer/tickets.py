@@ -9,8 +9,10 @@ first use, whatever that use's outcome (a second use, or one for another image, 
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +24,7 @@ SPENT_SUFFIX = ".spent"
 # An expired ticket is kept this long, so a late receiver is told `ticket_expired`, not
 # "unknown", and the clean-up never races the check.
 EXPIRED_KEPT_S = 600.0
+MAX_TICKET_BYTES = 4096  # a grant is an image id, an address and a time: well under 1 KiB
 
 
 class TicketRefused(Exception):
@@ -69,7 +72,7 @@ class TicketBox:
         except FileNotFoundError:
             raise TicketRefused("ticket_refused", "unknown or already used ticket") from None
         try:
-            grant = _grant(spent.read_bytes())
+            grant = _grant(_read_ticket(spent))
         finally:
             spent.unlink(missing_ok=True)
         if grant.expires_at < time.time():
@@ -97,7 +100,7 @@ class TicketBox:
                     expired = entry.lstat().st_mtime < now - kept_s
                 else:
                     try:
-                        expired = _grant(entry.read_bytes()).expires_at < now - kept_s
+                        expired = _grant(_read_ticket(entry)).expires_at < now - kept_s
                     except TicketRefused:
                         expired = entry.lstat().st_mtime < now - kept_s
                 if expired:
@@ -106,6 +109,26 @@ class TicketBox:
             except OSError:
                 continue
         return removed
+
+
+def _read_ticket(path: Path) -> bytes:
+    """A ticket file's bytes; TicketRefused for what no ticket the executor writes is (a
+    symlink, a FIFO that would block the reader, anything but a small regular file)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            raise
+        raise TicketRefused("ticket_refused", f"the ticket's file cannot be read ({exc.strerror})") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise TicketRefused("ticket_refused", "the ticket's file is corrupt: not a regular file")
+        data = os.read(fd, MAX_TICKET_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(data) > MAX_TICKET_BYTES:
+        raise TicketRefused("ticket_refused", "the ticket's file is corrupt: too large")
+    return data
 
 
 def _grant(data: bytes) -> Ticket:

@@ -314,7 +314,7 @@ def test_ray_serve_file_rotated_by_rename_while_shipping_loses_no_line(tmp_path,
 @pytest.mark.docker
 def test_logs_of_a_managed_container_that_prints_restarts_and_prints_again(tmp_path, loki, docker_client):
     from faden_agent import protocol
-    from faden_agent.workers.logs.sources.containers import parse_rfc3339_ns
+    from faden_agent.workers.logs.stamps import parse_rfc3339_ns
     from tests.conftest import TEST_IMAGE
 
     name = f"faden-logs-test-{uuid.uuid4().hex[:8]}"

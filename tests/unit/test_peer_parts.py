@@ -219,3 +219,34 @@ def test_no_space_names_the_bytes_needed_and_free(tmp_path):
         )._check_space(1 << 20, "198.18.0.11:7480")  # room enough elsewhere: no refusal
     finally:
         subprocess.run(["umount", str(mount)], check=False)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink", "huge"])
+def test_a_ticket_that_is_no_small_regular_file_is_refused_without_blocking(tmp_path, kind):
+    """A FIFO would block the reader (the peer worker's tick, or a request's thread) for
+    good, a symlink would read another file, a huge file would be read whole: each is a
+    one-line refusal, and expire clears it once old."""
+    box = TicketBox(tmp_path)
+    box.add(ticket_hash("k" * 32), Ticket("sha256:" + "a" * 64, None, time.time() + 60))
+    path = box.path / ticket_hash("k" * 32)
+    path.unlink()
+    target = tmp_path / "elsewhere"
+    target.write_bytes(b'{"image_id": "sha256:' + b"a" * 64 + b'", "receiver": null, "expires_at": 1e12}')
+
+    def plant():
+        if kind == "fifo":
+            os.mkfifo(path)
+        elif kind == "symlink":
+            path.symlink_to(target)
+        else:
+            path.write_bytes(b" " * (16 * 1024 * 1024))
+
+    plant()
+    old = time.time() - EXPIRED_KEPT_S - 5
+    os.utime(path, (old, old), follow_symlinks=False)
+    assert box.expire() == 1 and not list(box.path.iterdir())
+    plant()
+    with pytest.raises(TicketRefused) as refused:
+        box.take("k" * 32, "sha256:" + "a" * 64, "198.18.0.12")
+    assert refused.value.reason == "ticket_refused" and "\n" not in refused.value.message
+    assert not list(box.path.iterdir())  # spent all the same

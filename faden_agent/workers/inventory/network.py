@@ -15,8 +15,8 @@ SKIPPED_PREFIXES = ("veth",)
 _FAMILIES = {socket.AF_INET: "ipv4", socket.AF_INET6: "ipv6", psutil.AF_LINK: "mac"}
 
 
-def is_bridge(name: str, sys_class_net: str = "/sys/class/net") -> bool:
-    return os.path.isdir(os.path.join(sys_class_net, name, "bridge"))
+def is_bridge(name: str) -> bool:
+    return os.path.isdir(f"/sys/class/net/{name}/bridge")
 
 
 def probe_network() -> list[dict[str, Any]]:

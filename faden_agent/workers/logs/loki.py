@@ -27,7 +27,6 @@ Policy, per push (docs/logs.md):
 
 from __future__ import annotations
 
-import calendar
 import logging
 import random
 import re
@@ -39,6 +38,7 @@ from operator import attrgetter
 import orjson
 
 from faden_agent.workers.logs.entry import Entry, Labels
+from faden_agent.workers.logs.stamps import parse_rfc3339_ns
 from faden_agent.workers.logs.targets import Answer
 
 MAX_RETRY_AFTER_SEC = 600.0  # a broken header must not park the shipper for a day
@@ -91,9 +91,9 @@ def refused_count(detail: str, entries: list[Entry]) -> int:
     if (ignored := _TOTAL_IGNORED.search(detail)) is not None:
         return max(1, min(int(ignored[1]), len(entries)))
     measures = []
-    if (oldest := _OLDEST_ACCEPTABLE.search(detail)) and (oldest_ns := _rfc3339_ns(oldest[1])) is not None:
+    if (oldest_ns := _quoted_time_ns(_OLDEST_ACCEPTABLE, detail)) is not None:
         measures.append(lambda e: e.ts_ns < oldest_ns)
-    if (newest := _TOO_NEW.search(detail)) and (newest_ns := _rfc3339_ns(newest[1])) is not None:
+    if (newest_ns := _quoted_time_ns(_TOO_NEW, detail)) is not None:
         measures.append(lambda e: e.ts_ns >= newest_ns)
     if (size := _MAX_ENTRY_SIZE.search(detail)) is not None:
         limit = int(size[1])
@@ -104,12 +104,10 @@ def refused_count(detail: str, entries: list[Entry]) -> int:
     return max(1, min(refused, len(entries)))
 
 
-def _rfc3339_ns(text: str) -> int | None:
-    """Loki's quoted time (RFC 3339, to the second, UTC) -> epoch ns; None if it is not one."""
-    try:
-        return int(calendar.timegm(time.strptime(text, "%Y-%m-%dT%H:%M:%SZ"))) * 1_000_000_000
-    except (ValueError, OverflowError):
-        return None
+def _quoted_time_ns(pattern: re.Pattern, detail: str) -> int | None:
+    """The time Loki quotes where `pattern` finds it (RFC 3339, to the second); None: no time."""
+    found = pattern.search(detail)
+    return None if found is None else parse_rfc3339_ns(found[1].encode())
 
 
 def names_single_lines(detail: str) -> bool:

@@ -19,16 +19,15 @@ from __future__ import annotations
 
 import logging
 import queue
-import re
 import threading
 import time
-from datetime import datetime
 
 from faden_agent import protocol
 from faden_agent.dockerclient import make_client
 from faden_agent.workers.logs.entry import MAX_LINE_BYTES, Entry, clean_line
 from faden_agent.workers.logs.report import report_event
 from faden_agent.workers.logs.sources import FIRST_START_WINDOW_SEC, Source
+from faden_agent.workers.logs.stamps import parse_rfc3339_ns
 
 RESCAN_SEC = 60.0  # a full listing besides the events: a safety net for an event lost on a reconnect
 ENDED, STOP = "faden:ended", "faden:stop"  # inbox markers: the event stream ended, the source stops
@@ -40,7 +39,6 @@ UNREADABLE_DRIVERS = frozenset({"none"})  # Docker keeps no copy to read back (o
 STREAMS = ("stdout", "stderr")
 STAMP_BYTES = 40  # Docker's "2024-01-01T00:00:00.123456789Z " prefix, with room to spare
 CUT_MARKER = " [faden-agent: line cut at {cut} bytes; its rest dropped]"
-_RFC3339 = re.compile(rb"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:\d\d)$")
 log = logging.getLogger(__name__)
 
 
@@ -89,34 +87,6 @@ def without_partial_stamp(chunk: bytes) -> bytes:
     if space and parse_rfc3339_ns(stamp) is not None:
         return rest + chunk[STAMP_BYTES:]
     return chunk
-
-
-def parse_rfc3339_ns(text: bytes) -> int | None:
-    """Docker's RFC 3339 timestamp (nanoseconds, trailing zeros trimmed) -> epoch ns."""
-    global _last_utc_second
-    second, seconds = _last_utc_second
-    if text[:19] == second and text[-1:] == b"Z":  # the fast path: most lines share the last one's second
-        if len(text) == 20:
-            return seconds * 1_000_000_000
-        fraction = text[20:-1]
-        if text[19:20] == b"." and len(fraction) <= 9 and fraction.isdigit():
-            return seconds * 1_000_000_000 + int(fraction.ljust(9, b"0"))
-    match = _RFC3339.match(text)
-    if match is None:
-        return None
-    zone = "+00:00" if match[3] == b"Z" else match[3].decode()
-    try:
-        seconds = int(datetime.fromisoformat(match[1].decode() + zone).timestamp())
-    except ValueError:  # digits in the right places, yet no date (month 13, zone +99:00)
-        return None
-    if match[3] == b"Z":
-        _last_utc_second = (match[1], seconds)  # one tuple, replaced whole: safe for the follower threads
-    return seconds * 1_000_000_000 + int((match[2] or b"").ljust(9, b"0"))
-
-
-# Docker writes "YYYY-MM-DDTHH:MM:SS[.1 to 9 digits]Z": the date part of the last such stamp
-# parsed the slow way, and its epoch seconds. A line of the same second needs no datetime.
-_last_utc_second: tuple[bytes, int] = (b"-", 0)
 
 
 def docker_client(config):
