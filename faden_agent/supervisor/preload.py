@@ -19,10 +19,11 @@ worker's page frames with the supervisor's in /proc/PID/pagemap): 8-10 MiB of ea
 9-13 MiB are inherited pages it wrote to, not objects of its own. CPython writes a refcount
 on every object it touches (calling a function writes its function and code object), and
 3.11's specializing interpreter writes version tags into the dicts and types it caches and
-rewrites the bytecode it runs. The same tree measured on CPython 3.12.1 and 3.13.0 (immortal
-objects) was no smaller: their immortality covers static objects and interned strings, not
-code. A new small object put into a free block of an inherited pool would copy one more
-page: fill_pools() removes that cause before each fork. Importing the workers' own modules
+rewrites the bytecode it runs. CPython 3.12 and 3.13 make their own static objects immortal,
+which alone left the tree as large; immortal.py marks the supervisor's objects too, which
+halves the copying (the rest is mostly the bytecode the workers run). A new small object
+put into a free block of an inherited pool would copy one more page: fill_pools() removes
+that cause before each fork. Importing the workers' own modules
 after the fork instead was measured too: 2-6 MiB more over the tree (each import's garbage
 and its whole module are private, where preloaded only the touched pages are).
 """
@@ -36,6 +37,7 @@ import os
 import sys
 import warnings
 
+from faden_agent.supervisor.immortal import immortalize_heap, release_free_heap, unsupported_reason
 from faden_agent.supervisor.rehearsal import rehearse
 
 log = logging.getLogger(__name__)
@@ -60,7 +62,13 @@ def preload(targets: list[str]) -> None:
     rehearse()  # the workers' first HTTP, Docker and SQLite calls, once for all (rehearsal.py)
     gc.collect()
     fill_pools()
+    marked = immortalize_heap()  # before freeze: frozen objects are no longer listed
     gc.freeze()
+    release_free_heap()
+    if marked:
+        log.debug("marked %d objects immortal before forking", marked)
+    else:
+        log.info("objects stay mortal under %s: each worker copies more of them (issue 16)", unsupported_reason())
     supervisor = os.getpid()
     # Again before every later fork (a restart): the supervisor's own work leaves holes.
     os.register_at_fork(before=lambda: fill_pools() if os.getpid() == supervisor else None)
