@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import psutil
 
-from bench import executor_bench
+from bench import executor_bench, interpreters
 from bench.counting_proxy import CountingProxy
 from tests.agentproc import AgentProcess, wait_for
 from tests.backendproc import BackendProcess, agent_env_for
@@ -149,6 +149,28 @@ def memory(agent: AgentProcess) -> dict[str, Any]:
         "tree_pss_kib": sum(p["pss"] for p in per.values()),
         "tree_private_kib": sum(p["private"] for p in per.values()),
     }
+
+
+def memory_by_python(env: dict[str, str], root: Path, backend: BackendProcess, node: str) -> dict[str, Any]:
+    """The idle tree's memory, the same agent (same state: no new enrollment) on each CPython
+    found (bench/interpreters.py): {"3.12": memory(...)} or {"3.12": {"error": ...}}."""
+    out: dict[str, Any] = {}
+    for version, python in sorted(interpreters.cpythons().items()):
+        try:
+            argv = [interpreters.with_agent(python), "-m", "faden_agent", "run"]
+        except (OSError, subprocess.CalledProcessError) as exc:
+            out[version] = {"error": f"no venv with the agent for {python}: {exc}"}
+            continue
+        seen = backend.inventory(node).get("received_at")
+        agent = AgentProcess(env, root / f"agent-{version}.log", argv=argv).start(timeout_s=60)
+        try:
+            wait_for(lambda: backend.inventory(node).get("received_at") != seen, 90, 1.0, "an inventory")
+            time.sleep(5)
+            out[version] = memory(agent)
+        finally:
+            agent.stop()
+            agent.kill()
+    return out
 
 
 def idle_window(agent: AgentProcess, proxy: CountingProxy, seconds: float, docker_pid: int) -> dict[str, Any]:
@@ -348,6 +370,8 @@ def measure(root: Path, window_s: float, containers: int, ray: int, runs: int) -
                 remove_prefixed(engine, prefix)
             if runs:
                 results["command"] = command_round_trips(backend, node, engine, prefix, runs)
+            agent.stop()
+            results["memory_by_python"] = memory_by_python(env, root, backend, node)
         finally:
             agent.stop()
             agent.kill()
@@ -373,6 +397,12 @@ def report(results: dict[str, Any], row) -> None:
             f"{m['pss'] / 1024:.1f} MiB",
             f"shared {m['shared'] / 1024:.1f}, private {m['private'] / 1024:.1f} MiB, anon PSS "
             f"{m.get('pss_anon', 0) / 1024:.1f} MiB",
+        )
+    for version, other in results.get("memory_by_python", {}).items():
+        row(
+            f"  idle PSS, whole tree, CPython {version}",
+            f"{other['tree_pss_kib'] / 1024:.1f} MiB" if "tree_pss_kib" in other else "NOT MEASURED",
+            other.get("error", "") or f"private {other['tree_private_kib'] / 1024:.1f} MiB; same agent and state",
         )
     costs = results.get("package_private_kib", {})
     row(

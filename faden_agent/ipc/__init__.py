@@ -7,7 +7,7 @@
 
 from faden_agent.ipc.endpoints import Endpoints, ensure_runtime_dir
 from faden_agent.ipc.envelope import ENVELOPE_VERSION, EnvelopeError, Message, decode, encode
-from faden_agent.ipc.sockets import Channel, Requester, request
+from faden_agent.ipc.sockets import Channel, Requester, request, send_last_word
 
 __all__ = [
     "ENVELOPE_VERSION",
@@ -20,4 +20,5 @@ __all__ = [
     "encode",
     "ensure_runtime_dir",
     "request",
+    "send_last_word",
 ]

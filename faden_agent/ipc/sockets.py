@@ -78,6 +78,27 @@ class Channel:
         self.socket.close(linger=0)
 
 
+def send_last_word(address: str, msg_type: str, body: Any = None, timeout_s: float = 1.0) -> bool:
+    """One message that must leave before the process exits (os._exit drops what ZeroMQ still
+    queues): sent on a context of its own, whose term() waits until the message is out or
+    timeout_s has passed. False when it was not sent in time."""
+    own = zmq.Context()
+    try:
+        socket = own.socket(zmq.PUSH)
+        socket.setsockopt(zmq.LINGER, int(timeout_s * 1000))
+        socket.setsockopt(zmq.SNDTIMEO, int(timeout_s * 1000))
+        socket.connect(address)
+        try:
+            socket.send(encode(msg_type, body))
+        except zmq.Again:
+            return False
+        finally:
+            socket.close()
+        return True
+    finally:
+        own.term()
+
+
 def request(address: str, msg_type: str, body: Any = None, timeout_s: float = 1.0) -> Message | None:
     """One-shot request/reply; None when nobody answers in time."""
     channel = Channel.connect(zmq.REQ, address)

@@ -51,7 +51,7 @@ from faden_agent.supervisor.preload import preload
 from faden_agent.supervisor.states import WorkerProcess, WorkerState
 from faden_agent.supervisor.table import ResourceSampler, worker_row
 from faden_agent.workers import WORKERS
-from faden_agent.workers.base import worker_main
+from faden_agent.workers.base import THREAD_DIED_EXIT, worker_main
 from faden_agent.workers.peer.demand import PeerDemand
 
 log = logging.getLogger(__name__)
@@ -59,6 +59,7 @@ log = logging.getLogger(__name__)
 # Without these the agent is useless (no commands, no reports): one that stays FATAL gets
 # the whole service restarted by systemd's watchdog. Inventory and logs do not.
 REQUIRED_WORKERS = ("stream", "executor")
+LAST_WORD_WAIT_S = 0.5  # for the "thread_died" of a worker already gone (await_last_word)
 HUNG_DUMP_GRACE_S = 0.5  # time for faulthandler to write the traceback before SIGKILL
 RESOURCE_SAMPLE_S = 2.0  # `ps` asked more often than this gets the last sample
 # A dormant worker's demand check rides on every wake-up; a wake-up of its own only when
@@ -328,7 +329,17 @@ class Supervisor:
                 return
             worker = next((w for w in self.workers.values() if w.pid == pid), None)
             if worker is not None:
+                if os.waitstatus_to_exitcode(status) == THREAD_DIED_EXIT:
+                    self.await_last_word(worker)
                 self.record_exit(worker, status)
+
+    def await_last_word(self, worker: WorkerProcess) -> None:
+        """A worker exiting THREAD_DIED_EXIT sent its "thread_died" before it exited (base.py);
+        ZeroMQ may still be carrying it here, and once reaped, a message is a predecessor's."""
+        deadline = time.monotonic() + LAST_WORD_WAIT_S
+        while worker.failure is None and (left := deadline - time.monotonic()) > 0:
+            if self.liveness.socket.poll(math.ceil(left * 1000)):
+                self.drain_liveness()
 
     def record_exit(self, worker: WorkerProcess, status: int) -> None:
         exit_text = describe_status(status)

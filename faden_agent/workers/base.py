@@ -40,7 +40,7 @@ import zmq
 
 from faden_agent.config import Config
 from faden_agent.diskfull import DISK, DiskFull, is_disk_full
-from faden_agent.ipc import Channel, Endpoints, EnvelopeError, Message
+from faden_agent.ipc import Channel, Endpoints, EnvelopeError, Message, send_last_word
 from faden_agent.logsetup import configure_logging
 from faden_agent.proctitle import set_title
 from faden_agent.workers.threads import WorkerThreads
@@ -163,9 +163,9 @@ class Worker:
             failure.get("thread"),
             failure.get("error"),
         )
-        assert self._supervisor is not None
         body = {"name": self.name, "pid": os.getpid(), "sent_mono": time.monotonic(), **failure}
-        self._supervisor.send("thread_died", body, block=False)
+        # Flushed before the exit, so the supervisor can name the failure when it reaps us.
+        send_last_word(self.endpoints.liveness, "thread_died", body)
         self.worker_threads.stop()
         try:
             self.teardown()
