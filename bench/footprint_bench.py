@@ -164,7 +164,7 @@ def memory_by_python(env: dict[str, str], root: Path, backend: BackendProcess, n
         seen = backend.inventory(node).get("received_at")
         agent = AgentProcess(env, root / f"agent-{version}.log", argv=argv).start(timeout_s=60)
         try:
-            wait_for(lambda: backend.inventory(node).get("received_at") != seen, 90, 1.0, "an inventory")
+            wait_for(lambda seen=seen: backend.inventory(node).get("received_at") != seen, 90, 1.0, "an inventory")
             time.sleep(5)
             out[version] = memory(agent)
         finally:

@@ -74,15 +74,3 @@ def immortalize_heap() -> int:
         marked += 1
         pending.extend(gc.get_referents(obj))
     return marked
-
-
-def release_free_heap() -> bool:
-    """Hands the C heap's free pages back to the kernel (glibc's malloc_trim) so they are
-    not counted as shared memory of every worker; False where the C library has no such
-    call (musl)."""
-    try:
-        trim = ctypes.CDLL(None).malloc_trim
-    except (AttributeError, OSError):
-        return False
-    trim(0)
-    return True

@@ -23,8 +23,8 @@ rewrites the bytecode it runs. CPython 3.12 and 3.13 make their own static objec
 which alone left the tree as large; immortal.py marks the supervisor's objects too, which
 halves the copying (the rest is mostly the bytecode the workers run). A new small object
 put into a free block of an inherited pool would copy one more page: fill_pools() removes
-that cause before each fork. Importing the workers' own modules
-after the fork instead was measured too: 2-6 MiB more over the tree (each import's garbage
+that cause before each fork, and heap.py the same for the C heap. Importing the workers' own
+modules after the fork instead was measured too: 2-6 MiB more over the tree (each import's garbage
 and its whole module are private, where preloaded only the touched pages are).
 """
 
@@ -37,7 +37,8 @@ import os
 import sys
 import warnings
 
-from faden_agent.supervisor.immortal import immortalize_heap, release_free_heap, unsupported_reason
+from faden_agent.supervisor.heap import fill_heap_holes, release_free_heap
+from faden_agent.supervisor.immortal import immortalize_heap, unsupported_reason
 from faden_agent.supervisor.rehearsal import rehearse
 
 log = logging.getLogger(__name__)
@@ -65,13 +66,20 @@ def preload(targets: list[str]) -> None:
     marked = immortalize_heap()  # before freeze: frozen objects are no longer listed
     gc.freeze()
     release_free_heap()
+    fill_heap_holes()  # fill_pools() for the C heap (heap.py)
     if marked:
         log.debug("marked %d objects immortal before forking", marked)
     else:
         log.info("objects stay mortal under %s: each worker copies more of them (issue 16)", unsupported_reason())
     supervisor = os.getpid()
     # Again before every later fork (a restart): the supervisor's own work leaves holes.
-    os.register_at_fork(before=lambda: fill_pools() if os.getpid() == supervisor else None)
+    os.register_at_fork(before=lambda: fill_before_fork() if os.getpid() == supervisor else None)
+
+
+def fill_before_fork() -> None:
+    """Fills the holes the supervisor's own work left since the last fork."""
+    fill_pools()
+    fill_heap_holes()
 
 
 def skip_charset_guessers() -> None:
