@@ -332,7 +332,7 @@ def remove_prefixed(engine: PrivateEngine, prefix: str) -> None:
 
 
 def measure(root: Path, window_s: float, containers: int, ray: int, runs: int) -> dict[str, Any]:
-    results: dict[str, Any] = {}
+    results: dict[str, Any] = {"python": ".".join(map(str, sys.version_info[:3]))}
     prefix = f"fxfoot-{uuid.uuid4().hex[:6]}"
     journal = JournalWriter(root / "journal")
     journal.append([journal.entry("bench seed")])
@@ -387,7 +387,7 @@ def report(results: dict[str, Any], row) -> None:
     mem = results["memory"]
     per = mem["per_process_kib"]
     row(
-        "idle PSS, whole tree",
+        f"idle PSS, whole tree (CPython {results.get('python', '?')})",
         f"{mem['tree_pss_kib'] / 1024:.1f} MiB ({len(per)} procs)",
         f"private {mem['tree_private_kib'] / 1024:.1f} MiB; goal <= 60 MiB",
     )

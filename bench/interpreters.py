@@ -3,49 +3,20 @@ of the bench's own (bench/.venvs/cpython-X.Y, made once, then reused), so one be
 measure the same agent on each (issue 16: CPython 3.12 and 3.13 have immortal objects,
 which the supervisor uses before forking; 3.11 has none).
 
-Found on PATH (python3.11 ... python3.13) and among pyenv's versions; a pyenv shim that
-names a version not selected does not run and is skipped.
+The interpreters are found by tests/pythons.py.
 """
 
 from __future__ import annotations
 
-import glob
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+from tests.pythons import cpythons, version_of  # noqa: F401 - cpythons: the bench's entry
+
 REPO = Path(__file__).resolve().parents[1]
 VENVS = REPO / "bench" / ".venvs"
-VERSIONS = ("3.11", "3.12", "3.13")
 AGENT_IMPORTS = "import faden_agent, docker, orjson, psutil, requests, setproctitle, zmq"
-
-
-def version_of(python: str) -> str | None:
-    """ "3.12" for a CPython that runs, else None."""
-    probe = "import sys; print(sys.implementation.name, '%d.%d' % sys.version_info[:2])"
-    try:
-        done = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=30)
-    except OSError:
-        return None
-    name, _, version = done.stdout.strip().partition(" ")
-    return version if done.returncode == 0 and name == "cpython" else None
-
-
-def cpythons() -> dict[str, str]:
-    """{"3.12": path} of each CPython version found (the bench's own interpreter included)."""
-    pyenv_root = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
-    candidates = [sys.executable]
-    for version in VERSIONS:
-        candidates.append(shutil.which(f"python{version}") or "")
-        candidates += sorted(glob.glob(f"{pyenv_root}/versions/{version}.*/bin/python{version}"))
-    found: dict[str, str] = {}
-    for path in filter(None, candidates):
-        version = version_of(path)
-        if version in VERSIONS and version not in found:
-            found[version] = path
-    return found
 
 
 def with_agent(python: str) -> str:

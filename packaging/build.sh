@@ -14,7 +14,11 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(dirname "$here")
 cd "$repo"
 
-PYTHON="${PYTHON:-python3}"
+# The interpreter decides the binary's memory (packaging/pick-python.sh): the active venv's
+# (.ci/run makes one with that choice), else the pick.
+if [ -z "${PYTHON:-}" ]; then
+  if [ -n "${VIRTUAL_ENV:-}" ]; then PYTHON=$VIRTUAL_ENV/bin/python; else PYTHON=$(sh "$here/pick-python.sh"); fi
+fi
 arch=$(uname -m)
 case "$arch" in
   x86_64|amd64) arch=x86_64 ;;

@@ -6,9 +6,6 @@ must do nothing."""
 
 from __future__ import annotations
 
-import glob
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +14,7 @@ import pytest
 
 from faden_agent.supervisor import immortal
 from tests.conftest import require
+from tests.pythons import cpythons
 
 REPO = Path(__file__).resolve().parents[2]
 MODULE = REPO / "faden_agent" / "supervisor" / "immortal.py"
@@ -52,18 +50,11 @@ print(os.read(read, 200).decode())
 
 
 def interpreter_with_immortal_objects() -> str | None:
-    """A CPython 3.12 or 3.13 that runs: this one, one on PATH, or one pyenv installed."""
+    """A CPython 3.12 or 3.13 that runs: this one, or one found on the machine."""
     if immortal.unsupported_reason() is None:
         return sys.executable
-    pyenv_root = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
-    candidates = [shutil.which(name) for name in ("python3.12", "python3.13")]
-    candidates += sorted(glob.glob(f"{pyenv_root}/versions/3.1[23].*/bin/python3.1[23]"))
-    for path in filter(None, candidates):
-        says = "import sys; print(sys.version_info[:2] in ((3, 12), (3, 13)))"
-        probe = subprocess.run([path, "-c", says], capture_output=True, text=True)
-        if probe.returncode == 0 and probe.stdout.strip() == "True":
-            return path
-    return None
+    found = cpythons()
+    return found.get("3.12") or found.get("3.13")
 
 
 def forked_references(python: str, mode: str) -> tuple[int, int, int]:
