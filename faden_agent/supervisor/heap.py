@@ -42,27 +42,41 @@ def _libc() -> ctypes.CDLL | None:
 
 def small_holes(libc: ctypes.CDLL) -> dict[int, int]:
     """{chunk size: free chunks} of the main arena's bins under SMALL_CHUNK_LIMIT, read from
-    malloc_info's XML (written to a memory file: nothing touches the disk)."""
-    fd = os.memfd_create("malloc-info")
-    try:
-        stream = libc.fdopen(os.dup(fd), b"w")
-        if not stream:
-            return {}
-        libc.malloc_info(0, stream)
-        libc.fclose(stream)
-        os.lseek(fd, 0, os.SEEK_SET)
-        chunks = []
-        while block := os.read(fd, 65536):
-            chunks.append(block)
-    finally:
-        os.close(fd)
-    main_arena = b"".join(chunks).split(b'<heap nr="1">')[0]
+    malloc_info's XML."""
+    main_arena = malloc_info_xml(libc).split(b'<heap nr="1">')[0]
     holes: dict[int, int] = {}
     for low, high, count in _SIZE_LINE.findall(main_arena):
         if low == high and int(low) < SMALL_CHUNK_LIMIT:
             size = int(low) & ~15  # the printed size carries a flag bit
             holes[size] = holes.get(size, 0) + int(count)
     return holes
+
+
+def malloc_info_xml(libc: ctypes.CDLL) -> bytes:
+    """glibc's malloc_info, written to a memory file (nothing touches the disk); b"" when it
+    cannot be read, e.g. out of descriptors: the fill is an optimization, never a reason
+    for a fork to fail."""
+    try:
+        fd = os.memfd_create("malloc-info")
+    except OSError:
+        return b""
+    try:
+        copy = os.dup(fd)
+        stream = libc.fdopen(copy, b"w")
+        if not stream:
+            os.close(copy)
+            return b""
+        libc.malloc_info(0, stream)
+        libc.fclose(stream)  # closes the copy
+        os.lseek(fd, 0, os.SEEK_SET)
+        blocks = []
+        while block := os.read(fd, 65536):
+            blocks.append(block)
+        return b"".join(blocks)
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)
 
 
 def fill_heap_holes() -> int:

@@ -29,3 +29,24 @@ def test_fill_heap_holes_takes_the_small_free_chunks_between_live_ones():
     assert taken >= before
     assert after < before / 10, out.stdout  # the fill and the reading make a few of their own
     assert trimmed == "True"
+
+
+OUT_OF_DESCRIPTORS = """
+import os
+from faden_agent.supervisor import heap
+held = []
+try:
+    while True:
+        held.append(os.open("/dev/null", os.O_RDONLY))
+except OSError:
+    pass
+print(heap.fill_heap_holes())
+"""
+
+
+def test_out_of_descriptors_the_fill_is_skipped_not_a_failure():
+    # Runs before every fork (a restart too): it must never be why a fork fails.
+    out = subprocess.run(
+        [sys.executable, "-c", OUT_OF_DESCRIPTORS], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert out.stdout.split() == ["0"], out.stderr
