@@ -18,7 +18,7 @@ def version_of(python: str) -> str | None:
     probe = "import sys; print(sys.implementation.name, '%d.%d' % sys.version_info[:2])"
     try:
         done = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=30)
-    except OSError:
+    except (OSError, subprocess.TimeoutExpired):  # not runnable, or hangs: not a CPython to use
         return None
     name, _, version = done.stdout.strip().partition(" ")
     return version if done.returncode == 0 and name == "cpython" else None

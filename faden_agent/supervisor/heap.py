@@ -16,6 +16,7 @@ Where the C library is not glibc (no malloc_info or malloc_trim), both do nothin
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import re
 
@@ -27,6 +28,7 @@ _held: list[int] = []  # addresses, never freed: they only occupy the holes
 _SIZE_LINE = re.compile(rb'<size from="(\d+)" to="(\d+)" total="\d+" count="(\d+)"/>')
 
 
+@functools.cache  # once per process: it runs before every fork
 def _libc() -> ctypes.CDLL | None:
     libc = ctypes.CDLL(None)
     if not all(hasattr(libc, name) for name in ("malloc_info", "malloc_trim", "fdopen", "fclose")):
