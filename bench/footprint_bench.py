@@ -173,6 +173,39 @@ def memory_by_python(env: dict[str, str], root: Path, backend: BackendProcess, n
     return out
 
 
+def memory_over_tls(root: Path, loki_url: str, journal: JournalWriter, docker_host: str) -> dict[str, Any]:
+    """The idle tree of an agent whose backend is https, trusting what a production node
+    trusts (the public CA bundle, about 140 roots, plus the bench's private CA that signed
+    the backend's certificate): what every https connection's certificate store costs."""
+    import certifi
+
+    from tests.integration.test_stream_tls_secrets import make_ca_and_server_cert
+
+    tls_dir = root / "tls"
+    tls_dir.mkdir()
+    ca, cert, key = make_ca_and_server_cert(tls_dir)
+    bundle = tls_dir / "public-and-bench.pem"
+    bundle.write_bytes(Path(certifi.where()).read_bytes() + ca.read_bytes())
+    backend = BackendProcess(root / "backend-tls", root / "backend-tls.log", tls_cert=cert, tls_key=key, ca_bundle=ca)
+    backend.start()
+    env = agent_env_for(
+        backend, root / "tls", loki_url=loki_url, journal_directory=journal.directory, docker_host=docker_host
+    )
+    env["FADEN_NODE_AGENT_CA_BUNDLE"] = str(bundle)
+    for name in PRODUCTION_DEFAULTS:
+        env.pop(f"FADEN_NODE_AGENT_{name.upper()}", None)
+    agent = AgentProcess(env, root / "agent-tls.log").start()
+    try:
+        node = backend.wait_node(env["FADEN_NODE_AGENT_AGENT_ID"], timeout_s=60)["node_id"]
+        wait_for(lambda: backend.inventory(node).get("inventory"), 90, 1.0, "the first inventory over https")
+        time.sleep(5)
+        return memory(agent)
+    finally:
+        agent.stop()
+        agent.kill()
+        backend.stop()
+
+
 def idle_window(agent: AgentProcess, proxy: CountingProxy, seconds: float, docker_pid: int) -> dict[str, Any]:
     """CPU %, wakeups/s per process, dockerd CPU %, uplink B/s by path over one window."""
     tree = named_tree(agent)
@@ -372,6 +405,7 @@ def measure(root: Path, window_s: float, containers: int, ray: int, runs: int) -
                 results["command"] = command_round_trips(backend, node, engine, prefix, runs)
             agent.stop()
             results["memory_by_python"] = memory_by_python(env, root, backend, node)
+            results["memory_over_tls"] = memory_over_tls(root, loki.url, journal, engine.host)
         finally:
             agent.stop()
             agent.kill()
@@ -403,6 +437,14 @@ def report(results: dict[str, Any], row) -> None:
             f"  idle PSS, whole tree, CPython {version}",
             f"{other['tree_pss_kib'] / 1024:.1f} MiB" if "tree_pss_kib" in other else "NOT MEASURED",
             other.get("error", "") or f"private {other['tree_private_kib'] / 1024:.1f} MiB; same agent and state",
+        )
+    if "memory_over_tls" in results:
+        tls = results["memory_over_tls"]
+        row(
+            "  idle PSS, whole tree, backend over https",
+            f"{tls['tree_pss_kib'] / 1024:.1f} MiB",
+            f"public CA bundle (~140 roots); http above {mem['tree_pss_kib'] / 1024:.1f} MiB; "
+            + ", ".join(f"{p} {m['pss'] / 1024:.1f}" for p, m in tls["per_process_kib"].items()),
         )
     costs = results.get("package_private_kib", {})
     row(

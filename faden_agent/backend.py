@@ -34,6 +34,7 @@ from faden_agent.errorline import error_line
 from faden_agent.files import replace_file
 from faden_agent.jsonhead import HEAD_BYTES, leading_members
 from faden_agent.protocol import MAX_STREAM_INFLATE_RATIO, MAX_STREAM_LINE_BYTES
+from faden_agent.tls import session_for
 
 log = logging.getLogger(__name__)
 
@@ -127,11 +128,11 @@ class BackendClient:
         self.base_url = config.backend_url
         self.hold = MaintenanceHold(config.runtime_dir)
         self.timeout_s = config.request_timeout_sec
-        self.session = requests.Session()
         # Passed on every request: a Session-level verify loses to REQUESTS_CA_BUNDLE in the
         # environment (requests merges the environment over the session), which would let a
         # stray variable replace FADEN_NODE_AGENT_CA_BUNDLE or even VERIFY_TLS=false.
         self.verify = config.tls_verify()
+        self.session = session_for(self.verify)  # https shares the process's one TLS context (tls.py)
         if self.verify is False:
             _warn_unverified_once(self.base_url)
         self.session.headers["User-Agent"] = f"faden-agent/{__version__}"

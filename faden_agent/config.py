@@ -452,6 +452,11 @@ class Config:
             return False
         return str(self.ca_bundle) if self.ca_bundle else True
 
+    def speaks_tls(self) -> bool:
+        """Whether the backend or Loki is https: the supervisor then builds the TLS context
+        before it forks (tls.py)."""
+        return any(url and url.lower().startswith("https://") for url in (self.backend_url, self.loki_url))
+
     def redacted(self) -> dict[str, Any]:
         """Every setting by its variable name, secrets replaced, for `faden-agent config`."""
         out: dict[str, Any] = {}

@@ -1,16 +1,79 @@
-"""The client TLS context for sockets the agent opens itself (not through requests)."""
+"""The client TLS context: one per trust setting and process, shared by every connection
+the agent opens (requests' sessions through SharedContextAdapter, and its own sockets).
+
+Without it urllib3 builds a context and parses the whole CA bundle again for every new
+connection: the public bundle is about 140 certificates, 4.4 MiB of memory in each worker
+that speaks https and milliseconds of CPU per connection. Where the backend or Loki is
+https, the supervisor builds the context before it forks (preload.py), so the workers share
+one certificate store instead of each parsing its own. The bundle is read once per
+process: a changed CA file is taken at the agent's next start.
+
+One trust store for everything: `verify` True means requests' bundle (certifi), for the
+backend as for Loki and peers; a private CA is FADEN_NODE_AGENT_CA_BUNDLE.
+"""
 
 from __future__ import annotations
 
 import ssl
+import threading
+from typing import Any
+
+from requests.adapters import HTTPAdapter
+from requests.utils import DEFAULT_CA_BUNDLE_PATH
+
+_contexts: dict[bool | str, ssl.SSLContext] = {}
+_lock = threading.Lock()
 
 
 def client_context(verify: bool | str) -> ssl.SSLContext:
-    """`verify` as Config.tls_verify() gives it: False (no checks), True (the system's CAs),
-    or the path of a CA bundle."""
+    """`verify` as Config.tls_verify() gives it: False (no checks), True (requests' CA
+    bundle), or the path of a CA bundle. Built once per value and process."""
+    with _lock:
+        context = _contexts.get(verify)
+        if context is None:
+            context = _contexts[verify] = _build(verify)
+        return context
+
+
+def _build(verify: bool | str) -> ssl.SSLContext:
     if verify is False:
         context = ssl.create_default_context()
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
         return context
-    return ssl.create_default_context(cafile=verify if isinstance(verify, str) else None)
+    return ssl.create_default_context(cafile=verify if isinstance(verify, str) else DEFAULT_CA_BUNDLE_PATH)
+
+
+class SharedContextAdapter(HTTPAdapter):
+    """requests' adapter that hands urllib3 the process's one context for `verify` and no
+    CA path, so a new connection neither builds a context nor parses the bundle again. The
+    session must pass the same `verify` with each request (BackendClient does: a session's
+    own verify loses to REQUESTS_CA_BUNDLE)."""
+
+    def __init__(self, verify: bool | str):
+        self._context = client_context(verify)
+        super().__init__()
+
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        super().init_poolmanager(*args, ssl_context=self._context, **kwargs)
+
+    def proxy_manager_for(self, proxy: str, **proxy_kwargs: Any) -> Any:
+        return super().proxy_manager_for(proxy, ssl_context=self._context, **proxy_kwargs)
+
+    def cert_verify(self, conn: Any, url: str, verify: Any, cert: Any) -> None:
+        super().cert_verify(conn, url, verify, cert)
+        conn.ca_certs = conn.ca_cert_dir = None  # the context holds them: urllib3 would load them again
+
+
+def session_for(verify: bool | str) -> Any:
+    """A requests Session whose https connections share the process's context for `verify`.
+    A CA bundle that cannot be loaded leaves requests' own adapter: each request then fails
+    with the TLS error that names it, as it did before, and is retried like any other."""
+    import requests
+
+    session = requests.Session()
+    try:
+        session.mount("https://", SharedContextAdapter(verify))
+    except (OSError, ValueError):  # ssl.SSLError is an OSError
+        pass
+    return session

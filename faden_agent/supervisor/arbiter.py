@@ -146,7 +146,8 @@ class Supervisor:
         ensure_runtime_dir(self.config.runtime_dir)
         if self.config.runtime_dir != self.config.state_dir:
             self._locks.append(lock.acquire(self.config.runtime_dir, "runtime directory"))
-        preload([w.target for w in self.workers.values()])  # shared by every fork (preload.py)
+        tls = self.config.tls_verify() if self.config.speaks_tls() else None
+        preload([w.target for w in self.workers.values()], tls)  # shared by every fork (preload.py)
         self._wakeup_r, wakeup_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.set_wakeup_fd(wakeup_w)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP):

@@ -37,6 +37,7 @@ import os
 import sys
 import warnings
 
+from faden_agent.errorline import error_line
 from faden_agent.supervisor.heap import fill_heap_holes, release_free_heap
 from faden_agent.supervisor.immortal import immortalize_heap, unsupported_reason
 from faden_agent.supervisor.rehearsal import rehearse
@@ -51,15 +52,18 @@ SHARED_MODULES = ("docker",)  # imported lazily by some workers, used by three o
 CHARSET_GUESSERS = ("charset_normalizer", "chardet")
 
 
-def preload(targets: list[str]) -> None:
-    """Imports each worker target's module and SHARED_MODULES, then freezes the heap. A
-    module that fails to import is left to its worker, which reports the failure."""
+def preload(targets: list[str], tls_verify: bool | str | None = None) -> None:
+    """Imports each worker target's module and SHARED_MODULES, builds the client TLS context
+    for `tls_verify` (None: nothing the agent knows of speaks https), then freezes the heap.
+    A module or CA bundle that fails is left to its worker, which reports the failure."""
     skip_charset_guessers()
     for module in [t.partition(":")[0] for t in targets] + list(SHARED_MODULES):
         try:
             importlib.import_module(module)
         except Exception as exc:  # noqa: BLE001 - the worker's own import reports it properly
             log.warning("preloading %s failed (its worker imports it again): %s", module, exc)
+    if tls_verify is not None:
+        share_tls_context(tls_verify)
     rehearse()  # the workers' first HTTP, Docker and SQLite calls, once for all (rehearsal.py)
     gc.collect()
     fill_pools()
@@ -74,6 +78,17 @@ def preload(targets: list[str]) -> None:
     supervisor = os.getpid()
     # Again before every later fork (a restart): the supervisor's own work leaves holes.
     os.register_at_fork(before=lambda: fill_before_fork() if os.getpid() == supervisor else None)
+
+
+def share_tls_context(verify: bool | str) -> None:
+    """The one client TLS context (tls.py), built here so every worker shares its parsed
+    certificate store (4.4 MiB for the public bundle) instead of building its own."""
+    from faden_agent.tls import client_context  # after skip_charset_guessers: it imports requests
+
+    try:
+        client_context(verify)
+    except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+        log.warning("the TLS context was not built before forking (each worker tries again): %s", error_line(exc))
 
 
 def fill_before_fork() -> None:

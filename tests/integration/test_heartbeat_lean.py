@@ -66,3 +66,18 @@ def test_worker_table_reaches_the_backend_on_change_and_at_the_full_refresh(back
     )
     beats = backend.heartbeats(node_id)
     assert set(workers_seen(backend, node_id)) == names and any("workers" not in b["data"] for b in beats[-3:])
+
+
+def test_the_first_beat_waits_for_the_tree_and_the_next_ones_are_lean(backend, agent_on_backend):
+    """Beat 0 carries the table as it stays (every worker RUNNING, the link connected), not a
+    snapshot of workers still starting that the next beat would send again in full: after
+    a start, only beat 0 carries the detail (issue 16: uplink in the window after start)."""
+    agent, node = agent_on_backend(heartbeat_interval_sec=2, worker_liveness_sec=0.5, inventory_interval_sec=60)
+    node_id = node["node_id"]
+    wait_for(lambda: len(backend.heartbeats(node_id)) >= 4, 30, what="four beats")
+    beats = [b["data"] for b in backend.heartbeats(node_id)]
+    first = beats[0]
+    assert first["beat"] == 0 and "workers" in first
+    assert {w["name"]: w["state"] for w in first["workers"]} == {name: "RUNNING" for name in agent.workers()}
+    assert first["connection"]["state"] == "connected"
+    assert all("workers" not in b for b in beats[1:4]), [sorted(b) for b in beats[1:4]]

@@ -27,7 +27,7 @@ from faden_agent.config import Config
 from faden_agent.errorline import error_line
 from faden_agent.membership import MembershipError, load_membership
 from faden_agent.redact import redact_url
-from faden_agent.tls import client_context
+from faden_agent.tls import client_context, session_for
 from faden_agent.workers.logs.keepalive import BadAnswer, KeepAliveConnection
 
 GZIP_LEVEL = 1  # lines compress ~10x even at level 1; higher levels cost CPU for little
@@ -77,7 +77,7 @@ class DirectLoki:
         proxied = (
             self._host and urllib.request.getproxies().get(parts.scheme) and not urllib.request.proxy_bypass(self._host)
         )
-        self.session = requests.Session() if proxied else None
+        self.session = session_for(self.verify) if proxied else None
 
     def __str__(self) -> str:  # shown in status, heartbeats and logs: no user:key@
         return redact_url(self.url) or ""

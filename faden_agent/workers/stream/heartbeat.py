@@ -10,8 +10,14 @@ name/state/pid/restarts/last_exit and the non-numeric values of its status; numb
 sizes, CPU, counters) are refreshed by the slow full beat. The backend keeps the last
 detail and merges each beat into it (docs/protocol.md).
 
+The first beat waits for the tree to settle (at most one interval, at most SETTLE_MAX_S):
+every worker out of STARTING, the link connected and the detail's change key the same
+across one liveness period (a worker's status rides its alive message). Sent at once, its
+detail would be a snapshot of workers still starting, and the next beat would send the
+whole detail again to correct it.
+
 A heartbeat is latest-value: one that cannot be sent is dropped, the next one replaces it.
-Beats are due at start + n * interval; a late beat does not shift the ones after it, and
+Beats are due at start + n * interval (start: the first beat); a late beat does not shift the ones after it, and
 beats missed entirely (an outage) are skipped, not sent in a burst.
 """
 
@@ -27,11 +33,12 @@ from faden_agent import __version__, protocol
 from faden_agent.backend import BackendClient, BackendError
 from faden_agent.ipc import EnvelopeError, Requester
 from faden_agent.reports.outbox import make_record
-from faden_agent.workers.stream.link import Link, LinkThread
+from faden_agent.workers.stream.link import Connection, Link, LinkThread
 
 log = logging.getLogger(__name__)
 
 PS_TIMEOUT_S = 0.5
+SETTLE_MAX_S = 10.0  # the longest the first beat waits for the tree to settle
 WORKER_FIELDS = (
     "name",
     "state",
@@ -58,9 +65,10 @@ class HeartbeatSender(LinkThread):
     def run(self) -> None:
         interval = self.config.heartbeat_interval_sec
         client = BackendClient(self.config, self.membership.credential)
-        start_mono, start_wall = time.monotonic(), time.time()
-        beat = 0
         try:
+            self.settle()
+            start_mono, start_wall = time.monotonic(), time.time()
+            beat = 0
             while not self.stop.wait(max(0.0, start_mono + beat * interval - time.monotonic())):
                 if self.gate.remaining() <= 0:
                     self.send(client, beat, start_wall + beat * interval)
@@ -69,6 +77,20 @@ class HeartbeatSender(LinkThread):
         finally:
             client.close()
             self.supervisor.close()
+
+    def settle(self) -> None:
+        """Wait until the tree has started and its detail holds still (see the module's text)."""
+        deadline = time.monotonic() + min(self.config.heartbeat_interval_sec, SETTLE_MAX_S)
+        last_key = None
+        while (left := deadline - time.monotonic()) > 0:
+            table = self.worker_table()
+            started = bool(table.get("workers")) and all(w.get("state") != "STARTING" for w in table["workers"])
+            key = change_key(self.detail(table)) if started and self.status.connection == Connection.CONNECTED else None
+            if key is not None and key == last_key:
+                return
+            last_key = key
+            if self.stop.wait(min(self.config.worker_liveness_sec, left)):
+                return
 
     def send(self, client: BackendClient, beat: int, due_at: float) -> None:
         data, key = self.heartbeat_data(beat, due_at)

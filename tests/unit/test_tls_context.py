@@ -1,0 +1,117 @@
+"""One client TLS context per trust setting and process (faden_agent/tls.py): every new
+https connection of a session reuses it instead of building a context and parsing the CA
+bundle again (4.4 MiB per worker with the public bundle), and verification stays as strict.
+Against a real TLS server on loopback whose certificate a private CA signed."""
+
+from __future__ import annotations
+
+import http.server
+import ssl
+import threading
+
+import pytest
+import requests
+import urllib3.connection
+
+from faden_agent import tls
+from faden_agent.supervisor import preload
+from tests.integration.test_stream_tls_secrets import make_ca_and_server_cert
+
+
+class Hello(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # HTTP/1.0: the server closes every connection after one answer
+        self.send_response(200)
+        self.send_header("Content-Length", "5")
+        self.end_headers()
+        self.wfile.write(b"hello")
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def https_server(tmp_path):
+    ca, cert, key = make_ca_and_server_cert(tmp_path)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hello)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"https://127.0.0.1:{server.server_address[1]}", str(ca)
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """How many contexts tls.py and urllib3 build from now on."""
+    counts = {"tls": 0, "urllib3": 0}
+    monkeypatch.setattr(tls, "_contexts", {})
+    build, urllib3_build = tls._build, urllib3.connection.create_urllib3_context
+
+    def counting_build(verify):
+        counts["tls"] += 1
+        return build(verify)
+
+    def counting_urllib3(*args, **kwargs):
+        counts["urllib3"] += 1
+        return urllib3_build(*args, **kwargs)
+
+    monkeypatch.setattr(tls, "_build", counting_build)
+    monkeypatch.setattr(urllib3.connection, "create_urllib3_context", counting_urllib3)
+    return counts
+
+
+def test_new_connections_share_one_context(https_server, counted):
+    url, ca = https_server
+    sessions = [tls.session_for(ca) for _ in range(3)]  # one per thread, as BackendClient has
+    for session in sessions:
+        for _ in range(2):  # the server closes each connection: every request is a new handshake
+            reply = session.get(url, verify=ca, timeout=5)
+            assert reply.status_code == 200 and reply.text == "hello"
+    assert counted == {"tls": 1, "urllib3": 0}
+    # without the adapter, urllib3 builds (and loads the bundle into) a context per connection
+    with requests.Session() as plain:
+        for _ in range(2):
+            assert plain.get(url, verify=ca, timeout=5).status_code == 200
+    assert counted["urllib3"] == 2
+
+
+def test_the_shared_context_still_verifies(https_server, counted, tmp_path):
+    url, _ca = https_server
+    (tmp_path / "other").mkdir()
+    other_ca, _, _ = make_ca_and_server_cert(tmp_path / "other")
+    with pytest.raises(requests.exceptions.SSLError):
+        tls.session_for(str(other_ca)).get(url, verify=str(other_ca), timeout=5)  # signed by another CA
+    with pytest.raises(requests.exceptions.SSLError):
+        tls.session_for(True).get(url, verify=True, timeout=5)  # the public bundle does not know our CA
+    assert tls.session_for(False).get(url, verify=False, timeout=5).status_code == 200  # VERIFY_TLS=false
+    wrong_name = url.replace("127.0.0.1", "localhost")  # the certificate names 127.0.0.1 only
+    with pytest.raises(requests.exceptions.SSLError):
+        tls.session_for(_ca).get(wrong_name, verify=_ca, timeout=5)
+
+
+def test_supervisor_builds_the_context_before_forking(https_server, counted):
+    url, ca = https_server
+    preload.share_tls_context(ca)
+    assert counted["tls"] == 1 and ca in tls._contexts
+    assert tls.session_for(ca).get(url, verify=ca, timeout=5).status_code == 200
+    assert counted["tls"] == 1
+
+
+def test_an_unreadable_bundle_is_left_to_the_workers(tmp_path, counted, caplog):
+    missing = str(tmp_path / "no-such-ca.pem")
+    preload.share_tls_context(missing)  # logs, does not raise: the worker reports it where it is seen
+    assert "TLS context was not built" in caplog.text and missing not in tls._contexts
+    with pytest.raises(OSError):
+        tls.client_context(missing)
+
+
+def test_a_bundle_that_is_no_pem_fails_each_request_with_a_reason(https_server, counted, tmp_path):
+    url, _ca = https_server
+    garbage = tmp_path / "garbage.pem"
+    garbage.write_bytes(b"not a certificate\n")
+    session = tls.session_for(str(garbage))  # the session is made; its requests fail, naming TLS
+    with pytest.raises(requests.exceptions.SSLError):
+        session.get(url, verify=str(garbage), timeout=5)
