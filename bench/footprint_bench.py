@@ -151,13 +151,22 @@ def memory(agent: AgentProcess) -> dict[str, Any]:
     }
 
 
-def memory_by_python(env: dict[str, str], root: Path, backend: BackendProcess, node: str) -> dict[str, Any]:
+def memory_by_python(
+    env: dict[str, str], root: Path, backend: BackendProcess, node: str, binary: Path | None = None
+) -> dict[str, Any]:
     """The idle tree's memory, the same agent (same state: no new enrollment) on each CPython
-    found (bench/interpreters.py): {"3.12": memory(...)} or {"3.12": {"error": ...}}."""
+    found (bench/interpreters.py) and, given one, as the standalone binary:
+    {"3.12": memory(...), "binary": ...} or {"3.12": {"error": ...}}."""
     out: dict[str, Any] = {}
-    for version, python in sorted(interpreters.cpythons().items()):
+    variants: list[tuple[str, Any]] = sorted(interpreters.cpythons().items())
+    if binary is not None:
+        variants.append(("binary", binary))
+    for version, python in variants:
         try:
-            argv = [interpreters.with_agent(python), "-m", "faden_agent", "run"]
+            if version == "binary":
+                argv = [str(binary), "run"]
+            else:
+                argv = [interpreters.with_agent(python), "-m", "faden_agent", "run"]
         except (OSError, subprocess.CalledProcessError) as exc:
             out[version] = {"error": f"no venv with the agent for {python}: {exc}"}
             continue
@@ -171,6 +180,28 @@ def memory_by_python(env: dict[str, str], root: Path, backend: BackendProcess, n
             agent.stop()
             agent.kill()
     return out
+
+
+def production_env(backend: BackendProcess, root: Path, **addresses: Any) -> dict[str, str]:
+    """The defaults of a production agent: only its addresses and files are the bench's."""
+    env = agent_env_for(backend, root, **addresses)
+    for name in PRODUCTION_DEFAULTS:
+        env.pop(f"FADEN_NODE_AGENT_{name.upper()}", None)
+    return env
+
+
+def start_idle(env: dict[str, str], backend: BackendProcess, log: Path) -> tuple[AgentProcess, str]:
+    """The agent started and enrolled, 5 s after its first inventory reached the backend."""
+    agent = AgentProcess(env, log).start()
+    try:
+        node = backend.wait_node(env["FADEN_NODE_AGENT_AGENT_ID"], timeout_s=60)["node_id"]
+        wait_for(lambda: backend.inventory(node).get("inventory"), 90, 1.0, "the first inventory")
+        time.sleep(5)
+    except BaseException:
+        agent.stop()
+        agent.kill()
+        raise
+    return agent, node
 
 
 def memory_over_tls(root: Path, loki_url: str, journal: JournalWriter, docker_host: str) -> dict[str, Any]:
@@ -188,17 +219,12 @@ def memory_over_tls(root: Path, loki_url: str, journal: JournalWriter, docker_ho
     bundle.write_bytes(Path(certifi.where()).read_bytes() + ca.read_bytes())
     backend = BackendProcess(root / "backend-tls", root / "backend-tls.log", tls_cert=cert, tls_key=key, ca_bundle=ca)
     backend.start()
-    env = agent_env_for(
+    env = production_env(
         backend, root / "tls", loki_url=loki_url, journal_directory=journal.directory, docker_host=docker_host
     )
     env["FADEN_NODE_AGENT_CA_BUNDLE"] = str(bundle)
-    for name in PRODUCTION_DEFAULTS:
-        env.pop(f"FADEN_NODE_AGENT_{name.upper()}", None)
-    agent = AgentProcess(env, root / "agent-tls.log").start()
+    agent, _node = start_idle(env, backend, root / "agent-tls.log")
     try:
-        node = backend.wait_node(env["FADEN_NODE_AGENT_AGENT_ID"], timeout_s=60)["node_id"]
-        wait_for(lambda: backend.inventory(node).get("inventory"), 90, 1.0, "the first inventory over https")
-        time.sleep(5)
         return memory(agent)
     finally:
         agent.stop()
@@ -364,7 +390,9 @@ def remove_prefixed(engine: PrivateEngine, prefix: str) -> None:
 # ---------------------------------------------------------------- the run
 
 
-def measure(root: Path, window_s: float, containers: int, ray: int, runs: int) -> dict[str, Any]:
+def measure(
+    root: Path, window_s: float, containers: int, ray: int, runs: int, binary: Path | None = None
+) -> dict[str, Any]:
     results: dict[str, Any] = {"python": ".".join(map(str, sys.version_info[:3]))}
     prefix = f"fxfoot-{uuid.uuid4().hex[:6]}"
     journal = JournalWriter(root / "journal")
@@ -376,8 +404,7 @@ def measure(root: Path, window_s: float, containers: int, ray: int, runs: int) -
         LokiReceiver() as loki,
         CountingProxy(url.hostname, url.port) as proxy,
     ):
-        # the defaults of a production agent: only its addresses and files are the bench's
-        env = agent_env_for(
+        env = production_env(
             backend,
             root,
             backend_url=proxy.url,
@@ -385,13 +412,8 @@ def measure(root: Path, window_s: float, containers: int, ray: int, runs: int) -
             journal_directory=journal.directory,
             docker_host=engine.host,
         )
-        for name in PRODUCTION_DEFAULTS:
-            env.pop(f"FADEN_NODE_AGENT_{name.upper()}", None)
-        agent = AgentProcess(env, root / "agent.log").start()
+        agent, node = start_idle(env, backend, root / "agent.log")
         try:
-            node = backend.wait_node(env["FADEN_NODE_AGENT_AGENT_ID"], timeout_s=60)["node_id"]
-            wait_for(lambda: backend.inventory(node).get("inventory"), 90, 1.0, "the first inventory")
-            time.sleep(5)
             results["memory"] = memory(agent)
             results["idle_0"] = idle_window(agent, proxy, window_s, engine.pid)
             results["memory_after_idle"] = memory(agent)
@@ -404,7 +426,7 @@ def measure(root: Path, window_s: float, containers: int, ray: int, runs: int) -
             if runs:
                 results["command"] = command_round_trips(backend, node, engine, prefix, runs)
             agent.stop()
-            results["memory_by_python"] = memory_by_python(env, root, backend, node)
+            results["memory_by_python"] = memory_by_python(env, root, backend, node, binary)
             results["memory_over_tls"] = memory_over_tls(root, loki.url, journal, engine.host)
         finally:
             agent.stop()
@@ -434,7 +456,9 @@ def report(results: dict[str, Any], row) -> None:
         )
     for version, other in results.get("memory_by_python", {}).items():
         row(
-            f"  idle PSS, whole tree, CPython {version}",
+            "  idle PSS, whole tree, the standalone binary"
+            if version == "binary"
+            else f"  idle PSS, whole tree, CPython {version}",
             f"{other['tree_pss_kib'] / 1024:.1f} MiB" if "tree_pss_kib" in other else "NOT MEASURED",
             other.get("error", "") or f"private {other['tree_private_kib'] / 1024:.1f} MiB; same agent and state",
         )
@@ -522,11 +546,12 @@ def main() -> int:
     parser.add_argument("--ray", type=int, default=5)
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--json", type=Path, default=Path("bench/results/footprint.json"))
+    parser.add_argument("--binary", type=Path, help="also restart the same agent as this standalone binary")
     args = parser.parse_args()
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="faden-footprint-") as tmp:
-        results = measure(Path(tmp), args.window, args.containers, args.ray, args.runs)
+        results = measure(Path(tmp), args.window, args.containers, args.ray, args.runs, args.binary)
     report(results, lambda f, v, c="": print(f"{f:<46} {v:<30} {c}", flush=True))
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(results, indent=2) + "\n")

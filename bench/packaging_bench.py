@@ -87,7 +87,16 @@ def report_times(results: dict[str, object], key: str, label: str, times: tuple[
 def idle_tree(name: str, argv: list[str], runs: int, settle_s: float, results: dict[str, object]) -> None:
     """Starts `argv run`, lets it idle, reads the tree's PSS, then times `argv ps` against it."""
     with tempfile.TemporaryDirectory() as tmp:
-        env = agent_env(Path(tmp), backend_url="http://127.0.0.1:9", worker_liveness_sec=1, worker_hang_timeout_sec=10)
+        # The peer worker as in production, on demand (agent_env starts every worker, as tests
+        # expect): the tree is the supervisor, the four workers and journalctl, as in
+        # footprint_bench, whose goal it is measured against.
+        env = agent_env(
+            Path(tmp),
+            backend_url="http://127.0.0.1:9",
+            worker_liveness_sec=1,
+            worker_hang_timeout_sec=10,
+            peer_start="on_demand",
+        )
         agent = AgentProcess(env, Path(tmp) / "agent.log", argv=[*argv, "run"])
         agent.start()
         try:

@@ -337,8 +337,13 @@ def restart_section(table: Table, results: dict, args: argparse.Namespace, root:
 
 def footprint_section(table: Table, results: dict, args: argparse.Namespace, root: Path) -> None:
     """Issue 16's figures at the production intervals (bench/footprint_bench.py)."""
+    binary = None
+    if args.with_binary:  # the same enrolled agent restarted as the binary, beside each CPython
+        from tests.systemdctr import agent_build
+
+        binary = agent_build()
     fp = results["footprint"] = footprint_bench.measure(
-        root, args.footprint_window, args.managed, args.managed_ray, args.footprint_runs
+        root, args.footprint_window, args.managed, args.managed_ray, args.footprint_runs, binary
     )
     footprint_bench.report(fp, table.row)
 

@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 from faden_agent.config import Config, env_name
 from faden_agent.dockerclient import engine_url, make_client
 from faden_agent.errorline import error_line
+from faden_agent.tls import client_context
 
 if TYPE_CHECKING:
     from faden_agent.membership import Membership
@@ -142,8 +143,8 @@ class Doctor:
         if not self.config.verify_tls:
             return Check("backend tls", WARN, "certificate verification is off", f"set {env_name('verify_tls')}=true")
         ca = self.config.ca_bundle
-        context = ssl.create_default_context(cafile=str(ca)) if ca else ssl.create_default_context()
-        trust = f"CA bundle {ca}" if ca else "the system CAs"
+        context = client_context(self.config.tls_verify())  # what the agent's own connections trust
+        trust = f"CA bundle {ca}" if ca else "the public CA bundle (certifi)"
         try:
             with socket.create_connection((self.host, self.port), timeout=self.timeout_s) as raw:
                 with context.wrap_socket(raw, server_hostname=self.host) as tls:

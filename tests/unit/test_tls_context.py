@@ -14,6 +14,7 @@ import requests
 import urllib3.connection
 
 from faden_agent import tls
+from faden_agent.config import load_config
 from faden_agent.supervisor import preload
 from tests.integration.test_stream_tls_secrets import make_ca_and_server_cert
 
@@ -115,3 +116,20 @@ def test_a_bundle_that_is_no_pem_fails_each_request_with_a_reason(https_server, 
     session = tls.session_for(str(garbage))  # the session is made; its requests fail, naming TLS
     with pytest.raises(requests.exceptions.SSLError):
         session.get(url, verify=str(garbage), timeout=5)
+
+
+@pytest.mark.parametrize(
+    "backend, loki, built",
+    [
+        ("https://backend.example", None, True),
+        ("http://127.0.0.1:8000", "https://loki.example", True),
+        ("HTTPS://backend.example", "http://loki:3100", True),
+        ("http://127.0.0.1:8000", "http://loki:3100", False),
+        ("http://127.0.0.1:8000", None, False),
+    ],
+)
+def test_the_supervisor_builds_it_only_where_something_speaks_https(backend, loki, built):
+    env = {"FADEN_NODE_AGENT_BACKEND_URL": backend, "FADEN_NODE_AGENT_HOST": "node-1"}
+    if loki:
+        env["FADEN_NODE_AGENT_LOKI_URL"] = loki
+    assert load_config(env).speaks_tls() is built
