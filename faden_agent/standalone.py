@@ -4,7 +4,10 @@ The launcher unpacks each build once into `<cache>/<build id>/` and execs the ag
 there, exporting FADEN_AGENT_EXECUTABLE (its own path). Every process started that way
 holds a shared lock on its build directory for its lifetime (forked workers inherit it),
 and removes what no process uses any more: builds of other ids whose lock is free, and
-half-unpacked directories of launchers that were killed. Standard library only: this
+half-unpacked directories of launchers that were killed. A build placed in the cache less
+than PLACED_GRACE_S ago stays even unlocked: its launcher may have just exec'd it, and
+PyInstaller's bootloader reads the build's files before the agent can take the lock (two
+builds started together: the first one's prune broke the second one's start). Standard library only: this
 runs before the CLI is imported, on every start.
 """
 
@@ -15,6 +18,7 @@ import os
 import re
 import shutil
 import sys
+import time
 from pathlib import Path
 
 LAUNCHER_ENV = "FADEN_AGENT_EXECUTABLE"
@@ -22,6 +26,7 @@ UNPACKING = ".unpack."  # <cache>/.unpack.<launcher pid>.<random>: a build being
 # <payload hash>-<version> (packaging/build.sh): nothing else in the cache is ever removed,
 # even when FADEN_AGENT_UNPACK_DIR names a directory that holds other things too.
 BUILD_NAME = re.compile(r"[0-9a-f]{16}-[0-9A-Za-z.+-]+")
+PLACED_GRACE_S = 60.0  # a build renamed into place this recently may be starting: not removed
 
 
 def launcher_path() -> str | None:
@@ -30,7 +35,7 @@ def launcher_path() -> str | None:
     return path if os.path.isabs(path) and getattr(sys, "frozen", False) else None
 
 
-def hold_and_prune(build_dir: Path) -> int | None:
+def hold_and_prune(build_dir: Path, now: float | None = None) -> int | None:
     """Takes the shared lock on this build and removes what no process uses; returns the lock's fd.
 
     None when the directory has gone (a newer build's first start removed it while this
@@ -54,7 +59,7 @@ def hold_and_prune(build_dir: Path) -> int | None:
             and not entry.is_symlink()
             and (entry / "faden-agent").is_file()
         ):
-            _remove_if_unused(entry)
+            _remove_if_unused(entry, time.time() if now is None else now)
     return fd
 
 
@@ -66,11 +71,15 @@ def _same_file(fd: int, path: Path) -> bool:
     return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
 
 
-def _remove_if_unused(build: Path) -> None:
-    """An older build goes once no process holds its lock (exclusive lock, then rename, then delete)."""
+def _remove_if_unused(build: Path, now: float) -> None:
+    """An older build goes once no process holds its lock (exclusive lock, then rename, then
+    delete) and it was not placed within PLACED_GRACE_S (its ctime: the launcher's rename)."""
     try:
         fd = os.open(build, os.O_RDONLY | os.O_DIRECTORY)
     except OSError:
+        return
+    if now - os.fstat(fd).st_ctime < _placed_grace_s():
+        os.close(fd)
         return
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -85,6 +94,14 @@ def _remove_if_unused(build: Path) -> None:
     finally:
         os.close(fd)
     shutil.rmtree(trash, ignore_errors=True)
+
+
+def _placed_grace_s() -> float:
+    """PLACED_GRACE_S, or the test hook's (a test cannot age a directory's ctime)."""
+    from faden_agent import testhooks
+
+    value = testhooks.hook("placed_grace_s")
+    return float(value) if value else PLACED_GRACE_S
 
 
 def _remove_if_abandoned(entry: Path) -> None:

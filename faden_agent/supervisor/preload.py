@@ -23,7 +23,8 @@ rewrites the bytecode it runs. CPython 3.12 and 3.13 make their own static objec
 which alone left the tree as large; immortal.py marks the supervisor's objects too, which
 halves the copying (the rest is mostly the bytecode the workers run). A new small object
 put into a free block of an inherited pool would copy one more page: fill_pools() removes
-that cause before each fork, and heap.py the same for the C heap. Importing the workers' own
+that cause before each fork, and heap.py the same for the C heap. Last, coldpages.py hands
+the library pages that only start-up touched back to the kernel before the first fork. Importing the workers' own
 modules after the fork instead was measured too: 2-6 MiB more over the tree (each import's garbage
 and its whole module are private, where preloaded only the touched pages are).
 """
@@ -38,6 +39,7 @@ import sys
 import warnings
 
 from faden_agent.errorline import error_line
+from faden_agent.supervisor.coldpages import page_out_cold_libraries
 from faden_agent.supervisor.heap import fill_heap_holes, release_free_heap
 from faden_agent.supervisor.immortal import immortalize_heap, unsupported_reason
 from faden_agent.supervisor.rehearsal import rehearse
@@ -71,6 +73,7 @@ def preload(targets: list[str], tls_verify: bool | str | None = None) -> None:
     gc.freeze()
     release_free_heap()
     fill_heap_holes()  # fill_pools() for the C heap (heap.py)
+    page_out_cold_libraries()  # start-up's library pages back to the kernel (coldpages.py)
     if marked:
         log.debug("marked %d objects immortal before forking", marked)
     else:

@@ -24,8 +24,8 @@ def binary() -> Path:
     return agent_build()
 
 
-def launch(binary: Path, cache: Path, *args: str, **kwargs) -> subprocess.CompletedProcess:
-    env = {**os.environ, "FADEN_AGENT_UNPACK_DIR": str(cache)}
+def launch(binary: Path, cache: Path, *args: str, env: dict | None = None, **kwargs) -> subprocess.CompletedProcess:
+    env = env or {**os.environ, "FADEN_AGENT_UNPACK_DIR": str(cache)}
     return subprocess.run([str(binary), *args], env=env, capture_output=True, text=True, timeout=120, **kwargs)
 
 
@@ -110,6 +110,9 @@ def test_an_older_build_goes_only_once_no_process_runs_it(binary, tmp_path):
     finally:
         os.close(running)
     assert launch(binary, cache, "--version").returncode == 0
+    assert old.is_dir() and len(builds_in(cache)) == 2  # placed under a minute ago: it may be starting
+    aged = {**os.environ, "FADEN_TEST_HOOKS": "1", "FADEN_TEST_HOOK_PLACED_GRACE_S": "0"}  # as if a minute on
+    assert launch(binary, cache, "--version", env={**aged, "FADEN_AGENT_UNPACK_DIR": str(cache)}).returncode == 0
     assert not old.exists() and len(builds_in(cache)) == 1
 
 

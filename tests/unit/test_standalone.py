@@ -7,8 +7,9 @@ import fcntl
 import os
 import subprocess
 import sys
+import time
 
-from faden_agent.standalone import hold_and_prune
+from faden_agent.standalone import PLACED_GRACE_S, hold_and_prune
 
 
 def fake_build(cache, name):
@@ -43,7 +44,7 @@ def test_prunes_unused_builds_and_dead_unpacks_and_nothing_else(tmp_path):
     held = os.open(in_use, os.O_RDONLY | os.O_DIRECTORY)
     fcntl.flock(held, fcntl.LOCK_SH)  # an agent of that build still runs
     try:
-        fd = hold_and_prune(ours)
+        fd = hold_and_prune(ours, now=time.time() + PLACED_GRACE_S + 1)  # the builds were placed a while ago
     finally:
         os.close(held)
     assert fd is not None
@@ -67,3 +68,17 @@ def test_prunes_unused_builds_and_dead_unpacks_and_nothing_else(tmp_path):
 
 def test_a_build_removed_before_it_was_held_says_so(tmp_path):
     assert hold_and_prune(tmp_path / "cache" / "00000000000000aa-0.2.0") is None
+
+
+def test_a_build_placed_just_now_is_not_removed_even_unlocked(tmp_path):
+    """Its launcher may have exec'd it a moment ago: PyInstaller's bootloader reads the build
+    before the agent takes its lock, and removing it then failed that start."""
+    cache = tmp_path / "cache"
+    ours = fake_build(cache, "00000000000000aa-0.2.0")
+    starting = fake_build(cache, "00000000000000bb-0.3.0")  # renamed into place just now, no lock yet
+    fd = hold_and_prune(ours)
+    os.close(fd)
+    assert starting.exists()
+    fd = hold_and_prune(ours, now=time.time() + PLACED_GRACE_S + 1)  # a minute on, still unlocked
+    os.close(fd)
+    assert not starting.exists() and ours.exists()
