@@ -279,6 +279,39 @@ def idle_window(agent: AgentProcess, proxy: CountingProxy, seconds: float, docke
     }
 
 
+def detail_beats(backend: BackendProcess, node: str, since: float, until: float) -> list[dict[str, Any]]:
+    """The heartbeats due in [since, until] (wall time) that carried the whole detail, each
+    with what differed from the detail before it: why the uplink paid for it."""
+    out, previous = [], None
+    for beat in (b["data"] for b in backend.heartbeats(node)):
+        if "workers" not in beat:
+            continue
+        if since <= beat.get("due_at", 0) <= until:
+            out.append({"beat": beat.get("beat"), "changed": detail_changes(previous, beat)})
+        previous = beat
+    return out
+
+
+def detail_changes(old: dict[str, Any] | None, new: dict[str, Any]) -> list[str]:
+    """The states (heartbeat.change_key's parts) that differ between two details."""
+    from faden_agent.workers.stream.heartbeat import WORKER_STATE_FIELDS, states_only
+
+    if old is None:
+        return ["(no detail before it)"]
+    changed = []
+    old_rows = {w.get("name"): w for w in old.get("workers", [])}
+    for row in new.get("workers", []):
+        was = old_rows.get(row.get("name"), {})
+        changed += [f"{row.get('name')}.{f}" for f in WORKER_STATE_FIELDS if row.get(f) != was.get(f)]
+        old_status, new_status = states_only(was.get("status")), states_only(row.get("status"))
+        if old_status != new_status:
+            changed += [f"{row.get('name')}.status.{k}" for k, v in set(new_status) ^ set(old_status)]
+    for key in new.keys() - {"workers", "supervisor", "beat", "due_at", "uptime_s", "outbox_pending"}:
+        if states_only(new.get(key)) != states_only(old.get(key)):
+            changed.append(key)
+    return sorted(set(changed)) or ["nothing: a beat not sent before it, or the full refresh"]
+
+
 # ---------------------------------------------------------------- per package memory
 
 _MODULES_OF = """
@@ -415,12 +448,16 @@ def measure(
         agent, node = start_idle(env, backend, root / "agent.log")
         try:
             results["memory"] = memory(agent)
+            since = time.time()
             results["idle_0"] = idle_window(agent, proxy, window_s, engine.pid)
+            results["idle_0"]["detail_beats"] = detail_beats(backend, node, since, time.time())
             results["memory_after_idle"] = memory(agent)
             if containers:
                 start_managed(backend, node, prefix, containers, ray)
                 time.sleep(10)  # the log worker found them, the inventory counted them
+                since = time.time()
                 results[f"idle_{containers}"] = idle_window(agent, proxy, window_s, engine.pid)
+                results[f"idle_{containers}"]["detail_beats"] = detail_beats(backend, node, since, time.time())
                 results["memory_with_containers"] = memory(agent)
                 remove_prefixed(engine, prefix)
             if runs:
@@ -513,6 +550,12 @@ def report(results: dict[str, Any], row) -> None:
                 if " kind=" not in p
             )
             + "; goal <= 50 B/s",
+        )
+        details = idle.get("detail_beats", [])
+        row(
+            f"  beats with the whole detail, {n} containers",
+            str(len(details)),
+            "; ".join(f"beat {d['beat']}: {', '.join(d['changed'])}" for d in details)[:300] or "only pulses",
         )
         row(
             f"  uplink records by kind, {n} containers",

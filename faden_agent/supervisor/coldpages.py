@@ -65,10 +65,8 @@ def page_out_cold_libraries() -> int:
         return 0
     advised = 0
     for start, end in spans:
-        if madvise(start, end - start, MADV_PAGEOUT) != 0:
-            if advised == 0:
-                log.debug("MADV_PAGEOUT refused (errno %d): library pages stay", ctypes.get_errno())
-                return 0
+        if madvise(start, end - start, MADV_PAGEOUT) != 0:  # EINVAL before Linux 5.4
+            log.debug("MADV_PAGEOUT refused at %#x (errno %d): those pages stay", start, ctypes.get_errno())
             continue
         madvise(start, end - start, MADV_RANDOM)
         advised += end - start
