@@ -38,6 +38,7 @@ import psutil
 
 from bench import executor_bench, interpreters
 from bench.counting_proxy import CountingProxy
+from faden_agent.workers.stream.heartbeat import detail_changes
 from tests.agentproc import AgentProcess, wait_for
 from tests.backendproc import BackendProcess, agent_env_for
 from tests.journalfiles import JournalWriter
@@ -290,26 +291,6 @@ def detail_beats(backend: BackendProcess, node: str, since: float, until: float)
             out.append({"beat": beat.get("beat"), "changed": detail_changes(previous, beat)})
         previous = beat
     return out
-
-
-def detail_changes(old: dict[str, Any] | None, new: dict[str, Any]) -> list[str]:
-    """The states (heartbeat.change_key's parts) that differ between two details."""
-    from faden_agent.workers.stream.heartbeat import WORKER_STATE_FIELDS, states_only
-
-    if old is None:
-        return ["(no detail before it)"]
-    changed = []
-    old_rows = {w.get("name"): w for w in old.get("workers", [])}
-    for row in new.get("workers", []):
-        was = old_rows.get(row.get("name"), {})
-        changed += [f"{row.get('name')}.{f}" for f in WORKER_STATE_FIELDS if row.get(f) != was.get(f)]
-        old_status, new_status = states_only(was.get("status")), states_only(row.get("status"))
-        if old_status != new_status:
-            changed += [f"{row.get('name')}.status.{k}" for k, v in set(new_status) ^ set(old_status)]
-    for key in new.keys() - {"workers", "supervisor", "beat", "due_at", "uptime_s", "outbox_pending"}:
-        if states_only(new.get(key)) != states_only(old.get(key)):
-            changed.append(key)
-    return sorted(set(changed)) or ["nothing: a beat not sent before it, or the full refresh"]
 
 
 # ---------------------------------------------------------------- per package memory

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 
+from faden_agent.workers.stream.heartbeat import detail_changes
 from tests.agentproc import wait_for
 from tests.backendproc import agent_on_backend, backend  # noqa: F401
 
@@ -69,15 +70,26 @@ def test_worker_table_reaches_the_backend_on_change_and_at_the_full_refresh(back
 
 
 def test_the_first_beat_waits_for_the_tree_and_the_next_ones_are_lean(backend, agent_on_backend):
-    """Beat 0 carries the table as it stays (every worker RUNNING, the link connected), not a
-    snapshot of workers still starting that the next beat would send again in full: after
-    a start, only beat 0 carries the detail (issue 16: uplink in the window after start)."""
-    agent, node = agent_on_backend(heartbeat_interval_sec=2, worker_liveness_sec=0.5, inventory_interval_sec=60)
+    """Beat 0 carries the table as it stays (every worker RUNNING with its first status, the
+    link connected), not a snapshot of workers still starting that the next beat would send
+    again in full (issue 16: uplink in the window after start). A later beat carries the
+    detail again only for a real change, which this shared machine can make (an engine slow
+    to answer, a probe overrun): never for the start-up's own states."""
+    agent, node = agent_on_backend(heartbeat_interval_sec=6, worker_liveness_sec=0.3, inventory_interval_sec=60)
     node_id = node["node_id"]
-    wait_for(lambda: len(backend.heartbeats(node_id)) >= 4, 30, what="four beats")
+    wait_for(lambda: len(backend.heartbeats(node_id)) >= 3, 60, what="three beats")
     beats = [b["data"] for b in backend.heartbeats(node_id)]
     first = beats[0]
     assert first["beat"] == 0 and "workers" in first
-    assert {w["name"]: w["state"] for w in first["workers"]} == {name: "RUNNING" for name in agent.workers()}
+    rows = {w["name"]: w for w in first["workers"]}
+    assert {name: row["state"] for name, row in rows.items()} == {name: "RUNNING" for name in agent.workers()}
     assert first["connection"]["state"] == "connected"
-    assert all("workers" not in b for b in beats[1:4]), [sorted(b) for b in beats[1:4]]
+    # the first work's outcome, not the status a worker starts with
+    assert rows["executor"]["status"]["docker"] != "unknown" and rows["executor"]["status"]["events"] is not None
+    assert rows["inventory"]["status"]["last_record"] is not None
+    for beat in (b for b in beats[1:3] if "workers" in b):
+        changed = detail_changes(first, beat)
+        assert not any(c.endswith(".state") or c == "connection" or c.startswith("nothing") for c in changed), (
+            beat["beat"],
+            changed,
+        )

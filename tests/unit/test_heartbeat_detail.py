@@ -53,3 +53,34 @@ def test_states_change_the_key():
     assert change_key({**detail(), "disk_full": {"path": "/x", "error": "ENOSPC"}}) != before
     assert change_key({**detail(), "connection": {"state": "maintenance"}}) != before
     assert change_key({**detail(), "supervisor": {"pid": 2}}) != before
+
+
+def test_detail_changes_names_what_made_a_beat_carry_the_detail():
+    from faden_agent.workers.stream.heartbeat import detail_changes
+
+    before = {
+        "workers": [
+            {"name": "executor", "state": "RUNNING", "pid": 10, "status": {"docker": "ok", "running": 0}},
+            {"name": "logs", "state": "STARTING", "pid": 11, "status": None},
+        ],
+        "connection": {"state": "connected", "last_contact_at": 1.0},
+        "uptime_s": 5,
+    }
+    after = {
+        "workers": [
+            {"name": "executor", "state": "RUNNING", "pid": 10, "status": {"docker": "down", "running": 3}},
+            {"name": "logs", "state": "RUNNING", "pid": 11, "status": {"target": "http://loki"}},
+        ],
+        "connection": {"state": "backoff", "last_contact_at": 9.0},
+        "uptime_s": 50,
+    }
+    assert detail_changes(before, after) == [
+        "connection",
+        "executor.status.docker",
+        "logs.state",
+        "logs.status",
+        "logs.status.target",
+    ]
+    unchanged = detail_changes(before, {**before, "uptime_s": 99})
+    assert unchanged == ["nothing: a beat not sent before it, or the full refresh"]
+    assert detail_changes(None, after) == ["(no detail before it)"]

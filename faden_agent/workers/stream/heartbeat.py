@@ -174,6 +174,30 @@ def change_key(detail: dict[str, Any]) -> Any:
     return (tuple(rows), states_only(rest), (detail.get("supervisor") or {}).get("pid"))
 
 
+def detail_changes(old: dict[str, Any] | None, new: dict[str, Any]) -> list[str]:
+    """What differs between two details in change_key's terms (`logs.status.target`,
+    `executor.pid`, `connection`): why a beat carried the whole detail (the bench, the tests)."""
+    if old is None:
+        return ["(no detail before it)"]
+    changed = []
+    old_rows = {w.get("name"): w for w in old.get("workers", [])}
+    for row in new.get("workers", []):
+        was = old_rows.get(row.get("name"), {})
+        changed += [f"{row.get('name')}.{f}" for f in WORKER_STATE_FIELDS if row.get(f) != was.get(f)]
+        old_status, new_status = _status_pairs(was.get("status")), _status_pairs(row.get("status"))
+        changed += [f"{row.get('name')}.status" + (f".{key}" if key else "") for key, _ in new_status ^ old_status]
+    for key in new.keys() - {"workers", "supervisor", "beat", "due_at", "uptime_s", "outbox_pending"}:
+        if states_only(new.get(key)) != states_only(old.get(key)):
+            changed.append(key)
+    return sorted(set(changed)) or ["nothing: a beat not sent before it, or the full refresh"]
+
+
+def _status_pairs(status: Any) -> set[tuple[str, Any]]:
+    """A worker's status as (key, states) pairs; a status that is no object is one pair."""
+    states = states_only(status)
+    return set(states) if isinstance(status, dict) else {("", states)}
+
+
 def states_only(value: Any) -> Any:
     """`value` with every number left out (counters, ages, sizes, times), hashable."""
     if isinstance(value, dict):
