@@ -7,8 +7,8 @@ and removes what no process uses any more: builds of other ids whose lock is fre
 half-unpacked directories of launchers that were killed. A build placed in the cache less
 than PLACED_GRACE_S ago stays even unlocked: its launcher may have just exec'd it, and
 PyInstaller's bootloader reads the build's files before the agent can take the lock (two
-builds started together: the first one's prune broke the second one's start). Standard library only: this
-runs before the CLI is imported, on every start.
+builds started together: the first one's prune broke the second one's start). Standard
+library only: this runs before the CLI is imported, on every start.
 """
 
 from __future__ import annotations

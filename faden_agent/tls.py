@@ -9,7 +9,8 @@ one certificate store instead of each parsing its own. The bundle is read once p
 process: a changed CA file is taken at the agent's next start.
 
 One trust store for everything: `verify` True means requests' bundle (certifi), for the
-backend as for Loki and peers; a private CA is FADEN_NODE_AGENT_CA_BUNDLE.
+backend as for Loki and peers; a private CA is FADEN_NODE_AGENT_CA_BUNDLE. requests'
+REQUESTS_CA_BUNDLE and CURL_CA_BUNDLE are not read.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ class SharedContextAdapter(HTTPAdapter):
     own verify loses to REQUESTS_CA_BUNDLE)."""
 
     def __init__(self, verify: bool | str):
+        self._verify = verify
         self._context = client_context(verify)
         super().__init__()
 
@@ -61,7 +63,13 @@ class SharedContextAdapter(HTTPAdapter):
         return super().proxy_manager_for(proxy, ssl_context=self._context, **proxy_kwargs)
 
     def cert_verify(self, conn: Any, url: str, verify: Any, cert: Any) -> None:
-        super().cert_verify(conn, url, verify, cert)
+        # requests puts REQUESTS_CA_BUNDLE / CURL_CA_BUNDLE from the environment in place of a
+        # request's verify=True: the agent's trust is its own setting, never a stray
+        # variable's. Only a request that turns verification off (or on) against the
+        # session's would change the shared context for every thread: refused.
+        if (verify is False) != (self._verify is False):
+            raise ValueError(f"this session verifies as {self._verify!r}; a request asked for {verify!r}")
+        super().cert_verify(conn, url, self._verify, cert)
         conn.ca_certs = conn.ca_cert_dir = None  # the context holds them: urllib3 would load them again
 
 

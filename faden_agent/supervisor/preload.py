@@ -24,9 +24,10 @@ which alone left the tree as large; immortal.py marks the supervisor's objects t
 halves the copying (the rest is mostly the bytecode the workers run). A new small object
 put into a free block of an inherited pool would copy one more page: fill_pools() removes
 that cause before each fork, and heap.py the same for the C heap. Last, coldpages.py hands
-the library pages that only start-up touched back to the kernel before the first fork. Importing the workers' own
-modules after the fork instead was measured too: 2-6 MiB more over the tree (each import's garbage
-and its whole module are private, where preloaded only the touched pages are).
+the library pages that only start-up touched back to the kernel before the first fork.
+Importing the workers' own modules after the fork instead was measured too: 2-6 MiB more
+over the tree (each import's garbage and its whole module are private, where preloaded only
+the touched pages are).
 """
 
 from __future__ import annotations

@@ -133,3 +133,29 @@ def test_the_supervisor_builds_it_only_where_something_speaks_https(backend, lok
     if loki:
         env["FADEN_NODE_AGENT_LOKI_URL"] = loki
     assert load_config(env).speaks_tls() is built
+
+
+def test_a_request_that_turns_verification_off_is_refused(https_server, counted):
+    """The context is shared by every thread: a request must not switch it to CERT_NONE
+    (or back) for the others. Said at once, as the programming error it is."""
+    url, ca = https_server
+    with pytest.raises(ValueError, match="verifies as"):
+        tls.session_for(ca).get(url, verify=False, timeout=5)
+    with pytest.raises(ValueError, match="verifies as"):
+        tls.session_for(False).get(url, verify=ca, timeout=5)
+    assert tls.session_for(ca).get(url, verify=ca, timeout=5).status_code == 200  # the context unharmed
+
+
+def test_requests_ca_variables_do_not_change_the_trust(https_server, counted, monkeypatch, tmp_path):
+    """requests puts REQUESTS_CA_BUNDLE in place of verify=True; the agent trusts what its own
+    settings say (FADEN_NODE_AGENT_CA_BUNDLE), and the shared context takes no bundle in."""
+    url, ca = https_server
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", ca)  # would trust the server
+    monkeypatch.setenv("CURL_CA_BUNDLE", ca)
+    with pytest.raises(requests.exceptions.SSLError):
+        tls.session_for(True).get(url, verify=True, timeout=5)
+    (tmp_path / "other").mkdir()
+    other_ca, _, _ = make_ca_and_server_cert(tmp_path / "other")
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(other_ca))  # would not
+    assert tls.session_for(ca).get(url, verify=ca, timeout=5).status_code == 200
+    assert tls.client_context(ca).cert_store_stats()["x509_ca"] == 1  # still the private CA alone
