@@ -224,6 +224,33 @@ def test_the_tree_is_watched_not_polled_and_new_dirs_files_and_lines_are_found(t
     assert not source.thread.is_alive()
 
 
+def test_a_ray_directory_made_just_before_its_parent_is_watched_is_found(tmp_path, monkeypatch):
+    """The directory appears after the source's first try to open it and before the watch on
+    its parent is in place, so no event tells of it (CI once waited for the 60 s rescan):
+    the source tries again once the parent is watched."""
+    from faden_agent.workers.logs.sources import files
+
+    ray_dir = tmp_path / "ray"
+    real_open_dir = files._open_dir
+
+    def made_in_between(path):
+        fd = real_open_dir(path)
+        if os.fspath(path) == str(ray_dir) and fd is None and not ray_dir.exists():
+            (serve_dir(ray_dir) / "replica.log").write_text("INFO 2024-01-01 00:00:01,000 first\n")
+        return fd
+
+    monkeypatch.setattr(files, "_open_dir", made_in_between)
+    source, collector, stop = start_source(tmp_path, ray_dir)
+    try:
+        collector.wait(1, timeout_s=10)
+        assert [e.line for e in collector.lines] == ["INFO 2024-01-01 00:00:01,000 first"]
+        assert source.status()["watching"] == "inotify"
+    finally:
+        stop.set()
+        source.stop()
+        source.thread.join(5)
+
+
 def test_a_container_over_the_directory_limit_is_polled(tmp_path):
     ray_dir = tmp_path / "ray"
     serve = serve_dir(ray_dir)

@@ -124,6 +124,13 @@ class Tail:
         return self.parts[0]
 
 
+def _open_dir(path: str) -> int | None:
+    try:
+        return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
 class RayFileSource(Source):
     kind = "ray-serve"
 
@@ -186,22 +193,23 @@ class RayFileSource(Source):
     def open_root(self) -> int | None:
         """The agent's own directory (not container-controlled); None until it exists, and
         then its parent is watched for its creation."""
-        flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
-        try:
-            fd = os.open(self.config.ray_log_dir, flags)
-        except (FileNotFoundError, NotADirectoryError):
-            fd = None
-        try:
-            watched = fd if fd is not None else os.open(os.path.dirname(self.config.ray_log_dir) or ".", flags)
-        except (FileNotFoundError, NotADirectoryError):
-            self.root_watched = False
-            return None
         assert self.watch is not None
         self.watch.begin_listing()
-        self.watch.watch_dir(watched, "")
-        self.root_watched = True
+        self.root_watched = False
+        fd = _open_dir(self.config.ray_log_dir)
         if fd is None:
-            os.close(watched)
+            parent_fd = _open_dir(os.path.dirname(self.config.ray_log_dir) or ".")
+            if parent_fd is None:
+                return None
+            try:
+                self.watch.watch_dir(parent_fd, "")
+            finally:
+                os.close(parent_fd)
+            # Made between the first try and the watch, it would send no event: try again.
+            fd = _open_dir(self.config.ray_log_dir)
+        if fd is not None:
+            self.watch.watch_dir(fd, "")
+        self.root_watched = True
         return fd
 
     # --- finding files
