@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 from faden_agent.workers.stream.heartbeat import detail_changes
 from tests.agentproc import wait_for
@@ -93,3 +94,26 @@ def test_the_first_beat_waits_for_the_tree_and_the_next_ones_are_lean(backend, a
             beat["beat"],
             changed,
         )
+
+
+def test_a_stopped_supervisor_neither_stalls_the_beats_nor_blanks_the_table(backend, agent_on_backend):
+    """The beats come from the stream worker and go on while the supervisor is stopped
+    (SIGSTOP). Its `ps` then goes unanswered: those beats are pulses, not a detail with no
+    workers, which would blank the table the console reads from the backend."""
+    agent, node = agent_on_backend(heartbeat_interval_sec=0.5)
+    node_id = node["node_id"]
+    names = set(agent.wait_all_running())
+    wait_for(lambda: set(workers_seen(backend, node_id)) == names, 30, what="the worker table at the backend")
+    start = len(backend.heartbeats(node_id))
+    os.kill(agent.pid, signal.SIGSTOP)
+    try:
+        time.sleep(3.0)
+        during = [b["data"] for b in backend.heartbeats(node_id)[start:]]
+        seen_during = set(workers_seen(backend, node_id))
+    finally:
+        os.kill(agent.pid, signal.SIGCONT)
+    assert len(during) >= 3, f"{len(during)} beats in 3 s with the supervisor stopped"
+    assert not any("workers" in b and not b["workers"] for b in during), [b.get("workers") for b in during]
+    assert seen_during == names
+    agent.wait_all_running()
+    assert set(workers_seen(backend, node_id)) == names

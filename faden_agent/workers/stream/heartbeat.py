@@ -17,8 +17,13 @@ detail would be a snapshot of workers still starting, and the next beat would se
 whole detail again to correct it.
 
 A heartbeat is latest-value: one that cannot be sent is dropped, the next one replaces it.
-Beats are due at start + n * interval (start: the first beat); a late beat does not shift the ones after it, and
-beats missed entirely (an outage) are skipped, not sent in a burst.
+Beats are due at start + n * interval (start: the first beat); a late beat does not shift
+the ones after it. A send that ran past the next grid point is followed at once by the
+latest point due (next_beat), so one slow send costs the backend one late beat, not a
+skipped one; the points before it (an outage) are skipped, not sent in a burst.
+
+A beat whose `ps` the supervisor did not answer in time (PS_TIMEOUT_S) carries the pulse
+only: an empty table is no news, and sent as the detail it would blank the console's.
 """
 
 from __future__ import annotations
@@ -72,8 +77,7 @@ class HeartbeatSender(LinkThread):
             while not self.stop.wait(max(0.0, start_mono + beat * interval - time.monotonic())):
                 if self.gate.remaining() <= 0:
                     self.send(client, beat, start_wall + beat * interval)
-                # Next grid point in the future: a beat that cannot be on time is skipped.
-                beat = max(beat + 1, math.floor((time.monotonic() - start_mono) / interval) + 1)
+                beat = next_beat(beat, time.monotonic() - start_mono, interval)
         finally:
             client.close()
             self.supervisor.close()
@@ -123,6 +127,8 @@ class HeartbeatSender(LinkThread):
             "uptime_s": supervisor.get("uptime_s", time.time() - self.started_at),
             "outbox_pending": self.outbox.count(wait_s=0.05),  # None: busy (see Outbox.count)
         }
+        if not table:  # the supervisor did not answer in time
+            return pulse, None
         detail = self.detail(table)
         key = change_key(detail)
         sent = self.detail_sent
@@ -161,6 +167,12 @@ class HeartbeatSender(LinkThread):
         except EnvelopeError:
             return {}
         return reply.body if reply is not None and isinstance(reply.body, dict) else {}
+
+
+def next_beat(beat: int, elapsed_s: float, interval_s: float) -> int:
+    """The grid point to send after `beat`, `elapsed_s` after the first: the next one, or,
+    when the send ran past it, the latest one due (sent at once, late)."""
+    return max(beat + 1, math.floor(elapsed_s / interval_s))
 
 
 def change_key(detail: dict[str, Any]) -> Any:
