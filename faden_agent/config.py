@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -47,6 +48,22 @@ def _positive_int(raw: str) -> int:
     if value <= 0:
         raise ValueError("a positive whole number")
     return value
+
+
+def _non_negative_number(raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError("a number >= 0") from None
+    if not value >= 0 or value == float("inf"):
+        raise ValueError("a number >= 0")
+    return value
+
+
+def _docker_size(raw: str) -> str:
+    if not re.fullmatch(r"[1-9][0-9]{0,9}[kmg]?", raw.strip().lower()):
+        raise ValueError("a size as Docker writes it: a whole number with k, m or g, e.g. 100m")
+    return raw.strip().lower()
 
 
 def _int_between(raw: str, low: int, high: int, expected: str) -> int:
@@ -341,6 +358,31 @@ VARIABLES: tuple[Variable, ...] = (
     ),
     Variable("max_concurrent_pulls", "3", _positive_int, "Most image pulls the executor runs at once"),
     Variable(
+        "pull_space_factor",
+        "3",
+        _non_negative_number,
+        "A pull needs this many times the compressed size of the layers it lacks, plus 256 MiB,"
+        " free on Docker's data root, or fails no_space before it starts (0: no check)",
+    ),
+    Variable(
+        "command_retention_days",
+        "30",
+        _positive_float,
+        "Done commands older than this are deleted from the executor's journal",
+    ),
+    Variable(
+        "container_log_max_size",
+        "100m",
+        _docker_size,
+        "Docker json-file log cap of a managed container: size of one file (max-size)",
+    ),
+    Variable(
+        "container_log_max_files",
+        "3",
+        _positive_int,
+        "Docker json-file log cap of a managed container: files kept (max-file)",
+    ),
+    Variable(
         "worker_liveness_sec",
         "3",
         _positive_float,
@@ -413,6 +455,10 @@ class Config:
     docker_host: str | None
     docker_timeout_sec: float
     max_concurrent_pulls: int
+    pull_space_factor: float
+    command_retention_days: float
+    container_log_max_size: str
+    container_log_max_files: int
     worker_liveness_sec: float
     worker_hang_timeout_sec: float
     restart_backoff_min_sec: float

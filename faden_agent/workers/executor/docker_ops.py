@@ -304,7 +304,7 @@ class DockerOps:
 
 def _pull_error(image: str, text: str) -> CommandFailed:
     lowered = text.lower()
-    if docker_errors.engine_reason(text):
+    if docker_errors.NO_SPACE_TEXT in lowered or docker_errors.engine_reason(text):
         return CommandFailed(*docker_errors.failure(f"pulling {image}", text, "docker_error", image))
     if "unauthorized" in lowered or "authentication required" in lowered or "denied" in lowered:
         return CommandFailed("registry_auth_failed", f"pulling {image}: the registry refused the credentials ({text})")

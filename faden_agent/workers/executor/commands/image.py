@@ -20,7 +20,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from faden_agent import protocol
-from faden_agent.peer.fetch import NoSpace, PeerFailure, Stopped, Transfer, tag_image
+from faden_agent.diskspace import NoSpace, require_space
+from faden_agent.peer.fetch import PeerFailure, Stopped, Transfer, tag_image
 from faden_agent.peer.server import holder_stream
 from faden_agent.peer.tickets import Ticket, TicketBox
 from faden_agent.protocol import quote
@@ -28,6 +29,7 @@ from faden_agent.workers.executor import specs
 from faden_agent.workers.executor.commands.frame import Commands
 from faden_agent.workers.executor.docker_ops import Cancelled, CommandFailed, translated
 from faden_agent.workers.executor.kinds import COMMON, CommandKind, register
+from faden_agent.workers.executor.pull_size import missing_bytes
 from faden_agent.workers.executor.scheduler import Job
 from faden_agent.workers.executor.specs import SpecError
 from faden_agent.workers.peer.demand import ask_to_serve
@@ -112,6 +114,7 @@ def _pull(commands: Commands, job: Job, image: str, auth: dict[str, str] | None)
     while not slots.acquire(timeout=0.2):
         commands.check(job)
     try:
+        check_pull_space(commands, image, auth)
         commands.progress(job, phase="pull", image=image, bytes_done=0, bytes_total=0, layers=0)
         return commands.ops.pull(
             image,
@@ -122,6 +125,27 @@ def _pull(commands: Commands, job: Job, image: str, auth: dict[str, str] | None)
         )
     finally:
         slots.release()
+
+
+def check_pull_space(commands: Commands, image: str, auth: dict[str, str] | None) -> None:
+    """no_space before the pull when the layers the engine lacks (the registry's sizes, this
+    platform's manifest) times PULL_SPACE_FACTOR do not fit its data root."""
+    factor = commands.config.pull_space_factor
+    if factor <= 0:
+        return
+    api = commands.ops.client.api
+    with translated(f"checking the space for {image}"):
+        missing = missing_bytes(api, image, auth)
+        if not missing:
+            return
+        try:
+            require_space(api, int(missing * factor), f"pulling {image} ({missing} bytes of layers to download)")
+        except NoSpace as exc:
+            raise no_space(exc) from None
+
+
+def no_space(exc: NoSpace) -> CommandFailed:
+    return CommandFailed("no_space", str(exc), needed_bytes=exc.needed_bytes, free_bytes=exc.free_bytes)
 
 
 def image_remove(commands: Commands, job: Job) -> dict[str, Any]:
@@ -183,7 +207,7 @@ def fetch_from_peers(
                 log.warning("command %s: %s", job.id, failure.message)
                 failures.append(failure)
             except NoSpace as exc:
-                raise CommandFailed("no_space", str(exc)) from None
+                raise no_space(exc) from None
             except Stopped:
                 raise Cancelled() from None
     reasons = [f.reason for f in failures]

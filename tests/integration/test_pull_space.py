@@ -1,0 +1,129 @@
+"""Pulls onto a small disk: a private dockerd whose data root is a small tmpfs, pulling from
+the real registry (through a port into its network namespace)."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.executorproc import executor_factory, prefix  # noqa: F401
+from tests.netnsforward import NetnsForward
+from tests.privateengine import PrivateEngine
+
+pytestmark = pytest.mark.docker
+
+SPACE_REPO = "faden/fx29-space"
+SPACE_LAYERS = 3
+SPACE_LAYER_BYTES = 40 << 20
+
+
+@pytest.fixture(scope="module")
+def space_image(docker_client, registry) -> str:
+    """An image of three layers of random data (120 MiB, as big compressed) in the registry."""
+    ref = f"{registry}/{SPACE_REPO}:1"
+    head = requests.head(
+        f"http://{registry}/v2/{SPACE_REPO}/manifests/1",
+        headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"},
+        timeout=5,
+    )
+    if head.status_code != 200:
+        context = io.BytesIO()
+        with tarfile.open(fileobj=context, mode="w") as tar:
+            dockerfile = "FROM faden-test/busybox:1\n" + "".join(f"COPY b{i} /b{i}\n" for i in range(SPACE_LAYERS))
+            for name, data in [("Dockerfile", dockerfile.encode())] + [
+                (f"b{i}", os.urandom(SPACE_LAYER_BYTES)) for i in range(SPACE_LAYERS)
+            ]:
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+        context.seek(0)
+        docker_client.images.build(fileobj=context, custom_context=True, tag=ref, rm=True)
+        try:
+            for line in docker_client.images.push(ref, stream=True, decode=True):
+                assert "error" not in line, line
+        finally:
+            docker_client.images.remove(ref, force=True)  # ours: built under this name just now
+    return ref
+
+
+@contextmanager
+def small_engine(size: str, registry: str) -> Iterator[PrivateEngine]:
+    """A private dockerd whose data root is a tmpfs of `size`, reaching `registry` at its
+    usual address."""
+    root = Path(tempfile.mkdtemp(prefix="fx29-", dir="/tmp"))  # a short socket path
+    data = root / "engine" / "data"
+    data.mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(data)], check=True)
+    try:
+        with PrivateEngine(root / "engine") as engine:
+            host, port = registry.rsplit(":", 1)
+            with NetnsForward(engine.pid, host, int(port)):
+                yield engine
+    finally:
+        subprocess.run(["umount", "-l", str(data)], check=False)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def used_bytes(engine: PrivateEngine) -> int:
+    return shutil.disk_usage(engine.root / "data").used
+
+
+def pulled_images(engine: PrivateEngine) -> list[str]:
+    return engine.docker("images", "-aq").stdout.split()
+
+
+def test_a_pull_too_big_fails_no_space_before_any_layer(executor_factory, prefix, space_image, registry):
+    with small_engine("200m", registry) as engine:
+        before = used_bytes(engine)
+        agent, ex = executor_factory(docker_host=engine.host)
+        done = ex.run(f"{prefix}-pull", "image.pull", {"image": space_image}, timeout_s=60)
+        assert (done["state"], done["reason"]) == ("failed", "no_space"), done
+        # 120 MiB of layers, three times that plus the margin: more than the 200 MiB disk
+        assert done["needed_bytes"] >= 3 * SPACE_LAYERS * SPACE_LAYER_BYTES, done
+        assert 0 < done["free_bytes"] <= 200 << 20 and done["free_bytes"] < done["needed_bytes"], done
+        assert (
+            f"{done['needed_bytes']} bytes" in done["message"] and f"{done['free_bytes']} are free" in done["message"]
+        )
+        run = ex.run(f"{prefix}-run", "container.run", {"name": f"{prefix}-c", "image": space_image}, timeout_s=60)
+        assert (run["state"], run["reason"]) == ("failed", "no_space"), run
+        # nothing was fetched: no pull progress, no image, not a byte more on the disk
+        assert not [r for r in ex.timeline(f"{prefix}-pull") if r["data"].get("phase") == "pull"]
+        assert pulled_images(engine) == []
+        assert used_bytes(engine) - before < 1 << 20
+
+
+def test_a_pull_that_fills_the_disk_part_way_ends_no_space_and_leaves_it_as_before(
+    executor_factory, prefix, space_image, registry
+):
+    with small_engine("100m", registry) as engine:
+        before = used_bytes(engine)
+        agent, ex = executor_factory(docker_host=engine.host, pull_space_factor=0)  # no check first
+        done = ex.run(f"{prefix}-pull", "image.pull", {"image": space_image}, timeout_s=120)
+        assert (done["state"], done["reason"]) == ("failed", "no_space"), done
+        assert "no space left on device" in done["message"]
+        assert pulled_images(engine) == []
+        assert used_bytes(engine) - before < 1 << 20, (before, used_bytes(engine))
+
+
+def test_a_pull_that_fits_succeeds_and_counts_only_the_layers_the_engine_lacks(
+    executor_factory, prefix, space_image, registry
+):
+    with small_engine("700m", registry) as engine:
+        agent, ex = executor_factory(docker_host=engine.host)
+        done = ex.run(f"{prefix}-pull", "image.pull", {"image": space_image}, timeout_s=120)
+        assert done["state"] == "succeeded", done
+        # held now: a pull again needs nothing, even with a factor no disk could meet
+        agent.stop()
+        agent, ex = executor_factory(docker_host=engine.host, pull_space_factor=1e9)
+        again = ex.run(f"{prefix}-again", "image.pull", {"image": space_image}, timeout_s=60)
+        assert again["state"] == "succeeded", again
