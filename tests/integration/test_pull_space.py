@@ -5,20 +5,14 @@ from __future__ import annotations
 
 import io
 import os
-import shutil
-import subprocess
 import tarfile
-import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 
 import pytest
 import requests
 
 from tests.executorproc import executor_factory, prefix  # noqa: F401
-from tests.netnsforward import NetnsForward
 from tests.privateengine import PrivateEngine
+from tests.smallengine import small_engine, used_bytes
 
 pytestmark = pytest.mark.docker
 
@@ -54,28 +48,6 @@ def space_image(docker_client, registry) -> str:
         finally:
             docker_client.images.remove(ref, force=True)  # ours: built under this name just now
     return ref
-
-
-@contextmanager
-def small_engine(size: str, registry: str) -> Iterator[PrivateEngine]:
-    """A private dockerd whose data root is a tmpfs of `size`, reaching `registry` at its
-    usual address."""
-    root = Path(tempfile.mkdtemp(prefix="fx29-", dir="/tmp"))  # a short socket path
-    data = root / "engine" / "data"
-    data.mkdir(parents=True)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(data)], check=True)
-    try:
-        with PrivateEngine(root / "engine") as engine:
-            host, port = registry.rsplit(":", 1)
-            with NetnsForward(engine.pid, host, int(port)):
-                yield engine
-    finally:
-        subprocess.run(["umount", "-l", str(data)], check=False)
-        shutil.rmtree(root, ignore_errors=True)
-
-
-def used_bytes(engine: PrivateEngine) -> int:
-    return shutil.disk_usage(engine.root / "data").used
 
 
 def pulled_images(engine: PrivateEngine) -> list[str]:

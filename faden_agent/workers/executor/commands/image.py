@@ -2,6 +2,7 @@
 
     image.pull    from the registry; from the spec's peers when it fails or lacks the image
     image.remove  remove an image
+    image.prune   remove every image no container uses and no `keep` entry names
     image.serve   (inline, no Docker) the holder: register a one-time ticket, by its sha256,
                   for one image and one receiver until ttl_s; the peer worker serves it.
     image.fetch   the receiver: fetch an image from peers, one after the other until one
@@ -29,6 +30,7 @@ from faden_agent.workers.executor import specs
 from faden_agent.workers.executor.commands.frame import Commands
 from faden_agent.workers.executor.docker_ops import Cancelled, CommandFailed, translated
 from faden_agent.workers.executor.kinds import COMMON, CommandKind, register
+from faden_agent.workers.executor.prune import prune
 from faden_agent.workers.executor.pull_size import missing_bytes
 from faden_agent.workers.executor.scheduler import Job
 from faden_agent.workers.executor.specs import SpecError
@@ -79,6 +81,17 @@ def peers(key: str, value: Any) -> list[dict[str, str]]:
             raise SpecError(f"{quote(key)} ticket must be a string of 16..512 characters")
         checked.append({"address": address.rstrip("/"), "ticket": ticket})
     return checked
+
+
+def keep_list(key: str, value: Any) -> list[str]:
+    """Image references or ids never to remove: 0..256 non-empty strings."""
+    if not isinstance(value, list) or len(value) > 256:
+        shown = f"{len(value)} entries" if isinstance(value, list) else quote(value)
+        raise SpecError(f"{quote(key)} must be a list of at most 256 image references, got {shown}")
+    for entry in value:
+        if not isinstance(entry, str) or not 0 < len(entry) <= 512:
+            raise SpecError(f"each of {quote(key)} must be an image reference of 1..512 characters, got {quote(entry)}")
+    return value
 
 
 # Peers to fetch the image from when the registry fails or lacks it (issue 14).
@@ -152,6 +165,16 @@ def image_remove(commands: Commands, job: Job) -> dict[str, Any]:
     result = commands.ops.remove_image(job.spec["image"], job.spec["force"])
     gone = "was already absent" if result["already_absent"] else "removed"
     return {**result, "message": f"image {job.spec['image']} {gone}"}
+
+
+def image_prune(commands: Commands, job: Job) -> dict[str, Any]:
+    with translated("pruning images"):
+        result = prune(commands.ops.client.api, job.spec["keep"], lambda: commands.check(job))
+    return {
+        **result,
+        "message": f"removed {len(result['removed'])} image(s), {result['bytes_freed']} bytes freed"
+        + (f"; the engine refused {len(result['refused'])}" if result["refused"] else ""),
+    }
 
 
 def image_serve(commands: Commands, job: Job) -> dict[str, Any]:
@@ -311,6 +334,17 @@ register(
         {"image": specs.string},
         {"force": (specs.boolean, False), **COMMON},
         queue_key=by_image,
+    )
+)
+register(
+    CommandKind(
+        "image.prune",
+        image_prune,
+        {},
+        {"keep": (keep_list, []), **COMMON},
+        deadline_s=600.0,
+        queue_key=lambda spec: "image:*prune",
+        cancellable=True,
     )
 )
 register(
