@@ -348,6 +348,19 @@ VARIABLES: tuple[Variable, ...] = (
         "Extra paths (colon-separated) whose file systems the inventory reports, e.g. model caches",
     ),
     Variable(
+        "disk_low_percent",
+        "10",
+        _non_negative_number,
+        "A file system is low on space below this share free (or DISK_LOW_GIB, whichever is smaller):"
+        " the inventory's low flag, disk.low events, doctor",
+    ),
+    Variable(
+        "disk_low_gib",
+        "20",
+        _non_negative_number,
+        "A file system is low on space below this many GiB free (or DISK_LOW_PERCENT, whichever is smaller)",
+    ),
+    Variable(
         "docker_host", None, _optional_text, "Docker engine address (default: DOCKER_HOST, else the local socket)"
     ),
     Variable(
@@ -452,6 +465,8 @@ class Config:
     journal_directory: Path | None
     ray_log_dir: Path
     disk_paths: tuple[Path, ...]
+    disk_low_percent: float
+    disk_low_gib: float
     docker_host: str | None
     docker_timeout_sec: float
     max_concurrent_pulls: int
