@@ -3,14 +3,10 @@ the real registry (through a port into its network namespace)."""
 
 from __future__ import annotations
 
-import io
-import os
-import tarfile
-
+import docker
 import pytest
-import requests
 
-from tests.executorproc import executor_factory, prefix  # noqa: F401
+from tests.executorproc import ensure_random_image, executor_factory, prefix  # noqa: F401
 from tests.privateengine import PrivateEngine
 from tests.smallengine import small_engine, used_bytes
 
@@ -23,30 +19,13 @@ SPACE_LAYER_BYTES = 40 << 20
 
 @pytest.fixture(scope="module")
 def space_image(docker_client, registry) -> str:
-    """An image of three layers of random data (120 MiB, as big compressed) in the registry."""
-    ref = f"{registry}/{SPACE_REPO}:1"
-    head = requests.head(
-        f"http://{registry}/v2/{SPACE_REPO}/manifests/1",
-        headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"},
-        timeout=5,
-    )
-    if head.status_code != 200:
-        context = io.BytesIO()
-        with tarfile.open(fileobj=context, mode="w") as tar:
-            dockerfile = "FROM faden-test/busybox:1\n" + "".join(f"COPY b{i} /b{i}\n" for i in range(SPACE_LAYERS))
-            for name, data in [("Dockerfile", dockerfile.encode())] + [
-                (f"b{i}", os.urandom(SPACE_LAYER_BYTES)) for i in range(SPACE_LAYERS)
-            ]:
-                info = tarfile.TarInfo(name)
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
-        context.seek(0)
-        docker_client.images.build(fileobj=context, custom_context=True, tag=ref, rm=True)
-        try:
-            for line in docker_client.images.push(ref, stream=True, decode=True):
-                assert "error" not in line, line
-        finally:
-            docker_client.images.remove(ref, force=True)  # ours: built under this name just now
+    """An image of three layers of random data (120 MiB, as big compressed) in the registry,
+    not in the shared engine."""
+    ref = ensure_random_image(docker_client, registry, SPACE_REPO, "1", SPACE_LAYERS, SPACE_LAYER_BYTES)
+    try:
+        docker_client.images.remove(ref, force=True)  # ours: built under this name
+    except docker.errors.ImageNotFound:
+        pass
     return ref
 
 
