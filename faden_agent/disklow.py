@@ -50,7 +50,7 @@ def tree_bytes(root: Path, budget: int = MAX_ENTRIES) -> tuple[int, bool]:
 def consumers(config: Config) -> list[dict[str, Any]]:
     """The three consumers the agent knows of, biggest first; one the agent cannot measure
     now (no engine) is left out."""
-    found = []
+    found: list[dict[str, Any]] = []
     ray_bytes, partial = tree_bytes(config.ray_log_dir)
     found.append({"what": "ray_logs", "bytes": ray_bytes, "path": str(config.ray_log_dir), "at_least": partial})
     try:
