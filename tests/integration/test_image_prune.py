@@ -75,3 +75,23 @@ def test_prune_refuses_a_keep_list_that_is_no_list_of_references(executor_factor
         done = ex.run(f"{prefix}-{uuid.uuid4().hex[:6]}", "image.prune", {"keep": keep})
         assert (done["state"], done["reason"]) == ("rejected", "invalid_spec"), done
         assert "'keep'" in done["message"] or '"keep"' in done["message"]
+
+
+def test_prune_spares_the_image_of_a_command_waiting_in_a_queue(executor_factory, prefix):
+    with small_engine("200m", image=TEST_IMAGE) as engine:
+        waiting = commit(engine, "fx/next-runtime:1", 1)
+        unused = commit(engine, "fx/old-runtime:1", 1)
+        agent, ex = executor_factory(docker_host=engine.host)
+        name = f"{prefix}-ray"
+        never_healthy = {"test": ["CMD", "false"], "interval_s": 1, "retries": 1000}
+        first = {"name": name, "image": TEST_IMAGE, "command": ["sleep", "300"], "network_mode": "none"}
+        ex.send(f"{prefix}-first", "container.run", {**first, "healthcheck": never_healthy, "deadline_s": 60})
+        # the runtime switch waits behind it, in the same container's queue
+        ex.send(f"{prefix}-switch", "container.run", {**first, "image": "fx/next-runtime:1", "replace": True})
+        done = ex.run(f"{prefix}-prune", "image.prune", {}, timeout_s=60)
+        assert done["state"] == "succeeded", done
+        assert {r["image_id"] for r in done["result"]["removed"]} == {unused}, done
+        assert image_id(engine, "fx/next-runtime:1") == waiting
+        ex.run(f"{prefix}-cancel", "command.cancel", {"command_id": f"{prefix}-first"})
+        switched = ex.wait_terminal(f"{prefix}-switch", 60)
+        assert switched["state"] == "succeeded", switched

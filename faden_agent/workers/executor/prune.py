@@ -5,7 +5,7 @@ meanwhile; such a refusal is listed, not a failure of the command."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import docker
@@ -52,10 +52,11 @@ def layers_bytes(api: Any) -> int:
     return int(api.df().get("LayersSize") or 0)
 
 
-def prune(api: Any, keep: list[str], check: Callable[[], None]) -> dict[str, Any]:
-    """Remove what may go; `check` raises to stop between two images."""
+def prune(api: Any, keep: list[str], check: Callable[[], None], in_use: Sequence[str] = ()) -> dict[str, Any]:
+    """Remove what may go; `check` raises to stop between two images. `in_use`: references
+    other commands work with now, spared like `keep` but not reported."""
     kept, absent = kept_ids(api, keep)
-    spared = with_parents(api, kept | used_ids(api))
+    spared = with_parents(api, kept | kept_ids(api, list(in_use))[0] | used_ids(api))
     before = layers_bytes(api)
     removed, refused = [], []
     # newest first: a child before its parent, which then goes with it

@@ -168,8 +168,11 @@ def image_remove(commands: Commands, job: Job) -> dict[str, Any]:
 
 
 def image_prune(commands: Commands, job: Job) -> dict[str, Any]:
+    assert commands.scheduler is not None
+    # The images of commands queued or running now (a pull about to be run) stay too.
+    wanted = [j.spec["image"] for j in commands.scheduler.jobs() if j is not job and j.spec.get("image")]
     with translated("pruning images"):
-        result = prune(commands.ops.client.api, job.spec["keep"], lambda: commands.check(job))
+        result = prune(commands.ops.client.api, job.spec["keep"], lambda: commands.check(job), wanted)
     return {
         **result,
         "message": f"removed {len(result['removed'])} image(s), {result['bytes_freed']} bytes freed"
