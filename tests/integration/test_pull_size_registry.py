@@ -107,3 +107,16 @@ def test_refused_credentials_or_no_registry_leave_the_size_unknown(registry, api
     assert missing_bytes(api, image, {"username": "other", "password": "pw"}) is None  # its token is refused
     assert missing_bytes(api, image, None) is None
     assert missing_bytes(api, "127.0.0.1:9/fx/img:1", None) is None  # nothing listens there
+
+
+def test_credentials_never_go_in_clear_text_to_another_host(registry, api):
+    image = scripted(registry, held_base(api))
+    elsewhere = ScriptedHTTP()  # another host: an http token realm there gets no credentials
+    try:
+        elsewhere.answer(200, orjson.dumps({"token": "anonymous"}))
+        challenge = f'Bearer realm="{elsewhere.url.replace("127.0.0.1", "localhost")}/token",service="s"'
+        registry.answer(401, b"{}", {"WWW-Authenticate": challenge})
+        assert missing_bytes(api, image, {"username": "puller", "password": "pw"}) is None
+        assert elsewhere.requests and all("Authorization" not in r.headers for r in elsewhere.requests)
+    finally:
+        elsewhere.close()

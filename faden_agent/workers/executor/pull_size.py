@@ -9,6 +9,7 @@ import ipaddress
 import re
 import time
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 import requests
@@ -88,6 +89,7 @@ class _Registry:
         path = repository[len(host) + 1 :] if repository.startswith(host + "/") else repository
         if host == "docker.io":
             host, path = "registry-1.docker.io", path if "/" in path else f"library/{path}"
+        self.host = host
         self.reference = reference or "latest"
         self.bases = (
             [f"http://{host}/v2/{path}", f"https://{host}/v2/{path}"] if insecure else [f"https://{host}/v2/{path}"]
@@ -141,6 +143,9 @@ class _Registry:
         ):
             raise Unknown("no usable authentication challenge")
         params = {"service": fields.get("service", ""), "scope": fields.get("scope") or self.scope}
+        realm = urlsplit(fields["realm"])
+        if realm.scheme != "https" and realm.netloc != self.host:
+            basic = None  # credentials go in clear text only to the registry itself
         with requests.get(
             fields["realm"], params=params, auth=basic, stream=True, timeout=TIMEOUT, verify=self.verify
         ) as response:
