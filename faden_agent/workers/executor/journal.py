@@ -72,9 +72,10 @@ class Entry:
     received_at: float
 
 
-def done_spec(spec: Any) -> dict[str, str]:
-    """What a done command keeps of its spec: a hash, no value (env, credentials, tickets)."""
-    return {"spec_sha256": hashlib.sha256(orjson.dumps(spec, option=orjson.OPT_SORT_KEYS)).hexdigest()}
+def done_spec(stored: bytes) -> bytes:
+    """What a done command keeps of its spec (as stored): a hash, no value (env, credentials,
+    tickets). Never parses it, so a damaged row cannot stop the executor here."""
+    return orjson.dumps({"spec_sha256": hashlib.sha256(stored).hexdigest()})
 
 
 class Journal:
@@ -139,12 +140,11 @@ class Journal:
             row = self._db.execute("SELECT spec, state FROM commands WHERE id = ?", (command_id,)).fetchone()
             if row is None or row[1] == DONE:
                 return False
-            spec = orjson.loads(row[0])
             self._db.execute(
                 "UPDATE commands SET state = ?, outcome = ?, spec = ?, updated_at = ?, reported = 0 WHERE id = ?",
-                (DONE, orjson.dumps(outcome), orjson.dumps(done_spec(spec)), time.time(), command_id),
+                (DONE, orjson.dumps(outcome), done_spec(row[0]), time.time(), command_id),
             )
-            if _holds_values(spec):  # also flush the old page out of the WAL
+            if _holds_values(row[0]):  # also flush the old page out of the WAL
                 self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         return True
 
@@ -158,13 +158,11 @@ class Journal:
                 (DONE, time.time() - older_than_s),
             ).rowcount
             whole = self._db.execute(
-                "SELECT id, spec FROM commands WHERE state = ? AND spec NOT LIKE '{\"spec_sha256\":%'", (DONE,)
+                "SELECT id, spec FROM commands WHERE state = ? AND CAST(spec AS TEXT) NOT LIKE '{\"spec_sha256\":%'",
+                (DONE,),
             ).fetchall()
             for command_id, spec in whole:
-                self._db.execute(
-                    "UPDATE commands SET spec = ? WHERE id = ?",
-                    (orjson.dumps(done_spec(orjson.loads(spec))), command_id),
-                )
+                self._db.execute("UPDATE commands SET spec = ? WHERE id = ?", (done_spec(spec), command_id))
             if deleted or whole:
                 self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         return deleted, len(whole)
@@ -227,7 +225,11 @@ class Journal:
             self._db.close()
 
 
-def _holds_values(spec: Any) -> bool:
+def _holds_values(stored: bytes) -> bool:
+    try:
+        spec = orjson.loads(stored)
+    except orjson.JSONDecodeError:
+        return True  # cannot tell: flush
     return isinstance(spec, dict) and any(spec.get(key) for key in SECRET_KEYS)
 
 

@@ -129,6 +129,9 @@ class ExecutorWorker(Worker):
             deleted, hashed = self.journal.expire(self.config.command_retention_days * 86400)
         except DiskFull:
             return  # the next round tries again
+        except sqlite3.Error as exc:  # retention must never stop the executor
+            log.error("journal retention failed: %s", exc)
+            return
         if deleted or hashed:
             log.info(
                 "journal: %d done command(s) past retention deleted, %d spec(s) reduced to a hash", deleted, hashed
