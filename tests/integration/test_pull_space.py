@@ -3,6 +3,8 @@ the real registry (through a port into its network namespace)."""
 
 from __future__ import annotations
 
+import fcntl
+
 import docker
 import pytest
 
@@ -21,11 +23,13 @@ SPACE_LAYER_BYTES = 40 << 20
 def space_image(docker_client, registry) -> str:
     """An image of three layers of random data (120 MiB, as big compressed) in the registry,
     not in the shared engine."""
-    ref = ensure_random_image(docker_client, registry, SPACE_REPO, "1", SPACE_LAYERS, SPACE_LAYER_BYTES)
-    try:
-        docker_client.images.remove(ref, force=True)  # ours: built under this name
-    except docker.errors.ImageNotFound:
-        pass
+    with open("/tmp/faden-test-space-image.lock", "w") as lock:  # one builder across xdist workers
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        ref = ensure_random_image(docker_client, registry, SPACE_REPO, "1", SPACE_LAYERS, SPACE_LAYER_BYTES)
+        try:
+            docker_client.images.remove(ref, force=True)  # ours: built under this name
+        except docker.errors.ImageNotFound:
+            pass
     return ref
 
 
