@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -47,6 +48,22 @@ def _positive_int(raw: str) -> int:
     if value <= 0:
         raise ValueError("a positive whole number")
     return value
+
+
+def _non_negative_number(raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError("a number >= 0") from None
+    if not value >= 0 or value == float("inf"):
+        raise ValueError("a number >= 0")
+    return value
+
+
+def _docker_size(raw: str) -> str:
+    if not re.fullmatch(r"[1-9][0-9]{0,9}[kmg]?", raw.strip().lower()):
+        raise ValueError("a size as Docker writes it: a whole number with k, m or g, e.g. 100m")
+    return raw.strip().lower()
 
 
 def _int_between(raw: str, low: int, high: int, expected: str) -> int:
@@ -331,6 +348,19 @@ VARIABLES: tuple[Variable, ...] = (
         "Extra paths (colon-separated) whose file systems the inventory reports, e.g. model caches",
     ),
     Variable(
+        "disk_low_percent",
+        "10",
+        _non_negative_number,
+        "A file system is low on space below this share free (or DISK_LOW_GIB, whichever is smaller):"
+        " the inventory's low flag, disk.low events, doctor",
+    ),
+    Variable(
+        "disk_low_gib",
+        "20",
+        _non_negative_number,
+        "A file system is low on space below this many GiB free (or DISK_LOW_PERCENT, whichever is smaller)",
+    ),
+    Variable(
         "docker_host", None, _optional_text, "Docker engine address (default: DOCKER_HOST, else the local socket)"
     ),
     Variable(
@@ -340,6 +370,31 @@ VARIABLES: tuple[Variable, ...] = (
         "Bound on each Docker engine call; a hung engine fails commands with timeout after it",
     ),
     Variable("max_concurrent_pulls", "3", _positive_int, "Most image pulls the executor runs at once"),
+    Variable(
+        "pull_space_factor",
+        "3",
+        _non_negative_number,
+        "A pull needs this many times the compressed size of the layers it lacks, plus 256 MiB,"
+        " free on Docker's data root, or fails no_space before it starts (0: no check)",
+    ),
+    Variable(
+        "command_retention_days",
+        "30",
+        _positive_float,
+        "Done commands older than this are deleted from the executor's journal",
+    ),
+    Variable(
+        "container_log_max_size",
+        "100m",
+        _docker_size,
+        "Docker json-file log cap of a managed container: size of one file (max-size)",
+    ),
+    Variable(
+        "container_log_max_files",
+        "3",
+        _positive_int,
+        "Docker json-file log cap of a managed container: files kept (max-file)",
+    ),
     Variable(
         "worker_liveness_sec",
         "3",
@@ -410,9 +465,15 @@ class Config:
     journal_directory: Path | None
     ray_log_dir: Path
     disk_paths: tuple[Path, ...]
+    disk_low_percent: float
+    disk_low_gib: float
     docker_host: str | None
     docker_timeout_sec: float
     max_concurrent_pulls: int
+    pull_space_factor: float
+    command_retention_days: float
+    container_log_max_size: str
+    container_log_max_files: int
     worker_liveness_sec: float
     worker_hang_timeout_sec: float
     restart_backoff_min_sec: float

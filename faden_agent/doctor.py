@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from faden_agent.config import Config, env_name
+from faden_agent.disklow import consumers, low_threshold
 from faden_agent.dockerclient import engine_url, make_client
 from faden_agent.errorline import error_line
 from faden_agent.tls import client_context
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
 OK, WARN, FAIL = "ok", "warn", "fail"
 CHECK_TIMEOUT_S = 5.0
 CLOCK_WARN_S, CLOCK_FAIL_S = 5.0, 60.0
-DISK_WARN_BYTES, DISK_FAIL_BYTES = 2 * 2**30, 200 * 2**20
+DISK_FAIL_BYTES = 200 * 2**20
 
 
 @dataclass
@@ -75,6 +76,7 @@ class Doctor:
         self.step(self.log_path, log_target)
         self.step(self.disk_state)
         self.step(self.disk_docker, docker_info)
+        self.step(self.disk_ray_logs)
         self.step(self.service)
         return self.checks
 
@@ -363,7 +365,10 @@ class Doctor:
     # ------------------------------------------------------------------ disks and service
 
     def disk_state(self) -> Check:
-        return _disk_check("disk (state)", self.config.state_dir)
+        return _disk_check("disk (state)", self.config.state_dir, self.config)
+
+    def disk_ray_logs(self) -> Check:
+        return _disk_check("disk (ray logs)", self.config.ray_log_dir, self.config)
 
     def disk_docker(self, docker_info: dict[str, Any] | None) -> Check | None:
         root = (docker_info or {}).get("DockerRootDir")
@@ -371,7 +376,7 @@ class Doctor:
             return None
         if not Path(root).exists():
             return Check("disk (docker)", WARN, f"Docker's data root {root} is not visible from here")
-        return _disk_check("disk (docker)", Path(root))
+        return _disk_check("disk (docker)", Path(root), self.config)
 
     def service(self) -> Check:
         from faden_agent.service import service_state
@@ -397,17 +402,22 @@ class Doctor:
         return Check("service", WARN, text, "run `faden-agent start`")
 
 
-def _disk_check(name: str, path: Path) -> Check:
+def _disk_check(name: str, path: Path, config: Config) -> Check:
+    """FAIL under DISK_FAIL_BYTES; WARN when low as the inventory and disk.low say, naming
+    the biggest consumers the agent knows of."""
     probe = path
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
     usage = shutil.disk_usage(probe)
     text = f"{_gib(usage.free)} free of {_gib(usage.total)} at {path}"
+    threshold = low_threshold(usage.total, config)
+    if usage.free >= threshold and usage.free >= DISK_FAIL_BYTES:
+        return Check(name, OK, text)
+    biggest = ", ".join(f"{c['what']} {_gib(c['bytes'])}" for c in consumers(config)) or "unknown"
+    text = f"{text}: low (under {_gib(threshold)}); biggest: {biggest}"
     if usage.free < DISK_FAIL_BYTES:
-        return Check(name, FAIL, text, "free space: the agent cannot persist its outbox or state")
-    if usage.free < DISK_WARN_BYTES:
-        return Check(name, WARN, text, "free space soon")
-    return Check(name, OK, text)
+        return Check(name, FAIL, text, "free space now: the agent cannot persist its outbox or state there")
+    return Check(name, WARN, text, "free space soon (image.prune removes images no container uses)")
 
 
 def _gib(value: int) -> str:

@@ -127,6 +127,7 @@ def _short_repr(value: dict | list, limit: int) -> str:
 COMMAND_KINDS = (
     "image.pull",
     "image.remove",
+    "image.prune",
     "image.serve",
     "image.fetch",
     "image.relay",

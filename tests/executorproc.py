@@ -88,15 +88,21 @@ _LOCK_PATH = "/tmp/faden-test-big-image.lock"
 
 def ensure_big_image(docker_client: Any, registry: str) -> str:
     """Build (once per registry) an image of a few layers of random data and push it."""
+    return ensure_random_image(docker_client, registry, BIG_IMAGE_REPO, "2", BIG_LAYERS, BIG_LAYER_BYTES)
+
+
+def ensure_random_image(docker_client: Any, registry: str, repo: str, tag: str, layers: int, layer_bytes: int) -> str:
+    """Build (once per registry) `repo:tag` of `layers` layers of random data and push it;
+    the pushed tag stays in the shared engine (the caller drops it if it wants)."""
     import io
     import os
     import tarfile
 
     import requests
 
-    ref = f"{registry}/{BIG_IMAGE_REPO}:2"
+    ref = f"{registry}/{repo}:{tag}"
     manifest = requests.head(
-        f"http://{registry}/v2/{BIG_IMAGE_REPO}/manifests/2",
+        f"http://{registry}/v2/{repo}/manifests/{tag}",
         timeout=5,
         headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"},
     )
@@ -104,9 +110,9 @@ def ensure_big_image(docker_client: Any, registry: str) -> str:
         return ref
     context = io.BytesIO()
     with tarfile.open(fileobj=context, mode="w") as tar:
-        dockerfile = "FROM faden-test/busybox:1\n" + "".join(f"COPY blob{i} /blob{i}\n" for i in range(BIG_LAYERS))
+        dockerfile = "FROM faden-test/busybox:1\n" + "".join(f"COPY blob{i} /blob{i}\n" for i in range(layers))
         for name, data in [("Dockerfile", dockerfile.encode())] + [
-            (f"blob{i}", os.urandom(BIG_LAYER_BYTES)) for i in range(BIG_LAYERS)
+            (f"blob{i}", os.urandom(layer_bytes)) for i in range(layers)
         ]:
             info = tarfile.TarInfo(name)
             info.size = len(data)

@@ -20,6 +20,7 @@ class Request(NamedTuple):
     method: str
     path: str
     body: bytes
+    headers: dict[str, str] = {}
 
 
 class LocalHTTP:
@@ -62,7 +63,7 @@ class ScriptedHTTP(LocalHTTP):
 
             def _serve(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
-                request = Request(self.command, self.path, self.rfile.read(length))
+                request = Request(self.command, self.path, self.rfile.read(length), dict(self.headers.items()))
                 server.requests.append(request)
                 reply = server.script(request)
                 self.send_response(reply.status)

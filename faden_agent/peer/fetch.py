@@ -10,7 +10,6 @@ caller tries the next peer; no_space and cancellation end the command at once.
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ import docker
 import requests
 
 from faden_agent import protocol
+from faden_agent.diskspace import require_space
 from faden_agent.errorline import error_line
 from faden_agent.peer.archive import (
     ArchiveVerifier,
@@ -34,9 +34,8 @@ CONNECT_TIMEOUT_S = 10
 READ_TIMEOUT_S = 60  # a holder whose engine stalls this long is given up on
 PROGRESS_INTERVAL_S = 1.0
 # docker load unpacks the archive into a temporary directory of the data root, then into the
-# layer store: about twice what crosses the wire, plus room to spare.
+# layer store: about twice what crosses the wire (plus diskspace's margin).
 SPACE_FACTOR = 2
-SPACE_MARGIN = 256 << 20
 
 
 class PeerFailure(Exception):
@@ -44,10 +43,6 @@ class PeerFailure(Exception):
         super().__init__(message)
         self.reason = reason
         self.message = message
-
-
-class NoSpace(Exception):
-    """Not enough disk for the transfer: no source will change that."""
 
 
 class Stopped(Exception):
@@ -149,17 +144,9 @@ class Transfer:
         return response
 
     def _check_space(self, total: int, source: str) -> None:
-        root = self.api.info().get("DockerRootDir")
-        try:
-            free = shutil.disk_usage(root).free if root else None
-        except OSError:
-            free = None  # the engine's data root is not visible from here (the agent in a container)
-        need = total * SPACE_FACTOR + SPACE_MARGIN
-        if free is not None and free < need:
-            raise NoSpace(
-                f"the image from {source} needs about {need} bytes on {root} "
-                f"({total} to receive, unpacked twice by docker load), {free} are free"
-            )
+        require_space(
+            self.api, total * SPACE_FACTOR, f"the image from {source} ({total} bytes, unpacked twice by docker load)"
+        )
 
     def _guarded(self, chunks: Iterator[bytes], source: str) -> Iterator[bytes]:
         """The verified archive, cut (by raising) on a check that fails, a broken stream, or

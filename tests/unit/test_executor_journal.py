@@ -25,7 +25,7 @@ def test_add_is_idempotent_and_survives_reopen(tmp_path):
     assert reopened.finish("c1", {**outcome, "state": "failed"}) is False  # one outcome only
     done = reopened.get("c1")
     assert done.state == DONE and done.outcome == outcome
-    assert done.spec["auth"] == "<redacted>"  # credentials leave the journal once done
+    assert set(done.spec) == {"spec_sha256"}  # credentials leave the journal once done
     assert reopened.unfinished() == []
     for path in tmp_path.glob("executor.sqlite*"):  # the database and its WAL
         assert b"s3cret" not in path.read_bytes(), path
@@ -52,3 +52,27 @@ def test_deaths_are_counted_per_running_command_and_an_orderly_stop_breaks_the_r
     assert journal.count_deaths() == {"runs": 1}
     journal.finish("runs", {"state": "failed"})
     assert journal.count_deaths() == {}
+
+
+def test_expire_deletes_old_done_rows_and_hashes_whole_ones_even_damaged(tmp_path):
+    import sqlite3
+    import time
+
+    journal = Journal(tmp_path)
+    journal.add("young", 1, "container.run", {"env": {"T": "young-secret"}}, None)
+    journal.finish("young", {"state": "failed"})
+    journal.mark_reported("young")
+    with sqlite3.connect(tmp_path / "executor.sqlite") as db:
+        for command_id, age_s, spec in (("old", 40 * 86400, b'{"env": 1}'), ("damaged", 60, b"\xff{env: old-secret")):
+            at = time.time() - age_s
+            db.execute(
+                "INSERT INTO commands (id, kind, spec, state, outcome, received_at, updated_at, reported)"
+                " VALUES (?, 'container.run', ?, 'done', '{}', ?, ?, 1)",
+                (command_id, spec, at, at),
+            )
+    assert journal.expire(30 * 86400) == (1, 1)
+    assert journal.get("old") is None and set(journal.get("damaged").spec) == {"spec_sha256"}
+    assert set(journal.get("young").spec) == {"spec_sha256"}
+    for path in tmp_path.glob("executor.sqlite*"):
+        assert b"secret" not in path.read_bytes(), path
+    assert journal.expire(30 * 86400) == (0, 0)

@@ -21,6 +21,7 @@ from tests.unit.test_fuzz_backend import json_values
 VALID = {
     "image.pull": {"image": "busybox:1", "auth": {"username": "u", "password": "SECRET-PW"}},
     "image.remove": {"image": "busybox:1"},
+    "image.prune": {"keep": ["busybox:1", "sha256:" + "a" * 64]},
     "container.run": {
         "name": "c1",
         "image": "busybox:1",

@@ -13,7 +13,8 @@ import orjson
 import pytest
 
 from faden_agent.config import load_config
-from faden_agent.workers.inventory.disks import LOW_FREE_BYTES, is_low, probe_disks
+from faden_agent.disklow import low_threshold
+from faden_agent.workers.inventory.disks import probe_disks
 from faden_agent.workers.inventory.host import probe_host
 from faden_agent.workers.inventory.network import probe_network
 from faden_agent.workers.inventory.record import content_hash
@@ -65,10 +66,11 @@ def test_disks_group_paths_by_file_system_and_match_statvfs(tmp_path):
     state.mkdir()
     models = tmp_path / "models"
     models.mkdir()
-    disks = probe_disks(state, (models, tmp_path / "missing"), docker_root=None)
+    ray = tmp_path / "ray" / "not-yet"
+    disks = probe_disks(state, (models, tmp_path / "missing"), None, lambda total: total // 10, ray)
     same_fs_as_tmp = next(d for d in disks if str(state) in d.get("paths", []))
     assert str(models) in same_fs_as_tmp["paths"]  # one entry for one file system
-    assert {"state", "configured"} <= set(same_fs_as_tmp["roles"])
+    assert {"state", "configured", "ray_logs"} <= set(same_fs_as_tmp["roles"])  # its nearest existing parent
     vfs = os.statvfs(state)
     assert same_fs_as_tmp["total"] == vfs.f_blocks * vfs.f_frsize
     assert abs(same_fs_as_tmp["usage"]["free"] - vfs.f_bavail * vfs.f_frsize) < 64 * 1024**2
@@ -78,11 +80,12 @@ def test_disks_group_paths_by_file_system_and_match_statvfs(tmp_path):
     assert missing["error"] == "No such file or directory" and missing["roles"] == ["configured"]
 
 
-def test_low_disk_threshold():
-    assert is_low(1000 * GiB, 99 * GiB)  # under 10 %
-    assert not is_low(1000 * GiB, 101 * GiB)
-    assert is_low(20 * GiB, LOW_FREE_BYTES - 1)  # under 5 GiB, whatever the share
-    assert not is_low(20 * GiB, 6 * GiB)
+def test_low_disk_threshold_is_the_smaller_of_10_percent_and_20_gib():
+    config = load_config({})
+    assert low_threshold(100 * GiB, config) == 10 * GiB  # 10 % of a small disk
+    assert low_threshold(1000 * GiB, config) == 20 * GiB  # 20 GiB of a big one
+    narrow = load_config({"FADEN_NODE_AGENT_DISK_LOW_PERCENT": "5", "FADEN_NODE_AGENT_DISK_LOW_GIB": "1"})
+    assert low_threshold(100 * GiB, narrow) == 1 * GiB and low_threshold(10 * GiB, narrow) == GiB // 2
 
 
 def link_is_up(name: str) -> bool:

@@ -18,6 +18,8 @@ from docker.utils import parse_repository_tag
 REGISTRY_UNREACHABLE = "registry_unreachable"
 IMAGE_NOT_FOUND = "image_not_found"
 DOCKER_PERMISSION = "docker_permission"
+NO_SPACE = "no_space"
+NO_SPACE_TEXT = "no space left on device"  # ENOSPC as Go words it, where the engine writes
 
 # The engine's words when the registry's name does not resolve or nothing answers there
 # (Go's net package, as dockerd quotes it: `Get "https://host/v2/": dial tcp: ...`).
@@ -67,6 +69,8 @@ def advice(reason: str, image: str | None = None) -> str:
     if reason == IMAGE_NOT_FOUND:
         where = f" in registry {registry_of(image)}" if image else ""
         return f"no such image or tag{where}: check the repository name and tag (and that it was pushed there)"
+    if reason == NO_SPACE:
+        return "the Docker engine's disk is full: free space on its data root (image.prune removes unused images)"
     if reason == DOCKER_PERMISSION:
         return (
             "this user may not use the Docker socket: run the agent as root (faden-agent start as root "
@@ -94,6 +98,6 @@ def is_permission_denied(exc: BaseException) -> bool:
 def failure(what: str, text: str, default: str, image: str | None = None) -> tuple[str, str]:
     """(reason, message) of an engine error. Registry texts are read only when an image is
     being fetched (`image` given), so no other command's error is taken for one."""
-    reason = (engine_reason(text) if image else None) or default
+    reason = NO_SPACE if NO_SPACE_TEXT in text.lower() else (engine_reason(text) if image else None) or default
     tip = advice(reason, image)
     return reason, f"{what}: {tip} ({text})" if tip else f"{what}: {text}"

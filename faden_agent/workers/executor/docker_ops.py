@@ -17,7 +17,7 @@ from typing import Any
 import docker
 import requests
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
-from docker.types import Mount, Ulimit
+from docker.types import LogConfig, Mount, Ulimit
 from docker.utils import parse_repository_tag
 from docker.utils.json_stream import json_stream
 
@@ -29,6 +29,7 @@ from faden_agent.workers.executor.gpu import device_requests, is_gpu_runtime_mis
 
 API_VERSION = "1.41"  # device requests need >= 1.40; pinned so no version probe blocks at start
 PROGRESS_INTERVAL_S = 1.0
+CAPPED_LOG_DRIVERS = ("json-file", "local")  # the drivers that take max-size and max-file
 
 
 class CommandFailed(Exception):
@@ -136,6 +137,8 @@ class DockerOps:
     def __init__(self, config: Config):
         self.docker_host = config.docker_host
         self.timeout_s = config.docker_timeout_sec
+        self.log_cap = {"max-size": config.container_log_max_size, "max-file": str(config.container_log_max_files)}
+        self._log_driver: str | None = None
         self._local = threading.local()  # one client per thread: requests sessions are not shared safely
 
     @property
@@ -253,6 +256,7 @@ class DockerOps:
             "ulimits": [Ulimit(**u) for u in spec["ulimits"]] or None,
             "devices": spec["devices"] or None,
             "device_requests": device_requests(spec["gpus"]) or None,
+            "log_config": self.log_config(),
         }
         for key in (
             "command",
@@ -269,6 +273,16 @@ class DockerOps:
                 kwargs[key] = spec[key]
         with translated(f"creating container {spec['name']}", not_found="image_not_found", image=spec["image"]):
             return self.client.containers.create(**kwargs)
+
+    def log_config(self) -> LogConfig | None:
+        """The engine's default log driver with the size cap, where the driver takes one
+        (json-file, local); another driver (journald, syslog, ...) is left as it is."""
+        if self._log_driver is None:
+            with translated("asking the Docker engine for its log driver"):
+                self._log_driver = str(self.client.info().get("LoggingDriver") or "json-file")
+        if self._log_driver not in CAPPED_LOG_DRIVERS:
+            return None
+        return LogConfig(type=self._log_driver, config=self.log_cap)
 
     def start(self, container) -> None:
         with translated(f"starting container {container.name}"):
@@ -304,7 +318,7 @@ class DockerOps:
 
 def _pull_error(image: str, text: str) -> CommandFailed:
     lowered = text.lower()
-    if docker_errors.engine_reason(text):
+    if docker_errors.NO_SPACE_TEXT in lowered or docker_errors.engine_reason(text):
         return CommandFailed(*docker_errors.failure(f"pulling {image}", text, "docker_error", image))
     if "unauthorized" in lowered or "authentication required" in lowered or "denied" in lowered:
         return CommandFailed("registry_auth_failed", f"pulling {image}: the registry refused the credentials ({text})")

@@ -7,12 +7,13 @@ queued/running by a killed executor are what the worker resumes or reports as in
 `reported` is 0 from "done" until the terminal record is in the outbox: a start-up replay
 (`unreported`) re-emits the ones a killed executor finished but never reported.
 
-Registry credentials travel in a pull's spec; they are kept in this 0600 file only until
-the command is done, then scrubbed.
+A spec (registry credentials, env values) is kept in this 0600 file only until the command
+is done: then only its hash stays. Done rows older than the retention bound are deleted.
 """
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 from dataclasses import dataclass
@@ -26,7 +27,9 @@ from faden_agent.sqlitefile import open_private_sqlite
 
 JOURNAL_FILE = "executor.sqlite"
 QUEUED, RUNNING, DONE = "queued", "running", "done"
-SECRET_KEYS = ("auth", "peers", "token")  # peers: one-time tickets; token: a relay upload token
+# Values a spec may carry that must not outlive the command (peers: one-time tickets; token:
+# a relay upload token); done_spec keeps none of them, these ask for a WAL flush too.
+SECRET_KEYS = ("auth", "peers", "token", "env")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS commands (
@@ -69,11 +72,10 @@ class Entry:
     received_at: float
 
 
-def scrub(spec: Any) -> Any:
-    """The spec without credentials."""
-    if isinstance(spec, dict):
-        return {k: ("<redacted>" if k in SECRET_KEYS else v) for k, v in spec.items()}
-    return spec
+def done_spec(stored: bytes) -> bytes:
+    """What a done command keeps of its spec (as stored): a hash, no value (env, credentials,
+    tickets). Never parses it, so a damaged row cannot stop the executor here."""
+    return orjson.dumps({"spec_sha256": hashlib.sha256(stored).hexdigest()})
 
 
 class Journal:
@@ -138,14 +140,32 @@ class Journal:
             row = self._db.execute("SELECT spec, state FROM commands WHERE id = ?", (command_id,)).fetchone()
             if row is None or row[1] == DONE:
                 return False
-            spec = orjson.loads(row[0])
             self._db.execute(
                 "UPDATE commands SET state = ?, outcome = ?, spec = ?, updated_at = ?, reported = 0 WHERE id = ?",
-                (DONE, orjson.dumps(outcome), orjson.dumps(scrub(spec)), time.time(), command_id),
+                (DONE, orjson.dumps(outcome), done_spec(row[0]), time.time(), command_id),
             )
-            if scrub(spec) != spec:  # rare (pulls with credentials): also flush the old page out of the WAL
+            if _holds_values(row[0]):  # also flush the old page out of the WAL
                 self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         return True
+
+    @writes_file
+    def expire(self, older_than_s: float) -> tuple[int, int]:
+        """Delete reported done rows older than the bound; hash the spec of any done row a
+        journal of an older version kept whole. Returns (deleted, hashed)."""
+        with self._lock:
+            deleted = self._db.execute(
+                "DELETE FROM commands WHERE state = ? AND reported = 1 AND updated_at < ?",
+                (DONE, time.time() - older_than_s),
+            ).rowcount
+            whole = self._db.execute(
+                "SELECT id, spec FROM commands WHERE state = ? AND CAST(spec AS TEXT) NOT LIKE '{\"spec_sha256\":%'",
+                (DONE,),
+            ).fetchall()
+            for command_id, spec in whole:
+                self._db.execute("UPDATE commands SET spec = ? WHERE id = ?", (done_spec(spec), command_id))
+            if deleted or whole:
+                self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return deleted, len(whole)
 
     # --- poison detection: executor deaths while a command was running
 
@@ -203,6 +223,14 @@ class Journal:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+
+def _holds_values(stored: bytes) -> bool:
+    try:
+        spec = orjson.loads(stored)
+    except orjson.JSONDecodeError:
+        return True  # cannot tell: flush
+    return isinstance(spec, dict) and any(spec.get(key) for key in SECRET_KEYS)
 
 
 def _entry(row: tuple) -> Entry:

@@ -5,7 +5,7 @@ Loki accepts them: removing a crashed container never loses its last words.
 The executor asks the log worker `drain` over its REP socket (Endpoints.logs) until it
 answers true, for at most DRAIN_TIMEOUT_S. No answer within ASK_TIMEOUT_S (no log worker,
 or a hung one) ends the wait at once: logs never hold a command up for long. A running
-container is not waited for (it would go on printing; a forced remove kills it).
+container is not waited for (it would go on printing): a forced remove stops it first.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ log = logging.getLogger(__name__)
 
 def hand_over_logs(config: Config, container: Any) -> bool:
     """Wait (bounded) until the container's lines are shipped; whether they are."""
-    if (container.attrs.get("State") or {}).get("Running"):
+    state = container.attrs.get("State") or {}
+    if state.get("Running"):
         return False
     endpoints = Endpoints(config.runtime_dir)
     address = endpoints.logs
@@ -35,7 +36,8 @@ def hand_over_logs(config: Config, container: Any) -> bool:
     deadline = started + DRAIN_TIMEOUT_S
     while True:
         left = deadline - time.monotonic()
-        reply = request(address, "drain", {"container_id": container.id}, timeout_s=min(ASK_TIMEOUT_S, max(left, 0.01)))
+        body = {"container_id": container.id, "started_at": state.get("StartedAt")}
+        reply = request(address, "drain", body, timeout_s=min(ASK_TIMEOUT_S, max(left, 0.01)))
         if reply is None or reply.type != "drain":
             log.info("no drain answer from the log worker for %s; removing it without waiting", container.name)
             return False

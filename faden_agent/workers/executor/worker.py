@@ -37,6 +37,7 @@ from faden_agent.workers.executor.timeline import Timeline
 log = logging.getLogger(__name__)
 
 ENGINE_PROBE_S = 5.0
+EXPIRY_INTERVAL_S = 3600.0
 POISON_DEATHS = 2  # a command running at this many executor deaths in a row is not run again
 
 
@@ -75,6 +76,8 @@ class ExecutorWorker(Worker):
             log.warning(
                 "re-emitted the terminal records of %d finished command(s) a predecessor never reported", replayed
             )
+        self.next_expiry = 0.0
+        self.expire_journal()
         self.resume_unfinished()
         self.requests = Channel.bind(zmq.REP, self.endpoints.executor)
 
@@ -116,6 +119,23 @@ class ExecutorWorker(Worker):
         if self.timeline.unreported:
             self.timeline.report_unreported()
         self.enforce_deadlines()
+        if time.monotonic() >= self.next_expiry:
+            self.expire_journal()
+
+    def expire_journal(self) -> None:
+        """Done commands past the retention bound leave the journal (hourly)."""
+        self.next_expiry = time.monotonic() + EXPIRY_INTERVAL_S
+        try:
+            deleted, hashed = self.journal.expire(self.config.command_retention_days * 86400)
+        except DiskFull:
+            return  # the next round tries again
+        except sqlite3.Error as exc:  # retention must never stop the executor
+            log.error("journal retention failed: %s", exc)
+            return
+        if deleted or hashed:
+            log.info(
+                "journal: %d done command(s) past retention deleted, %d spec(s) reduced to a hash", deleted, hashed
+            )
 
     def status(self) -> dict[str, Any]:
         engine = {None: "unknown", True: "ok", False: "unreachable"}[self.engine_ok]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from faden_agent.config import Config
+from faden_agent.disklow import low_threshold
 from faden_agent.dockerclient import make_client
 from faden_agent.workers.inventory import docker_probe
 from faden_agent.workers.inventory.disks import probe_disks
@@ -41,12 +42,21 @@ class Collector:
         self.last_good: dict[str, Any] = {}
         self.probes = [
             Probe("host", lambda: probe_host(config), timeout),
-            Probe("disks", lambda: probe_disks(config.state_dir, config.disk_paths, self.docker_root()), timeout),
+            Probe("disks", lambda: self.probe_disks(config), timeout),
             Probe("network", probe_network, timeout),
             Probe("docker", DockerProbe(config.docker_host), timeout),
             Probe("gpu", GpuProbe(nvml), timeout),
         ]
         self.timeouts = {p.name: p.timeout_s for p in self.probes}
+
+    def probe_disks(self, config: Config) -> list[dict[str, Any]]:
+        return probe_disks(
+            config.state_dir,
+            config.disk_paths,
+            self.docker_root(),
+            lambda total: low_threshold(total, config),
+            config.ray_log_dir,
+        )
 
     def docker_root(self) -> str | None:
         """Docker's data root as the engine last reported it (None: the default)."""

@@ -1,36 +1,36 @@
 """The file systems that matter to a GPU node: root, Docker's data root (images and
-container layers), the agent's state directory and the configured model/cache paths.
-
-Paths on the same file system are reported once, with every role that lives there.
-
-Low disk: a file system is flagged `low` when less than LOW_FREE_FRACTION of it or less
-than LOW_FREE_BYTES is free, whichever triggers first (an inference image alone is often
-10-20 GB, so a few GB free is already too little to pull one). The console shows
-"Disk space low" for such a node.
-"""
+container layers), the agent's state directory, the Ray log directory (or the nearest
+directory above it that exists) and the configured model/cache paths. Paths on the same
+file system are reported once, with every role that lives there; one is flagged `low`
+below disklow.low_threshold (the console shows "Disk space low")."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import psutil
 
-LOW_FREE_FRACTION = 0.10
-LOW_FREE_BYTES = 5 * 1024**3
 DEFAULT_DOCKER_ROOT = "/var/lib/docker"
 
 
-def is_low(total: int, free: int) -> bool:
-    return free < LOW_FREE_BYTES or (total > 0 and free < total * LOW_FREE_FRACTION)
-
-
-def wanted_paths(state_dir: Path, disk_paths: tuple[Path, ...], docker_root: str | None) -> list[tuple[str, str]]:
+def wanted_paths(
+    state_dir: Path, disk_paths: tuple[Path, ...], docker_root: str | None, ray_log_dir: Path | None = None
+) -> list[tuple[str, str]]:
     """(role, path) pairs in a stable order."""
     pairs = [("root", "/"), ("docker", docker_root or DEFAULT_DOCKER_ROOT), ("state", str(state_dir))]
+    if ray_log_dir is not None:
+        pairs.append(("ray_logs", str(_existing(ray_log_dir))))  # made with the first Ray container
     pairs += [("configured", str(p)) for p in disk_paths]
     return pairs
+
+
+def _existing(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
 
 
 def _mounts() -> list[Any]:
@@ -46,11 +46,18 @@ def _mount_of(real: str, mounts: list[Any]) -> Any | None:
     return None
 
 
-def probe_disks(state_dir: Path, disk_paths: tuple[Path, ...], docker_root: str | None) -> list[dict[str, Any]]:
+def probe_disks(
+    state_dir: Path,
+    disk_paths: tuple[Path, ...],
+    docker_root: str | None,
+    low_below: Callable[[int], int],
+    ray_log_dir: Path | None = None,
+) -> list[dict[str, Any]]:
+    """`low_below(total)`: the free bytes under which a file system is low."""
     mounts = _mounts()
     by_device: dict[int, dict[str, Any]] = {}
     missing = []
-    for role, path in wanted_paths(state_dir, disk_paths, docker_root):
+    for role, path in wanted_paths(state_dir, disk_paths, docker_root, ray_log_dir):
         try:
             real = os.path.realpath(path)
             st_dev = os.stat(real).st_dev
@@ -59,7 +66,7 @@ def probe_disks(state_dir: Path, disk_paths: tuple[Path, ...], docker_root: str 
             continue
         entry = by_device.get(st_dev)
         if entry is None:
-            entry = by_device[st_dev] = _filesystem(real, mounts)
+            entry = by_device[st_dev] = _filesystem(real, mounts, low_below)
         if path not in entry["paths"]:
             entry["paths"].append(path)
         if role not in entry["roles"]:
@@ -67,7 +74,7 @@ def probe_disks(state_dir: Path, disk_paths: tuple[Path, ...], docker_root: str 
     return list(by_device.values()) + missing
 
 
-def _filesystem(real: str, mounts: list[Any]) -> dict[str, Any]:
+def _filesystem(real: str, mounts: list[Any], low_below: Callable[[int], int]) -> dict[str, Any]:
     usage = psutil.disk_usage(real)
     part = _mount_of(real, mounts)
     return {
@@ -77,6 +84,6 @@ def _filesystem(real: str, mounts: list[Any]) -> dict[str, Any]:
         "device": part.device if part else None,
         "fstype": part.fstype if part else None,
         "total": usage.total,
-        "low": is_low(usage.total, usage.free),
+        "low": usage.free < low_below(usage.total),
         "usage": {"used": usage.used, "free": usage.free, "percent": usage.percent},
     }

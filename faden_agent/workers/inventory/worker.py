@@ -25,6 +25,8 @@ from faden_agent.reports.producer import Reports
 from faden_agent.workers.base import Worker
 from faden_agent.workers.inventory.changes import DockerChangeWatcher
 from faden_agent.workers.inventory.collector import Collector
+from faden_agent.workers.inventory.disk_events import DiskWatch
+from faden_agent.workers.inventory.disk_events import record_id as disk_record_id
 from faden_agent.workers.inventory.gpu_events import GpuErrorWatcher
 from faden_agent.workers.inventory.record import FULL, RecordEmitter, full_record_id
 from faden_agent.workers.inventory.traffic.report import TrafficReporter
@@ -37,16 +39,27 @@ SETTLE_S = 1.0  # a burst of events (create, start, ...) becomes one record
 class InventoryReporter:
     """One cycle: collect, decide full or unchanged, hand it to the outbox."""
 
-    def __init__(self, collector: Collector, reports: Reports, emitter: RecordEmitter | None = None):
+    def __init__(
+        self,
+        collector: Collector,
+        reports: Reports,
+        emitter: RecordEmitter | None = None,
+        disk_watch: DiskWatch | None = None,
+    ):
         self.collector = collector
         self.reports = reports
         self.emitter = emitter or RecordEmitter()
+        self.disk_watch = disk_watch
         self.cycles = 0
         self.last: dict[str, Any] | None = None
 
     def report(self) -> dict[str, Any] | None:
         """The record handed to the outbox; None when nothing was due (record.py)."""
-        data = self.emitter.build(self.collector.collect())
+        sections = self.collector.collect()
+        if self.disk_watch is not None:
+            for event in self.disk_watch.update(sections.get("disks") or []):
+                self.reports.put(protocol.EVENT, event, record_id=disk_record_id(event))
+        data = self.emitter.build(sections)
         self.cycles += 1
         if data is None:
             return None
@@ -66,7 +79,10 @@ class InventoryWorker(Worker):
         self.reports = Reports(self.config)
         self.collector = Collector(self.config)
         self.reporter = InventoryReporter(
-            self.collector, self.reports, RecordEmitter(usage_refresh_s=self.config.inventory_usage_sec)
+            self.collector,
+            self.reports,
+            RecordEmitter(usage_refresh_s=self.config.inventory_usage_sec),
+            DiskWatch(self.config),
         )
         self._changed = threading.Event()
         self.watchers = [

@@ -59,13 +59,17 @@ class LogsWorker(Worker):
         return [self.requests]
 
     def handle(self, channel: Channel, message: Message) -> None:
-        """`drain` {"container_id"}: whether that stopped container's lines are all shipped
-        (answered at once; the executor asks again until true or its deadline)."""
-        container_id = message.body.get("container_id") if isinstance(message.body, dict) else None
+        """`drain` {"container_id", "started_at"?}: whether that stopped container's lines
+        (of its run that started then) are all shipped (answered at once; the executor asks
+        again until true or its deadline)."""
+        body = message.body if isinstance(message.body, dict) else {}
+        container_id, started_at = body.get("container_id"), body.get("started_at")
         if message.type != "drain" or not isinstance(container_id, str) or len(container_id) > 128:
             channel.send("error", {"message": f"unexpected request {message.type!r}"[:200]})
             return
-        channel.send("drain", {"drained": self.containers.drained(container_id)})
+        if not isinstance(started_at, str) or len(started_at) > 64:
+            started_at = None
+        channel.send("drain", {"drained": self.containers.drained(container_id, started_at)})
 
     def tick(self) -> None:
         for source in self.sources:

@@ -29,6 +29,7 @@ POLL_MAX_S = 0.5
 # A container must still run this long after it was first seen running: a crash at start
 # (bad arguments, missing file) then fails the command instead of passing as "running".
 RUN_SETTLE_S = 0.2
+STOP_TIMEOUT_S = 10  # seconds from SIGTERM to SIGKILL when a command gives none
 
 
 # --- handlers
@@ -54,9 +55,7 @@ def container_run(commands: Commands, job: Job) -> dict[str, Any]:
     _ensure_image(commands, job)
     commands.check(job)
     if existing is not None:
-        hand_over_logs(commands.config, existing)
-        ops.remove(existing, force=True)
-        commands.journal.forget(existing.id)
+        drain_and_remove(commands, existing, force=True)
     container = ops.create(spec, _labels(commands, job), _ray_mounts(commands, spec))
     try:
         commands.check(job)
@@ -106,9 +105,7 @@ def container_remove(commands: Commands, job: Job) -> dict[str, Any]:
             "message": f"no container named {job.spec['name']}: nothing to remove",
         }
     authorize(commands, container, job, "remove")
-    hand_over_logs(commands.config, container)
-    commands.ops.remove(container, force=job.spec["force"], volumes=job.spec["volumes"])
-    commands.journal.forget(container.id)
+    drain_and_remove(commands, container, job.spec["force"], job.spec["volumes"], job.spec["timeout_s"])
     return {
         "container_id": container.id,
         "name": container.name,
@@ -154,6 +151,20 @@ def _target(commands: Commands, job: Job, action: str) -> Any:
         raise CommandFailed("not_found", f"no container named {job.spec['name']}")
     authorize(commands, container, job, action)
     return container
+
+
+def drain_and_remove(
+    commands: Commands, container: Any, force: bool, volumes: bool = False, timeout_s: int = STOP_TIMEOUT_S
+) -> None:
+    """Stop a running (or restarting) container first when forced, so the log worker can
+    ship every line it printed up to the stop before the engine deletes its log file."""
+    state = container.attrs.get("State") or {}
+    if force and (state.get("Running") or state.get("Restarting")):
+        commands.ops.stop(container, timeout_s)
+        commands.ops.reload(container)
+    hand_over_logs(commands.config, container)
+    commands.ops.remove(container, force=force, volumes=volumes)
+    commands.journal.forget(container.id)
 
 
 def _discard(commands: Commands, container: Any) -> None:
@@ -304,7 +315,7 @@ register(
         "container.stop",
         container_stop,
         TARGET,
-        {"timeout_s": (specs.count, 10), **ADOPT},
+        {"timeout_s": (specs.count, STOP_TIMEOUT_S), **ADOPT},
         queue_key=by_container,
     )
 )
@@ -314,7 +325,7 @@ register(
         "container.restart",
         container_restart,
         TARGET,
-        {"timeout_s": (specs.count, 10), **ADOPT},
+        {"timeout_s": (specs.count, STOP_TIMEOUT_S), **ADOPT},
         queue_key=by_container,
         cancellable=True,
     )
@@ -324,7 +335,12 @@ register(
         "container.remove",
         container_remove,
         TARGET,
-        {"force": (specs.boolean, True), "volumes": (specs.boolean, False), **ADOPT},
+        {
+            "force": (specs.boolean, True),
+            "volumes": (specs.boolean, False),
+            "timeout_s": (specs.count, STOP_TIMEOUT_S),
+            **ADOPT,
+        },
         queue_key=by_container,
     )
 )

@@ -2,6 +2,7 @@
 
     image.pull    from the registry; from the spec's peers when it fails or lacks the image
     image.remove  remove an image
+    image.prune   remove every image no container uses and no `keep` entry names
     image.serve   (inline, no Docker) the holder: register a one-time ticket, by its sha256,
                   for one image and one receiver until ttl_s; the peer worker serves it.
     image.fetch   the receiver: fetch an image from peers, one after the other until one
@@ -20,7 +21,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from faden_agent import protocol
-from faden_agent.peer.fetch import NoSpace, PeerFailure, Stopped, Transfer, tag_image
+from faden_agent.diskspace import NoSpace, require_space
+from faden_agent.peer.fetch import PeerFailure, Stopped, Transfer, tag_image
 from faden_agent.peer.server import holder_stream
 from faden_agent.peer.tickets import Ticket, TicketBox
 from faden_agent.protocol import quote
@@ -28,6 +30,8 @@ from faden_agent.workers.executor import specs
 from faden_agent.workers.executor.commands.frame import Commands
 from faden_agent.workers.executor.docker_ops import Cancelled, CommandFailed, translated
 from faden_agent.workers.executor.kinds import COMMON, CommandKind, register
+from faden_agent.workers.executor.prune import prune
+from faden_agent.workers.executor.pull_size import missing_bytes
 from faden_agent.workers.executor.scheduler import Job
 from faden_agent.workers.executor.specs import SpecError
 from faden_agent.workers.peer.demand import ask_to_serve
@@ -79,6 +83,17 @@ def peers(key: str, value: Any) -> list[dict[str, str]]:
     return checked
 
 
+def keep_list(key: str, value: Any) -> list[str]:
+    """Image references or ids never to remove: 0..256 non-empty strings."""
+    if not isinstance(value, list) or len(value) > 256:
+        shown = f"{len(value)} entries" if isinstance(value, list) else quote(value)
+        raise SpecError(f"{quote(key)} must be a list of at most 256 image references, got {shown}")
+    for entry in value:
+        if not isinstance(entry, str) or not 0 < len(entry) <= 512:
+            raise SpecError(f"each of {quote(key)} must be an image reference of 1..512 characters, got {quote(entry)}")
+    return value
+
+
 # Peers to fetch the image from when the registry fails or lacks it (issue 14).
 PEER_OPTIONS = {"peers": (peers, None), "image_id": (image_id, None)}
 
@@ -112,6 +127,7 @@ def _pull(commands: Commands, job: Job, image: str, auth: dict[str, str] | None)
     while not slots.acquire(timeout=0.2):
         commands.check(job)
     try:
+        check_pull_space(commands, image, auth)
         commands.progress(job, phase="pull", image=image, bytes_done=0, bytes_total=0, layers=0)
         return commands.ops.pull(
             image,
@@ -124,10 +140,44 @@ def _pull(commands: Commands, job: Job, image: str, auth: dict[str, str] | None)
         slots.release()
 
 
+def check_pull_space(commands: Commands, image: str, auth: dict[str, str] | None) -> None:
+    """no_space before the pull when the layers the engine lacks (the registry's sizes, this
+    platform's manifest) times PULL_SPACE_FACTOR do not fit its data root."""
+    factor = commands.config.pull_space_factor
+    if factor <= 0:
+        return
+    api = commands.ops.client.api
+    with translated(f"checking the space for {image}"):
+        missing = missing_bytes(api, image, auth)
+        if not missing:
+            return
+        try:
+            require_space(api, int(missing * factor), f"pulling {image} ({missing} bytes of layers to download)")
+        except NoSpace as exc:
+            raise no_space(exc) from None
+
+
+def no_space(exc: NoSpace) -> CommandFailed:
+    return CommandFailed("no_space", str(exc), needed_bytes=exc.needed_bytes, free_bytes=exc.free_bytes)
+
+
 def image_remove(commands: Commands, job: Job) -> dict[str, Any]:
     result = commands.ops.remove_image(job.spec["image"], job.spec["force"])
     gone = "was already absent" if result["already_absent"] else "removed"
     return {**result, "message": f"image {job.spec['image']} {gone}"}
+
+
+def image_prune(commands: Commands, job: Job) -> dict[str, Any]:
+    assert commands.scheduler is not None
+    # The images of commands queued or running now (a pull about to be run) stay too.
+    wanted = [j.spec["image"] for j in commands.scheduler.jobs() if j is not job and j.spec.get("image")]
+    with translated("pruning images"):
+        result = prune(commands.ops.client.api, job.spec["keep"], lambda: commands.check(job), wanted)
+    return {
+        **result,
+        "message": f"removed {len(result['removed'])} image(s), {result['bytes_freed']} bytes freed"
+        + (f"; the engine refused {len(result['refused'])}" if result["refused"] else ""),
+    }
 
 
 def image_serve(commands: Commands, job: Job) -> dict[str, Any]:
@@ -183,7 +233,7 @@ def fetch_from_peers(
                 log.warning("command %s: %s", job.id, failure.message)
                 failures.append(failure)
             except NoSpace as exc:
-                raise CommandFailed("no_space", str(exc)) from None
+                raise no_space(exc) from None
             except Stopped:
                 raise Cancelled() from None
     reasons = [f.reason for f in failures]
@@ -287,6 +337,17 @@ register(
         {"image": specs.string},
         {"force": (specs.boolean, False), **COMMON},
         queue_key=by_image,
+    )
+)
+register(
+    CommandKind(
+        "image.prune",
+        image_prune,
+        {},
+        {"keep": (keep_list, []), **COMMON},
+        deadline_s=600.0,
+        queue_key=lambda spec: "image:*prune",
+        cancellable=True,
     )
 )
 register(

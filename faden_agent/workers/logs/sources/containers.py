@@ -12,7 +12,8 @@ continues after the last line it read: no gap, no repeat. A recreated container 
 container id and gets a new follower from its first line. Lines carry Docker's timestamps,
 so a replay after a crash is an exact duplicate; the line at exactly the stored timestamp
 is sent again. Before the executor removes a stopped managed container it asks `drained`
-(over the log worker's REP socket) until the last lines are accepted by Loki.
+(over the log worker's REP socket, naming the run's StartedAt) until the last lines are
+accepted by Loki.
 """
 
 from __future__ import annotations
@@ -262,9 +263,11 @@ class ContainerSource(Source):
             record_id=f"logs-unreadable:{container.id}",
         )
 
-    def drained(self, container_id: str) -> bool:
-        """Whether every line the (stopped) container printed was read and accepted by Loki.
-        Unknown containers are asked for (want); an unreadable one has nothing to wait for."""
+    def drained(self, container_id: str, started_at: str | None = None) -> bool:
+        """Whether every line the (stopped) container printed was read and accepted by Loki;
+        with `started_at` (Docker's StartedAt of its last run), that run's too: a follower
+        still idle after an earlier run is woken to read it. Unknown containers are asked
+        for (want); an unreadable one has nothing to wait for."""
         if container_id in self.unreadable or container_id in self.not_followed:
             return True
         for stream in STREAMS:
@@ -274,6 +277,9 @@ class ContainerSource(Source):
                 self.want(container_id)
                 return False
             if not follower.idle:
+                return False
+            if started_at is not None and follower.read_started_at != started_at:
+                follower.wake.set()  # a run it has not read yet (its start event still on its way)
                 return False
             with self.lock:
                 read = self.read_upto.get(key)
@@ -313,6 +319,7 @@ class ContainerFollower:
         self.key = key
         self.wake = threading.Event()  # set on the container's start event: read again at once
         self.idle = False  # read to the end of a stopped container's log; waiting for a restart
+        self.read_started_at: str | None = None  # StartedAt of the run it read (or reads) to the end
         labels = container.labels or {}
         self.labels = source.labels.container(
             container.name, labels.get(protocol.LABEL_CLUSTER), labels.get(protocol.LABEL_WORKLOAD), stream
@@ -328,7 +335,7 @@ class ContainerFollower:
         try:
             while not stop.is_set():
                 self.container.reload()
-                started_at = self.container.attrs.get("State", {}).get("StartedAt")
+                started_at = self.read_started_at = self.container.attrs.get("State", {}).get("StartedAt")
                 if not self.read_until_stopped():
                     return
                 self.idle = True

@@ -1,0 +1,171 @@
+"""What a pull will download: the image's manifest for this engine's platform, asked of the
+registry directly, and the compressed size of the layers the engine does not hold yet.
+Every answer is read with a size and time cap; whatever fails (no answer, refused, an odd
+manifest) gives None, and the pull goes on to meet the engine's own verdict."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import time
+from typing import Any
+from urllib.parse import urlsplit
+
+import orjson
+import requests
+from docker.utils import parse_repository_tag
+
+from faden_agent.peer.archive import held_prefix
+from faden_agent.peer.fetch import held_chains
+from faden_agent.workers.executor.docker_errors import registry_of
+
+MAX_ANSWER_BYTES = 4 << 20  # a manifest, an index or an image config
+ANSWER_DEADLINE_S = 20.0
+TIMEOUT = (5, 10)
+INDEX_TYPES = (
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+    "application/vnd.oci.image.index.v1+json",
+)
+MANIFEST_TYPES = (
+    "application/vnd.docker.distribution.manifest.v2+json",
+    "application/vnd.oci.image.manifest.v1+json",
+)
+ARCHITECTURES = {"x86_64": "amd64", "aarch64": "arm64", "armv7l": "arm", "ppc64le": "ppc64le", "s390x": "s390x"}
+
+
+class Unknown(Exception):
+    """The registry did not tell (reachable or not): the size stays unknown."""
+
+
+def missing_bytes(api: Any, image: str, auth: dict[str, str] | None) -> int | None:
+    """Compressed bytes of the layers of `image` the engine lacks; None when unknown."""
+    try:
+        info = api.info()
+        registry = _Registry(image, auth, _insecure(info, registry_of(image)))
+        manifest = registry.manifest(registry.reference)
+        if manifest.get("mediaType") in INDEX_TYPES or "manifests" in manifest:
+            manifest = registry.manifest(_platform_digest(manifest, info))
+        layers = [int(layer["size"]) for layer in manifest["layers"]]
+        diff_ids = [str(d) for d in registry.blob(manifest["config"]["digest"])["rootfs"]["diff_ids"]]
+    except (Unknown, requests.exceptions.RequestException, KeyError, TypeError, ValueError):
+        return None
+    if len(diff_ids) != len(layers) or any(size < 0 for size in layers):
+        return None
+    return sum(layers[held_prefix(diff_ids, held_chains(api)) :])
+
+
+def _insecure(info: dict[str, Any], registry: str) -> bool:
+    """As the engine decides it: a registry marked insecure, or an address in its CIDRs."""
+    config = info.get("RegistryConfig") or {}
+    index = (config.get("IndexConfigs") or {}).get(registry)
+    if isinstance(index, dict) and index.get("Secure") is False:
+        return True
+    host = registry.rsplit(":", 1)[0].strip("[]") if registry.count(":") <= 1 else registry.strip("[]")
+    try:
+        address = ipaddress.ip_address("127.0.0.1" if host == "localhost" else host)
+    except ValueError:
+        return False
+    return any(
+        address in ipaddress.ip_network(cidr, strict=False) for cidr in config.get("InsecureRegistryCIDRs") or ()
+    )
+
+
+def _platform_digest(index: dict[str, Any], info: dict[str, Any]) -> str:
+    wanted_os = (info.get("OSType") or "linux").lower()
+    wanted_arch = ARCHITECTURES.get(str(info.get("Architecture")), str(info.get("Architecture")))
+    for entry in index["manifests"]:
+        platform = entry.get("platform") or {}
+        if platform.get("os") == wanted_os and platform.get("architecture") == wanted_arch:
+            return str(entry["digest"])
+    raise Unknown("no manifest for this platform")
+
+
+class _Registry:
+    """One repository of one registry, token or basic authentication as it asks."""
+
+    def __init__(self, image: str, auth: dict[str, str] | None, insecure: bool):
+        repository, reference = parse_repository_tag(image)
+        host = registry_of(image)
+        path = repository[len(host) + 1 :] if repository.startswith(host + "/") else repository
+        if host == "docker.io":
+            host, path = "registry-1.docker.io", path if "/" in path else f"library/{path}"
+        self.host = host
+        self.reference = reference or "latest"
+        self.bases = (
+            [f"http://{host}/v2/{path}", f"https://{host}/v2/{path}"] if insecure else [f"https://{host}/v2/{path}"]
+        )
+        self.verify = not insecure
+        self.scope = f"repository:{path}:pull"
+        self.auth = auth
+        self.headers: dict[str, str] = {}
+
+    def manifest(self, reference: str) -> dict[str, Any]:
+        if not re.fullmatch(r"[\w][\w.:+-]{0,127}", reference):
+            raise Unknown("not a tag or digest")
+        return self._get(f"/manifests/{reference}", {"Accept": ", ".join(INDEX_TYPES + MANIFEST_TYPES)})
+
+    def blob(self, digest: str) -> dict[str, Any]:
+        if not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
+            raise Unknown("not a digest")
+        return self._get(f"/blobs/{digest}", {})
+
+    def _get(self, path: str, headers: dict[str, str]) -> dict[str, Any]:
+        for base in self.bases:
+            try:
+                answer = self._send(base + path, headers)
+            except requests.exceptions.ConnectionError:
+                continue  # an insecure registry's other scheme
+            self.bases = [base]
+            return answer
+        raise Unknown("the registry did not answer")
+
+    def _send(self, url: str, headers: dict[str, str]) -> dict[str, Any]:
+        response = self._request(url, headers)
+        if response.status_code == 401 and not self.headers:
+            self.headers = self._authorization(response.headers.get("WWW-Authenticate", ""))
+            response.close()
+            response = self._request(url, headers)
+        with response:
+            if response.status_code != 200:
+                raise Unknown(f"HTTP {response.status_code}")
+            return _bounded_json(response)
+
+    def _request(self, url: str, headers: dict[str, str]) -> requests.Response:
+        return requests.get(url, headers={**headers, **self.headers}, stream=True, timeout=TIMEOUT, verify=self.verify)
+
+    def _authorization(self, challenge: str) -> dict[str, str]:
+        fields = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
+        basic = (self.auth["username"], self.auth["password"]) if self.auth else None
+        if challenge.lower().startswith("basic") and basic:
+            return {"Authorization": requests.auth._basic_auth_str(*basic)}
+        if not challenge.lower().startswith("bearer") or not fields.get("realm", "").startswith(
+            ("https://", "http://")
+        ):
+            raise Unknown("no usable authentication challenge")
+        params = {"service": fields.get("service", ""), "scope": fields.get("scope") or self.scope}
+        realm = urlsplit(fields["realm"])
+        if realm.scheme != "https" and realm.netloc != self.host:
+            basic = None  # credentials go in clear text only to the registry itself
+        with requests.get(
+            fields["realm"], params=params, auth=basic, stream=True, timeout=TIMEOUT, verify=self.verify
+        ) as response:
+            if response.status_code != 200:
+                raise Unknown(f"the token service answered HTTP {response.status_code}")
+            answer = _bounded_json(response)
+        token = answer.get("token") or answer.get("access_token")
+        if not isinstance(token, str):
+            raise Unknown("the token service gave no token")
+        return {"Authorization": f"Bearer {token}"}
+
+
+def _bounded_json(response: requests.Response) -> dict[str, Any]:
+    body = bytearray()
+    give_up = time.monotonic() + ANSWER_DEADLINE_S
+    for chunk in response.iter_content(1 << 16):
+        body += chunk
+        if len(body) > MAX_ANSWER_BYTES or time.monotonic() > give_up:
+            raise Unknown("the answer is too long or too slow")
+    answer = orjson.loads(bytes(body))
+    if not isinstance(answer, dict):
+        raise Unknown("the answer is no JSON object")
+    return answer
