@@ -64,6 +64,7 @@ def stream(req: Request) -> int:
         "keepalive_sec": keepalive,
         "after": after,
         "epoch": backend.store.epoch,
+        "high_seq": backend.store.high_seq(),
     }
     _write_line(req, hello)
     last_write = time.monotonic()

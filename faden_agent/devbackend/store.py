@@ -93,7 +93,9 @@ class TokenRefused(Exception):
     pass
 
 
-HIGH_WATER_FILE = "command-high-water"  # beside the database, not in it: a restore leaves it
+# Beside the database: a restore of the database alone leaves it, one of the whole data
+# directory rolls it back too (then the agents see `high_seq` below their cursor).
+HIGH_WATER_FILE = "command-high-water"
 
 
 class Store:
@@ -131,6 +133,11 @@ class Store:
             epoch = row[0]
         self._write_high_water(epoch, last_seq)
         return epoch
+
+    def high_seq(self) -> int:
+        """The highest sequence number this command store has issued (sent in `hello`)."""
+        with self._lock:
+            return self._last_seq()
 
     def _last_seq(self) -> int:
         row = self._db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'commands'").fetchone()

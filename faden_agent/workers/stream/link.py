@@ -93,7 +93,7 @@ class LinkStatus:
         self._update(**changes)
 
     def note(self, **counters: Any) -> None:
-        """Counters shown beside the connection state (stale_commands, epoch_resets)."""
+        """Counters shown beside the connection state (stale_commands, below_cursor_run, epoch_resets)."""
         self._update(**counters)
 
     def contact(self) -> None:
