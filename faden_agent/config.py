@@ -341,6 +341,12 @@ VARIABLES: tuple[Variable, ...] = (
     ),
     Variable("max_concurrent_pulls", "3", _positive_int, "Most image pulls the executor runs at once"),
     Variable(
+        "policy_file",
+        None,
+        _optional_path,
+        "JSON host policy for container.run (mounts, privileged, capabilities, devices); unset: the defaults",
+    ),
+    Variable(
         "worker_liveness_sec",
         "3",
         _positive_float,
@@ -413,6 +419,7 @@ class Config:
     docker_host: str | None
     docker_timeout_sec: float
     max_concurrent_pulls: int
+    policy_file: Path | None
     worker_liveness_sec: float
     worker_hang_timeout_sec: float
     restart_backoff_min_sec: float

@@ -253,6 +253,8 @@ class DockerOps:
             "ulimits": [Ulimit(**u) for u in spec["ulimits"]] or None,
             "devices": spec["devices"] or None,
             "device_requests": device_requests(spec["gpus"]) or None,
+            "cap_add": spec.get("cap_add") or None,
+            "privileged": bool(spec.get("privileged")),
         }
         for key in (
             "command",
