@@ -22,7 +22,9 @@ from faden_agent.backend import BackendClient, BackendError
 from faden_agent.config import ConfigError
 from faden_agent.ipc import EnvelopeError, request
 from faden_agent.workers.inventory.traffic.peers import write_peers
+from faden_agent.workers.stream.expected import expectations
 from faden_agent.workers.stream.link import Connection, Link, LinkThread, RejoinNeeded
+from faden_agent.workers.stream.rotation import adopt_credential
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +86,8 @@ class Downlink(LinkThread):
                 stream.close()
                 return
             self.status.contact()
+            if message["type"] == "hello":
+                self.status.note(**expectations(message.get("expected")))
             if message["type"] == "hello" and not (
                 self.same_epoch(message.get("epoch")) and self.backend_not_behind(message.get("high_seq"))
             ):
@@ -91,6 +95,8 @@ class Downlink(LinkThread):
                 return  # reconnect at once, from the reset cursor
             if message["type"] == "command":
                 self.deliver(message)
+            elif message["type"] == "credential":  # raises once the new one is on disk
+                adopt_credential(self.config, self.membership, message)
             elif message["type"] == "peers":  # the cluster's other machines, for the traffic view
                 write_peers(self.config.state_dir, message)
             # "keepalive" only proves the stream is alive; unknown types are skipped so a
