@@ -118,10 +118,9 @@ class Downlink(LinkThread):
             epoch,
             self.cursor,
         )
-        self.outbox.set_meta(CURSOR_KEY, "0")  # before the epoch: a crash in between resets again, harmlessly
+        self.reset_cursor()  # before the epoch: a crash in between resets again, harmlessly
         self.outbox.set_meta(EPOCH_KEY, epoch)
-        self.cursor, self.epoch = 0, epoch
-        self.status.note(epoch_resets=self.status.snapshot().get("epoch_resets", 0) + 1)
+        self.epoch = epoch
         return False
 
     def backend_not_behind(self, high_seq: Any) -> bool:
@@ -136,10 +135,14 @@ class Downlink(LinkThread):
             high_seq,
             self.cursor,
         )
+        self.reset_cursor()
+        return False
+
+    def reset_cursor(self) -> None:
+        """Back to 0, durably; the stream is reopened from there (commands recognised by id)."""
         self.outbox.set_meta(CURSOR_KEY, "0")
         self.cursor = 0
         self.status.note(epoch_resets=self.status.snapshot().get("epoch_resets", 0) + 1)
-        return False
 
     def deliver(self, message: dict[str, Any]) -> None:
         try:
