@@ -49,7 +49,7 @@ HANG_TIMEOUT_S = 3.0
 RECONNECT_MAX_S = 2.0
 WORKERS = ("stream", "executor", "inventory", "logs")
 # Faults during which the backend cannot hear heartbeats; gaps then are excused but bounded.
-HEARTBEAT_FAULTS = {"kill_stream", "stop_stream", "kill_agent", "backend_restart", "backend_503"}
+HEARTBEAT_FAULTS = {"kill_stream", "stop_stream", "kill_agent", "backend_restart", "backend_503", "rotate_credential"}
 EXCUSED_GAP_SLACK_S = HANG_TIMEOUT_S + RECONNECT_MAX_S + 6.0
 MEMORY_BOUND_MIB = 700  # PSS of the whole agent tree (supervisor, workers, journalctl)
 
@@ -264,11 +264,12 @@ class Run:
                     self.loki_429,
                     self.dockerd_stop,
                     self.dockerd_restart,
+                    self.rotate_credential,
                 )
             ],
         ]
         everything = list(plan)
-        weights = [3] * 8 + [1, 1, 1, 1, 1, 1, 1, 0.4]  # worker faults are cheap: more of them
+        weights = [3] * 8 + [1, 1, 1, 1, 1, 1, 1, 0.4, 1]  # worker faults are cheap: more of them
         rng.shuffle(plan)
         while time.monotonic() < until and not self.stop.is_set():
             fault, args = plan.pop() if plan else rng.choices(everything, weights)[0]
@@ -318,6 +319,14 @@ class Run:
         self.backend.admin.faults(maintenance_retry_after=rng.randint(1, 3))
         self.stop.wait(rng.uniform(1.0, 5.0))
         self.backend.admin.faults(maintenance_retry_after=None)
+        fault.end = time.time()
+
+    def rotate_credential(self, rng: random.Random) -> None:
+        """The backend rotates the node's credential mid-run: the stream worker rewrites the
+        state file and restarts; nothing may be lost or run twice across it."""
+        fault = self._window("rotate_credential")
+        self.backend.admin.rotate_credential(self.node_id)
+        self.stop.wait(rng.uniform(1.0, 3.0))
         fault.end = time.time()
 
     def stall_stream(self, rng: random.Random) -> None:
