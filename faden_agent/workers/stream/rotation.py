@@ -14,13 +14,14 @@ from typing import Any
 from faden_agent import testhooks
 from faden_agent.config import Config
 from faden_agent.membership import Membership, rotate_credential
+from faden_agent.workers.threads import RestartRequested
 
 log = logging.getLogger(__name__)
 
 CREDENTIAL_RE = re.compile(r"[A-Za-z0-9_.~+/=-]{16,512}")  # header-safe, bounded
 
 
-class CredentialRotated(RuntimeError):
+class CredentialRotated(RestartRequested):
     """The state file holds the new credential: the stream worker restarts to use it."""
 
 
