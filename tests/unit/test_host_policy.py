@@ -14,6 +14,7 @@ def config_for(tmp_path, policy=None):
     env = {
         "FADEN_NODE_AGENT_STATE_PATH": str(tmp_path / "state" / "state.json"),
         "FADEN_NODE_AGENT_RUNTIME_DIR": str(tmp_path / "run"),
+        "FADEN_NODE_AGENT_ENV_FILE": str(tmp_path / "conf" / "agent.env"),
     }
     if policy is not None:
         path = tmp_path / "policy.json"
@@ -50,7 +51,8 @@ def test_the_defaults_refuse_the_host_s_keys_however_the_path_is_spelled(tmp_pat
         ("/var", "/var/lib/docker"),  # a parent of a protected path
         (str(tmp_path / "state"), str(tmp_path / "state")),  # the agent's own state
         (str(tmp_path / "run" / "x"), str(tmp_path / "run")),  # and runtime directory
-        (str(tmp_path), str(tmp_path / "state")),  # the parent of both
+        (str(tmp_path / "conf" / "agent.env"), str(tmp_path / "conf" / "agent.env")),  # may hold the token
+        (str(tmp_path), str(tmp_path / "state")),  # the parent of all
     ]:
         message = refusal(policy, bind(source))
         assert message.startswith("rule protected_paths: mounts[0].source"), message

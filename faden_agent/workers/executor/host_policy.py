@@ -101,7 +101,10 @@ def _within(path: str, parent: str) -> bool:
 def load_policy(config: Config) -> HostPolicy:
     """The host policy: defaults, widened or narrowed by the policy file; PolicyFileError
     (one line naming the file) when the file cannot be used."""
-    own = (str(config.state_dir), str(config.runtime_dir))  # the agent's own directories
+    # the agent's own directories, and the files that may hold its token
+    own = tuple(
+        str(p) for p in (config.state_dir, config.runtime_dir, config.env_file, config.enrollment_token_file) if p
+    )
     path = config.policy_file
     if path is None:
         return HostPolicy(protected_paths=PROTECTED_PATHS + own)
