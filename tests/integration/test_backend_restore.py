@@ -198,7 +198,7 @@ def test_a_whole_data_directory_restored_three_commands_back_runs_the_next_comma
     file too, so the backend keeps its epoch and cannot tell). The agent sees `high_seq`
     below its cursor; the next command (a seq it already used, a new id) runs."""
     agent, node = agent_on_backend(docker_timeout_sec=5)
-    run_container(backend, node["node_id"], f"{prefix}-0")
+    first = run_container(backend, node["node_id"], f"{prefix}-0")["id"]
 
     backend.stop()
     backup = tmp_path / "whole-backup"
@@ -234,3 +234,9 @@ def test_a_whole_data_directory_restored_three_commands_back_runs_the_next_comma
         assert docker_client.api.inspect_container(f"{prefix}-{n}")["State"]["StartedAt"] == started[n]
     assert [handed_over(agent, c) for c in later] == [1, 1, 1]
     assert handed_over(agent, command_id) == 1
+    # The command the copy holds came again (the cursor went back to 0): answered from the
+    # executor's journal, not run a second time.
+    assert handed_over(agent, first) == 1
+    assert f"command {first} (container.run, seq 1) handed to the executor: accepted=True duplicate=True" in (
+        agent.log_path.read_text()
+    )
