@@ -141,7 +141,10 @@ faden_agent_install() {
   }
 
   fetch "$downloads/$name.sha256" "$tmp_sum" "$small_max" "a checksum file may have" || keep_old "$why"
-  fetch "$downloads/$name.size" "$tmp_size" "$small_max" "a size file may have" || keep_old "$why (the server does not say the build's size: a release made by packaging/release.sh has it)"
+  if ! fetch "$downloads/$name.size" "$tmp_size" "$small_max" "a size file may have"; then
+    [ "$rc" != 22 ] || why="$why: the server does not say the build's size (a release made by packaging/release.sh has it)"
+    keep_old "$why"
+  fi
   size=$(tr -d ' \t\r\n' <"$tmp_size")
   case "$size" in
     ''|*[!0-9]*) keep_old "$name.size from $downloads is not a number of bytes" ;;

@@ -45,6 +45,7 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
+[ -f "{served}/${{url##*/}}" ] || exit 22  # what curl -f says of a 404
 if [ -n "$out" ]; then cp "{served}/${{url##*/}}" "$out"; else cat "{served}/${{url##*/}}"; fi
 """
 
