@@ -132,6 +132,8 @@ faden_agent_install() {
       why="download of $1 stopped: the server sent more than the $3 bytes $4"
     elif [ "$rc" = 28 ] || [ "$rc" = 124 ]; then
       why="download of $1 timed out: no data for ${stall_s}s, or not done within ${max_s}s (FADEN_AGENT_DOWNLOAD_STALL_SEC, FADEN_AGENT_DOWNLOAD_TIMEOUT_SEC)"
+    elif [ "$rc" = 4 ] && ! command -v curl >/dev/null 2>&1; then  # wget: a read timeout is a network failure
+      why="download of $1 failed: a network failure, or no data for ${stall_s}s (wget exit 4)"
     elif [ "$rc" != 0 ]; then
       why="download of $1 failed (exit $rc)"
     else

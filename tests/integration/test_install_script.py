@@ -275,3 +275,44 @@ def test_a_server_that_does_not_say_the_size_installs_nothing(box):
     done = box.run(SCRIPT.read_text())
     assert done.returncode != 0 and "more than any build" in done.stderr
     assert box.snapshot() == before and box.services() == ""
+
+
+def wget_only(box: Sandbox) -> None:
+    """A PATH with wget and the tools the script uses, but no curl."""
+    (box.path_dir / "curl").unlink()
+    tools = "sh head wc tr cat cut sha256sum mktemp mkdir rm mv cp chmod sed uname id wget timeout sleep grep tail"
+    for tool in tools.split():
+        for where in ("/usr/bin", "/bin"):
+            if os.path.exists(f"{where}/{tool}"):
+                (box.path_dir / tool).symlink_to(f"{where}/{tool}")
+                break
+
+
+@pytest.mark.parametrize(
+    "mode, says", [("endless", "bytes it announced"), ("stalled", "or no data for 2s (wget exit 4)")]
+)
+def test_wget_is_bounded_alike(box, mode, says):
+    box.install_old(box.build("1.0.0"))
+    before = box.snapshot()
+    server = BuildServer(box.build("2.0.0").encode(), mode)
+    wget_only(box)
+    env = {
+        "FADEN_NODE_AGENT_BACKEND_URL": server.url,
+        "FADEN_AGENT_ALLOW_HTTP": "1",
+        "FADEN_AGENT_DOWNLOAD_STALL_SEC": "2",
+        "FADEN_AGENT_DOWNLOAD_TIMEOUT_SEC": "20",
+    }
+    try:
+        done = subprocess.run(
+            ["/bin/sh"],
+            input=SCRIPT.read_text(),
+            env={**box.env(**env), "PATH": str(box.path_dir)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        server.release.set()
+        server.close()
+    assert done.returncode != 0 and says in done.stderr, done.stderr
+    assert box.snapshot() == before and box.services() == ""
