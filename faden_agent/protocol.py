@@ -173,6 +173,7 @@ REASONS = (
     "peer_failed",
     "ticket_refused",
     "ticket_expired",
+    "policy_denied",  # the host policy refuses what a container.run asks for
 )
 
 # Capabilities this build reports to the backend.
