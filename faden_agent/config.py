@@ -396,6 +396,12 @@ VARIABLES: tuple[Variable, ...] = (
         "Docker json-file log cap of a managed container: files kept (max-file)",
     ),
     Variable(
+        "policy_file",
+        None,
+        _optional_path,
+        "JSON host policy for container.run (mounts, privileged, capabilities, devices); unset: the defaults",
+    ),
+    Variable(
         "worker_liveness_sec",
         "3",
         _positive_float,
@@ -474,6 +480,7 @@ class Config:
     command_retention_days: float
     container_log_max_size: str
     container_log_max_files: int
+    policy_file: Path | None
     worker_liveness_sec: float
     worker_hang_timeout_sec: float
     restart_backoff_min_sec: float

@@ -22,6 +22,11 @@ def run_agent() -> int:
         config = load_config()
     except ConfigError as exc:
         return complain(str(exc), EXIT_CONFIG)
+    from faden_agent.workers.executor.host_policy import policy_path_problem
+
+    problem = policy_path_problem(config)
+    if problem is not None:
+        return complain(problem, EXIT_CONFIG)
     from faden_agent.hardening import harden_process
     from faden_agent.logsetup import configure_logging
     from faden_agent.supervisor import Supervisor

@@ -1,10 +1,10 @@
 """This machine's membership (node id, credential, backend URL) and the file that keeps it:
 FADEN_NODE_AGENT_STATE_PATH, called "the state file" in operator docs and messages.
 
-Written once, at enrollment: temp file in the same directory, fsync, rename, fsync of the
-directory, mode 0600. The agent never deletes or overwrites it; only a re-enrollment (the
-backend rejects the credential and a new token is set, docs/protocol.md) moves it aside
-and writes a new one. Every way it can be wrong has one clear error (MembershipError),
+Written at enrollment: temp file in the same directory, fsync, rename, fsync of the
+directory, mode 0600. The agent never deletes it; a credential rotation replaces it the same
+atomic way, a re-enrollment (a rejected credential and a new token, docs/protocol.md) moves
+it aside and writes a new one. Every way it can be wrong has one clear error (MembershipError),
 and no message ever contains the credential.
 """
 
@@ -15,10 +15,12 @@ import os
 import secrets
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import orjson
+
+from faden_agent.files import replace_file
 
 MEMBERSHIP_VERSION = 1
 
@@ -109,7 +111,21 @@ def write_membership(path: Path, membership: Membership) -> None:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
+    _fsync_dir(path.parent)
+
+
+def rotate_credential(path: Path, membership: Membership, credential: str) -> Membership:
+    """The same membership with the backend's new credential, written over the state file
+    atomically (0600, fsync of file and directory): a death leaves the old file or the new."""
+    rotated = replace(membership, credential=credential)
+    data = orjson.dumps({"version": MEMBERSHIP_VERSION, **asdict(rotated)}, option=orjson.OPT_INDENT_2)
+    replace_file(Path(path), data, 0o600)
+    _fsync_dir(Path(path).parent)
+    return rotated
+
+
+def _fsync_dir(directory: Path) -> None:
+    dir_fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
     finally:

@@ -54,6 +54,8 @@ ADMIN_NODES_PATH = f"{ADMIN_API}/nodes"
 ADMIN_NODE_PATH = f"{ADMIN_API}/nodes/{{node_id}}"
 ADMIN_NODE_COMMANDS_PATH = f"{ADMIN_NODE_PATH}/commands"
 ADMIN_NODE_VIEW_PATH = f"{ADMIN_NODE_PATH}/{{view}}"  # one of ADMIN_NODE_VIEWS
+ADMIN_NODE_CREDENTIAL_PATH = f"{ADMIN_NODE_PATH}/credential"  # POST: rotate the node's credential
+ADMIN_EXPECTATIONS_PATH = f"{ADMIN_API}/expectations"  # the version and capabilities nodes should have
 ADMIN_NODE_VIEWS = ("events", "heartbeats", "timeline", "inventory", "logs")
 ADMIN_COMMAND_PATH = f"{ADMIN_API}/commands/{{command_id}}"
 ADMIN_CLUSTER_PATH = f"{ADMIN_API}/clusters/{{cluster}}"
@@ -172,6 +174,7 @@ REASONS = (
     "peer_failed",
     "ticket_refused",
     "ticket_expired",
+    "policy_denied",  # the host policy refuses what a container.run asks for
 )
 
 # Capabilities this build reports to the backend.

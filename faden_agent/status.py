@@ -38,6 +38,9 @@ def collect_status(config: Config) -> dict[str, Any]:
         "last_error_at": None,
         "link_source": None,
         "disk_full": None,  # {"path", "error", "since", "paths", "worker"} while a worker cannot write
+        "running_version": None,  # the stream worker's, from the last `hello` (workers/stream/expected.py)
+        "expected_version": None,  # what the backend said it expects; None: it did not say
+        "missing_capabilities": [],  # what the backend expects and this build lacks
     }
     try:
         membership = load_membership(config.state_path)
@@ -66,6 +69,9 @@ def collect_status(config: Config) -> dict[str, Any]:
             last_error=link.get("last_error"),
             last_error_at=link.get("last_error_at"),
             link_source=source,
+            running_version=link.get("running_version"),
+            expected_version=link.get("expected_version"),
+            missing_capabilities=link.get("missing_capabilities") or [],
         )
     elif not out["agent_running"]:
         out["connection"] = "stopped"
@@ -127,6 +133,15 @@ def format_status(status: dict[str, Any]) -> str:
         f"last error:    {status['last_error'] or '-'}"
         + (f" at {_when(status['last_error_at'])}" if status.get("last_error_at") else ""),
     ]
+    if status.get("running_version"):
+        expected = status.get("expected_version")
+        differs = expected and expected != status["running_version"]
+        lines.append(
+            f"version:       {status['running_version']}"
+            + (f" (the backend expects {expected})" if differs else " (as the backend expects)" if expected else "")
+        )
+    if status.get("missing_capabilities"):
+        lines.append(f"lacks:         {', '.join(status['missing_capabilities'])} (the backend expects them)")
     if status.get("state_error"):
         lines.append(f"state file:    {status['state_error']}")
     if status.get("disk_full"):

@@ -35,3 +35,12 @@ def thread_dies_after(worker: str, thread: str) -> float | None:
     if parts[:2] != [worker, thread]:
         return None
     return float(parts[2]) if len(parts) > 2 else 0.0
+
+
+def kill_once_between(first: str, second: str, marker_dir: os.PathLike) -> None:
+    """kill_between, once per marker directory (the restarted process goes on)."""
+    if hook("kill_between") == f"{first}/{second}":
+        marker = os.path.join(marker_dir, f"killed-{first}-{second}")
+        if not os.path.exists(marker):
+            open(marker, "w").close()
+            kill_between(first, second)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build the standalone agent: dist/faden-agent-linux-<arch> (one self-contained executable,
-# no Python needed on the target) and dist/faden-agent-linux-<arch>.sha256 (sha256sum format).
+# no Python needed on the target) and dist/faden-agent-linux-<arch>.sha256 (sha256sum format)
+# and .size (its bytes, for the installer's download bound).
 #
 #   bash packaging/build.sh                          # version from faden_agent/__init__.py
 #   FADEN_AGENT_BUILD_VERSION=0.1.1 bash packaging/build.sh   # stamp another version
@@ -106,5 +107,7 @@ mkdir -p "$dist"
 cp "$work/$name" "$dist/.$name.tmp"
 mv -f "$dist/.$name.tmp" "$dist/$name"
 (cd "$dist" && sha256sum "$name" >".$name.sha256.tmp" && mv -f ".$name.sha256.tmp" "$name.sha256")
+# Its size, for the installer's download bound (install.sh reads <name>.size).
+(cd "$dist" && wc -c <"$name" | tr -d ' ' >".$name.size.tmp" && mv -f ".$name.size.tmp" "$name.size")
 echo "$fingerprint" >"$stamp"
 echo "build.sh: built $dist/$name ($version, $(du -h "$dist/$name" | cut -f1))"

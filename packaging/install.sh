@@ -11,7 +11,10 @@
 # replaced by the previous one again (rolled back), and the installer says so.
 # Run again on a member machine it upgrades in place: same state file, same node id, no
 # new enrollment; containers keep running. Any download or checksum failure leaves the
-# installed build in place and running.
+# installed build in place and running. Every download is bounded in time (no data for
+# FADEN_AGENT_DOWNLOAD_STALL_SEC, or longer than FADEN_AGENT_DOWNLOAD_TIMEOUT_SEC in all) and in
+# size: the build's size comes from the server (<build>.size, written by packaging/build.sh)
+# and no more than that lands on disk.
 #
 # The whole script is one function, called on the last line: a download cut short runs
 # nothing at all (sh reads an unfinished function as a syntax error).
@@ -22,6 +25,8 @@
 #   FADEN_AGENT_INSTALL_DIR    where the binary goes (default: /usr/local/bin, or ~/.local/bin)
 #   FADEN_AGENT_ALLOW_HTTP=1   allow http:// URLs (default: https only, redirects included)
 #   FADEN_AGENT_INSTALL_WAIT_SEC  how long the new build has to connect (default 120)
+#   FADEN_AGENT_DOWNLOAD_TIMEOUT_SEC  longest time one download may take (default 900)
+#   FADEN_AGENT_DOWNLOAD_STALL_SEC    longest time one download may go without data (default 30)
 #   FADEN_NODE_AGENT_CA_BUNDLE private CA of the backend, also used for the download (when
 #                              unset, the one in the installed service's environment file)
 
@@ -38,9 +43,15 @@ faden_agent_install() {
   downloads="${downloads%/}"
   allow_http="${FADEN_AGENT_ALLOW_HTTP:-0}"
   wait_s="${FADEN_AGENT_INSTALL_WAIT_SEC:-120}"
-  case "$wait_s" in
-    ''|*[!0-9]*) die "FADEN_AGENT_INSTALL_WAIT_SEC=$wait_s: expected whole seconds" ;;
-  esac
+  max_s="${FADEN_AGENT_DOWNLOAD_TIMEOUT_SEC:-900}"
+  stall_s="${FADEN_AGENT_DOWNLOAD_STALL_SEC:-30}"
+  for setting in "INSTALL_WAIT_SEC=$wait_s" "DOWNLOAD_TIMEOUT_SEC=$max_s" "DOWNLOAD_STALL_SEC=$stall_s"; do
+    case "${setting#*=}" in
+      ''|*[!0-9]*|0) die "FADEN_AGENT_$setting: expected whole seconds above 0" ;;
+    esac
+  done
+  small_max=4096                 # a .sha256 or .size file
+  build_max=4294967296           # 4 GiB: no faden-agent build comes near it
 
   require_https() {  # require_https NAME URL
     case "$2" in
@@ -94,24 +105,56 @@ faden_agent_install() {
   # Temporary files next to the target, so the final rename is atomic (same file system).
   tmp_bin=$(mktemp "$dir/.faden-agent.new.XXXXXX")
   tmp_sum=$(mktemp "$dir/.faden-agent.sha256.XXXXXX")
-  trap 'rm -f "$tmp_bin" "$tmp_sum"' EXIT INT TERM
+  tmp_size=$(mktemp "$dir/.faden-agent.size.XXXXXX")
+  tmp_rc=$(mktemp "$dir/.faden-agent.rc.XXXXXX")
+  trap 'rm -f "$tmp_bin" "$tmp_sum" "$tmp_size" "$tmp_rc"' EXIT INT TERM
+  command -v curl >/dev/null 2>&1 || command -v wget >/dev/null 2>&1 || die "neither curl nor wget is installed"
 
-  fetch() {  # fetch URL FILE
+  get() {  # get URL: the body on stdout, bounded in time
     if command -v curl >/dev/null 2>&1; then
       if [ "$allow_http" = 1 ]; then protos='=http,https'; else protos='=https'; fi
-      # --cacert wins over CURL_CA_BUNDLE and the system store.
-      curl -fsSL --retry 2 --connect-timeout 15 --proto "$protos" --proto-redir "$protos" \
-        ${ca:+--cacert "$ca"} -o "$2" "$1"
-    elif command -v wget >/dev/null 2>&1; then
-      if [ "$allow_http" = 1 ]; then only=''; else only='--https-only'; fi
-      wget -q $only ${ca:+--ca-certificate="$ca"} -O "$2" "$1"
+      # --cacert wins over CURL_CA_BUNDLE and the system store; under 1 byte/s for
+      # stall_s seconds (no data, headers included) ends it like max_s does (exit 28).
+      curl -fsSL --retry 2 --retry-max-time "$max_s" --connect-timeout 15 --max-time "$max_s" \
+        --speed-limit 1 --speed-time "$stall_s" \
+        --proto "$protos" --proto-redir "$protos" ${ca:+--cacert "$ca"} "$1"
     else
-      die "neither curl nor wget is installed"
+      if [ "$allow_http" = 1 ]; then only=''; else only='--https-only'; fi
+      if command -v timeout >/dev/null 2>&1; then limit="timeout $max_s"; else limit=''; fi
+      $limit wget -q --tries=1 --timeout="$stall_s" $only ${ca:+--ca-certificate="$ca"} -O - "$1"
     fi
   }
+  fetch() {  # fetch URL FILE MAX_BYTES WHOSE_LIMIT: at most MAX_BYTES (+1, to tell) land in FILE; else $why
+    { rc=0; get "$1" || rc=$?; echo "$rc" >"$tmp_rc"; } | head -c "$(($3 + 1))" >"$2"
+    got=$(wc -c <"$2" | tr -d ' ')
+    rc=$(cat "$tmp_rc")
+    if [ "$got" -gt "$3" ]; then
+      why="download of $1 stopped: the server sent more than the $3 bytes $4"
+    elif [ "$rc" = 28 ] || [ "$rc" = 124 ]; then
+      why="download of $1 timed out: no data for ${stall_s}s, or not done within ${max_s}s (FADEN_AGENT_DOWNLOAD_STALL_SEC, FADEN_AGENT_DOWNLOAD_TIMEOUT_SEC)"
+    elif [ "$rc" = 4 ] && ! command -v curl >/dev/null 2>&1; then  # wget: a read timeout is a network failure
+      why="download of $1 failed: a network failure, or no data for ${stall_s}s (wget exit 4)"
+    elif [ "$rc" != 0 ]; then
+      why="download of $1 failed (exit $rc)"
+    else
+      return 0
+    fi
+    return 1
+  }
 
-  fetch "$downloads/$name.sha256" "$tmp_sum" || keep_old "download of $downloads/$name.sha256 failed"
-  fetch "$downloads/$name" "$tmp_bin" || keep_old "download of $downloads/$name failed"
+  fetch "$downloads/$name.sha256" "$tmp_sum" "$small_max" "a checksum file may have" || keep_old "$why"
+  if ! fetch "$downloads/$name.size" "$tmp_size" "$small_max" "a size file may have"; then
+    [ "$rc" != 22 ] || why="$why: the server does not say the build's size (a release made by packaging/release.sh has it)"
+    keep_old "$why"
+  fi
+  size=$(tr -d ' \t\r\n' <"$tmp_size")
+  case "$size" in
+    ''|*[!0-9]*) keep_old "$name.size from $downloads is not a number of bytes" ;;
+  esac
+  { [ "${#size}" -le 10 ] && [ "$size" -le "$build_max" ]; } || keep_old "$name.size from $downloads says $size bytes: more than any build ($build_max)"
+  fetch "$downloads/$name" "$tmp_bin" "$size" "it announced in $name.size" || keep_old "$why"
+  got=$(wc -c <"$tmp_bin" | tr -d ' ')
+  [ "$got" = "$size" ] || keep_old "download of $downloads/$name cut short: $got of the $size bytes announced"
 
   expected=$(cut -d' ' -f1 "$tmp_sum" | head -n1)
   actual=$(sha256sum "$tmp_bin" | cut -d' ' -f1)

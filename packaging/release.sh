@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Make the release directory: OUT/node-agent-v<version>/ with
-#   faden-agent-linux-x86_64   faden-agent-linux-x86_64.sha256
-#   faden-agent-linux-aarch64  faden-agent-linux-aarch64.sha256
+#   faden-agent-linux-x86_64   faden-agent-linux-x86_64.sha256   faden-agent-linux-x86_64.size
+#   faden-agent-linux-aarch64  faden-agent-linux-aarch64.sha256  faden-agent-linux-aarch64.size
 #   install.sh
 # which is what an operator copies into the server's agent-binaries/ directory (the
 # reference backend serves it: `faden-agent dev-backend --downloads OUT/node-agent-v<version>`).
@@ -39,10 +39,11 @@ for arch in x86_64 aarch64; do
   said=$(build_says "$arch")
   [ "$said" = "$version $arch" ] || { echo "release.sh: $dist/$name says '$said', expected '$version $arch'" >&2; exit 1; }
   cp "$dist/$name" "$dist/$name.sha256" "$staging/"
+  wc -c <"$dist/$name" | tr -d ' ' >"$staging/$name.size"  # install.sh's download bound
 done
 cp packaging/install.sh "$staging/install.sh"
 chmod 0755 "$staging"/faden-agent-linux-* "$staging/install.sh"
-chmod 0644 "$staging"/*.sha256
+chmod 0644 "$staging"/*.sha256 "$staging"/*.size
 (cd "$staging" && sha256sum --quiet -c ./*.sha256)
 chmod 0755 "$staging"
 # A previous directory of the same tag is replaced whole (never a mix of two builds).

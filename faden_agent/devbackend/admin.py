@@ -128,3 +128,11 @@ class AdminClient:
 
     def stats(self) -> dict[str, Any]:
         return self.call("GET", protocol.ADMIN_STATS_PATH)
+
+    def rotate_credential(self, node_id: str) -> dict[str, Any]:
+        """Issue the node's next credential; its stream delivers it (the old one holds until used)."""
+        return self.call("POST", protocol.ADMIN_NODE_CREDENTIAL_PATH.format(node_id=node_id))
+
+    def expect(self, version: str | None = None, capabilities: list[str] | None = None) -> dict[str, Any]:
+        """What `hello` tells the nodes they should run (None: the defaults)."""
+        return self.call("POST", protocol.ADMIN_EXPECTATIONS_PATH, {"version": version, "capabilities": capabilities})

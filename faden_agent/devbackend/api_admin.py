@@ -43,6 +43,30 @@ def revoke(req: Request, node_id: str) -> int:
     return req.send_json(200, {"node_id": node_id, "revoked": True})
 
 
+def rotate_credential(req: Request, node_id: str) -> int:
+    req.require_admin()
+    if not req.backend.store.rotate_credential(node_id):
+        raise HttpError(404, "not_found", f"no node {node_id} (or it is revoked)")
+    req.backend.faults.drop_generation += 1  # its open stream ends: the next one carries the credential
+    return req.send_json(200, {"node_id": node_id, "rotating": True})
+
+
+def set_expectations(req: Request) -> int:
+    """{"version": str | null, "capabilities": [str]}: what `hello` tells every node it should run."""
+    req.require_admin()
+    body = req.read_json()
+    version, capabilities = body.get("version"), body.get("capabilities")
+    if version is not None and not isinstance(version, str):
+        raise HttpError(400, "bad_body", "'version' must be a string or null")
+    if capabilities is not None and (
+        not isinstance(capabilities, list) or not all(isinstance(c, str) for c in capabilities)
+    ):
+        raise HttpError(400, "bad_body", "'capabilities' must be a list of strings or null")
+    req.backend.expectations = {"version": version, "capabilities": capabilities}
+    req.backend.faults.drop_generation += 1  # the streams reopen with the new hello
+    return req.send_json(200, req.backend.expectations)
+
+
 def send_command(req: Request, node_id: str) -> int:
     req.require_admin()
     req.node_or_404(node_id)
@@ -174,6 +198,8 @@ ROUTES: list[Route] = [
     route("GET", protocol.ADMIN_NODE_PATH, node),
     route("DELETE", protocol.ADMIN_NODE_PATH, revoke),
     route("POST", protocol.ADMIN_NODE_COMMANDS_PATH, send_command),
+    route("POST", protocol.ADMIN_NODE_CREDENTIAL_PATH, rotate_credential),
+    route("POST", protocol.ADMIN_EXPECTATIONS_PATH, set_expectations),
     route("GET", protocol.ADMIN_NODE_VIEW_PATH, node_view),
     route("GET", protocol.ADMIN_COMMAND_PATH, command),
     route("POST", protocol.ADMIN_CLUSTER_PATH, set_cluster),

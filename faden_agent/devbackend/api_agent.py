@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 
 from faden_agent import protocol
+from faden_agent.devbackend.builds import served_version
 from faden_agent.devbackend.loki_relay import forward_to_loki
 from faden_agent.devbackend.store import TokenRefused
 from faden_agent.devbackend.web import HttpError, Request, Route, route
@@ -64,8 +65,13 @@ def stream(req: Request) -> int:
         "keepalive_sec": keepalive,
         "after": after,
         "epoch": backend.store.epoch,
+        "high_seq": backend.store.high_seq(),
+        "expected": _expected(backend, node_id),
     }
     _write_line(req, hello)
+    rotation = backend.store.pending_credentials.get(node_id)
+    if rotation is not None:  # the next credential (docs/protocol.md, Credential rotation)
+        _write_line(req, {"type": "credential", "credential": rotation})
     last_write = time.monotonic()
     peers_sent_at = None  # the cluster generation the last `peers` message reflects
     while True:
@@ -86,6 +92,16 @@ def stream(req: Request) -> int:
             last_write = time.monotonic()
         with backend.new_commands:
             backend.new_commands.wait(min(STREAM_POLL_S, keepalive))
+
+
+def _expected(backend: Any, node_id: str) -> dict[str, Any]:
+    """What the node should run: the admin's expectations, else the build this backend serves
+    for its architecture and every capability this project's agent has."""
+    node = backend.store.node(node_id) or {}
+    machine = (node.get("platform") or {}).get("machine")
+    version = backend.expectations.get("version") or served_version(backend.downloads, machine)
+    capabilities = backend.expectations.get("capabilities")
+    return {"version": version, "capabilities": list(protocol.CAPABILITIES) if capabilities is None else capabilities}
 
 
 def _stall(req: Request, generation: int) -> int:

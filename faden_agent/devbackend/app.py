@@ -38,6 +38,9 @@ class Backend:
         self.fanouts: dict[str, Any] = {}  # fan-out id -> devbackend.fanout.Fanout (issue 14)
         self.probes: dict[str, Any] = {}  # probe round id -> devbackend.probes.ProbeRound (issue 15)
         self.relays: dict[str, Any] = {}  # relay id -> devbackend.relay.Relay (issue 14)
+        # What `hello` says nodes should run (admin: expectations); None: the served build, and
+        # every capability of this project's agent.
+        self.expectations: dict[str, Any] = {"version": None, "capabilities": None}
         self.requests: collections.deque[dict[str, Any]] = collections.deque(maxlen=REQUEST_LOG_SIZE)
         self.requests_lock = threading.Lock()
 

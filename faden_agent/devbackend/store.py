@@ -70,6 +70,13 @@ CREATE TABLE IF NOT EXISTS meta (
     key TEXT PRIMARY KEY,
     value TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS fingerprints (
+    node_id TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    first_seen REAL NOT NULL,
+    last_seen REAL NOT NULL,
+    PRIMARY KEY (node_id, fingerprint)
+);
 CREATE TABLE IF NOT EXISTS log_lines (
     n INTEGER PRIMARY KEY AUTOINCREMENT,
     node_id TEXT NOT NULL,
@@ -93,7 +100,12 @@ class TokenRefused(Exception):
     pass
 
 
-HIGH_WATER_FILE = "command-high-water"  # beside the database, not in it: a restore leaves it
+# Beside the database: a restore of the database alone leaves it, one of the whole data
+# directory rolls it back too (then the agents see `high_seq` below their cursor).
+HIGH_WATER_FILE = "command-high-water"
+# Two fingerprints heard for one node within this window: two machines speak as one (a
+# cloned disk or VM image); a machine whose hardware changed once shows it for as long.
+SHARED_IDENTITY_WINDOW_S = 900.0
 
 
 class Store:
@@ -109,6 +121,11 @@ class Store:
         columns = {row[1] for row in self._db.execute("PRAGMA table_info(tokens)")}
         if "attempt_hash" not in columns:  # a data directory from before enrollment retries
             self._db.execute("ALTER TABLE tokens ADD COLUMN attempt_hash TEXT")
+        if "pending_credential_hash" not in {row[1] for row in self._db.execute("PRAGMA table_info(nodes)")}:
+            self._db.execute("ALTER TABLE nodes ADD COLUMN pending_credential_hash TEXT")
+        # node id -> the credential a rotation is delivering: memory only (the file keeps hashes);
+        # lost with the process, the old credential stays valid and a rotation is asked again.
+        self.pending_credentials: dict[str, str] = {}
         self.path.chmod(0o600)
         self.epoch = self._check_epoch()
 
@@ -131,6 +148,11 @@ class Store:
             epoch = row[0]
         self._write_high_water(epoch, last_seq)
         return epoch
+
+    def high_seq(self) -> int:
+        """The highest sequence number this command store has issued (sent in `hello`)."""
+        with self._lock:
+            return self._last_seq()
 
     def _last_seq(self) -> int:
         row = self._db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'commands'").fetchone()
@@ -199,6 +221,7 @@ class Store:
                         "INSERT INTO nodes (node_id, credential_hash, enrolled_at, facts) VALUES (?, ?, ?, ?)",
                         (node_id, secret_hash(credential), now, orjson.dumps(facts)),
                     )
+                    self._note_fingerprint(node_id, facts.get("fingerprint"), now)
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
@@ -210,14 +233,42 @@ class Store:
         return row is not None and row[0] is None and not row[1]
 
     def node_for_credential(self, credential: str) -> tuple[str, bool] | None:
-        """(node_id, revoked) of the credential, or None when unknown."""
+        """(node_id, revoked) of the credential, or None when unknown. The first request with
+        a rotation's new credential confirms it: from then on the old one is refused."""
+        hashed = secret_hash(credential)
         with self._lock:
-            row = self._db.execute(
-                "SELECT node_id, revoked FROM nodes WHERE credential_hash = ?", (secret_hash(credential),)
-            ).fetchone()
+            row = self._db.execute("SELECT node_id, revoked FROM nodes WHERE credential_hash = ?", (hashed,)).fetchone()
+            if row is None:
+                row = self._db.execute(
+                    "SELECT node_id, revoked FROM nodes WHERE pending_credential_hash = ?", (hashed,)
+                ).fetchone()
+                if row is not None:
+                    self._db.execute(
+                        "UPDATE nodes SET credential_hash = ?, pending_credential_hash = NULL WHERE node_id = ?",
+                        (hashed, row[0]),
+                    )
+                    self.pending_credentials.pop(row[0], None)
             if row is not None and not row[1]:
                 self._db.execute("UPDATE nodes SET last_seen_at = ? WHERE node_id = ?", (time.time(), row[0]))
         return (row[0], bool(row[1])) if row else None
+
+    def rotate_credential(self, node_id: str) -> bool:
+        """Issue the node's next credential (delivered on its stream); the current one stays
+        valid until the new one is used. False when no such node."""
+        credential = "fdn_cred_" + secrets.token_urlsafe(32)
+        with self._lock:
+            cur = self._db.execute(
+                "UPDATE nodes SET pending_credential_hash = ? WHERE node_id = ? AND revoked = 0",
+                (secret_hash(credential), node_id),
+            )
+            if cur.rowcount:
+                self.pending_credentials[node_id] = credential
+        return cur.rowcount > 0
+
+    def credential_rotating(self, node_id: str) -> bool:
+        with self._lock:
+            row = self._db.execute("SELECT pending_credential_hash FROM nodes WHERE node_id = ?", (node_id,)).fetchone()
+        return bool(row and row[0])
 
     def revoke(self, node_id: str) -> bool:
         with self._lock:
@@ -301,12 +352,31 @@ class Store:
                 raise
         return acked
 
+    def _note_fingerprint(self, node_id: str, fingerprint: Any, now: float) -> None:
+        if isinstance(fingerprint, str) and 0 < len(fingerprint) <= 128:
+            self._db.execute(
+                "INSERT INTO fingerprints (node_id, fingerprint, first_seen, last_seen) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT (node_id, fingerprint) DO UPDATE SET last_seen = excluded.last_seen",
+                (node_id, fingerprint, now, now),
+            )
+
+    def _fingerprints(self, node_id: str) -> tuple[str | None, bool]:
+        """(the latest fingerprint, whether another was heard within SHARED_IDENTITY_WINDOW_S of it)."""
+        rows = self._db.execute(
+            "SELECT fingerprint, last_seen FROM fingerprints WHERE node_id = ? ORDER BY last_seen DESC LIMIT 2",
+            (node_id,),
+        ).fetchall()
+        if not rows:
+            return None, False
+        return rows[0][0], len(rows) > 1 and rows[0][1] - rows[1][1] <= SHARED_IDENTITY_WINDOW_S
+
     def _apply(self, node_id: str, record: dict[str, Any], now: float) -> None:
         if record["kind"] == protocol.HEARTBEAT:
             # A lean beat carries only the pulse; the detail (worker table, version, ...) of
             # the last beat that had it stays (docs/protocol.md, "Heartbeat record").
             row = self._db.execute("SELECT heartbeat FROM nodes WHERE node_id = ?", (node_id,)).fetchone()
             merged = {**((_json(row[0]) or {}) if row else {}), **record["data"]}
+            self._note_fingerprint(node_id, record["data"].get("fingerprint"), now)
             self._db.execute(
                 "UPDATE nodes SET last_heartbeat_at = ?, heartbeats = heartbeats + 1, heartbeat = ? WHERE node_id = ?",
                 (now, orjson.dumps(merged), node_id),
@@ -369,10 +439,13 @@ class Store:
                 "SELECT node_id, revoked, enrolled_at, facts, last_seen_at, last_heartbeat_at, heartbeats, heartbeat,"
                 " inventory_at FROM nodes ORDER BY enrolled_at"
             ).fetchall()
+            identities = {row[0]: self._fingerprints(row[0]) for row in rows}
+            rotating = dict(self._db.execute("SELECT node_id, pending_credential_hash IS NOT NULL FROM nodes"))
         out = []
         for node_id, revoked, enrolled_at, facts, seen, hb_at, hb_count, heartbeat, inv_at in rows:
             facts = _json(facts)
             heartbeat = _json(heartbeat) or {}
+            fingerprint, shared = identities[node_id]
             out.append(
                 {
                     "node_id": node_id,
@@ -392,6 +465,9 @@ class Store:
                     "connection": heartbeat.get("connection"),
                     "workers": heartbeat.get("workers"),
                     "inventory_at": inv_at,
+                    "fingerprint": fingerprint or facts.get("fingerprint"),
+                    "shared_identity": shared,
+                    "credential_rotating": bool(rotating.get(node_id)),
                 }
             )
         return out

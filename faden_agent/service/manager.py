@@ -10,12 +10,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from faden_agent.config import ConfigError, load_config
+from faden_agent.config import PREFIX, ConfigError, load_config
 from faden_agent.files import replace_file_if_changed
+from faden_agent.membership import MembershipError, load_membership
 from faden_agent.service.envfile import EnvFileError, agent_variables, read_env, write_env
 from faden_agent.service.paths import UNIT_NAME, ServicePaths, agent_command
 from faden_agent.service.systemctl import ServiceError, show, systemctl
 from faden_agent.service.unit import render_unit
+
+TOKEN_VARIABLE = f"{PREFIX}ENROLLMENT_TOKEN"
 
 __all__ = ["ServiceError", "Outcome", "install_and_start", "stop", "restart", "uninstall", "service_state"]
 
@@ -35,19 +38,27 @@ def lingering_enabled(user: str) -> bool:
 
 
 def install_files(
-    paths: ServicePaths, environ: Mapping[str, str], command: list[str] | None = None
+    paths: ServicePaths, environ: Mapping[str, str], command: list[str] | None = None, out: Outcome | None = None
 ) -> tuple[bool, bool]:
     """Write the unit and the environment file; return (unit changed, env changed).
 
     The settings are validated with the agent's own parser first, so a bad value is
-    reported here, by name, instead of in a crash loop of the service.
+    reported here, by name, instead of in a crash loop of the service. A token the state
+    file marks spent is never written (`run` enrolled with it before `start`).
     """
     values = read_env(paths.env_path)
     values.update(agent_variables(environ))
     try:
-        load_config(values)
+        config = load_config(values)
     except ConfigError as exc:
         raise ServiceError(f"not installed: {exc}") from None
+    if _spent(config.state_path, values.get(TOKEN_VARIABLE)):
+        del values[TOKEN_VARIABLE]
+        if out is not None:
+            out.say(
+                f"{TOKEN_VARIABLE} left out of the environment file: this machine already enrolled with it "
+                f"(state file {config.state_path})"
+            )
     try:
         env_changed = write_env(paths.env_path, values)
     except EnvFileError as exc:
@@ -58,6 +69,14 @@ def install_files(
     return unit_changed, env_changed
 
 
+def _spent(state_path: Path, token: str | None) -> bool:
+    try:
+        membership = load_membership(state_path)
+    except MembershipError:
+        return False  # cannot tell: the agent itself refuses to present it again
+    return bool(token) and membership is not None and membership.spent(token)
+
+
 def install_and_start(
     paths: ServicePaths | None = None, environ: Mapping[str, str] | None = None, restart_running: bool = False
 ) -> Outcome:
@@ -65,7 +84,7 @@ def install_and_start(
     `restart_running` says so (a new build was installed under the same path)."""
     paths = paths or ServicePaths.for_current_user()
     out = Outcome()
-    unit_changed, env_changed = install_files(paths, os.environ if environ is None else environ)
+    unit_changed, env_changed = install_files(paths, os.environ if environ is None else environ, out=out)
     out.say(f"unit {paths.unit_path} {'written' if unit_changed else 'unchanged'}")
     out.say(f"environment file {paths.env_path} (mode 0600) {'written' if env_changed else 'unchanged'}")
     was_active = show(paths).get("ActiveState") == "active"

@@ -37,6 +37,11 @@ def start_daemon(
     return thread
 
 
+class RestartRequested(RuntimeError):
+    """Raised by a critical thread to have its worker restarted on purpose (a new credential
+    on disk, an enrollment to redo): logged as one line, shown as the worker's last exit."""
+
+
 class WorkerThreads:
     def __init__(self, owner: str, on_failure: Callable[[], None]):
         self.owner = owner
@@ -63,6 +68,11 @@ class WorkerThreads:
         try:
             self._test_hook(name)
             target(*args)
+        except RestartRequested as exc:  # planned: one line, no traceback
+            if self.stop_event.is_set():
+                return
+            log.warning("%s: thread %s asks for a restart of the worker: %s", self.owner, name, exc)
+            error = error_line(exc, named=True)
         except BaseException as exc:  # every death of a thread is reported
             if self.stop_event.is_set():
                 log.debug("%s: thread %s ended while stopping: %s", self.owner, name, error_line(exc, named=True))

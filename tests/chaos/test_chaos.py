@@ -17,6 +17,7 @@ import itertools
 import os
 import random
 import signal
+import subprocess
 import threading
 import time
 import uuid
@@ -49,7 +50,15 @@ HANG_TIMEOUT_S = 3.0
 RECONNECT_MAX_S = 2.0
 WORKERS = ("stream", "executor", "inventory", "logs")
 # Faults during which the backend cannot hear heartbeats; gaps then are excused but bounded.
-HEARTBEAT_FAULTS = {"kill_stream", "stop_stream", "kill_agent", "backend_restart", "backend_503"}
+HEARTBEAT_FAULTS = {
+    "kill_stream",
+    "stop_stream",
+    "kill_agent",
+    "backend_restart",
+    "backend_503",
+    "rotate_credential",
+    "state_disk_full",
+}
 EXCUSED_GAP_SLACK_S = HANG_TIMEOUT_S + RECONNECT_MAX_S + 6.0
 MEMORY_BOUND_MIB = 700  # PSS of the whole agent tree (supervisor, workers, journalctl)
 
@@ -104,6 +113,7 @@ class Run:
         self.agent: AgentProcess | None = None
         self.node_id = ""
         self.agent_lock = threading.Lock()  # the agent object is replaced on a whole-agent kill
+        self.statefs: Path | None = None  # the state directory's own small file system (root only)
 
     # ------------------------------------------------------------------ set-up
 
@@ -111,6 +121,14 @@ class Run:
         self.backend.start()
         self.loki.start()
         self.append_journal(5)
+        state: dict[str, Any] = {}
+        if os.geteuid() == 0:  # a tmpfs of its own, so the disk-full fault hits the state dir alone
+            self.statefs = self.tmp / "statefs"
+            self.statefs.mkdir()
+            subprocess.run(
+                ["mount", "-t", "tmpfs", "-o", "size=128m,mode=0700", "tmpfs", str(self.statefs)], check=True
+            )
+            state["state_path"] = self.statefs / "state" / "state.json"
         env = agent_env_for(
             self.backend,
             self.tmp / "agent",
@@ -129,6 +147,7 @@ class Run:
             log_flush_interval_sec=0.5,
             inventory_interval_sec=5,
             log_level="info",
+            **state,
         )
         (self.tmp / "agent").mkdir(exist_ok=True)
         self.env = env
@@ -147,6 +166,8 @@ class Run:
             self.agent.kill()
         self.backend.stop()
         self.loki.stop()
+        if self.statefs is not None:
+            subprocess.run(["umount", "-l", str(self.statefs)], check=False)
         client = docker.from_env(timeout=60)
         for container in client.containers.list(
             all=True, filters={"label": f"{protocol.LABEL_AGENT_ID}={self.agent_id}"}
@@ -264,11 +285,13 @@ class Run:
                     self.loki_429,
                     self.dockerd_stop,
                     self.dockerd_restart,
+                    self.rotate_credential,
+                    self.state_disk_full,
                 )
             ],
         ]
         everything = list(plan)
-        weights = [3] * 8 + [1, 1, 1, 1, 1, 1, 1, 0.4]  # worker faults are cheap: more of them
+        weights = [3] * 8 + [1, 1, 1, 1, 1, 1, 1, 0.4, 1, 1]  # worker faults are cheap: more of them
         rng.shuffle(plan)
         while time.monotonic() < until and not self.stop.is_set():
             fault, args = plan.pop() if plan else rng.choices(everything, weights)[0]
@@ -318,6 +341,31 @@ class Run:
         self.backend.admin.faults(maintenance_retry_after=rng.randint(1, 3))
         self.stop.wait(rng.uniform(1.0, 5.0))
         self.backend.admin.faults(maintenance_retry_after=None)
+        fault.end = time.time()
+
+    def rotate_credential(self, rng: random.Random) -> None:
+        """The backend rotates the node's credential mid-run: the stream worker rewrites the
+        state file and restarts; nothing may be lost or run twice across it."""
+        fault = self._window("rotate_credential")
+        self.backend.admin.rotate_credential(self.node_id)
+        self.stop.wait(rng.uniform(1.0, 3.0))
+        fault.end = time.time()
+
+    def state_disk_full(self, rng: random.Random) -> None:
+        """The state directory's file system fills up (outbox, journal, state file) for a
+        while, then is freed: nothing may be lost or run twice across it (root only)."""
+        if self.statefs is None:
+            return
+        fault = self._window("state_disk_full")
+        ballast = self.statefs / "ballast"
+        with open(ballast, "wb", buffering=0) as fh:
+            try:
+                while True:
+                    fh.write(b"\0" * 65536)
+            except OSError:
+                pass  # ENOSPC: full
+        self.stop.wait(rng.uniform(1.0, 4.0))
+        ballast.unlink()
         fault.end = time.time()
 
     def stall_stream(self, rng: random.Random) -> None:

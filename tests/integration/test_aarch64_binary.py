@@ -145,8 +145,10 @@ def test_release_directory_holds_both_builds_and_is_served_as_is(arm64_binary, t
     names = [
         "faden-agent-linux-aarch64",
         "faden-agent-linux-aarch64.sha256",
+        "faden-agent-linux-aarch64.size",
         "faden-agent-linux-x86_64",
         "faden-agent-linux-x86_64.sha256",
+        "faden-agent-linux-x86_64.size",
         "install.sh",
     ]
     assert sorted(p.name for p in release.iterdir()) == names  # no .version file, nothing else

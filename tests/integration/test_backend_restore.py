@@ -177,3 +177,66 @@ def test_a_new_token_file_while_the_credential_is_rejected_re_enrolls_without_a_
         assert after["State"]["StartedAt"] == before["State"]["StartedAt"] and after["State"]["Running"]
     finally:
         agent.stop()
+
+
+def handed_over(agent, command_id: str) -> int:
+    """How often the agent's downlink handed this command to its executor as new."""
+    return sum(
+        f"command {command_id} (" in line and "duplicate=False" in line
+        for line in agent.log_path.read_text().splitlines()
+    )
+
+
+def test_a_whole_data_directory_restored_three_commands_back_runs_the_next_command_once(
+    backend,
+    agent_on_backend,
+    prefix,
+    docker_client,
+    tmp_path,
+):
+    """What a backup tool restores: the database and every file beside it (the high-water
+    file too, so the backend keeps its epoch and cannot tell). The agent sees `high_seq`
+    below its cursor; the next command (a seq it already used, a new id) runs."""
+    agent, node = agent_on_backend(docker_timeout_sec=5)
+    first = run_container(backend, node["node_id"], f"{prefix}-0")["id"]
+
+    backend.stop()
+    backup = tmp_path / "whole-backup"
+    shutil.copytree(backend.data_dir, backup)
+    backend.start()
+    later = []
+    for n in (1, 2, 3):
+        later.append(
+            backend.send_command(
+                node["node_id"],
+                "container.run",
+                {"name": f"{prefix}-{n}", "image": TEST_IMAGE, "command": ["sleep", "600"]},
+            )
+        )
+        assert backend.wait_command(later[-1], timeout_s=60)["state"] == "succeeded"
+    first_seq = backend.command(later[0])["seq"]
+    started = {n: docker_client.api.inspect_container(f"{prefix}-{n}")["State"]["StartedAt"] for n in range(4)}
+
+    backend.stop()
+    shutil.rmtree(backend.data_dir)
+    shutil.copytree(backup, backend.data_dir)
+    backend.start()
+
+    command_id = backend.send_command(
+        node["node_id"], "container.run", {"name": f"{prefix}-4", "image": TEST_IMAGE, "command": ["sleep", "600"]}
+    )
+    assert backend.command(command_id)["seq"] == first_seq  # a number the agent already acknowledged
+    done = backend.wait_command(command_id, timeout_s=60)
+    assert done["state"] == "succeeded", done
+    assert docker_client.api.inspect_container(f"{prefix}-4")["State"]["Running"]
+    assert "below the cursor" in agent.log_path.read_text()
+    for n in range(4):  # nothing recreated or restarted
+        assert docker_client.api.inspect_container(f"{prefix}-{n}")["State"]["StartedAt"] == started[n]
+    assert [handed_over(agent, c) for c in later] == [1, 1, 1]
+    assert handed_over(agent, command_id) == 1
+    # The command the copy holds came again (the cursor went back to 0): answered from the
+    # executor's journal, not run a second time.
+    assert handed_over(agent, first) == 1
+    assert f"command {first} (container.run, seq 1) handed to the executor: accepted=True duplicate=True" in (
+        agent.log_path.read_text()
+    )

@@ -39,7 +39,7 @@ EXPECTED = {
     "fz-2": (protocol.REJECTED, "invalid_spec"),  # healthcheck 1e300 s: raised out of validate once
     "fz-3": (protocol.REJECTED, "invalid_spec"),
     "fz-4": (protocol.FAILED, "not_found"),  # cancel of a command that does not exist
-    "fz-5": (protocol.REJECTED, "invalid_spec"),
+    "fz-5": (protocol.REJECTED, "policy_denied"),  # the host policy refuses privileged
     "fz-last": (protocol.REJECTED, "unknown_kind"),  # the largest seq there is (int64)
 }
 VALID = [

@@ -7,7 +7,11 @@ The same script with the real systemd and real builds: tests/integration/test_sy
   the install directory changes, no service is (re)started (before: cut after its `mv`
   line, it installed the new build, never started it, and exited 0);
 - https only unless FADEN_AGENT_ALLOW_HTTP=1; FADEN_NODE_AGENT_CA_BUNDLE reaches curl;
-- a new build that does not get connected is rolled back, and the installer says so.
+- a new build that does not get connected is rolled back, and the installer says so;
+- with the real curl: an endless server writes no more than the size it announced (the
+  installer stops it, before: 6.3 GiB in 20 s), a stalled one ends with a clear message
+  (before: it waited forever), and a server that does not say the size installs nothing;
+  each time the old build is untouched.
 """
 
 from __future__ import annotations
@@ -15,9 +19,13 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
+import threading
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
+
+from tests.scriptedhttp import LocalHTTP
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "packaging/install.sh"
@@ -30,13 +38,15 @@ out=""; url=""
 while [ $# -gt 0 ]; do
   case "$1" in
     -o) out=$2; shift ;;
-    --proto|--proto-redir|--retry|--connect-timeout|--cacert) shift ;;
+    --proto|--proto-redir|--retry|--retry-max-time|--connect-timeout|--cacert) shift ;;
+    --max-time|--speed-limit|--speed-time) shift ;;
     -*) ;;
     *) url=$1 ;;
   esac
   shift
 done
-cp "{served}/${{url##*/}}" "$out"
+[ -f "{served}/${{url##*/}}" ] || exit 22  # what curl -f says of a 404
+if [ -n "$out" ]; then cp "{served}/${{url##*/}}" "$out"; else cat "{served}/${{url##*/}}"; fi
 """
 
 FAKE_BUILD = """#!/bin/sh
@@ -67,6 +77,7 @@ class Sandbox:
         (self.served / NAME).write_text(text)
         digest = hashlib.sha256(text.encode()).hexdigest()
         (self.served / f"{NAME}.sha256").write_text(f"{digest}  {NAME}\n")
+        (self.served / f"{NAME}.size").write_text(f"{len(text.encode())}\n")
 
     def install_old(self, text: str) -> None:
         target = self.install / "faden-agent"
@@ -132,7 +143,7 @@ def test_https_is_required_unless_allowed_and_the_ca_bundle_reaches_curl(box, tm
     done = box.run(SCRIPT.read_text(), FADEN_NODE_AGENT_CA_BUNDLE=str(ca))
     assert done.returncode == 0, done.stderr
     calls = box.curl_log.read_text().splitlines()
-    assert len(calls) == 2 and all(f"--cacert {ca}" in c and "--proto =https --proto-redir =https" in c for c in calls)
+    assert len(calls) == 3 and all(f"--cacert {ca}" in c and "--proto =https --proto-redir =https" in c for c in calls)
 
     missing = box.run(SCRIPT.read_text(), FADEN_NODE_AGENT_CA_BUNDLE=str(tmp_path / "nope.pem"))
     assert missing.returncode != 0 and "no readable file" in missing.stderr
@@ -158,3 +169,150 @@ def test_a_new_build_that_does_not_connect_is_rolled_back(box):
     assert (box.install / "faden-agent").read_text() == old
     assert box.services() == "start 2.0.0\nstart 1.0.0\n"  # the new one was started, then the old one again
     assert sorted(box.snapshot()) == ["faden-agent"]
+
+
+class BuildServer(LocalHTTP):
+    """Serves NAME.sha256 and NAME.size of `build` like a backend, and then NAME itself as
+    `mode` says: "endless" (zeros, no Content-Length, until the client goes) or "stalled"
+    (headers, then silence). Counts the bytes of the build it got out."""
+
+    def __init__(self, build: bytes, mode: str):
+        self.build, self.mode, self.sent = build, mode, 0
+        self.release = threading.Event()
+        super().__init__()
+
+    def _handler(self):
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                name = self.path.rsplit("/", 1)[-1]
+                small = {
+                    f"{NAME}.sha256": f"{hashlib.sha256(server.build).hexdigest()}  {NAME}\n".encode(),
+                    f"{NAME}.size": f"{len(server.build)}\n".encode(),
+                }
+                if name in small:
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(small[name])))
+                    self.end_headers()
+                    self.wfile.write(small[name])
+                    return
+                self.send_response(200)
+                self.end_headers()
+                self.wfile.flush()
+                if server.mode == "stalled":
+                    server.release.wait(60)
+                    return
+                chunk = b"\0" * 65536
+                try:
+                    while True:
+                        self.wfile.write(chunk)
+                        server.sent += len(chunk)
+                except OSError:
+                    return
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        return Handler
+
+
+def real_curl(box: Sandbox, server_url: str, **extra: str) -> dict[str, str]:
+    (box.path_dir / "curl").unlink()  # the real one in /usr/bin from here on
+    return {
+        "FADEN_NODE_AGENT_BACKEND_URL": server_url,
+        "FADEN_AGENT_ALLOW_HTTP": "1",
+        "FADEN_AGENT_DOWNLOAD_STALL_SEC": "2",
+        "FADEN_AGENT_DOWNLOAD_TIMEOUT_SEC": "20",
+        **extra,
+    }
+
+
+def test_an_endless_server_writes_no_more_than_the_announced_size(box):
+    box.install_old(box.build("1.0.0"))
+    before = box.snapshot()
+    build = box.build("2.0.0").encode()
+    server = BuildServer(build, "endless")
+    try:
+        done = box.run(SCRIPT.read_text(), **real_curl(box, server.url))
+    finally:
+        server.close()
+    assert done.returncode != 0
+    assert f"the server sent more than the {len(build)} bytes it announced in {NAME}.size" in done.stderr, done.stderr
+    assert "the installed build (faden-agent 1.0.0) is unchanged and keeps running" in done.stderr
+    assert box.snapshot() == before and box.services() == ""  # no temporary file left either
+    # What the server got out before curl saw the pipe close: socket buffers, not gigabytes.
+    print(f"endless server: {server.sent} bytes sent for a {len(build)}-byte build")
+    assert server.sent < 64 * 2**20
+
+
+def test_a_stalled_server_ends_the_download_with_a_clear_message(box):
+    box.install_old(box.build("1.0.0"))
+    before = box.snapshot()
+    server = BuildServer(box.build("2.0.0").encode(), "stalled")
+    try:
+        done = box.run(SCRIPT.read_text(), **real_curl(box, server.url))
+    finally:
+        server.release.set()
+        server.close()
+    assert done.returncode != 0
+    assert f"download of {server.url}/downloads/{NAME} timed out: no data for 2s" in done.stderr, done.stderr
+    assert "the installed build (faden-agent 1.0.0) is unchanged and keeps running" in done.stderr
+    assert box.snapshot() == before and box.services() == ""
+
+
+def test_a_server_that_does_not_say_the_size_installs_nothing(box):
+    box.install_old(box.build("1.0.0"))
+    box.serve(box.build("2.0.0"))
+    before = box.snapshot()
+    (box.served / f"{NAME}.size").unlink()
+    done = box.run(SCRIPT.read_text())
+    assert done.returncode != 0 and "the server does not say the build's size" in done.stderr
+    (box.served / f"{NAME}.size").write_text("12 MiB\n")
+    done = box.run(SCRIPT.read_text())
+    assert done.returncode != 0 and f"{NAME}.size from https://backend.invalid/downloads is not a number" in done.stderr
+    (box.served / f"{NAME}.size").write_text("9" * 19 + "\n")  # beyond what sh arithmetic takes
+    done = box.run(SCRIPT.read_text())
+    assert done.returncode != 0 and "more than any build" in done.stderr
+    assert box.snapshot() == before and box.services() == ""
+
+
+def wget_only(box: Sandbox) -> None:
+    """A PATH with wget and the tools the script uses, but no curl."""
+    (box.path_dir / "curl").unlink()
+    tools = "sh head wc tr cat cut sha256sum mktemp mkdir rm mv cp chmod sed uname id wget timeout sleep grep tail"
+    for tool in tools.split():
+        for where in ("/usr/bin", "/bin"):
+            if os.path.exists(f"{where}/{tool}"):
+                (box.path_dir / tool).symlink_to(f"{where}/{tool}")
+                break
+
+
+@pytest.mark.parametrize(
+    "mode, says", [("endless", "bytes it announced"), ("stalled", "or no data for 2s (wget exit 4)")]
+)
+def test_wget_is_bounded_alike(box, mode, says):
+    box.install_old(box.build("1.0.0"))
+    before = box.snapshot()
+    server = BuildServer(box.build("2.0.0").encode(), mode)
+    wget_only(box)
+    env = {
+        "FADEN_NODE_AGENT_BACKEND_URL": server.url,
+        "FADEN_AGENT_ALLOW_HTTP": "1",
+        "FADEN_AGENT_DOWNLOAD_STALL_SEC": "2",
+        "FADEN_AGENT_DOWNLOAD_TIMEOUT_SEC": "20",
+    }
+    try:
+        done = subprocess.run(
+            ["/bin/sh"],
+            input=SCRIPT.read_text(),
+            env={**box.env(**env), "PATH": str(box.path_dir)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        server.release.set()
+        server.close()
+    assert done.returncode != 0 and says in done.stderr, done.stderr
+    assert box.snapshot() == before and box.services() == ""

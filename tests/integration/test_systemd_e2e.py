@@ -52,10 +52,11 @@ def upgrade_build() -> Path:
 
 
 def offer(downloads: Path, binary: Path) -> None:
-    """Put one build (binary, .sha256) and install.sh where the backend serves them."""
+    """Put one build (binary, .sha256, .size) and install.sh where the backend serves them."""
     downloads.mkdir(exist_ok=True)
     for suffix in ("", ".sha256"):
         shutil.copy2(f"{binary}{suffix}", downloads / f"{binary.name}{suffix}")
+    (downloads / f"{binary.name}.size").write_text(f"{binary.stat().st_size}\n")
     shutil.copy2(REPO / "packaging/install.sh", downloads / "install.sh")
 
 

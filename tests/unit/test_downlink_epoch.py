@@ -49,16 +49,39 @@ def test_a_new_epoch_resets_the_durable_cursor(tmp_path):
     assert downlink.status.snapshot()["epoch_resets"] == 1
 
 
-def test_a_command_at_or_below_the_cursor_is_logged_and_counted_never_run(tmp_path, caplog):
+def test_a_backend_behind_the_cursor_resets_it_like_a_new_epoch(tmp_path, caplog):
+    downlink = make_downlink(tmp_path)
+    downlink.outbox.set_meta(CURSOR_KEY, "13")
+    downlink.cursor = 13
+    assert downlink.backend_not_behind(None) and downlink.backend_not_behind(13) and downlink.backend_not_behind(40)
+    assert downlink.backend_not_behind(True) and downlink.backend_not_behind(-1)  # no sequence numbers
+    with caplog.at_level(logging.WARNING):
+        assert downlink.backend_not_behind(10) is False
+    assert downlink.cursor == 0 and make_downlink(tmp_path).cursor == 0  # durable
+    assert downlink.status.snapshot()["epoch_resets"] == 1
+    assert any("restored from an older copy" in r.getMessage() for r in caplog.records)
+
+
+def test_a_command_at_or_below_the_cursor_is_handed_over_and_its_id_decides(tmp_path, caplog):
     downlink = make_downlink(tmp_path)
     downlink.cursor = 10
+    seen = {"c-9"}  # what the executor's journal holds
     handed = []
-    downlink.hand_off = lambda command: handed.append(command) or True
+
+    def hand_off(command):
+        handed.append(command["id"])
+        duplicate = command["id"] in seen
+        seen.add(command["id"])
+        return {"id": command["id"], "accepted": True, "duplicate": duplicate}
+
+    downlink.hand_off = hand_off
     with caplog.at_level(logging.WARNING):
-        for seq in (9, 10):
-            downlink.deliver({"type": "command", "id": f"c-{seq}", "seq": seq, "kind": "container.start"})
-    assert handed == [] and downlink.cursor == 10
-    assert downlink.status.snapshot()["stale_commands"] == 2
-    assert sum("at or below the cursor" in r.getMessage() for r in caplog.records) == 2
+        downlink.deliver({"type": "command", "id": "c-9", "seq": 9, "kind": "container.start"})
+        downlink.deliver({"type": "command", "id": "new-10", "seq": 10, "kind": "container.start"})
+    assert handed == ["c-9", "new-10"] and downlink.cursor == 10
+    snapshot = downlink.status.snapshot()
+    assert snapshot["stale_commands"] == 1 and snapshot["below_cursor_run"] == 1
+    assert sum("answered from the journal" in r.getMessage() for r in caplog.records) == 1
+    assert sum("but a new id: run" in r.getMessage() for r in caplog.records) == 1
     downlink.deliver({"type": "command", "id": "c-11", "seq": 11, "kind": "container.start"})
-    assert [c["id"] for c in handed] == ["c-11"] and downlink.cursor == 11
+    assert handed[-1] == "c-11" and downlink.cursor == 11

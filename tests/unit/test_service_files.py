@@ -10,8 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from faden_agent.membership import new_membership, write_membership
 from faden_agent.service.envfile import format_env, parse_env, read_env, write_env
-from faden_agent.service.manager import ServiceError, install_files
+from faden_agent.service.manager import Outcome, ServiceError, install_files
 from faden_agent.service.paths import ServicePaths, agent_command
 from faden_agent.service.unit import TEMPLATE, render_unit
 
@@ -146,3 +147,24 @@ def test_the_standalone_binary_installs_the_launcher_not_its_unpacked_build(monk
     assert agent_command() == [str(launcher)]
     monkeypatch.delenv("FADEN_AGENT_EXECUTABLE")
     assert agent_command() == [sys.executable]
+
+
+def test_start_after_run_never_writes_the_spent_token(tmp_path):
+    """The README's order: `run` enrolled with the token (the state file says so), then
+    `start` with the same variables: the spent token stays out of the environment file."""
+    paths = paths_in(tmp_path)
+    state_path = tmp_path / "state" / "state.json"
+    write_membership(state_path, new_membership("https://backend.example", "node-1", "cred", "a", token="tok-SPENT-1"))
+    environ = {
+        "FADEN_NODE_AGENT_BACKEND_URL": "https://backend.example",
+        "FADEN_NODE_AGENT_STATE_PATH": str(state_path),
+        "FADEN_NODE_AGENT_ENROLLMENT_TOKEN": "tok-SPENT-1",
+    }
+    out = Outcome()
+    install_files(paths, environ, ["/x"], out=out)
+    assert "FADEN_NODE_AGENT_ENROLLMENT_TOKEN" not in read_env(paths.env_path)
+    assert "tok-SPENT-1" not in paths.env_path.read_text()
+    assert any("already enrolled with it" in line and "tok-SPENT-1" not in line for line in out.messages)
+    # A new token (the machine is to enroll again) is written; so is one with no state file.
+    install_files(paths, {**environ, "FADEN_NODE_AGENT_ENROLLMENT_TOKEN": "fresh"}, ["/x"])
+    assert read_env(paths.env_path)["FADEN_NODE_AGENT_ENROLLMENT_TOKEN"] == "fresh"

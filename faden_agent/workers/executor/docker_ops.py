@@ -257,6 +257,8 @@ class DockerOps:
             "devices": spec["devices"] or None,
             "device_requests": device_requests(spec["gpus"]) or None,
             "log_config": self.log_config(),
+            "cap_add": spec.get("cap_add") or None,
+            "privileged": bool(spec.get("privileged")),
         }
         for key in (
             "command",

@@ -40,6 +40,7 @@ class CommandKind:
     # Removes what an interrupted attempt made, so "failed: interrupted" means no effect;
     # True when it removed something.
     undo: Callable[[Commands, Job], bool] | None = None
+    host_policy: bool = False  # it makes a container: the host policy judges its spec first
 
     @property
     def inline(self) -> bool:

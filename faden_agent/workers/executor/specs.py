@@ -267,13 +267,6 @@ def choice(*allowed: str) -> Check:
     return check
 
 
-def refuse(why: str) -> Check:
-    def check(key: str, value: Any) -> None:
-        raise SpecError(f"{quote(key)} is not allowed: {why}")
-
-    return check
-
-
 def check_spec(
     kind: str, required: dict[str, Check], optional: dict[str, tuple[Check, Any]], spec: Any
 ) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from faden_agent.workers.executor.adoption import adopt
 from faden_agent.workers.executor.commands import KINDS, Commands
 from faden_agent.workers.executor.docker_ops import DockerOps
 from faden_agent.workers.executor.events import EventWatcher
+from faden_agent.workers.executor.host_policy import PolicyDenied, policy_or_refusal
 from faden_agent.workers.executor.journal import QUEUED, RUNNING, Entry, Journal
 from faden_agent.workers.executor.scheduler import Job, Scheduler
 from faden_agent.workers.executor.specs import SpecError
@@ -60,6 +61,9 @@ class ExecutorWorker(Worker):
             self.reports.put(
                 protocol.EVENT, self.journal.quarantined, record_id=quarantine_record_id(self.journal.quarantined)
             )
+        self.policy = policy_or_refusal(self.config)
+        if self.policy.broken:
+            log.error("host policy: %s; every container.run is refused until it is fixed", self.policy.broken)
         self.ops = DockerOps(self.config)
         self.commands_ = Commands(self.config, self.ops, self.journal, self.timeline)
         self.scheduler = Scheduler(self.commands_.execute, self.config.max_concurrent_pulls)
@@ -222,6 +226,12 @@ class ExecutorWorker(Worker):
             except SpecError as exc:
                 self.timeline.finish(entry.id, protocol.REJECTED, "invalid_spec", f"{entry.kind}: {exc}")
                 return
+            if definition.host_policy:
+                try:
+                    self.policy.admit(spec)
+                except PolicyDenied as exc:
+                    self.timeline.finish(entry.id, protocol.REJECTED, exc.reason, f"{entry.kind}: {exc}")
+                    return
             step = "scheduling"
             job = Job(
                 id=entry.id,

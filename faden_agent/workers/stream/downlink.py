@@ -4,9 +4,10 @@
           keepalive: note the contact; command: hand off (REQ, retried until the executor
           acks) -> advance the durable cursor. On any failure: back off and reconnect.
 
-The cursor (last acknowledged sequence number) lives in the outbox's meta table, so it
-survives restarts; it advances only after the executor's ack, so a crash between
-receiving and acking re-delivers the command, which the executor recognises by its id.
+The cursor (last acknowledged sequence number, durable in the outbox's meta table) is an
+optimisation, the command id the truth: every command is handed over whatever its seq, and
+the executor answers an id it has seen from its journal. The cursor advances only after
+the executor's ack and resets when `hello` shows a new epoch or a backend behind it.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from faden_agent.backend import BackendClient, BackendError
 from faden_agent.config import ConfigError
 from faden_agent.ipc import EnvelopeError, request
 from faden_agent.workers.inventory.traffic.peers import write_peers
+from faden_agent.workers.stream.expected import expectations
 from faden_agent.workers.stream.link import Connection, Link, LinkThread, RejoinNeeded
+from faden_agent.workers.stream.rotation import adopt_credential
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +39,8 @@ class Downlink(LinkThread):
         super().__init__("downlink", link)
         self.cursor = int(self.outbox.get_meta(CURSOR_KEY, "0") or 0)
         self.epoch = self.outbox.get_meta(EPOCH_KEY, "") or ""
-        self.stale = 0  # commands at or below the cursor within one epoch: counted, logged
+        self.stale = 0  # re-delivered commands at or below the cursor: counted, logged
+        self.below_cursor_run = 0  # new ids at or below the cursor (a restored backend): run
 
     def run(self) -> None:
         while self.gate.wait():
@@ -82,11 +86,17 @@ class Downlink(LinkThread):
                 stream.close()
                 return
             self.status.contact()
-            if message["type"] == "hello" and not self.same_epoch(message.get("epoch")):
+            if message["type"] == "hello":
+                self.status.note(**expectations(message.get("expected")))
+            if message["type"] == "hello" and not (
+                self.same_epoch(message.get("epoch")) and self.backend_not_behind(message.get("high_seq"))
+            ):
                 stream.close()
                 return  # reconnect at once, from the reset cursor
             if message["type"] == "command":
                 self.deliver(message)
+            elif message["type"] == "credential":  # raises once the new one is on disk
+                adopt_credential(self.config, self.membership, message)
             elif message["type"] == "peers":  # the cluster's other machines, for the traffic view
                 write_peers(self.config.state_dir, message)
             # "keepalive" only proves the stream is alive; unknown types are skipped so a
@@ -108,11 +118,31 @@ class Downlink(LinkThread):
             epoch,
             self.cursor,
         )
-        self.outbox.set_meta(CURSOR_KEY, "0")  # before the epoch: a crash in between resets again, harmlessly
+        self.reset_cursor()  # before the epoch: a crash in between resets again, harmlessly
         self.outbox.set_meta(EPOCH_KEY, epoch)
-        self.cursor, self.epoch = 0, epoch
-        self.status.note(epoch_resets=self.status.snapshot().get("epoch_resets", 0) + 1)
+        self.epoch = epoch
         return False
+
+    def backend_not_behind(self, high_seq: Any) -> bool:
+        """False when the backend's highest issued seq is below the cursor: it was restored
+        from a backup (every file of it, so it cannot tell) and issues used numbers again.
+        Reset like a new epoch: to 0, not to its high, which may hold commands issued since."""
+        if type(high_seq) is not int or high_seq < 0 or high_seq >= self.cursor:
+            return True  # a backend that does not say, or one at or ahead of the cursor
+        log.warning(
+            "downlink: the backend's highest issued seq %d is below the cursor %d (it was restored from an "
+            "older copy); cursor reset to 0, re-delivered commands are recognised by id",
+            high_seq,
+            self.cursor,
+        )
+        self.reset_cursor()
+        return False
+
+    def reset_cursor(self) -> None:
+        """Back to 0, durably; the stream is reopened from there (commands recognised by id)."""
+        self.outbox.set_meta(CURSOR_KEY, "0")
+        self.cursor = 0
+        self.status.note(epoch_resets=self.status.snapshot().get("epoch_resets", 0) + 1)
 
     def deliver(self, message: dict[str, Any]) -> None:
         try:
@@ -120,28 +150,39 @@ class Downlink(LinkThread):
         except ValueError as exc:  # without a usable id and seq no terminal state can be reported
             log.error("downlink: skipped a malformed command (%s): %s", exc, protocol.quote(message))
             return
-        if command["seq"] <= self.cursor:
-            # Already acknowledged in this epoch: a backend replaying from an older cursor,
-            # or one that went back in time without a new epoch. Never dropped in silence.
+        reply = self.hand_off(command)
+        if reply is None:
+            return  # stopping; the cursor stays, the command comes again next start
+        if command["seq"] > self.cursor:
+            self.cursor = command["seq"]
+            self.outbox.set_meta(CURSOR_KEY, str(self.cursor))
+        elif reply.get("duplicate"):
+            # A backend replaying from an older cursor: answered from the journal, not run.
             self.stale += 1
             self.status.note(stale_commands=self.stale)
             log.warning(
-                "downlink: command %.200r (seq %d) is at or below the cursor %d of epoch %.80r; not run "
-                "again (%d such commands so far)",
+                "downlink: command %.200r (seq %d, at or below the cursor %d) came again; answered from the "
+                "journal, not run again (%d such commands so far)",
+                command["id"],
+                command["seq"],
+                self.cursor,
+                self.stale,
+            )
+        else:
+            # A backend that went back in time without saying so: the id is new, so it runs.
+            self.below_cursor_run += 1
+            self.status.note(below_cursor_run=self.below_cursor_run)
+            log.warning(
+                "downlink: command %.200r has seq %d, at or below the cursor %d of epoch %.80r, but a new id: "
+                "run (the cursor stays)",
                 command["id"],
                 command["seq"],
                 self.cursor,
                 self.epoch or "-",
-                self.stale,
             )
-            return
-        if not self.hand_off(command):
-            return  # stopping; the cursor stays, the command comes again next start
-        self.cursor = command["seq"]
-        self.outbox.set_meta(CURSOR_KEY, str(self.cursor))
 
-    def hand_off(self, command: dict[str, Any]) -> bool:
-        """Send the command to the executor until it acks; False only when stopping."""
+    def hand_off(self, command: dict[str, Any]) -> dict[str, Any] | None:
+        """Send the command to the executor until it acks: the ack's body; None only when stopping."""
         warned = False
         while not self.stop.is_set():
             try:
@@ -163,7 +204,7 @@ class Downlink(LinkThread):
                     reply.body.get("accepted"),
                     reply.body.get("duplicate"),
                 )
-                return True
+                return reply.body
             if not warned:
                 log.warning(
                     "downlink: the executor did not ack command %s within %.0fs; retrying",
@@ -172,7 +213,7 @@ class Downlink(LinkThread):
                 )
                 warned = True
             self.stop.wait(HANDOFF_RETRY_S)
-        return False
+        return None
 
 
 def parse_command(message: dict[str, Any]) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from faden_agent.backend import BackendClient, BackendError, CredentialRejected
 from faden_agent.backoff import Backoff
 from faden_agent.config import Config, ConfigError, env_name
 from faden_agent.diskfull import DISK, is_disk_full, retry_when_full
+from faden_agent.fingerprint import fingerprint
 from faden_agent.ipc import Endpoints, EnvelopeError, request
 from faden_agent.membership import (
     ENROLLMENT_ATTEMPT_FILE,
@@ -52,6 +53,7 @@ def enrollment_facts(config: Config) -> dict[str, object]:
         "version": __version__,
         "protocol": protocol.PROTOCOL_VERSION,
         "capabilities": list(protocol.CAPABILITIES),
+        "fingerprint": fingerprint(config.sysfs_root),
         "platform": {
             "system": uname.system,
             "release": uname.release,

@@ -36,6 +36,7 @@ from typing import Any
 
 from faden_agent import __version__, protocol
 from faden_agent.backend import BackendClient, BackendError
+from faden_agent.fingerprint import fingerprint
 from faden_agent.ipc import EnvelopeError, Requester
 from faden_agent.reports.outbox import make_record
 from faden_agent.workers.stream.link import Connection, Link, LinkThread
@@ -144,6 +145,7 @@ class HeartbeatSender(LinkThread):
             "version": __version__,
             "protocol": protocol.PROTOCOL_VERSION,
             "capabilities": list(protocol.CAPABILITIES),
+            "fingerprint": fingerprint(self.config.sysfs_root),
             "interval_sec": self.config.heartbeat_interval_sec,
             "supervisor": supervisor,
             "workers": [{k: w.get(k) for k in WORKER_FIELDS} for w in table.get("workers", [])],

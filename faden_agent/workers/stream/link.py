@@ -35,6 +35,7 @@ from faden_agent.ipc import Endpoints
 from faden_agent.membership import Membership
 from faden_agent.redact import redact_text, redact_url
 from faden_agent.reports.outbox import Outbox
+from faden_agent.workers.threads import RestartRequested
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +94,7 @@ class LinkStatus:
         self._update(**changes)
 
     def note(self, **counters: Any) -> None:
-        """Counters shown beside the connection state (stale_commands, epoch_resets)."""
+        """Counters shown beside the connection state (stale_commands, below_cursor_run, epoch_resets)."""
         self._update(**counters)
 
     def contact(self) -> None:
@@ -151,7 +152,7 @@ class Gate:
         return False
 
 
-class RejoinNeeded(RuntimeError):
+class RejoinNeeded(RestartRequested):
     """The backend rejects the credential and an enrollment token is set: the downlink ends,
     so the worker is restarted (workers/threads.py) and enrolls again at start (enroll.py)."""
 

@@ -294,7 +294,8 @@ RUN_OPTIONS = {
     "user": (specs.string, None),
     "working_dir": (specs.string, None),
     **PEER_OPTIONS,
-    "privileged": (specs.refuse("privileged containers are not run by the agent"), None),
+    "cap_add": (specs.str_list, []),
+    "privileged": (specs.boolean, False),  # the host policy decides (host_policy.py)
     **ADOPT,
 }
 
@@ -308,6 +309,7 @@ register(
         queue_key=by_container,
         cancellable=True,
         undo=discard_own,
+        host_policy=True,
     )
 )
 register(
