@@ -78,6 +78,10 @@ class GpuProbe:
         if len(devices) >= len(self._seen):
             return []
         present = {d.get("uuid") for d in devices}
+        # a GPU NVML still counts but cannot name (lost) is the one last seen at its index
+        present |= {
+            u for u, seen in self._seen.items() for d in devices if not d.get("uuid") and d["index"] == seen["index"]
+        }
         return [
             {
                 "index": seen["index"],

@@ -96,8 +96,8 @@ class GpuErrorWatcher:
                     if exc.value == nvml.NVML_ERROR_TIMEOUT:
                         continue
                     raise
-                self._record(nvml, data)
-                self.on_change()
+                if self._record(nvml, data):
+                    self.on_change()
             return True
         finally:
             nvml.nvmlEventSetFree(event_set)
@@ -114,11 +114,14 @@ class GpuErrorWatcher:
         except (AttributeError, nvml.NVMLError):
             return nvml.nvmlEventTypeXidCriticalError | nvml.nvmlEventTypeDoubleBitEccError
 
-    def _record(self, nvml: Any, data: Any) -> None:
+    def _record(self, nvml: Any, data: Any) -> bool:
+        """Logs the event; True when it calls for a record now (other Xids, and repeats,
+        wait for the next interval: an application's Xid storm is not a record a second)."""
         uuid = self._uuids.get(handle_key(getattr(data, "device", None)))
         kind = next((ERROR_EVENTS[n] for n in ERROR_EVENTS if getattr(nvml, n, 0) == data.eventType), None)
         if uuid and kind:
-            self.xids.add(uuid, kind, int(data.eventData), time.time())
+            return self.xids.add(uuid, kind, int(data.eventData), time.time())
+        return True  # an event this agent cannot place: look at every GPU now
 
     @staticmethod
     def _shutdown(nvml: Any) -> None:

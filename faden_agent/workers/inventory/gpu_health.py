@@ -86,11 +86,15 @@ class XidLog:
         self._lock = threading.Lock()
         self._events: dict[str, collections.deque[dict[str, Any]]] = {}
 
-    def add(self, uuid: str, event: str, code: int, at: float) -> None:
+    def add(self, uuid: str, event: str, code: int, at: float) -> bool:
+        """Keeps the event; True when it can change the GPU's verdict and is the first of
+        its kind and code in the log (a storm of one Xid wakes the probe once)."""
         with self._lock:
-            self._events.setdefault(uuid, collections.deque(maxlen=self.keep)).append(
-                {"event": event, "code": code, "at": round(at, 3)}
-            )
+            log = self._events.setdefault(uuid, collections.deque(maxlen=self.keep))
+            repeated = any(e["event"] == event and e["code"] == code for e in log)
+            log.append({"event": event, "code": code, "at": round(at, 3)})
+        verdicts = event != "xid" or code in gpu_rules.XID_FAILED or code in gpu_rules.XID_DEGRADED
+        return verdicts and not repeated
 
     def of(self, uuid: str | None) -> list[dict[str, Any]]:
         with self._lock:

@@ -54,6 +54,11 @@ def _xids(table: dict[int, str]) -> Callable[[dict[str, Any]], list[str]]:
     return reasons
 
 
+def _xid_list(table: dict[int, str]) -> str:
+    codes = ", ".join(f"{code} ({meaning})" for code, meaning in table.items())
+    return f"an Xid event within GPU_XID_HOLD_SEC: {codes}"
+
+
 def _flag(key: str, text: str) -> Callable[[dict[str, Any]], list[str]]:
     return lambda facts: [text] if facts.get(key) else []
 
@@ -109,7 +114,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "xid_fatal",
         FAILED,
-        "Xid " + ", ".join(map(str, XID_FAILED)),
+        _xid_list(XID_FAILED),
         _xids(XID_FAILED),
         "Xid 79: GPU has fallen off the bus",
     ),
@@ -137,7 +142,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "xid_degrading",
         DEGRADED,
-        "Xid " + ", ".join(map(str, XID_DEGRADED)),
+        _xid_list(XID_DEGRADED),
         _xids(XID_DEGRADED),
         "Xid 74: NVLink error",
     ),
