@@ -12,6 +12,7 @@
  *   events, event.<n>.gpu / .type / .data (an append-only list of NVML events),
  *   gpu.<i>.<field>: see the functions below; gpu.<i>.lost: every call on it is GPU_IS_LOST;
  *   gpu.<i>.hang_ms.<function>, gpu.<i>.error.<function>. An absent field: NOT_SUPPORTED.
+ * The file is stat'ed once per call (a real driver's ioctl), not once per key read.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -226,10 +227,18 @@ static struct entry *find(const char *key) {
     return e->key ? e : NULL;
 }
 
-/* number(key): 1 and *out when the key holds an integer. */
+/* Re-reads the state file when it changed: once per entry point (see enter). */
+static int reload(void) {
+    pthread_mutex_lock(&lock);
+    int ok = refresh();
+    pthread_mutex_unlock(&lock);
+    return ok;
+}
+
+/* number(key): 1 and *out when the key holds an integer (in the state as last loaded). */
 static int number(const char *key, long long *out) {
     pthread_mutex_lock(&lock);
-    struct entry *e = refresh() ? find(key) : NULL;
+    struct entry *e = find(key);
     int found = e && !e->text;
     if (found) *out = e->number;
     pthread_mutex_unlock(&lock);
@@ -245,7 +254,7 @@ static int gpu_number(unsigned gpu, const char *field, long long *out) {
 static nvmlReturn_t copy_text(const char *key, char *buffer, unsigned length) {
     nvmlReturn_t ret = NVML_ERROR_NOT_SUPPORTED;
     pthread_mutex_lock(&lock);
-    struct entry *e = refresh() ? find(key) : NULL;
+    struct entry *e = find(key);
     if (e && e->text) {
         ret = strlen(e->text) < length ? NVML_SUCCESS : NVML_ERROR_INSUFFICIENT_SIZE;
         if (ret == NVML_SUCCESS) strcpy(buffer, e->text);
@@ -263,10 +272,7 @@ static void sleep_ms(long long ms) {
 /* Every entry point starts here: the state file is good, NVML is initialised, then the
  * test's hang and error for this function (and GPU, when gpu >= 0). */
 static nvmlReturn_t enter(const char *function, int gpu) {
-    pthread_mutex_lock(&lock);
-    int ok = refresh();
-    pthread_mutex_unlock(&lock);
-    if (!ok) return NVML_ERROR_UNKNOWN;
+    if (!reload()) return NVML_ERROR_UNKNOWN;
     char key[NAME_LEN];
     long long value;
     snprintf(key, sizeof key, "hang_ms.%s", function);
@@ -319,10 +325,7 @@ static int index_of(nvmlDevice_t device) {
 
 nvmlReturn_t nvmlInitWithFlags(unsigned flags) {
     (void)flags;
-    pthread_mutex_lock(&lock);
-    int ok = refresh();
-    pthread_mutex_unlock(&lock);
-    if (!ok) return NVML_ERROR_UNKNOWN;
+    if (!reload()) return NVML_ERROR_UNKNOWN;
     long long value;
     if (number("hang_ms.nvmlInitWithFlags", &value)) sleep_ms(value);
     if (number("init_error", &value)) return (nvmlReturn_t)value;
@@ -662,8 +665,15 @@ static const struct {
     const char *counter;
 } link_totals[] = {{38, "crc_flit"}, {45, "crc_data"}, {52, "replay"}, {59, "recovery"}};
 
-static int field_value(int gpu, unsigned id, unsigned long long *out) {
+#define FIELD_NVLINK_GET_STATE 165 /* per link: scopeId is the link */
+
+static int field_value(int gpu, unsigned id, unsigned scope, unsigned long long *out) {
     long long v;
+    if (id == FIELD_NVLINK_GET_STATE) {
+        if (!link_field(gpu, scope, "active", &v)) return 0;
+        *out = (unsigned long long)v;
+        return 1;
+    }
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
         if (fields[i].id == id) {
             if (!gpu_number((unsigned)gpu, fields[i].field, &v)) return 0;
@@ -689,7 +699,7 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int count, nvmlFieldV
         unsigned long long v;
         values[i].timestamp = (long long)time(NULL) * 1000000LL;
         values[i].latencyUsec = 0;
-        if (field_value(gpu, values[i].fieldId, &v)) {
+        if (field_value(gpu, values[i].fieldId, values[i].scopeId, &v)) {
             values[i].valueType = 3; /* unsigned long long */
             values[i].nvmlReturn = NVML_SUCCESS;
             values[i].value.ull = v;
@@ -756,6 +766,7 @@ nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsi
     clock_gettime(CLOCK_MONOTONIC, &start);
     for (;;) {
         long long total = 0, v;
+        if (!reload()) return NVML_ERROR_UNKNOWN;
         if (number("event_wait_error", &v)) return (nvmlReturn_t)v;
         number("events", &total);
         while (set->delivered < total) {

@@ -52,7 +52,10 @@ def test_worst_verdict_wins_and_reasons_keep_the_table_order():
     )
     # an application's Xid (13: graphics engine exception) is history, not a verdict
     assert gpu_rules.verdict({"recent_xids": [13, 31, 43]}) == ("ok", [])
-    assert gpu_rules.verdict({"recovery_action": "none", "fabric": {"state": "completed", "status": None}}) == ("ok", [])
+    assert gpu_rules.verdict({"recovery_action": "none", "fabric": {"state": "completed", "status": None}}) == (
+        "ok",
+        [],
+    )
 
 
 def test_the_xid_log_keeps_the_last_n_and_wakes_once_per_kind():
@@ -95,7 +98,9 @@ def test_a_verdict_change_is_one_event_and_a_steady_one_none():
     back = changes.events({"devices": [device(0, "ok"), device(1, "ok")]}, 13.0)
     assert [(e["old"], e["new"]) for e in back] == [("degraded", "ok")]
     # first seen failing is news (old: null); a GPU without a UUID is keyed by its index
-    first = changes.events({"devices": [{"index": 2, "health": {"verdict": "failed", "reasons": ["GPU is lost"]}}]}, 14.0)
+    first = changes.events(
+        {"devices": [{"index": 2, "health": {"verdict": "failed", "reasons": ["GPU is lost"]}}]}, 14.0
+    )
     assert [(e["index"], e["uuid"], e["old"], e["new"]) for e in first] == [(2, None, None, "failed")]
     assert changes.events(None, 15.0) == []
 
@@ -107,5 +112,8 @@ def test_the_node_verdict_is_its_worst_gpu_with_reasons_by_index():
         "verdict": "failed",
         "reasons": ["GPU 1: PCIe replays rising", "GPU 2: GPU missing from NVML's device count"],
     }
-    assert node_health([], [], "no NVIDIA driver loaded") == {"verdict": "failed", "reasons": ["no NVIDIA driver loaded"]}
+    assert node_health([], [], "no NVIDIA driver loaded") == {
+        "verdict": "failed",
+        "reasons": ["no NVIDIA driver loaded"],
+    }
     assert node_health([device(0, "ok")], [], None) == {"verdict": "ok", "reasons": []}

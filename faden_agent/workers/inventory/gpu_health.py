@@ -37,6 +37,8 @@ FIELDS = {
     "pcie_replay": 94,
     "recovery_action": 230,
 }
+NVLINK_STATE_FIELD = 165  # NVML_FI_DEV_NVLINK_GET_STATE, scopeId: the link
+LINK_UP = (1, 2)  # NVML_NVLINK_STATE_ACTIVE, _SLEEP (a sleeping link wakes on traffic)
 NVLINK_COUNTERS = {"replay": 0, "recovery": 1, "crc_flit": 2, "crc_data": 3}  # NVML_NVLINK_ERROR_DL_*
 CLOCK_EVENTS = {
     0x4: "sw_power_cap",
@@ -111,6 +113,7 @@ class _Track:
         self.links_up: set[int] = set()
         self.link_errors: dict[int, dict[str, int | None]] = {}
         self.link_totals: tuple[int | None, ...] = ()
+        self.links = 0  # NVLink count of the last round: its states ride in the fields call
         self.pcie_max: tuple[Any, Any] | None = None
 
 
@@ -140,7 +143,7 @@ class HealthReader:
             fn = getattr(nvml, name, None)  # older bindings lack the newer functions
             return optional(fn, handle, *args) if fn is not None else None
 
-        values = self._fields(nvml, call)
+        values = self._fields(call, track)
         remap = call("nvmlDeviceGetRemappedRows")
         mask = call("nvmlDeviceGetCurrentClocksEventReasons")
         if mask is None:
@@ -207,12 +210,20 @@ class HealthReader:
         }
         return _ordered(health)
 
-    def _fields(self, nvml: Any, call: Callable[..., Any]) -> dict[str, int | None]:
-        values: dict[str, int | None] = dict.fromkeys(FIELDS)
-        answers = call("nvmlDeviceGetFieldValues", list(FIELDS.values()))
+    def _fields(self, call: Callable[..., Any], track: _Track) -> dict[str, Any]:
+        """Every counter, and each NVLink's state, in one nvmlDeviceGetFieldValues call (a
+        second one only when the link count differs from the last round's)."""
+        values: dict[str, Any] = dict.fromkeys(FIELDS)
+        answers = call("nvmlDeviceGetFieldValues", [*FIELDS.values(), *_link_states(track.links)])
         for name, answer in zip(FIELDS, answers or (), strict=False):
             if answer.nvmlReturn == 0:
                 values[name] = _field_number(answer)
+        states = list(answers or ())[len(FIELDS) :]
+        links = values["nvlink_links"] or 0
+        if links != track.links:
+            track.links = links
+            states = list(call("nvmlDeviceGetFieldValues", _link_states(links)) or ()) if links else []
+        values["link_states"] = [_field_number(a) if a.nvmlReturn == 0 else None for a in states]
         return values
 
     def _nvlink(
@@ -232,9 +243,10 @@ class HealthReader:
             }
             track.link_totals = totals
         entries, down = [], []
-        for link in range(links):
-            state = call("nvmlDeviceGetNvLinkState", link)
-            active = bool(state) if state is not None else None
+        for link, state in zip(range(links), values["link_states"] or [None] * links, strict=False):
+            if state is None:  # a driver without the per-link state field
+                state = call("nvmlDeviceGetNvLinkState", link)
+            active = state in LINK_UP if state is not None else None
             if active:
                 track.links_up.add(link)
             elif link in track.links_up:
@@ -306,6 +318,10 @@ def node_health(devices: list[dict[str, Any]], missing: list[dict[str, Any]], pr
         verdicts.append(gpu_rules.FAILED)
         reasons.append(problem)
     return {"verdict": gpu_rules.worst(verdicts), "reasons": reasons}
+
+
+def _link_states(links: int) -> list[tuple[int, int]]:
+    return [(NVLINK_STATE_FIELD, link) for link in range(links)]
 
 
 def _field_number(answer: Any) -> int | None:
