@@ -123,6 +123,12 @@ class GpuState:
         temporary.write_text(json.dumps(self.flat()))
         os.replace(temporary, self.path)
 
+    def load(self, state: dict[str, Any]) -> None:
+        """Takes a recorded state (bench/gpu_probe.py --fixture: a real device's values)."""
+        self.top = {k: v for k, v in state.items() if k != "gpu"}
+        self.gpus = [state["gpu"][str(i)] for i in range(len(state["gpu"]))]
+        self.write()
+
     def xid(self, gpu: int, code: int) -> None:
         """An Xid error on that GPU, as NVML's event set delivers it."""
         self.events.append({"gpu": gpu, "type": pynvml.nvmlEventTypeXidCriticalError, "data": code})
