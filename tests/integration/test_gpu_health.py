@@ -6,14 +6,20 @@ heartbeat; a driver that is not loaded is a reason, not a crash."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 
+import orjson
 import pytest
 
 from faden_agent import protocol
 from faden_agent.reports.outbox import Outbox
 from faden_agent.workers.inventory import gpu_rules
-from tests.agentproc import agent_env, wait_for
+from faden_agent.workers.inventory.record import without_usage
+from tests.agentproc import AgentProcess, agent_env, wait_for
+from tests.backendproc import agent_env_for, backend  # noqa: F401 - the fixture
 from tests.nvml.state import GpuState
 
 pytestmark = pytest.mark.docker
@@ -124,14 +130,27 @@ def test_every_rule_drives_its_verdict_and_event(tmp_path, agent_factory):
     assert agent.workers()["inventory"]["restarts"] == 0
 
 
-def test_an_xid_event_arrives_within_2_s_and_quiet_counters_send_nothing(tmp_path, agent_factory):
+def test_quiet_gpus_resend_nothing(tmp_path, agent_factory):
+    # Rounds every second; gauges move (corrected ECC, clock event time), counters do not:
+    # the GPU part of the content hash stays the same and no event is written.
+    gpus = GpuState(tmp_path / "nvml", count=2)
+    _, state_dir, first = start(tmp_path, agent_factory, gpus, inventory_usage_sec=60)
+    gpus.gpus[0]["ecc"]["corrected"]["volatile"] = 9  # a gauge
+    gpus.gpus[1]["clocks_event_reasons"] = 0x4  # sw_power_cap: reported, no rule
+    gpus.write()
+    time.sleep(4)
+    full = [r for r in records(state_dir, protocol.INVENTORY) if r["type"] == "full"]
+    assert {orjson.dumps(without_usage(r["gpu"])) for r in full} == {orjson.dumps(without_usage(first))}
+    assert health_events(state_dir) == []
+    devices = full[-1]["gpu"]["devices"]
+    assert [d["health"]["verdict"] for d in devices] == ["ok", "ok"]
+    assert devices[1]["health"]["usage"]["clock_events_active_s"]["sw_power_cap"] >= 0
+
+
+def test_an_xid_event_arrives_within_2_s(tmp_path, agent_factory):
+    # No interval round for a minute: only the event thread can bring the Xid in.
     gpus = GpuState(tmp_path / "nvml", count=2)
     _, state_dir, first = start(tmp_path, agent_factory, gpus, inventory_interval_sec=60)
-    full_before = len([r for r in records(state_dir, protocol.INVENTORY) if r["type"] == "full"])
-    time.sleep(3)  # quiet GPUs over several Xid-free seconds: no event, no new full record
-    assert health_events(state_dir) == []
-    assert len([r for r in records(state_dir, protocol.INVENTORY) if r["type"] == "full"]) == full_before
-
     gpus.xid(1, 79)
     written = time.monotonic()
     event = wait_for(lambda: health_events(state_dir), 2, interval_s=0.02, what="the Xid's event within 2 s")[0]
@@ -199,3 +218,52 @@ def test_no_driver_and_a_broken_library_are_reasons_not_crashes(tmp_path, agent_
     assert first["available"] is False and first["reason"] == "no NVIDIA driver loaded"
     assert first["health"] == {"verdict": "failed", "reasons": ["no NVIDIA driver loaded"]}
     assert agent.workers()["inventory"]["state"] == "RUNNING"
+
+
+def admin_show(backend, node_id: str, what: str):
+    result = subprocess.run(
+        [sys.executable, "-m", "faden_agent", "admin", "show", node_id, what, "--url", backend.url],
+        env={"FADEN_ADMIN_TOKEN": backend.admin_token, "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_the_operator_sees_verdicts_and_events_with_admin_show(backend, tmp_path):
+    gpus = GpuState(tmp_path / "nvml", count=2)
+    env = agent_env_for(backend, tmp_path, inventory_interval_sec=1, inventory_usage_sec=1)
+    env.update(gpus.env())
+    agent = AgentProcess(env, tmp_path / "agent.log").start()
+    try:
+        node_id = backend.wait_node(env["FADEN_NODE_AGENT_AGENT_ID"])["node_id"]
+        gpus.gpus[0]["remap"].update(pending=1)
+        gpus.write()
+        gpus.xid(1, 48)
+
+        def shown():
+            records = admin_show(backend, node_id, "events")["events"]
+            events = [r["data"] for r in records if r["data"].get("type") == "gpu.health_changed"]
+            return len(events) == 2 and events
+
+        events = wait_for(shown, 30, interval_s=0.5, what="both events in admin show NODE events")
+        assert sorted((e["index"], e["new"], tuple(e["reasons"])) for e in events) == [
+            (0, "degraded", ("row remap pending: reset needed",)),
+            (1, "failed", ("Xid 48: double-bit ECC error",)),
+        ]
+
+        def both_verdicts():
+            inventory = admin_show(backend, node_id, "inventory")["inventory"]
+            return inventory["gpu"]["health"]["verdict"] == "failed" and inventory
+
+        inventory = wait_for(both_verdicts, 15, interval_s=0.5, what="the record after the events")
+        assert [d["health"]["verdict"] for d in inventory["gpu"]["devices"]] == ["degraded", "failed"]
+        assert inventory["gpu"]["health"] == {
+            "verdict": "failed",
+            "reasons": ["GPU 0: row remap pending: reset needed", "GPU 1: Xid 48: double-bit ECC error"],
+        }
+    finally:
+        agent.stop()
+        agent.kill()
