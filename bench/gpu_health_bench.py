@@ -12,7 +12,6 @@ ioctl costs more, which bench/gpu_probe.py records per call on a GPU machine.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -22,6 +21,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.output import emit
 from faden_agent.workers.inventory.gpu import GpuProbe
 from faden_agent.workers.inventory.gpu_health import HealthReader
 from tests.nvml.state import GpuState, load_in_process
@@ -117,12 +117,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    figures = measure(args.gpus, args.rounds)
-    text = json.dumps(figures, indent=2)
-    print(text)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(text + "\n")
+    emit(measure(args.gpus, args.rounds), args.json)
     return 0
 
 

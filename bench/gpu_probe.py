@@ -23,7 +23,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from faden_agent.workers.inventory.gpu import GpuProbe  # noqa: E402 - after the path
+from bench.output import emit  # noqa: E402 - after the path
+from faden_agent.workers.inventory.gpu import GpuProbe  # noqa: E402
 from faden_agent.workers.inventory.gpu_health import (  # noqa: E402
     FABRIC_STATES,
     RECOVERY_ACTIONS,
@@ -211,11 +212,7 @@ def main() -> int:
         print("pynvml is not installed: pip install nvidia-ml-py", file=sys.stderr)
         return 2
     out = measure(pynvml, args.rounds)
-    text = json.dumps(out, indent=2)
-    print(text)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(text + "\n")
+    emit(out, args.json)
     if args.fixture:
         args.fixture.mkdir(parents=True, exist_ok=True)
         path = args.fixture / fixture_name(out["inventory"])

@@ -134,7 +134,7 @@ def test_quiet_gpus_resend_nothing(tmp_path, agent_factory):
     # Rounds every second; gauges move (corrected ECC, clock event time), counters do not:
     # the GPU part of the content hash stays the same and no event is written.
     gpus = GpuState(tmp_path / "nvml", count=2)
-    _, state_dir, first = start(tmp_path, agent_factory, gpus, inventory_usage_sec=60)
+    _, state_dir, first = start(tmp_path, agent_factory, gpus, inventory_usage_sec=2)
     gpus.gpus[0]["ecc"]["corrected"]["volatile"] = 9  # a gauge
     gpus.gpus[1]["clocks_event_reasons"] = 0x4  # sw_power_cap: reported, no rule
     gpus.write()
@@ -142,9 +142,12 @@ def test_quiet_gpus_resend_nothing(tmp_path, agent_factory):
     full = [r for r in records(state_dir, protocol.INVENTORY) if r["type"] == "full"]
     assert {orjson.dumps(without_usage(r["gpu"])) for r in full} == {orjson.dumps(without_usage(first))}
     assert health_events(state_dir) == []
-    devices = full[-1]["gpu"]["devices"]
-    assert [d["health"]["verdict"] for d in devices] == ["ok", "ok"]
-    assert devices[1]["health"]["usage"]["clock_events_active_s"]["sw_power_cap"] >= 0
+    assert [d["health"]["verdict"] for d in full[-1]["gpu"]["devices"]] == ["ok", "ok"]
+    # the gauges did move: an unchanged record carries them
+    unchanged = [r for r in records(state_dir, protocol.INVENTORY) if r["type"] == "unchanged"]
+    gauges = unchanged[-1]["usage"]["gpu"]["devices"]
+    assert gauges[0]["health"]["usage"]["ecc_corrected_volatile"] == 9
+    assert "sw_power_cap" in gauges[1]["health"]["usage"]["clock_events_active_s"]
 
 
 def test_an_xid_event_arrives_within_2_s(tmp_path, agent_factory):

@@ -310,16 +310,17 @@ static int index_of(nvmlDevice_t device) {
     nvmlReturn_t entered = enter(name, gpu);                \
     if (entered != NVML_SUCCESS) return entered;
 
-/* A function answering one unsigned int field of a GPU. */
-#define UINT_FIELD(function, field)                                   \
-    nvmlReturn_t function(nvmlDevice_t device, unsigned *out) {       \
-        DEVICE_ENTER(#function, device)                               \
-        long long v;                                                  \
-        if (!out) return NVML_ERROR_INVALID_ARGUMENT;                 \
+/* A function answering one field of a GPU as `type`. */
+#define ONE_FIELD(function, type, field)                                            \
+    nvmlReturn_t function(nvmlDevice_t device, type *out) {                         \
+        DEVICE_ENTER(#function, device)                                             \
+        long long v;                                                                \
+        if (!out) return NVML_ERROR_INVALID_ARGUMENT;                               \
         if (!gpu_number((unsigned)gpu, field, &v)) return NVML_ERROR_NOT_SUPPORTED; \
-        *out = (unsigned)v;                                           \
-        return NVML_SUCCESS;                                          \
+        *out = (type)v;                                                             \
+        return NVML_SUCCESS;                                                        \
     }
+#define UINT_FIELD(function, field) ONE_FIELD(function, unsigned, field)
 
 /* ---- library and system */
 
@@ -431,13 +432,16 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory) 
     return NVML_SUCCESS;
 }
 
+/* Two fields a function answers together: both there, or NOT_SUPPORTED. */
+static int both(int gpu, const char *first, const char *second, long long *a, long long *b) {
+    return gpu_number((unsigned)gpu, first, a) && gpu_number((unsigned)gpu, second, b);
+}
+
 nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major, int *minor) {
     DEVICE_ENTER("nvmlDeviceGetCudaComputeCapability", device)
     long long a, b;
-    if (!gpu_number((unsigned)gpu, "cc_major", &a) || !gpu_number((unsigned)gpu, "cc_minor", &b))
-        return NVML_ERROR_NOT_SUPPORTED;
-    *major = (int)a;
-    *minor = (int)b;
+    if (!both(gpu, "cc_major", "cc_minor", &a, &b)) return NVML_ERROR_NOT_SUPPORTED;
+    *major = (int)a, *minor = (int)b;
     return NVML_SUCCESS;
 }
 
@@ -467,20 +471,16 @@ typedef struct {
 nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *rates) {
     DEVICE_ENTER("nvmlDeviceGetUtilizationRates", device)
     long long g, m;
-    if (!gpu_number((unsigned)gpu, "util_gpu", &g) || !gpu_number((unsigned)gpu, "util_memory", &m))
-        return NVML_ERROR_NOT_SUPPORTED;
-    rates->gpu = (unsigned)g;
-    rates->memory = (unsigned)m;
+    if (!both(gpu, "util_gpu", "util_memory", &g, &m)) return NVML_ERROR_NOT_SUPPORTED;
+    rates->gpu = (unsigned)g, rates->memory = (unsigned)m;
     return NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned *current, unsigned *pending) {
     DEVICE_ENTER("nvmlDeviceGetMigMode", device)
     long long c, p;
-    if (!gpu_number((unsigned)gpu, "mig_current", &c) || !gpu_number((unsigned)gpu, "mig_pending", &p))
-        return NVML_ERROR_NOT_SUPPORTED;
-    *current = (unsigned)c;
-    *pending = (unsigned)p;
+    if (!both(gpu, "mig_current", "mig_pending", &c, &p)) return NVML_ERROR_NOT_SUPPORTED;
+    *current = (unsigned)c, *pending = (unsigned)p;
     return NVML_SUCCESS;
 }
 
@@ -569,8 +569,7 @@ nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned *correctabl
                                        unsigned *pending, unsigned *failure) {
     DEVICE_ENTER("nvmlDeviceGetRemappedRows", device)
     long long c, u, p = 0, f = 0;
-    if (!gpu_number((unsigned)gpu, "remap.correctable", &c) || !gpu_number((unsigned)gpu, "remap.uncorrectable", &u))
-        return NVML_ERROR_NOT_SUPPORTED;
+    if (!both(gpu, "remap.correctable", "remap.uncorrectable", &c, &u)) return NVML_ERROR_NOT_SUPPORTED;
     gpu_number((unsigned)gpu, "remap.pending", &p);
     gpu_number((unsigned)gpu, "remap.failure", &f);
     *correctable = (unsigned)c;
@@ -580,13 +579,7 @@ nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned *correctabl
     return NVML_SUCCESS;
 }
 
-nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device, unsigned long long *reasons) {
-    DEVICE_ENTER("nvmlDeviceGetCurrentClocksEventReasons", device)
-    long long v;
-    if (!gpu_number((unsigned)gpu, "clocks_event_reasons", &v)) return NVML_ERROR_NOT_SUPPORTED;
-    *reasons = (unsigned long long)v;
-    return NVML_SUCCESS;
-}
+ONE_FIELD(nvmlDeviceGetCurrentClocksEventReasons, unsigned long long, "clocks_event_reasons")
 
 static int link_field(int gpu, unsigned link, const char *field, long long *out) {
     long long links = 0;
@@ -741,13 +734,7 @@ nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
     return NVML_SUCCESS;
 }
 
-nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device, unsigned long long *types) {
-    DEVICE_ENTER("nvmlDeviceGetSupportedEventTypes", device)
-    long long v;
-    if (!gpu_number((unsigned)gpu, "events", &v)) return NVML_ERROR_NOT_SUPPORTED;
-    *types = (unsigned long long)v;
-    return NVML_SUCCESS;
-}
+ONE_FIELD(nvmlDeviceGetSupportedEventTypes, unsigned long long, "events")
 
 nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long types, nvmlEventSet_t set) {
     DEVICE_ENTER("nvmlDeviceRegisterEvents", device)

@@ -2,9 +2,8 @@
 
 Never crashes: no pynvml, no NVML library, no driver or no GPU gives an empty device list
 with a reason. An NVML error on one GPU marks that GPU `"state": "error"` and the others
-are still reported. Fields a GPU does not support (MIG, ECC, power on some boards) are
-null. Values that move all the time (memory in use, utilization, temperature, power
-draw, corrected ECC counts, per-process memory) sit under "usage" (see record.py).
+are still reported; each GPU's "health" is gpu_health.py's, a GPU NVML stopped counting is
+"missing". Unsupported fields are null; values that move all the time sit under "usage".
 
 NVML is initialised once and kept (nvmlInit can take seconds on a large machine without
 persistence mode); it is initialised again after the driver said "uninitialized" or
