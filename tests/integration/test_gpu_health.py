@@ -12,6 +12,7 @@ import sys
 import time
 
 import orjson
+import pynvml
 import pytest
 
 from faden_agent import protocol
@@ -165,6 +166,17 @@ def test_an_xid_event_arrives_within_2_s(tmp_path, agent_factory):
         "failed",
     )
     assert event["pci_bus_id"] == "00000000:18:00.0" and event["reasons"] == ["Xid 79: GPU has fallen off the bus"]
+
+    # another registered error type: in the GPU's history, and a record at once, no verdict
+    gpus.event(0, pynvml.nvmlEventTypeDoubleBitEccError)
+
+    def logged():
+        gpu = newest_gpu(state_dir)
+        return gpu["devices"][0]["health"]["xid"] and gpu
+
+    gpu = wait_for(logged, 5, what="the double-bit ECC event in GPU 0's history")
+    assert [(x["event"], x["code"]) for x in gpu["devices"][0]["health"]["xid"]] == [("double_bit_ecc", 0)]
+    assert gpu["devices"][0]["health"]["verdict"] == "ok" and len(health_events(state_dir)) == 1
 
 
 def test_a_lost_gpu_and_a_vanished_one_fail_alone(tmp_path, agent_factory):

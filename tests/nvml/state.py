@@ -131,7 +131,10 @@ class GpuState:
 
     def xid(self, gpu: int, code: int) -> None:
         """An Xid error on that GPU, as NVML's event set delivers it."""
-        self.events.append({"gpu": gpu, "type": pynvml.nvmlEventTypeXidCriticalError, "data": code})
+        self.event(gpu, pynvml.nvmlEventTypeXidCriticalError, code)
+
+    def event(self, gpu: int, event_type: int, data: int = 0) -> None:
+        self.events.append({"gpu": gpu, "type": event_type, "data": data})
         self.write()
 
 
