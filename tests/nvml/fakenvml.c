@@ -40,6 +40,7 @@ enum {
 };
 
 #define MAX_GPUS 64
+#define MAX_LINKS 64 /* totals sum at most this many links, whatever the state says */
 #define MAX_KEYS 16384
 #define MAX_FILE (4 * 1024 * 1024)
 #define NAME_LEN 128
@@ -678,7 +679,7 @@ static int field_value(int gpu, unsigned id, unsigned scope, unsigned long long 
             long long links = 0;
             if (!gpu_number((unsigned)gpu, "nvlink.links", &links)) return 0;
             *out = 0;
-            for (unsigned link = 0; link < (unsigned long long)links; link++)
+            for (unsigned link = 0; link < (unsigned long long)links && link < MAX_LINKS; link++)
                 if (link_field(gpu, link, link_totals[i].counter, &v)) *out += (unsigned long long)v;
             return 1;
         }

@@ -60,3 +60,12 @@ def test_the_probe_records_values_and_call_times_and_its_fixture_replays(tmp_pat
     replay = GpuState(tmp_path / "replay", count=0)
     replay.load(saved["state"])
     assert steady(run_probe(replay)["inventory"]) == steady(inventory)
+
+
+def test_a_wild_link_count_is_capped_at_nvml_s_maximum(tmp_path):
+    state = GpuState(tmp_path / "wild", count=1)
+    state.gpus[0]["nvlink"]["links"] = 10**9
+    state.write()
+    recorded = run_probe(state)
+    nvlink = recorded["inventory"]["devices"][0]["health"]["nvlink"]
+    assert len(nvlink["links"]) == 36 and nvlink["links"][1]["active"] is True

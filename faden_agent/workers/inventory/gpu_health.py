@@ -38,6 +38,7 @@ FIELDS = {
     "recovery_action": 230,
 }
 NVLINK_STATE_FIELD = 165  # NVML_FI_DEV_NVLINK_GET_STATE, scopeId: the link
+MAX_LINKS = 36  # NVML_NVLINK_MAX_LINKS
 LINK_UP = (1, 2)  # NVML_NVLINK_STATE_ACTIVE, _SLEEP (a sleeping link wakes on traffic)
 NVLINK_COUNTERS = {"replay": 0, "recovery": 1, "crc_flit": 2, "crc_data": 3}  # NVML_NVLINK_ERROR_DL_*
 CLOCK_EVENTS = {
@@ -219,7 +220,8 @@ class HealthReader:
             if answer.nvmlReturn == 0:
                 values[name] = _field_number(answer)
         states = list(answers or ())[len(FIELDS) :]
-        links = values["nvlink_links"] or 0
+        links = min(values["nvlink_links"] or 0, MAX_LINKS)  # a wild count must not cost a wild loop
+        values["nvlink_links"] = links
         if links != track.links:
             track.links = links
             states = list(call("nvmlDeviceGetFieldValues", _link_states(links)) or ()) if links else []
