@@ -175,23 +175,15 @@ class HealthReader:
                     "pending": _bool(values["retired_pending"]),
                 }
             ),
-            "remapped_rows": None,
+            "remapped_rows": _remapped_rows(remap),
             "nvlink": self._nvlink(call, values, track, facts),
             "pcie": _some(pcie),
             "fabric": self._fabric(nvml, call),
             "recovery_action": RECOVERY_ACTIONS.get(values["recovery_action"], values["recovery_action"]),
         }
-        if remap is not None:
-            correctable, uncorrectable, pending, failure = remap
-            health["remapped_rows"] = {
-                "correctable": correctable,
-                "uncorrectable": uncorrectable,
-                "pending": bool(pending),
-                "failure": bool(failure),
-            }
         clock_events = self._clock_events(mask, track, now)
         facts.update(
-            recent_xids=[x["code"] for x in health["xid"] if x["event"] == "xid" and now - x["at"] <= self.xid_hold_s],
+            recent_xids=self._recent(health["xid"], now),
             remap_failure=bool(health["remapped_rows"] and health["remapped_rows"]["failure"]),
             remap_pending=bool(health["remapped_rows"] and health["remapped_rows"]["pending"]),
             retired_pending=bool(values["retired_pending"]),
@@ -278,6 +270,10 @@ class HealthReader:
         track.clock_since = {name: track.clock_since.get(name, now) for name in active}
         return {name: round(now - since, 1) for name, since in sorted(track.clock_since.items())}
 
+    def _recent(self, xids: list[dict[str, Any]], now: float) -> list[int]:
+        """The Xid codes that still count towards the verdict."""
+        return [x["code"] for x in xids if x["event"] == "xid" and now - x["at"] <= self.xid_hold_s]
+
     def _rising(self, track: _Track, name: str, values: dict[str, Any], now: float) -> bool:
         value = values.get(name)
         if value is None:
@@ -298,7 +294,7 @@ class HealthReader:
         facts = {
             "lost": str(exc) if lost else None,
             "nvml_errors": [] if lost else [str(exc)],
-            "recent_xids": [x["code"] for x in xids if x["event"] == "xid" and now - x["at"] <= self.xid_hold_s],
+            "recent_xids": self._recent(xids, now),
         }
         verdict, reasons = gpu_rules.verdict(facts)
         return {"verdict": verdict, "reasons": reasons, "xid": xids}
@@ -330,6 +326,18 @@ def _field_number(answer: Any) -> int | None:
     kind = answer.valueType
     value = answer.value
     return {1: value.uiVal, 2: value.ulVal, 3: value.ullVal, 4: value.sllVal, 5: value.siVal, 6: value.usVal}.get(kind)
+
+
+def _remapped_rows(remap: tuple[int, int, int, int] | None) -> dict[str, Any] | None:
+    if remap is None:
+        return None
+    correctable, uncorrectable, pending, failure = remap
+    return {
+        "correctable": correctable,
+        "uncorrectable": uncorrectable,
+        "pending": bool(pending),
+        "failure": bool(failure),
+    }
 
 
 def _bool(value: int | None) -> bool | None:
