@@ -1,12 +1,8 @@
-"""GPU health read cost: CPU per inventory round of 8 GPUs with the health read vs the
-plain inventory read of the same 8 GPUs, in the same run, through the real pynvml and
-the C libnvidia-ml.so.1 of the tests (tests/nvml/fakenvml.c, built here with cc).
+"""GPU health read cost: CPU per round of 8 GPUs with the health read vs the plain read.
 
     python3 bench/gpu_health_bench.py [--gpus 8] [--rounds 200] [--json OUT.json]
 
-CPU is this thread's (time.thread_time): the probe runs here, not in a probe thread. The
-C library answers from memory after a stat of its state file per call; a real driver's
-ioctl costs more, which bench/gpu_probe.py records per call on a GPU machine.
+Same run, real pynvml, the tests' C libnvidia-ml.so.1 (built with cc); this thread's CPU.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
-"""The real GPU probe and health read on a machine with NVIDIA GPUs: prints the inventory's
-"gpu" section (each GPU's health included) as JSON, each NVML call's time, and the CPU of
-each round; --fixture DIR also saves it all, with a state file the tests' C library
-(tests/nvml/fakenvml.c) can answer from, as DIR/<model>-<driver>.json.
+"""The real GPU probe and health read on a GPU machine: the gpu section, each NVML call's time
+and each round's CPU as JSON; --fixture DIR saves them with a state for the tests' C NVML.
 
     python3 bench/gpu_probe.py [--rounds 3] [--json OUT.json] [--fixture tests/nvml/fixtures]
 
-Needs only Python and pynvml (pip install nvidia-ml-py) and this checkout: the probe
-modules import nothing outside the standard library. Round 1 includes nvmlInit and the
-first reads; later rounds show the steady-state cost.
+Needs only pynvml and this checkout (the probe modules import only the standard library).
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """The C-level GPU for tests: builds tests/nvml/fakenvml.c into a libnvidia-ml.so.1 with the
-machine's compiler, and writes the state file it answers from (one flat JSON object,
-replaced by a rename so the library never reads half a file).
-
+machine's compiler and writes the flat JSON state it answers from (replaced by a rename).
 `GpuState` holds the GPUs as nested dicts a test edits, then `write()`s; `env()` is what a
-process needs to load the library through the real pynvml (LD_LIBRARY_PATH) and find it.
+process needs to load it through the real pynvml (LD_LIBRARY_PATH) and find its state.
 """
 
 from __future__ import annotations

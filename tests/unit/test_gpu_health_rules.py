@@ -7,7 +7,8 @@ from pathlib import Path
 
 from faden_agent.workers.inventory import gpu_rules
 from faden_agent.workers.inventory.gpu_changes import HealthChanges, event_id
-from faden_agent.workers.inventory.gpu_health import XidLog, node_health
+from faden_agent.workers.inventory.gpu_health import node_health
+from faden_agent.workers.inventory.gpu_xids import XidLog
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "inventory.md"
 

@@ -8,7 +8,8 @@
     network.py       interfaces, addresses, MTU, speed
     docker_probe.py  engine, runtimes, images, managed containers and their GPUs
     gpu.py           NVML: driver and every GPU (needs nothing but pynvml and the stdlib)
-    gpu_health.py    each GPU's health signals through NVML, the Xid log
+    gpu_health.py    each GPU's health signals through NVML
+    gpu_xids.py      the last NVML error events (Xid, ...) per GPU
     gpu_rules.py     the verdict table (ok / degraded / failed and the reasons)
     gpu_changes.py   gpu.health_changed events when a verdict changes
     changes.py       Docker events that call for a record now

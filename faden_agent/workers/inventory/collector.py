@@ -9,7 +9,8 @@ from faden_agent.dockerclient import make_client
 from faden_agent.workers.inventory import docker_probe
 from faden_agent.workers.inventory.disks import probe_disks
 from faden_agent.workers.inventory.gpu import GpuProbe
-from faden_agent.workers.inventory.gpu_health import HealthReader, XidLog
+from faden_agent.workers.inventory.gpu_health import HealthReader
+from faden_agent.workers.inventory.gpu_xids import XidLog
 from faden_agent.workers.inventory.host import probe_host
 from faden_agent.workers.inventory.network import probe_network
 from faden_agent.workers.inventory.probes import OK, Probe, run_probes

@@ -1,11 +1,7 @@
-"""GPU errors as they happen: NVML's event set (every error event type each GPU supports:
-Xid, double-bit ECC, retirement, poison, unavailable, recovery action) wakes a thread that
-records the event in the XidLog and calls `on_change`, so a GPU falling into error is
-reported within seconds. No NVML, no GPU, or no GPU that supports events: the thread ends
-quietly (the interval still covers those machines).
-
-The thread has its own nvmlInit (NVML counts them) and waits in slices of WAIT_MS so it
-can stop; a wait that hangs in the driver holds only this thread.
+"""NVML error events as they happen: every error event type each GPU supports (Xid, ECC,
+retirement, poison, unavailable, recovery action) goes into the XidLog; one that can change
+a verdict calls `on_change` for a record now. No NVML, GPU or event support: the thread
+ends quietly. Its own nvmlInit; waits in WAIT_MS slices, so a hung wait holds only it.
 """
 
 from __future__ import annotations
@@ -17,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from faden_agent.workers.inventory.gpu import load_pynvml
-from faden_agent.workers.inventory.gpu_health import ERROR_EVENTS, XidLog, handle_key
+from faden_agent.workers.inventory.gpu_xids import ERROR_EVENTS, XidLog, handle_key
 from faden_agent.workers.threads import start_daemon
 
 log = logging.getLogger(__name__)

@@ -1,23 +1,19 @@
-"""Each GPU's health through NVML: Xid history, ECC, retired pages, remapped rows, clock
-events, NVLink, PCIe, fabric, recovery action, persistence; then its verdict (gpu_rules.py).
-
-One HealthReader per GPU probe (same thread); it remembers counters between rounds to see
-them rise. Steady values are in the content hash; gauges (corrected ECC, clock event
-durations, PCIe generation) under "usage". XidLog is shared with the event thread.
+"""Each GPU's health through NVML (ECC, retired pages, remapped rows, clock events, NVLink,
+PCIe, fabric, recovery action, persistence, its Xid log) and its verdict (gpu_rules.py).
+One HealthReader per GPU probe remembers counters between rounds to see them rise; steady
+values go in the content hash, gauges under "usage".
 """
 
 from __future__ import annotations
 
-import collections
 import ctypes
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 from faden_agent.workers.inventory import gpu_rules
+from faden_agent.workers.inventory.gpu_xids import XidLog
 
-XID_KEEP = 16  # last Xid events kept per GPU
 LOST_CODES = (15, 16, 28)  # NVML_ERROR_GPU_IS_LOST, _RESET_REQUIRED, _GPU_NOT_FOUND
 
 # nvml.h's field ids: one nvmlDeviceGetFieldValues call per GPU reads all counters.
@@ -60,48 +56,6 @@ RECOVERY_ACTIONS = {
     6: "bus_reset",
     7: "system_reboot",
 }
-# The error events of NVML's event set, by the pynvml name of their type bit.
-ERROR_EVENTS = {
-    "nvmlEventTypeXidCriticalError": "xid",
-    "nvmlEventTypeDoubleBitEccError": "double_bit_ecc",
-    "nvmlEventTypeDramRetirementEvent": "dram_retirement",
-    "nvmlEventTypeDramRetirementFailure": "dram_retirement_failure",
-    "nvmlEventTypeNonFatalPoisonError": "non_fatal_poison",
-    "nvmlEventTypeFatalPoisonError": "fatal_poison",
-    "nvmlEventTypeGpuUnavailableError": "gpu_unavailable",
-    "nvmlEventTypeGpuRecoveryAction": "recovery_action",
-}
-
-
-def handle_key(handle: Any) -> int:
-    """The same number for the same device handle, whichever thread got it."""
-    try:
-        return ctypes.cast(handle, ctypes.c_void_p).value or 0
-    except (TypeError, ctypes.ArgumentError):
-        return id(handle)  # the unit tests' Python imitation hands out objects
-
-
-class XidLog:
-    """The last XID_KEEP error events per GPU UUID, written by the event thread."""
-
-    def __init__(self, keep: int = XID_KEEP):
-        self.keep = keep
-        self._lock = threading.Lock()
-        self._events: dict[str, collections.deque[dict[str, Any]]] = {}
-
-    def add(self, uuid: str, event: str, code: int, at: float) -> bool:
-        """Keeps the event; True when it can change the GPU's verdict and is the first of
-        its kind and code in the log (a storm of one Xid wakes the probe once)."""
-        with self._lock:
-            log = self._events.setdefault(uuid, collections.deque(maxlen=self.keep))
-            repeated = any(e["event"] == event and e["code"] == code for e in log)
-            log.append({"event": event, "code": code, "at": round(at, 3)})
-        verdicts = event != "xid" or code in gpu_rules.XID_FAILED or code in gpu_rules.XID_DEGRADED
-        return verdicts and not repeated
-
-    def of(self, uuid: str | None) -> list[dict[str, Any]]:
-        with self._lock:
-            return list(self._events.get(uuid or "", ()))
 
 
 class _Track:

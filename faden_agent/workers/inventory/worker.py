@@ -27,7 +27,7 @@ from faden_agent.workers.inventory.changes import DockerChangeWatcher
 from faden_agent.workers.inventory.collector import Collector
 from faden_agent.workers.inventory.gpu_changes import HealthChanges, event_id
 from faden_agent.workers.inventory.gpu_events import GpuErrorWatcher
-from faden_agent.workers.inventory.gpu_health import XidLog
+from faden_agent.workers.inventory.gpu_xids import XidLog
 from faden_agent.workers.inventory.record import FULL, RecordEmitter, full_record_id
 from faden_agent.workers.inventory.traffic.report import TrafficReporter
 
