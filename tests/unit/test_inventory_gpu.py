@@ -1,13 +1,8 @@
-"""The GPU probe against a FAKE NVML.
-
-This machine has no NVIDIA GPU and no NVML library, so the real pynvml can only show the
-"library not found" path (tested below too). Everything else is tested by substituting a
-small fake module for pynvml at the probe's boundary (GpuProbe(nvml=...)). The fake takes
-pynvml's real constants and real exception classes (NVMLError(code) builds the same
-NVMLError_* subclass the real library raises) and fakes only the functions that would
-talk to the driver. bench/gpu_probe.py runs the real probe on a machine with GPUs.
+"""The GPU probe's inventory fields (MIG, processes, errors, init) against a Python imitation
+of pynvml at the probe's boundary: real constants and exception classes, fake functions.
+The real bindings against a C-level NVML (health, events, hangs, a lost GPU) are tested in
+tests/integration/test_gpu_health.py; bench/gpu_probe.py runs on a machine with GPUs.
 """
-
 from __future__ import annotations
 
 import queue
