@@ -290,6 +290,24 @@ VARIABLES: tuple[Variable, ...] = (
         "Bound on each inventory probe (host, disks, network, Docker, GPU); a slower one is reported as overrun",
     ),
     Variable(
+        "gpu_throttle_sec",
+        "60",
+        _positive_float,
+        "How long a hardware slowdown, thermal or power-brake clock event may last before the GPU is degraded",
+    ),
+    Variable(
+        "gpu_rising_sec",
+        "600",
+        _positive_float,
+        "How long a rise of a GPU error counter (uncorrected ECC, NVLink, PCIe replay) keeps the GPU degraded",
+    ),
+    Variable(
+        "gpu_xid_hold_sec",
+        "3600",
+        _positive_float,
+        "How long an Xid error counts towards its GPU's verdict after it happened",
+    ),
+    Variable(
         "traffic_interval_sec",
         "10",
         _positive_float,
@@ -455,6 +473,9 @@ class Config:
     inventory_interval_sec: float
     inventory_usage_sec: float
     inventory_probe_timeout_sec: float
+    gpu_throttle_sec: float
+    gpu_rising_sec: float
+    gpu_xid_hold_sec: float
     traffic_interval_sec: float
     sysfs_root: Path
     reconnect_min_sec: float

@@ -1,11 +1,7 @@
-"""The GPU probe against a FAKE NVML.
-
-This machine has no NVIDIA GPU and no NVML library, so the real pynvml can only show the
-"library not found" path (tested below too). Everything else is tested by substituting a
-small fake module for pynvml at the probe's boundary (GpuProbe(nvml=...)). The fake takes
-pynvml's real constants and real exception classes (NVMLError(code) builds the same
-NVMLError_* subclass the real library raises) and fakes only the functions that would
-talk to the driver. bench/gpu_probe.py runs the real probe on a machine with GPUs.
+"""The GPU probe's inventory fields (MIG, processes, errors, init) against a Python imitation
+of pynvml at the probe's boundary: real constants and exception classes, fake functions.
+The real bindings against a C-level NVML (health, events, hangs, a lost GPU) are tested in
+tests/integration/test_gpu_health.py; bench/gpu_probe.py runs on a machine with GPUs.
 """
 
 from __future__ import annotations
@@ -192,6 +188,9 @@ def test_two_gpus_report_every_field():
     assert result["driver_version"] == "550.54.15"
     assert result["cuda_driver_version"] == "12.4"
     first, second = result["devices"]
+    # The imitation has none of the health functions: every signal unknown, verdict ok
+    # (the health read is tested through the C library, tests/integration/test_gpu_health.py).
+    assert first.pop("health")["verdict"] == "ok" and result["health"] == {"verdict": "ok", "reasons": []}
     assert first == {
         "index": 0,
         "state": "ok",
@@ -262,6 +261,7 @@ def test_library_missing_gives_an_empty_list_with_a_reason():
         "cuda_driver_version": None,
         "nvml_version": None,
         "devices": [],
+        "health": {"verdict": "ok", "reasons": []},
     }
 
 

@@ -7,9 +7,13 @@
     disks.py         root, Docker's data root, state dir, configured paths; low-disk flag
     network.py       interfaces, addresses, MTU, speed
     docker_probe.py  engine, runtimes, images, managed containers and their GPUs
-    gpu.py           NVML: driver and every GPU (needs nothing but pynvml)
+    gpu.py           NVML: driver and every GPU (needs nothing but pynvml and the stdlib)
+    gpu_health.py    each GPU's health signals through NVML
+    gpu_xids.py      the last NVML error events (Xid, ...) per GPU
+    gpu_rules.py     the verdict table (ok / degraded / failed and the reasons)
+    gpu_changes.py   gpu.health_changed events when a verdict changes
     changes.py       Docker events that call for a record now
-    gpu_events.py    NVML error events (critical Xid, double-bit ECC) that do the same
+    gpu_events.py    NVML error events (Xid, ECC, ...) into the Xid log, and a record now
     record.py        full / unchanged records, content hash, the receiver's rule
     traffic/         the `traffic` record (docs/protocol.md, "Traffic record"):
         sockdiag.py    TCP sockets from sock_diag netlink (filtered dump, destroy notifications)

@@ -10,6 +10,8 @@ from faden_agent.dockerclient import make_client
 from faden_agent.workers.inventory import docker_probe
 from faden_agent.workers.inventory.disks import probe_disks
 from faden_agent.workers.inventory.gpu import GpuProbe
+from faden_agent.workers.inventory.gpu_health import HealthReader
+from faden_agent.workers.inventory.gpu_xids import XidLog
 from faden_agent.workers.inventory.host import probe_host
 from faden_agent.workers.inventory.network import probe_network
 from faden_agent.workers.inventory.probes import OK, Probe, run_probes
@@ -37,15 +39,16 @@ class DockerProbe:
 
 
 class Collector:
-    def __init__(self, config: Config, nvml: Any = None, timeout_s: float | None = None):
+    def __init__(self, config: Config, nvml: Any = None, timeout_s: float | None = None, xids: XidLog | None = None):
         timeout = timeout_s or config.inventory_probe_timeout_sec
         self.last_good: dict[str, Any] = {}
+        health = HealthReader(xids, config.gpu_throttle_sec, config.gpu_rising_sec, config.gpu_xid_hold_sec)
         self.probes = [
             Probe("host", lambda: probe_host(config), timeout),
             Probe("disks", lambda: self.probe_disks(config), timeout),
             Probe("network", probe_network, timeout),
             Probe("docker", DockerProbe(config.docker_host), timeout),
-            Probe("gpu", GpuProbe(nvml), timeout),
+            Probe("gpu", GpuProbe(nvml, health), timeout),
         ]
         self.timeouts = {p.name: p.timeout_s for p in self.probes}
 

@@ -2,9 +2,8 @@
 
 Never crashes: no pynvml, no NVML library, no driver or no GPU gives an empty device list
 with a reason. An NVML error on one GPU marks that GPU `"state": "error"` and the others
-are still reported. Fields a GPU does not support (MIG, ECC, power on some boards) are
-null. Values that move all the time (memory in use, utilization, temperature, power
-draw, corrected ECC counts, per-process memory) sit under "usage" (see record.py).
+are still reported; each GPU's "health" is gpu_health.py's, a GPU NVML stopped counting is
+"missing". Unsupported fields are null; values that move all the time sit under "usage".
 
 NVML is initialised once and kept (nvmlInit can take seconds on a large machine without
 persistence mode); it is initialised again after the driver said "uninitialized" or
@@ -18,6 +17,8 @@ import importlib
 import os
 from collections.abc import Callable
 from typing import Any
+
+from faden_agent.workers.inventory.gpu_health import HealthReader, node_health
 
 REASON_NO_PYNVML = "pynvml (nvidia-ml-py) not installed"
 REASON_NO_LIBRARY = "NVML library not found"
@@ -45,14 +46,53 @@ def _text(value: Any) -> Any:
 
 
 class GpuProbe:
-    def __init__(self, nvml: Any = None):
+    def __init__(self, nvml: Any = None, health: HealthReader | None = None):
         """`nvml` is the pynvml module (imported on first use when None); tests pass a fake."""
         self.nvml = nvml
+        self.health = health or HealthReader()
         self._initialized = False
+        self._seen: dict[str, dict[str, Any]] = {}  # uuid -> index and bus id, of every GPU seen
 
     # --- the probe
 
     def __call__(self) -> dict[str, Any]:
+        system = self._read()
+        devices = system["devices"]
+        missing = self._missing(devices)
+        if missing:
+            system["missing"] = missing
+        problem = (
+            system["reason"]
+            if system["reason"] not in (None, REASON_NO_LIBRARY, REASON_NO_PYNVML, REASON_NO_GPU)
+            else None
+        )
+        system["health"] = node_health(devices, missing, problem)
+        return system
+
+    def _missing(self, devices: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """GPUs seen in an earlier round that NVML no longer counts."""
+        for device in devices:
+            if device.get("uuid"):
+                self._seen[device["uuid"]] = {"index": device["index"], "pci_bus_id": device.get("pci_bus_id")}
+        if len(devices) >= len(self._seen):
+            return []
+        present = {d.get("uuid") for d in devices}
+        # a GPU NVML still counts but cannot name (lost) is the one last seen at its index
+        present |= {
+            u for u, seen in self._seen.items() for d in devices if not d.get("uuid") and d["index"] == seen["index"]
+        }
+        return [
+            {
+                "index": seen["index"],
+                "uuid": uuid,
+                "pci_bus_id": seen["pci_bus_id"],
+                "health": self.health.missing(uuid),
+            }
+            for uuid, seen in sorted(self._seen.items(), key=lambda item: item[1]["index"])
+            if uuid not in present
+        ]
+
+    def _read(self) -> dict[str, Any]:
         if self.nvml is None:
             self.nvml, reason = load_pynvml()
             if self.nvml is None:
@@ -129,11 +169,13 @@ class GpuProbe:
             device["ecc"] = ecc["facts"] if ecc else None
             device["processes"] = self._processes(handle)
             device["usage"] = self._usage(handle, memory, ecc)
+            device["health"] = self.health.read(nvml, handle, device["uuid"], self._optional)
         except nvml.NVMLError as exc:
             self._forget_on(exc)
             device["state"] = "error"
             device["error"] = str(exc)
             device.pop("usage", None)
+            device["health"] = self.health.failed(device.get("uuid"), exc)
         return device
 
     def _usage(self, handle: Any, memory: Any, ecc: dict[str, Any] | None) -> dict[str, Any]:

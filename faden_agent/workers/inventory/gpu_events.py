@@ -1,20 +1,19 @@
-"""GPU errors as they happen: NVML's event set (critical Xid errors, double-bit ECC
-errors) wakes a thread that calls `on_change`, so a GPU falling into error is reported
-within seconds instead of at the next interval. No NVML, no GPU, or no GPU that supports
-events: the thread ends quietly (the interval still covers those machines).
-
-The thread has its own nvmlInit (NVML counts them) and waits in slices of WAIT_MS so it
-can stop; a wait that hangs in the driver holds only this thread.
+"""NVML error events as they happen: every error event type each GPU supports (Xid, ECC,
+retirement, poison, unavailable, recovery action) goes into the XidLog; one that can change
+a verdict calls `on_change` for a record now. No NVML, GPU or event support: the thread
+ends quietly. Its own nvmlInit; waits in WAIT_MS slices, so a hung wait holds only it.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 from faden_agent.workers.inventory.gpu import load_pynvml
+from faden_agent.workers.inventory.gpu_xids import ERROR_EVENTS, XidLog, handle_key
 from faden_agent.workers.threads import start_daemon
 
 log = logging.getLogger(__name__)
@@ -24,10 +23,18 @@ RETRY_S = 30.0
 
 
 class GpuErrorWatcher:
-    def __init__(self, on_change: Callable[[], None], nvml: Any = None, stop: threading.Event | None = None):
+    def __init__(
+        self,
+        on_change: Callable[[], None],
+        nvml: Any = None,
+        stop: threading.Event | None = None,
+        xids: XidLog | None = None,
+    ):
         self.on_change = on_change
         self.nvml = nvml
+        self.xids = xids or XidLog()
         self.watching = 0  # GPUs registered for events
+        self._uuids: dict[int, str] = {}  # device handle -> UUID, for the events' device
         self._stop = stop or threading.Event()  # the worker's one stop event
         self.thread: threading.Thread | None = None
 
@@ -62,11 +69,15 @@ class GpuErrorWatcher:
         """Wait for events until stopped; False when no GPU supports them."""
         event_set = nvml.nvmlEventSetCreate()
         try:
-            mask = nvml.nvmlEventTypeXidCriticalError | nvml.nvmlEventTypeDoubleBitEccError
             self.watching = 0
             for index in range(nvml.nvmlDeviceGetCount()):
+                handle = nvml.nvmlDeviceGetHandleByIndex(index)
+                mask = self._mask(nvml, handle)
+                if not mask:
+                    continue
                 try:
-                    nvml.nvmlDeviceRegisterEvents(nvml.nvmlDeviceGetHandleByIndex(index), mask, event_set)
+                    nvml.nvmlDeviceRegisterEvents(handle, mask, event_set)
+                    self._uuids[handle_key(handle)] = _text(nvml.nvmlDeviceGetUUID(handle))
                     self.watching += 1
                 except nvml.NVMLError as exc:
                     if exc.value != nvml.NVML_ERROR_NOT_SUPPORTED:
@@ -76,15 +87,37 @@ class GpuErrorWatcher:
             wait = getattr(nvml, "nvmlEventSetWait_v2", None) or nvml.nvmlEventSetWait
             while not self._stop.is_set():
                 try:
-                    wait(event_set, WAIT_MS)
+                    data = wait(event_set, WAIT_MS)
                 except nvml.NVMLError as exc:
                     if exc.value == nvml.NVML_ERROR_TIMEOUT:
                         continue
                     raise
-                self.on_change()
+                if self._record(nvml, data):
+                    self.on_change()
             return True
         finally:
             nvml.nvmlEventSetFree(event_set)
+
+    @staticmethod
+    def _mask(nvml: Any, handle: Any) -> int:
+        """Every error event type this GPU supports (the critical Xid and double-bit ECC
+        ones where NVML cannot say which it supports)."""
+        wanted = 0
+        for name in ERROR_EVENTS:
+            wanted |= getattr(nvml, name, 0)
+        try:
+            return nvml.nvmlDeviceGetSupportedEventTypes(handle) & wanted
+        except (AttributeError, nvml.NVMLError):
+            return nvml.nvmlEventTypeXidCriticalError | nvml.nvmlEventTypeDoubleBitEccError
+
+    def _record(self, nvml: Any, data: Any) -> bool:
+        """Logs the event; True when it calls for a record now (other Xids, and repeats,
+        wait for the next interval: an application's Xid storm is not a record a second)."""
+        uuid = self._uuids.get(handle_key(getattr(data, "device", None)))
+        kind = next((ERROR_EVENTS[n] for n in ERROR_EVENTS if getattr(nvml, n, 0) == data.eventType), None)
+        if uuid and kind:
+            return self.xids.add(uuid, kind, int(data.eventData), time.time())
+        return True  # an event this agent cannot place: look at every GPU now
 
     @staticmethod
     def _shutdown(nvml: Any) -> None:
@@ -92,3 +125,7 @@ class GpuErrorWatcher:
             nvml.nvmlShutdown()
         except nvml.NVMLError:
             pass
+
+
+def _text(value: Any) -> Any:
+    return value.decode(errors="replace") if isinstance(value, bytes) else value

@@ -2,13 +2,13 @@
 
 Loop (a collector thread; the worker's main loop only says it is alive and watches it):
   every INVENTORY_INTERVAL_SEC, at start, and SETTLE_S after a change it can see (a
-  Docker event of a managed container or an image, an NVML critical-Xid or double-bit
-  ECC event) -> run the probes (each in its own
+  Docker event of a managed container or an image, an NVML error event such as an Xid)
+  -> run the probes (each in its own
   thread with a timeout, see probes.py) -> one record (record.py).
 Inputs: psutil, the Docker engine, NVML.
 Outputs: `inventory` records through Reports: full ones durable (`put`), unchanged ones
 in the latest-value slot (`put_latest`), so an unchanged record never replaces a full
-one still waiting for delivery.
+one still waiting for delivery; a `gpu.health_changed` event when a GPU's verdict changed.
 A traffic thread beside it (traffic/): every TRAFFIC_INTERVAL_SEC a `traffic` record in
 the latest-value slot when it changed, and warning events.
 """
@@ -27,7 +27,9 @@ from faden_agent.workers.inventory.changes import DockerChangeWatcher
 from faden_agent.workers.inventory.collector import Collector
 from faden_agent.workers.inventory.disk_events import DiskWatch
 from faden_agent.workers.inventory.disk_events import record_id as disk_record_id
+from faden_agent.workers.inventory.gpu_changes import HealthChanges, event_id
 from faden_agent.workers.inventory.gpu_events import GpuErrorWatcher
+from faden_agent.workers.inventory.gpu_xids import XidLog
 from faden_agent.workers.inventory.record import FULL, RecordEmitter, full_record_id
 from faden_agent.workers.inventory.traffic.report import TrafficReporter
 
@@ -52,6 +54,7 @@ class InventoryReporter:
         self.disk_watch = disk_watch
         self.cycles = 0
         self.last: dict[str, Any] | None = None
+        self.gpu_changes = HealthChanges()
 
     def report(self) -> dict[str, Any] | None:
         """The record handed to the outbox; None when nothing was due (record.py)."""
@@ -59,6 +62,8 @@ class InventoryReporter:
         if self.disk_watch is not None:
             for event in self.disk_watch.update(sections.get("disks") or []):
                 self.reports.put(protocol.EVENT, event, record_id=disk_record_id(event))
+        for event in self.gpu_changes.events(sections.get("gpu"), time.time()):
+            self.reports.put(protocol.EVENT, event, record_id=event_id(event))
         data = self.emitter.build(sections)
         self.cycles += 1
         if data is None:
@@ -77,7 +82,8 @@ class InventoryWorker(Worker):
 
     def setup(self) -> None:
         self.reports = Reports(self.config)
-        self.collector = Collector(self.config)
+        xids = XidLog()  # written by the GPU event thread, read by the GPU probe
+        self.collector = Collector(self.config, xids=xids)
         self.reporter = InventoryReporter(
             self.collector,
             self.reports,
@@ -87,7 +93,7 @@ class InventoryWorker(Worker):
         self._changed = threading.Event()
         self.watchers = [
             DockerChangeWatcher(self.config.docker_host, self._changed.set, stop=self.stop_event),
-            GpuErrorWatcher(self._changed.set, stop=self.stop_event),
+            GpuErrorWatcher(self._changed.set, stop=self.stop_event, xids=xids),
         ]
         self.start_thread("inventory-collect", self._collect_loop)
         for watcher in self.watchers:

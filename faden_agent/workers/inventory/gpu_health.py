@@ -1,0 +1,308 @@
+"""Each GPU's health through NVML (ECC, retired pages, remapped rows, clock events, NVLink,
+PCIe, fabric, recovery action, persistence, its Xid log) and its verdict (gpu_rules.py).
+One HealthReader per GPU probe remembers counters between rounds to see them rise; steady
+values go in the content hash, gauges under "usage".
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time
+from collections.abc import Callable
+from typing import Any
+
+from faden_agent.workers.inventory import gpu_rules
+from faden_agent.workers.inventory.gpu_xids import XidLog
+
+LOST_CODES = (15, 16, 28)  # NVML_ERROR_GPU_IS_LOST, _RESET_REQUIRED, _GPU_NOT_FOUND
+
+# nvml.h's field ids: one nvmlDeviceGetFieldValues call per GPU reads all counters.
+FIELDS = {
+    "ecc_corrected_volatile": 3,
+    "ecc_uncorrected_volatile": 4,
+    "ecc_corrected_aggregate": 5,
+    "ecc_uncorrected_aggregate": 6,
+    "retired_single_bit": 29,
+    "retired_double_bit": 30,
+    "retired_pending": 31,
+    "nvlink_crc_flit": 38,
+    "nvlink_crc_data": 45,
+    "nvlink_replay": 52,
+    "nvlink_recovery": 59,
+    "nvlink_links": 91,
+    "pcie_replay": 94,
+    "recovery_action": 230,
+}
+NVLINK_STATE_FIELD = 165  # NVML_FI_DEV_NVLINK_GET_STATE, scopeId: the link
+MAX_LINKS = 36  # NVML_NVLINK_MAX_LINKS
+LINK_UP = (1, 2)  # NVML_NVLINK_STATE_ACTIVE, _SLEEP (a sleeping link wakes on traffic)
+NVLINK_COUNTERS = {"replay": 0, "recovery": 1, "crc_flit": 2, "crc_data": 3}  # NVML_NVLINK_ERROR_DL_*
+CLOCK_EVENTS = {
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+}
+FABRIC_STATES = {0: None, 1: "not_started", 2: "in_progress", 3: "completed"}
+RECOVERY_ACTIONS = {
+    0: "none",
+    1: "gpu_reset",
+    2: "node_reboot",
+    3: "drain_p2p",
+    4: "drain_and_reset",
+    5: "recover_imex_domain",
+    6: "bus_reset",
+    7: "system_reboot",
+}
+
+
+class _Track:
+    """What one GPU looked like in earlier rounds."""
+
+    def __init__(self) -> None:
+        self.counters: dict[str, int] = {}
+        self.rose_at: dict[str, float] = {}
+        self.clock_since: dict[str, float] = {}
+        self.links_up: set[int] = set()
+        self.link_errors: dict[int, dict[str, int | None]] = {}
+        self.link_totals: tuple[int | None, ...] = ()
+        self.links = 0  # NVLink count of the last round: its states ride in the fields call
+        self.pcie_max: tuple[Any, Any] | None = None
+
+
+class HealthReader:
+    def __init__(
+        self,
+        xids: XidLog | None = None,
+        throttle_s: float = 60.0,
+        rising_s: float = 600.0,
+        xid_hold_s: float = 3600.0,
+        clock: Callable[[], float] = time.time,
+    ):
+        self.xids = xids or XidLog()
+        self.throttle_s = throttle_s
+        self.rising_s = rising_s
+        self.xid_hold_s = xid_hold_s
+        self.clock = clock
+        self._tracks: dict[str, _Track] = {}
+
+    # --- a GPU NVML answers for
+
+    def read(self, nvml: Any, handle: Any, uuid: str, optional: Callable[..., Any]) -> dict[str, Any]:
+        now = self.clock()
+        track = self._tracks.setdefault(uuid, _Track())
+
+        def call(name: str, *args: Any) -> Any:
+            fn = getattr(nvml, name, None)  # older bindings lack the newer functions
+            return optional(fn, handle, *args) if fn is not None else None
+
+        values = self._fields(call, track)
+        remap = call("nvmlDeviceGetRemappedRows")
+        mask = call("nvmlDeviceGetCurrentClocksEventReasons")
+        if mask is None:
+            mask = call("nvmlDeviceGetCurrentClocksThrottleReasons")
+        persistence = call("nvmlDeviceGetPersistenceMode")
+        if track.pcie_max is None:
+            track.pcie_max = (call("nvmlDeviceGetMaxPcieLinkGeneration"), call("nvmlDeviceGetMaxPcieLinkWidth"))
+        pcie = {
+            "replay": values["pcie_replay"],
+            "width": call("nvmlDeviceGetCurrPcieLinkWidth"),
+            "gen_max": track.pcie_max[0],
+            "width_max": track.pcie_max[1],
+        }
+        facts: dict[str, Any] = {"pcie": pcie}
+        health: dict[str, Any] = {
+            "xid": self.xids.of(uuid),
+            "persistence_mode": bool(persistence) if persistence is not None else None,
+            "ecc_errors": _some(
+                {
+                    "uncorrected_volatile": values["ecc_uncorrected_volatile"],
+                    "uncorrected_aggregate": values["ecc_uncorrected_aggregate"],
+                }
+            ),
+            "retired_pages": _some(
+                {
+                    "single_bit": values["retired_single_bit"],
+                    "double_bit": values["retired_double_bit"],
+                    "pending": _bool(values["retired_pending"]),
+                }
+            ),
+            "remapped_rows": _remapped_rows(remap),
+            "nvlink": self._nvlink(call, values, track, facts),
+            "pcie": _some(pcie),
+            "fabric": self._fabric(nvml, call),
+            "recovery_action": RECOVERY_ACTIONS.get(values["recovery_action"], values["recovery_action"]),
+        }
+        clock_events = self._clock_events(mask, track, now)
+        facts.update(
+            recent_xids=self._recent(health["xid"], now),
+            remap_failure=bool(health["remapped_rows"] and health["remapped_rows"]["failure"]),
+            remap_pending=bool(health["remapped_rows"] and health["remapped_rows"]["pending"]),
+            retired_pending=bool(values["retired_pending"]),
+            recovery_action=health["recovery_action"],
+            fabric=health["fabric"],
+            throttled=[n for n in gpu_rules.THROTTLE_SLOWDOWNS if clock_events.get(n, 0) > self.throttle_s],
+            uncorrected_rising=self._rising(track, "ecc_uncorrected_volatile", values, now),
+            pcie_rising=self._rising(track, "pcie_replay", values, now),
+            nvlink_rising=[n for n in NVLINK_COUNTERS if self._rising(track, f"nvlink_{n}", values, now)],
+        )
+        health["verdict"], health["reasons"] = gpu_rules.verdict(facts)
+        health["usage"] = {
+            "ecc_corrected_volatile": values["ecc_corrected_volatile"],
+            "ecc_corrected_aggregate": values["ecc_corrected_aggregate"],
+            "pcie_gen": call("nvmlDeviceGetCurrPcieLinkGeneration"),
+            "clock_events_active_s": clock_events,
+        }
+        return _ordered(health)
+
+    def _fields(self, call: Callable[..., Any], track: _Track) -> dict[str, Any]:
+        """Every counter, and each NVLink's state, in one nvmlDeviceGetFieldValues call (a
+        second one only when the link count differs from the last round's)."""
+        values: dict[str, Any] = dict.fromkeys(FIELDS)
+        answers = call("nvmlDeviceGetFieldValues", [*FIELDS.values(), *_link_states(track.links)])
+        for name, answer in zip(FIELDS, answers or (), strict=False):
+            if answer.nvmlReturn == 0:
+                values[name] = _field_number(answer)
+        states = list(answers or ())[len(FIELDS) :]
+        links = min(values["nvlink_links"] or 0, MAX_LINKS)  # a wild count must not cost a wild loop
+        values["nvlink_links"] = links
+        if links != track.links:
+            track.links = links
+            states = list(call("nvmlDeviceGetFieldValues", _link_states(links)) or ()) if links else []
+        values["link_states"] = [_field_number(a) if a.nvmlReturn == 0 else None for a in states]
+        return values
+
+    def _nvlink(
+        self, call: Callable[..., Any], values: dict[str, Any], track: _Track, facts: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        links = values["nvlink_links"]
+        if not links:
+            return None
+        totals = tuple(values[f"nvlink_{n}"] for n in NVLINK_COUNTERS)
+        if totals != track.link_totals:  # read per link only when a total moved
+            track.link_errors = {
+                link: {
+                    name: call("nvmlDeviceGetNvLinkErrorCounter", link, counter)
+                    for name, counter in NVLINK_COUNTERS.items()
+                }
+                for link in range(links)
+            }
+            track.link_totals = totals
+        entries, down = [], []
+        for link, state in zip(range(links), values["link_states"] or [None] * links, strict=False):
+            if state is None:  # a driver without the per-link state field
+                state = call("nvmlDeviceGetNvLinkState", link)
+            active = state in LINK_UP if state is not None else None
+            if active:
+                track.links_up.add(link)
+            elif link in track.links_up:
+                down.append(link)
+            entries.append({"link": link, "active": active, "errors": track.link_errors.get(link)})
+        facts["nvlink_down"] = down
+        return {"links": entries, "errors": dict(zip(NVLINK_COUNTERS, totals, strict=True))}
+
+    def _fabric(self, nvml: Any, call: Callable[..., Any]) -> dict[str, Any] | None:
+        struct = getattr(nvml, "c_nvmlGpuFabricInfo_t", None)
+        if struct is None:
+            return None
+        info = struct()
+        if call("nvmlDeviceGetGpuFabricInfo", ctypes.byref(info)) is None:
+            return None
+        state = FABRIC_STATES.get(info.state, f"state {info.state}")
+        if state is None:
+            return None  # NVML_GPU_FABRIC_STATE_NOT_SUPPORTED: no NVSwitch fabric
+        status = None
+        if state == "completed" and info.status != 0:
+            status = str(nvml.NVMLError(info.status))
+        return {"state": state, "status": status, "clique_id": info.cliqueId}
+
+    def _clock_events(self, mask: int | None, track: _Track, now: float) -> dict[str, float]:
+        """Each active clock event and for how long it has been active (seconds)."""
+        active = {name for bit, name in CLOCK_EVENTS.items() if mask and mask & bit}
+        track.clock_since = {name: track.clock_since.get(name, now) for name in active}
+        return {name: round(now - since, 1) for name, since in sorted(track.clock_since.items())}
+
+    def _recent(self, xids: list[dict[str, Any]], now: float) -> list[int]:
+        """The Xid codes that still count towards the verdict."""
+        return [x["code"] for x in xids if x["event"] == "xid" and now - x["at"] <= self.xid_hold_s]
+
+    def _rising(self, track: _Track, name: str, values: dict[str, Any], now: float) -> bool:
+        value = values.get(name)
+        if value is None:
+            return False
+        before = track.counters.get(name)
+        track.counters[name] = value
+        if before is not None and value > before:
+            track.rose_at[name] = now
+        rose = track.rose_at.get(name)
+        return rose is not None and now - rose <= self.rising_s
+
+    # --- a GPU NVML fails on, or no longer counts
+
+    def failed(self, uuid: str | None, exc: Any) -> dict[str, Any]:
+        lost = getattr(exc, "value", None) in LOST_CODES
+        now = self.clock()
+        xids = self.xids.of(uuid)
+        facts = {
+            "lost": str(exc) if lost else None,
+            "nvml_errors": [] if lost else [str(exc)],
+            "recent_xids": self._recent(xids, now),
+        }
+        verdict, reasons = gpu_rules.verdict(facts)
+        return {"verdict": verdict, "reasons": reasons, "xid": xids}
+
+    def missing(self, uuid: str) -> dict[str, Any]:
+        verdict, reasons = gpu_rules.verdict({"missing": True})
+        return {"verdict": verdict, "reasons": reasons, "xid": self.xids.of(uuid)}
+
+
+def node_health(devices: list[dict[str, Any]], missing: list[dict[str, Any]], problem: str | None) -> dict[str, Any]:
+    """The node's verdict: its worst GPU's, with each GPU's reasons named by index; `problem`
+    (NVML unusable on a machine with an NVIDIA library and driver problem) fails it."""
+    verdicts, reasons = [], []
+    for device in [*devices, *missing]:
+        health = device.get("health") or {}
+        verdicts.append(health.get("verdict", gpu_rules.OK))
+        reasons += [f"GPU {device['index']}: {reason}" for reason in health.get("reasons", ())]
+    if problem:
+        verdicts.append(gpu_rules.FAILED)
+        reasons.append(problem)
+    return {"verdict": gpu_rules.worst(verdicts), "reasons": reasons}
+
+
+def _link_states(links: int) -> list[tuple[int, int]]:
+    return [(NVLINK_STATE_FIELD, link) for link in range(links)]
+
+
+def _field_number(answer: Any) -> int | None:
+    kind = answer.valueType
+    value = answer.value
+    return {1: value.uiVal, 2: value.ulVal, 3: value.ullVal, 4: value.sllVal, 5: value.siVal, 6: value.usVal}.get(kind)
+
+
+def _remapped_rows(remap: tuple[int, int, int, int] | None) -> dict[str, Any] | None:
+    if remap is None:
+        return None
+    correctable, uncorrectable, pending, failure = remap
+    return {
+        "correctable": correctable,
+        "uncorrectable": uncorrectable,
+        "pending": bool(pending),
+        "failure": bool(failure),
+    }
+
+
+def _bool(value: int | None) -> bool | None:
+    return bool(value) if value is not None else None
+
+
+def _some(values: dict[str, Any]) -> dict[str, Any] | None:
+    """None when the GPU answered none of them (not supported)."""
+    return values if any(v is not None for v in values.values()) else None
+
+
+def _ordered(health: dict[str, Any]) -> dict[str, Any]:
+    """verdict and reasons first: what a reader looks at."""
+    return {"verdict": health.pop("verdict"), "reasons": health.pop("reasons"), **health}

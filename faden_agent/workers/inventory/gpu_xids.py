@@ -1,0 +1,57 @@
+"""NVML error events as they are kept: the last XID_KEEP per GPU UUID with their times,
+written by the event thread (gpu_events.py) and read by the health read (gpu_health.py).
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import threading
+from typing import Any
+
+from faden_agent.workers.inventory import gpu_rules
+
+XID_KEEP = 16  # last Xid events kept per GPU
+
+# The error events of NVML's event set, by the pynvml name of their type bit.
+ERROR_EVENTS = {
+    "nvmlEventTypeXidCriticalError": "xid",
+    "nvmlEventTypeDoubleBitEccError": "double_bit_ecc",
+    "nvmlEventTypeDramRetirementEvent": "dram_retirement",
+    "nvmlEventTypeDramRetirementFailure": "dram_retirement_failure",
+    "nvmlEventTypeNonFatalPoisonError": "non_fatal_poison",
+    "nvmlEventTypeFatalPoisonError": "fatal_poison",
+    "nvmlEventTypeGpuUnavailableError": "gpu_unavailable",
+    "nvmlEventTypeGpuRecoveryAction": "recovery_action",
+}
+
+
+def handle_key(handle: Any) -> int:
+    """The same number for the same device handle, whichever thread got it."""
+    try:
+        return ctypes.cast(handle, ctypes.c_void_p).value or 0
+    except (TypeError, ctypes.ArgumentError):
+        return id(handle)  # the unit tests' Python imitation hands out objects
+
+
+class XidLog:
+    """The last XID_KEEP error events per GPU UUID, written by the event thread."""
+
+    def __init__(self, keep: int = XID_KEEP):
+        self.keep = keep
+        self._lock = threading.Lock()
+        self._events: dict[str, collections.deque[dict[str, Any]]] = {}
+
+    def add(self, uuid: str, event: str, code: int, at: float) -> bool:
+        """Keeps the event; True when it can change the GPU's verdict and is the first of
+        its kind and code in the log (a storm of one Xid wakes the probe once)."""
+        with self._lock:
+            log = self._events.setdefault(uuid, collections.deque(maxlen=self.keep))
+            repeated = any(e["event"] == event and e["code"] == code for e in log)
+            log.append({"event": event, "code": code, "at": round(at, 3)})
+        verdicts = event != "xid" or code in gpu_rules.XID_FAILED or code in gpu_rules.XID_DEGRADED
+        return verdicts and not repeated
+
+    def of(self, uuid: str | None) -> list[dict[str, Any]]:
+        with self._lock:
+            return list(self._events.get(uuid or "", ()))

@@ -1,0 +1,285 @@
+"""GPU health in a real agent, through the real pynvml loading a C libnvidia-ml.so.1
+(tests/nvml/fakenvml.c) whose state file each test rewrites: every rule of the verdict
+table drives the record and a `gpu.health_changed` event; an Xid's event arrives within
+2 s; a lost or vanished GPU fails alone; a hung NVML call is an overrun that holds no
+heartbeat; a driver that is not loaded is a reason, not a crash."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import orjson
+import pynvml
+import pytest
+
+from faden_agent import protocol
+from faden_agent.reports.outbox import Outbox
+from faden_agent.workers.inventory import gpu_rules
+from faden_agent.workers.inventory.record import without_usage
+from tests.agentproc import AgentProcess, agent_env, wait_for
+from tests.backendproc import agent_env_for, backend  # noqa: F401 - the fixture
+from tests.nvml.state import GpuState
+
+pytestmark = pytest.mark.docker
+
+# rule -> (how the GPU shows it, the reason the record and the event must name)
+FAULTS = {
+    "xid_fatal": (None, "Xid 79: GPU has fallen off the bus"),
+    "xid_degrading": (None, "Xid 74: NVLink error"),
+    "remap_failure": (lambda g: g["remap"].update(failure=1), "row remapping failed"),
+    "recovery_reset": (lambda g: g.update(recovery_action=1), "driver asks for recovery: gpu_reset"),
+    "fabric_failed": (lambda g: g["fabric"].update(status=999), "fabric registration failed: Unknown Error"),
+    "remap_pending": (lambda g: g["remap"].update(pending=1), "row remap pending: reset needed"),
+    "retired_pending": (lambda g: g["retired"].update(pending=1), "page retirement pending: reset needed"),
+    "recovery_drain": (lambda g: g.update(recovery_action=3), "driver asks for recovery: drain_p2p"),
+    "throttled": (lambda g: g.update(clocks_event_reasons=0x40), "hw_thermal_slowdown active over the throttle limit"),
+    "uncorrected_ecc": (lambda g: g["ecc"]["uncorrected"].update(volatile=2), "uncorrected ECC errors rising"),
+    "nvlink_errors": (lambda g: g["nvlink"]["1"].update(crc_data=7), "NVLink crc_data errors rising"),
+    "nvlink_down": (lambda g: g["nvlink"]["0"].update(active=0), "NVLink 0 down"),
+    "pcie_replays": (lambda g: g["pcie"].update(replay=3), "PCIe replays rising"),
+    "pcie_width": (lambda g: g["pcie"].update(width=8), "PCIe link x8 of x16"),
+    "fabric_pending": (lambda g: g["fabric"].update(state=2), "fabric not ready: in_progress"),
+    "nvml_error": (lambda g: g.update(error={"nvmlDeviceGetMemoryInfo": 999}), "NVML error: Unknown Error"),
+}
+XIDS = {"xid_fatal": 79, "xid_degrading": 74}
+VERDICT_OF = {rule.name: rule.verdict for rule in gpu_rules.RULES}
+
+
+def records(state_dir, kind):
+    outbox = Outbox(state_dir)
+    try:
+        return [r["data"] for r in outbox.pending(100_000) if r["kind"] == kind]
+    finally:
+        outbox.close()
+
+
+def health_events(state_dir):
+    return [e for e in records(state_dir, protocol.EVENT) if e.get("type") == "gpu.health_changed"]
+
+
+def newest_gpu(state_dir):
+    full = [r for r in records(state_dir, protocol.INVENTORY) if r["type"] == "full"]
+    return full[-1]["gpu"] if full else None
+
+
+def start(tmp_path, agent_factory, gpus: GpuState, **settings):
+    env = agent_env(tmp_path, **{"inventory_interval_sec": 1, "inventory_usage_sec": 1, **settings})
+    env.update(gpus.env())
+    agent = agent_factory(env).start()
+    state_dir = tmp_path / "state"
+    first = wait_for(lambda: newest_gpu(state_dir), 30, what="a first inventory record")
+    return agent, state_dir, first
+
+
+def test_every_rule_drives_its_verdict_and_event(tmp_path, agent_factory):
+    # The table is the contract: every rule but the two about a GPU NVML cannot read
+    # (lost, missing: the tests below) has a fault here, one GPU per rule.
+    assert set(FAULTS) | {"lost", "missing"} == set(VERDICT_OF)
+    names = list(FAULTS)
+    gpus = GpuState(tmp_path / "nvml", count=len(names))
+    agent, state_dir, first = start(tmp_path, agent_factory, gpus, gpu_throttle_sec=1)
+    assert first["available"] and first["health"] == {"verdict": "ok", "reasons": []}
+    assert all(d["health"]["verdict"] == "ok" for d in first["devices"])
+    healthy = first["devices"][0]["health"]
+    assert healthy["nvlink"]["links"][0] == {
+        "link": 0,
+        "active": True,
+        "errors": {"replay": 0, "recovery": 0, "crc_flit": 0, "crc_data": 0},
+    }
+    assert healthy["fabric"] == {"state": "completed", "status": None, "clique_id": 1}
+    assert healthy["remapped_rows"] == {"correctable": 0, "uncorrectable": 0, "pending": False, "failure": False}
+    assert healthy["persistence_mode"] is True and healthy["recovery_action"] == "none"
+    assert health_events(state_dir) == []
+
+    for index, name in enumerate(names):
+        change, _ = FAULTS[name]
+        if change:
+            change(gpus.gpus[index])
+    gpus.write()
+    for index, name in enumerate(names):
+        if name in XIDS:
+            gpus.xid(index, XIDS[name])
+
+    def every_event():
+        found = {e["index"]: e for e in health_events(state_dir)}
+        return found if len(found) == len(names) else None
+
+    events = wait_for(every_event, 30, what="a gpu.health_changed event for every rule")
+    # the round's record follows its events
+    gpu = wait_for(lambda: newest_gpu(state_dir)["health"]["verdict"] == "failed" and newest_gpu(state_dir), 5)
+    for index, name in enumerate(names):
+        reason, verdict = FAULTS[name][1], VERDICT_OF[name]
+        device = gpu["devices"][index]
+        assert device["health"]["verdict"] == verdict and device["health"]["reasons"] == [reason], name
+        assert events[index] == {
+            "type": "gpu.health_changed",
+            "index": index,
+            "uuid": device["uuid"],
+            "pci_bus_id": device["pci_bus_id"],
+            "old": "ok",
+            "new": verdict,
+            "reasons": [reason],
+            "at": events[index]["at"],
+        }, name
+        assert f"GPU {index}: {reason}" in gpu["health"]["reasons"]
+    assert gpu["health"]["verdict"] == "failed"
+    xid = gpu["devices"][names.index("xid_fatal")]["health"]["xid"]
+    assert [(x["event"], x["code"]) for x in xid] == [("xid", 79)]
+    assert agent.workers()["inventory"]["restarts"] == 0
+
+
+def test_quiet_gpus_resend_nothing(tmp_path, agent_factory):
+    # Rounds every second; gauges move (corrected ECC, clock event time), counters do not:
+    # the GPU part of the content hash stays the same and no event is written.
+    gpus = GpuState(tmp_path / "nvml", count=2)
+    _, state_dir, first = start(tmp_path, agent_factory, gpus, inventory_usage_sec=2)
+    gpus.gpus[0]["ecc"]["corrected"]["volatile"] = 9  # a gauge
+    gpus.gpus[1]["clocks_event_reasons"] = 0x4  # sw_power_cap: reported, no rule
+    gpus.write()
+    time.sleep(4)
+    full = [r for r in records(state_dir, protocol.INVENTORY) if r["type"] == "full"]
+    assert {orjson.dumps(without_usage(r["gpu"])) for r in full} == {orjson.dumps(without_usage(first))}
+    assert health_events(state_dir) == []
+    assert [d["health"]["verdict"] for d in full[-1]["gpu"]["devices"]] == ["ok", "ok"]
+    # the gauges did move: the newest record carries them (a full one when another section
+    # changed, e.g. docker0 under other tests' containers, else an unchanged one)
+    newest = records(state_dir, protocol.INVENTORY)[-1]
+    gauges = (newest if newest["type"] == "full" else newest["usage"])["gpu"]["devices"]
+    assert gauges[0]["health"]["usage"]["ecc_corrected_volatile"] == 9
+    assert "sw_power_cap" in gauges[1]["health"]["usage"]["clock_events_active_s"]
+
+
+def test_an_xid_event_arrives_within_2_s(tmp_path, agent_factory):
+    # No interval round for a minute: only the event thread can bring the Xid in.
+    gpus = GpuState(tmp_path / "nvml", count=2)
+    _, state_dir, first = start(tmp_path, agent_factory, gpus, inventory_interval_sec=60)
+    gpus.xid(1, 79)
+    written = time.monotonic()
+    event = wait_for(lambda: health_events(state_dir), 2, interval_s=0.02, what="the Xid's event within 2 s")[0]
+    print(f"Xid to gpu.health_changed in the outbox: {time.monotonic() - written:.2f} s")
+    assert (event["index"], event["uuid"], event["old"], event["new"]) == (
+        1,
+        first["devices"][1]["uuid"],
+        "ok",
+        "failed",
+    )
+    assert event["pci_bus_id"] == "00000000:18:00.0" and event["reasons"] == ["Xid 79: GPU has fallen off the bus"]
+
+    # another registered error type: in the GPU's history, and a record at once, no verdict
+    gpus.event(0, pynvml.nvmlEventTypeDoubleBitEccError)
+
+    def logged():
+        gpu = newest_gpu(state_dir)
+        return gpu["devices"][0]["health"]["xid"] and gpu
+
+    gpu = wait_for(logged, 5, what="the double-bit ECC event in GPU 0's history")
+    assert [(x["event"], x["code"]) for x in gpu["devices"][0]["health"]["xid"]] == [("double_bit_ecc", 0)]
+    assert gpu["devices"][0]["health"]["verdict"] == "ok" and len(health_events(state_dir)) == 1
+
+
+def test_a_lost_gpu_and_a_vanished_one_fail_alone(tmp_path, agent_factory):
+    gpus = GpuState(tmp_path / "nvml", count=3)
+    agent, state_dir, first = start(tmp_path, agent_factory, gpus)
+    gpus.gpus[1]["lost"] = 1
+    gpus.write()
+    event = wait_for(lambda: health_events(state_dir), 15, what="the lost GPU's event")[0]
+    assert (event["index"], event["new"], event["reasons"]) == (1, "failed", ["GPU is lost"])
+    gpu = wait_for(lambda: newest_gpu(state_dir)["health"]["verdict"] == "failed" and newest_gpu(state_dir), 5)
+    lost = gpu["devices"][1]
+    assert lost["state"] == "error" and lost["error"] == "GPU is lost" and lost["health"]["verdict"] == "failed"
+    assert [d["state"] for d in gpu["devices"]] == ["ok", "error", "ok"]
+    assert gpu["devices"][2]["usage"]["memory_free"] > 0  # the others still report
+
+    gpus.top["count"] = 2  # GPU 2 falls out of NVML's count
+    gpus.write()
+    events = wait_for(lambda: [e for e in health_events(state_dir) if e["index"] == 2], 15, what="the vanished GPU")
+    assert events[0]["uuid"] == first["devices"][2]["uuid"] and events[0]["new"] == "failed"
+    assert events[0]["reasons"] == ["GPU missing from NVML's device count"]
+    gpu = wait_for(lambda: "missing" in newest_gpu(state_dir) and newest_gpu(state_dir), 5, what="the record")
+    assert [m["uuid"] for m in gpu["missing"]] == [first["devices"][2]["uuid"]]  # not the lost one
+    assert "GPU 2: GPU missing from NVML's device count" in gpu["health"]["reasons"]
+    assert agent.workers()["inventory"]["restarts"] == 0
+
+
+def test_a_hung_nvml_call_is_an_overrun_and_holds_no_heartbeat(tmp_path, agent_factory):
+    gpus = GpuState(tmp_path / "nvml", count=2)
+    agent, state_dir, first = start(tmp_path, agent_factory, gpus, inventory_probe_timeout_sec=2)
+    gpus.gpus[1]["hang_ms"] = {"nvmlDeviceGetFieldValues": 120_000}  # a driver that stopped answering
+    gpus.write()
+
+    def overrun():
+        full = [r for r in records(state_dir, protocol.INVENTORY) if r["type"] == "full"]
+        return full[-1]["probes"]["gpu"]["status"] == "overrun" and full[-1]
+
+    record = wait_for(overrun, 20, what="the GPU probe reported overrun")
+    assert record["gpu"]["devices"][1]["uuid"] == first["devices"][1]["uuid"]  # the last good data, stale
+    assert record["probes"]["gpu"]["stale"] is True and record["probes"]["host"]["status"] == "ok"
+    # The worker's own status says so (it reaches ps with its next liveness message)
+    wait_for(lambda: "gpu" in agent.workers()["inventory"]["status"]["overrun"], 5, what="gpu in status.overrun")
+    for _ in range(6):  # while the call hangs, the worker stays alive and beating
+        worker = agent.workers()["inventory"]
+        assert worker["state"] == "RUNNING" and worker["restarts"] == 0
+        assert worker["heartbeat_age_s"] < 2 and "gpu" in worker["status"]["overrun"]
+        time.sleep(0.5)
+
+
+def test_no_driver_and_a_broken_library_are_reasons_not_crashes(tmp_path, agent_factory):
+    gpus = GpuState(tmp_path / "nvml", count=1)
+    gpus.top["init_error"] = 9  # NVML_ERROR_DRIVER_NOT_LOADED
+    gpus.write()
+    agent, state_dir, first = start(tmp_path, agent_factory, gpus)
+    assert first["available"] is False and first["reason"] == "no NVIDIA driver loaded"
+    assert first["health"] == {"verdict": "failed", "reasons": ["no NVIDIA driver loaded"]}
+    assert agent.workers()["inventory"]["state"] == "RUNNING"
+
+
+def admin_show(backend, node_id: str, what: str):
+    result = subprocess.run(
+        [sys.executable, "-m", "faden_agent", "admin", "show", node_id, what, "--url", backend.url],
+        env={"FADEN_ADMIN_TOKEN": backend.admin_token, "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_the_operator_sees_verdicts_and_events_with_admin_show(backend, tmp_path):
+    gpus = GpuState(tmp_path / "nvml", count=2)
+    env = agent_env_for(backend, tmp_path, inventory_interval_sec=1, inventory_usage_sec=1)
+    env.update(gpus.env())
+    agent = AgentProcess(env, tmp_path / "agent.log").start()
+    try:
+        node_id = backend.wait_node(env["FADEN_NODE_AGENT_AGENT_ID"])["node_id"]
+        gpus.gpus[0]["remap"].update(pending=1)
+        gpus.write()
+        gpus.xid(1, 48)
+
+        def shown():
+            records = admin_show(backend, node_id, "events")["events"]
+            events = [r["data"] for r in records if r["data"].get("type") == "gpu.health_changed"]
+            return len(events) == 2 and events
+
+        events = wait_for(shown, 30, interval_s=0.5, what="both events in admin show NODE events")
+        assert sorted((e["index"], e["new"], tuple(e["reasons"])) for e in events) == [
+            (0, "degraded", ("row remap pending: reset needed",)),
+            (1, "failed", ("Xid 48: double-bit ECC error",)),
+        ]
+
+        def both_verdicts():
+            inventory = admin_show(backend, node_id, "inventory")["inventory"]
+            return inventory["gpu"]["health"]["verdict"] == "failed" and inventory
+
+        inventory = wait_for(both_verdicts, 15, interval_s=0.5, what="the record after the events")
+        assert [d["health"]["verdict"] for d in inventory["gpu"]["devices"]] == ["degraded", "failed"]
+        assert inventory["gpu"]["health"] == {
+            "verdict": "failed",
+            "reasons": ["GPU 0: row remap pending: reset needed", "GPU 1: Xid 48: double-bit ECC error"],
+        }
+    finally:
+        agent.stop()
+        agent.kill()

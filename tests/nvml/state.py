@@ -1,0 +1,143 @@
+"""The C-level GPU for tests: builds tests/nvml/fakenvml.c into a libnvidia-ml.so.1 with the
+machine's compiler and writes the flat JSON state it answers from (replaced by a rename).
+`GpuState` holds the GPUs as nested dicts a test edits, then `write()`s; `env()` is what a
+process needs to load it through the real pynvml (LD_LIBRARY_PATH) and find its state.
+"""
+
+from __future__ import annotations
+
+import copy
+import ctypes
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pynvml
+
+SOURCE = Path(__file__).with_name("fakenvml.c")
+STATE_VARIABLE = "FADEN_FAKE_NVML_STATE"
+GiB = 1024**3
+ALL_XID_EVENTS = (
+    pynvml.nvmlEventTypeXidCriticalError | pynvml.nvmlEventTypeDoubleBitEccError | pynvml.nvmlEventTypeSingleBitEccError
+)
+
+
+def build_library(directory: Path) -> Path:
+    """DIR/libnvidia-ml.so.1, compiled from fakenvml.c (once per directory)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    target = directory / "libnvidia-ml.so.1"
+    if not target.exists():
+        compiler = shutil.which("cc") or shutil.which("gcc")
+        assert compiler, "no C compiler: the C-level NVML tests need cc"
+        subprocess.run(
+            [compiler, "-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror"]
+            + ["-Wl,-soname,libnvidia-ml.so.1", "-o", str(target), str(SOURCE), "-lpthread"],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+    return target
+
+
+def healthy_gpu(index: int) -> dict[str, Any]:
+    """An H100 with every health signal readable and nothing wrong."""
+    return {
+        "uuid": f"GPU-{index:08x}-fake",
+        "name": "NVIDIA H100 80GB HBM3",
+        "bus_id": f"00000000:{0x17 + index:02X}:00.0",
+        "memory_total": 80 * GiB,
+        "memory_used": 2 * GiB,
+        "cc_major": 9,
+        "cc_minor": 0,
+        "power_limit_mw": 700_000,
+        "power_mw": 123_456,
+        "temperature": 41,
+        "util_gpu": 37,
+        "util_memory": 12,
+        "mig_current": 0,
+        "mig_pending": 0,
+        "persistence": 1,
+        "ecc_mode": 1,
+        "ecc": {
+            "corrected": {"volatile": 5, "aggregate": 50},
+            "uncorrected": {"volatile": 0, "aggregate": 0},
+        },
+        "retired": {"sbe": 0, "dbe": 0, "pending": 0},
+        "remap": {"correctable": 0, "uncorrectable": 0, "pending": 0, "failure": 0},
+        "clocks_event_reasons": 0,
+        "nvlink": {
+            "links": 2,
+            **{str(link): {"active": 1, "replay": 0, "recovery": 0, "crc_flit": 0, "crc_data": 0} for link in (0, 1)},
+        },
+        "pcie": {"replay": 0, "gen": 5, "gen_max": 5, "width": 16, "width_max": 16},
+        "fabric": {"state": 3, "status": 0, "clique": 1},
+        "recovery_action": 0,
+        "events": ALL_XID_EVENTS,
+    }
+
+
+def flatten(value: Any, prefix: str = "") -> dict[str, int | str]:
+    out: dict[str, int | str] = {}
+    if isinstance(value, dict):
+        for key, item in value.items():
+            out.update(flatten(item, f"{prefix}{key}."))
+        return out
+    assert isinstance(value, int | str) and not isinstance(value, bool), f"{prefix}: {value!r}"
+    out[prefix[:-1]] = value
+    return out
+
+
+class GpuState:
+    """The GPUs the C library reports. Edit `gpus`/`top`, then write()."""
+
+    def __init__(self, directory: Path, count: int = 2):
+        self.directory = directory
+        self.library = build_library(directory / "lib")
+        self.path = directory / "nvml-state.json"
+        self.gpus = [healthy_gpu(i) for i in range(count)]
+        self.top: dict[str, Any] = {
+            "driver_version": "550.54.15",
+            "cuda_version": 12040,
+            "nvml_version": "12.550.54.15",
+        }
+        self.events: list[dict[str, int]] = []
+        self.write()
+
+    def env(self) -> dict[str, str]:
+        return {"LD_LIBRARY_PATH": str(self.library.parent), STATE_VARIABLE: str(self.path)}
+
+    def flat(self) -> dict[str, int | str]:
+        state: dict[str, Any] = {**copy.deepcopy(self.top), "count": self.top.get("count", len(self.gpus))}
+        state["gpu"] = {str(i): g for i, g in enumerate(self.gpus)}
+        state["events"] = len(self.events)
+        state["event"] = {str(n): e for n, e in enumerate(self.events)}
+        return flatten(state)
+
+    def write(self) -> None:
+        temporary = self.path.with_suffix(".tmp")
+        temporary.write_text(json.dumps(self.flat()))
+        os.replace(temporary, self.path)
+
+    def load(self, state: dict[str, Any]) -> None:
+        """Takes a recorded state (bench/gpu_probe.py --fixture: a real device's values)."""
+        self.top = {k: v for k, v in state.items() if k != "gpu"}
+        self.gpus = [state["gpu"][str(i)] for i in range(len(state["gpu"]))]
+        self.write()
+
+    def xid(self, gpu: int, code: int) -> None:
+        """An Xid error on that GPU, as NVML's event set delivers it."""
+        self.event(gpu, pynvml.nvmlEventTypeXidCriticalError, code)
+
+    def event(self, gpu: int, event_type: int, data: int = 0) -> None:
+        self.events.append({"gpu": gpu, "type": event_type, "data": data})
+        self.write()
+
+
+def load_in_process(state: GpuState) -> None:
+    """Makes this process's pynvml find the C library (LD_LIBRARY_PATH is read at start
+    only: a library already loaded under its soname is what dlopen returns)."""
+    os.environ[STATE_VARIABLE] = str(state.path)
+    ctypes.CDLL(str(state.library), mode=ctypes.RTLD_GLOBAL)

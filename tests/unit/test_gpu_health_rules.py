@@ -1,0 +1,120 @@
+"""The verdict table (gpu_rules), the Xid log and the health_changed events, as data: the
+NVML side of GPU health is tested through the C library in tests/integration/test_gpu_health.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from faden_agent.workers.inventory import gpu_rules
+from faden_agent.workers.inventory.gpu_changes import HealthChanges, event_id
+from faden_agent.workers.inventory.gpu_health import node_health
+from faden_agent.workers.inventory.gpu_xids import XidLog
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "inventory.md"
+
+
+def test_the_docs_show_the_code_table_verbatim():
+    assert gpu_rules.markdown_table() in DOCS.read_text()
+    assert len({r.name for r in gpu_rules.RULES}) == len(gpu_rules.RULES)
+
+
+def test_each_rule_example_is_what_its_rule_says():
+    # every row's example reason is produced by facts that meet only that rule
+    facts_of = {
+        "lost": {"lost": "GPU is lost"},
+        "missing": {"missing": True},
+        "xid_fatal": {"recent_xids": [79]},
+        "remap_failure": {"remap_failure": True},
+        "recovery_reset": {"recovery_action": "gpu_reset"},
+        "fabric_failed": {"fabric": {"state": "completed", "status": "Unknown Error"}},
+        "xid_degrading": {"recent_xids": [74]},
+        "remap_pending": {"remap_pending": True},
+        "retired_pending": {"retired_pending": True},
+        "recovery_drain": {"recovery_action": "drain_p2p"},
+        "throttled": {"throttled": ["hw_thermal_slowdown"]},
+        "uncorrected_ecc": {"uncorrected_rising": True},
+        "nvlink_errors": {"nvlink_rising": ["crc_flit"]},
+        "nvlink_down": {"nvlink_down": [3]},
+        "pcie_replays": {"pcie_rising": True},
+        "pcie_width": {"pcie": {"width": 8, "width_max": 16}},
+        "fabric_pending": {"fabric": {"state": "in_progress", "status": None}},
+        "nvml_error": {"nvml_errors": ["Unknown Error"]},
+    }
+    assert set(facts_of) == {r.name for r in gpu_rules.RULES}
+    for rule in gpu_rules.RULES:
+        assert gpu_rules.verdict(facts_of[rule.name]) == (rule.verdict, [rule.example]), rule.name
+
+
+def test_worst_verdict_wins_and_reasons_keep_the_table_order():
+    facts = {"pcie_rising": True, "recent_xids": [13, 79, 79], "remap_pending": True}
+    assert gpu_rules.verdict(facts) == (
+        "failed",
+        ["Xid 79: GPU has fallen off the bus", "row remap pending: reset needed", "PCIe replays rising"],
+    )
+    # an application's Xid (13: graphics engine exception) is history, not a verdict
+    assert gpu_rules.verdict({"recent_xids": [13, 31, 43]}) == ("ok", [])
+    assert gpu_rules.verdict({"recovery_action": "none", "fabric": {"state": "completed", "status": None}}) == (
+        "ok",
+        [],
+    )
+
+
+def test_the_xid_log_keeps_the_last_n_and_wakes_once_per_kind():
+    log = XidLog(keep=3)
+    assert log.add("GPU-a", "xid", 79, 100.0) is True
+    assert log.add("GPU-a", "xid", 79, 101.0) is False  # a repeat: the next interval shows it
+    assert log.add("GPU-a", "xid", 13, 102.0) is False  # no rule for Xid 13: no record now
+    assert log.add("GPU-a", "double_bit_ecc", 0, 103.0) is True
+    assert [(e["code"], e["at"]) for e in log.of("GPU-a")] == [(79, 101.0), (13, 102.0), (0, 103.0)]
+    assert log.of("GPU-b") == [] and log.of(None) == []
+
+
+def device(index, verdict, reasons=(), uuid=None):
+    return {
+        "index": index,
+        "uuid": uuid or f"GPU-{index}",
+        "pci_bus_id": f"00000000:{index:02X}:00.0",
+        "health": {"verdict": verdict, "reasons": list(reasons)},
+    }
+
+
+def test_a_verdict_change_is_one_event_and_a_steady_one_none():
+    changes = HealthChanges()
+    assert changes.events({"devices": [device(0, "ok"), device(1, "ok")]}, 10.0) == []
+    events = changes.events({"devices": [device(0, "ok"), device(1, "degraded", ["PCIe replays rising"])]}, 11.0)
+    assert events == [
+        {
+            "type": "gpu.health_changed",
+            "index": 1,
+            "uuid": "GPU-1",
+            "pci_bus_id": "00000000:01:00.0",
+            "old": "ok",
+            "new": "degraded",
+            "reasons": ["PCIe replays rising"],
+            "at": 11.0,
+        }
+    ]
+    assert event_id(events[0]) == "ev:gpu:GPU-1:11000"
+    assert changes.events({"devices": [device(0, "ok"), device(1, "degraded", ["other"])]}, 12.0) == []
+    back = changes.events({"devices": [device(0, "ok"), device(1, "ok")]}, 13.0)
+    assert [(e["old"], e["new"]) for e in back] == [("degraded", "ok")]
+    # first seen failing is news (old: null); a GPU without a UUID is keyed by its index
+    first = changes.events(
+        {"devices": [{"index": 2, "health": {"verdict": "failed", "reasons": ["GPU is lost"]}}]}, 14.0
+    )
+    assert [(e["index"], e["uuid"], e["old"], e["new"]) for e in first] == [(2, None, None, "failed")]
+    assert changes.events(None, 15.0) == []
+
+
+def test_the_node_verdict_is_its_worst_gpu_with_reasons_by_index():
+    devices = [device(0, "ok"), device(1, "degraded", ["PCIe replays rising"])]
+    missing = [device(2, "failed", ["GPU missing from NVML's device count"])]
+    assert node_health(devices, missing, None) == {
+        "verdict": "failed",
+        "reasons": ["GPU 1: PCIe replays rising", "GPU 2: GPU missing from NVML's device count"],
+    }
+    assert node_health([], [], "no NVIDIA driver loaded") == {
+        "verdict": "failed",
+        "reasons": ["no NVIDIA driver loaded"],
+    }
+    assert node_health([device(0, "ok")], [], None) == {"verdict": "ok", "reasons": []}
