@@ -299,6 +299,18 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("log_batch_size", "100", _positive_int, "Most lines in one Loki push"),
     Variable("log_flush_interval_sec", "5", _positive_float, "Longest wait before a partial batch is pushed"),
     Variable(
+        "log_multiline",
+        "true",
+        _bool,
+        "Join continuation lines of container and Ray logs (tracebacks, indented blocks) into one Loki entry",
+    ),
+    Variable(
+        "log_multiline_wait_sec",
+        "1",
+        _positive_float,
+        "How long a joined entry waits for a further continuation line after its last one",
+    ),
+    Variable(
         "log_nice",
         "10",
         _nice,
@@ -405,6 +417,8 @@ class Config:
     loki_url: str | None
     log_batch_size: int
     log_flush_interval_sec: float
+    log_multiline: bool
+    log_multiline_wait_sec: float
     log_nice: int
     loki_structured_metadata: str
     journal_directory: Path | None

@@ -1,6 +1,7 @@
-"""Ray Serve log files: <RAY_LOG_DIR>/<container name>/session_*/logs/serve/*.log on the host
-(the executor mounts <RAY_LOG_DIR>/<container name> at protocol.RAY_LOG_MOUNT in managed
-Ray containers).
+"""Ray log files: Serve's <RAY_LOG_DIR>/<container name>/session_*/logs/serve/*.log and Ray's
+own (raylet, GCS, core workers, workers' .out/.err, monitor, dashboard) in session_*/logs, on
+the host (the executor mounts <RAY_LOG_DIR>/<container name> at protocol.RAY_LOG_MOUNT in
+managed Ray containers).
 
 Everything under <RAY_LOG_DIR>/<container name> is written by the container, so it is
 hostile input: the walk opens each component through mount.py (relative to its parent's
@@ -13,7 +14,11 @@ Each file is tailed through an open descriptor, its position keyed by device+ino
 byte offset after the last accepted line. Rotation by rename (Python's RotatingFileHandler,
 which Ray uses): the path then names a new inode; the old descriptor is read to its end
 first, then the new file from its start, so no line is lost and the order holds.
-Truncation (copytruncate): a size below the offset restarts the file at 0.
+Truncation (copytruncate): a size below the offset restarts the file at 0. Rotated names:
+x.log.1 (Python's) and x.1.out (spdlog's, Ray's C++ logs).
+
+Lines are joined into entries (multiline.py): an entry's position is the offset after its
+last line, so a replay reads it again whole; a held entry goes out after the wait bound.
 
 Waiting: inotify (inotify.py) on every directory walked and every file tailed, so an idle
 tree costs no wakeup; a directory event lists the tree again, a file event reads the files
@@ -37,6 +42,8 @@ import time
 from dataclasses import dataclass, field
 
 from faden_agent.workers.logs.entry import MAX_LINE_BYTES, Entry, Labels, clean_line
+from faden_agent.workers.logs.labels import core_file_kind
+from faden_agent.workers.logs.multiline import Joined, Joiner
 from faden_agent.workers.logs.report import report_event
 from faden_agent.workers.logs.sources import FIRST_START_WINDOW_SEC, Source, mount
 from faden_agent.workers.logs.sources.inotify import TreeWatch
@@ -49,12 +56,13 @@ MAX_WATCHED_DIRS_PER_CONTAINER = 64  # a container dir and 21 sessions' session/
 FORGET_AFTER_SEC = 300.0
 READ_CHUNK = 256 * 1024
 READ_RATE_BYTES = 4 * 1024 * 1024  # per container and second (one second's worth may be saved up)
-MAX_OPEN_PER_CONTAINER = 32  # files tailed at once per container
+MAX_OPEN_PER_CONTAINER = 128  # files tailed at once per container (Ray's own: ~3 per worker process)
 MAX_REFUSED_TRACKED = 10_000  # refused entries remembered (to report each once); beyond: counted as overflow
 MAX_REFUSED_EVENTS_PER_CONTAINER = 20  # events per container; the counters go on counting
-SESSION_PATH = ("logs", "serve")  # below each session_* directory
+SESSION_PATH = ("logs", "serve")  # below each session_* directory (Ray's own files in logs/)
 RAY_OWN_SYMLINK = "session_latest"  # Ray's own link to the current session: expected, not followed
-_LOG_NAME = re.compile(r".+\.log(?:\.(\d+))?\Z")  # x.log, and x.log.N rotated away
+# x.log, x.out, x.err; rotated away: x.log.N (Python's handler) or x.N.out (spdlog's)
+_LOG_NAME = re.compile(r"(?P<stem>.+?)(?:\.(?P<n1>\d{1,6}))?\.(?P<ext>log|out|err)(?:\.(?P<n2>\d{1,6}))?\Z")
 _CONTAINER_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}\Z")  # Docker's names, bounded
 _RAY_TS = re.compile(rb"(?:[A-Z]+ +)?(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:[,.](\d{1,9}))?")
 log = logging.getLogger(__name__)
@@ -72,10 +80,20 @@ def parse_ray_ts_ns(line: bytes) -> int | None:
     return seconds * 1_000_000_000 + int((match[7] or b"").ljust(9, b"0"))
 
 
-def _oldest_first(name: str) -> tuple[str, int]:
-    """x.log.3 before x.log.2 before x.log.1 (RotatingFileHandler's numbering)."""
-    base, _, suffix = name.rpartition(".log.")
-    return (base, -int(suffix) if suffix.isdigit() else 0)
+def rotation_of(name: str, core: bool) -> tuple[str, int] | None:
+    """(the live file's name, rotation number: 0 live) of a log file name; None when the name
+    is not one this directory ships (Serve's: *.log; Ray's own: the kinds labels.py knows)."""
+    match = _LOG_NAME.match(name)
+    if match is None:
+        return None
+    if not core and (match["ext"] != "log" or match["n1"]):
+        return None if match["ext"] != "log" else (name, 0)  # x.1.log in serve/: a live file
+    if core and core_file_kind(name) is None:
+        return None
+    base = f"{match['stem']}.{match['ext']}"
+    if match["n1"] and match["n2"]:
+        return None  # x.1.log.2: neither scheme
+    return base, int(match["n1"] or match["n2"] or 0)
 
 
 class ReadBudget:
@@ -109,8 +127,10 @@ class Tail:
     ident: tuple[int, int]
     offset: int
     ts_ns: int
-    labels: Labels
     metadata: dict[str, str]
+    labels_by_level: dict[str, Labels]
+    joiner: Joiner
+    group: str  # the live file's name: its rotation group
     pending: bytes = field(default=b"")
     at_eof: bool = False
     wd: int | None = None  # its inotify watch
@@ -147,6 +167,7 @@ class RayFileSource(Source):
         self.refused_events: dict[str, int] = {}  # container -> events sent
         self.watch: TreeWatch | None = None
         self.root_watched = False  # the Ray log directory (or its parent) is watched
+        self.listed_at = 0.0  # the last full listing (monotonic)
 
     def follow(self) -> None:
         self.close_all()
@@ -159,6 +180,7 @@ class RayFileSource(Source):
                 started = time.monotonic()
                 if list_again:
                     root_fd = self.open_root()
+                    self.listed_at = time.monotonic()
                     if root_fd is not None:
                         try:
                             if not self.drain_detached(root_fd):
@@ -168,7 +190,7 @@ class RayFileSource(Source):
                         finally:
                             os.close(root_fd)
                 more = self.read_round()
-                if more is None:
+                if more is None or not self.send_due():
                     return
                 list_again = more or self.wait(started)
         finally:
@@ -184,7 +206,15 @@ class RayFileSource(Source):
         if not self.root_watched:
             self.stop_event.wait(ROOT_POLL_SEC)
             return True
-        return self.watch.wait(RESCAN_SEC)
+        now = time.monotonic()
+        timeout = self.listed_at + RESCAN_SEC - now
+        due = self.next_due()
+        if due is not None:
+            timeout = min(timeout, due - now)  # a held entry's wait bound ends first
+        changed = self.watch.wait(max(0.0, timeout))
+        if changed is None:  # timed out: a held entry is due, or the safety-net listing
+            return time.monotonic() >= self.listed_at + RESCAN_SEC
+        return changed
 
     def stop(self) -> None:
         if self.watch is not None:
@@ -222,8 +252,8 @@ class RayFileSource(Source):
         for _ in range(10):
             known = len(self.tails) + len(self.finished)
             present = set()
-            for parts, serve_fd, device in self.serve_dirs(root_fd):
-                present |= self.open_serve_files(parts, serve_fd, device, first)
+            for parts, logs_fd, device, core in self.log_dirs(root_fd):
+                present |= self.open_log_files(parts, logs_fd, device, first, core)
             if len(self.tails) + len(self.finished) == known:
                 break
         now = time.monotonic()
@@ -238,9 +268,10 @@ class RayFileSource(Source):
                 if key not in keys:
                     self.positions.forget(key)  # the file is gone
 
-    def serve_dirs(self, root_fd: int):
-        """(parts, descriptor, device) of every <container>/session_*/logs/serve directory;
-        each descriptor is closed when the caller asks for the next one."""
+    def log_dirs(self, root_fd: int):
+        """(parts, descriptor, device, core) of every <container>/session_*/logs (core: Ray's
+        own files) and its serve/ directory; each descriptor is closed when the caller asks
+        for the next one."""
         for container in self.listing(root_fd, ()):
             if not container.is_dir(follow_symlinks=False) and not container.is_symlink():
                 continue
@@ -267,7 +298,8 @@ class RayFileSource(Source):
                 os.close(container_fd)
 
     def descend(self, parts: tuple[str, ...], parent_fd: int, device: int):
-        """Open parts[-1] under parent_fd, then SESSION_PATH below it; yields the last one."""
+        """Open parts[-1] under parent_fd, then SESSION_PATH below it; yields logs/ (core) and
+        logs/serve/."""
         fds: list[int] = []
         try:
             fd = parent_fd
@@ -284,7 +316,9 @@ class RayFileSource(Source):
                 fds.append(fd)
                 assert self.watch is not None
                 self.watch.watch_dir(fd, parts[0])
-            yield (*parts, *SESSION_PATH), fd, device
+                if depth == 1:
+                    yield (*parts, SESSION_PATH[0]), fd, device, True
+            yield (*parts, *SESSION_PATH), fd, device, False
         finally:
             for fd in fds:
                 os.close(fd)
@@ -300,22 +334,23 @@ class RayFileSource(Source):
             log.warning("logs: cannot list %s (%s)", self.relpath(parts), exc)
         return sorted(found, key=lambda e: e.name)
 
-    def open_serve_files(self, parts: tuple[str, ...], serve_fd: int, device: int, first: bool) -> set:
+    def open_log_files(self, parts: tuple[str, ...], dir_fd: int, device: int, first: bool, core: bool) -> set:
         live, rotated = [], []
-        for entry in self.listing(serve_fd, parts):
-            match = _LOG_NAME.match(entry.name)
-            if match:
-                (rotated if match[1] else live).append(entry.name)
+        for entry in self.listing(dir_fd, parts):
+            rotation = rotation_of(entry.name, core)
+            if rotation is not None:
+                (rotated if rotation[1] else live).append((rotation, entry.name))
         present = set()
-        # Rotated first (oldest first), then live: a predecessor is renamed by then.
-        for name in [*sorted(rotated, key=_oldest_first), *live]:
-            ident = self.open((*parts, name), serve_fd, device, first, rotated=name not in live)
+        # Rotated first (oldest first: x.log.3 before x.log.2), then live: a predecessor is renamed by then.
+        ordered = [*sorted(rotated, key=lambda r: (r[0][0], -r[0][1])), *live]
+        for (group, number), name in ordered:
+            ident = self.open((*parts, name), dir_fd, device, first, group, core, rotated=number > 0)
             if ident is not None:
                 present.add(ident)
         return present
 
     def open(
-        self, parts: tuple[str, ...], serve_fd: int, device: int, first: bool, rotated: bool
+        self, parts: tuple[str, ...], serve_fd: int, device: int, first: bool, group: str, core: bool, rotated: bool
     ) -> tuple[int, int] | None:
         container = parts[0]
         if sum(t.container == container for t in self.tails.values()) >= MAX_OPEN_PER_CONTAINER:
@@ -355,8 +390,10 @@ class RayFileSource(Source):
             ident=ident,
             offset=offset,
             ts_ns=ts_ns,
-            labels=self.labels.ray_file(container, filename),
-            metadata={"filename": safe_name(filename.split(".log")[0] + ".log"), "session": safe_name(parts[1])},
+            labels_by_level=self.labels.ray_file(container, filename, core),
+            joiner=Joiner(self.config.log_multiline, self.config.log_multiline_wait_sec),
+            group=group,
+            metadata={"filename": safe_name(group), "session": safe_name(parts[1])},
             wd=self.watch.watch_file(fd) if self.watch is not None else None,
         )
         return ident
@@ -411,6 +448,9 @@ class RayFileSource(Source):
                 continue  # its read budget ran out: finished on a later round
             if tail.pending and not self.ship(tail, tail.pending, len(tail.pending)):
                 return False
+            joined = tail.joiner.flush()  # its successor starts afresh
+            if joined is not None and not self.put(tail, joined):
+                return False
             self.rotations += 1
             self.finished[ident] = (os.fstat(tail.fd).st_mtime_ns, time.monotonic())
             assert self.watch is not None
@@ -426,7 +466,7 @@ class RayFileSource(Source):
         is left to read now (the round ended on time), None when the backlog closed."""
         groups: dict[tuple[str, ...], list[Tail]] = {}
         for tail in self.oldest_first():
-            groups.setdefault((*tail.parts[:-1], tail.parts[-1].split(".log")[0]), []).append(tail)
+            groups.setdefault((*tail.parts[:-1], tail.group), []).append(tail)
         deadline = time.monotonic() + POLL_SEC  # then drain and scan again: rotations, new files
         while groups and not self.stop_event.is_set():
             if time.monotonic() >= deadline:
@@ -437,6 +477,9 @@ class RayFileSource(Source):
                     return None
                 if tail.at_eof:
                     tails.pop(0)
+                    joined = tail.joiner.flush() if tails else None  # its successor's lines come next
+                    if joined is not None and not self.put(tail, joined):
+                        return None
                 if not tails or not tail.at_eof and not self.budget.take(tail.container, 0, peek=True):
                     del groups[key]  # done, or its container's budget is spent until the next poll
         return False
@@ -471,23 +514,38 @@ class RayFileSource(Source):
         return True
 
     def ship(self, tail: Tail, line: bytes, consumed: int) -> bool:
+        """One line read: to the tail's joiner, and what it completed to the backlog."""
         ts_ns = parse_ray_ts_ns(line) or tail.ts_ns
         offset = tail.offset + consumed
-        entry = Entry(
-            tail.labels,
-            ts_ns,
-            clean_line(line),
-            tail.metadata,
-            tail.key,
-            {"offset": offset, "ts": ts_ns, "path": tail.path},
-        )
-        if not self.backlog.put(entry):
-            return False
+        position = {"offset": offset, "ts": ts_ns, "path": tail.path}
+        for joined in tail.joiner.add(clean_line(line), ts_ns, position, time.monotonic()):
+            if not self.put(tail, joined):
+                return False
         tail.offset, tail.ts_ns = offset, ts_ns
         if consumed == len(line):  # shipped the pending rest: it is no longer pending
             tail.pending = b""
         self.lines_read += 1
         return True
+
+    def put(self, tail: Tail, joined: Joined) -> bool:
+        """An entry into the backlog; its position is the offset after its last line."""
+        entry = Entry(
+            tail.labels_by_level[joined.level], joined.ts_ns, joined.text, tail.metadata, tail.key, joined.last_position
+        )
+        return self.backlog.put(entry)
+
+    def send_due(self) -> bool:
+        """Held entries whose wait bound passed; False when the backlog closed."""
+        now = time.monotonic()
+        for tail in list(self.tails.values()):
+            joined = tail.joiner.due(now)
+            if joined is not None and not self.put(tail, joined):
+                return False
+        return True
+
+    def next_due(self) -> float | None:
+        deadlines = [d for tail in self.tails.values() if (d := tail.joiner.deadline) is not None]
+        return min(deadlines) if deadlines else None
 
     def close_all(self) -> None:
         for tail in self.tails.values():

@@ -178,12 +178,14 @@ class TreeWatch:
             self.problem = f"cannot watch ({exc.strerror or exc})"
             return None
 
-    def wait(self, timeout_s: float) -> bool:
-        """Wait for a change; True when the directories may have changed (or the wait timed
-        out, or events were lost): list again. False: only tailed files grew."""
+    def wait(self, timeout_s: float) -> bool | None:
+        """Wait for a change; True when the directories may have changed (or events were
+        lost): list again. False: only tailed files grew. None: timed out (or woken)."""
         assert self.inotify is not None
         changes = self.inotify.wait(timeout_s)
-        if changes is None or changes.overflow:
+        if changes is None:
+            return None
+        if changes.overflow:
             return True
         for wd in changes.gone:
             self.dirs.pop(wd, None)
