@@ -14,6 +14,7 @@ from faden_agent.config import load_config
 from faden_agent.workers.logs.backlog import Backlog
 from faden_agent.workers.logs.labels import LabelMaker
 from faden_agent.workers.logs.positions import Positions
+from faden_agent.workers.logs.sources import files
 from faden_agent.workers.logs.sources.files import RayFileSource
 
 
@@ -198,7 +199,7 @@ def _switches(thread: threading.Thread) -> int:
 def test_the_tree_is_watched_not_polled_and_new_dirs_files_and_lines_are_found(tmp_path):
     """Issue 16: an idle source waits in the kernel (inotify), yet a Ray log directory made
     after the start, a session made later, a new file and an appended line are all read;
-    a container with more directories than the limit turns the source back to polling."""
+    past the watch budget, older sessions give up their watches (test_1000_sessions_...)."""
     ray_dir = tmp_path / "ray"  # not there yet: its parent is watched
     source, collector, stop = start_source(tmp_path, ray_dir)
     try:
@@ -253,20 +254,72 @@ def test_a_ray_directory_made_just_before_its_parent_is_watched_is_found(tmp_pat
         source.thread.join(5)
 
 
-def test_a_container_over_the_directory_limit_is_polled(tmp_path):
+def _cpu_s(thread: threading.Thread) -> float:
+    fields = Path(f"/proc/self/task/{thread.native_id}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _timed_full_scan(source) -> float:
+    """CPU seconds of one full listing of the tree, as the safety net makes it."""
+    root_fd = os.open(source.config.ray_log_dir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        started = time.thread_time()
+        source.scan(root_fd, False, None)
+        return time.thread_time() - started
+    finally:
+        os.close(root_fd)
+
+
+def test_1000_sessions_are_watched_and_listed_again_only_where_they_change(tmp_path):
+    """Past the watch budget the oldest sessions give up their watches to newer ones, and a
+    change lists only the directory it happened in: no re-walk of the whole tree (before: a
+    container over 64 directories was polled, the whole tree every 0.5 s)."""
     ray_dir = tmp_path / "ray"
-    serve = serve_dir(ray_dir)
-    for i in range(30):  # 1 + 30 * 3 directories > 64
-        (ray_dir / "ray-head-1" / f"session_{i}" / "logs" / "serve").mkdir(parents=True)
-    (serve / "replica.log").write_text("INFO 2024-01-01 00:00:01,000 first\n")
+    container = ray_dir / "ray-head-1"
+    for i in range(1000):
+        (container / f"session_2024-01-01_00-00-00_{i:04d}" / "logs" / "serve").mkdir(parents=True)
+    newest = container / "session_2024-01-01_00-00-00_0999" / "logs" / "serve"
+    (newest / "replica.log").write_text("INFO 2024-01-01 00:00:01,000 line 0\n")
     source, collector, stop = start_source(tmp_path, ray_dir)
     try:
-        collector.wait(1)
-        assert source.status()["watching"].startswith("polling: more than 64 directories in ray-head-1")
-        with open(serve / "replica.log", "a") as f:
-            f.write("INFO 2024-01-01 00:00:02,000 second\n")
-        collector.wait(2)
-        assert [e.line.split()[-1] for e in collector.lines] == ["first", "second"]
+        collector.wait(1, timeout_s=60)
+        first_scan_cpu = _cpu_s(source.thread)
+        assert source.scans == {"full": 1, "partial": 0}
+        opened_before, cpu_before, started = source.dirs_opened, _cpu_s(source.thread), time.monotonic()
+        with open(newest / "replica.log", "a") as log:
+            for i in range(1, 31):
+                log.write(f"INFO 2024-01-01 00:00:02,000 line {i}\n")
+                log.flush()
+                time.sleep(0.1)
+                if i == 10:  # a new file in a watched session
+                    (newest / "proxy.log").write_text("INFO 2024-01-01 00:00:03,000 line proxy\n")
+                if i == 20:  # a new session: past the budget, it takes the oldest one's watches
+                    later = container / "session_2024-01-02_00-00-00_9999" / "logs" / "serve"
+                    later.mkdir(parents=True)
+        collector.wait(32, timeout_s=20)
+        (later / "controller.log").write_text("INFO 2024-01-02 00:00:01,000 line later\n")  # found by its watch
+        collector.wait(33, timeout_s=5)
+        window_s, cpu_s = time.monotonic() - started, _cpu_s(source.thread) - cpu_before
+        opened = source.dirs_opened - opened_before
+        stop.set()
+        source.stop()
+        source.thread.join(5)
+        full_s = _timed_full_scan(source)  # on this thread, the source's own one ended
+        source.close_all()
+        assert {e.line.split("line ")[-1] for e in collector.lines} == {
+            *map(str, range(31)),
+            "proxy",
+            "later",
+        }
+        print(
+            f"\n1000 sessions: first listing {first_scan_cpu:.2f} s CPU; then {window_s:.1f} s of appends, 2 new"
+            f" files and a new session: {cpu_s:.2f} s CPU ({100 * cpu_s / window_s:.1f} % of a core),"
+            f" scans {source.scans}, {opened} directories opened; a full listing (every {files.RESCAN_SEC:g} s):"
+            f" {full_s:.2f} s CPU, {100 * full_s / files.RESCAN_SEC:.2f} % of a core"
+        )
+        assert source.scans["full"] == 2  # the first and the timed one: the 60 s safety net did not come round
+        assert opened < 30  # a walk of the tree opens 3,001
+        assert source.status()["watching"].startswith("inotify; older sessions of ray-head-1")
     finally:
         stop.set()
         source.stop()

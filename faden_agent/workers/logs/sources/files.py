@@ -52,7 +52,7 @@ from faden_agent.workers.logs.sources.mount import Refused, safe_name
 POLL_SEC = 0.5  # at most one round this often; the poll interval where inotify cannot serve
 RESCAN_SEC = 60.0  # a full listing although no event came: the safety net
 ROOT_POLL_SEC = 5.0  # neither the Ray log directory nor its parent exists yet
-MAX_WATCHED_DIRS_PER_CONTAINER = 64  # a container dir and 21 sessions' session/logs/serve
+MAX_WATCHED_DIRS_PER_CONTAINER = 256  # a container dir and its newest 85 sessions' session, logs, serve
 FORGET_AFTER_SEC = 300.0
 READ_CHUNK = 256 * 1024
 READ_RATE_BYTES = 4 * 1024 * 1024  # per container and second (one second's worth may be saved up)
@@ -167,7 +167,10 @@ class RayFileSource(Source):
         self.refused_events: dict[str, int] = {}  # container -> events sent
         self.watch: TreeWatch | None = None
         self.root_watched = False  # the Ray log directory (or its parent) is watched
-        self.listed_at = 0.0  # the last full listing (monotonic)
+        self.full_at = 0.0  # the last full listing (monotonic)
+        self.known_dirs: set[tuple[str, ...]] = set()  # directories listed (a change lists one again)
+        self.scans = {"full": 0, "partial": 0}
+        self.dirs_opened = 0
 
     def follow(self) -> None:
         self.close_all()
@@ -179,52 +182,58 @@ class RayFileSource(Source):
             while not self.stop_event.is_set():
                 started = time.monotonic()
                 if list_again:
-                    root_fd = self.open_root()
-                    self.listed_at = time.monotonic()
+                    dirty = self.watch.take_dirty()
+                    if first or self.watch.polling or started >= self.full_at + RESCAN_SEC:
+                        dirty = None  # the full listing: the safety net for what no event told
+                    root_fd = self.open_root(full=dirty is None)
                     if root_fd is not None:
                         try:
                             if not self.drain_detached(root_fd):
                                 return
-                            self.scan(root_fd, first)
+                            self.scan(root_fd, first, dirty)
                             first = False
                         finally:
                             os.close(root_fd)
                 more = self.read_round()
                 if more is None or not self.send_due():
                     return
-                list_again = more or self.wait(started)
+                list_again = self.wait(started, more)
         finally:
             self.close_all()
 
-    def wait(self, round_started: float) -> bool:
-        """Until there is work: whether the tree is to be listed again (False: only tailed
-        files grew). At most one round per POLL_SEC."""
+    def wait(self, round_started: float, more: bool) -> bool:
+        """Until there is work: whether directories are to be listed again (False: only
+        tailed files grew). At most one round per POLL_SEC."""
         assert self.watch is not None
         self.stop_event.wait(max(0.0, round_started + POLL_SEC - time.monotonic()))
-        if self.stop_event.is_set() or self.watch.polling or any(not t.at_eof for t in self.tails.values()):
-            return True  # polling, or a read budget left data unread: read on after POLL_SEC
+        if self.stop_event.is_set() or self.watch.polling:
+            return True
+        if more or any(not t.at_eof for t in self.tails.values()):
+            return bool(self.watch.wait(0))  # data left to read: read on, listing only what changed
         if not self.root_watched:
             self.stop_event.wait(ROOT_POLL_SEC)
             return True
         now = time.monotonic()
-        timeout = self.listed_at + RESCAN_SEC - now
+        timeout = self.full_at + RESCAN_SEC - now
         due = self.next_due()
         if due is not None:
             timeout = min(timeout, due - now)  # a held entry's wait bound ends first
         changed = self.watch.wait(max(0.0, timeout))
         if changed is None:  # timed out: a held entry is due, or the safety-net listing
-            return time.monotonic() >= self.listed_at + RESCAN_SEC
+            return time.monotonic() >= self.full_at + RESCAN_SEC
         return changed
 
     def stop(self) -> None:
         if self.watch is not None:
             self.watch.wake()
 
-    def open_root(self) -> int | None:
+    def open_root(self, full: bool) -> int | None:
         """The agent's own directory (not container-controlled); None until it exists, and
         then its parent is watched for its creation."""
         assert self.watch is not None
-        self.watch.begin_listing()
+        if full:
+            self.watch.begin_listing()
+            self.full_at = time.monotonic()
         self.root_watched = False
         fd = _open_dir(self.config.ray_log_dir)
         if fd is None:
@@ -232,74 +241,95 @@ class RayFileSource(Source):
             if parent_fd is None:
                 return None
             try:
-                self.watch.watch_dir(parent_fd, "")
+                self.watch.watch_dir(parent_fd, ())
             finally:
                 os.close(parent_fd)
             # Made between the first try and the watch, it would send no event: try again.
             fd = _open_dir(self.config.ray_log_dir)
         if fd is not None:
-            self.watch.watch_dir(fd, "")
+            self.watch.watch_dir(fd, ())
         self.root_watched = True
         return fd
 
     # --- finding files
 
-    def scan(self, root_fd: int, first: bool) -> None:
+    def scan(self, root_fd: int, first: bool, dirty: set[tuple[str, ...]] | None) -> None:
         """Open files not tailed yet, including files that rotated away more than once
-        between two scans. Renames during a listing can hide a file from it, so the listing
-        repeats until it finds nothing new: all of them are open before any is read."""
+        between two scans; `dirty` names the directories to list (None: all of them).
+        Renames during a listing can hide a file from it, so the listing repeats until it
+        finds nothing new: all of them are open before any is read."""
+        self.scans["full" if dirty is None else "partial"] += 1
         present: set = set()
+        listed: set[tuple[str, ...]] = set()
         for _ in range(10):
             known = len(self.tails) + len(self.finished)
             present = set()
-            for parts, logs_fd, device, core in self.log_dirs(root_fd):
+            for parts, logs_fd, device, core in self.log_dirs(root_fd, dirty, listed):
                 present |= self.open_log_files(parts, logs_fd, device, first, core)
             if len(self.tails) + len(self.finished) == known:
                 break
+        self.known_dirs = listed if dirty is None else self.known_dirs | listed
         now = time.monotonic()
         for ident in present & self.finished.keys():
             self.finished[ident] = (self.finished[ident][0], now)
-        # Forget finished files only after a while unseen: a rename during the listing can
-        # hide a file from one scan, and forgetting it then would read it twice.
-        self.finished = {i: seen for i, seen in self.finished.items() if now - seen[1] < FORGET_AFTER_SEC}
+        if dirty is None:
+            # Forget finished files only after a while unseen by full listings: a rename during
+            # one can hide a file from it, and forgetting it then would read it twice.
+            self.finished = {i: seen for i, seen in self.finished.items() if now - seen[1] < FORGET_AFTER_SEC}
         if first:
             keys = {f"file:{d}:{i}" for d, i in present}
             for key in self.positions.keys("file:"):
                 if key not in keys:
                     self.positions.forget(key)  # the file is gone
 
-    def log_dirs(self, root_fd: int):
-        """(parts, descriptor, device, core) of every <container>/session_*/logs (core: Ray's
-        own files) and its serve/ directory; each descriptor is closed when the caller asks
-        for the next one."""
-        for container in self.listing(root_fd, ()):
-            if not container.is_dir(follow_symlinks=False) and not container.is_symlink():
-                continue
-            if not _CONTAINER_NAME.match(container.name):
-                self.refuse((container.name,), "bad_name")
+    def children(self, dir_fd: int, parts: tuple[str, ...], dirty, prefixes) -> list[str]:
+        """Names below `parts` to look at: all of them (listed) when the directory is new
+        to us, changed, or this is a full listing; else only those on the way to a change."""
+        self.dirs_opened += 1
+        if dirty is None or parts in dirty or parts not in self.known_dirs:
+            entries = self.listing(dir_fd, parts)
+            if not parts:  # the agent's own directory: plain files there are nobody's logs
+                return [e.name for e in entries if e.is_dir(follow_symlinks=False) or e.is_symlink()]
+            return [e.name for e in entries]
+        depth = len(parts)
+        return sorted({d[depth] for d in prefixes if len(d) > depth and d[:depth] == parts})
+
+    def log_dirs(self, root_fd: int, dirty: set[tuple[str, ...]] | None, listed: set[tuple[str, ...]]):
+        """(parts, descriptor, device, core) of each <container>/session_*/logs to list (core:
+        Ray's own files) and its serve/ directory; each descriptor is closed when the caller
+        asks for the next one. Newest sessions first (they get the watches)."""
+        if dirty is not None and not dirty:
+            return
+        prefixes = None if dirty is None else {d[:i] for d in dirty for i in range(len(d) + 1)}
+        assert self.watch is not None
+        listed.add(())
+        for name in self.children(root_fd, (), dirty, prefixes):
+            if not _CONTAINER_NAME.match(name):
+                self.refuse((name,), "bad_name")
                 continue
             try:
-                container_fd, device = mount.open_dir(container.name, root_fd, None)
-            except FileNotFoundError:
+                container_fd, device = mount.open_dir(name, root_fd, None)
+            except (FileNotFoundError, NotADirectoryError):
                 continue
             except Refused as refused:
-                self.refuse((container.name,), refused.reason)
+                self.refuse((name,), refused.reason)
                 continue
-            assert self.watch is not None
-            self.watch.watch_dir(container_fd, container.name)
+            self.watch.watch_dir(container_fd, (name,))
+            listed.add((name,))
             try:
-                for session in self.listing(container_fd, (container.name,)):
-                    if not session.name.startswith("session_") or (
-                        session.name == RAY_OWN_SYMLINK and session.is_symlink()
-                    ):
-                        continue
-                    yield from self.descend((container.name, session.name), container_fd, device)
+                sessions = self.children(container_fd, (name,), dirty, prefixes)
+                for session in sorted(sessions, reverse=True):
+                    here = (name, session)
+                    if not session.startswith("session_") or session == RAY_OWN_SYMLINK:
+                        continue  # Ray's own link to the current session: expected, not followed
+                    if prefixes is None or here in prefixes or here not in self.known_dirs:
+                        yield from self.descend(here, container_fd, device, dirty, listed)
             finally:
                 os.close(container_fd)
 
-    def descend(self, parts: tuple[str, ...], parent_fd: int, device: int):
+    def descend(self, parts: tuple[str, ...], parent_fd: int, device: int, dirty, listed: set[tuple[str, ...]]):
         """Open parts[-1] under parent_fd, then SESSION_PATH below it; yields logs/ (core) and
-        logs/serve/."""
+        logs/serve/ where they are to be listed."""
         fds: list[int] = []
         try:
             fd = parent_fd
@@ -313,12 +343,13 @@ class RayFileSource(Source):
                 except Refused as refused:
                     self.refuse(here, refused.reason)
                     return
+                self.dirs_opened += 1
                 fds.append(fd)
                 assert self.watch is not None
-                self.watch.watch_dir(fd, parts[0])
-                if depth == 1:
-                    yield (*parts, SESSION_PATH[0]), fd, device, True
-            yield (*parts, *SESSION_PATH), fd, device, False
+                self.watch.watch_dir(fd, here)
+                listed.add(here)
+                if depth and (dirty is None or here in dirty or here not in self.known_dirs):
+                    yield here, fd, device, depth == 1
         finally:
             for fd in fds:
                 os.close(fd)
@@ -557,6 +588,8 @@ class RayFileSource(Source):
             **super().status(),
             "files": len(self.tails),
             "watching": self.watch.status() if self.watch is not None else None,
+            "scans": dict(self.scans),
+            "dirs_opened": self.dirs_opened,
             "rotations": self.rotations,
             "truncations": self.truncations,
             "refused": dict(self.refused),
