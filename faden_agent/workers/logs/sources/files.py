@@ -34,6 +34,7 @@ file's modification time when it was found, stored at once, so a replay is exact
 from __future__ import annotations
 
 import calendar
+import errno
 import hashlib
 import logging
 import os
@@ -170,6 +171,8 @@ class RayFileSource(Source):
         self.full_at = 0.0  # the last full listing (monotonic)
         self.known_dirs: set[tuple[str, ...]] = set()  # directories listed (a change lists one again)
         self.scans = {"full": 0, "partial": 0}
+        self.nul_bytes_skipped = 0
+        self.positions_quarantined = 0
         self.dirs_opened = 0
 
     def follow(self) -> None:
@@ -375,7 +378,12 @@ class RayFileSource(Source):
         # Rotated first (oldest first: x.log.3 before x.log.2), then live: a predecessor is renamed by then.
         ordered = [*sorted(rotated, key=lambda r: (r[0][0], -r[0][1])), *live]
         for (group, number), name in ordered:
-            ident = self.open((*parts, name), dir_fd, device, first, group, core, rotated=number > 0)
+            try:
+                ident = self.open((*parts, name), dir_fd, device, first, group, core, rotated=number > 0)
+            except Exception as exc:  # noqa: BLE001 - one file's trouble stops that file alone
+                log.warning("logs: cannot tail %s (%s)", repr(self.relpath((*parts, name)))[:200], exc)
+                self.refuse((*parts, name), "unreadable")
+                continue
             if ident is not None:
                 present.add(ident)
         return present
@@ -403,12 +411,13 @@ class RayFileSource(Source):
         key = f"file:{ident[0]}:{ident[1]}"
         path = self.relpath(parts)
         stored = self.positions.get(key) if first else None
-        if first and rotated and not isinstance(stored, dict):
+        if first and rotated and stored is None:
             os.close(fd)
             self.finished[ident] = (st.st_mtime_ns, time.monotonic())  # rotated before we started
             return ident
-        if isinstance(stored, dict):
-            offset, ts_ns = int(stored.get("offset", 0)), int(stored.get("ts", st.st_mtime_ns))
+        resume = self.stored_position(key, stored, parts) if stored is not None else None
+        if resume is not None:
+            offset, ts_ns = resume[0], resume[1] or st.st_mtime_ns
         else:  # a new file (or, after start, one that rotated away before a scan saw it)
             old = first and st.st_mtime < time.time() - FIRST_START_WINDOW_SEC
             offset, ts_ns = (st.st_size if old else 0), st.st_mtime_ns
@@ -428,6 +437,30 @@ class RayFileSource(Source):
             wd=self.watch.watch_file(fd) if self.watch is not None else None,
         )
         return ident
+
+    def stored_position(self, key: str, stored: object, parts: tuple[str, ...]) -> tuple[int, int] | None:
+        """(offset, timestamp or 0) of a stored position; None, once reported and forgotten,
+        when it is not one (a hand-edited or corrupt entry): that file alone starts afresh."""
+        if isinstance(stored, dict):
+            offset, ts_ns = stored.get("offset", 0), stored.get("ts", 0)
+            if all(type(v) is int and 0 <= v < 2**63 for v in (offset, ts_ns)):
+                return offset, ts_ns
+        self.positions.forget(key)
+        self.positions_quarantined += 1
+        shown = repr(stored)[:100]
+        path = repr(self.relpath(parts))[:200]
+        log.warning("logs: the stored position of %s is not one (%s); the file is read as a new one", path, shown)
+        report_event(
+            self.config,
+            {
+                "type": "logs.position_quarantined",
+                "container": safe_name(parts[0]),
+                "path": path,
+                "message": f"the stored log position of {path} was invalid ({shown}); the file is read as a new one",
+            },
+            record_id=f"logs-position:{key}",
+        )
+        return None
 
     def relpath(self, parts: tuple[str, ...]) -> str:
         return os.path.join(self.config.ray_log_dir, *parts)
@@ -526,6 +559,8 @@ class RayFileSource(Source):
         chunks = 0
         while max_chunks is None or chunks < max_chunks:
             chunks += 1
+            if not self.skip_hole(tail, size):
+                return False
             want = self.budget.take(tail.container, READ_CHUNK)
             if not want:
                 return True
@@ -544,8 +579,38 @@ class RayFileSource(Source):
                 tail.pending = b""
         return True
 
+    def skip_hole(self, tail: Tail, size: int) -> bool:
+        """Jump over a hole (a sparse file's unwritten range reads as NUL bytes) without
+        reading it: counted as NUL bytes skipped; an unfinished line before it ends there."""
+        at = tail.offset + len(tail.pending)
+        if at >= size:
+            return True
+        try:
+            data_at = os.lseek(tail.fd, at, os.SEEK_DATA)
+        except OSError as exc:
+            if exc.errno != errno.ENXIO:
+                return True  # no hole support here: the NUL bytes are read and dropped instead
+            data_at = size  # nothing but a hole up to the end
+        if data_at <= at:
+            return True
+        if tail.pending and not self.ship(tail, tail.pending, len(tail.pending)):
+            return False
+        self.nul_bytes_skipped += data_at - at
+        tail.offset = data_at
+        return True
+
     def ship(self, tail: Tail, line: bytes, consumed: int) -> bool:
-        """One line read: to the tail's joiner, and what it completed to the backlog."""
+        """One line read: to the tail's joiner, and what it completed to the backlog. NUL
+        bytes are dropped (counted): a run of them is never shipped."""
+        if consumed == len(line):  # the pending rest: it is no longer pending
+            tail.pending = b""
+        if b"\0" in line:
+            kept = line.replace(b"\0", b"")
+            self.nul_bytes_skipped += len(line) - len(kept)
+            line = kept
+            if not line.strip():
+                tail.offset += consumed
+                return True
         ts_ns = parse_ray_ts_ns(line) or tail.ts_ns
         offset = tail.offset + consumed
         position = {"offset": offset, "ts": ts_ns, "path": tail.path}
@@ -553,8 +618,6 @@ class RayFileSource(Source):
             if not self.put(tail, joined):
                 return False
         tail.offset, tail.ts_ns = offset, ts_ns
-        if consumed == len(line):  # shipped the pending rest: it is no longer pending
-            tail.pending = b""
         self.lines_read += 1
         return True
 
@@ -589,6 +652,8 @@ class RayFileSource(Source):
             "files": len(self.tails),
             "watching": self.watch.status() if self.watch is not None else None,
             "scans": dict(self.scans),
+            "nul_bytes_skipped": self.nul_bytes_skipped,
+            "positions_quarantined": self.positions_quarantined,
             "dirs_opened": self.dirs_opened,
             "rotations": self.rotations,
             "truncations": self.truncations,
