@@ -337,6 +337,19 @@ VARIABLES: tuple[Variable, ...] = (
         " (default: /var/log/faden-agent/ray as root, else ~/.local/state/faden-agent/ray)",
     ),
     Variable(
+        "ray_log_retention_sec",
+        "3600",
+        _positive_float,
+        "How long the Ray logs of a removed container wait to be shipped before they are deleted anyway"
+        " (their unshipped lines reported lost)",
+    ),
+    Variable(
+        "ray_log_max_bytes",
+        str(4 * 1024**3),
+        _positive_int,
+        "Cap on one container's Ray log directory in bytes; past it its oldest sessions are deleted",
+    ),
+    Variable(
         "disk_paths",
         "",
         _path_list,
@@ -423,6 +436,8 @@ class Config:
     loki_structured_metadata: str
     journal_directory: Path | None
     ray_log_dir: Path
+    ray_log_retention_sec: float
+    ray_log_max_bytes: int
     disk_paths: tuple[Path, ...]
     docker_host: str | None
     docker_timeout_sec: float

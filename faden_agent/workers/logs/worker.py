@@ -50,6 +50,7 @@ class LogsWorker(Worker):
             self.containers,
             RayFileSource(self.config, self.backlog, self.positions, labels, self.stop_event),
         ]
+        self.sources[2].retention.live_containers = self.containers.names_present
         self.start_thread("logs-shipper", self.shipper.run)
         for source in self.sources:
             source.start(self.start_thread)

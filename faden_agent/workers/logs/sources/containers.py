@@ -115,6 +115,7 @@ class ContainerSource(Source):
         self.unreadable: set[str] = set()  # container ids whose log driver cannot be read back
         self.not_followed: set[str] = set()  # asked to drain, but not ours to follow (or gone)
         self.events_seen = 0
+        self.names: dict[str, str] | None = None  # managed container id -> name; None until listed
         self.held = threading.Event()  # a follower holds a joined entry: the flusher has work
         self.flusher: threading.Thread | None = None
 
@@ -234,6 +235,8 @@ class ContainerSource(Source):
             all=True, filters={"label": f"{protocol.LABEL_MANAGED}=true"}, ignore_removed=True
         )  # removed while listing: skip it
         present = {f"container:{c.id}:{stream}" for c in containers for stream in STREAMS}
+        with self.lock:
+            self.names = {c.id: c.name for c in containers}
         for container in containers:
             self.ensure_followers(container)
         for key in self.positions.keys("container:"):
@@ -244,7 +247,15 @@ class ContainerSource(Source):
             self.read_upto.pop(key, None)
             self.queued_upto.pop(key, None)
 
+    def names_present(self) -> set[str] | None:
+        """Names of the managed containers that exist (None until the first listing)."""
+        with self.lock:
+            return None if self.names is None else set(self.names.values())
+
     def ensure_followers(self, container) -> None:
+        with self.lock:
+            if self.names is not None:
+                self.names[container.id] = container.name
         if container.id in self.unreadable:
             return
         driver = ((container.attrs.get("HostConfig") or {}).get("LogConfig") or {}).get("Type")
@@ -260,6 +271,9 @@ class ContainerSource(Source):
                 follower.thread = self.start_thread(follower.name, follower.run, critical=False)
 
     def forget(self, container_id: str) -> None:
+        with self.lock:
+            if self.names is not None:
+                self.names.pop(container_id, None)
         for stream in STREAMS:
             key = f"container:{container_id}:{stream}"
             self.positions.forget(key)

@@ -49,6 +49,7 @@ from faden_agent.workers.logs.report import report_event
 from faden_agent.workers.logs.sources import FIRST_START_WINDOW_SEC, Source, mount
 from faden_agent.workers.logs.sources.inotify import TreeWatch
 from faden_agent.workers.logs.sources.mount import Refused, safe_name
+from faden_agent.workers.logs.sources.retention import Retention
 
 POLL_SEC = 0.5  # at most one round this often; the poll interval where inotify cannot serve
 RESCAN_SEC = 60.0  # a full listing although no event came: the safety net
@@ -171,6 +172,7 @@ class RayFileSource(Source):
         self.full_at = 0.0  # the last full listing (monotonic)
         self.known_dirs: set[tuple[str, ...]] = set()  # directories listed (a change lists one again)
         self.scans = {"full": 0, "partial": 0}
+        self.retention = Retention(self, None)  # the worker gives it the managed containers' names
         self.nul_bytes_skipped = 0
         self.positions_quarantined = 0
         self.dirs_opened = 0
@@ -195,6 +197,8 @@ class RayFileSource(Source):
                                 return
                             self.scan(root_fd, first, dirty)
                             first = False
+                            if dirty is None:
+                                self.retention.check(root_fd)
                         finally:
                             os.close(root_fd)
                 more = self.read_round()
@@ -641,6 +645,14 @@ class RayFileSource(Source):
         deadlines = [d for tail in self.tails.values() if (d := tail.joiner.deadline) is not None]
         return min(deadlines) if deadlines else None
 
+    def forget_tail(self, ident: tuple[int, int]) -> None:
+        """Stop tailing a file that is about to be deleted, and forget its position."""
+        tail = self.tails.pop(ident)
+        if self.watch is not None:
+            self.watch.unwatch_file(tail.wd)
+        os.close(tail.fd)
+        self.positions.forget(tail.key)
+
     def close_all(self) -> None:
         for tail in self.tails.values():
             os.close(tail.fd)
@@ -653,6 +665,7 @@ class RayFileSource(Source):
             "watching": self.watch.status() if self.watch is not None else None,
             "scans": dict(self.scans),
             "nul_bytes_skipped": self.nul_bytes_skipped,
+            "retention": self.retention.status(),
             "positions_quarantined": self.positions_quarantined,
             "dirs_opened": self.dirs_opened,
             "rotations": self.rotations,
