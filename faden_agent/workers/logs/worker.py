@@ -1,5 +1,5 @@
 """The log shipper worker. Its loop: "alive" to the supervisor and a quick health check of each reader.
-Its inputs: journald, managed containers' logs, Ray Serve files (one reader thread each);
+Its inputs: journald, managed containers' logs, Ray log files (one reader thread each);
 the executor's `drain` questions on its REP socket (before it removes a container).
 Its output: Loki pushes from one shipping thread; losses reported as events via Reports.
 
