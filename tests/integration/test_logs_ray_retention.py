@@ -41,6 +41,12 @@ def start(tmp_path, live: set[str], collector=Collector, **settings):
     return source, collector(backlog, positions), stop
 
 
+def stopped(source, stop) -> None:
+    stop.set()
+    source.stop()
+    source.thread.join(5)
+
+
 def lines(n: int, tag: str) -> str:
     return "".join(f"INFO 2024-05-01 10:00:00,000 {tag} {i}\n" for i in range(n))
 
@@ -66,9 +72,7 @@ def test_a_removed_containers_directory_goes_once_shipped_and_a_live_one_stays(t
         assert source.retention.status()["removed_containers"] == 1
         assert not [k for k in collector.positions.keys("file:") if "gone" in str(collector.positions.get(k))]
     finally:
-        stop.set()
-        source.stop()
-        source.thread.join(5)
+        stopped(source, stop)
 
 
 def test_after_the_retention_bound_unshipped_lines_are_deleted_and_reported(tmp_path, monkeypatch):
@@ -92,9 +96,7 @@ def test_after_the_retention_bound_unshipped_lines_are_deleted_and_reported(tmp_
             }
         ]
     finally:
-        stop.set()
-        source.stop()
-        source.thread.join(5)
+        stopped(source, stop)
 
 
 def test_a_container_over_its_cap_loses_its_oldest_sessions_never_the_newest(tmp_path, monkeypatch):
@@ -115,6 +117,4 @@ def test_a_container_over_its_cap_loses_its_oldest_sessions_never_the_newest(tmp
         shipped = sum(1 for e in collector.lines if " day1 " in e.line or " day2 " in e.line)
         assert 0 < lost <= 40_000 and lost + shipped >= 40_000  # every line of the two: shipped or counted
     finally:
-        stop.set()
-        source.stop()
-        source.thread.join(5)
+        stopped(source, stop)

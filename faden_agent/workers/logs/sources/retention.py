@@ -23,6 +23,18 @@ MAX_SIZE_ENTRIES = 100_000  # entries summed per container directory (then: at l
 log = logging.getLogger(__name__)
 
 
+def bytes_below(name: str, parent_fd: int) -> int | None:
+    """Disk bytes of the directory `name` under parent_fd (see tree_bytes); None if not one."""
+    try:
+        fd, _ = mount.open_dir(name, parent_fd, None)
+    except (OSError, Refused):
+        return None
+    try:
+        return tree_bytes(fd)
+    finally:
+        os.close(fd)
+
+
 def tree_bytes(dir_fd: int) -> int:
     """Disk bytes under an open directory, nothing followed, at most MAX_SIZE_ENTRIES entries."""
     total, seen = 0, 0
@@ -92,14 +104,9 @@ class Retention:
                 if e.name.startswith("session_") and e.is_dir(follow_symlinks=False)
             )
             for session in sessions[:-1]:  # never the newest: Ray writes there
-                try:
-                    session_fd, _ = mount.open_dir(session, container_fd, None)
-                except (OSError, Refused):
+                freed = bytes_below(session, container_fd)
+                if freed is None:
                     continue
-                try:
-                    freed = tree_bytes(session_fd)
-                finally:
-                    os.close(session_fd)
                 self.remove(container_fd, session, (name, session), "ray_log_cap")
                 self.sessions_removed += 1
                 size -= freed
