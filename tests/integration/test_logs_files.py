@@ -389,3 +389,29 @@ def test_a_wrongly_typed_position_is_quarantined_for_that_file_alone(tmp_path):
         stop.set()
         source.stop()
         source.thread.join(5)
+
+
+def test_more_files_than_the_open_bound_are_all_shipped_closing_idle_ones(tmp_path, monkeypatch):
+    """Ray keeps ~3 files per worker process: past the open-file bound, files read to their
+    end are closed to make room (before: the rest were refused, never shipped); one written
+    again is reopened by the full listing where it was, nothing read twice."""
+    monkeypatch.setattr(files, "MAX_OPEN_PER_CONTAINER", 4)
+    monkeypatch.setattr(files, "RESCAN_SEC", 1.0)
+    ray_dir = tmp_path / "ray"
+    logs = serve_dir(ray_dir).parent
+    for i in range(12):
+        (logs / f"worker-{i:02d}-01000000-{100 + i}.out").write_text(f"INFO 2024-01-01 00:00:01,000 w{i} first\n")
+    source, collector, stop = start_source(tmp_path, ray_dir)
+    try:
+        collector.wait(12, timeout_s=20)
+        assert sorted(e.line.split()[-2] for e in collector.lines) == sorted(f"w{i}" for i in range(12))
+        assert source.closed_idle >= 8 and len(source.tails) <= 4
+        with open(logs / "worker-00-01000000-100.out", "a") as f:
+            f.write("INFO 2024-01-01 00:00:02,000 w0 second\n")
+        collector.wait(13, timeout_s=10)
+        time.sleep(1.5)
+        assert [e.line.split()[-2:] for e in collector.lines if " w0 " in e.line] == [["w0", "first"], ["w0", "second"]]
+    finally:
+        stop.set()
+        source.stop()
+        source.thread.join(5)

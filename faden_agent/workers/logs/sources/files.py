@@ -174,6 +174,8 @@ class RayFileSource(Source):
         self.scans = {"full": 0, "partial": 0}
         self.retention = Retention(self, None)  # the worker gives it the managed containers' names
         self.nul_bytes_skipped = 0
+        self.closed_idle = 0  # files closed to make room for others (MAX_OPEN_PER_CONTAINER)
+        self.relist: set[tuple[str, ...]] = set()  # directories with files left unopened for room
         self.positions_quarantined = 0
         self.dirs_opened = 0
 
@@ -188,6 +190,9 @@ class RayFileSource(Source):
                 started = time.monotonic()
                 if list_again:
                     dirty = self.watch.take_dirty()
+                    if dirty is not None:
+                        dirty |= self.relist
+                    self.relist = set()
                     if first or self.watch.polling or started >= self.full_at + RESCAN_SEC:
                         dirty = None  # the full listing: the safety net for what no event told
                     root_fd = self.open_root(full=dirty is None)
@@ -215,6 +220,8 @@ class RayFileSource(Source):
         self.stop_event.wait(max(0.0, round_started + POLL_SEC - time.monotonic()))
         if self.stop_event.is_set() or self.watch.polling:
             return True
+        if self.relist:
+            return True  # files left unopened for room: try again now that others were read
         if more or any(not t.at_eof for t in self.tails.values()):
             return bool(self.watch.wait(0))  # data left to read: read on, listing only what changed
         if not self.root_watched:
@@ -398,9 +405,12 @@ class RayFileSource(Source):
         container = parts[0]
         if sum(t.container == container for t in self.tails.values()) >= MAX_OPEN_PER_CONTAINER:
             known = mount.identity_at(serve_fd, (parts[-1],))
-            if known not in self.tails and known not in self.finished:
+            if known in self.tails or (known in self.finished and not self.changed(known, serve_fd, parts)):
+                return known
+            if not self.close_idle(container):
                 self.refuse(parts, "too_many_files")
-            return known
+                self.relist.add(parts[:-1])  # tried again once a file of it was read to its end
+                return known
         try:  # open, then fstat: the descriptor names the file even if a rename races us
             fd, st = mount.open_file(parts[-1], serve_fd, device)
         except FileNotFoundError:
@@ -414,7 +424,10 @@ class RayFileSource(Source):
             return ident
         key = f"file:{ident[0]}:{ident[1]}"
         path = self.relpath(parts)
-        stored = self.positions.get(key) if first else None
+        # A file closed while idle (or read to its end after a rotation) resumes where it was.
+        stored = self.positions.get(key) if first or ident in self.finished else None
+        if isinstance(stored, dict) and stored.get("path", path) != path and not rotated:
+            stored = None  # the inode now names another file
         if first and rotated and stored is None:
             os.close(fd)
             self.finished[ident] = (st.st_mtime_ns, time.monotonic())  # rotated before we started
@@ -441,6 +454,33 @@ class RayFileSource(Source):
             wd=self.watch.watch_file(fd) if self.watch is not None else None,
         )
         return ident
+
+    def changed(self, ident: tuple[int, int], dir_fd: int, parts: tuple[str, ...]) -> bool:
+        """Whether a finished file was written since (its modification time moved)."""
+        try:
+            st = os.stat(parts[-1], dir_fd=dir_fd, follow_symlinks=False)
+        except OSError:
+            return False
+        return (st.st_dev, st.st_ino) == ident and st.st_mtime_ns != self.finished[ident][0]
+
+    def close_idle(self, container: str) -> bool:
+        """Make room: close the container's least recently written file that is read to its
+        end (its position stays; a full listing reopens it when it is written again)."""
+        idle = [
+            t
+            for t in self.tails.values()
+            if t.container == container and t.at_eof and not t.pending and t.joiner.deadline is None
+        ]
+        if not idle:
+            return False
+        tail = min(idle, key=lambda t: os.fstat(t.fd).st_mtime_ns)
+        self.finished[tail.ident] = (os.fstat(tail.fd).st_mtime_ns, time.monotonic())
+        if self.watch is not None:
+            self.watch.unwatch_file(tail.wd)
+        os.close(tail.fd)
+        del self.tails[tail.ident]
+        self.closed_idle += 1
+        return True
 
     def stored_position(self, key: str, stored: object, parts: tuple[str, ...]) -> tuple[int, int] | None:
         """(offset, timestamp or 0) of a stored position; None, once reported and forgotten,
@@ -665,6 +705,7 @@ class RayFileSource(Source):
             "watching": self.watch.status() if self.watch is not None else None,
             "scans": dict(self.scans),
             "nul_bytes_skipped": self.nul_bytes_skipped,
+            "closed_idle": self.closed_idle,
             "retention": self.retention.status(),
             "positions_quarantined": self.positions_quarantined,
             "dirs_opened": self.dirs_opened,
