@@ -179,3 +179,33 @@ def test_rays_own_log_files_arrive_under_fixed_kinds(tmp_path, real_loki):
         ]
     )
     assert {labels.get("filename") for labels, _, _ in got if labels["file"] == "raylet"} <= {"raylet.out", None}
+
+
+@pytest.mark.docker
+def test_a_removed_containers_ray_logs_go_once_shipped_and_a_live_ones_stay(tmp_path, docker_client):
+    """The real agent: the container source tells the Ray reader of Docker's destroy; the
+    directory goes once its lines are in Loki, a live container's stays."""
+    from tests.lokireceiver import LokiReceiver
+
+    agent_id = f"rr-{uuid.uuid4().hex[:8]}"
+    gone, live = (f"faden-logs-ret-{uuid.uuid4().hex[:8]}" for _ in range(2))
+    labels = {protocol.LABEL_MANAGED: "true", protocol.LABEL_AGENT_ID: agent_id}
+    containers = [docker_client.containers.create(TEST_IMAGE, ["true"], name=n, labels=labels) for n in (gone, live)]
+    for name in (gone, live):
+        write(tmp_path / "ray" / name / "session_2024-12-02_10-00-00_1" / "logs" / "raylet.out", [f"{name} up"])
+    journal = JournalWriter(tmp_path / "journal")
+    journal.append(journal.lines(["boot"]))
+    try:
+        with LokiReceiver() as loki, start_agent(tmp_path, loki, journal.directory, agent_id=agent_id):
+            loki.wait_for(lambda e: len([x for x in e if x.labels.get("source") == "ray"]) >= 2, 30)
+            containers[0].remove(force=True)
+            wait_for(lambda: not (tmp_path / "ray" / gone).exists(), 20, what="the removed container's Ray logs gone")
+            assert (tmp_path / "ray" / live).exists()
+            ray = [e.line for e in loki.entries() if e.labels.get("source") == "ray"]
+            assert sorted(line.split("\t")[0] for line in ray) == sorted([f"{gone} up", f"{live} up"])
+    finally:
+        for container in containers:
+            try:
+                container.remove(force=True)
+            except Exception:  # noqa: BLE001 - removed by the test already
+                pass

@@ -50,7 +50,10 @@ class LogsWorker(Worker):
             self.containers,
             RayFileSource(self.config, self.backlog, self.positions, labels, self.stop_event),
         ]
-        self.sources[2].retention.live_containers = self.containers.names_present
+        ray_files = self.sources[2]
+        assert isinstance(ray_files, RayFileSource)
+        ray_files.retention.live_containers = self.containers.names_present
+        self.containers.on_removed = ray_files.container_removed
         self.start_thread("logs-shipper", self.shipper.run)
         for source in self.sources:
             source.start(self.start_thread)

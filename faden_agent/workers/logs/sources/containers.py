@@ -25,6 +25,7 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 
 from faden_agent import protocol
 from faden_agent.dockerclient import make_client
@@ -116,6 +117,7 @@ class ContainerSource(Source):
         self.not_followed: set[str] = set()  # asked to drain, but not ours to follow (or gone)
         self.events_seen = 0
         self.names: dict[str, str] | None = None  # managed container id -> name; None until listed
+        self.on_removed: Callable[[str], None] | None = None  # told the name of a destroyed one
         self.held = threading.Event()  # a follower holds a joined entry: the flusher has work
         self.flusher: threading.Thread | None = None
 
@@ -272,8 +274,9 @@ class ContainerSource(Source):
 
     def forget(self, container_id: str) -> None:
         with self.lock:
-            if self.names is not None:
-                self.names.pop(container_id, None)
+            name = self.names.pop(container_id, None) if self.names is not None else None
+        if name is not None and self.on_removed is not None:
+            self.on_removed(name)
         for stream in STREAMS:
             key = f"container:{container_id}:{stream}"
             self.positions.forget(key)

@@ -209,6 +209,8 @@ class RayFileSource(Source):
                 more = self.read_round()
                 if more is None or not self.send_due():
                     return
+                if self.retention.wanted:
+                    self.check_retention()
                 list_again = self.wait(started, more)
         finally:
             self.close_all()
@@ -240,6 +242,21 @@ class RayFileSource(Source):
     def stop(self) -> None:
         if self.watch is not None:
             self.watch.wake()
+
+    def container_removed(self, name: str) -> None:
+        """A managed container is gone (the container source's thread): its directory is
+        checked for retention at once, not at the next full listing."""
+        self.retention.container_removed(name)
+        if self.watch is not None:
+            self.watch.wake()
+
+    def check_retention(self) -> None:
+        root_fd = _open_dir(self.config.ray_log_dir)
+        if root_fd is not None:
+            try:
+                self.retention.check(root_fd)
+            finally:
+                os.close(root_fd)
 
     def open_root(self, full: bool) -> int | None:
         """The agent's own directory (not container-controlled); None until it exists, and

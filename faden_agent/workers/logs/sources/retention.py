@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import threading
 import time
 from collections.abc import Callable
 
@@ -55,6 +56,9 @@ class Retention:
         self.source = source
         self.live_containers = live_containers  # names of existing managed containers; None: unknown
         self.orphan_since: dict[str, float] = {}
+        self.removed_names: set[str] = set()  # told removed (Docker's destroy): no grace to wait
+        self.lock = threading.Lock()
+        self.wanted = False  # a check before the next full listing (a container was removed)
         self.removed = 0
         self.sessions_removed = 0
         self.lines_lost = 0
@@ -63,8 +67,12 @@ class Retention:
         names = [e.name for e in self.source.listing(root_fd, ()) if e.is_dir(follow_symlinks=False)]
         live = self.live_containers() if self.live_containers is not None else None
         now = time.monotonic()
+        with self.lock:
+            removed, self.removed_names, self.wanted = self.removed_names, set(), False
         if live is not None:
             self.orphan_since = {n: self.orphan_since.get(n, now) for n in names if n not in live}
+            for name in removed & self.orphan_since.keys():
+                self.orphan_since[name] = min(self.orphan_since[name], now - ORPHAN_GRACE_SEC)
             for name, since in list(self.orphan_since.items()):
                 forced = now - since >= self.source.config.ray_log_retention_sec
                 if now - since >= ORPHAN_GRACE_SEC and (forced or self.shipped(name)):
@@ -74,6 +82,12 @@ class Retention:
         for name in names:
             if name not in self.orphan_since:
                 self.cap(root_fd, name)
+
+    def container_removed(self, name: str) -> None:
+        """Called from the container source's thread: check soon, without the grace."""
+        with self.lock:
+            self.removed_names.add(name)
+            self.wanted = True
 
     def shipped(self, container: str) -> bool:
         """Every line of the container's files read, joined and accepted by Loki."""
