@@ -146,7 +146,7 @@ class Tail:
         return self.parts[0]
 
 
-def _open_dir(path: str) -> int | None:
+def _open_dir(path: str | os.PathLike[str]) -> int | None:
     try:
         return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except (FileNotFoundError, NotADirectoryError):
@@ -397,7 +397,8 @@ class RayFileSource(Source):
         return sorted(found, key=lambda e: e.name)
 
     def open_log_files(self, parts: tuple[str, ...], dir_fd: int, device: int, first: bool, core: bool) -> set:
-        live, rotated = [], []
+        live: list[tuple[tuple[str, int], str]] = []
+        rotated: list[tuple[tuple[str, int], str]] = []
         for entry in self.listing(dir_fd, parts):
             rotation = rotation_of(entry.name, core)
             if rotation is not None:
