@@ -143,15 +143,17 @@ def test_hostile_entries_are_refused_once_and_never_followed(tmp_path, monkeypat
     escape.mkdir(parents=True)
     (escape / "serve").symlink_to(secret_dir)  # a directory symlink out of the mount
     (session.parent / "session_latest").symlink_to(session.name)  # Ray's own: ignored, not reported
+    (serve.parent / "raylet.out").symlink_to(secret)  # Ray's own files: the same rules
+    os.mkfifo(serve.parent / "gcs_server.out")
     source, collector, stop = start_source(tmp_path, ray_dir)
     try:
         collector.wait(1)
         time.sleep(1.5)  # a few more scans: each entry is still reported once
         assert [e.line for e in collector.lines] == ["INFO 2024-05-01 10:00:00,000 good line"]
         refused = source.status()["refused"]
-        assert refused == {"symlink": 5, "not_regular": 2, "hard_link": 1}, refused
-        assert source.status()["refused_total"] == 8
-        assert len(reports) == 8 and {r["type"] for r in reports} == {"logs.entry_refused"}
+        assert refused == {"symlink": 6, "not_regular": 3, "hard_link": 1}, refused
+        assert source.status()["refused_total"] == 10
+        assert len(reports) == 10 and {r["type"] for r in reports} == {"logs.entry_refused"}
         assert not any("SECRET" in str(r) for r in reports)
     finally:
         stop.set()
