@@ -68,6 +68,8 @@ def test_the_process_prefix_is_seen_through():
     found = shape("(ServeReplica:default:Model pid=1234, ip=10.0.0.2) INFO 2024-12-02 10:00:00,1 replica -- hi")
     assert found.process == "(ServeReplica:default:Model pid=1234, ip=10.0.0.2) "
     assert found.prefixed and found.level == "info"
+    assert shape("(pid=412) Traceback (most recent call last):").process == "(pid=412) "
+    assert shape("(pid=412, ip=10.0.0.2)   File x").body == "  File x"
 
 
 def feed(joiner: Joiner, lines: list[str], t0: float = 0.0):

@@ -32,9 +32,9 @@ _WORD_LEVELS = {
 }
 _LETTER_LEVELS = {"T": "debug", "D": "debug", "I": "info", "W": "warning", "E": "error", "C": "crit", "F": "crit"}
 _LEVEL_WORDS = "TRACE|DEBUG|INFO|NOTICE|WARNING|WARN|ERROR|ERR|CRITICAL|CRIT|FATAL|ALERT|EMERG|PANIC"
-# Ray's forwarded worker output and vLLM's workers: "(ServeReplica:app:Model pid=412) " or
-# "(EngineCore_DP0 pid=77, ip=10.0.0.2) " before the line the process printed.
-_PROCESS = re.compile(r"\([^()\n]{1,100}? pid=\d{1,10}(?:, ip=[0-9a-fA-F.:]{1,45})?\) ")
+# Ray's forwarded worker output and vLLM's workers: "(ServeReplica:app:Model pid=412) ",
+# "(pid=412) " or "(EngineCore_DP0 pid=77, ip=10.0.0.2) " before the line the process printed.
+_PROCESS = re.compile(r"\((?:[^()\n]{1,100}? )?pid=\d{1,10}(?:, ip=[0-9a-fA-F.:]{1,45})?\) ")
 # vLLM, Ray Serve, Python's basicConfig ("ERROR:root:..."), "[INFO] ...".
 _LEVEL_FIRST = re.compile(rf"\[?({_LEVEL_WORDS})(?![A-Za-z])")
 # Ray's C++ logs (raylet, GCS, core workers): "[2024-12-02 10:00:00,123 I 412 433] (raylet) ..."
