@@ -133,12 +133,11 @@ RAY_FILES = {
 }
 
 
-def recent(lines: list[str]) -> list[str]:
-    """The lines with their 2024 stamps moved to a few minutes ago (Loki refuses old lines)."""
-    start = time.gmtime(time.time() - 300)
+def recent(lines: list[str], now: float) -> list[str]:
+    """The lines with their 2024 stamps moved to a few minutes before `now` (Loki refuses old lines)."""
     return [
-        line.replace("2024-12-02 10:00", time.strftime("%Y-%m-%d %H:%M", start)).replace(
-            "2024-12-02 09:59", time.strftime("%Y-%m-%d %H:%M", time.gmtime(time.time() - 360))
+        line.replace("2024-12-02 10:00", time.strftime("%Y-%m-%d %H:%M", time.gmtime(now - 300))).replace(
+            "2024-12-02 09:59", time.strftime("%Y-%m-%d %H:%M", time.gmtime(now - 360))
         )
         for line in lines
     ]
@@ -150,9 +149,11 @@ def test_rays_own_log_files_arrive_under_fixed_kinds(tmp_path, real_loki):
     journal.append(journal.lines(["boot"]))
     logs = tmp_path / "ray" / "ray-head-3" / "session_2024-12-02_10-00-00_1" / "logs"
     (logs / "serve").mkdir(parents=True)
+    now = time.time()
+    written = {name: recent(lines, now) for name, lines in RAY_FILES.items()}
     with start_agent(tmp_path, real_loki, journal.directory, agent_id=agent_id):
-        for name, lines in RAY_FILES.items():
-            write(logs / name, recent(lines))
+        for name, lines in written.items():
+            write(logs / name, lines)
         os.utime(logs / "raylet.1.out", (time.time() - 5, time.time() - 5))
         got = wait_for(
             lambda: (entries := mine(real_loki, agent_id, "ray-head-3")) and len(entries) >= 8 and entries,
@@ -168,14 +169,14 @@ def test_rays_own_log_files_arrive_under_fixed_kinds(tmp_path, real_loki):
     )
     assert shipped == sorted(
         [
-            ("ray", "raylet", "info", recent(RAY_FILES["raylet.1.out"])[0]),
-            ("ray", "raylet", "info", recent(RAY_FILES["raylet.out"])[0]),
-            ("ray", "raylet", "error", recent(RAY_FILES["raylet.out"])[1]),
-            ("ray", "gcs_server", "warning", recent(RAY_FILES["gcs_server.out"])[0]),
-            ("ray", "core_worker", "info", recent(RAY_FILES["python-core-worker-01ab_977.log"])[0]),
+            ("ray", "raylet", "info", written["raylet.1.out"][0]),
+            ("ray", "raylet", "info", written["raylet.out"][0]),
+            ("ray", "raylet", "error", written["raylet.out"][1]),
+            ("ray", "gcs_server", "warning", written["gcs_server.out"][0]),
+            ("ray", "core_worker", "info", written["python-core-worker-01ab_977.log"][0]),
             ("ray", "worker", "error", "\n".join(RAY_FILES["worker-01ab-01000000-977.err"])),
-            ("ray", "monitor", "warning", recent(RAY_FILES["monitor.log"])[0]),
-            ("ray", "dashboard", "info", recent(RAY_FILES["dashboard.log"])[0]),
+            ("ray", "monitor", "warning", written["monitor.log"][0]),
+            ("ray", "dashboard", "info", written["dashboard.log"][0]),
         ]
     )
     assert {labels.get("filename") for labels, _, _ in got if labels["file"] == "raylet"} <= {"raylet.out", None}
