@@ -334,6 +334,18 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("log_batch_size", "100", _positive_int, "Most lines in one Loki push"),
     Variable("log_flush_interval_sec", "5", _positive_float, "Longest wait before a partial batch is pushed"),
     Variable(
+        "log_multiline",
+        "true",
+        _bool,
+        "Join continuation lines of container and Ray logs (tracebacks, indented blocks) into one Loki entry",
+    ),
+    Variable(
+        "log_multiline_wait_sec",
+        "1",
+        _positive_float,
+        "How long a joined entry waits for a further continuation line after its last one",
+    ),
+    Variable(
         "log_nice",
         "10",
         _nice,
@@ -358,6 +370,19 @@ VARIABLES: tuple[Variable, ...] = (
         _path,
         "Host directory for Ray session logs of managed Ray containers"
         " (default: /var/log/faden-agent/ray as root, else ~/.local/state/faden-agent/ray)",
+    ),
+    Variable(
+        "ray_log_retention_sec",
+        "3600",
+        _positive_float,
+        "How long the Ray logs of a removed container wait to be shipped before they are deleted anyway"
+        " (their unshipped lines reported lost)",
+    ),
+    Variable(
+        "ray_log_max_bytes",
+        str(4 * 1024**3),
+        _positive_int,
+        "Cap on one container's Ray log directory in bytes; past it its oldest sessions are deleted",
     ),
     Variable(
         "disk_paths",
@@ -487,10 +512,14 @@ class Config:
     loki_url: str | None
     log_batch_size: int
     log_flush_interval_sec: float
+    log_multiline: bool
+    log_multiline_wait_sec: float
     log_nice: int
     loki_structured_metadata: str
     journal_directory: Path | None
     ray_log_dir: Path
+    ray_log_retention_sec: float
+    ray_log_max_bytes: int
     disk_paths: tuple[Path, ...]
     disk_low_percent: float
     disk_low_gib: float

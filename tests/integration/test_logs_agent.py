@@ -314,6 +314,7 @@ def test_ray_serve_file_rotated_by_rename_while_shipping_loses_no_line(tmp_path,
             "container": "ray-head-7",
             "source": "ray-serve",
             "file": "proxy",
+            "level": "warning",
         }
 
 
@@ -363,6 +364,7 @@ def test_logs_of_a_managed_container_that_prints_restarts_and_prints_again(tmp_p
             "workload": "serve-1",
             "source": "container",
             "stream": "stdout",
+            "level": "unknown",
         }
         docker_stamps = [
             parse_rfc3339_ns(line.split(b" ", 1)[0])

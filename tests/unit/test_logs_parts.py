@@ -14,7 +14,7 @@ from faden_agent.config import load_config
 from faden_agent.workers.logs.backlog import Backlog
 from faden_agent.workers.logs.batcher import Batcher
 from faden_agent.workers.logs.entry import MAX_LINE_BYTES, Entry, clean_line
-from faden_agent.workers.logs.labels import LabelMaker, file_kind, level_from_priority
+from faden_agent.workers.logs.labels import LINE_LEVELS, LabelMaker, file_kind, level_from_priority
 from faden_agent.workers.logs.loki import encode, refused_count
 from faden_agent.workers.logs.positions import Positions
 from faden_agent.workers.logs.sources.files import parse_ray_ts_ns
@@ -73,7 +73,9 @@ def test_system_labels_are_exactly_the_documented_five(tmp_path):
 
 def test_container_and_ray_labels_name_the_container_and_stay_low_cardinality(tmp_path):
     maker = LabelMaker(load_config({}, agent_id="a", advertise_host="h", state_path=tmp_path / "s.json"))
-    assert dict(maker.container("ray-head", "c1", None, "stderr")) == {
+    by_level = maker.container("ray-head", "c1", None, "stderr")
+    assert set(by_level) == set(LINE_LEVELS)
+    assert dict(by_level["error"]) == {
         "job": "node-agent",
         "host": "h",
         "agent_id": "a",
@@ -81,10 +83,35 @@ def test_container_and_ray_labels_name_the_container_and_stay_low_cardinality(tm
         "cluster": "c1",
         "source": "container",
         "stream": "stderr",
+        "level": "error",
     }
-    assert dict(maker.ray_file("ray-head", "replica_app_Model_x1y2.log"))["file"] == "replica"
+    assert dict(maker.ray_file("ray-head", "replica_app_Model_x1y2.log")["info"])["file"] == "replica"
     assert file_kind("controller_1234.log") == "controller"
     assert file_kind("_odd.log") == "other"
+    core = {
+        name: dict(maker.ray_file("ray-head", name, core=True)["unknown"])["file"]
+        for name in [
+            "raylet.out",
+            "gcs_server.err",
+            "python-core-worker-01ab_412.log",
+            "worker-01ab-01000000-412.out",
+            "monitor.log",
+            "dashboard.log",
+            "dashboard_agent.log",
+            "anything-a-container-names.log",
+        ]
+    }
+    assert core == {
+        "raylet.out": "raylet",
+        "gcs_server.err": "gcs_server",
+        "python-core-worker-01ab_412.log": "core_worker",
+        "worker-01ab-01000000-412.out": "worker",
+        "monitor.log": "monitor",
+        "dashboard.log": "dashboard",
+        "dashboard_agent.log": "dashboard_agent",
+        "anything-a-container-names.log": "other",
+    }
+    assert dict(maker.ray_file("ray-head", "raylet.out", core=True)["info"])["source"] == "ray"
 
 
 def test_journal_field_values_text_binary_repeated_missing():

@@ -2,8 +2,8 @@
 goes into structured metadata instead.
 
 System logs carry exactly {job, host, agent_id, container="node-<agent id>", level}.
-Container logs:  {job, host, agent_id, container=<name>, cluster, workload, source="container", stream}.
-Ray Serve files: {job, host, agent_id, container=<name>, source="ray-serve", file=<kind>}.
+Container logs:  {job, host, agent_id, container=<name>, cluster, workload, source="container", stream, level}.
+Ray files: {job, host, agent_id, container=<name>, source="ray-serve"|"ray", file=<kind>, level}.
 """
 
 from __future__ import annotations
@@ -22,6 +22,21 @@ _FILE_KIND = re.compile(r"[a-z]+")
 # The `file` label of Ray Serve files: a fixed set, because file names are written by the
 # container (a label value per random name would flood Loki's index).
 FILE_KINDS = frozenset({"controller", "proxy", "http", "replica", "deployment", "autoscaler"})
+# Ray's own logs in session_*/logs: leading name -> `file` label (a fixed set, as above).
+CORE_FILE_KINDS = (
+    ("python-core-worker-", "core_worker"),
+    ("python-core-driver-", "core_driver"),
+    ("core-worker-", "core_worker"),
+    ("worker-", "worker"),
+    ("raylet", "raylet"),
+    ("gcs_server", "gcs_server"),
+    ("monitor", "monitor"),
+    ("log_monitor", "log_monitor"),
+    ("dashboard_agent", "dashboard_agent"),
+    ("dashboard", "dashboard"),
+    ("runtime_env_agent", "runtime_env_agent"),
+)
+LINE_LEVELS = (*LEVELS, "unknown")  # container and Ray lines: what shapes.py finds
 
 
 def level_from_priority(value: object) -> str:
@@ -35,6 +50,15 @@ def file_kind(filename: str) -> str:
     FILE_KINDS -> other."""
     match = _FILE_KIND.match(filename.lower())
     return match.group(0) if match and match.group(0) in FILE_KINDS else "other"
+
+
+def core_file_kind(filename: str) -> str | None:
+    """raylet.out -> raylet, python-core-worker-ab12_412.log -> core_worker; None: not one of Ray's."""
+    name = filename.lower()
+    for start, kind in CORE_FILE_KINDS:
+        if name.startswith(start):
+            return kind
+    return None
 
 
 def _labels(**values: str | None) -> Labels:
@@ -51,10 +75,26 @@ class LabelMaker:
     def system(self, level: str) -> Labels:
         return self._system[level]
 
-    def container(self, name: str, cluster: str | None, workload: str | None, stream: str) -> Labels:
-        return _labels(
-            **self.base, container=name, cluster=cluster, workload=workload, source="container", stream=stream
-        )
+    def container(self, name: str, cluster: str | None, workload: str | None, stream: str) -> dict[str, Labels]:
+        """The stream's label sets, one per line level."""
+        return {
+            level: _labels(
+                **self.base,
+                container=name,
+                cluster=cluster,
+                workload=workload,
+                source="container",
+                stream=stream,
+                level=level,
+            )
+            for level in LINE_LEVELS
+        }
 
-    def ray_file(self, container: str, filename: str) -> Labels:
-        return _labels(**self.base, container=container, source="ray-serve", file=file_kind(filename))
+    def ray_file(self, container: str, filename: str, core: bool = False) -> dict[str, Labels]:
+        """A Ray file's label sets, one per line level: Serve's (core False) or Ray's own."""
+        kind = (core_file_kind(filename) or "other") if core else file_kind(filename)
+        source = "ray" if core else "ray-serve"
+        return {
+            level: _labels(**self.base, container=container, source=source, file=kind, level=level)
+            for level in LINE_LEVELS
+        }

@@ -1,5 +1,5 @@
 """The log shipper worker. Its loop: "alive" to the supervisor and a quick health check of each reader.
-Its inputs: journald, managed containers' logs, Ray Serve files (one reader thread each);
+Its inputs: journald, managed containers' logs, Ray log files (one reader thread each);
 the executor's `drain` questions on its REP socket (before it removes a container).
 Its output: Loki pushes from one shipping thread; losses reported as events via Reports.
 
@@ -50,6 +50,10 @@ class LogsWorker(Worker):
             self.containers,
             RayFileSource(self.config, self.backlog, self.positions, labels, self.stop_event),
         ]
+        ray_files = self.sources[2]
+        assert isinstance(ray_files, RayFileSource)
+        ray_files.retention.live_containers = self.containers.names_present
+        self.containers.on_removed = ray_files.container_removed
         self.start_thread("logs-shipper", self.shipper.run)
         for source in self.sources:
             source.start(self.start_thread)

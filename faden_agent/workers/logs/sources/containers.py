@@ -14,6 +14,10 @@ so a replay after a crash is an exact duplicate; the line at exactly the stored 
 is sent again. Before the executor removes a stopped managed container it asks `drained`
 (over the log worker's REP socket, naming the run's StartedAt) until the last lines are
 accepted by Loki.
+
+Continuation lines join the line they continue (multiline.py): an entry carries its head's
+timestamp and level and stores the head's stamp as its position, so a replay reads it again
+whole; the "logs-multiline" thread sends an entry once no line came for the wait bound.
 """
 
 from __future__ import annotations
@@ -22,10 +26,12 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 
 from faden_agent import protocol
 from faden_agent.dockerclient import make_client
 from faden_agent.workers.logs.entry import MAX_LINE_BYTES, Entry, clean_line
+from faden_agent.workers.logs.multiline import Joined, Joiner
 from faden_agent.workers.logs.report import report_event
 from faden_agent.workers.logs.sources import FIRST_START_WINDOW_SEC, Source
 from faden_agent.workers.logs.stamps import parse_rfc3339_ns
@@ -102,6 +108,7 @@ class ContainerSource(Source):
         super().__init__(*args, **kwargs)
         self.followers: dict[str, ContainerFollower] = {}
         self.read_upto: dict[str, int] = {}  # key -> timestamp of the last line read (this process)
+        self.queued_upto: dict[str, int] = {}  # key -> position of the last entry put in the backlog
         self.lock = threading.Lock()
         self.lines_cut = 0  # lines longer than MAX_LINE_BYTES: head shipped, rest dropped
         # Docker events and drain requests, for follow(); bounded: a full inbox holds the event
@@ -110,8 +117,14 @@ class ContainerSource(Source):
         self.unreadable: set[str] = set()  # container ids whose log driver cannot be read back
         self.not_followed: set[str] = set()  # asked to drain, but not ours to follow (or gone)
         self.events_seen = 0
+        self.names: dict[str, str] | None = None  # managed container id -> name; None until listed
+        self.on_removed: Callable[[str], None] | None = None  # told the name of a destroyed one
+        self.held = threading.Event()  # a follower holds a joined entry: the flusher has work
+        self.flusher: threading.Thread | None = None
 
     def follow(self) -> None:
+        if self.flusher is None or not self.flusher.is_alive():
+            self.flusher = self.start_thread("logs-multiline", self.send_held)
         client = docker_client(self.config)
         events = None
         try:
@@ -144,6 +157,19 @@ class ContainerSource(Source):
                 events.close()
             client.close()
 
+    def send_held(self) -> None:
+        """Sends each follower's held entry once the wait bound passed since its last line;
+        sleeps on `held` while no follower holds one (an idle source costs no wakeup)."""
+        while not self.stop_event.is_set():
+            self.held.wait()
+            self.held.clear()
+            while not self.stop_event.is_set():
+                now = time.monotonic()
+                deadlines = [d for f in list(self.followers.values()) if (d := f.send_due(now)) is not None]
+                if not deadlines:
+                    break
+                self.stop_event.wait(max(0.0, min(deadlines) - time.monotonic()))
+
     def read_events(self, events) -> None:
         """The event stream into the inbox (its own thread: the stream blocks); its end too."""
         try:
@@ -153,6 +179,7 @@ class ContainerSource(Source):
 
     def stop(self) -> None:
         self._nudge(STOP)
+        self.held.set()
 
     def _nudge(self, what: str) -> None:
         try:
@@ -211,6 +238,8 @@ class ContainerSource(Source):
             all=True, filters={"label": f"{protocol.LABEL_MANAGED}=true"}, ignore_removed=True
         )  # removed while listing: skip it
         present = {f"container:{c.id}:{stream}" for c in containers for stream in STREAMS}
+        with self.lock:
+            self.names = {c.id: c.name for c in containers}
         for container in containers:
             self.ensure_followers(container)
         for key in self.positions.keys("container:"):
@@ -219,8 +248,17 @@ class ContainerSource(Source):
         for key in [k for k in self.followers if k not in present and not self.followers[k].is_alive()]:
             del self.followers[key]
             self.read_upto.pop(key, None)
+            self.queued_upto.pop(key, None)
+
+    def names_present(self) -> set[str] | None:
+        """Names of the managed containers that exist (None until the first listing)."""
+        with self.lock:
+            return None if self.names is None else set(self.names.values())
 
     def ensure_followers(self, container) -> None:
+        with self.lock:
+            if self.names is not None:
+                self.names[container.id] = container.name
         if container.id in self.unreadable:
             return
         driver = ((container.attrs.get("HostConfig") or {}).get("LogConfig") or {}).get("Type")
@@ -236,6 +274,10 @@ class ContainerSource(Source):
                 follower.thread = self.start_thread(follower.name, follower.run, critical=False)
 
     def forget(self, container_id: str) -> None:
+        with self.lock:
+            name = self.names.pop(container_id, None) if self.names is not None else None
+        if name is not None and self.on_removed is not None:
+            self.on_removed(name)
         for stream in STREAMS:
             key = f"container:{container_id}:{stream}"
             self.positions.forget(key)
@@ -243,6 +285,7 @@ class ContainerSource(Source):
             if follower is not None and not follower.is_alive():
                 del self.followers[key]
                 self.read_upto.pop(key, None)
+                self.queued_upto.pop(key, None)
         self.unreadable.discard(container_id)
         self.not_followed.discard(container_id)
 
@@ -282,7 +325,7 @@ class ContainerSource(Source):
                 follower.wake.set()  # a run it has not read yet (its start event still on its way)
                 return False
             with self.lock:
-                read = self.read_upto.get(key)
+                read = self.queued_upto.get(key)
             accepted = self.positions.get(key)
             if read is not None and not (isinstance(accepted, int) and accepted >= read):
                 return False
@@ -320,6 +363,8 @@ class ContainerFollower:
         self.wake = threading.Event()  # set on the container's start event: read again at once
         self.idle = False  # read to the end of a stopped container's log; waiting for a restart
         self.read_started_at: str | None = None  # StartedAt of the run it read (or reads) to the end
+        self.lock = threading.Lock()  # the joiner: this follower's reader and the flusher
+        self.joiner = Joiner(source.config.log_multiline, source.config.log_multiline_wait_sec)
         labels = container.labels or {}
         self.labels = source.labels.container(
             container.name, labels.get(protocol.LABEL_CLUSTER), labels.get(protocol.LABEL_WORKLOAD), stream
@@ -383,7 +428,19 @@ class ContainerFollower:
                 if not self.ship(line, cut):
                     return False
         rest = lines.rest()
-        return rest is None or self.ship(*rest)
+        if rest is not None and not self.ship(*rest):
+            return False
+        with self.lock:  # the stream ended (the container stopped): nothing more continues it
+            joined = self.joiner.flush()
+            return joined is None or self.put(joined)
+
+    def send_due(self, now: float) -> float | None:
+        """Send the held entry if its wait is over; the deadline of one still held, else None."""
+        with self.lock:
+            joined = self.joiner.due(now)
+            if joined is not None:
+                self.put(joined)
+            return self.joiner.deadline
 
     def ship(self, line: bytes, cut: int = 0) -> bool:
         stamp, _, text = line.partition(b" ")
@@ -400,10 +457,24 @@ class ContainerFollower:
         if cut:
             shown += CUT_MARKER.format(cut=MAX_LINE_BYTES)
             self.source.lines_cut += 1
-        entry = Entry(self.labels, ts_ns, shown, None, self.key, ts_ns)
+        with self.lock:
+            for joined in self.joiner.add(shown, ts_ns, ts_ns, time.monotonic()):
+                if not self.put(joined):
+                    return False
+            held = self.joiner.deadline is not None
+        with self.source.lock:
+            self.source.read_upto[self.key] = ts_ns
+        if held:
+            self.source.held.set()
+        self.source.lines_read += 1
+        return True
+
+    def put(self, joined: Joined) -> bool:
+        """One entry into the backlog (the caller holds self.lock); its position is its head's
+        stamp, so a replay after a crash reads the whole entry again."""
+        entry = Entry(self.labels[joined.level], joined.ts_ns, joined.text, None, self.key, joined.first_position)
         if not self.source.backlog.put(entry):
             return False
         with self.source.lock:
-            self.source.read_upto[self.key] = ts_ns
-        self.source.lines_read += 1
+            self.source.queued_upto[self.key] = joined.first_position
         return True

@@ -1,6 +1,7 @@
-"""Ray Serve log files: <RAY_LOG_DIR>/<container name>/session_*/logs/serve/*.log on the host
-(the executor mounts <RAY_LOG_DIR>/<container name> at protocol.RAY_LOG_MOUNT in managed
-Ray containers).
+"""Ray log files: Serve's <RAY_LOG_DIR>/<container name>/session_*/logs/serve/*.log and Ray's
+own (raylet, GCS, core workers, workers' .out/.err, monitor, dashboard) in session_*/logs, on
+the host (the executor mounts <RAY_LOG_DIR>/<container name> at protocol.RAY_LOG_MOUNT in
+managed Ray containers).
 
 Everything under <RAY_LOG_DIR>/<container name> is written by the container, so it is
 hostile input: the walk opens each component through mount.py (relative to its parent's
@@ -13,7 +14,11 @@ Each file is tailed through an open descriptor, its position keyed by device+ino
 byte offset after the last accepted line. Rotation by rename (Python's RotatingFileHandler,
 which Ray uses): the path then names a new inode; the old descriptor is read to its end
 first, then the new file from its start, so no line is lost and the order holds.
-Truncation (copytruncate): a size below the offset restarts the file at 0.
+Truncation (copytruncate): a size below the offset restarts the file at 0. Rotated names:
+x.log.1 (Python's) and x.1.out (spdlog's, Ray's C++ logs).
+
+Lines are joined into entries (multiline.py): an entry's position is the offset after its
+last line, so a replay reads it again whole; a held entry goes out after the wait bound.
 
 Waiting: inotify (inotify.py) on every directory walked and every file tailed, so an idle
 tree costs no wakeup; a directory event lists the tree again, a file event reads the files
@@ -29,6 +34,7 @@ file's modification time when it was found, stored at once, so a replay is exact
 from __future__ import annotations
 
 import calendar
+import errno
 import hashlib
 import logging
 import os
@@ -37,24 +43,28 @@ import time
 from dataclasses import dataclass, field
 
 from faden_agent.workers.logs.entry import MAX_LINE_BYTES, Entry, Labels, clean_line
+from faden_agent.workers.logs.labels import core_file_kind
+from faden_agent.workers.logs.multiline import Joined, Joiner
 from faden_agent.workers.logs.report import report_event
 from faden_agent.workers.logs.sources import FIRST_START_WINDOW_SEC, Source, mount
 from faden_agent.workers.logs.sources.inotify import TreeWatch
 from faden_agent.workers.logs.sources.mount import Refused, safe_name
+from faden_agent.workers.logs.sources.retention import Retention
 
 POLL_SEC = 0.5  # at most one round this often; the poll interval where inotify cannot serve
 RESCAN_SEC = 60.0  # a full listing although no event came: the safety net
 ROOT_POLL_SEC = 5.0  # neither the Ray log directory nor its parent exists yet
-MAX_WATCHED_DIRS_PER_CONTAINER = 64  # a container dir and 21 sessions' session/logs/serve
+MAX_WATCHED_DIRS_PER_CONTAINER = 256  # a container dir and its newest 85 sessions' session, logs, serve
 FORGET_AFTER_SEC = 300.0
 READ_CHUNK = 256 * 1024
 READ_RATE_BYTES = 4 * 1024 * 1024  # per container and second (one second's worth may be saved up)
-MAX_OPEN_PER_CONTAINER = 32  # files tailed at once per container
+MAX_OPEN_PER_CONTAINER = 128  # files tailed at once per container (Ray's own: ~3 per worker process)
 MAX_REFUSED_TRACKED = 10_000  # refused entries remembered (to report each once); beyond: counted as overflow
 MAX_REFUSED_EVENTS_PER_CONTAINER = 20  # events per container; the counters go on counting
-SESSION_PATH = ("logs", "serve")  # below each session_* directory
+SESSION_PATH = ("logs", "serve")  # below each session_* directory (Ray's own files in logs/)
 RAY_OWN_SYMLINK = "session_latest"  # Ray's own link to the current session: expected, not followed
-_LOG_NAME = re.compile(r".+\.log(?:\.(\d+))?\Z")  # x.log, and x.log.N rotated away
+# x.log, x.out, x.err; rotated away: x.log.N (Python's handler) or x.N.out (spdlog's)
+_LOG_NAME = re.compile(r"(?P<stem>.+?)(?:\.(?P<n1>\d{1,6}))?\.(?P<ext>log|out|err)(?:\.(?P<n2>\d{1,6}))?\Z")
 _CONTAINER_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}\Z")  # Docker's names, bounded
 _RAY_TS = re.compile(rb"(?:[A-Z]+ +)?(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:[,.](\d{1,9}))?")
 log = logging.getLogger(__name__)
@@ -72,10 +82,20 @@ def parse_ray_ts_ns(line: bytes) -> int | None:
     return seconds * 1_000_000_000 + int((match[7] or b"").ljust(9, b"0"))
 
 
-def _oldest_first(name: str) -> tuple[str, int]:
-    """x.log.3 before x.log.2 before x.log.1 (RotatingFileHandler's numbering)."""
-    base, _, suffix = name.rpartition(".log.")
-    return (base, -int(suffix) if suffix.isdigit() else 0)
+def rotation_of(name: str, core: bool) -> tuple[str, int] | None:
+    """(the live file's name, rotation number: 0 live) of a log file name; None when the name
+    is not one this directory ships (Serve's: *.log; Ray's own: the kinds labels.py knows)."""
+    match = _LOG_NAME.match(name)
+    if match is None:
+        return None
+    if not core and (match["ext"] != "log" or match["n1"]):
+        return None if match["ext"] != "log" else (name, 0)  # x.1.log in serve/: a live file
+    if core and core_file_kind(name) is None:
+        return None
+    base = f"{match['stem']}.{match['ext']}"
+    if match["n1"] and match["n2"]:
+        return None  # x.1.log.2: neither scheme
+    return base, int(match["n1"] or match["n2"] or 0)
 
 
 class ReadBudget:
@@ -109,8 +129,10 @@ class Tail:
     ident: tuple[int, int]
     offset: int
     ts_ns: int
-    labels: Labels
     metadata: dict[str, str]
+    labels_by_level: dict[str, Labels]
+    joiner: Joiner
+    group: str  # the live file's name: its rotation group
     pending: bytes = field(default=b"")
     at_eof: bool = False
     wd: int | None = None  # its inotify watch
@@ -124,7 +146,7 @@ class Tail:
         return self.parts[0]
 
 
-def _open_dir(path: str) -> int | None:
+def _open_dir(path: str | os.PathLike[str]) -> int | None:
     try:
         return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except (FileNotFoundError, NotADirectoryError):
@@ -147,6 +169,15 @@ class RayFileSource(Source):
         self.refused_events: dict[str, int] = {}  # container -> events sent
         self.watch: TreeWatch | None = None
         self.root_watched = False  # the Ray log directory (or its parent) is watched
+        self.full_at = 0.0  # the last full listing (monotonic)
+        self.known_dirs: set[tuple[str, ...]] = set()  # directories listed (a change lists one again)
+        self.scans = {"full": 0, "partial": 0}
+        self.retention = Retention(self, None)  # the worker gives it the managed containers' names
+        self.nul_bytes_skipped = 0
+        self.closed_idle = 0  # files closed to make room for others (MAX_OPEN_PER_CONTAINER)
+        self.relist: set[tuple[str, ...]] = set()  # directories with files left unopened for room
+        self.positions_quarantined = 0
+        self.dirs_opened = 0
 
     def follow(self) -> None:
         self.close_all()
@@ -158,43 +189,82 @@ class RayFileSource(Source):
             while not self.stop_event.is_set():
                 started = time.monotonic()
                 if list_again:
-                    root_fd = self.open_root()
+                    dirty = self.watch.take_dirty()
+                    if dirty is not None:
+                        dirty |= self.relist
+                    self.relist = set()
+                    if first or self.watch.polling or started >= self.full_at + RESCAN_SEC:
+                        dirty = None  # the full listing: the safety net for what no event told
+                    root_fd = self.open_root(full=dirty is None)
                     if root_fd is not None:
                         try:
                             if not self.drain_detached(root_fd):
                                 return
-                            self.scan(root_fd, first)
+                            self.scan(root_fd, first, dirty)
                             first = False
+                            if dirty is None:
+                                self.retention.check(root_fd)
                         finally:
                             os.close(root_fd)
                 more = self.read_round()
-                if more is None:
+                if more is None or not self.send_due():
                     return
-                list_again = more or self.wait(started)
+                if self.retention.wanted:
+                    self.check_retention()
+                list_again = self.wait(started, more)
         finally:
             self.close_all()
 
-    def wait(self, round_started: float) -> bool:
-        """Until there is work: whether the tree is to be listed again (False: only tailed
-        files grew). At most one round per POLL_SEC."""
+    def wait(self, round_started: float, more: bool) -> bool:
+        """Until there is work: whether directories are to be listed again (False: only
+        tailed files grew). At most one round per POLL_SEC."""
         assert self.watch is not None
         self.stop_event.wait(max(0.0, round_started + POLL_SEC - time.monotonic()))
-        if self.stop_event.is_set() or self.watch.polling or any(not t.at_eof for t in self.tails.values()):
-            return True  # polling, or a read budget left data unread: read on after POLL_SEC
+        if self.stop_event.is_set() or self.watch.polling:
+            return True
+        if self.relist:
+            return True  # files left unopened for room: try again now that others were read
+        if more or any(not t.at_eof for t in self.tails.values()):
+            return bool(self.watch.wait(0))  # data left to read: read on, listing only what changed
         if not self.root_watched:
             self.stop_event.wait(ROOT_POLL_SEC)
             return True
-        return self.watch.wait(RESCAN_SEC)
+        now = time.monotonic()
+        timeout = self.full_at + RESCAN_SEC - now
+        due = self.next_due()
+        if due is not None:
+            timeout = min(timeout, due - now)  # a held entry's wait bound ends first
+        changed = self.watch.wait(max(0.0, timeout))
+        if changed is None:  # timed out: a held entry is due, or the safety-net listing
+            return time.monotonic() >= self.full_at + RESCAN_SEC
+        return changed
 
     def stop(self) -> None:
         if self.watch is not None:
             self.watch.wake()
 
-    def open_root(self) -> int | None:
+    def container_removed(self, name: str) -> None:
+        """A managed container is gone (the container source's thread): its directory is
+        checked for retention at once, not at the next full listing."""
+        self.retention.container_removed(name)
+        if self.watch is not None:
+            self.watch.wake()
+
+    def check_retention(self) -> None:
+        root_fd = _open_dir(self.config.ray_log_dir)
+        if root_fd is not None:
+            try:
+                self.retention.check(root_fd)
+            finally:
+                os.close(root_fd)
+
+    def open_root(self, full: bool) -> int | None:
         """The agent's own directory (not container-controlled); None until it exists, and
         then its parent is watched for its creation."""
         assert self.watch is not None
-        self.watch.begin_listing()
+        if full:
+            self.watch.begin_listing()
+            self.full_at = time.monotonic()
         self.root_watched = False
         fd = _open_dir(self.config.ray_log_dir)
         if fd is None:
@@ -202,72 +272,95 @@ class RayFileSource(Source):
             if parent_fd is None:
                 return None
             try:
-                self.watch.watch_dir(parent_fd, "")
+                self.watch.watch_dir(parent_fd, ())
             finally:
                 os.close(parent_fd)
             # Made between the first try and the watch, it would send no event: try again.
             fd = _open_dir(self.config.ray_log_dir)
         if fd is not None:
-            self.watch.watch_dir(fd, "")
+            self.watch.watch_dir(fd, ())
         self.root_watched = True
         return fd
 
     # --- finding files
 
-    def scan(self, root_fd: int, first: bool) -> None:
+    def scan(self, root_fd: int, first: bool, dirty: set[tuple[str, ...]] | None) -> None:
         """Open files not tailed yet, including files that rotated away more than once
-        between two scans. Renames during a listing can hide a file from it, so the listing
-        repeats until it finds nothing new: all of them are open before any is read."""
+        between two scans; `dirty` names the directories to list (None: all of them).
+        Renames during a listing can hide a file from it, so the listing repeats until it
+        finds nothing new: all of them are open before any is read."""
+        self.scans["full" if dirty is None else "partial"] += 1
         present: set = set()
+        listed: set[tuple[str, ...]] = set()
         for _ in range(10):
             known = len(self.tails) + len(self.finished)
             present = set()
-            for parts, serve_fd, device in self.serve_dirs(root_fd):
-                present |= self.open_serve_files(parts, serve_fd, device, first)
+            for parts, logs_fd, device, core in self.log_dirs(root_fd, dirty, listed):
+                present |= self.open_log_files(parts, logs_fd, device, first, core)
             if len(self.tails) + len(self.finished) == known:
                 break
+        self.known_dirs = listed if dirty is None else self.known_dirs | listed
         now = time.monotonic()
         for ident in present & self.finished.keys():
             self.finished[ident] = (self.finished[ident][0], now)
-        # Forget finished files only after a while unseen: a rename during the listing can
-        # hide a file from one scan, and forgetting it then would read it twice.
-        self.finished = {i: seen for i, seen in self.finished.items() if now - seen[1] < FORGET_AFTER_SEC}
+        if dirty is None:
+            # Forget finished files only after a while unseen by full listings: a rename during
+            # one can hide a file from it, and forgetting it then would read it twice.
+            self.finished = {i: seen for i, seen in self.finished.items() if now - seen[1] < FORGET_AFTER_SEC}
         if first:
             keys = {f"file:{d}:{i}" for d, i in present}
             for key in self.positions.keys("file:"):
                 if key not in keys:
                     self.positions.forget(key)  # the file is gone
 
-    def serve_dirs(self, root_fd: int):
-        """(parts, descriptor, device) of every <container>/session_*/logs/serve directory;
-        each descriptor is closed when the caller asks for the next one."""
-        for container in self.listing(root_fd, ()):
-            if not container.is_dir(follow_symlinks=False) and not container.is_symlink():
-                continue
-            if not _CONTAINER_NAME.match(container.name):
-                self.refuse((container.name,), "bad_name")
+    def children(self, dir_fd: int, parts: tuple[str, ...], dirty, prefixes) -> list[str]:
+        """Names below `parts` to look at: all of them (listed) when the directory is new
+        to us, changed, or this is a full listing; else only those on the way to a change."""
+        self.dirs_opened += 1
+        if dirty is None or parts in dirty or parts not in self.known_dirs:
+            entries = self.listing(dir_fd, parts)
+            if not parts:  # the agent's own directory: plain files there are nobody's logs
+                return [e.name for e in entries if e.is_dir(follow_symlinks=False) or e.is_symlink()]
+            return [e.name for e in entries]
+        depth = len(parts)
+        return sorted({d[depth] for d in prefixes if len(d) > depth and d[:depth] == parts})
+
+    def log_dirs(self, root_fd: int, dirty: set[tuple[str, ...]] | None, listed: set[tuple[str, ...]]):
+        """(parts, descriptor, device, core) of each <container>/session_*/logs to list (core:
+        Ray's own files) and its serve/ directory; each descriptor is closed when the caller
+        asks for the next one. Newest sessions first (they get the watches)."""
+        if dirty is not None and not dirty:
+            return
+        prefixes = None if dirty is None else {d[:i] for d in dirty for i in range(len(d) + 1)}
+        assert self.watch is not None
+        listed.add(())
+        for name in self.children(root_fd, (), dirty, prefixes):
+            if not _CONTAINER_NAME.match(name):
+                self.refuse((name,), "bad_name")
                 continue
             try:
-                container_fd, device = mount.open_dir(container.name, root_fd, None)
-            except FileNotFoundError:
+                container_fd, device = mount.open_dir(name, root_fd, None)
+            except (FileNotFoundError, NotADirectoryError):
                 continue
             except Refused as refused:
-                self.refuse((container.name,), refused.reason)
+                self.refuse((name,), refused.reason)
                 continue
-            assert self.watch is not None
-            self.watch.watch_dir(container_fd, container.name)
+            self.watch.watch_dir(container_fd, (name,))
+            listed.add((name,))
             try:
-                for session in self.listing(container_fd, (container.name,)):
-                    if not session.name.startswith("session_") or (
-                        session.name == RAY_OWN_SYMLINK and session.is_symlink()
-                    ):
-                        continue
-                    yield from self.descend((container.name, session.name), container_fd, device)
+                sessions = self.children(container_fd, (name,), dirty, prefixes)
+                for session in sorted(sessions, reverse=True):
+                    here = (name, session)
+                    if not session.startswith("session_") or session == RAY_OWN_SYMLINK:
+                        continue  # Ray's own link to the current session: expected, not followed
+                    if prefixes is None or here in prefixes or here not in self.known_dirs:
+                        yield from self.descend(here, container_fd, device, dirty, listed)
             finally:
                 os.close(container_fd)
 
-    def descend(self, parts: tuple[str, ...], parent_fd: int, device: int):
-        """Open parts[-1] under parent_fd, then SESSION_PATH below it; yields the last one."""
+    def descend(self, parts: tuple[str, ...], parent_fd: int, device: int, dirty, listed: set[tuple[str, ...]]):
+        """Open parts[-1] under parent_fd, then SESSION_PATH below it; yields logs/ (core) and
+        logs/serve/ where they are to be listed."""
         fds: list[int] = []
         try:
             fd = parent_fd
@@ -281,10 +374,13 @@ class RayFileSource(Source):
                 except Refused as refused:
                     self.refuse(here, refused.reason)
                     return
+                self.dirs_opened += 1
                 fds.append(fd)
                 assert self.watch is not None
-                self.watch.watch_dir(fd, parts[0])
-            yield (*parts, *SESSION_PATH), fd, device
+                self.watch.watch_dir(fd, here)
+                listed.add(here)
+                if depth and (dirty is None or here in dirty or here not in self.known_dirs):
+                    yield here, fd, device, depth == 1
         finally:
             for fd in fds:
                 os.close(fd)
@@ -300,29 +396,39 @@ class RayFileSource(Source):
             log.warning("logs: cannot list %s (%s)", self.relpath(parts), exc)
         return sorted(found, key=lambda e: e.name)
 
-    def open_serve_files(self, parts: tuple[str, ...], serve_fd: int, device: int, first: bool) -> set:
-        live, rotated = [], []
-        for entry in self.listing(serve_fd, parts):
-            match = _LOG_NAME.match(entry.name)
-            if match:
-                (rotated if match[1] else live).append(entry.name)
+    def open_log_files(self, parts: tuple[str, ...], dir_fd: int, device: int, first: bool, core: bool) -> set:
+        live: list[tuple[tuple[str, int], str]] = []
+        rotated: list[tuple[tuple[str, int], str]] = []
+        for entry in self.listing(dir_fd, parts):
+            rotation = rotation_of(entry.name, core)
+            if rotation is not None:
+                (rotated if rotation[1] else live).append((rotation, entry.name))
         present = set()
-        # Rotated first (oldest first), then live: a predecessor is renamed by then.
-        for name in [*sorted(rotated, key=_oldest_first), *live]:
-            ident = self.open((*parts, name), serve_fd, device, first, rotated=name not in live)
+        # Rotated first (oldest first: x.log.3 before x.log.2), then live: a predecessor is renamed by then.
+        ordered = [*sorted(rotated, key=lambda r: (r[0][0], -r[0][1])), *live]
+        for (group, number), name in ordered:
+            try:
+                ident = self.open((*parts, name), dir_fd, device, first, group, core, rotated=number > 0)
+            except Exception as exc:  # noqa: BLE001 - one file's trouble stops that file alone
+                log.warning("logs: cannot tail %s (%s)", repr(self.relpath((*parts, name)))[:200], exc)
+                self.refuse((*parts, name), "unreadable")
+                continue
             if ident is not None:
                 present.add(ident)
         return present
 
     def open(
-        self, parts: tuple[str, ...], serve_fd: int, device: int, first: bool, rotated: bool
+        self, parts: tuple[str, ...], serve_fd: int, device: int, first: bool, group: str, core: bool, rotated: bool
     ) -> tuple[int, int] | None:
         container = parts[0]
         if sum(t.container == container for t in self.tails.values()) >= MAX_OPEN_PER_CONTAINER:
             known = mount.identity_at(serve_fd, (parts[-1],))
-            if known not in self.tails and known not in self.finished:
+            if known in self.tails or (known in self.finished and not self.changed(known, serve_fd, parts)):
+                return known
+            if not self.close_idle(container):
                 self.refuse(parts, "too_many_files")
-            return known
+                self.relist.add(parts[:-1])  # tried again once a file of it was read to its end
+                return known
         try:  # open, then fstat: the descriptor names the file even if a rename races us
             fd, st = mount.open_file(parts[-1], serve_fd, device)
         except FileNotFoundError:
@@ -336,13 +442,17 @@ class RayFileSource(Source):
             return ident
         key = f"file:{ident[0]}:{ident[1]}"
         path = self.relpath(parts)
-        stored = self.positions.get(key) if first else None
-        if first and rotated and not isinstance(stored, dict):
+        # A file closed while idle (or read to its end after a rotation) resumes where it was.
+        stored = self.positions.get(key) if first or ident in self.finished else None
+        if isinstance(stored, dict) and stored.get("path", path) != path and not rotated:
+            stored = None  # the inode now names another file
+        if first and rotated and stored is None:
             os.close(fd)
             self.finished[ident] = (st.st_mtime_ns, time.monotonic())  # rotated before we started
             return ident
-        if isinstance(stored, dict):
-            offset, ts_ns = int(stored.get("offset", 0)), int(stored.get("ts", st.st_mtime_ns))
+        resume = self.stored_position(key, stored, parts) if stored is not None else None
+        if resume is not None:
+            offset, ts_ns = resume[0], resume[1] or st.st_mtime_ns
         else:  # a new file (or, after start, one that rotated away before a scan saw it)
             old = first and st.st_mtime < time.time() - FIRST_START_WINDOW_SEC
             offset, ts_ns = (st.st_size if old else 0), st.st_mtime_ns
@@ -355,11 +465,64 @@ class RayFileSource(Source):
             ident=ident,
             offset=offset,
             ts_ns=ts_ns,
-            labels=self.labels.ray_file(container, filename),
-            metadata={"filename": safe_name(filename.split(".log")[0] + ".log"), "session": safe_name(parts[1])},
+            labels_by_level=self.labels.ray_file(container, filename, core),
+            joiner=Joiner(self.config.log_multiline, self.config.log_multiline_wait_sec),
+            group=group,
+            metadata={"filename": safe_name(group), "session": safe_name(parts[1])},
             wd=self.watch.watch_file(fd) if self.watch is not None else None,
         )
         return ident
+
+    def changed(self, ident: tuple[int, int], dir_fd: int, parts: tuple[str, ...]) -> bool:
+        """Whether a finished file was written since (its modification time moved)."""
+        try:
+            st = os.stat(parts[-1], dir_fd=dir_fd, follow_symlinks=False)
+        except OSError:
+            return False
+        return (st.st_dev, st.st_ino) == ident and st.st_mtime_ns != self.finished[ident][0]
+
+    def close_idle(self, container: str) -> bool:
+        """Make room: close the container's least recently written file that is read to its
+        end (its position stays; a full listing reopens it when it is written again)."""
+        idle = [
+            t
+            for t in self.tails.values()
+            if t.container == container and t.at_eof and not t.pending and t.joiner.deadline is None
+        ]
+        if not idle:
+            return False
+        tail = min(idle, key=lambda t: os.fstat(t.fd).st_mtime_ns)
+        self.finished[tail.ident] = (os.fstat(tail.fd).st_mtime_ns, time.monotonic())
+        if self.watch is not None:
+            self.watch.unwatch_file(tail.wd)
+        os.close(tail.fd)
+        del self.tails[tail.ident]
+        self.closed_idle += 1
+        return True
+
+    def stored_position(self, key: str, stored: object, parts: tuple[str, ...]) -> tuple[int, int] | None:
+        """(offset, timestamp or 0) of a stored position; None, once reported and forgotten,
+        when it is not one (a hand-edited or corrupt entry): that file alone starts afresh."""
+        if isinstance(stored, dict):
+            offset, ts_ns = stored.get("offset", 0), stored.get("ts", 0)
+            if all(type(v) is int and 0 <= v < 2**63 for v in (offset, ts_ns)):
+                return offset, ts_ns
+        self.positions.forget(key)
+        self.positions_quarantined += 1
+        shown = repr(stored)[:100]
+        path = repr(self.relpath(parts))[:200]
+        log.warning("logs: the stored position of %s is not one (%s); the file is read as a new one", path, shown)
+        report_event(
+            self.config,
+            {
+                "type": "logs.position_quarantined",
+                "container": safe_name(parts[0]),
+                "path": path,
+                "message": f"the stored log position of {path} was invalid ({shown}); the file is read as a new one",
+            },
+            record_id=f"logs-position:{key}",
+        )
+        return None
 
     def relpath(self, parts: tuple[str, ...]) -> str:
         return os.path.join(self.config.ray_log_dir, *parts)
@@ -411,6 +574,9 @@ class RayFileSource(Source):
                 continue  # its read budget ran out: finished on a later round
             if tail.pending and not self.ship(tail, tail.pending, len(tail.pending)):
                 return False
+            joined = tail.joiner.flush()  # its successor starts afresh
+            if joined is not None and not self.put(tail, joined):
+                return False
             self.rotations += 1
             self.finished[ident] = (os.fstat(tail.fd).st_mtime_ns, time.monotonic())
             assert self.watch is not None
@@ -426,7 +592,7 @@ class RayFileSource(Source):
         is left to read now (the round ended on time), None when the backlog closed."""
         groups: dict[tuple[str, ...], list[Tail]] = {}
         for tail in self.oldest_first():
-            groups.setdefault((*tail.parts[:-1], tail.parts[-1].split(".log")[0]), []).append(tail)
+            groups.setdefault((*tail.parts[:-1], tail.group), []).append(tail)
         deadline = time.monotonic() + POLL_SEC  # then drain and scan again: rotations, new files
         while groups and not self.stop_event.is_set():
             if time.monotonic() >= deadline:
@@ -437,6 +603,9 @@ class RayFileSource(Source):
                     return None
                 if tail.at_eof:
                     tails.pop(0)
+                    joined = tail.joiner.flush() if tails else None  # its successor's lines come next
+                    if joined is not None and not self.put(tail, joined):
+                        return None
                 if not tails or not tail.at_eof and not self.budget.take(tail.container, 0, peek=True):
                     del groups[key]  # done, or its container's budget is spent until the next poll
         return False
@@ -452,6 +621,8 @@ class RayFileSource(Source):
         chunks = 0
         while max_chunks is None or chunks < max_chunks:
             chunks += 1
+            if not self.skip_hole(tail, size):
+                return False
             want = self.budget.take(tail.container, READ_CHUNK)
             if not want:
                 return True
@@ -470,24 +641,75 @@ class RayFileSource(Source):
                 tail.pending = b""
         return True
 
+    def skip_hole(self, tail: Tail, size: int) -> bool:
+        """Jump over a hole (a sparse file's unwritten range reads as NUL bytes) without
+        reading it: counted as NUL bytes skipped; an unfinished line before it ends there."""
+        at = tail.offset + len(tail.pending)
+        if at >= size:
+            return True
+        try:
+            data_at = os.lseek(tail.fd, at, os.SEEK_DATA)
+        except OSError as exc:
+            if exc.errno != errno.ENXIO:
+                return True  # no hole support here: the NUL bytes are read and dropped instead
+            data_at = size  # nothing but a hole up to the end
+        if data_at <= at:
+            return True
+        if tail.pending and not self.ship(tail, tail.pending, len(tail.pending)):
+            return False
+        self.nul_bytes_skipped += data_at - at
+        tail.offset = data_at
+        return True
+
     def ship(self, tail: Tail, line: bytes, consumed: int) -> bool:
+        """One line read: to the tail's joiner, and what it completed to the backlog. NUL
+        bytes are dropped (counted): a run of them is never shipped."""
+        if consumed == len(line):  # the pending rest: it is no longer pending
+            tail.pending = b""
+        if b"\0" in line:
+            kept = line.replace(b"\0", b"")
+            self.nul_bytes_skipped += len(line) - len(kept)
+            line = kept
+            if not line.strip():
+                tail.offset += consumed
+                return True
         ts_ns = parse_ray_ts_ns(line) or tail.ts_ns
         offset = tail.offset + consumed
-        entry = Entry(
-            tail.labels,
-            ts_ns,
-            clean_line(line),
-            tail.metadata,
-            tail.key,
-            {"offset": offset, "ts": ts_ns, "path": tail.path},
-        )
-        if not self.backlog.put(entry):
-            return False
+        position = {"offset": offset, "ts": ts_ns, "path": tail.path}
+        for joined in tail.joiner.add(clean_line(line), ts_ns, position, time.monotonic()):
+            if not self.put(tail, joined):
+                return False
         tail.offset, tail.ts_ns = offset, ts_ns
-        if consumed == len(line):  # shipped the pending rest: it is no longer pending
-            tail.pending = b""
         self.lines_read += 1
         return True
+
+    def put(self, tail: Tail, joined: Joined) -> bool:
+        """An entry into the backlog; its position is the offset after its last line."""
+        entry = Entry(
+            tail.labels_by_level[joined.level], joined.ts_ns, joined.text, tail.metadata, tail.key, joined.last_position
+        )
+        return self.backlog.put(entry)
+
+    def send_due(self) -> bool:
+        """Held entries whose wait bound passed; False when the backlog closed."""
+        now = time.monotonic()
+        for tail in list(self.tails.values()):
+            joined = tail.joiner.due(now)
+            if joined is not None and not self.put(tail, joined):
+                return False
+        return True
+
+    def next_due(self) -> float | None:
+        deadlines = [d for tail in self.tails.values() if (d := tail.joiner.deadline) is not None]
+        return min(deadlines) if deadlines else None
+
+    def forget_tail(self, ident: tuple[int, int]) -> None:
+        """Stop tailing a file that is about to be deleted, and forget its position."""
+        tail = self.tails.pop(ident)
+        if self.watch is not None:
+            self.watch.unwatch_file(tail.wd)
+        os.close(tail.fd)
+        self.positions.forget(tail.key)
 
     def close_all(self) -> None:
         for tail in self.tails.values():
@@ -499,6 +721,12 @@ class RayFileSource(Source):
             **super().status(),
             "files": len(self.tails),
             "watching": self.watch.status() if self.watch is not None else None,
+            "scans": dict(self.scans),
+            "nul_bytes_skipped": self.nul_bytes_skipped,
+            "closed_idle": self.closed_idle,
+            "retention": self.retention.status(),
+            "positions_quarantined": self.positions_quarantined,
+            "dirs_opened": self.dirs_opened,
             "rotations": self.rotations,
             "truncations": self.truncations,
             "refused": dict(self.refused),

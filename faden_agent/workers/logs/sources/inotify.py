@@ -112,17 +112,21 @@ class Inotify:
 
 
 class TreeWatch:
-    """The Ray log tree's watches: directories (a change: list again) and tailed files (a
-    change: read again), at most `max_dirs` directories per container per listing. A
-    container over it, or inotify failing (ENOSPC: the user's watch limit), turns the
-    source back to polling; `problem` says why (shown in the source's status)."""
+    """The Ray log tree's watches: directories (a change: list that directory again) and
+    tailed files (a change: read again). At most `max_dirs` directory watches per container:
+    past it the oldest session's watches make room for a newer one (Ray writes to its newest
+    session), and what is left unwatched is found by the caller's periodic full listing.
+    inotify failing (ENOSPC: the user's watch limit) turns the source back to polling;
+    `problem` says why (shown in the source's status)."""
 
     def __init__(self, max_dirs: int):
         self.max_dirs = max_dirs
-        self.dirs: dict[int, str] = {}  # wd -> container ("" for the agent's own directories)
+        self.dirs: dict[int, tuple[str, ...]] = {}  # wd -> the directory's parts ((): the root)
+        self.by_container: dict[str, set[int]] = {}  # container -> its directory watches
         self.files: set[int] = set()
-        self.listed: dict[str, set[int]] = {}  # container -> directory watches of this listing
-        self.over: set[str] = set()  # containers with more directories than max_dirs
+        self.unwatched: dict[str, int] = {}  # container -> directories left to the full listing
+        self.dirty: set[tuple[str, ...]] = set()  # directories that changed since the last take_dirty
+        self.full = False  # events were lost (or a watched directory went): list everything
         self.problem: str | None = None
         try:
             self.inotify: Inotify | None = Inotify()
@@ -132,30 +136,46 @@ class TreeWatch:
 
     @property
     def polling(self) -> bool:
-        return self.inotify is None or self.problem is not None or bool(self.over)
+        return self.inotify is None or self.problem is not None
 
     def status(self) -> str:
         if self.problem:
             return f"polling: {self.problem}"
-        if self.over:
-            return f"polling: more than {self.max_dirs} directories in {', '.join(sorted(self.over)[:5])}"
+        if self.unwatched:
+            shown = ", ".join(sorted(self.unwatched)[:5])
+            return f"inotify; older sessions of {shown} past {self.max_dirs} directories: listed every rescan"
         return "inotify"
 
     def begin_listing(self) -> None:
-        self.listed.clear()
-        self.over.clear()
+        """A full listing starts: it counts the directories left unwatched afresh."""
+        self.unwatched.clear()
 
-    def watch_dir(self, fd: int, container: str) -> None:
+    def watch_dir(self, fd: int, parts: tuple[str, ...]) -> None:
         if self.inotify is None or self.problem:
             return
-        listed = self.listed.setdefault(container, set())
-        if len(listed) >= self.max_dirs:
-            self.over.add(container)
+        container = parts[0] if parts else ""
+        mine = self.by_container.setdefault(container, set())
+        if len(mine) >= self.max_dirs and not self._evict_older(mine, parts):
+            self.unwatched[container] = self.unwatched.get(container, 0) + 1
             return
         wd = self._add(fd, DIR_EVENTS)
         if wd is not None:
-            self.dirs[wd] = container
-            listed.add(wd)
+            self.dirs[wd] = parts
+            mine.add(wd)
+
+    def _evict_older(self, mine: set[int], parts: tuple[str, ...]) -> bool:
+        """Unwatch the oldest session directory below `parts` (session names sort by time)."""
+        sessions = [wd for wd in mine if len(self.dirs.get(wd, ())) >= 2]
+        if not sessions or len(parts) < 2:
+            return False
+        oldest = min(sessions, key=lambda wd: self.dirs[wd])
+        if self.dirs[oldest][:2] >= parts[:2]:
+            return False
+        assert self.inotify is not None
+        self.inotify.remove(oldest)
+        mine.discard(oldest)
+        del self.dirs[oldest]
+        return True
 
     def watch_file(self, fd: int) -> int | None:
         if self.inotify is None or self.problem:
@@ -178,17 +198,32 @@ class TreeWatch:
             self.problem = f"cannot watch ({exc.strerror or exc})"
             return None
 
-    def wait(self, timeout_s: float) -> bool:
-        """Wait for a change; True when the directories may have changed (or the wait timed
-        out, or events were lost): list again. False: only tailed files grew."""
+    def wait(self, timeout_s: float) -> bool | None:
+        """Wait for a change; True when directories changed (take_dirty names them). False:
+        only tailed files grew. None: timed out (or woken)."""
         assert self.inotify is not None
         changes = self.inotify.wait(timeout_s)
-        if changes is None or changes.overflow:
-            return True
+        if changes is None:
+            return None
+        if changes.overflow:
+            self.full = True
         for wd in changes.gone:
-            self.dirs.pop(wd, None)
+            parts = self.dirs.pop(wd, None)
+            if parts is not None:
+                self.by_container.get(parts[0] if parts else "", set()).discard(wd)
+                self.dirty.add(parts[:-1])  # its parent lost an entry
             self.files.discard(wd)
-        return bool(changes.gone) or any(wd not in self.files for wd in changes.wds)
+        for wd in changes.wds:
+            parts = self.dirs.get(wd)
+            if parts is not None:
+                self.dirty.add(parts)
+        return self.full or bool(self.dirty)
+
+    def take_dirty(self) -> set[tuple[str, ...]] | None:
+        """The directories to list again; None: all of them."""
+        dirty, full = self.dirty, self.full
+        self.dirty, self.full = set(), False
+        return None if full else dirty
 
     def wake(self) -> None:
         if self.inotify is not None:

@@ -1,0 +1,158 @@
+"""Joins continuation lines (a traceback, an indented block, unprefixed lines after a prefixed
+one) to the line they continue, per stream, into one entry with the head's level.
+
+A Joiner is pure: the caller feeds lines and their positions, asks for what is due after
+the wait bound and flushes at a stream's end. An entry holds at most max_lines lines and
+max_bytes UTF-8 bytes; past either it is cut and the next piece starts with CONTINUED.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from faden_agent.workers.logs.entry import MAX_LINE_BYTES
+from faden_agent.workers.logs.shapes import TRACEBACK_STARTS, UNKNOWN, shape
+
+MAX_LINES = 500
+MAX_BYTES = MAX_LINE_BYTES  # 64 KiB: what one Loki line may hold here anyway
+WAIT_SEC = 1.0  # after the last line of an entry, before it goes out without a successor
+CONTINUED = "[faden-agent: continues the entry before] "
+SEVERE = frozenset({"warning", "error", "crit", "alert", "emerg"})
+
+
+@dataclass(slots=True)
+class Joined:
+    text: str
+    ts_ns: int  # the head's
+    level: str
+    first_position: Any  # where the head was read: a resume point that reads the entry again whole
+    last_position: Any  # after its last line
+    lines: int
+
+
+@dataclass(slots=True)
+class _Group:
+    process: str
+    header: str
+    prefixed: bool
+    level: str
+    ts_ns: int
+    first_position: Any
+    last_position: Any
+    lines: list[str] = field(default_factory=list)
+    bytes: int = 0
+    awaiting_exception: bool = False  # a traceback's frames seen, its "ValueError: ..." line not yet
+    traceback_seen: bool = False
+
+
+def _size(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+class Joiner:
+    def __init__(
+        self, enabled: bool = True, wait_s: float = WAIT_SEC, max_lines: int = MAX_LINES, max_bytes: int = MAX_BYTES
+    ):
+        self.enabled = enabled
+        self.wait_s = wait_s
+        self.max_lines = max_lines
+        self.max_bytes = max_bytes
+        self.group: _Group | None = None
+        self.last_added = 0.0
+        self.cuts = 0  # entries cut at a size bound
+
+    @property
+    def deadline(self) -> float | None:
+        """When the entry held now is due (monotonic seconds); None when none is held."""
+        return None if self.group is None else self.last_added + self.wait_s
+
+    def add(self, text: str, ts_ns: int, position: Any, now: float) -> list[Joined]:
+        """Feed one line (already cleaned and bounded); returns the entries it completed."""
+        out: list[Joined] = []
+        found = shape(text)
+        body, prefixed, repeated = found.body, found.prefixed, False
+        group = self.group
+        if group is not None and found.header and found.header == group.header:
+            # The header again: the same record's next line, or the next record from the same
+            # place within the same second; only a traceback's or an indented line continues.
+            body, prefixed, repeated = body[len(found.header) :], True, True
+        if group is not None and self.enabled and self._continues(group, found.process, prefixed, repeated, body):
+            size = _size(text) + 1
+            if len(group.lines) >= self.max_lines or group.bytes + size > self.max_bytes:
+                self.cuts += 1
+                out.append(self._close())
+                self.group = self._start(
+                    group.process, group.header, True, group.level, CONTINUED + text, ts_ns, position
+                )
+                self.group.awaiting_exception = group.awaiting_exception
+                self.group.traceback_seen = group.traceback_seen
+            else:
+                group.lines.append(text)
+                group.bytes += size
+                group.last_position = position
+            self._mark_traceback(self.group, body)
+        else:
+            if group is not None:
+                out.append(self._close())
+            level = found.level
+            if level == UNKNOWN and body.startswith(TRACEBACK_STARTS[0]):
+                level = "error"  # an uncaught exception, printed bare to stderr
+            self.group = self._start(found.process, found.header, found.prefixed, level, text, ts_ns, position)
+            self._mark_traceback(self.group, body[len(found.header) :])
+            if not self.enabled:
+                out.append(self._close())
+        self.last_added = now
+        return out
+
+    def due(self, now: float) -> Joined | None:
+        """The entry held, once the wait bound has passed since its last line."""
+        if self.group is not None and now >= self.last_added + self.wait_s:
+            return self._close()
+        return None
+
+    def flush(self) -> Joined | None:
+        """The entry held, whatever the time (the stream ended, its file closes)."""
+        return self._close() if self.group is not None else None
+
+    @staticmethod
+    def _continues(group: _Group, process: str, prefixed: bool, repeated: bool, body: str) -> bool:
+        if process != group.process:
+            return False  # another worker's output, interleaved
+        if body.startswith(TRACEBACK_STARTS[0]):
+            # Logged with its exception (logger.exception: a severe head), or the next one of a
+            # chain; after an INFO line it is an uncaught exception of its own.
+            return group.level in SEVERE or group.traceback_seen
+        if not body or body[0] in " \t" or body.startswith(TRACEBACK_STARTS):
+            return True
+        if repeated and group.awaiting_exception:
+            return True  # "ValueError: ..." after the frames, under the same header
+        if prefixed:
+            return False
+        return group.prefixed or group.awaiting_exception
+
+    @staticmethod
+    def _mark_traceback(group: _Group | None, body: str) -> None:
+        if group is None:
+            return
+        if body.startswith(TRACEBACK_STARTS[0]):
+            group.awaiting_exception = group.traceback_seen = True
+        elif body and body[0] not in " \t" and not body.startswith(TRACEBACK_STARTS):
+            group.awaiting_exception = False  # the exception line itself
+
+    @staticmethod
+    def _start(process: str, header: str, prefixed: bool, level: str, text: str, ts_ns: int, position: Any) -> _Group:
+        return _Group(process, header, prefixed, level, ts_ns, position, position, [text], _size(text))
+
+    def _close(self) -> Joined:
+        group = self.group
+        assert group is not None
+        self.group = None
+        return Joined(
+            "\n".join(group.lines),
+            group.ts_ns,
+            group.level,
+            group.first_position,
+            group.last_position,
+            len(group.lines),
+        )
