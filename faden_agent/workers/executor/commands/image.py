@@ -24,13 +24,13 @@ from faden_agent.peer.fetch import NoSpace, PeerFailure, Stopped, Transfer, tag_
 from faden_agent.peer.server import holder_stream
 from faden_agent.peer.tickets import Ticket, TicketBox
 from faden_agent.protocol import quote
+from faden_agent.supervisor.peer_demand import ask_to_serve
 from faden_agent.workers.executor import specs
 from faden_agent.workers.executor.commands.frame import Commands
 from faden_agent.workers.executor.docker_ops import Cancelled, CommandFailed, translated
 from faden_agent.workers.executor.kinds import COMMON, CommandKind, register
 from faden_agent.workers.executor.scheduler import Job
 from faden_agent.workers.executor.specs import SpecError
-from faden_agent.workers.peer.demand import ask_to_serve
 
 log = logging.getLogger(__name__)
 
