@@ -46,13 +46,13 @@ from faden_agent.ipc import Channel, Endpoints, EnvelopeError, ensure_runtime_di
 from faden_agent.proctitle import set_title
 from faden_agent.supervisor import lock
 from faden_agent.supervisor.notify import SystemdNotifier
+from faden_agent.supervisor.peer_demand import PeerDemand
 from faden_agent.supervisor.policy import RestartPolicy
-from faden_agent.supervisor.preload import preload
+from faden_agent.supervisor.prefork.preload import preload
 from faden_agent.supervisor.states import WorkerProcess, WorkerState
 from faden_agent.supervisor.table import ResourceSampler, worker_row
 from faden_agent.workers import WORKERS
 from faden_agent.workers.base import THREAD_DIED_EXIT, worker_main
-from faden_agent.workers.peer.demand import PeerDemand
 
 log = logging.getLogger(__name__)
 

@@ -11,9 +11,9 @@ import time
 import pytest
 
 from faden_agent.config import load_config
+from faden_agent.workers.logs.destinations import DirectLoki
 from faden_agent.workers.logs.entry import Entry
 from faden_agent.workers.logs.loki import Pusher
-from faden_agent.workers.logs.targets import DirectLoki
 from tests.lokiproc import VERSIONS, LokiProcess, real_loki  # noqa: F401 - fixture
 from tests.lokireceiver import LokiReceiver
 

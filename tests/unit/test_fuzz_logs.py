@@ -15,12 +15,12 @@ from hypothesis import strategies as st
 
 from faden_agent.backend import DEFAULT_MAINTENANCE_WAIT_S, BackendClient, parse_retry_after
 from faden_agent.workers.logs.backlog import Backlog
+from faden_agent.workers.logs.destinations import DirectLoki, ThroughBackend
 from faden_agent.workers.logs.entry import MAX_LINE_BYTES, TRUNCATION_MARKER, Entry
 from faden_agent.workers.logs.labels import LEVELS, LabelMaker
 from faden_agent.workers.logs.loki import MAX_RETRY_AFTER_SEC, Pusher, encode, names_single_lines
 from faden_agent.workers.logs.positions import Positions
-from faden_agent.workers.logs.sources.journal import JournalSource
-from faden_agent.workers.logs.targets import DirectLoki, ThroughBackend
+from faden_agent.workers.logs.sources.journald import JournalSource
 from tests.unit.conftest import FUZZ_CREDENTIAL
 from tests.unit.test_fuzz_backend import header_text, json_values, retry_afters
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 CHILD = """
-from faden_agent.supervisor import heap
+from faden_agent.supervisor.prefork import heap
 libc = heap._libc()
 # Objects over 512 bytes come from malloc: keep every other one, so the freed ones are holes
 # between live chunks (not merged into the top of the heap).
@@ -33,7 +33,7 @@ def test_fill_heap_holes_takes_the_small_free_chunks_between_live_ones():
 
 OUT_OF_DESCRIPTORS = """
 import os
-from faden_agent.supervisor import heap
+from faden_agent.supervisor.prefork import heap
 held = []
 try:
     while True:

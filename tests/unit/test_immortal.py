@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from faden_agent.supervisor import immortal
+from faden_agent.supervisor.prefork import immortal
 from tests.conftest import require
 from tests.pythons import cpythons
 
 REPO = Path(__file__).resolve().parents[2]
-MODULE = REPO / "faden_agent" / "supervisor" / "immortal.py"
+MODULE = REPO / "faden_agent" / "supervisor" / "prefork" / "immortal.py"
 
 # Loads immortal.py alone (a bare interpreter has no zmq or docker), makes 20,000 function
 # objects, optionally marks everything immortal, forks; the child takes and drops a

@@ -47,7 +47,7 @@ def test_other_commands_still_go_through_the_cli():
 CHILD = """
 import sys, warnings
 warnings.simplefilter("error")  # requests' "no character detection" warning would raise here
-from faden_agent.supervisor.preload import skip_charset_guessers
+from faden_agent.supervisor.prefork.preload import skip_charset_guessers
 skip_charset_guessers()
 import requests
 response = requests.models.Response()

@@ -15,8 +15,8 @@ from faden_agent.config import load_config
 from faden_agent.workers.logs.backlog import Backlog
 from faden_agent.workers.logs.labels import LabelMaker
 from faden_agent.workers.logs.positions import Positions
-from faden_agent.workers.logs.sources.journal import JournalSource
 from faden_agent.workers.logs.sources.journal_export import ExportParser
+from faden_agent.workers.logs.sources.journald import JournalSource
 from tests.journalfiles import JOURNAL_REMOTE, JournalWriter
 
 pytestmark = pytest.mark.skipif(not __import__("os").path.exists(JOURNAL_REMOTE), reason="no systemd-journal-remote")

@@ -12,8 +12,8 @@ import pytest
 
 from faden_agent.config import load_config
 from faden_agent.tls import client_context
+from faden_agent.workers.logs.destinations import DirectLoki
 from faden_agent.workers.logs.keepalive import BadAnswer, KeepAliveConnection
-from faden_agent.workers.logs.targets import DirectLoki
 from tests.integration.test_stream_tls_secrets import make_ca_and_server_cert
 
 

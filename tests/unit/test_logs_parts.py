@@ -18,7 +18,7 @@ from faden_agent.workers.logs.labels import LINE_LEVELS, LabelMaker, file_kind, 
 from faden_agent.workers.logs.loki import encode, refused_count
 from faden_agent.workers.logs.positions import Positions
 from faden_agent.workers.logs.sources.files import parse_ray_ts_ns
-from faden_agent.workers.logs.sources.journal import field_text
+from faden_agent.workers.logs.sources.journald import field_text
 from faden_agent.workers.logs.stamps import parse_rfc3339_ns
 
 
@@ -243,7 +243,7 @@ def test_corrupt_positions_start_over_instead_of_failing(tmp_path):
 
 
 def test_gzip_level_round_trip_of_a_push():
-    from faden_agent.workers.logs.targets import GZIP_LEVEL
+    from faden_agent.workers.logs.destinations import GZIP_LEVEL
 
     body = encode([entry(i) for i in range(100)])
     assert gzip.decompress(gzip.compress(body, GZIP_LEVEL)) == body

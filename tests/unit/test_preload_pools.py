@@ -8,7 +8,7 @@ import sys
 
 CHILD = """
 import sys
-from faden_agent.supervisor.preload import fill_pools, free_blocks_by_size
+from faden_agent.supervisor.prefork.preload import fill_pools, free_blocks_by_size
 holes = [str(i) * 3 for i in range(20000)]
 del holes[::2]  # free blocks in pools in use
 before = sum(free_blocks_by_size().values())

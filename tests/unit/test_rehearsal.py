@@ -15,7 +15,7 @@ from pathlib import Path
 
 CHILD = """
 import json, os, tempfile, threading
-from faden_agent.supervisor.rehearsal import rehearse
+from faden_agent.supervisor.prefork.rehearsal import rehearse
 done = rehearse()
 left = [n for n in os.listdir(tempfile.gettempdir()) if n.startswith("faden-rehearsal-")]
 print(json.dumps({"done": done, "threads": threading.active_count(), "left": left}))
@@ -53,7 +53,7 @@ def test_a_step_that_cannot_run_is_skipped_and_the_others_still_run(tmp_path):
 
 HOSTILE = """
 import json, socket, threading
-from faden_agent.supervisor import rehearsal
+from faden_agent.supervisor.prefork import rehearsal
 
 server = rehearsal._TcpServer(("127.0.0.1", 0), rehearsal._TcpAnswers)
 thread = rehearsal._serve(server)

@@ -15,7 +15,7 @@ import urllib3.connection
 
 from faden_agent import tls
 from faden_agent.config import load_config
-from faden_agent.supervisor import preload
+from faden_agent.supervisor.prefork import preload
 from tests.integration.test_stream_tls_secrets import make_ca_and_server_cert
 
 

@@ -6,7 +6,7 @@ import orjson
 
 from faden_agent import protocol
 from faden_agent.reports.outbox import make_record
-from faden_agent.reports.sender import bounded_batch, is_stub, truncated
+from faden_agent.workers.stream.uplink import bounded_batch, is_stub, truncated
 
 
 def size(record) -> int:

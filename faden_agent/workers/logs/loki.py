@@ -37,9 +37,9 @@ from operator import attrgetter
 
 import orjson
 
+from faden_agent.workers.logs.destinations import Answer
 from faden_agent.workers.logs.entry import Entry, Labels
 from faden_agent.workers.logs.stamps import parse_rfc3339_ns
-from faden_agent.workers.logs.targets import Answer
 
 MAX_RETRY_AFTER_SEC = 600.0  # a broken header must not park the shipper for a day
 STRUCTURED_METADATA_MODES = ("auto", "on", "off")

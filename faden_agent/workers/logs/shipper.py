@@ -24,9 +24,9 @@ from faden_agent import protocol
 from faden_agent.config import Config
 from faden_agent.workers.logs.backlog import Backlog
 from faden_agent.workers.logs.batcher import Batch, Batcher
+from faden_agent.workers.logs.destinations import DirectLoki, make_target
 from faden_agent.workers.logs.loki import MAX_PUSHES_IN_FLIGHT, Outcome, Pusher
 from faden_agent.workers.logs.positions import Positions
-from faden_agent.workers.logs.targets import DirectLoki, make_target
 
 REPORT_INTERVAL_SEC = 60.0
 log = logging.getLogger(__name__)

@@ -25,7 +25,7 @@ from faden_agent.workers.logs.report import report_event
 from faden_agent.workers.logs.shipper import Shipper
 from faden_agent.workers.logs.sources.containers import ContainerSource
 from faden_agent.workers.logs.sources.files import RayFileSource
-from faden_agent.workers.logs.sources.journal import JournalSource
+from faden_agent.workers.logs.sources.journald import JournalSource
 
 log = logging.getLogger(__name__)
 

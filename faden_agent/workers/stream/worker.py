@@ -24,13 +24,13 @@ from faden_agent.backend import MaintenanceHold
 from faden_agent.diskfull import retry_when_full
 from faden_agent.ipc import Channel, Message
 from faden_agent.reports.outbox import OUTBOX_FILE, Outbox
-from faden_agent.reports.sender import OutboxSender
 from faden_agent.status import STATUS_FILE
 from faden_agent.workers.base import Worker
 from faden_agent.workers.stream.downlink import Downlink
 from faden_agent.workers.stream.enroll import Enrollment
 from faden_agent.workers.stream.heartbeat import HeartbeatSender
 from faden_agent.workers.stream.link import Gate, Link, LinkStatus
+from faden_agent.workers.stream.uplink import OutboxSender
 
 log = logging.getLogger(__name__)
 

@@ -26,6 +26,7 @@ from faden_agent.peer.fetch import PeerFailure, Stopped, Transfer, tag_image
 from faden_agent.peer.server import holder_stream
 from faden_agent.peer.tickets import Ticket, TicketBox
 from faden_agent.protocol import quote
+from faden_agent.supervisor.peer_demand import ask_to_serve
 from faden_agent.workers.executor import specs
 from faden_agent.workers.executor.commands.frame import Commands
 from faden_agent.workers.executor.docker_ops import Cancelled, CommandFailed, translated
@@ -34,7 +35,6 @@ from faden_agent.workers.executor.prune import prune
 from faden_agent.workers.executor.pull_size import missing_bytes
 from faden_agent.workers.executor.scheduler import Job
 from faden_agent.workers.executor.specs import SpecError
-from faden_agent.workers.peer.demand import ask_to_serve
 
 log = logging.getLogger(__name__)
 

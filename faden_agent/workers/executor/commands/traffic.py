@@ -22,6 +22,7 @@ from faden_agent.peer.probe import LIMITS
 from faden_agent.peer.probe_client import Bounds, Probe, ProbeFailed
 from faden_agent.peer.tickets import PROBE_GRANT, Ticket, TicketBox
 from faden_agent.protocol import quote
+from faden_agent.supervisor.peer_demand import ask_to_serve
 from faden_agent.workers.executor import specs
 from faden_agent.workers.executor.commands.frame import Commands
 from faden_agent.workers.executor.commands.image import peers as image_peers
@@ -30,7 +31,6 @@ from faden_agent.workers.executor.docker_ops import Cancelled
 from faden_agent.workers.executor.kinds import COMMON, CommandKind, register
 from faden_agent.workers.executor.scheduler import Job
 from faden_agent.workers.executor.specs import Check, SpecError
-from faden_agent.workers.peer.demand import ask_to_serve
 
 log = logging.getLogger(__name__)
 

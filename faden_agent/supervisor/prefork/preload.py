@@ -40,10 +40,10 @@ import sys
 import warnings
 
 from faden_agent.errorline import error_line
-from faden_agent.supervisor.coldpages import page_out_cold_libraries
-from faden_agent.supervisor.heap import fill_heap_holes, release_free_heap
-from faden_agent.supervisor.immortal import immortalize_heap, unsupported_reason
-from faden_agent.supervisor.rehearsal import rehearse
+from faden_agent.supervisor.prefork.coldpages import page_out_cold_libraries
+from faden_agent.supervisor.prefork.heap import fill_heap_holes, release_free_heap
+from faden_agent.supervisor.prefork.immortal import immortalize_heap, unsupported_reason
+from faden_agent.supervisor.prefork.rehearsal import rehearse
 
 log = logging.getLogger(__name__)
 

@@ -18,10 +18,10 @@ import logging
 import os
 import time
 
+from faden_agent.cluster import PeerFile
 from faden_agent.config import Config
 from faden_agent.ipc import Endpoints, request
 from faden_agent.peer.tickets import TICKET_DIR
-from faden_agent.workers.inventory.traffic.peers import PeerFile
 
 log = logging.getLogger(__name__)
 
