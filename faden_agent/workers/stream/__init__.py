@@ -1,10 +1,9 @@
 """The stream worker: owns the backend link (docs/protocol.md).
 
-worker.py     the loop: starts the threads below, wakes the outbox sender
+worker.py     the loop: starts the threads below, wakes the uplink
 enroll.py     Enrollment: load the membership (state) file, or enroll once
 link.py       what the threads share: the membership, the connection status, backoff, the gate
 downlink.py   the NDJSON stream -> commands handed to the executor
 heartbeat.py  the node's heartbeat to the backend, with the worker table
-
-The fourth thread, the outbox sender that sends reports, is faden_agent/reports/sender.py.
+uplink.py     Uplink: the durable outbox -> the backend, in batches
 """

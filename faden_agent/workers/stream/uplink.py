@@ -1,4 +1,4 @@
-"""OutboxSender: the stream worker's thread that drains the durable outbox to the backend
+"""Uplink: the stream worker's thread that drains the durable outbox to the backend
 in batches (BackendClient.post_reports, POST /api/agent/v1/uplink).
 
     loop: wait for a poke (a producer wrote, or a retry is due) -> wait for the gate ->
@@ -32,7 +32,7 @@ SAFETY_S = 60.0  # a lost poke (none is known) would delay a record at most this
 TRIM_EVERY_S = 60.0
 
 
-class OutboxSender(LinkThread):
+class Uplink(LinkThread):
     def __init__(self, link: Link):
         super().__init__("uplink", link)
         self.wakeup = threading.Event()
