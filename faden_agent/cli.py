@@ -66,13 +66,12 @@ def run() -> None:
 @app.command()
 def ps(as_json: bool = typer.Option(False, "--json", help="Print JSON for machines.")) -> None:
     """Show each worker: state, pid, uptime, restarts, last exit, heartbeat age, RSS, CPU."""
-    from faden_agent.ipc import Endpoints, request
+    from faden_agent.ipc import control
 
     config = load()
-    reply = request(Endpoints(config.runtime_dir).control, "ps", timeout_s=1.0)
-    if reply is None or not isinstance(reply.body, dict):
+    table = control.ps(config.runtime_dir)
+    if table is None:
         fail(f"no supervisor answers at {config.runtime_dir} (is the agent running?)", EXIT_NO_SUPERVISOR)
-    table = reply.body
     if as_json:
         print_json(table)
     else:

@@ -105,7 +105,7 @@ class Supervisor:
             fatal_retry_s=config.fatal_retry_sec,
         )
         self.workers = {name: WorkerProcess(name, target) for name, target in (workers or WORKERS).items()}
-        # Workers started only once wanted (peer/demand.py); until then STOPPED, saying so.
+        # Workers started only once wanted (peer_demand.py); until then STOPPED, saying so.
         if on_demand is None:
             on_demand = {"peer": PeerDemand(config).wanted} if workers is None else {}
         self.dormant = {name: wanted for name, wanted in on_demand.items() if name in self.workers}
@@ -309,7 +309,7 @@ class Supervisor:
         if op == "ps":
             self.sample_resources()
             self.control.send("ps", self.table())
-        elif op == "start":  # a dormant worker is needed now (peer/demand.py ask_to_serve)
+        elif op == "start":  # a dormant worker is needed now (ipc/control.py ask_to_serve)
             name = str((message.body or {}).get("name") if isinstance(message.body, dict) else None)
             if name not in self.workers:
                 self.control.send("error", {"message": f"unknown worker {name[:40]!r}"})

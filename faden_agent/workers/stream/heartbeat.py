@@ -22,7 +22,7 @@ the ones after it. A send that ran past the next grid point is followed at once 
 latest point due (next_beat), so one slow send costs the backend one late beat, not a
 skipped one; the points before it (an outage) are skipped, not sent in a burst.
 
-A beat whose `ps` the supervisor did not answer in time (PS_TIMEOUT_S) carries the pulse
+A beat whose `ps` the supervisor did not answer in time (LOOP_WAIT_S) carries the pulse
 only: an empty table is no news, and sent as the detail it would blank the console's.
 """
 
@@ -36,13 +36,12 @@ from typing import Any
 
 from faden_agent import __version__, protocol
 from faden_agent.backend import BackendClient, BackendError
-from faden_agent.ipc import EnvelopeError, Requester
+from faden_agent.ipc.control import LOOP_WAIT_S, Control
 from faden_agent.reports.outbox import make_record
 from faden_agent.workers.stream.link import Connection, Link, LinkThread
 
 log = logging.getLogger(__name__)
 
-PS_TIMEOUT_S = 0.5
 SETTLE_MAX_S = 10.0  # the longest the first beat waits for the tree to settle
 WORKER_FIELDS = (
     "name",
@@ -65,7 +64,7 @@ class HeartbeatSender(LinkThread):
         self.started_at = time.time()
         self.beats = 0
         self.detail_sent: tuple[Any, float] | None = None  # (change key, monotonic time) of the last detail sent
-        self.supervisor = Requester(link.endpoints.control)
+        self.supervisor = Control(self.config.runtime_dir, LOOP_WAIT_S)
 
     def run(self) -> None:
         interval = self.config.heartbeat_interval_sec
@@ -162,11 +161,7 @@ class HeartbeatSender(LinkThread):
 
     def worker_table(self) -> dict[str, Any]:
         """The supervisor's `ps` table; empty when it does not answer in time."""
-        try:
-            reply = self.supervisor.ask("ps", timeout_s=PS_TIMEOUT_S)
-        except EnvelopeError:
-            return {}
-        return reply.body if reply is not None and isinstance(reply.body, dict) else {}
+        return self.supervisor.ps() or {}
 
 
 def next_beat(beat: int, elapsed_s: float, interval_s: float) -> int:

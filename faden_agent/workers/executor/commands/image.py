@@ -20,11 +20,11 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from faden_agent import protocol
+from faden_agent.ipc.control import ask_to_serve
 from faden_agent.peer.fetch import NoSpace, PeerFailure, Stopped, Transfer, tag_image
 from faden_agent.peer.server import holder_stream
 from faden_agent.peer.tickets import Ticket, TicketBox
 from faden_agent.protocol import quote
-from faden_agent.supervisor.peer_demand import ask_to_serve
 from faden_agent.workers.executor import specs
 from faden_agent.workers.executor.commands.frame import Commands
 from faden_agent.workers.executor.docker_ops import Cancelled, CommandFailed, translated

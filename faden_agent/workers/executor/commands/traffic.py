@@ -17,12 +17,12 @@ import math
 import time
 from typing import Any
 
+from faden_agent.ipc.control import ask_to_serve
 from faden_agent.peer import probe_client
 from faden_agent.peer.probe import LIMITS
 from faden_agent.peer.probe_client import Bounds, Probe, ProbeFailed
 from faden_agent.peer.tickets import PROBE_GRANT, Ticket, TicketBox
 from faden_agent.protocol import quote
-from faden_agent.supervisor.peer_demand import ask_to_serve
 from faden_agent.workers.executor import specs
 from faden_agent.workers.executor.commands.frame import Commands
 from faden_agent.workers.executor.commands.image import peers as image_peers
