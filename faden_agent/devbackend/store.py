@@ -20,7 +20,7 @@ import orjson
 
 from faden_agent import protocol
 from faden_agent.devbackend import clusters
-from faden_agent.workers.inventory.record import apply_record  # the receiver's rule (docs/inventory.md)
+from faden_agent.protocol.inventory import apply_record  # the receiver's rule (docs/inventory.md)
 
 ENROLL_RETRY_WINDOW_S = 3600  # how long a spent token can be re-presented by the same attempt
 
