@@ -51,6 +51,14 @@ CREATE TABLE IF NOT EXISTS meta (
     value TEXT NOT NULL
 );
 """
+# The meta table is the agent's cursor store: how far each reader got, kept in the file that
+# holds the records it produced (get_meta / set_meta). Every key, with its owner:
+CURSOR_KEYS = {
+    "downlink_after": "stream (downlink.py): the last downlink sequence acknowledged",
+    "downlink_epoch": "stream (downlink.py): the backend identity that sequence belongs to",
+    "executor.events_since": "executor (events.py): the Docker event time the replay starts at",
+    "executor.containers_seen": "executor (reconcile.py): each managed container's last snapshot",
+}
 
 
 def new_record_id() -> str:
@@ -141,6 +149,7 @@ class Outbox:
         return excess
 
     def get_meta(self, key: str, default: str | None = None) -> str | None:
+        """A cursor (CURSOR_KEYS names each)."""
         with self._lock:
             row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return row[0] if row else default
