@@ -10,7 +10,7 @@
                                  worker stays FATAL (see withheld_watchdog)
 
 Workers are forked (not fork+exec): before the first fork the supervisor imports every
-worker's module and the docker SDK and freezes them (preload.py), so a child starts in
+worker's module and the docker SDK and freezes them (prefork/), so a child starts in
 milliseconds, imports nothing, and shares those pages; what only one path needs (pynvml
 on a GPU machine) is still imported where it is used. Each child asks
 the kernel to SIGKILL it when the supervisor dies (PR_SET_PDEATHSIG), so none outlives a
@@ -48,7 +48,7 @@ from faden_agent.supervisor import lock
 from faden_agent.supervisor.notify import SystemdNotifier
 from faden_agent.supervisor.peer_demand import PeerDemand
 from faden_agent.supervisor.policy import RestartPolicy
-from faden_agent.supervisor.prefork.preload import preload
+from faden_agent.supervisor.prefork import prepare_to_fork
 from faden_agent.supervisor.states import WorkerProcess, WorkerState
 from faden_agent.supervisor.table import ResourceSampler, worker_row
 from faden_agent.workers import WORKERS
@@ -147,7 +147,7 @@ class Supervisor:
         if self.config.runtime_dir != self.config.state_dir:
             self._locks.append(lock.acquire(self.config.runtime_dir, "runtime directory"))
         tls = self.config.tls_verify() if self.config.speaks_tls() else None
-        preload([w.target for w in self.workers.values()], tls)  # shared by every fork (preload.py)
+        prepare_to_fork([w.target for w in self.workers.values()], tls, self.config.prefork)  # shared by every fork
         self._wakeup_r, wakeup_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.set_wakeup_fd(wakeup_w)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP):

@@ -38,6 +38,7 @@ import logging
 import os
 import sys
 import warnings
+from collections.abc import Callable
 
 from faden_agent.errorline import error_line
 from faden_agent.supervisor.prefork.coldpages import page_out_cold_libraries
@@ -55,10 +56,11 @@ SHARED_MODULES = ("docker",)  # imported lazily by some workers, used by three o
 CHARSET_GUESSERS = ("charset_normalizer", "chardet")
 
 
-def preload(targets: list[str], tls_verify: bool | str | None = None) -> None:
+def preload(targets: list[str], tls_verify: bool | str | None = None, skip: frozenset[str] = frozenset()) -> None:
     """Imports each worker target's module and SHARED_MODULES, builds the client TLS context
     for `tls_verify` (None: nothing the agent knows of speaks https), then freezes the heap.
-    A module or CA bundle that fails is left to its worker, which reports the failure."""
+    A module or CA bundle that fails is left to its worker, which reports the failure.
+    `skip` names the memory tricks (prefork.TRICKS) left out."""
     skip_charset_guessers()
     for module in [t.partition(":")[0] for t in targets] + list(SHARED_MODULES):
         try:
@@ -67,21 +69,34 @@ def preload(targets: list[str], tls_verify: bool | str | None = None) -> None:
             log.warning("preloading %s failed (its worker imports it again): %s", module, exc)
     if tls_verify is not None:
         share_tls_context(tls_verify)
-    rehearse()  # the workers' first HTTP, Docker and SQLite calls, once for all (rehearsal.py)
+    if "rehearsal" not in skip:
+        rehearse()  # the workers' first HTTP, Docker and SQLite calls, once for all (rehearsal.py)
     gc.collect()
-    fill_pools()
-    marked = immortalize_heap()  # before freeze: frozen objects are no longer listed
+    if "pools" not in skip:
+        fill_pools()
+    # before freeze: frozen objects are no longer listed
+    marked = immortalize_heap() if "immortal" not in skip else None
     gc.freeze()
-    release_free_heap()
-    fill_heap_holes()  # fill_pools() for the C heap (heap.py)
-    page_out_cold_libraries()  # start-up's library pages back to the kernel (coldpages.py)
+    if "heap" not in skip:
+        release_free_heap()
+        fill_heap_holes()  # fill_pools() for the C heap (heap.py)
+    if "coldpages" not in skip:
+        page_out_cold_libraries()  # start-up's library pages back to the kernel (coldpages.py)
     if marked:
         log.debug("marked %d objects immortal before forking", marked)
-    else:
+    elif marked == 0:
         log.info("objects stay mortal under %s: each worker copies more of them (issue 16)", unsupported_reason())
-    supervisor = os.getpid()
-    # Again before every later fork (a restart): the supervisor's own work leaves holes.
-    os.register_at_fork(before=lambda: fill_before_fork() if os.getpid() == supervisor else None)
+    fills = [fill for name, fill in (("pools", fill_pools), ("heap", fill_heap_holes)) if name not in skip]
+    if fills:
+        supervisor = os.getpid()
+        os.register_at_fork(before=lambda: refill_before_fork(supervisor, fills))
+
+
+def refill_before_fork(supervisor: int, fills: list[Callable[[], object]]) -> None:
+    """Again before every later fork (a restart): the supervisor's own work leaves holes."""
+    if os.getpid() == supervisor:
+        for fill in fills:
+            fill()
 
 
 def share_tls_context(verify: bool | str) -> None:
@@ -93,12 +108,6 @@ def share_tls_context(verify: bool | str) -> None:
         client_context(verify)
     except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
         log.warning("the TLS context was not built before forking (each worker tries again): %s", error_line(exc))
-
-
-def fill_before_fork() -> None:
-    """Fills the holes the supervisor's own work left since the last fork."""
-    fill_pools()
-    fill_heap_holes()
 
 
 def skip_charset_guessers() -> None:
