@@ -15,13 +15,23 @@ from faden_agent.backend import (
     ProtocolError,
     TokenRefused,
 )
-from faden_agent.backoff import MAX_RETRY_AFTER_SEC, Backoff, capped_retry_after, ceiling
+from faden_agent.backoff import MAX_RETRY_AFTER_SEC, Backoff, capped_retry_after, ceiling, delay
 from faden_agent.workers.stream.link import Connection, Gate, wait_after
 
 
 def test_ceiling_doubles_from_min_to_max_and_never_overflows():
     assert [ceiling(n, 0.5, 8) for n in range(7)] == [0.5, 1, 2, 4, 8, 8, 8]
     assert ceiling(10**9, 0.5, 8) == 8 and ceiling(-3, 0.5, 8) == 0.5
+
+
+def test_jitter_is_the_randomized_fraction_of_the_ceiling_never_below_min():
+    rng = random.Random(7)
+    assert [delay(n, 0.5, 10.0, jitter=0.0) for n in range(7)] == [0.5, 1, 2, 4, 8, 10, 10]  # plain doubling
+    halves = [delay(4, 0.5, 100.0, jitter=0.5, rng=rng) for _ in range(200)]  # the log shipper's
+    assert all(4.0 <= d <= 8.0 for d in halves) and max(halves) - min(halves) > 2.0
+    full = [delay(4, 0.5, 100.0, rng=rng) for _ in range(200)]
+    assert all(0.5 <= d <= 8.0 for d in full) and min(full) < 2.0
+    assert delay(0, 0.5, 10.0, jitter=0.5) == 0.5  # the first wait: min, not half of it
 
 
 def test_retry_after_wins_over_the_backoff_and_is_capped():

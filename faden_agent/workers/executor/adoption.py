@@ -14,11 +14,13 @@ import time
 from typing import Any
 
 from faden_agent import protocol
+from faden_agent.backoff import Backoff
 from faden_agent.reports.producer import Reports
 from faden_agent.workers.executor.docker_ops import CommandFailed, DockerOps
 from faden_agent.workers.executor.journal import Journal
 
 log = logging.getLogger(__name__)
+RETRY_MIN_S = 0.5
 RETRY_MAX_S = 10.0
 
 
@@ -67,12 +69,11 @@ def report_managed(ops: DockerOps, journal: Journal, reports: Reports, boot: int
 def adopt(ops: DockerOps, journal: Journal, reports: Reports, stopping: threading.Event) -> None:
     """Report (the executor runs this on a thread), retrying until the engine answers."""
     boot = time.time_ns()
-    delay = 0.5
+    retry = Backoff(RETRY_MIN_S, RETRY_MAX_S, jitter=0.0)
     while not stopping.is_set():
         try:
             report_managed(ops, journal, reports, boot)
             return
         except CommandFailed as exc:
             log.warning("adoption waits for the Docker engine: %s", exc.message)
-            stopping.wait(delay)
-            delay = min(delay * 2, RETRY_MAX_S)
+            stopping.wait(retry.next_delay())

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from faden_agent import protocol
+from faden_agent.backoff import Backoff
 from faden_agent.reports.producer import Reports
 from faden_agent.workers.executor.docker_ops import DockerOps
 from faden_agent.workers.executor.reconcile import Seen, reconcile, snapshot
@@ -27,6 +28,7 @@ log = logging.getLogger(__name__)
 
 ACTIONS = ("start", "die", "oom", "health_status", "destroy")
 SINCE_KEY = "executor.events_since"  # in the outbox's meta table
+RECONNECT_MIN_S = 0.5
 RECONNECT_MAX_S = 10.0
 
 
@@ -81,17 +83,16 @@ class EventWatcher:
         self.stopping.set()
 
     def _loop(self) -> None:
-        delay = 0.5
+        retry = Backoff(RECONNECT_MIN_S, RECONNECT_MAX_S, jitter=0.0)
         while not self.stopping.is_set():
             try:
                 self._follow()
-                delay = 0.5
+                retry.reset()
             except Exception as exc:  # noqa: BLE001 - the engine went away: reconnect
                 if self.connected:
                     log.warning("docker events stream lost (%s); reconnecting", str(exc)[:200])
                 self.connected = False
-                self.stopping.wait(delay)
-                delay = min(delay * 2, RECONNECT_MAX_S)
+                self.stopping.wait(retry.next_delay())
 
     def _follow(self) -> None:
         """Replay what dockerd still has since the stored position, reconcile what it no

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from faden_agent import protocol
+from faden_agent.backoff import Backoff
 from faden_agent.dockerclient import make_client
 from faden_agent.workers.threads import start_daemon
 
@@ -67,14 +68,14 @@ class DockerChangeWatcher:
                 pass
 
     def _run(self) -> None:
-        delay = RETRY_MIN_S
+        retry = Backoff(RETRY_MIN_S, RETRY_MAX_S, jitter=0.0)
         connected_before = False
         while not self._stop.is_set():
             client = None
             try:
                 client = make_client(self.docker_host, timeout_s=10)
                 self._stream = client.api.events(decode=True, filters={"type": ["container", "image"]})
-                delay = RETRY_MIN_S
+                retry.reset()
                 if connected_before:
                     self.on_change()  # events may have been missed while disconnected
                 connected_before = True
@@ -83,10 +84,9 @@ class DockerChangeWatcher:
                         self.on_change()
             except Exception as exc:  # noqa: BLE001 - any engine failure: wait, reconnect
                 if not self._stop.is_set():
-                    log.debug("docker events unavailable (%s); retrying in %.0f s", exc, delay)
+                    log.debug("docker events unavailable (%s); retrying with backoff", exc)
             finally:
                 self._stream = None
                 if client is not None:
                     client.close()
-            self._stop.wait(delay)
-            delay = min(delay * 2, RETRY_MAX_S)
+            self._stop.wait(retry.next_delay())

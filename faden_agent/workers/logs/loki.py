@@ -28,7 +28,6 @@ Policy, per push (docs/logs.md):
 from __future__ import annotations
 
 import logging
-import random
 import re
 import time
 from collections.abc import Callable
@@ -37,6 +36,7 @@ from operator import attrgetter
 
 import orjson
 
+from faden_agent import backoff
 from faden_agent.workers.logs.destinations import Answer
 from faden_agent.workers.logs.entry import Entry, Labels
 from faden_agent.workers.logs.stamps import parse_rfc3339_ns
@@ -266,8 +266,7 @@ class Pusher:
             log.warning("logs: push to %s failed (%s); retrying until it works", self.target, self.last_error)
         if answer.retry_after is not None:
             return min(answer.retry_after, MAX_RETRY_AFTER_SEC)
-        ceiling = min(self.backoff_max_s, self.backoff_min_s * 2 ** min(attempt - 1, 30))
-        return random.uniform(ceiling / 2, ceiling)  # jitter, but never a busy loop
+        return backoff.delay(attempt - 1, self.backoff_min_s, self.backoff_max_s, jitter=0.5)
 
     def _recovered(self, attempt: int) -> None:
         if attempt:
