@@ -22,6 +22,7 @@ import requests
 
 from faden_agent import protocol
 from faden_agent.errorline import error_line
+from faden_agent.failure import Failure
 from faden_agent.peer.archive import (
     ArchiveVerifier,
     ChunkReader,
@@ -39,11 +40,8 @@ SPACE_FACTOR = 2
 SPACE_MARGIN = 256 << 20
 
 
-class PeerFailure(Exception):
-    def __init__(self, reason: str, message: str):
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
+class PeerFailure(Failure):
+    """An image fetch from peers failed; reason is the command's."""
 
 
 class NoSpace(Exception):

@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
+from faden_agent.failure import Failure
 from faden_agent.peer import probe
 from faden_agent.tls import client_context
 
@@ -40,11 +41,8 @@ class Bounds:
     round_trips: int
 
 
-class ProbeFailed(Exception):
-    def __init__(self, reason: str, message: str):
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
+class ProbeFailed(Failure):
+    """A traffic probe against a peer failed; reason is the command's."""
 
 
 class Stopped(Exception):

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import orjson
 
+from faden_agent.failure import Failure
+
 TICKET_DIR = "peer-tickets"
 SPENT_SUFFIX = ".spent"
 # An expired ticket is kept this long, so a late receiver is told `ticket_expired`, not
@@ -27,11 +29,8 @@ EXPIRED_KEPT_S = 600.0
 MAX_TICKET_BYTES = 4096  # a grant is an image id, an address and a time: well under 1 KiB
 
 
-class TicketRefused(Exception):
-    def __init__(self, reason: str, message: str):
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
+class TicketRefused(Failure):
+    """A peer's ticket is not good for what it asks."""
 
 
 # The grant of a ticket for one active probe session (issue 15, peer/probe.py), in the place

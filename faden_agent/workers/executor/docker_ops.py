@@ -24,6 +24,7 @@ from docker.utils.json_stream import json_stream
 from faden_agent.config import Config
 from faden_agent.dockerclient import make_client
 from faden_agent.errorline import error_line
+from faden_agent.failure import Failure
 from faden_agent.workers.executor import docker_errors
 from faden_agent.workers.executor.gpu import device_requests, is_gpu_runtime_missing
 
@@ -31,11 +32,9 @@ API_VERSION = "1.41"  # device requests need >= 1.40; pinned so no version probe
 PROGRESS_INTERVAL_S = 1.0
 
 
-class CommandFailed(Exception):
+class CommandFailed(Failure):
     def __init__(self, reason: str, message: str, **result: Any):
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
+        super().__init__(reason, message)
         self.result = result
 
 
