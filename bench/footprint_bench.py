@@ -457,7 +457,7 @@ def measure(
     return results
 
 
-def prefork_shares(root: Path) -> dict[str, Any]:
+def prefork_shares(root: Path, argv: list[str] | None = None) -> dict[str, Any]:
     """The idle tree's PSS with the prefork tricks on, off, and with each one left out (same
     agent, same state, one start each): a trick's share is what leaving it out adds."""
     from faden_agent.supervisor.prefork import TRICKS
@@ -478,7 +478,7 @@ def prefork_shares(root: Path) -> dict[str, Any]:
             agent.kill()
             for label, extra in variants:
                 seen = backend.inventory(node).get("received_at")
-                agent = AgentProcess({**env, **extra}, root / f"agent-{label}.log").start(timeout_s=60)
+                agent = AgentProcess({**env, **extra}, root / f"agent-{label}.log", argv=argv).start(timeout_s=60)
                 try:
                     wait_for(lambda seen=seen: backend.inventory(node).get("received_at") != seen, 90, 1.0, "inventory")
                     time.sleep(5)
@@ -608,12 +608,15 @@ def main() -> int:
     parser.add_argument("--json", type=Path, default=Path("bench/results/footprint.json"))
     parser.add_argument("--binary", type=Path, help="also restart the same agent as this standalone binary")
     parser.add_argument("--prefork", action="store_true", help="only each prefork trick's share of the idle tree")
+    parser.add_argument("--python", help="with --prefork: the CPython version to run the agent on (e.g. 3.11)")
     args = parser.parse_args()
     import tempfile
 
     if args.prefork:
         with tempfile.TemporaryDirectory(prefix="faden-prefork-") as tmp:
-            shares = prefork_shares(Path(tmp))
+            python = interpreters.cpythons()[args.python] if args.python else None
+            argv = [interpreters.with_agent(python), "-m", "faden_agent", "run"] if python else None
+            shares = prefork_shares(Path(tmp), argv)
         print(json.dumps(shares, indent=2))
         return 0
 
