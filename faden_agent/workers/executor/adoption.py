@@ -15,6 +15,7 @@ from typing import Any
 
 from faden_agent import protocol
 from faden_agent.backoff import Backoff
+from faden_agent.protocol.container import describe
 from faden_agent.reports.producer import Reports
 from faden_agent.workers.executor.docker_ops import CommandFailed, DockerOps
 from faden_agent.workers.executor.journal import Journal
@@ -26,13 +27,11 @@ RETRY_MAX_S = 10.0
 
 def container_summary(container: Any) -> dict[str, Any]:
     labels = container.labels or {}
-    state = container.attrs.get("State") or {}
+    facts = describe(container.attrs)
     return {
-        "container_id": container.id,
-        "name": container.name,
-        "image": (container.attrs.get("Config") or {}).get("Image"),
-        "status": container.status,
-        "health": (state.get("Health") or {}).get("Status"),
+        **facts,
+        "container_id": facts["id"],  # the old names of id and state, still sent for one release
+        "status": facts["state"],
         "managed_by": "label" if labels.get(protocol.LABEL_MANAGED) == "true" else "adoption",
         "command_id": labels.get(protocol.LABEL_COMMAND_ID),
         "cluster": labels.get(protocol.LABEL_CLUSTER),
