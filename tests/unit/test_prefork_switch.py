@@ -1,5 +1,5 @@
 """FADEN_NODE_AGENT_PREFORK: on, the supervisor's memory tricks run before it forks; off, none
-does (no filler objects, no held heap chunks, no object made immortal), yet the workers'
+does (no held heap chunks, no object made immortal), yet the workers'
 modules are still preloaded and the heap frozen. Each case in a fresh interpreter, as the
 supervisor runs it (the tricks change the process for good)."""
 
@@ -23,9 +23,9 @@ PREPARE = """
 import gc, json, sys
 def probe(): pass
 from faden_agent.supervisor.prefork import prepare_to_fork
-from faden_agent.supervisor.prefork import heap, preload
+from faden_agent.supervisor.prefork import heap
 prepare_to_fork([sys.argv[1]], None, tricks=sys.argv[2] == "on")
-print(json.dumps({"fillers": len(preload._FILLERS), "held": len(heap._held), "refcount": sys.getrefcount(probe),
+print(json.dumps({"held": len(heap._held), "refcount": sys.getrefcount(probe),
                   "preloaded": sys.argv[1].partition(":")[0] in sys.modules, "frozen": gc.get_freeze_count()}))
 """
 
@@ -42,17 +42,17 @@ def prepare(mode: str, **env: str) -> dict:
 @pytest.mark.skipif(unsupported_reason() is not None, reason="immortal objects need CPython 3.12/3.13")
 def test_on_runs_the_tricks_and_off_runs_none():
     on, off = prepare("on"), prepare("off")
-    assert on["fillers"] > 0 and on["refcount"] == IMMORTAL_REFCNT
-    assert off["fillers"] == 0 and off["held"] == 0 and off["refcount"] < 10
+    assert on["held"] > 0 and on["refcount"] == IMMORTAL_REFCNT
+    assert off["held"] == 0 and off["refcount"] < 10
     assert on["preloaded"] and off["preloaded"] and on["frozen"] > 0 and off["frozen"] > 0
 
 
 def test_a_bench_leaves_out_one_trick_only_under_test_hooks(monkeypatch):
-    monkeypatch.setenv("FADEN_TEST_HOOK_PREFORK_SKIP", "pools,nonsense")
+    monkeypatch.setenv("FADEN_TEST_HOOK_PREFORK_SKIP", "heap,nonsense")
     monkeypatch.delenv("FADEN_TEST_HOOKS", raising=False)
     assert skipped_for_bench() == frozenset()
     monkeypatch.setenv("FADEN_TEST_HOOKS", "1")
-    assert skipped_for_bench() == {"pools"} and "pools" in TRICKS
+    assert skipped_for_bench() == {"heap"} and "heap" in TRICKS
 
 
 def test_the_switch_is_on_by_default_and_takes_on_off():

@@ -10,7 +10,7 @@ from __future__ import annotations
 from faden_agent import testhooks
 from faden_agent.supervisor.prefork import preload
 
-TRICKS = ("rehearsal", "pools", "immortal", "heap", "coldpages")
+TRICKS = ("rehearsal", "immortal", "heap", "coldpages")
 
 
 def prepare_to_fork(targets: list[str], tls_verify: bool | str | None, tricks: bool) -> None:
