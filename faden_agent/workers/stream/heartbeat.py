@@ -50,7 +50,8 @@ WORKER_FIELDS = (
     "uptime_s",
     "restarts",
     "last_exit",
-    "heartbeat_age_s",
+    "alive_age_s",
+    "heartbeat_age_s",  # alive_age_s's old name, sent for one release
     "rss_bytes",
     "cpu_percent",
     "status",
