@@ -58,7 +58,7 @@ class Worker:
     def __init__(self, config: Config):
         self.config = config
         self.endpoints = Endpoints(config.runtime_dir)
-        self.stopping = False
+        self.stop_requested = False
         self.started_at = time.time()
         self._supervisor: Channel | None = None
         self._wakeup_r, self._wakeup_w = os.pipe()
@@ -117,7 +117,7 @@ class Worker:
         # A worker without periodic work (no tick of its own) wakes only to say it is alive.
         has_tick = type(self).tick is not Worker.tick
         next_tick = 0.0 if has_tick else float("inf")
-        while not self.stopping:
+        while not self.stop_requested:
             if self.worker_threads.failure is not None:
                 return self._fail_for_thread()
             now = time.monotonic()
@@ -178,7 +178,7 @@ class Worker:
         """setup(); when a full disk keeps it from creating its files (a first start), wait
         for space while telling the supervisor it is alive (`disk_full` in ps) instead of crash-looping. Only
         before any thread started: a setup cut short later is not safe to run again."""
-        while not self.stopping:
+        while not self.stop_requested:
             try:
                 self.setup()
                 if DISK.written(self.config.state_dir):
@@ -205,7 +205,7 @@ class Worker:
         self._supervisor.send("alive", body, block=False)
 
     def request_stop(self, *_: Any) -> None:
-        self.stopping = True  # the loop sets the stop event itself: no lock in a signal handler
+        self.stop_requested = True  # the loop sets the stop event itself: no lock in a signal handler
         self._wake()
 
     def _wake(self) -> None:

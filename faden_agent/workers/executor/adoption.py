@@ -65,14 +65,14 @@ def report_managed(ops: DockerOps, journal: Journal, reports: Reports, boot: int
     return len(containers)
 
 
-def adopt(ops: DockerOps, journal: Journal, reports: Reports, stopping: threading.Event) -> None:
+def adopt(ops: DockerOps, journal: Journal, reports: Reports, stop_event: threading.Event) -> None:
     """Report (the executor runs this on a thread), retrying until the engine answers."""
     boot = time.time_ns()
     retry = Backoff(RETRY_MIN_S, RETRY_MAX_S, jitter=0.0)
-    while not stopping.is_set():
+    while not stop_event.is_set():
         try:
             report_managed(ops, journal, reports, boot)
             return
         except CommandFailed as exc:
             log.warning("adoption waits for the Docker engine: %s", exc.message)
-            stopping.wait(retry.next_delay())
+            stop_event.wait(retry.next_delay())

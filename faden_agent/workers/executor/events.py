@@ -64,13 +64,13 @@ class EventWatcher:
         ops: DockerOps,
         reports: Reports,
         is_adopted: Callable[[str], bool],
-        stopping: threading.Event | None = None,
+        stop_event: threading.Event | None = None,
     ):
         self.ops = ops
         self.reports = reports
         self.meta = reports.outbox
         self.is_adopted = is_adopted
-        self.stopping = stopping or threading.Event()
+        self.stop_event = stop_event or threading.Event()
         self.connected = False
         self.seen = Seen(self.meta)
 
@@ -80,11 +80,11 @@ class EventWatcher:
         start_thread("docker-events", self._loop)
 
     def stop(self) -> None:
-        self.stopping.set()
+        self.stop_event.set()
 
     def _loop(self) -> None:
         retry = Backoff(RECONNECT_MIN_S, RECONNECT_MAX_S, jitter=0.0)
-        while not self.stopping.is_set():
+        while not self.stop_event.is_set():
             try:
                 self._follow()
                 retry.reset()
@@ -92,7 +92,7 @@ class EventWatcher:
                 if self.connected:
                     log.warning("docker events stream lost (%s); reconnecting", str(exc)[:200])
                 self.connected = False
-                self.stopping.wait(retry.next_delay())
+                self.stop_event.wait(retry.next_delay())
 
     def _follow(self) -> None:
         """Replay what dockerd still has since the stored position, reconcile what it no
@@ -112,7 +112,7 @@ class EventWatcher:
             log.info("following docker events since %s (replayed from %s)", until, since)
         self.connected = True
         for event in stream:
-            if self.stopping.is_set():
+            if self.stop_event.is_set():
                 return
             self._handle(event, live=True)
         raise ConnectionError("the event stream ended")

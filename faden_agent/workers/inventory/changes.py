@@ -48,10 +48,12 @@ def is_change(event: dict[str, Any]) -> bool:
 
 
 class DockerChangeWatcher:
-    def __init__(self, docker_host: str | None, on_change: Callable[[], None], stop: threading.Event | None = None):
+    def __init__(
+        self, docker_host: str | None, on_change: Callable[[], None], stop_event: threading.Event | None = None
+    ):
         self.docker_host = docker_host
         self.on_change = on_change
-        self._stop = stop or threading.Event()  # the worker's one stop event
+        self.stop_event = stop_event or threading.Event()  # the worker's one stop event
         self._stream: Any = None
         self.thread: threading.Thread | None = None
 
@@ -59,7 +61,7 @@ class DockerChangeWatcher:
         self.thread = start_thread("inventory-docker-events", self._run)
 
     def stop(self) -> None:
-        self._stop.set()
+        self.stop_event.set()
         stream = self._stream
         if stream is not None:
             try:
@@ -70,7 +72,7 @@ class DockerChangeWatcher:
     def _run(self) -> None:
         retry = Backoff(RETRY_MIN_S, RETRY_MAX_S, jitter=0.0)
         connected_before = False
-        while not self._stop.is_set():
+        while not self.stop_event.is_set():
             client = None
             try:
                 client = make_client(self.docker_host, timeout_s=10)
@@ -83,10 +85,10 @@ class DockerChangeWatcher:
                     if is_change(event):
                         self.on_change()
             except Exception as exc:  # noqa: BLE001 - any engine failure: wait, reconnect
-                if not self._stop.is_set():
+                if not self.stop_event.is_set():
                     log.debug("docker events unavailable (%s); retrying with backoff", exc)
             finally:
                 self._stream = None
                 if client is not None:
                     client.close()
-            self._stop.wait(retry.next_delay())
+            self.stop_event.wait(retry.next_delay())

@@ -24,11 +24,11 @@ RETRY_S = 30.0
 
 
 class GpuErrorWatcher:
-    def __init__(self, on_change: Callable[[], None], nvml: Any = None, stop: threading.Event | None = None):
+    def __init__(self, on_change: Callable[[], None], nvml: Any = None, stop_event: threading.Event | None = None):
         self.on_change = on_change
         self.nvml = nvml
         self.watching = 0  # GPUs registered for events
-        self._stop = stop or threading.Event()  # the worker's one stop event
+        self.stop_event = stop_event or threading.Event()  # the worker's one stop event
         self.thread: threading.Thread | None = None
 
     def start(self, start_thread: Callable[..., threading.Thread] = start_daemon) -> None:
@@ -36,13 +36,13 @@ class GpuErrorWatcher:
         self.thread = start_thread("inventory-gpu-events", self._run, finite=True)
 
     def stop(self) -> None:
-        self._stop.set()
+        self.stop_event.set()
 
     def _run(self) -> None:
         nvml = self.nvml or load_pynvml()[0]
         if nvml is None:
             return  # no library or no bindings: nothing to watch
-        while not self._stop.is_set():
+        while not self.stop_event.is_set():
             try:
                 nvml.nvmlInit()
             except nvml.NVMLError as exc:
@@ -56,7 +56,7 @@ class GpuErrorWatcher:
                 self.on_change()  # the failure itself (e.g. "GPU is lost") is news
             finally:
                 self._shutdown(nvml)
-            self._stop.wait(RETRY_S)
+            self.stop_event.wait(RETRY_S)
 
     def _watch(self, nvml: Any) -> bool:
         """Wait for events until stopped; False when no GPU supports them."""
@@ -74,7 +74,7 @@ class GpuErrorWatcher:
             if not self.watching:
                 return False
             wait = getattr(nvml, "nvmlEventSetWait_v2", None) or nvml.nvmlEventSetWait
-            while not self._stop.is_set():
+            while not self.stop_event.is_set():
                 try:
                     wait(event_set, WAIT_MS)
                 except nvml.NVMLError as exc:

@@ -70,8 +70,8 @@ class InventoryWorker(Worker):
         )
         self._changed = threading.Event()
         self.watchers = [
-            DockerChangeWatcher(self.config.docker_host, self._changed.set, stop=self.stop_event),
-            GpuErrorWatcher(self._changed.set, stop=self.stop_event),
+            DockerChangeWatcher(self.config.docker_host, self._changed.set, stop_event=self.stop_event),
+            GpuErrorWatcher(self._changed.set, stop_event=self.stop_event),
         ]
         self.start_thread("inventory-collect", self._collect_loop)
         for watcher in self.watchers:

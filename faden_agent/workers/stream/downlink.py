@@ -58,7 +58,7 @@ class Downlink(LinkThread):
                     exc,
                     delay,
                 )
-                self.stop.wait(delay)
+                self.stop_event.wait(delay)
             finally:
                 client.close()
 
@@ -78,7 +78,7 @@ class Downlink(LinkThread):
         self.backoff.reset()
         log.info("downlink connected (after seq %d)", self.cursor)
         for message in stream:
-            if self.stop.is_set():
+            if self.stop_event.is_set():
                 stream.close()
                 return
             self.status.contact()
@@ -143,7 +143,7 @@ class Downlink(LinkThread):
     def hand_off(self, command: dict[str, Any]) -> bool:
         """Send the command to the executor until it acks; False only when stopping."""
         warned = False
-        while not self.stop.is_set():
+        while not self.stop_event.is_set():
             try:
                 reply = request(self.endpoints.executor, "command", command, timeout_s=HANDOFF_TIMEOUT_S)
             except EnvelopeError as exc:
@@ -171,7 +171,7 @@ class Downlink(LinkThread):
                     HANDOFF_TIMEOUT_S,
                 )
                 warned = True
-            self.stop.wait(HANDOFF_RETRY_S)
+            self.stop_event.wait(HANDOFF_RETRY_S)
         return False
 
 

@@ -64,11 +64,11 @@ def enrollment_facts(config: Config) -> dict[str, object]:
 
 
 class Enrollment:
-    def __init__(self, config: Config, status: LinkStatus, gate: Gate, stop: threading.Event):
+    def __init__(self, config: Config, status: LinkStatus, gate: Gate, stop_event: threading.Event):
         self.config = config
         self.status = status
         self.gate = gate
-        self.stop = stop
+        self.stop_event = stop_event
         self.backoff = Backoff(config.reconnect_min_sec, config.reconnect_max_sec)
         self._last_problem: str | None = None
         self._unwritten: tuple[Membership, Membership | None, str] | None = None  # enrolled, state file not yet written
@@ -76,7 +76,7 @@ class Enrollment:
 
     def establish(self) -> Membership | None:
         """Block (in a thread) until this machine is a member; None when stopping."""
-        while not self.stop.is_set():
+        while not self.stop_event.is_set():
             try:
                 membership = self.attempt()
             except MembershipError as exc:
@@ -148,7 +148,7 @@ class Enrollment:
         attempt = retry_when_full(
             lambda: enrollment_attempt_id(self.config.state_dir),
             self.config.state_dir / ENROLLMENT_ATTEMPT_FILE,
-            self.stop,
+            self.stop_event,
         )
         client = BackendClient(self.config)
         try:
@@ -222,11 +222,11 @@ class Enrollment:
         """Block (the membership thread) until the state file is written and the spent token
         is out of the env file, or stopping."""
         if self._unwritten is not None:
-            retry_when_full(self.write_membership_file, self.config.state_path, self.stop)
+            retry_when_full(self.write_membership_file, self.config.state_path, self.stop_event)
         token, path = self._unforgotten, self.config.env_file
         if token is not None and path is not None:
             self._unforgotten = None
-            if retry_when_full(lambda: forget_token(path, token), path, self.stop):
+            if retry_when_full(lambda: forget_token(path, token), path, self.stop_event):
                 log.info("the spent enrollment token was removed from %s", path)
 
     def forget_spent_token(self, token: str) -> None:
@@ -249,5 +249,5 @@ class Enrollment:
             log.error("%s", message)
             self._last_problem = message
         self.status.set_connection(connection, message)
-        self.stop.wait(wait_s)
+        self.stop_event.wait(wait_s)
         self.gate.wait()

@@ -74,7 +74,7 @@ class HeartbeatSender(LinkThread):
             self.settle()
             start_mono, start_wall = time.monotonic(), time.time()
             beat = 0
-            while not self.stop.wait(max(0.0, start_mono + beat * interval - time.monotonic())):
+            while not self.stop_event.wait(max(0.0, start_mono + beat * interval - time.monotonic())):
                 if self.gate.remaining() <= 0:
                     self.send(client, beat, start_wall + beat * interval)
                 beat = next_beat(beat, time.monotonic() - start_mono, interval)
@@ -93,7 +93,7 @@ class HeartbeatSender(LinkThread):
             if key is not None and key == last_key:
                 return
             last_key = key
-            if self.stop.wait(min(self.config.worker_liveness_sec, left)):
+            if self.stop_event.wait(min(self.config.worker_liveness_sec, left)):
                 return
 
     def send(self, client: BackendClient, beat: int, due_at: float) -> None:

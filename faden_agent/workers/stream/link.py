@@ -126,8 +126,8 @@ class Gate:
     """No request while the maintenance hold stands or before `not_before` (a rejected
     credential's slow retry); waits are cut short when the worker stops."""
 
-    def __init__(self, stop: threading.Event, maintenance: MaintenanceHold):
-        self._stop = stop
+    def __init__(self, stop_event: threading.Event, maintenance: MaintenanceHold):
+        self._stop_event = stop_event
         self._maintenance = maintenance
         self._lock = threading.Lock()
         self._not_before = 0.0  # time.monotonic()
@@ -143,11 +143,11 @@ class Gate:
 
     def wait(self) -> bool:
         """Sleep until open; False when the worker is stopping."""
-        while not self._stop.is_set():
+        while not self._stop_event.is_set():
             left = self.remaining()
             if left <= 0:
                 return True
-            self._stop.wait(left)
+            self._stop_event.wait(left)
         return False
 
 
@@ -177,7 +177,7 @@ class Link:
     outbox: Outbox
     status: LinkStatus
     gate: Gate
-    stop: threading.Event
+    stop_event: threading.Event
     endpoints: Endpoints
 
 
@@ -187,7 +187,8 @@ class LinkThread:
     def __init__(self, name: str, link: Link):
         self.name = name
         self.config, self.membership, self.outbox = link.config, link.membership, link.outbox
-        self.status, self.gate, self.stop, self.endpoints = link.status, link.gate, link.stop, link.endpoints
+        self.status, self.gate, self.endpoints = link.status, link.gate, link.endpoints
+        self.stop_event = link.stop_event
         self.backoff = Backoff(link.config.reconnect_min_sec, link.config.reconnect_max_sec)
 
     def back_off(self, error: BackendError) -> tuple[Connection, float]:

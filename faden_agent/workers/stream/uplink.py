@@ -45,7 +45,7 @@ class Uplink(LinkThread):
     def run(self) -> None:
         client = BackendClient(self.config, self.membership.credential)
         try:
-            while not self.stop.is_set():
+            while not self.stop_event.is_set():
                 self.wakeup.wait(SAFETY_S)
                 self.wakeup.clear()
                 self.trim_if_due()
@@ -64,19 +64,19 @@ class Uplink(LinkThread):
                         delay,
                         self.outbox.count(),
                     )
-                    self.stop.wait(delay)
+                    self.stop_event.wait(delay)
                     self.poke()  # the retry is due now, poked or not
         finally:
             client.close()
 
     def drain(self, client: BackendClient) -> bool:
         """Send until the outbox is empty (True), or the worker stops or the gate closes."""
-        while not self.stop.is_set() and self.gate.remaining() <= 0:
+        while not self.stop_event.is_set() and self.gate.remaining() <= 0:
             batch = bounded_batch(self.outbox.pending(BATCH_SIZE))
             if not batch:
                 return True
             self.send(client, batch)
-        return self.stop.is_set()
+        return self.stop_event.is_set()
 
     def send(self, client: BackendClient, batch: list[dict[str, Any]]) -> None:
         """Send and ack one batch; a 413 splits it in halves, down to one record, which is
