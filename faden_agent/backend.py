@@ -28,7 +28,7 @@ import requests
 import urllib3
 
 from faden_agent import __version__, protocol
-from faden_agent.backoff import MAX_RETRY_AFTER_SEC, parse_retry_after  # noqa: F401  (re-exported)
+from faden_agent.backoff import MAX_RETRY_AFTER_S, parse_retry_after  # noqa: F401  (re-exported)
 from faden_agent.config import Config
 from faden_agent.errorline import error_line
 from faden_agent.files import replace_file

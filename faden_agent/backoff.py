@@ -2,7 +2,7 @@
 
 delay(n) is uniform in [max(min, ceiling(n) * (1 - jitter)), ceiling(n)], ceiling(n) = min * 2**n
 capped at max: never below min (no busy loop). A server's Retry-After wins, capped at
-MAX_RETRY_AFTER_SEC (parse_retry_after reads the header). The supervisor's restart policy uses ceiling.
+MAX_RETRY_AFTER_S (parse_retry_after reads the header). The supervisor's restart policy uses ceiling.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import math
 import random
 import time
 
-MAX_RETRY_AFTER_SEC = 3600.0
+MAX_RETRY_AFTER_S = 3600.0
 _MAX_DOUBLINGS = 32  # 2**32 * any sane minimum is far past any maximum: no float overflow
 
 
@@ -29,7 +29,7 @@ def delay(attempt: int, min_s: float, max_s: float, jitter: float = 1.0, rng: ra
 
 def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
     """Seconds to wait from a Retry-After header (delta-seconds or an HTTP date), at most
-    MAX_RETRY_AFTER_SEC; None when absent or unreadable ("inf", "nan", garbage)."""
+    MAX_RETRY_AFTER_S; None when absent or unreadable ("inf", "nan", garbage)."""
     if not value:
         return None
     value = value.strip()
@@ -44,10 +44,10 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
 
 
 def capped_retry_after(seconds: float | None) -> float | None:
-    """A server-told wait made safe: None when unusable, else within [0, MAX_RETRY_AFTER_SEC]."""
+    """A server-told wait made safe: None when unusable, else within [0, MAX_RETRY_AFTER_S]."""
     if seconds is None or not math.isfinite(seconds):
         return None  # Event.wait(inf) raises OverflowError in the waiting thread
-    return min(max(0.0, seconds), MAX_RETRY_AFTER_SEC)
+    return min(max(0.0, seconds), MAX_RETRY_AFTER_S)
 
 
 class Backoff:

@@ -15,7 +15,7 @@ from faden_agent.backend import (
     ProtocolError,
     TokenRefused,
 )
-from faden_agent.backoff import MAX_RETRY_AFTER_SEC, Backoff, capped_retry_after, ceiling, delay
+from faden_agent.backoff import MAX_RETRY_AFTER_S, Backoff, capped_retry_after, ceiling, delay
 from faden_agent.workers.stream.link import Connection, Gate, wait_after
 
 
@@ -38,7 +38,7 @@ def test_retry_after_wins_over_the_backoff_and_is_capped():
     backoff = Backoff(1.0, 2.0, rng=random.Random(3))
     assert backoff.next_delay(retry_after=30) == 30  # longer than max: the server decides
     assert backoff.next_delay(retry_after=0.1) == 0.1  # shorter than min: the server decides
-    assert backoff.next_delay(retry_after=1e9) == MAX_RETRY_AFTER_SEC
+    assert backoff.next_delay(retry_after=1e9) == MAX_RETRY_AFTER_S
     assert 1.0 <= backoff.next_delay(retry_after=float("inf")) <= 2.0  # unusable: the backoff
     assert capped_retry_after(-5) == 0.0 and capped_retry_after(float("nan")) is None
 

@@ -41,7 +41,7 @@ from faden_agent.workers.logs.destinations import Answer
 from faden_agent.workers.logs.entry import Entry, Labels
 from faden_agent.workers.logs.stamps import parse_rfc3339_ns
 
-MAX_RETRY_AFTER_SEC = 600.0  # a broken header must not park the shipper for a day
+MAX_RETRY_AFTER_S = 600.0  # a broken header must not park the shipper for a day
 STRUCTURED_METADATA_MODES = ("auto", "on", "off")
 MAX_PUSHES_IN_FLIGHT = 4  # pushes sent before the first of them is answered (shipper.py)
 # Loki's own wording (2.8 and 3.x) of a 400 about single lines, at the start of its answer;
@@ -265,7 +265,7 @@ class Pusher:
         if attempt == 1:
             log.warning("logs: push to %s failed (%s); retrying until it works", self.target, self.last_error)
         if answer.retry_after is not None:
-            return min(answer.retry_after, MAX_RETRY_AFTER_SEC)
+            return min(answer.retry_after, MAX_RETRY_AFTER_S)
         return backoff.delay(attempt - 1, self.backoff_min_s, self.backoff_max_s, jitter=0.5)
 
     def _recovered(self, attempt: int) -> None:

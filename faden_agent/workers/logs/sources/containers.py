@@ -2,7 +2,7 @@
 
 Discovery follows Docker's events: a managed container gets its followers on its `create`
 (or `start`) event, so its first line is read even when it exits at once; a listing at
-start (and every RESCAN_SEC) catches what existed before or an event lost on a reconnect.
+start (and every RESCAN_S) catches what existed before or an event lost on a reconnect.
 
 One follower thread per container and stream (stdout, stderr) reads `docker logs --follow
 --timestamps` from the last position: Docker's own timestamp of the last accepted line.
@@ -26,12 +26,12 @@ from faden_agent import protocol
 from faden_agent.dockerclient import make_client
 from faden_agent.workers.logs.entry import MAX_LINE_BYTES, Entry, clean_line
 from faden_agent.workers.logs.report import report_event
-from faden_agent.workers.logs.sources import FIRST_START_WINDOW_SEC, Source
+from faden_agent.workers.logs.sources import FIRST_START_WINDOW_S, Source
 from faden_agent.workers.logs.stamps import parse_rfc3339_ns
 
-RESCAN_SEC = 60.0  # a full listing besides the events: a safety net for an event lost on a reconnect
+RESCAN_S = 60.0  # a full listing besides the events: a safety net for an event lost on a reconnect
 ENDED, STOP = "faden:ended", "faden:stop"  # inbox markers: the event stream ended, the source stops
-RESTART_CHECK_SEC = 5.0  # a stopped container's follower checks this often for a restart it missed
+RESTART_CHECK_S = 5.0  # a stopped container's follower checks this often for a restart it missed
 FOLLOW_ACTIONS = frozenset({"create", "start", "restart", "unpause", "die", "oom", "want"})
 WAKE_ACTIONS = frozenset({"start", "restart", "unpause"})
 MAX_INBOX = 10_000
@@ -123,7 +123,7 @@ class ContainerSource(Source):
             reader = self.start_thread("logs-docker-events", self.read_events, events, critical=False)
             self.refresh(client)
             self.last_error = ""
-            next_refresh = time.monotonic() + RESCAN_SEC
+            next_refresh = time.monotonic() + RESCAN_S
             while not self.stop_event.is_set():
                 if not reader.is_alive():
                     raise ConnectionError("the Docker event stream ended")
@@ -137,7 +137,7 @@ class ContainerSource(Source):
                     self.on_event(client, what, container_id)
                 if time.monotonic() >= next_refresh:
                     self.refresh(client)
-                    next_refresh = time.monotonic() + RESCAN_SEC
+                    next_refresh = time.monotonic() + RESCAN_S
         finally:
             if events is not None:
                 events.close()
@@ -291,7 +291,7 @@ class ContainerSource(Source):
         accepted = self.positions.get(key)
         if isinstance(accepted, int):
             return accepted - 1  # the accepted line itself again: an exact duplicate at worst
-        return (int(time.time()) - FIRST_START_WINDOW_SEC) * 1_000_000_000
+        return (int(time.time()) - FIRST_START_WINDOW_S) * 1_000_000_000
 
     def status(self) -> dict[str, object]:
         return {
@@ -333,7 +333,7 @@ class ContainerFollower:
                     return
                 self.idle = True
                 while not stop.is_set():  # wait for the container to run (again)
-                    self.wake.wait(RESTART_CHECK_SEC)
+                    self.wake.wait(RESTART_CHECK_S)
                     self.wake.clear()
                     self.container.reload()
                     state = self.container.attrs.get("State", {})

@@ -17,9 +17,9 @@ Truncation (copytruncate): a size below the offset restarts the file at 0.
 
 Waiting: inotify (inotify.py) on every directory walked and every file tailed, so an idle
 tree costs no wakeup; a directory event lists the tree again, a file event reads the files
-again, at most one round per POLL_SEC (a busy file is read in batches), and a full listing
-every RESCAN_SEC is the safety net. Where inotify fails or a container has more than
-MAX_WATCHED_DIRS_PER_CONTAINER directories, the source polls every POLL_SEC as before.
+again, at most one round per POLL_S (a busy file is read in batches), and a full listing
+every RESCAN_S is the safety net. Where inotify fails or a container has more than
+MAX_WATCHED_DIRS_PER_CONTAINER directories, the source polls every POLL_S as before.
 
 Timestamps: Ray's line prefix "LEVEL YYYY-MM-DD HH:MM:SS,mmm" (read as UTC); a line without
 one (a traceback line) gets the previous line's; a file's first lines without one get the
@@ -38,15 +38,15 @@ from dataclasses import dataclass, field
 
 from faden_agent.workers.logs.entry import MAX_LINE_BYTES, Entry, Labels, clean_line
 from faden_agent.workers.logs.report import report_event
-from faden_agent.workers.logs.sources import FIRST_START_WINDOW_SEC, Source, mount
+from faden_agent.workers.logs.sources import FIRST_START_WINDOW_S, Source, mount
 from faden_agent.workers.logs.sources.inotify import TreeWatch
 from faden_agent.workers.logs.sources.mount import Refused, safe_name
 
-POLL_SEC = 0.5  # at most one round this often; the poll interval where inotify cannot serve
-RESCAN_SEC = 60.0  # a full listing although no event came: the safety net
-ROOT_POLL_SEC = 5.0  # neither the Ray log directory nor its parent exists yet
+POLL_S = 0.5  # at most one round this often; the poll interval where inotify cannot serve
+RESCAN_S = 60.0  # a full listing although no event came: the safety net
+ROOT_POLL_S = 5.0  # neither the Ray log directory nor its parent exists yet
 MAX_WATCHED_DIRS_PER_CONTAINER = 64  # a container dir and 21 sessions' session/logs/serve
-FORGET_AFTER_SEC = 300.0
+FORGET_AFTER_S = 300.0
 READ_CHUNK = 256 * 1024
 READ_RATE_BYTES = 4 * 1024 * 1024  # per container and second (one second's worth may be saved up)
 MAX_OPEN_PER_CONTAINER = 32  # files tailed at once per container
@@ -176,15 +176,15 @@ class RayFileSource(Source):
 
     def wait(self, round_started: float) -> bool:
         """Until there is work: whether the tree is to be listed again (False: only tailed
-        files grew). At most one round per POLL_SEC."""
+        files grew). At most one round per POLL_S."""
         assert self.watch is not None
-        self.stop_event.wait(max(0.0, round_started + POLL_SEC - time.monotonic()))
+        self.stop_event.wait(max(0.0, round_started + POLL_S - time.monotonic()))
         if self.stop_event.is_set() or self.watch.polling or any(not t.at_eof for t in self.tails.values()):
-            return True  # polling, or a read budget left data unread: read on after POLL_SEC
+            return True  # polling, or a read budget left data unread: read on after POLL_S
         if not self.root_watched:
-            self.stop_event.wait(ROOT_POLL_SEC)
+            self.stop_event.wait(ROOT_POLL_S)
             return True
-        return self.watch.wait(RESCAN_SEC)
+        return self.watch.wait(RESCAN_S)
 
     def stop(self) -> None:
         if self.watch is not None:
@@ -231,7 +231,7 @@ class RayFileSource(Source):
             self.finished[ident] = (self.finished[ident][0], now)
         # Forget finished files only after a while unseen: a rename during the listing can
         # hide a file from one scan, and forgetting it then would read it twice.
-        self.finished = {i: seen for i, seen in self.finished.items() if now - seen[1] < FORGET_AFTER_SEC}
+        self.finished = {i: seen for i, seen in self.finished.items() if now - seen[1] < FORGET_AFTER_S}
         if first:
             keys = {f"file:{d}:{i}" for d, i in present}
             for key in self.positions.keys("file:"):
@@ -344,7 +344,7 @@ class RayFileSource(Source):
         if isinstance(stored, dict):
             offset, ts_ns = int(stored.get("offset", 0)), int(stored.get("ts", st.st_mtime_ns))
         else:  # a new file (or, after start, one that rotated away before a scan saw it)
-            old = first and st.st_mtime < time.time() - FIRST_START_WINDOW_SEC
+            old = first and st.st_mtime < time.time() - FIRST_START_WINDOW_S
             offset, ts_ns = (st.st_size if old else 0), st.st_mtime_ns
             self.positions.initialize(key, {"offset": offset, "ts": ts_ns, "path": path}, replace=True)
         filename = parts[-1]
@@ -420,14 +420,14 @@ class RayFileSource(Source):
         return True
 
     def read_round(self) -> bool | None:
-        """Read the files for at most POLL_SEC, one chunk per file in turn, so one huge file
+        """Read the files for at most POLL_S, one chunk per file in turn, so one huge file
         does not hold up the others; files of one rotation group (x.log.2, x.log.1, x.log)
         strictly oldest first; each container within its read budget. Returns whether data
         is left to read now (the round ended on time), None when the backlog closed."""
         groups: dict[tuple[str, ...], list[Tail]] = {}
         for tail in self.oldest_first():
             groups.setdefault((*tail.parts[:-1], tail.parts[-1].split(".log")[0]), []).append(tail)
-        deadline = time.monotonic() + POLL_SEC  # then drain and scan again: rotations, new files
+        deadline = time.monotonic() + POLL_S  # then drain and scan again: rotations, new files
         while groups and not self.stop_event.is_set():
             if time.monotonic() >= deadline:
                 return True

@@ -6,12 +6,12 @@ follows appends and rotation itself; we only parse what it writes, in its export
 An entry over MAX_ENTRY_BYTES is read once more through `--output=json`, whose bounded
 reader ships it from its head (oversize_entry), and export goes on after it. It runs as a child
 process: if it dies it is started again after the last cursor read; if it says nothing for
-IDLE_RESTART_SEC while we are waiting for it, it is restarted the same way (insurance
+IDLE_RESTART_S while we are waiting for it, it is restarted the same way (insurance
 against a hung reader that costs nothing when it is merely idle). It gets SIGKILL when
 this worker dies (PR_SET_PDEATHSIG via setpriv), so a kill -9 leaves no orphan.
 
 Resume: after the cursor Loki last accepted (`--after-cursor`); first start: the last
-FIRST_START_WINDOW_SEC (`--since`). FADEN_NODE_AGENT_JOURNAL_DIRECTORY reads journal files
+FIRST_START_WINDOW_S (`--since`). FADEN_NODE_AGENT_JOURNAL_DIRECTORY reads journal files
 from a directory instead of the system journal.
 """
 
@@ -30,7 +30,7 @@ import orjson
 
 from faden_agent.workers.logs.entry import MAX_LINE_BYTES, Entry, Labels, clean_line
 from faden_agent.workers.logs.labels import DEFAULT_LEVEL, LEVELS, level_from_priority
-from faden_agent.workers.logs.sources import FIRST_START_WINDOW_SEC, Source
+from faden_agent.workers.logs.sources import FIRST_START_WINDOW_S, Source
 from faden_agent.workers.logs.sources.journal_export import ExportParser, Record, Shaped, text_fields
 
 POSITION_KEY = "journal"
@@ -47,7 +47,7 @@ _SMALL_FIELDS = {
 }
 _CARRY = 1100  # bytes kept from the previous piece: the longest small field fits
 _HEAD_MESSAGE = re.compile(rb'"MESSAGE":(\[[0-9,]*|"(?:[^"\\]|\\.)*)')
-IDLE_RESTART_SEC = 300.0
+IDLE_RESTART_S = 300.0
 # journald fields that become Loki structured metadata (name in Loki <- journald field).
 METADATA_FIELDS = (
     ("unit", "_SYSTEMD_UNIT"),
@@ -182,7 +182,7 @@ class JournalSource(Source):
         if self.cursor:
             argv.append(f"--after-cursor={self.cursor}")
         else:
-            argv.append(f"--since=@{int(time.time()) - FIRST_START_WINDOW_SEC}")
+            argv.append(f"--since=@{int(time.time()) - FIRST_START_WINDOW_S}")
         setpriv = shutil.which("setpriv")
         return [setpriv, "--pdeathsig", "KILL", "--", *argv] if setpriv else argv
 
@@ -390,9 +390,9 @@ class JournalSource(Source):
             proc is not None
             and proc.poll() is None
             and not self.waiting_on_backlog
-            and time.monotonic() - self.last_output > IDLE_RESTART_SEC
+            and time.monotonic() - self.last_output > IDLE_RESTART_S
         ):
-            log.info("logs: journalctl silent for %.0fs; restarting it", IDLE_RESTART_SEC)
+            log.info("logs: journalctl silent for %.0fs; restarting it", IDLE_RESTART_S)
             self.last_output = time.monotonic()
             self.idle_killed = True
             proc.kill()
