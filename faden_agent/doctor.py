@@ -216,6 +216,8 @@ class Doctor:
             return Check("state file", FAIL, f"{path}: {exc.strerror}", "fix the permissions of the state directory")
         try:
             membership = load_membership(path)
+            if membership is None:  # removed since it was found above
+                raise MembershipError(f"{path} disappeared while it was read")
             check_backend(membership, self.config.backend_url, path)
         except MembershipError as exc:
             return Check("state file", FAIL, str(exc))

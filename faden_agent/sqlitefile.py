@@ -32,9 +32,10 @@ def open_private_sqlite(
 ) -> tuple[sqlite3.Connection, dict[str, Any] | None]:
     """(connection, quarantine event or None)."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    lock_fd: int | None = None
     try:
-        lock_fd: int | None = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        fcntl.flock(lock_fd, fcntl.LOCK_EX)
+        lock_fd = fd = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
     except OSError:
         lock_fd = None  # cannot even make the lock file (a full disk): open unserialised
     try:

@@ -31,7 +31,9 @@ def command_outcome(store: Any, command_id: str) -> tuple[str | None, str | None
     command = store.command(command_id) or {}
     if command.get("state") not in protocol.TERMINAL_STATES:
         return None, None
-    end = next((t for t in reversed(command.get("timeline") or []) if t.get("state") == command["state"]), {})
+    end: dict[str, Any] = next(
+        (t for t in reversed(command.get("timeline") or []) if t.get("state") == command["state"]), {}
+    )
     return command["state"], end.get("reason")
 
 

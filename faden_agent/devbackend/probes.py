@@ -84,7 +84,7 @@ class ProbeRound(ClusterRound):
         """One traffic.serve per probed machine with a ticket hash per prober; the tickets."""
         store = self.backend.store
         tickets: dict[tuple[str, str], str] = {}
-        hashes: dict[str, list[dict[str, str]]] = {}
+        hashes: dict[str, list[dict[str, str | None]]] = {}
         for prober, target in (pair for pairs in schedule for pair in pairs):
             ticket, ticket_sha256 = mint_ticket()
             tickets[(prober, target)] = ticket

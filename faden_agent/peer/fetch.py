@@ -82,6 +82,7 @@ class Transfer:
     verify: bool | str
     on_progress: Callable[[dict[str, Any]], None]
     should_stop: Callable[[], bool]
+    cut: BaseException | None = None  # why the archive stream was cut (set by _guarded, read by _load)
 
     def run(self, peer: dict[str, str]) -> dict[str, Any]:
         source = urlsplit(peer["address"]).netloc
@@ -95,7 +96,7 @@ class Transfer:
                 raise PeerFailure("peer_failed", f"peer {source} sent a malformed size header") from None
             self._check_space(total, source)
             started = time.monotonic()
-            figures = {"bytes_done": 0, "next": started}
+            figures: dict[str, float] = {"bytes_done": 0, "next": started}
 
             def on_bytes(n: int) -> None:
                 figures["bytes_done"] += n
@@ -185,7 +186,7 @@ class Transfer:
             raise self.cut from None
 
     def _load(self, archive: Iterator[bytes]) -> None:
-        self.cut: BaseException | None = None
+        self.cut = None
         try:
             for line in self.api.load_image(archive):
                 if isinstance(line, dict) and line.get("error"):
@@ -203,7 +204,7 @@ class Transfer:
         except docker.errors.NotFound:
             raise PeerFailure("integrity_failed", f"the engine did not load {self.image_id}") from None
 
-    def _progress(self, source: str, done: int, total: int, elapsed: float) -> None:
+    def _progress(self, source: str, done: float, total: int, elapsed: float) -> None:
         self.on_progress(
             {
                 "phase": "fetch",

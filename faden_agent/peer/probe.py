@@ -24,13 +24,14 @@ swallow) unbounded bytes.
 
 from __future__ import annotations
 
+import io
 import logging
 import math
 import socket
 import struct
 import time
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any
 
 from faden_agent import protocol
 
@@ -81,7 +82,7 @@ def frame(op: bytes, payload: bytes = b"") -> bytes:
     return HEADER.pack(op, len(payload)) + payload
 
 
-def read_exact(rfile: BinaryIO, size: int) -> bytes | None:
+def read_exact(rfile: io.BufferedIOBase, size: int) -> bytes | None:
     """`size` bytes, or None at a clean end of stream before the first byte."""
     data = rfile.read(size)
     if not data:
@@ -94,7 +95,7 @@ def read_exact(rfile: BinaryIO, size: int) -> bytes | None:
     return data
 
 
-def discard(rfile: BinaryIO, size: int, scratch: memoryview) -> None:
+def discard(rfile: io.BufferedIOBase, size: int, scratch: memoryview) -> None:
     """Read and drop `size` bytes (a D frame's payload) without allocating."""
     while size:
         got = rfile.readinto(scratch[: min(size, len(scratch))])
@@ -118,7 +119,7 @@ def send_bounded(write: Any, max_bytes: int, seconds: float, should_stop: Any = 
 class Session:
     """One prober's session: reads its frames, answers them, within Limits."""
 
-    def __init__(self, rfile: BinaryIO, wfile: Any, limits: Limits = LIMITS):
+    def __init__(self, rfile: io.BufferedIOBase, wfile: Any, limits: Limits = LIMITS):
         self.rfile = rfile
         self.wfile = wfile
         self.limits = limits
@@ -182,7 +183,7 @@ class Session:
         raise Refused(f"unknown frame {op!r} of {length} bytes")
 
 
-def serve(connection: socket.socket, rfile: BinaryIO, wfile: Any, limits: Limits = LIMITS) -> Session:
+def serve(connection: socket.socket, rfile: io.BufferedIOBase, wfile: Any, limits: Limits = LIMITS) -> Session:
     """Answer one prober on an upgraded connection until it closes, is idle, or passes a cap."""
     tune(connection)
     connection.settimeout(limits.idle_s)

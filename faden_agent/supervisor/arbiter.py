@@ -310,7 +310,8 @@ class Supervisor:
             self.sample_resources()
             self.control.send("ps", self.table())
         elif op == "start":  # a dormant worker is needed now (ipc/control.py ask_to_serve)
-            name = str((message.body or {}).get("name") if isinstance(message.body, dict) else None)
+            body = message.body if message is not None else None
+            name = str(body.get("name") if isinstance(body, dict) else None)
             if name not in self.workers:
                 self.control.send("error", {"message": f"unknown worker {name[:40]!r}"})
                 return
@@ -485,7 +486,7 @@ class Supervisor:
     # ------------------------------------------------------------------ helpers
 
     def table(self) -> dict[str, Any]:
-        rows = [worker_row(w, self._resources.get(w.pid, (None, None))) for w in self.workers.values()]
+        rows = [worker_row(w, self._resources.get(w.pid or 0, (None, None))) for w in self.workers.values()]
         sup = {"pid": os.getpid(), "version": __version__, "uptime_s": round(time.time() - self.started_at, 3)}
         sup["rss_bytes"], sup["cpu_percent"] = self._resources.get(os.getpid(), (None, None))
         return {"supervisor": sup, "workers": rows}

@@ -76,7 +76,7 @@ def skip_charset_guessers() -> None:
     if "requests" in sys.modules:
         return
     for name in CHARSET_GUESSERS:
-        sys.modules.setdefault(name, None)  # None: the import fails, and requests falls back
+        sys.modules.setdefault(name, None)  # type: ignore[arg-type]  # None: the import fails, requests falls back
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Unable to find acceptable character detection")
         import requests  # noqa: F401 - loaded here, under the filter, for every worker

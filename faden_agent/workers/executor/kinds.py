@@ -11,7 +11,7 @@ commands.KINDS (importing the commands package registers every family).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -32,8 +32,8 @@ COMMON = {"deadline_s": (specs.seconds, None)}
 class CommandKind:
     name: str
     handler: Callable[[Commands, Job], dict[str, Any]]  # (commands, job) -> result, or raises
-    required: dict[str, Check]
-    optional: dict[str, tuple[Check, Any]] = field(default_factory=dict)
+    required: Mapping[str, Check]
+    optional: Mapping[str, tuple[Check, Any]] = field(default_factory=dict)
     deadline_s: float = DEFAULT_DEADLINE_S
     queue_key: Callable[[dict[str, Any]], str] | None = None  # None: inline, in the worker loop
     cancellable: bool = False

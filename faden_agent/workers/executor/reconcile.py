@@ -176,7 +176,7 @@ def reconciled_record(
 def reconcile(
     containers: list[Any],
     seen: Seen,
-    put: Callable[[str, dict[str, Any]], None],
+    put: Callable[[str, dict[str, Any]], object],
     replayed: dict[str, dict[str, list[int]]],
 ) -> int:
     """Compare and report; `containers` are the managed ones now (with fresh attrs).

@@ -44,7 +44,7 @@ class ExecutorWorker(Worker):
     name = "executor"
 
     @property
-    def tick_interval_s(self) -> float:
+    def tick_interval_s(self) -> float:  # type: ignore[override]  # read like the base's class attribute
         """Deadline checks four times a second while commands run; idle, with the loop's
         "alive" message (every WORKER_LIVENESS_SEC, 3 s; at least a second), so an idle
         executor does not wake more often (issue 16: it woke every second, 3 s apart beats)."""
@@ -272,6 +272,8 @@ class ExecutorWorker(Worker):
     def _deadline(entry: Entry) -> float:
         """The command's deadline; +inf for one that will be rejected anyway (dispatch says why)."""
         definition = KINDS.get(entry.kind)
+        if definition is None:
+            return float("inf")
         try:
             return definition.deadline(definition.validate(entry.spec), entry.deadline, entry.received_at)
         except Exception:  # noqa: BLE001 - unknown kind, bad spec, a validator bug: dispatch reports it

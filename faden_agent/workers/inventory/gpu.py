@@ -56,7 +56,7 @@ class GpuProbe:
         if self.nvml is None:
             self.nvml, reason = load_pynvml()
             if self.nvml is None:
-                return unavailable(reason)
+                return unavailable(reason or "pynvml did not load")
         nvml = self.nvml
         reason = self._init(nvml)
         if reason:

@@ -70,7 +70,7 @@ class Probe:
     def overrun(self) -> bool:
         """A call in flight for longer than the timeout."""
         call = self._call
-        return self.stuck() and time.monotonic() - call.started_mono > self.timeout_s
+        return call is not None and self.stuck() and time.monotonic() - call.started_mono > self.timeout_s
 
     def start(self) -> None:
         """Start a call unless the previous one is still running (then it is reused)."""

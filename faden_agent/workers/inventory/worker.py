@@ -69,7 +69,7 @@ class InventoryWorker(Worker):
             self.collector, self.reports, RecordEmitter(usage_refresh_s=self.config.inventory_usage_sec)
         )
         self._changed = threading.Event()
-        self.watchers = [
+        self.watchers: list[DockerChangeWatcher | GpuErrorWatcher] = [
             DockerChangeWatcher(self.config.docker_host, self._changed.set, stop_event=self.stop_event),
             GpuErrorWatcher(self._changed.set, stop_event=self.stop_event),
         ]

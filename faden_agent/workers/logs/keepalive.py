@@ -11,6 +11,7 @@ Proxies are not spoken here: DirectLoki keeps requests for a proxied Loki.
 
 from __future__ import annotations
 
+import io
 import socket
 import ssl
 from typing import NamedTuple
@@ -39,7 +40,7 @@ class KeepAliveConnection:
         name = f"[{host}]" if ":" in host else host  # an IPv6 literal
         self._host_line = f"Host: {name}{'' if port is None else f':{port}'}\r\n".encode()
         self._sock: socket.socket | None = None
-        self._file = None
+        self._file: io.BufferedReader | None = None
 
     def post(self, path: str, headers: dict[str, str], body: bytes, limit: int) -> Reply:
         """Send one request (connecting first if needed) and read its answer, the body up to

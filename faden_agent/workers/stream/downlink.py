@@ -69,7 +69,7 @@ class Downlink(LinkThread):
             token = self.config.token()
         except ConfigError:
             return False
-        return bool(token) and not self.membership.spent(token)
+        return token is not None and bool(token) and not self.membership.spent(token)
 
     def follow(self, client: BackendClient) -> None:
         stream = client.open_stream(self.cursor, self.config.stream_keepalive_sec)

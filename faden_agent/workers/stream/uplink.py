@@ -139,7 +139,8 @@ class Uplink(LinkThread):
 def bounded_batch(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The oldest records that fit MAX_UPLINK_BATCH_BYTES (at least one), each record over
     MAX_RECORD_BYTES replaced by its stub."""
-    batch, total = [], 0
+    batch: list[dict[str, Any]] = []
+    total = 0
     for record in records:
         size = len(orjson.dumps(record))
         if size > protocol.MAX_RECORD_BYTES:
@@ -168,8 +169,10 @@ STUB_FIELDS = 32  # the first few short fields (command_id, state, reason, type,
 
 def truncated(record: dict[str, Any], size: int) -> dict[str, Any]:
     """The record's stub: same id and kind, its short scalar fields, `truncated: true`."""
-    data = record.get("data") if isinstance(record.get("data"), dict) else {}
-    kept = {}
+    data = record.get("data")
+    if not isinstance(data, dict):
+        data = {}
+    kept: dict[str, Any] = {}
     for key, value in data.items():
         if len(kept) >= STUB_FIELDS:
             break

@@ -127,7 +127,7 @@ class TrafficReporter:
             self._subscribe(bool(self.peers.by_address))
         at, mono = time.time(), time.monotonic()
         views = self.tcp.sample(self.peers.by_address)
-        counters = {"nics": nics.read_nics(), "ib": infiniband.read_ports(self.sysfs_root)}
+        counters: dict[str, Any] = {"nics": nics.read_nics(), "ib": infiniband.read_ports(self.sysfs_root)}
         previous = self._previous
         seconds = mono - previous["mono"] if previous else None
         data = {
@@ -166,7 +166,8 @@ class TrafficReporter:
         sent_all = totals.sent_all - before[2] if before else None
         retrans = totals.retrans - before[3] if before else None
         # The busiest live socket's local address, else that of the last socket seen.
-        local = max(view.local_bytes, key=view.local_bytes.get) if view.local_bytes else self.tcp.local_of.get(address)
+        busiest = view.local_bytes
+        local = max(busiest, key=busiest.__getitem__) if busiest else self.tcp.local_of.get(address)
         if local is not None and local not in self._interfaces:
             self._interfaces[local] = nics.interface_of(local)
         interface = self._interfaces.get(local) if local else None

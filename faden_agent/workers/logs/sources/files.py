@@ -124,7 +124,7 @@ class Tail:
         return self.parts[0]
 
 
-def _open_dir(path: str) -> int | None:
+def _open_dir(path: str | os.PathLike[str]) -> int | None:
     try:
         return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except (FileNotFoundError, NotADirectoryError):
@@ -301,7 +301,8 @@ class RayFileSource(Source):
         return sorted(found, key=lambda e: e.name)
 
     def open_serve_files(self, parts: tuple[str, ...], serve_fd: int, device: int, first: bool) -> set:
-        live, rotated = [], []
+        live: list[str] = []
+        rotated: list[str] = []
         for entry in self.listing(serve_fd, parts):
             match = _LOG_NAME.match(entry.name)
             if match:

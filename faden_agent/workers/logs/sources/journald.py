@@ -202,6 +202,7 @@ class JournalSource(Source):
             self.proc = proc = subprocess.Popen(
                 self.argv(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errors, bufsize=0
             )
+            assert proc.stdout is not None  # stdout=PIPE
             _grow_pipe(proc.stdout)
             self.last_output = time.monotonic()
             parser = ExportParser()
@@ -231,6 +232,7 @@ class JournalSource(Source):
                 argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errors, bufsize=1 << 16
             )
             self.last_output = time.monotonic()
+            assert proc.stdout is not None  # stdout=PIPE
             try:
                 while raw := proc.stdout.readline(MAX_ENTRY_BYTES):  # bounded: never a whole huge line
                     self.last_output = time.monotonic()
@@ -279,12 +281,13 @@ class JournalSource(Source):
         if proc.poll() is None:
             proc.kill()
         proc.wait()
-        proc.stdout.close()
+        if proc.stdout is not None:
+            proc.stdout.close()
 
     def export_entry(self, record: Record | Shaped) -> Entry | None:
         """An Entry from one export record (journal_export.py), the same as to_entry would
         make of the entry's JSON; None without a cursor (nothing to resume after)."""
-        if type(record) is tuple:
+        if isinstance(record, tuple):
             return self._shaped_entry(record)
         cursor = record.get(b"__CURSOR")
         if cursor is None:
@@ -305,7 +308,7 @@ class JournalSource(Source):
         metadata, metadata_size = known
         line = clean_line(record.get(b"MESSAGE", b""))
         return Entry(
-            self._streams.get(record.get(b"PRIORITY"), self._default_stream),  # type: ignore[arg-type]
+            self._streams.get(record.get(b"PRIORITY"), self._default_stream),
             ts_ns,
             line,
             metadata,
@@ -329,7 +332,7 @@ class JournalSource(Source):
                 self._shapes.clear()
             record = text_fields(fields)
             metadata, metadata_size = _metadata(tuple(map(record.get, _METADATA_KEYS)))
-            stream = self._streams.get(record.get(b"PRIORITY"), self._default_stream)  # type: ignore[arg-type]
+            stream = self._streams.get(record.get(b"PRIORITY"), self._default_stream)
             shape = self._shapes[fields] = (stream, metadata, 64 + metadata_size)
         stream, metadata, overhead = shape
         line = message.decode("utf-8", "replace") if len(message) <= MAX_LINE_BYTES else clean_line(message)
