@@ -1,9 +1,5 @@
 """What `faden-agent status` reports: membership and the backend link, never a secret.
-
-collect_status() returns a dict (for --json and for other parts to extend, e.g. with the
-systemd unit's state); format_status() renders it for people. The live link state comes
-from the running stream worker (via the supervisor's `ps`); when the agent is not running,
-from the status file the stream worker last wrote.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
-"""The receiver's side of a peer transfer (issue 14): fetch an image from one peer, checked
+"""The receiver's side of a peer transfer: fetch an image from one peer, checked
 entry by entry on its way into the engine's `docker load` (archive.ArchiveVerifier), then
 tag it. Runs in an executor scheduler thread (image.fetch, or the peers fallback of
 image.pull / container.run).
-
-Every way one peer can fail is a PeerFailure(reason): peer_unreachable, ticket_refused,
-ticket_expired, image_not_found, peer_failed (the stream broke), integrity_failed. The
-caller tries the next peer; no_space and cancellation end the command at once.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

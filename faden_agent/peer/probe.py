@@ -1,25 +1,5 @@
-"""Active probes between peer machines (issue 15): the wire form and the answering side.
-
-One probe session per one-time ticket (peer/tickets.py, grant PROBE_GRANT), on the peer port:
-
-    POST /v1/traffic/probe   Authorization: Bearer <ticket>   Connection: Upgrade   Upgrade: faden-probe/1
-    101 Switching Protocols  X-Faden-Probe-Max-Bytes, X-Faden-Probe-Max-Seconds (per direction),
-                             X-Faden-Probe-Max-Echoes
-    401 ticket_refused / ticket_expired, 503 peer_busy, 400 bad_request: {"reason", "message"}
-
-then frames both ways on the same connection: 1 byte op, 4 bytes length (big-endian), payload.
-
-    E  <= 64 bytes        echo: answered at once with the same frame (the round trips)
-    D  <= 1 MiB           data (the prober's upload, or this side's download)
-    F  (from the prober)  end of the upload; answered R: u64 bytes received, f64 seconds
-    S  u64 bytes, f64 s   the prober asks for a download: D frames until either bound, then F
-                          (u64 bytes sent, f64 seconds)
-    X  text               refused (a cap passed, a bad frame); this side closes
-
-The answering side caps everything itself, whatever the prober asks: LIMITS bytes and
-seconds per direction and session, echoes per session, the session's length, and an idle
-read timeout; at most MAX_SESSIONS at once. A peer cannot make this machine send (or
-swallow) unbounded bytes.
+"""Active probes between peer machines: the wire form and the answering side.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

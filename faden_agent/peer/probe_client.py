@@ -1,10 +1,7 @@
-"""The prober's side of an active probe (issue 15; the wire form is in peer/probe.py): to one
+"""The prober's side of an active probe (the wire form is in peer/probe.py): to one
 peer, on one connection, round trips (RTT p50/p99), then an upload and a download, each
 bounded by bytes and seconds. Runs in an executor scheduler thread (traffic.probe).
-
-Every way one peer can fail is a ProbeFailed(reason) carrying what was measured before it:
-peer_unreachable (no connection), ticket_refused / ticket_expired, peer_busy, timeout, peer_failed
-(a refusal, a broken or malformed stream). The caller records it as that peer's entry.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
-"""One-time tickets for serving an image to one receiver (issue 14).
-
-The backend gives the receiver a ticket and the holder only its sha256 (`image.serve`), so
-the holder never knows a ticket it could leak. The executor writes one file per ticket,
-named by the hash, into the runtime directory; the peer worker takes it when the ticket is
-presented. Taking is a rename, which exactly one request wins: a ticket is spent by its
-first use, whatever that use's outcome (a second use, or one for another image, is refused).
+"""One-time tickets for serving an image to one receiver.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
 """The outbox: the durable queue of reports; records that must reach the backend survive any crash.
 
-Producers (executor, logs, inventory, stream) `put` records into one SQLite file in the
-state directory (WAL mode; safe across processes); the stream worker reads `pending`
-batches, sends them, and `ack`s what the backend acknowledged. A record is on disk before
-`put` returns, so a kill -9 of the producer, the stream worker or the whole agent loses
-nothing; resends are harmless because every record has a unique id the backend dedups.
-
-Latest-value records (inventory) are kept one per kind: only the newest matters.
-
-A corrupt outbox file is moved aside at open (sqlitefile) and the fresh one starts with an
-event saying so. Every write waits out a full disk (diskfull.writes_file: a thread
-waits, a worker's main loop gets DiskFull at once).
+Producers put records into one SQLite file (WAL); the stream worker's Uplink sends and acks
+them. A record is on disk before put returns; every id is unique so a resend dedups. Its meta
+table is the cursor store (CURSOR_KEYS). Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,27 +1,5 @@
 """The supervisor loop, after gunicorn's arbiter: one loop of small verb-named steps.
-
-    while running:
-        spawn_due_workers()      BACKOFF/FATAL/STOPPED workers whose time has come
-        wait_for_events()        sleeps until a signal, a control request or the next thing
-                                 due (next_wake_mono); drains workers' "alive" messages
-        reap_workers()           waitpid(); exit -> BACKOFF or FATAL
-        murder_hung_workers()    silent (no "alive") for too long -> traceback dump, SIGKILL
-        notify_systemd()         READY once, WATCHDOG while this loop turns and no required
-                                 worker stays FATAL (see withheld_watchdog)
-
-Workers are forked (not fork+exec): before the first fork the supervisor imports every
-worker's module and the docker SDK and freezes them (prefork/), so a child starts in
-milliseconds, imports nothing, and shares those pages; what only one path needs (pynvml
-on a GPU machine) is still imported where it is used. Each child asks
-the kernel to SIGKILL it when the supervisor dies (PR_SET_PDEATHSIG), so none outlives a
-`kill -9` of the supervisor.
-
-Idle, the loop wakes only when something is due (issue 16): a worker's hang deadline, a
-restart, the watchdog ping, a dormant worker's demand check. Workers' "alive" messages
-wake it only while one is STARTING (READY, RUNNING in `ps`); otherwise they wait in the
-socket and are read at the next wake-up, at the latest at the sender's hang deadline, so
-a hang is still found exactly WORKER_HANG_TIMEOUT_SEC after the last one. `ps` reads them
-(and samples RSS/CPU) before it answers.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,16 +1,7 @@
-"""When the peer worker runs (issue 16). It is a process of its own (about 5 MiB private
-memory, a few wakeups a second) that only a machine serving peers needs, so with
-PEER_START=on_demand (the default) the supervisor starts it when:
-
-  - the backend put this machine in a cluster (the `peers` message kept in peers.json
-    names one): peers may fetch from it at any time;
-  - the executor is about to answer `image.serve` or grant a probe ticket: it asks the
-    supervisor to start the worker (control request `start`) and waits until the port
-    listens, so the receiver the backend sends next never finds it closed (ipc/control.py
-    ask_to_serve);
-  - a ticket is already waiting in the ticket box (one registered before a restart).
-
-Once started it is never stopped; a crash restarts it like any worker.
+"""When the peer worker runs: with PEER_START=on_demand the supervisor starts it once this
+machine is in a cluster (peers.json names one), a probe or image ticket waits in the ticket box,
+or the executor asks (ipc/control.py ask_to_serve). Once started it is never stopped; a crash
+restarts it like any worker. Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
 """Each worker's explicit state, after supervisord's state machine.
-
-STOPPED -> STARTING -> RUNNING -> (exit) -> BACKOFF -> STARTING ...
-                      RUNNING -> (a critical thread died) STOPPING -> (exit) -> BACKOFF ...
-                               \\-> too many exits in the window -> FATAL -> (retry later) STARTING
-any -> STOPPING -> EXITED   (agent shutdown)
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

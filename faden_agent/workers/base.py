@@ -1,24 +1,8 @@
-"""What every worker shares: process set-up after fork, and the loop skeleton.
-
-A worker reads as its loop, its inputs and its outputs:
-
-    class InventoryWorker(Worker):
-        name = "inventory"
-        def setup(self): ...                 # open sockets, start threads (start_thread)
-        def channels(self): return [...]     # inputs polled by the loop
-        def handle(self, channel, message):  # one input message
-        def tick(self): ...                  # periodic work; must not block
-        def status(self): return {...}       # extra fields for the "alive" message
-        def teardown(self): ...
-
-The loop tells the supervisor it is alive from the main thread ("alive" messages every
-WORKER_LIVENESS_SEC; not the node's heartbeat to the backend, workers/stream/heartbeat.py),
-so a main loop that is stuck (or a process that is SIGSTOPped) falls silent and is replaced. Blocking work
-(Docker, NVML, HTTP) belongs in threads, never in handle() or tick().
-
-Threads are started with start_thread() only: a critical thread that dies ends the loop
-(no more "alive" messages), the failure is told to the supervisor ("thread_died", shown by `ps`
-in last_exit) and the worker exits THREAD_DIED_EXIT, to be restarted with the usual backoff.
+"""What every worker shares: process set-up after fork, and the loop skeleton
+(setup, channels, handle, tick, status, teardown). The main thread tells the supervisor it
+is alive, so a stuck loop falls silent and is replaced; blocking work belongs in threads
+started with start_thread(), and a critical thread that dies ends the worker (THREAD_DIED_EXIT).
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
 """On start: find the containers the agent manages (label, or adopted explicitly) and report
 them, so a restarted or reinstalled agent picks up what is already running.
-
-One event per container ("adopted", with its state) plus a summary event carrying the
-count, so the backend also learns when there are none. The ids carry the executor's start
-time: each start reports once, a re-send of the same start dedups.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
 """The Docker SDK calls of the executor, each bounded, each failure -> CommandFailed(reason).
-
-The client is made lazily in the calling thread's first use (never in the worker loop) with
-a timeout on every socket read, so a hung dockerd surfaces as `timeout` after
-DOCKER_TIMEOUT_SEC and a dead one as `docker_unavailable`; requests reconnects per call, so
-nothing has to be rebuilt when the engine comes back.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,12 +1,5 @@
 """Docker events of managed containers -> event records for the backend.
-
-A thread follows the engine's event stream (start, die with exit code, oom, health status,
-destroy) of containers labelled managed or adopted explicitly. The position (the last
-event's timeNano) is kept in the outbox's meta table, so a restarted executor replays what
-it missed; record ids "ev:<container id>:<action>:<timeNano>" make the replay harmless.
-When the engine goes away the thread reconnects with backoff. On every (re)connect, after
-the replay, reconcile.py compares each managed container with the state last reported and
-reports what dockerd's event buffer no longer holds, marked `reconciled`.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

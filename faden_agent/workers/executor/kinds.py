@@ -1,12 +1,5 @@
 """The command kind record and the registry: everything the executor knows about a kind.
-
-Each kind is one CommandKind, registered in KINDS by the module of its family: a kind
-`family.verb` lives in commands/family.py (container.run in commands/container.py). Its
-record holds its spec (required and optional keys with their checks), its default
-deadline, the queue it waits in, whether command.cancel may stop it, whether it runs
-inline in the worker loop, its handler, and what undoes an interrupted attempt.
-Dispatch, scheduling and cancellation read these fields. The full table is
-commands.KINDS (importing the commands package registers every family).
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
 """The checks of spec keys: bad input -> one SpecError line naming the key, quoting at most
 protocol.QUOTE_BYTES of the value. Which keys each kind takes is in its family module, commands/<family>.py.
-
-`check_spec` returns the spec normalised (defaults filled in, sizes in bytes) so
-the Docker code never has to second-guess its input. Unknown keys are refused, so a typo
-in a backend script is an `invalid_spec` rejection instead of a silently ignored option.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

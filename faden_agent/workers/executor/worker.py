@@ -1,12 +1,5 @@
 """The executor worker's loop.
-
-Inputs: "command" requests from the stream worker on endpoints.executor (REP), each
-journaled on disk before the ack. Outputs: the ack, then timeline records of every command
-and event records (Docker events, adoption) through Reports.
-
-Nothing here calls Docker: commands run on scheduler threads, events and adoption have
-their own threads, and tick() only enforces deadlines, so a hung dockerd never stalls the
-loop or its "alive" messages to the supervisor.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

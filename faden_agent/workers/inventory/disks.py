@@ -1,12 +1,6 @@
 """The file systems that matter to a GPU node: root, Docker's data root (images and
 container layers), the agent's state directory and the configured model/cache paths.
-
-Paths on the same file system are reported once, with every role that lives there.
-
-Low disk: a file system is flagged `low` when less than LOW_FREE_FRACTION of it or less
-than LOW_FREE_BYTES is free, whichever triggers first (an inference image alone is often
-10-20 GB, so a few GB free is already too little to pull one). The console shows
-"Disk space low" for such a node.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

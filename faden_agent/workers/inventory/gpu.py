@@ -1,14 +1,5 @@
 """GPUs through NVML (pynvml): the driver, and per GPU what placement needs.
-
-Never crashes: no pynvml, no NVML library, no driver or no GPU gives an empty device list
-with a reason. An NVML error on one GPU marks that GPU `"state": "error"` and the others
-are still reported. Fields a GPU does not support (MIG, ECC, power on some boards) are
-null. Values that move all the time (memory in use, utilization, temperature, power
-draw, corrected ECC counts, per-process memory) sit under "usage" (see record.py).
-
-NVML is initialised once and kept (nvmlInit can take seconds on a large machine without
-persistence mode); it is initialised again after the driver said "uninitialized" or
-"driver not loaded". The probe is called from one thread at a time (probes.py).
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -2,9 +2,7 @@
 errors) wakes a thread that calls `on_change`, so a GPU falling into error is reported
 within seconds instead of at the next interval. No NVML, no GPU, or no GPU that supports
 events: the thread ends quietly (the interval still covers those machines).
-
-The thread has its own nvmlInit (NVML counts them) and waits in slices of WAIT_MS so it
-can stop; a wait that hangs in the driver holds only this thread.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,22 +1,5 @@
 """One inventory record from the probes' results, and when to send it in full.
-
-Every record is either
-- "full": every section (host, disks, network, docker, gpu) plus each probe's status, or
-- "unchanged": only the content hash and the gauges (the "usage" objects), when nothing
-  but gauges moved since the last full record.
-
-The content hash covers everything except the "usage" objects: memory in use, load,
-utilization, temperature and the like move every second and would otherwise make every
-record a change. A full record goes out at start, whenever the hash changes, and at least
-every FULL_REFRESH_S (so a backend that lost its copy has it again within the hour).
-Unchanged records are lean in time (issue 16): one goes out only when `usage_refresh_s`
-(INVENTORY_USAGE_SEC) has passed since the last record sent; cycles in between send
-nothing (the heartbeat says the node is alive; any change still sends a full record).
-
-Delivery (see worker.py): full records are durable outbox records (`put`), unchanged ones
-replace each other in the latest-value slot (`put_latest`), so an unchanged record can
-never replace a full one that was not delivered yet. The receiver's rule is
-protocol/inventory.py.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,16 +1,5 @@
 """Inventory worker: what this machine is and has, reported to the backend.
-
-Loop (a collector thread; the worker's main loop only says it is alive and watches it):
-  every INVENTORY_INTERVAL_SEC, at start, and SETTLE_S after a change it can see (a
-  Docker event of a managed container or an image, an NVML critical-Xid or double-bit
-  ECC event) -> run the probes (each in its own
-  thread with a timeout, see probes.py) -> one record (record.py).
-Inputs: psutil, the Docker engine, NVML.
-Outputs: `inventory` records through Reports: full ones durable (`put`), unchanged ones
-in the latest-value slot (`put_latest`), so an unchanged record never replaces a full
-one still waiting for delivery.
-A traffic thread beside it (traffic/): every TRAFFIC_INTERVAL_SEC a `traffic` record in
-the latest-value slot when it changed, and warning events.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

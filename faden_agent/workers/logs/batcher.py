@@ -1,9 +1,5 @@
 """Cuts the backlog into push batches.
-
-A batch holds at most `max_lines` lines and about `max_bytes` bytes. A partial batch waits
-at most `flush_interval_s` after its first line was read; when lines are waiting, the batch
-fills at once, so the interval bounds latency, never throughput (a backlog after an outage
-drains at full speed). Entries keep their backlog order, so every stream keeps its order.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
 """Loki stream labels. Few and stable (low cardinality); per-line detail such as unit and pid
 goes into structured metadata instead.
-
-System logs carry exactly {job, host, agent_id, container="node-<agent id>", level}.
-Container logs:  {job, host, agent_id, container=<name>, cluster, workload, source="container", stream}.
-Ray Serve files: {job, host, agent_id, container=<name>, source="ray-serve", file=<kind>}.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,18 +1,8 @@
 """Durable source positions: where each source resumes after a restart.
 
-A position moves only when the shipper reports that Loki accepted the batch holding it (a
-2xx, or a final 400), so everything not yet accepted is read again after a crash. Sources
-use their own timestamps, so what is read again is an exact duplicate that Loki drops.
-
-The shipper saves after every accepted batch, so a kill -9 resends at most the pushes that
-were in flight (accepted, not yet saved). A save is one pwrite() over the open file, padded
-with spaces to the file's length (JSON allows trailing whitespace): a process crash cannot
-tear a single write, and it costs a fraction of a rename. At most every FSYNC_INTERVAL_S
-(and on stop) the file is instead replaced atomically and fsynced (temp file + rename, mode
-0600, in the state directory), which is what a power loss needs. A position
-saved late only means more exact duplicates, never a lost line. So a full disk does not
-stop shipping: the positions stay in memory (dirty), the disk state says so, and a later
-save (tried at most every DISK_FULL_RETRY_S) writes them once there is space.
+A position moves only once Loki accepted the batch holding it, so a crash re-reads (exact
+duplicates Loki drops) and never loses a line; a full disk keeps them in memory until a
+later save succeeds. Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

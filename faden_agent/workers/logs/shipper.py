@@ -1,14 +1,5 @@
 """The shipping thread: backlog -> batches -> Loki -> positions.
-
-Up to MAX_PUSHES_IN_FLIGHT batches are pushed at once (sender threads), so the batch size
-bounds a push, not the throughput: while Loki works on one push the next is encoded and
-sent. Loki takes entries of one stream out of order within its window (unordered writes,
-Loki's default since 2.4), so concurrent pushes are fine for it. Completions are taken in
-batch order: a batch's positions are stored (and saved) only after Loki accepted it (2xx)
-or finally refused it (400) AND every batch before it was done, so whatever was read but
-not accepted is read again after a crash, and a kill -9 resends at most the batches in
-flight. Lines Loki refused (400) or that were too large even alone (413) are counted and
-reported to the backend as one "logs.lines_lost" event per REPORT_INTERVAL_S.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

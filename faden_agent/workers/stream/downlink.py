@@ -1,12 +1,8 @@
 """The downlink: read the backend's NDJSON stream and hand each command to the executor.
 
-    loop: wait for the gate -> open the stream after the cursor -> for each line:
-          keepalive: note the contact; command: hand off (REQ, retried until the executor
-          acks) -> advance the durable cursor. On any failure: back off and reconnect.
-
-The cursor (last acknowledged sequence number) lives in the outbox's meta table, so it
-survives restarts; it advances only after the executor's ack, so a crash between
-receiving and acking re-delivers the command, which the executor recognises by its id.
+The cursor (the outbox's cursor store) advances only after the executor's ack, so a crash
+between receiving and acking re-delivers the command, which the executor knows by its id.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,12 +1,5 @@
 """Enrollment: load the state file, or enroll once with the one-time token and write it.
-
-A machine with a state file is a member and does not enroll again, whatever token is set,
-unless the backend rejects its credential and a new token is set: then it re-enrolls as the
-same agent (new node id and credential at a restored or replaced backend); the rejected
-state file is kept beside the new one.
-Every problem (no token, refused token, unreadable/corrupt/foreign state file) is one
-clear line in `status` and the log, retried slowly so an operator's fix is picked up
-without a restart; the state file is never deleted or overwritten.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,29 +1,6 @@
 """Heartbeats: every HEARTBEAT_INTERVAL_SEC on a fixed grid, sent directly (not queued
 behind a backlog).
-
-Lean, after kubelet's node leases: every beat carries the pulse (beat, due_at, uptime,
-outbox backlog: a few dozen bytes); the detail (version, capabilities, the supervisor's
-worker table, the connection, disk_full) rides along only when it changed, after a beat
-that could not be sent, and at least every HEARTBEAT_FULL_SEC (for the numbers, and a
-backend that lost it). "Changed" means a state, not a counter: a worker's
-name/state/pid/restarts/last_exit and the non-numeric values of its status; numbers (ages,
-sizes, CPU, counters) are refreshed by the slow full beat. The backend keeps the last
-detail and merges each beat into it (docs/protocol.md).
-
-The first beat waits for the tree to settle (at most one interval, at most SETTLE_MAX_S):
-every worker out of STARTING, the link connected and the detail's change key the same
-across one liveness period (a worker's status rides its alive message). Sent at once, its
-detail would be a snapshot of workers still starting, and the next beat would send the
-whole detail again to correct it.
-
-A heartbeat is latest-value: one that cannot be sent is dropped, the next one replaces it.
-Beats are due at start + n * interval (start: the first beat); a late beat does not shift
-the ones after it. A send that ran past the next grid point is followed at once by the
-latest point due (next_beat), so one slow send costs the backend one late beat, not a
-skipped one; the points before it (an outage) are skipped, not sent in a burst.
-
-A beat whose `ps` the supervisor did not answer in time (LOOP_WAIT_S) carries the pulse
-only: an empty table is no news, and sent as the detail it would blank the console's.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

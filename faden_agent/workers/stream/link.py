@@ -1,17 +1,7 @@
-"""What the stream worker's threads share about the backend link.
-
-- Connection: the link's connection states (an Enum; their values are what status/ps show);
-- LinkStatus: connection state, last contact, last error (what `status`/`ps` show), also
-  kept in a small 0600 status file so `faden-agent status` can answer while the agent is down;
-- Gate: when requests may be sent: the one maintenance hold (a 503's Retry-After, shared
-  by every process, backend.MaintenanceHold) and a rejected credential's slow retry, so
-  what one thread heard holds back all of them;
-- wait_after: the one place that maps a failed exchange to a connection state and a wait
-  (Retry-After wins, capped; else exponential backoff with full jitter between
-  RECONNECT_MIN and RECONNECT_MAX, faden_agent/backoff.py);
-- Link + LinkThread: what every link thread (downlink, uplink, heartbeat) is given (the
-  membership, the outbox, the status, ...); the
-  stream worker runs each one's run() on a supervised thread (Worker.start_thread).
+"""What the stream worker's threads share about the backend link: Connection states,
+LinkStatus (also kept in the 0600 status file), the Gate (the one maintenance hold and a
+rejected credential's slow retry), wait_after (the one map from a failed exchange to a state and
+a wait) and Link/LinkThread, what every link thread is given. Notes: docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,15 +1,6 @@
 """Uplink: the stream worker's thread that drains the durable outbox to the backend
 in batches (BackendClient.post_reports, POST /api/agent/v1/uplink).
-
-    loop: wait for a poke (a producer wrote, or a retry is due) -> wait for the gate ->
-          send the oldest batch -> ack what the backend acknowledged -> repeat until empty.
-
-Idle it sleeps (issue 16): no poll, only a long SAFETY_S net. It drains at start (what
-was written while the worker was down or enrolling, whose pokes nobody read), retries by
-poking itself after a backoff or a gate hold, and is poked when the worker stops.
-
-Records leave the outbox only after the backend acknowledged their ids, so a backend
-outage or a kill -9 loses nothing; a resend is harmless because the backend dedups ids.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,16 +1,5 @@
 """Stream worker: owns the backend link (docs/protocol.md).
-
-Its loop only passes pokes on; the network lives in threads, so a slow backend never
-delays the worker's own "alive" messages to the supervisor:
-
-    membership  load the state file, or enroll once (enroll.py); then starts:
-    downlink    the NDJSON stream -> commands handed to the executor (downlink.py)
-    uplink      the durable outbox -> the backend, in batches (uplink.py: Uplink)
-    heartbeat   the node's heartbeat to the backend, every HEARTBEAT_INTERVAL_SEC, with the worker
-                table (heartbeat.py)
-
-Inputs: pokes on endpoints.reports_ready (a producer wrote to the outbox). Outputs: the link's
-connection state in status() (shown by `ps` and `faden-agent status`) and the status file.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

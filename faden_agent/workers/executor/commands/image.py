@@ -1,14 +1,7 @@
-"""The image.* kinds (docs/commands.md), images from peers included (issue 14):
-
-    image.pull    from the registry; from the spec's peers when it fails or lacks the image
-    image.remove  remove an image
-    image.serve   (inline, no Docker) the holder: register a one-time ticket, by its sha256,
-                  for one image and one receiver until ttl_s; the peer worker serves it.
-    image.fetch   the receiver: fetch an image from peers, one after the other until one
-                  succeeds (peer/fetch.py), then tag it.
-    image.relay   the holder's side of a relay through the backend
-
-`pull_or_fetch` is also what container.run does when it needs the image.
+"""The image.* kinds (docs/commands.md), images from peers included: pull (registry, then the
+spec's peers), remove, serve (inline: a one-time ticket for one receiver), fetch (from peers,
+one after the other, peer/fetch.py) and relay. pull_or_fetch is what container.run uses too.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,13 +1,5 @@
-"""The traffic.* kinds (issue 15, docs/commands.md): active probes between peer machines.
-
-    traffic.serve  (inline, no Docker) the probed machine: register one-time probe tickets,
-                   by their sha256, each for one prober's address, until ttl_s; the peer
-                   worker answers them (peer/probe.py).
-    traffic.probe  the prober: RTT p50/p99 and throughput both ways to each named peer, one
-                   peer after the other (peer/probe_client.py). A peer that fails is that
-                   peer's entry, with a reason; the command itself succeeds with every entry.
-
-Every bound has a default and a hard cap here; the probed peer caps a session itself too.
+"""The traffic.* kinds (docs/commands.md): active probes between peer machines.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
 """The traffic record: what this machine sends to each peer machine of its cluster, its
 NICs and its InfiniBand/RoCE ports (docs/protocol.md, "Traffic record").
-
-Loop (a thread of the inventory worker): every TRAFFIC_INTERVAL_SEC sample -> one record
--> into the outbox's latest-value slot only when it changed beyond THRESHOLDS since the
-last one sent (an idle cluster sends nothing). A second thread reads the kernel's TCP
-destroy notifications, so connections that close between two samples count too.
-Where it cannot see, the record says so (`not_measured`, a port's `counters: null`, rates
-null on the first sample); it never reports zero for what it did not measure.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

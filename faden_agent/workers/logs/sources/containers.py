@@ -1,18 +1,5 @@
 """Container logs of the containers this agent manages (found by protocol.LABEL_MANAGED).
-
-Discovery follows Docker's events: a managed container gets its followers on its `create`
-(or `start`) event, so its first line is read even when it exits at once; a listing at
-start (and every RESCAN_S) catches what existed before or an event lost on a reconnect.
-
-One follower thread per container and stream (stdout, stderr) reads `docker logs --follow
---timestamps` from the last position: Docker's own timestamp of the last accepted line.
-When a container stops, its follower has read it to its end (the stream ends with the
-container) and waits; on the container's next `start` event (a restart, a crash loop) it
-continues after the last line it read: no gap, no repeat. A recreated container is a new
-container id and gets a new follower from its first line. Lines carry Docker's timestamps,
-so a replay after a crash is an exact duplicate; the line at exactly the stored timestamp
-is sent again. Before the executor removes a stopped managed container it asks `drained`
-(over the log worker's REP socket) until the last lines are accepted by Loki.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,29 +1,7 @@
 """Ray Serve log files: <RAY_LOG_DIR>/<container name>/session_*/logs/serve/*.log on the host
 (the executor mounts <RAY_LOG_DIR>/<container name> at protocol.RAY_LOG_MOUNT in managed
 Ray containers).
-
-Everything under <RAY_LOG_DIR>/<container name> is written by the container, so it is
-hostile input: the walk opens each component through mount.py (relative to its parent's
-descriptor, nothing followed, regular single-link files on the mount's device only), reads
-at most READ_RATE_BYTES per second and MAX_OPEN_PER_CONTAINER files per container, and
-takes label values from file names only through a fixed set. A refused entry is skipped,
-counted and reported once (a log line and a "logs.entry_refused" event).
-
-Each file is tailed through an open descriptor, its position keyed by device+inode with the
-byte offset after the last accepted line. Rotation by rename (Python's RotatingFileHandler,
-which Ray uses): the path then names a new inode; the old descriptor is read to its end
-first, then the new file from its start, so no line is lost and the order holds.
-Truncation (copytruncate): a size below the offset restarts the file at 0.
-
-Waiting: inotify (inotify.py) on every directory walked and every file tailed, so an idle
-tree costs no wakeup; a directory event lists the tree again, a file event reads the files
-again, at most one round per POLL_S (a busy file is read in batches), and a full listing
-every RESCAN_S is the safety net. Where inotify fails or a container has more than
-MAX_WATCHED_DIRS_PER_CONTAINER directories, the source polls every POLL_S as before.
-
-Timestamps: Ray's line prefix "LEVEL YYYY-MM-DD HH:MM:SS,mmm" (read as UTC); a line without
-one (a traceback line) gets the previous line's; a file's first lines without one get the
-file's modification time when it was found, stored at once, so a replay is exact.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

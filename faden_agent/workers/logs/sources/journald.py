@@ -1,18 +1,5 @@
 """System logs: journald through `journalctl --follow --all --output=export`.
-
-journalctl is the reader systemd supports for every journal format and version, and it
-follows appends and rotation itself; we only parse what it writes, in its export format
-(journal_export.py: a third of the CPU of its JSON, which was the worker's largest cost).
-An entry over MAX_ENTRY_BYTES is read once more through `--output=json`, whose bounded
-reader ships it from its head (oversize_entry), and export goes on after it. It runs as a child
-process: if it dies it is started again after the last cursor read; if it says nothing for
-IDLE_RESTART_S while we are waiting for it, it is restarted the same way (insurance
-against a hung reader that costs nothing when it is merely idle). It gets SIGKILL when
-this worker dies (PR_SET_PDEATHSIG via setpriv), so a kill -9 leaves no orphan.
-
-Resume: after the cursor Loki last accepted (`--after-cursor`); first start: the last
-FIRST_START_WINDOW_S (`--since`). FADEN_NODE_AGENT_JOURNAL_DIRECTORY reads journal files
-from a directory instead of the system journal.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations
