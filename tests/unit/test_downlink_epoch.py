@@ -46,7 +46,7 @@ def test_a_new_epoch_resets_the_durable_cursor(tmp_path):
     again = make_downlink(tmp_path)  # what the next start reads
     assert (again.cursor, again.epoch) == (0, "e2")
     assert downlink.outbox.get_meta(EPOCH_KEY) == "e2"
-    assert downlink.status.snapshot()["epoch_resets"] == 1
+    assert downlink.link_status.snapshot()["epoch_resets"] == 1
 
 
 def test_a_command_at_or_below_the_cursor_is_logged_and_counted_never_run(tmp_path, caplog):
@@ -58,7 +58,7 @@ def test_a_command_at_or_below_the_cursor_is_logged_and_counted_never_run(tmp_pa
         for seq in (9, 10):
             downlink.deliver({"type": "command", "id": f"c-{seq}", "seq": seq, "kind": "container.start"})
     assert handed == [] and downlink.cursor == 10
-    assert downlink.status.snapshot()["stale_commands"] == 2
+    assert downlink.link_status.snapshot()["stale_commands"] == 2
     assert sum("at or below the cursor" in r.getMessage() for r in caplog.records) == 2
     downlink.deliver({"type": "command", "id": "c-11", "seq": 11, "kind": "container.start"})
     assert [c["id"] for c in handed] == ["c-11"] and downlink.cursor == 11

@@ -53,9 +53,9 @@ class ExecutorWorker(Worker):
                 protocol.EVENT, self.journal.quarantined, record_id=quarantine_record_id(self.journal.quarantined)
             )
         self.ops = DockerOps(self.config)
-        self.commands_ = Commands(self.config, self.ops, self.journal, self.timeline)
-        self.scheduler = Scheduler(self.commands_.execute, self.config.max_concurrent_pulls)
-        self.commands_.scheduler = self.scheduler
+        self.frame = Commands(self.config, self.ops, self.journal, self.timeline)
+        self.scheduler = Scheduler(self.frame.execute, self.config.max_concurrent_pulls)
+        self.frame.scheduler = self.scheduler
         self.engine_ok: bool | None = None
         self.events = EventWatcher(
             self.ops, self.reports, lambda cid: cid in self.journal.adopted_ids(), self.stop_event
@@ -207,7 +207,7 @@ class ExecutorWorker(Worker):
                 stop_reason=stop_reason,
             )
             if definition.inline:
-                self.commands_.execute(job)  # touches no Docker: inline keeps it ahead of every queue
+                self.frame.execute(job)  # touches no Docker: inline keeps it ahead of every queue
             else:
                 self.scheduler.submit(job)
         except Exception as exc:  # a poison command ends as a command

@@ -36,7 +36,7 @@ class Downlink(LinkThread):
 
     def run(self) -> None:
         while self.gate.wait():
-            self.status.set_connection(Connection.CONNECTING)
+            self.link_status.set_connection(Connection.CONNECTING)
             client = BackendClient(self.config, self.membership.credential)
             try:
                 self.follow(client)
@@ -47,7 +47,7 @@ class Downlink(LinkThread):
                         f"the backend rejects the credential (HTTP {exc.status}) and a new "
                         "enrollment token is set: the stream worker restarts to enroll again"
                     ) from None
-                self.status.set_connection(connection, f"{exc}; reconnecting in {delay:.1f}s")
+                self.link_status.set_connection(connection, f"{exc}; reconnecting in {delay:.1f}s")
                 log.log(
                     logging.ERROR if connection == Connection.CREDENTIAL_REJECTED else logging.WARNING,
                     "downlink: %s; reconnecting in %.1fs",
@@ -69,15 +69,15 @@ class Downlink(LinkThread):
 
     def follow(self, client: BackendClient) -> None:
         stream = client.open_stream(self.cursor, self.config.stream_keepalive_sec)
-        self.status.set_connection(Connection.CONNECTED)
-        self.status.contact()
+        self.link_status.set_connection(Connection.CONNECTED)
+        self.link_status.contact()
         self.backoff.reset()
         log.info("downlink connected (after seq %d)", self.cursor)
         for message in stream:
             if self.stop_event.is_set():
                 stream.close()
                 return
-            self.status.contact()
+            self.link_status.contact()
             if message["type"] == "hello" and not self.same_epoch(message.get("epoch")):
                 stream.close()
                 return  # reconnect at once, from the reset cursor
@@ -107,7 +107,7 @@ class Downlink(LinkThread):
         self.outbox.set_meta(CURSOR_KEY, "0")  # before the epoch: a crash in between resets again, harmlessly
         self.outbox.set_meta(EPOCH_KEY, epoch)
         self.cursor, self.epoch = 0, epoch
-        self.status.note(epoch_resets=self.status.snapshot().get("epoch_resets", 0) + 1)
+        self.link_status.note(epoch_resets=self.link_status.snapshot().get("epoch_resets", 0) + 1)
         return False
 
     def deliver(self, message: dict[str, Any]) -> None:
@@ -120,7 +120,7 @@ class Downlink(LinkThread):
             # Already acknowledged in this epoch: a backend replaying from an older cursor,
             # or one that went back in time without a new epoch. Never dropped in silence.
             self.stale += 1
-            self.status.note(stale_commands=self.stale)
+            self.link_status.note(stale_commands=self.stale)
             log.warning(
                 "downlink: command %.200r (seq %d) is at or below the cursor %d of epoch %.80r; not run "
                 "again (%d such commands so far)",

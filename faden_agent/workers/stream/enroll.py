@@ -57,9 +57,9 @@ def enrollment_facts(config: Config) -> dict[str, object]:
 
 
 class Enrollment:
-    def __init__(self, config: Config, status: LinkStatus, gate: Gate, stop_event: threading.Event):
+    def __init__(self, config: Config, link_status: LinkStatus, gate: Gate, stop_event: threading.Event):
         self.config = config
-        self.status = status
+        self.link_status = link_status
         self.gate = gate
         self.stop_event = stop_event
         self.backoff = Backoff(config.reconnect_min_sec, config.reconnect_max_sec)
@@ -135,7 +135,7 @@ class Enrollment:
         """Spend the token; with `replacing`, re-enroll that member (same agent id, new credential)."""
         if not self.gate.wait():
             return None
-        self.status.set_connection(Connection.ENROLLING)
+        self.link_status.set_connection(Connection.ENROLLING)
         agent_id = replacing.agent_id if replacing else self.config.agent_id
         # On disk before the token is spent; a full disk waits here, the token unspent.
         attempt = retry_when_full(
@@ -241,6 +241,6 @@ class Enrollment:
         if message != self._last_problem:  # one line per distinct problem, not one per retry
             log.error("%s", message)
             self._last_problem = message
-        self.status.set_connection(connection, message)
+        self.link_status.set_connection(connection, message)
         self.stop_event.wait(wait_s)
         self.gate.wait()

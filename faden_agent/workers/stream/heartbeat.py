@@ -66,7 +66,8 @@ class HeartbeatSender(LinkThread):
         while (left := deadline - time.monotonic()) > 0:
             table = self.worker_table()
             started = bool(table.get("workers")) and all(w.get("state") != "STARTING" for w in table["workers"])
-            key = change_key(self.detail(table)) if started and self.status.connection == Connection.CONNECTED else None
+            connected = self.link_status.connection == Connection.CONNECTED
+            key = change_key(self.detail(table)) if started and connected else None
             if key is not None and key == last_key:
                 return
             last_key = key
@@ -92,7 +93,7 @@ class HeartbeatSender(LinkThread):
                 self.detail_sent = (key, time.monotonic())
             self.beats += 1
             self.backoff.reset()
-            self.status.contact()
+            self.link_status.contact()
 
     def heartbeat_data(self, beat: int, due_at: float) -> tuple[dict[str, Any], Any]:
         """The beat's data (pulse, plus the detail when due) and the detail's change key."""
@@ -124,7 +125,7 @@ class HeartbeatSender(LinkThread):
             "interval_sec": self.config.heartbeat_interval_sec,
             "supervisor": supervisor,
             "workers": [{k: w.get(k) for k in WORKER_FIELDS} for w in table.get("workers", [])],
-            "connection": self.status.snapshot(),
+            "connection": self.link_status.snapshot(),
             # the first worker that cannot write its files: {"path", "error", "since", "paths"}
             "disk_full": next(
                 (

@@ -165,7 +165,7 @@ class Link:
     config: Config
     membership: Membership
     outbox: Outbox
-    status: LinkStatus
+    link_status: LinkStatus
     gate: Gate
     stop_event: threading.Event
     endpoints: Endpoints
@@ -177,7 +177,7 @@ class LinkThread:
     def __init__(self, name: str, link: Link):
         self.name = name
         self.config, self.membership, self.outbox = link.config, link.membership, link.outbox
-        self.status, self.gate, self.endpoints = link.status, link.gate, link.endpoints
+        self.link_status, self.gate, self.endpoints = link.link_status, link.gate, link.endpoints
         self.stop_event = link.stop_event
         self.backoff = Backoff(link.config.reconnect_min_sec, link.config.reconnect_max_sec)
 

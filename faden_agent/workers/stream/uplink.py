@@ -106,7 +106,7 @@ class Uplink(LinkThread):
         if not done:
             raise ProtocolError("the backend acknowledged none of the batch")
         self.outbox.ack(done)
-        self.status.contact()
+        self.link_status.contact()
         self.backoff.reset()
 
     def trim_if_due(self) -> None:
