@@ -5,34 +5,18 @@ timeout."""
 from __future__ import annotations
 
 import threading
+from typing import Any
 
-import zmq
-
-from faden_agent.ipc import Channel, Endpoints, ensure_runtime_dir
+from faden_agent.ipc import Endpoints, ensure_runtime_dir
 from faden_agent.ipc import control as control_module
 from faden_agent.ipc.control import Control
+from tests.unit.test_requester import serve
 
 
-def supervisor_like(runtime_dir, answers: list[bytes | tuple[str, object]]) -> threading.Thread:
+def supervisor_like(runtime_dir, answers: list[Any]) -> threading.Thread:
     """A REP peer on the control socket that gives each answer in turn (raw bytes: a garbled frame)."""
     ensure_runtime_dir(runtime_dir)
-    rep = Channel.bind(zmq.REP, Endpoints(runtime_dir).control)
-
-    def loop() -> None:
-        try:
-            for answer in answers:
-                assert rep.socket.poll(5000)
-                rep.socket.recv()
-                if isinstance(answer, bytes):
-                    rep.socket.send(answer)
-                else:
-                    rep.send(*answer)
-        finally:
-            rep.close()
-
-    thread = threading.Thread(target=loop, daemon=True)
-    thread.start()
-    return thread
+    return serve(Endpoints(runtime_dir).control, len(answers), [], answers)
 
 
 def test_ps_and_start_answered(tmp_path):
