@@ -17,6 +17,7 @@ The agent runs at its default intervals (heartbeat 15 s, inventory 60 s, worker 
 3 s, ...) and PEER_START=on_demand (no cluster: no peer worker), shipping a journal
 directory to a Loki receiver (not through the backend).
 Run: python3 bench/footprint_bench.py [--window 120] [--containers 20 --ray 5] [--runs 10]
+     python3 bench/footprint_bench.py --prefork  (only each prefork trick's share of the idle tree)
 """
 
 from __future__ import annotations
@@ -456,6 +457,41 @@ def measure(
     return results
 
 
+def prefork_shares(root: Path, argv: list[str] | None = None) -> dict[str, Any]:
+    """The idle tree's PSS with the prefork tricks on, off, and with each one left out (same
+    agent, same state, one start each): a trick's share is what leaving it out adds."""
+    from faden_agent.supervisor.prefork import TRICKS
+
+    journal = JournalWriter(root / "journal")
+    journal.append([journal.entry("bench seed")])
+    backend = BackendProcess(root / "backend", root / "backend.log").start()
+    variants = [("on", {}), ("off", {"FADEN_NODE_AGENT_PREFORK": "off"})]
+    variants += [
+        (f"without {name}", {"FADEN_TEST_HOOKS": "1", "FADEN_TEST_HOOK_PREFORK_SKIP": name}) for name in TRICKS
+    ]
+    tree: dict[str, int] = {}
+    try:
+        with LokiReceiver() as loki:
+            env = production_env(backend, root, loki_url=loki.url, journal_directory=journal.directory)
+            agent, node = start_idle(env, backend, root / "agent-first.log")  # enrols; later starts reuse the state
+            agent.stop()
+            agent.kill()
+            for label, extra in variants:
+                seen = backend.inventory(node).get("received_at")
+                agent = AgentProcess({**env, **extra}, root / f"agent-{label}.log", argv=argv).start(timeout_s=60)
+                try:
+                    wait_for(lambda seen=seen: backend.inventory(node).get("received_at") != seen, 90, 1.0, "inventory")
+                    time.sleep(5)
+                    tree[label] = memory(agent)["tree_pss_kib"]
+                finally:
+                    agent.stop()
+                    agent.kill()
+    finally:
+        backend.stop()
+    shares = {name: tree[f"without {name}"] - tree["on"] for name in TRICKS}
+    return {"tree_pss_kib": tree, "share_kib": shares, "off_costs_kib": tree["off"] - tree["on"]}
+
+
 def report(results: dict[str, Any], row) -> None:
     """Table rows (figure, value, compared with) through `row`."""
     mem = results["memory"]
@@ -571,8 +607,18 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--json", type=Path, default=Path("bench/results/footprint.json"))
     parser.add_argument("--binary", type=Path, help="also restart the same agent as this standalone binary")
+    parser.add_argument("--prefork", action="store_true", help="only each prefork trick's share of the idle tree")
+    parser.add_argument("--python", help="with --prefork: the CPython version to run the agent on (e.g. 3.11)")
     args = parser.parse_args()
     import tempfile
+
+    if args.prefork:
+        with tempfile.TemporaryDirectory(prefix="faden-prefork-") as tmp:
+            python = interpreters.cpythons()[args.python] if args.python else None
+            argv = [interpreters.with_agent(python), "-m", "faden_agent", "run"] if python else None
+            shares = prefork_shares(Path(tmp), argv)
+        print(json.dumps(shares, indent=2))
+        return 0
 
     with tempfile.TemporaryDirectory(prefix="faden-footprint-") as tmp:
         results = measure(Path(tmp), args.window, args.containers, args.ray, args.runs, args.binary)

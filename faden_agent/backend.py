@@ -1,17 +1,8 @@
 """The agent's HTTP client of the backend (docs/protocol.md): one requests Session per thread.
 
-Every request is bounded by REQUEST_TIMEOUT_SEC, verifies TLS as configured (VERIFY_TLS,
-CA_BUNDLE), and honours HTTPS_PROXY/NO_PROXY through requests' environment handling.
-Answers become typed exceptions so callers decide with `except`, not status codes:
-
-    Maintenance          503 (+ Retry-After): wait exactly that long, then retry
-    CredentialRejected   401/403 on the credential: removed or revoked; retry slowly
-    TokenRefused         403 on enrollment: the one-time token is unknown or spent
-    RequestRejected      another 4xx: the request itself is wrong; do not resend it as is
-    BackendUnavailable   connection error, timeout, other 5xx, 408, 429: back off, retry
-
-Secrets travel in the Authorization header or the JSON body, never in a URL, and no
-exception text includes them.
+Every request is bounded (REQUEST_TIMEOUT_SEC) and verifies TLS as configured; answers become
+typed exceptions (Maintenance, CredentialRejected, TokenRefused, RequestRejected, BackendUnavailable).
+Secrets travel in a header or the body, never in a URL, and no exception text holds them.
 """
 
 from __future__ import annotations
@@ -28,7 +19,7 @@ import requests
 import urllib3
 
 from faden_agent import __version__, protocol
-from faden_agent.backoff import MAX_RETRY_AFTER_SEC, parse_retry_after  # noqa: F401  (re-exported)
+from faden_agent.backoff import MAX_RETRY_AFTER_S, parse_retry_after  # noqa: F401  (re-exported)
 from faden_agent.config import Config
 from faden_agent.errorline import error_line
 from faden_agent.files import replace_file

@@ -1,13 +1,8 @@
 """How long to wait before trying again: one answer for every retry loop of the agent.
 
-- ceiling(n): the exponential part, min * 2**n capped at max;
-- Backoff: delay n (from 0) is uniform in [min, ceiling(n)] ("full jitter", floored at min
-  so a retry loop is never a busy loop);
-- a server's Retry-After wins over the backoff, capped at MAX_RETRY_AFTER_SEC so a broken or
-  hostile header cannot park the agent for days (parse_retry_after reads the header).
-
-Users: the stream worker's enrollment, downlink, uplink and heartbeat (through
-workers/stream/link.py: wait_after), the log shipper's pushes, the supervisor's restarts.
+delay(n) is uniform in [max(min, ceiling(n) * (1 - jitter)), ceiling(n)], ceiling(n) = min * 2**n
+capped at max: never below min (no busy loop). A server's Retry-After wins, capped at
+MAX_RETRY_AFTER_S (parse_retry_after reads the header). The supervisor's restart policy uses ceiling.
 """
 
 from __future__ import annotations
@@ -17,7 +12,7 @@ import math
 import random
 import time
 
-MAX_RETRY_AFTER_SEC = 3600.0
+MAX_RETRY_AFTER_S = 3600.0
 _MAX_DOUBLINGS = 32  # 2**32 * any sane minimum is far past any maximum: no float overflow
 
 
@@ -26,9 +21,15 @@ def ceiling(attempt: int, min_s: float, max_s: float) -> float:
     return min(max_s, min_s * (2 ** min(max(attempt, 0), _MAX_DOUBLINGS)))
 
 
+def delay(attempt: int, min_s: float, max_s: float, jitter: float = 1.0, rng: random.Random | None = None) -> float:
+    """Wait n (from 0): 1.0 is full jitter, 0.5 the upper half, 0.0 exactly the ceiling."""
+    cap = ceiling(attempt, min_s, max(min_s, max_s))
+    return (rng or random).uniform(max(min_s, cap * (1.0 - jitter)), cap)
+
+
 def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
     """Seconds to wait from a Retry-After header (delta-seconds or an HTTP date), at most
-    MAX_RETRY_AFTER_SEC; None when absent or unreadable ("inf", "nan", garbage)."""
+    MAX_RETRY_AFTER_S; None when absent or unreadable ("inf", "nan", garbage)."""
     if not value:
         return None
     value = value.strip()
@@ -43,28 +44,28 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
 
 
 def capped_retry_after(seconds: float | None) -> float | None:
-    """A server-told wait made safe: None when unusable, else within [0, MAX_RETRY_AFTER_SEC]."""
+    """A server-told wait made safe: None when unusable, else within [0, MAX_RETRY_AFTER_S]."""
     if seconds is None or not math.isfinite(seconds):
         return None  # Event.wait(inf) raises OverflowError in the waiting thread
-    return min(max(0.0, seconds), MAX_RETRY_AFTER_SEC)
+    return min(max(0.0, seconds), MAX_RETRY_AFTER_S)
 
 
 class Backoff:
     """Successive delays of one retry loop; reset() after a success."""
 
-    def __init__(self, min_s: float, max_s: float, rng: random.Random | None = None):
+    def __init__(self, min_s: float, max_s: float, rng: random.Random | None = None, jitter: float = 1.0):
         self.min_s, self.max_s = min_s, max(min_s, max_s)
+        self.jitter = jitter
         self.attempt = 0
         self._rng = rng or random.Random()
 
     def next_delay(self, retry_after: float | None = None) -> float:
-        """The next wait: the server's Retry-After when it sent a usable one, else full jitter."""
-        cap = ceiling(self.attempt, self.min_s, self.max_s)
-        self.attempt += 1
+        """The next wait: the server's Retry-After when it sent a usable one, else delay()."""
+        attempt, self.attempt = self.attempt, self.attempt + 1
         told = capped_retry_after(retry_after)
         if told is not None:
             return told
-        return self._rng.uniform(self.min_s, cap)
+        return delay(attempt, self.min_s, self.max_s, self.jitter, self._rng)
 
     def reset(self) -> None:
         self.attempt = 0

@@ -65,14 +65,13 @@ def run() -> None:
 
 @app.command()
 def ps(as_json: bool = typer.Option(False, "--json", help="Print JSON for machines.")) -> None:
-    """Show each worker: state, pid, uptime, restarts, last exit, heartbeat age, RSS, CPU."""
-    from faden_agent.ipc import Endpoints, request
+    """Show each worker: state, pid, uptime, restarts, last exit, liveness age, RSS, CPU."""
+    from faden_agent.ipc import control
 
     config = load()
-    reply = request(Endpoints(config.runtime_dir).control, "ps", timeout_s=1.0)
-    if reply is None or not isinstance(reply.body, dict):
+    table = control.ps(config.runtime_dir)
+    if table is None:
         fail(f"no supervisor answers at {config.runtime_dir} (is the agent running?)", EXIT_NO_SUPERVISOR)
-    table = reply.body
     if as_json:
         print_json(table)
     else:
@@ -90,18 +89,23 @@ def _fmt(value: Any, unit: str = "") -> str:
     return f"{value}{unit}"
 
 
+def alive_age(row: dict[str, Any]) -> Any:
+    """Seconds since the worker's last "alive" message; an older supervisor names it heartbeat_age_s."""
+    return row["alive_age_s"] if "alive_age_s" in row else row.get("heartbeat_age_s")
+
+
 def format_ps(table: dict[str, Any]) -> str:
     sup = table["supervisor"]
     lines = [
         f"supervisor pid {sup['pid']}  version {sup.get('version', '?')}  uptime {_fmt(sup.get('uptime_s'), 's')}",
         f"{'WORKER':<10} {'STATE':<9} {'PID':>7} {'UPTIME':>9} {'RESTARTS':>8} {'LAST EXIT':<22} "
-        f"{'HB AGE':>7} {'RSS':>8} {'CPU':>6}",
+        f"{'ALIVE':>7} {'RSS':>8} {'CPU':>6}",
     ]
     for w in table["workers"]:
         rss = f"{w['rss_bytes'] / 2**20:.1f}M" if w.get("rss_bytes") else "-"
         lines.append(
             f"{w['name']:<10} {w['state']:<9} {_fmt(w['pid']):>7} {_fmt(w['uptime_s'], 's'):>9} "
-            f"{w['restarts']:>8} {(w.get('last_exit') or '-'):<22} {_fmt(w['heartbeat_age_s'], 's'):>7} "
+            f"{w['restarts']:>8} {(w.get('last_exit') or '-'):<22} {_fmt(alive_age(w), 's'):>7} "
             f"{rss:>8} {_fmt(w.get('cpu_percent'), '%'):>6}"
         )
     return "\n".join(lines)

@@ -2,8 +2,7 @@
 downlink message `peers`): kept in a small file in the state directory, so the traffic
 sampler (inventory worker) reads what the downlink (stream worker) wrote, across restarts
 of either.
-
-    {"cluster": "c1", "peers": [{"node_id": "node-...", "address": "198.18.0.12"}, ...]}
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -469,6 +469,12 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("restart_window_sec", "60", _positive_float, "Window of the restart-intensity limit"),
     Variable("fatal_retry_sec", "300", _positive_float, "Pause before a FATAL worker is tried again"),
     Variable("stop_timeout_sec", "10", _positive_float, "Orderly-stop bound before stragglers are killed"),
+    Variable(
+        "prefork",
+        "on",
+        _bool,
+        "The supervisor's memory tricks before it forks the workers (supervisor/prefork/): on or off",
+    ),
     Variable("log_level", "info", _log_level, "Agent log level: debug, info, warning, error"),
 )
 
@@ -539,6 +545,7 @@ class Config:
     restart_window_sec: float
     fatal_retry_sec: float
     stop_timeout_sec: float
+    prefork: bool
     log_level: str
     route_address: str | None = None
 

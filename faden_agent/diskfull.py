@@ -1,15 +1,8 @@
 """A full disk is a state to report and recover from, not a crash (docs/service.md).
 
-Every write of the agent's files (outbox, command journal, state file, log positions) goes
-through `retry_when_full`: while the file system says ENOSPC/EDQUOT (or SQLite says "database
-or disk is full"), the write is retried every RETRY_S and this process's DISK state names
-the path; the worker's "alive" messages to the supervisor carry it (`disk_full`), and so
-`ps --json`, `status` and the node heartbeat show it. The first write that succeeds again clears it.
-
-A worker's main loop must keep telling the supervisor it is alive, so it never waits here: on the main thread a
-full disk raises DiskFull at once, and the caller answers "later" (the executor does not
-ack a command it could not journal, so the downlink hands it over again). Threads wait:
-their work resumes, in order, when space returns; nothing is lost or sent twice.
+Every write of the agent's files goes through retry_when_full: a thread waits and retries,
+a worker's main loop gets DiskFull at once; the process's DISK state names the path until a
+write succeeds again. Nothing is lost or sent twice. Notes: docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,11 +1,5 @@
 """`faden-agent doctor`: one line per check (ok / warn / fail) and what to do about it.
-
-Checks what an operator needs when a node misbehaves: the backend (DNS, TCP, TLS with the
-configured CA, clock skew from its Date header), the credential, the state file, Docker
-and its NVIDIA runtime, NVML, journald, the log path (Loki or the backend), free disk, and
-the service. Each check is bounded in time and independent: one failing never hides another.
-A check that later checks build on returns what it learned beside its line (the addresses,
-the connection, the membership, the log target, Docker's info); run() hands that on.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -218,6 +212,8 @@ class Doctor:
             return Check("state file", FAIL, f"{path}: {exc.strerror}", "fix the permissions of the state directory")
         try:
             membership = load_membership(path)
+            if membership is None:  # removed since it was found above
+                raise MembershipError(f"{path} disappeared while it was read")
             check_backend(membership, self.config.backend_url, path)
         except MembershipError as exc:
             return Check("state file", FAIL, str(exc))

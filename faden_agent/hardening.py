@@ -1,10 +1,8 @@
-"""What `faden-agent run` does to its own process before any worker or child starts:
+"""What `faden-agent run` does to its own process before any worker or child starts.
 
-- the enrollment token leaves the environment: workers are forked and keep it in their
-  Config, but exec'd children (journalctl, setpriv, docker helpers) and /proc/PID/environ
-  never see it;
-- no core dumps (RLIMIT_CORE 0, PR_SET_DUMPABLE 0, inherited across fork): a dump would
-  hold the credential. The unit also sets LimitCORE=0.
+The enrollment token leaves the environment (exec'd children and /proc/PID/environ never see
+it) and core dumps are off (RLIMIT_CORE 0, PR_SET_DUMPABLE 0): a dump would hold the credential.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

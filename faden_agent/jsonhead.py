@@ -1,9 +1,5 @@
 """The leading members of a JSON object whose text is too long to parse whole.
-
-The downlink skips a stream line over its cap without holding it (backend.DownlinkStream),
-yet a command on such a line still needs a terminal state. Its `type`, `id` and `seq` come
-before its `spec` (docs/protocol.md), so the first few KiB of the line name it: this reads
-the object's members in order from that beginning and stops at the first one cut off.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

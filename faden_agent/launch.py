@@ -1,9 +1,5 @@
 """The `faden-agent` entry point (and `python -m faden_agent`, the service's command).
-
-`faden-agent run` starts the supervisor without loading the command-line library: whatever
-the supervisor has imported when it forks is in every worker's address space, and typer,
-click and rich (~4 MiB of objects) are never used by a worker (issue 16: PSS of the tree).
-Every other command, and `run` with options (`--help`), goes through the typer app.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
 """This machine's membership (node id, credential, backend URL) and the file that keeps it:
 FADEN_NODE_AGENT_STATE_PATH, called "the state file" in operator docs and messages.
-
-Written at enrollment: temp file in the same directory, fsync, rename, fsync of the
-directory, mode 0600. The agent never deletes it; a credential rotation replaces it the same
-atomic way, a re-enrollment (a rejected credential and a new token, docs/protocol.md) moves
-it aside and writes a new one. Every way it can be wrong has one clear error (MembershipError),
-and no message ever contains the credential.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,12 +1,5 @@
 """One way to open the agent's private SQLite files (outbox, command journal).
-
-WAL so several processes can write; synchronous=FULL so an acknowledged write survives a
-crash; the database and its -wal/-shm side files 0600 (they may hold command specs).
-
-A file that is not a database or fails SQLite's quick_check is corrupt: it is moved aside
-(files.quarantine, with its side files) and a fresh one is made, so one bad file never
-keeps a worker from starting; the caller reports the returned event. Several processes
-open the outbox at once: a lock file serialises the check, so only one of them moves it.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -32,9 +25,10 @@ def open_private_sqlite(
 ) -> tuple[sqlite3.Connection, dict[str, Any] | None]:
     """(connection, quarantine event or None)."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    lock_fd: int | None = None
     try:
-        lock_fd: int | None = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        fcntl.flock(lock_fd, fcntl.LOCK_EX)
+        lock_fd = fd = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
     except OSError:
         lock_fd = None  # cannot even make the lock file (a full disk): open unserialised
     try:

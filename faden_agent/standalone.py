@@ -1,14 +1,5 @@
 """The standalone binary's unpacked builds (packaging/launcher.sh unpacks, this keeps order).
-
-The launcher unpacks each build once into `<cache>/<build id>/` and execs the agent from
-there, exporting FADEN_AGENT_EXECUTABLE (its own path). Every process started that way
-holds a shared lock on its build directory for its lifetime (forked workers inherit it),
-and removes what no process uses any more: builds of other ids whose lock is free, and
-half-unpacked directories of launchers that were killed. A build placed in the cache less
-than PLACED_GRACE_S ago stays even unlocked: its launcher may have just exec'd it, and
-PyInstaller's bootloader reads the build's files before the agent can take the lock (two
-builds started together: the first one's prune broke the second one's start). Standard
-library only: this runs before the CLI is imported, on every start.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
 """What `faden-agent status` reports: membership and the backend link, never a secret.
-
-collect_status() returns a dict (for --json and for other parts to extend, e.g. with the
-systemd unit's state); format_status() renders it for people. The live link state comes
-from the running stream worker (via the supervisor's `ps`); when the agent is not running,
-from the status file the stream worker last wrote.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -14,11 +10,10 @@ from typing import Any
 import orjson
 
 from faden_agent.config import Config
-from faden_agent.ipc import Endpoints, EnvelopeError, request
+from faden_agent.ipc import control
 from faden_agent.membership import MembershipError, load_membership
 
 STATUS_FILE = "status.json"  # written by the stream worker (workers/stream/link.py)
-PS_TIMEOUT_S = 1.0
 
 
 def collect_status(config: Config) -> dict[str, Any]:
@@ -80,13 +75,10 @@ def collect_status(config: Config) -> dict[str, Any]:
 
 def _live_link(config: Config) -> tuple[dict[str, Any] | None, str | None, dict[str, Any] | None]:
     """(link, where it came from, disk_full of the first worker that cannot write)."""
-    try:
-        reply = request(Endpoints(config.runtime_dir).control, "ps", timeout_s=PS_TIMEOUT_S)
-    except EnvelopeError:
+    table = control.ps(config.runtime_dir)
+    if table is None:
         return None, None, None
-    if reply is None or not isinstance(reply.body, dict):
-        return None, None, None
-    workers = [w for w in reply.body.get("workers", []) if isinstance(w, dict)]
+    workers = [w for w in table.get("workers", []) if isinstance(w, dict)]
     disk_full = next(
         (
             {**w["status"]["disk_full"], "worker": w.get("name")}

@@ -1,16 +1,6 @@
 """The client TLS context: one per trust setting and process, shared by every connection
 the agent opens (requests' sessions through SharedContextAdapter, and its own sockets).
-
-Without it urllib3 builds a context and parses the whole CA bundle again for every new
-connection: the public bundle is about 140 certificates, 4.4 MiB of memory in each worker
-that speaks https and milliseconds of CPU per connection. Where the backend or Loki is
-https, the supervisor builds the context before it forks (preload.py), so the workers share
-one certificate store instead of each parsing its own. The bundle is read once per
-process: a changed CA file is taken at the agent's next start.
-
-One trust store for everything: `verify` True means requests' bundle (certifi), for the
-backend as for Loki and peers; a private CA is FADEN_NODE_AGENT_CA_BUNDLE. requests'
-REQUESTS_CA_BUNDLE and CURL_CA_BUNDLE are not read.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,12 +1,5 @@
-"""A wait in the kernel on one descriptor that another thread can end (issue 16).
-
-A reader that blocks with no timeout (a netlink socket, an inotify descriptor) still has to
-stop when its worker stops; a timeout would wake it for nothing while idle. So it polls its
-descriptor together with a pipe, and wake() writes to the pipe:
-
-    waiter = Wakeable(fd)
-    if waiter.wait(None): ...   # True: the descriptor is readable; False: woken or timed out
-    waiter.wake()               # from any thread
+"""A wait in the kernel on one descriptor that another thread can end.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Prints the interpreter to build and test the agent with: CPython 3.12 where the machine has
 # one, else python3. On 3.12 the supervisor's objects become immortal before it forks, so
-# the idle tree is about 15 MiB smaller (faden_agent/supervisor/immortal.py); 3.11 runs the
+# the idle tree is about 15 MiB smaller (faden_agent/supervisor/prefork/immortal.py); 3.11 runs the
 # same code without that. A pyenv shim of a version not selected does not run, so each
 # candidate is tried.
 for candidate in python3.12 "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.12.*/bin/python3.12; do

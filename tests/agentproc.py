@@ -14,10 +14,14 @@ from typing import Any
 
 from faden_agent.ipc import Endpoints, request
 
+# Kept from the test run's own environment: CI runs the supervisor's tests (and may run the
+# chaos run) a second time with FADEN_NODE_AGENT_PREFORK=off.
+PASSED_THROUGH = ("FADEN_NODE_AGENT_PREFORK",)
+
 
 def agent_env(tmp_path: Path, **overrides: Any) -> dict[str, str]:
     """An environment for one agent under tmp_path; overrides are FIELD=value without prefix."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FADEN_NODE_AGENT_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FADEN_NODE_AGENT_") or k in PASSED_THROUGH}
     env.update(
         FADEN_NODE_AGENT_RUNTIME_DIR=str(tmp_path / "run"),
         FADEN_NODE_AGENT_STATE_PATH=str(tmp_path / "state" / "state.json"),

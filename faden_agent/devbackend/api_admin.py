@@ -1,9 +1,7 @@
 """The reference backend's admin API (docs/protocol.md, "Admin API"): enrollment tokens,
 nodes, commands, the nodes' records, clusters with their traffic and fan-outs, the request
 log. Fault switches: faults.py; image relays: api_relay.py.
-
-To add an admin route: an action `def name(req: Request, **path parameters) -> int` that
-starts with req.require_admin(), its path in protocol.py (ADMIN_..._PATH), one line in ROUTES.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -21,7 +21,9 @@ def start(req: Request) -> int:
     req.require_admin()
     body = req.read_json()
     image_id, holder, receiver = body.get("image_id"), body.get("holder"), body.get("receiver")
-    if not all(isinstance(v, str) and v for v in (image_id, holder, receiver)):
+    if not (isinstance(image_id, str) and isinstance(holder, str) and isinstance(receiver, str)) or not all(
+        (image_id, holder, receiver)
+    ):
         raise HttpError(400, "bad_body", "body needs 'image_id', 'holder' and 'receiver' (node ids)")
     req.node_or_404(holder)
     req.node_or_404(receiver)

@@ -11,7 +11,7 @@ from typing import Any
 from faden_agent.devbackend.faults import Faults
 from faden_agent.devbackend.store import Store
 
-DEFAULT_KEEPALIVE_SEC = 15.0
+DEFAULT_KEEPALIVE_S = 15.0
 REQUEST_LOG_SIZE = 5000
 
 
@@ -23,7 +23,7 @@ class Backend:
         *,
         downloads: Path | None = None,
         loki_url: str | None = None,
-        keepalive_sec: float = DEFAULT_KEEPALIVE_SEC,
+        keepalive_sec: float = DEFAULT_KEEPALIVE_S,
     ):
         if not admin_token or not admin_token.strip():
             raise ValueError("the admin token is empty: it would open the admin API to anyone")

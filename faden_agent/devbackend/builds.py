@@ -1,11 +1,5 @@
 """The agent builds this backend serves (its --downloads directory), and "agent version available".
-
-The directory is a release (packaging/release.sh: `faden-agent-linux-<arch>`, `.sha256`,
-install.sh). Each build says its version in its first lines (packaging/launcher.sh:
-`# faden-agent standalone build <version> (<arch>)`), so no file beside it is needed.
-A node whose reported version is older than the served build for its architecture is
-shown with the newer version as available. Agents never update themselves: re-running the
-install line on the node installs it.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,13 +1,5 @@
-"""Fan-out of one image to every machine of a cluster (issue 14), in the reference backend.
-
-Holders are the machines whose inventory lists the image; every other machine is a target.
-Each idle holder gets the next target: a one-time ticket is minted, the holder gets
-`image.serve` with its sha256, the target `image.fetch` with the ticket. A target that
-finished becomes a holder, so the number of sources doubles each round: N machines take
-about log2(N) transfer times instead of N. A failed fetch puts its target back in the
-queue (another holder may serve it) up to ATTEMPTS times.
-
-Runs in a thread of the backend; its state is read back with GET .../fanouts/{id}.
+"""Fan-out of one image to every machine of a cluster, in the reference backend.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -31,7 +23,9 @@ def command_outcome(store: Any, command_id: str) -> tuple[str | None, str | None
     command = store.command(command_id) or {}
     if command.get("state") not in protocol.TERMINAL_STATES:
         return None, None
-    end = next((t for t in reversed(command.get("timeline") or []) if t.get("state") == command["state"]), {})
+    end: dict[str, Any] = next(
+        (t for t in reversed(command.get("timeline") or []) if t.get("state") == command["state"]), {}
+    )
     return command["state"], end.get("reason")
 
 

@@ -1,12 +1,5 @@
 """`faden-agent admin command ID --follow`: a command's timeline for a human, as it happens.
-
-Polls the reference backend's admin API and prints each timeline state once, with its time
-and the seconds since the command was received; `progress` records that carry bytes
-(`bytes_done`/`bytes_total`: pulls, transfers) become one bar per phase and target, with
-bytes done/total, rate and ETA computed from the records' own times (so a finished
-command replayed from history shows the rates it had); the terminal state ends it with its
-reason and message. On a terminal rich draws live bars; into a pipe or file each progress
-record is one plain line instead.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

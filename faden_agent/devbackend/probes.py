@@ -1,17 +1,6 @@
-"""Probe rounds in the reference backend (issue 15): measure the cluster's reachability and
+"""Probe rounds in the reference backend: measure the cluster's reachability and
 bandwidth matrix with `traffic.probe`, every machine against every other.
-
-A probe of machine A by machine B measures both directions (B's upload: B to A, its
-download: A to B) and the RTT, so each pair is probed once. Pairs are scheduled in rounds
-of disjoint pairs (the circle method: N-1 rounds for N machines), so no machine takes part
-in two probes at once and the figures are each link's own, not shared ones.
-
-Each probed machine first gets one `traffic.serve` with the sha256 of a fresh one-time
-ticket per prober (as image.serve for images); the prober gets `traffic.probe` with the
-ticket. Machines whose agent lacks the capability are skipped and named. The results stay
-in the probe commands' timeline records; clusters.probe_results reads the latest per pair.
-
-Runs in a thread of the backend; its state is read back with GET .../probes/{id}.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -84,7 +73,7 @@ class ProbeRound(ClusterRound):
         """One traffic.serve per probed machine with a ticket hash per prober; the tickets."""
         store = self.backend.store
         tickets: dict[tuple[str, str], str] = {}
-        hashes: dict[str, list[dict[str, str]]] = {}
+        hashes: dict[str, list[dict[str, str | None]]] = {}
         for prober, target in (pair for pairs in schedule for pair in pairs):
             ticket, ticket_sha256 = mint_ticket()
             tickets[(prober, target)] = ticket

@@ -1,17 +1,6 @@
 """Relay of one image stream through the reference backend, for peers that cannot reach each
-other (issue 14): both sides connect outbound.
-
-    admin   POST .../relays {image_id, holder, receiver, image?}: mints a ticket for the
-            receiver and a token for the holder (only their hashes are kept), sends the holder
-            `image.relay` {url, token} and the receiver `image.fetch` with peers
-            [{address: <backend>/api/agent/v1/relays/<id>, ticket}].
-    receiver  POST .../relays/<id>/v1/images/fetch (the peer port's request, ticket): waits
-            for the holder's stream and passes it on, chunked.
-    holder  GET .../relays/<id>/request (token): the receiver's request (held layer chains),
-            204 until it came; POST .../relays/<id>/stream (token, chunked): the archive.
-
-The stream goes through a bounded queue (RELAY_BUFFER chunks of at most 1 MiB): the backend
-holds at most that much, never a copy of the image; a stalled side stalls the other.
+other: both sides connect outbound.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

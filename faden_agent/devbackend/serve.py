@@ -29,7 +29,7 @@ def serve(
     backend = Backend(data_dir, admin_token, downloads=downloads, loki_url=loki_url, keepalive_sec=keepalive_sec)
     server = make_server(backend, host, port, tls_cert=tls_cert, tls_key=tls_key)
     scheme = "https" if tls_cert else "http"
-    bound_host, bound_port = server.server_address[:2]
+    bound_host, bound_port = str(server.server_address[0]), server.server_address[1]
 
     def stop(*_: Any) -> None:
         threading.Thread(target=server.shutdown, daemon=True).start()

@@ -1,18 +1,7 @@
 """The reference backend's HTTP server: the route tables of its API modules joined, and
 make_server. Standard library only (plus orjson), so it runs anywhere Python does; the agent
 itself never imports this package.
-
-    api_agent.py   the agent protocol (docs/protocol.md): enroll, stream, uplink, logs
-    api_relay.py   image relays between peers that cannot reach each other
-    api_admin.py   the admin API: tokens, nodes, commands, records, clusters, fan-outs
-    faults.py      fault switches for tests (maintenance, dropped/stalled streams, 413s)
-    downloads.py   GET /downloads/<file>
-    loki_relay.py  the agent's log push passed on to Loki (--loki-url)
-    web.py         the request plumbing they share (bodies, JSON answers, guards, route())
-    app.py         Backend: the state every action reaches as req.backend
-
-A new route: an action in the API module it belongs to, its path in protocol.py, one line
-in that module's ROUTES.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ import orjson
 
 from faden_agent import protocol
 from faden_agent.devbackend import clusters
-from faden_agent.workers.inventory.record import apply_record  # the receiver's rule (docs/inventory.md)
+from faden_agent.protocol.inventory import apply_record  # the receiver's rule (docs/inventory.md)
 
 ENROLL_RETRY_WINDOW_S = 3600  # how long a spent token can be re-presented by the same attempt
 
@@ -385,11 +385,11 @@ class Store:
             clusters.store_traffic(self._db, node_id, record["data"], now)
         elif record["kind"] == protocol.INVENTORY:
             row = self._db.execute("SELECT inventory FROM nodes WHERE node_id = ?", (node_id,)).fetchone()
-            merged = apply_record(_json(row[0]) if row else None, record["data"])
-            if merged is not None:  # None: an unchanged record of a full one we do not hold
+            inventory = apply_record(_json(row[0]) if row else None, record["data"])
+            if inventory is not None:  # None: an unchanged record of a full one we do not hold
                 self._db.execute(
                     "UPDATE nodes SET inventory = ?, inventory_at = ? WHERE node_id = ?",
-                    (orjson.dumps(merged), now, node_id),
+                    (orjson.dumps(inventory), now, node_id),
                 )
 
     # ------------------------------------------------------------------ clusters (clusters.py)

@@ -1,11 +1,5 @@
 """`faden-agent admin traffic CLUSTER`: the cluster's traffic matrix as a table.
-
-Rows send, columns receive: each cell is what the row's machine measured towards the
-column's machine (rate sent, smoothed RTT, local interface). Machines whose agent lacks
-the traffic capability are named below it (they need a newer agent), so are measurements
-a machine could not make. Below it, the latest active probes (traffic.probe): each cell
-the newest measurement of that direction (by either machine's probe: a probe measures
-both), throughput and RTT p50/p99, or why the pair could not be measured.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

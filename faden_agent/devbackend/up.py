@@ -1,9 +1,5 @@
 """`faden-agent up` without a backend URL: the embedded reference backend for trying the agent.
-
-Starts `faden-agent dev-backend` as a child process on 127.0.0.1, keeps its admin token in
-<data>/admin-token (0600, so `faden-agent admin ...` works alongside), mints an enrollment
-token when this machine is not yet a member, and hands the agent the environment to use it.
-The token travels to the agent in its environment, never on a command line.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

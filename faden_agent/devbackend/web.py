@@ -1,10 +1,7 @@
 """The reference backend's HTTP plumbing: the request handler every API module's actions get
 (reading bounded bodies, answering JSON, the admin and node guards), HttpError, and route(),
 which turns a protocol.py path template into a route-table entry.
-
-An API module (api_agent.py, api_admin.py, ...) holds plain functions `action(req, **path
-parameters) -> status` and one ROUTES list of route(method, path, action); server.py joins
-the lists.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,18 +1,6 @@
-"""Image archives between peers (issue 14): the `docker save` tar stream, read and written
+"""Image archives between peers: the `docker save` tar stream, read and written
 entry by entry, never held whole.
-
-Holder side: `strip_held_layers` leaves out the layer files of the layers the receiver
-already holds. The classic image store (docker 20.10) loads an archive whose manifest names
-a layer file that is absent when it has that layer's chain already (measured here). Which
-directory holds which layer is known before the stream starts: `docker save` names the
-directory of every layer but the last by a v1 id computed from the chain id alone
-(`v1_layer_ids`); a name that is not predicted is simply sent, so an engine that names
-them otherwise gets the full archive.
-
-Receiver side: `ArchiveVerifier` passes each entry on to the engine while it hashes it,
-and only at the end, when every layer digest, the config digest (= the image id), and the
-tags were checked, appends its own manifest (no tags). A stream that fails a check is cut
-before the manifest, so the engine's load fails and keeps nothing.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

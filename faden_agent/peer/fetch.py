@@ -1,11 +1,8 @@
-"""The receiver's side of a peer transfer (issue 14): fetch an image from one peer, checked
+"""The receiver's side of a peer transfer: fetch an image from one peer, checked
 entry by entry on its way into the engine's `docker load` (archive.ArchiveVerifier), then
 tag it. Runs in an executor scheduler thread (image.fetch, or the peers fallback of
 image.pull / container.run).
-
-Every way one peer can fail is a PeerFailure(reason): peer_unreachable, ticket_refused,
-ticket_expired, image_not_found, peer_failed (the stream broke), integrity_failed. The
-caller tries the next peer; no_space and cancellation end the command at once.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -22,6 +19,7 @@ import requests
 from faden_agent import protocol
 from faden_agent.diskspace import require_space
 from faden_agent.errorline import error_line
+from faden_agent.failure import Failure
 from faden_agent.peer.archive import (
     ArchiveVerifier,
     ChunkReader,
@@ -38,11 +36,8 @@ PROGRESS_INTERVAL_S = 1.0
 SPACE_FACTOR = 2
 
 
-class PeerFailure(Exception):
-    def __init__(self, reason: str, message: str):
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
+class PeerFailure(Failure):
+    """An image fetch from peers failed; reason is the command's."""
 
 
 class Stopped(Exception):
@@ -79,6 +74,7 @@ class Transfer:
     verify: bool | str
     on_progress: Callable[[dict[str, Any]], None]
     should_stop: Callable[[], bool]
+    cut: BaseException | None = None  # why the archive stream was cut (set by _guarded, read by _load)
 
     def run(self, peer: dict[str, str]) -> dict[str, Any]:
         source = urlsplit(peer["address"]).netloc
@@ -92,7 +88,7 @@ class Transfer:
                 raise PeerFailure("peer_failed", f"peer {source} sent a malformed size header") from None
             self._check_space(total, source)
             started = time.monotonic()
-            figures = {"bytes_done": 0, "next": started}
+            figures: dict[str, float] = {"bytes_done": 0, "next": started}
 
             def on_bytes(n: int) -> None:
                 figures["bytes_done"] += n
@@ -174,7 +170,7 @@ class Transfer:
             raise self.cut from None
 
     def _load(self, archive: Iterator[bytes]) -> None:
-        self.cut: BaseException | None = None
+        self.cut = None
         try:
             for line in self.api.load_image(archive):
                 if isinstance(line, dict) and line.get("error"):
@@ -192,7 +188,7 @@ class Transfer:
         except docker.errors.NotFound:
             raise PeerFailure("integrity_failed", f"the engine did not load {self.image_id}") from None
 
-    def _progress(self, source: str, done: int, total: int, elapsed: float) -> None:
+    def _progress(self, source: str, done: float, total: int, elapsed: float) -> None:
         self.on_progress(
             {
                 "phase": "fetch",

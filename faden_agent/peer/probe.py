@@ -1,36 +1,17 @@
-"""Active probes between peer machines (issue 15): the wire form and the answering side.
-
-One probe session per one-time ticket (peer/tickets.py, grant PROBE_GRANT), on the peer port:
-
-    POST /v1/traffic/probe   Authorization: Bearer <ticket>   Connection: Upgrade   Upgrade: faden-probe/1
-    101 Switching Protocols  X-Faden-Probe-Max-Bytes, X-Faden-Probe-Max-Seconds (per direction),
-                             X-Faden-Probe-Max-Echoes
-    401 ticket_refused / ticket_expired, 503 peer_busy, 400 bad_request: {"reason", "message"}
-
-then frames both ways on the same connection: 1 byte op, 4 bytes length (big-endian), payload.
-
-    E  <= 64 bytes        echo: answered at once with the same frame (the round trips)
-    D  <= 1 MiB           data (the prober's upload, or this side's download)
-    F  (from the prober)  end of the upload; answered R: u64 bytes received, f64 seconds
-    S  u64 bytes, f64 s   the prober asks for a download: D frames until either bound, then F
-                          (u64 bytes sent, f64 seconds)
-    X  text               refused (a cap passed, a bad frame); this side closes
-
-The answering side caps everything itself, whatever the prober asks: LIMITS bytes and
-seconds per direction and session, echoes per session, the session's length, and an idle
-read timeout; at most MAX_SESSIONS at once. A peer cannot make this machine send (or
-swallow) unbounded bytes.
+"""Active probes between peer machines: the wire form and the answering side.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations
 
+import io
 import logging
 import math
 import socket
 import struct
 import time
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any
 
 from faden_agent import protocol
 
@@ -81,7 +62,7 @@ def frame(op: bytes, payload: bytes = b"") -> bytes:
     return HEADER.pack(op, len(payload)) + payload
 
 
-def read_exact(rfile: BinaryIO, size: int) -> bytes | None:
+def read_exact(rfile: io.BufferedIOBase, size: int) -> bytes | None:
     """`size` bytes, or None at a clean end of stream before the first byte."""
     data = rfile.read(size)
     if not data:
@@ -94,7 +75,7 @@ def read_exact(rfile: BinaryIO, size: int) -> bytes | None:
     return data
 
 
-def discard(rfile: BinaryIO, size: int, scratch: memoryview) -> None:
+def discard(rfile: io.BufferedIOBase, size: int, scratch: memoryview) -> None:
     """Read and drop `size` bytes (a D frame's payload) without allocating."""
     while size:
         got = rfile.readinto(scratch[: min(size, len(scratch))])
@@ -118,7 +99,7 @@ def send_bounded(write: Any, max_bytes: int, seconds: float, should_stop: Any = 
 class Session:
     """One prober's session: reads its frames, answers them, within Limits."""
 
-    def __init__(self, rfile: BinaryIO, wfile: Any, limits: Limits = LIMITS):
+    def __init__(self, rfile: io.BufferedIOBase, wfile: Any, limits: Limits = LIMITS):
         self.rfile = rfile
         self.wfile = wfile
         self.limits = limits
@@ -182,7 +163,7 @@ class Session:
         raise Refused(f"unknown frame {op!r} of {length} bytes")
 
 
-def serve(connection: socket.socket, rfile: BinaryIO, wfile: Any, limits: Limits = LIMITS) -> Session:
+def serve(connection: socket.socket, rfile: io.BufferedIOBase, wfile: Any, limits: Limits = LIMITS) -> Session:
     """Answer one prober on an upgraded connection until it closes, is idle, or passes a cap."""
     tune(connection)
     connection.settimeout(limits.idle_s)

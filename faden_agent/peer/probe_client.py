@@ -1,14 +1,12 @@
-"""The prober's side of an active probe (issue 15; the wire form is in peer/probe.py): to one
+"""The prober's side of an active probe (the wire form is in peer/probe.py): to one
 peer, on one connection, round trips (RTT p50/p99), then an upload and a download, each
 bounded by bytes and seconds. Runs in an executor scheduler thread (traffic.probe).
-
-Every way one peer can fail is a ProbeFailed(reason) carrying what was measured before it:
-peer_unreachable (no connection), ticket_refused / ticket_expired, peer_busy, timeout, peer_failed
-(a refusal, a broken or malformed stream). The caller records it as that peer's entry.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations
 
+import io
 import math
 import socket
 import ssl
@@ -16,11 +14,12 @@ import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO
+from typing import Any
 from urllib.parse import urlsplit
 
 import orjson
 
+from faden_agent.failure import Failure
 from faden_agent.peer import probe
 from faden_agent.tls import client_context
 
@@ -40,11 +39,8 @@ class Bounds:
     round_trips: int
 
 
-class ProbeFailed(Exception):
-    def __init__(self, reason: str, message: str):
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
+class ProbeFailed(Failure):
+    """A traffic probe against a peer failed; reason is the command's."""
 
 
 class Stopped(Exception):
@@ -107,7 +103,7 @@ class Probe:
                 raise ProbeFailed("peer_unreachable", f"TLS with {self.address} failed: {type(exc).__name__}") from None
         return sock
 
-    def _upgrade(self, sock: socket.socket, rfile: BinaryIO) -> probe.Limits:
+    def _upgrade(self, sock: socket.socket, rfile: io.BufferedIOBase) -> probe.Limits:
         """The session's caps as the peer grants them; ProbeFailed when it refuses."""
         host = urlsplit(self.address).netloc
         sock.sendall(
@@ -137,7 +133,7 @@ class Probe:
             raise ProbeFailed(reason, f"{self.address} refused the probe: {str(refusal.get('message'))[:200]}")
         raise ProbeFailed("peer_failed", f"{self.address} answered HTTP {status} to the probe")
 
-    def _round_trips(self, sock: socket.socket, rfile: BinaryIO, count: int) -> None:
+    def _round_trips(self, sock: socket.socket, rfile: io.BufferedIOBase, count: int) -> None:
         sock.settimeout(self.bounds.duration_s + GRACE_S)
         samples: list[float] = []
         started = time.monotonic()
@@ -160,7 +156,7 @@ class Probe:
             rtt_p99_ms=round(percentile(ordered, 0.99), 3),
         )
 
-    def _upload(self, sock: socket.socket, rfile: BinaryIO, max_bytes: int, seconds: float) -> None:
+    def _upload(self, sock: socket.socket, rfile: io.BufferedIOBase, max_bytes: int, seconds: float) -> None:
         sock.settimeout(seconds + GRACE_S)
         started = time.monotonic()
         sent, _ = probe.send_bounded(sock.sendall, max_bytes, seconds, self.should_stop)
@@ -172,7 +168,7 @@ class Probe:
             raise ProbeFailed("peer_failed", f"{self.address} received {received} of {sent} bytes")
         self.figures.update(send_bytes=sent, send_s=round(elapsed, 4), send_bytes_per_s=round(sent / elapsed, 1))
 
-    def _download(self, sock: socket.socket, rfile: BinaryIO, max_bytes: int, seconds: float) -> None:
+    def _download(self, sock: socket.socket, rfile: io.BufferedIOBase, max_bytes: int, seconds: float) -> None:
         sock.settimeout(seconds + GRACE_S)
         scratch = memoryview(bytearray(probe.CHUNK))
         started = time.monotonic()
@@ -204,7 +200,7 @@ class Probe:
             raise Stopped()
 
 
-def _expect(rfile: BinaryIO, op: bytes, size: int | None = None) -> bytes:
+def _expect(rfile: io.BufferedIOBase, op: bytes, size: int | None = None) -> bytes:
     """The payload of the next frame, which must be `op` (X: the peer refused; its words)."""
     got, length = probe.HEADER.unpack(probe.read_exact(rfile, probe.HEADER.size) or b"")
     if length > max(probe.ECHO_MAX, probe.TEXT_MAX, probe.RESULT.size):
@@ -217,7 +213,7 @@ def _expect(rfile: BinaryIO, op: bytes, size: int | None = None) -> bytes:
     return payload
 
 
-def _read_head(rfile: BinaryIO) -> tuple[int, dict[str, str]]:
+def _read_head(rfile: io.BufferedIOBase) -> tuple[int, dict[str, str]]:
     """Status and headers (names lower-case) of an HTTP answer, at most HEAD_LIMIT bytes."""
     status_line = rfile.readline(HEAD_LIMIT)
     parts = status_line.split(None, 2)

@@ -1,18 +1,7 @@
-"""The holder's side of a peer transfer (issue 14): an HTTP(S) server on ADVERTISE_HOST:
-PEER_PORT, run by the peer worker only, so a 15 GB transfer never delays a heartbeat or a
+"""The holder's side of a peer transfer: an HTTP(S) server on ADVERTISE_HOST:
+PEER_PORT, run by the peer worker only, so a long transfer never delays a heartbeat or a
 command.
-
-    POST /v1/images/fetch   Authorization: Bearer <ticket>
-        {"image_id": "sha256:...", "held_chains": ["sha256:...", ...]}
-    200: the image's `docker save` archive (chunked), without the layer files whose chain
-         the receiver holds; headers X-Faden-Image-Id, X-Faden-Bytes-Total (estimate of
-         what is sent), X-Faden-Byte-Limit (most bytes the archive may have), X-Faden-Layers-Sent.
-    401 ticket_refused / ticket_expired, 404 image_not_found, 400 bad request:
-         {"reason", "message"}.
-
-    POST /v1/traffic/probe  Authorization: Bearer <ticket>, Upgrade: faden-probe/1
-    101: one active probe session (issue 15): echoes, a bounded upload and download; the
-         wire form and this side's caps are in peer/probe.py.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

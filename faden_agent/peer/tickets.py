@@ -1,10 +1,5 @@
-"""One-time tickets for serving an image to one receiver (issue 14).
-
-The backend gives the receiver a ticket and the holder only its sha256 (`image.serve`), so
-the holder never knows a ticket it could leak. The executor writes one file per ticket,
-named by the hash, into the runtime directory; the peer worker takes it when the ticket is
-presented. Taking is a rename, which exactly one request wins: a ticket is spent by its
-first use, whatever that use's outcome (a second use, or one for another image, is refused).
+"""One-time tickets for serving an image to one receiver.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -19,6 +14,8 @@ from pathlib import Path
 
 import orjson
 
+from faden_agent.failure import Failure
+
 TICKET_DIR = "peer-tickets"
 SPENT_SUFFIX = ".spent"
 # An expired ticket is kept this long, so a late receiver is told `ticket_expired`, not
@@ -27,11 +24,8 @@ EXPIRED_KEPT_S = 600.0
 MAX_TICKET_BYTES = 4096  # a grant is an image id, an address and a time: well under 1 KiB
 
 
-class TicketRefused(Exception):
-    def __init__(self, reason: str, message: str):
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
+class TicketRefused(Failure):
+    """A peer's ticket is not good for what it asks."""
 
 
 # The grant of a ticket for one active probe session (issue 15, peer/probe.py), in the place

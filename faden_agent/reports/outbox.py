@@ -1,16 +1,8 @@
 """The outbox: the durable queue of reports; records that must reach the backend survive any crash.
 
-Producers (executor, logs, inventory, stream) `put` records into one SQLite file in the
-state directory (WAL mode; safe across processes); the stream worker reads `pending`
-batches, sends them, and `ack`s what the backend acknowledged. A record is on disk before
-`put` returns, so a kill -9 of the producer, the stream worker or the whole agent loses
-nothing; resends are harmless because every record has a unique id the backend dedups.
-
-Latest-value records (inventory) are kept one per kind: only the newest matters.
-
-A corrupt outbox file is moved aside at open (sqlitefile) and the fresh one starts with an
-event saying so. Every write waits out a full disk (diskfull.writes_file: a thread
-waits, a worker's main loop gets DiskFull at once).
+Producers put records into one SQLite file (WAL); the stream worker's Uplink sends and acks
+them. A record is on disk before put returns; every id is unique so a resend dedups. Its meta
+table is the cursor store (CURSOR_KEYS). Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -51,6 +43,14 @@ CREATE TABLE IF NOT EXISTS meta (
     value TEXT NOT NULL
 );
 """
+# The meta table is the agent's cursor store: how far each reader got, kept in the file that
+# holds the records it produced (get_meta / set_meta). Every key, with its owner:
+CURSOR_KEYS = {
+    "downlink_after": "stream (downlink.py): the last downlink sequence acknowledged",
+    "downlink_epoch": "stream (downlink.py): the backend identity that sequence belongs to",
+    "executor.events_since": "executor (events.py): the Docker event time the replay starts at",
+    "executor.containers_seen": "executor (reconcile.py): each managed container's last snapshot",
+}
 
 
 def new_record_id() -> str:
@@ -141,6 +141,7 @@ class Outbox:
         return excess
 
     def get_meta(self, key: str, default: str | None = None) -> str | None:
+        """A cursor (CURSOR_KEYS names each)."""
         with self._lock:
             row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return row[0] if row else default

@@ -1,5 +1,5 @@
 """Reports: what producers (executor, inventory, logs) use to report: a durable write to the
-outbox, then a wake-up on Endpoints.reports_ready so the stream worker's OutboxSender sends
+outbox, then a wake-up on Endpoints.reports_ready so the stream worker's Uplink sends
 it now instead of at its next poll."""
 
 from __future__ import annotations

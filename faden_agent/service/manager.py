@@ -74,7 +74,7 @@ def _spent(state_path: Path, token: str | None) -> bool:
         membership = load_membership(state_path)
     except MembershipError:
         return False  # cannot tell: the agent itself refuses to present it again
-    return bool(token) and membership is not None and membership.spent(token)
+    return token is not None and membership is not None and membership.spent(token)
 
 
 def install_and_start(

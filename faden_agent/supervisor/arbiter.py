@@ -1,27 +1,5 @@
 """The supervisor loop, after gunicorn's arbiter: one loop of small verb-named steps.
-
-    while running:
-        spawn_due_workers()      BACKOFF/FATAL/STOPPED workers whose time has come
-        wait_for_events()        sleeps until a signal, a control request or the next thing
-                                 due (next_wake_mono); drains workers' "alive" messages
-        reap_workers()           waitpid(); exit -> BACKOFF or FATAL
-        murder_hung_workers()    silent (no "alive") for too long -> traceback dump, SIGKILL
-        notify_systemd()         READY once, WATCHDOG while this loop turns and no required
-                                 worker stays FATAL (see withheld_watchdog)
-
-Workers are forked (not fork+exec): before the first fork the supervisor imports every
-worker's module and the docker SDK and freezes them (preload.py), so a child starts in
-milliseconds, imports nothing, and shares those pages; what only one path needs (pynvml
-on a GPU machine) is still imported where it is used. Each child asks
-the kernel to SIGKILL it when the supervisor dies (PR_SET_PDEATHSIG), so none outlives a
-`kill -9` of the supervisor.
-
-Idle, the loop wakes only when something is due (issue 16): a worker's hang deadline, a
-restart, the watchdog ping, a dormant worker's demand check. Workers' "alive" messages
-wake it only while one is STARTING (READY, RUNNING in `ps`); otherwise they wait in the
-socket and are read at the next wake-up, at the latest at the sender's hang deadline, so
-a hang is still found exactly WORKER_HANG_TIMEOUT_SEC after the last one. `ps` reads them
-(and samples RSS/CPU) before it answers.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -48,7 +26,7 @@ from faden_agent.supervisor import lock
 from faden_agent.supervisor.notify import SystemdNotifier
 from faden_agent.supervisor.peer_demand import PeerDemand
 from faden_agent.supervisor.policy import RestartPolicy
-from faden_agent.supervisor.prefork.preload import preload
+from faden_agent.supervisor.prefork import prepare_to_fork
 from faden_agent.supervisor.states import WorkerProcess, WorkerState
 from faden_agent.supervisor.table import ResourceSampler, worker_row
 from faden_agent.workers import WORKERS
@@ -105,7 +83,7 @@ class Supervisor:
             fatal_retry_s=config.fatal_retry_sec,
         )
         self.workers = {name: WorkerProcess(name, target) for name, target in (workers or WORKERS).items()}
-        # Workers started only once wanted (peer/demand.py); until then STOPPED, saying so.
+        # Workers started only once wanted (peer_demand.py); until then STOPPED, saying so.
         if on_demand is None:
             on_demand = {"peer": PeerDemand(config).wanted} if workers is None else {}
         self.dormant = {name: wanted for name, wanted in on_demand.items() if name in self.workers}
@@ -147,7 +125,7 @@ class Supervisor:
         if self.config.runtime_dir != self.config.state_dir:
             self._locks.append(lock.acquire(self.config.runtime_dir, "runtime directory"))
         tls = self.config.tls_verify() if self.config.speaks_tls() else None
-        preload([w.target for w in self.workers.values()], tls)  # shared by every fork (preload.py)
+        prepare_to_fork([w.target for w in self.workers.values()], tls, self.config.prefork)  # shared by every fork
         self._wakeup_r, wakeup_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.set_wakeup_fd(wakeup_w)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP):
@@ -309,8 +287,9 @@ class Supervisor:
         if op == "ps":
             self.sample_resources()
             self.control.send("ps", self.table())
-        elif op == "start":  # a dormant worker is needed now (peer/demand.py ask_to_serve)
-            name = str((message.body or {}).get("name") if isinstance(message.body, dict) else None)
+        elif op == "start":  # a dormant worker is needed now (ipc/control.py ask_to_serve)
+            body = message.body if message is not None else None
+            name = str(body.get("name") if isinstance(body, dict) else None)
             if name not in self.workers:
                 self.control.send("error", {"message": f"unknown worker {name[:40]!r}"})
                 return
@@ -485,7 +464,7 @@ class Supervisor:
     # ------------------------------------------------------------------ helpers
 
     def table(self) -> dict[str, Any]:
-        rows = [worker_row(w, self._resources.get(w.pid, (None, None))) for w in self.workers.values()]
+        rows = [worker_row(w, self._resources.get(w.pid or 0, (None, None))) for w in self.workers.values()]
         sup = {"pid": os.getpid(), "version": __version__, "uptime_s": round(time.time() - self.started_at, 3)}
         sup["rss_bytes"], sup["cpu_percent"] = self._resources.get(os.getpid(), (None, None))
         return {"supervisor": sup, "workers": rows}

@@ -1,9 +1,5 @@
 """One agent per state directory (and per runtime directory).
-
-`faden-agent run` takes an exclusive flock on a lock file in each before it binds any
-socket; a second `run` on the same directories finds it held, says who holds it and exits
-non-zero, touching nothing (the first one's sockets stay). The lock is released by the
-kernel when the holder dies, even by kill -9, so a stale lock file never blocks a start.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
 """When a failed worker may start again: exponential backoff with jitter, and a
 restart-intensity limit (Erlang/OTP): more than `max_restarts` exits within `window_s`
 makes the worker FATAL, retried after `fatal_retry_s` (a host agent never gives up).
-
-The first exit within the window restarts the worker at once (a one-off crash costs only
-the fork, issue 16); the second waits backoff_min_s, each further one twice as long.
-The exponential part is faden_agent/backoff.py's; the jitter here is +-20 % around it (not
-full jitter) because a restart should not come much sooner than the ladder says.
-Backoff applies to every exit, also after a long run (supervisord's gap); it shrinks by
-itself because only exits inside the window count.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

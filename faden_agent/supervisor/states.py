@@ -1,9 +1,5 @@
 """Each worker's explicit state, after supervisord's state machine.
-
-STOPPED -> STARTING -> RUNNING -> (exit) -> BACKOFF -> STARTING ...
-                      RUNNING -> (a critical thread died) STOPPING -> (exit) -> BACKOFF ...
-                               \\-> too many exits in the window -> FATAL -> (retry later) STARTING
-any -> STOPPING -> EXITED   (agent shutdown)
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -49,7 +45,7 @@ class WorkerProcess:
         return max(0.0, (now_wall or time.time()) - self.started_at)
 
     def liveness_age(self, now_mono: float | None = None) -> float | None:
-        """Seconds since its last "alive" message (ps: HB AGE, heartbeat_age_s)."""
+        """Seconds since its last "alive" message (ps: ALIVE, alive_age_s)."""
         if self.pid is None or self.last_alive_mono is None:
             return None
         return max(0.0, (now_mono or time.monotonic()) - self.last_alive_mono)

@@ -46,7 +46,8 @@ def worker_row(worker: WorkerProcess, resources: tuple[int | None, float | None]
         "uptime_s": round(uptime, 3) if uptime is not None else None,
         "restarts": worker.restarts,
         "last_exit": worker.last_exit,
-        "heartbeat_age_s": round(age, 3) if age is not None else None,
+        "alive_age_s": round(age, 3) if age is not None else None,
+        "heartbeat_age_s": round(age, 3) if age is not None else None,  # its old name, sent for one release
         "rss_bytes": rss,
         "cpu_percent": cpu,
         "status": worker.status,

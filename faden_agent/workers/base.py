@@ -1,24 +1,8 @@
-"""What every worker shares: process set-up after fork, and the loop skeleton.
-
-A worker reads as its loop, its inputs and its outputs:
-
-    class InventoryWorker(Worker):
-        name = "inventory"
-        def setup(self): ...                 # open sockets, start threads (start_thread)
-        def channels(self): return [...]     # inputs polled by the loop
-        def handle(self, channel, message):  # one input message
-        def tick(self): ...                  # periodic work; must not block
-        def status(self): return {...}       # extra fields for the "alive" message
-        def teardown(self): ...
-
-The loop tells the supervisor it is alive from the main thread ("alive" messages every
-WORKER_LIVENESS_SEC; not the node's heartbeat to the backend, workers/stream/heartbeat.py),
-so a main loop that is stuck (or a process that is SIGSTOPped) falls silent and is replaced. Blocking work
-(Docker, NVML, HTTP) belongs in threads, never in handle() or tick().
-
-Threads are started with start_thread() only: a critical thread that dies ends the loop
-(no more "alive" messages), the failure is told to the supervisor ("thread_died", shown by `ps`
-in last_exit) and the worker exits THREAD_DIED_EXIT, to be restarted with the usual backoff.
+"""What every worker shares: process set-up after fork, and the loop skeleton
+(setup, channels, handle, tick, status, teardown). The main thread tells the supervisor it
+is alive, so a stuck loop falls silent and is replaced; blocking work belongs in threads
+started with start_thread(), and a critical thread that dies ends the worker (THREAD_DIED_EXIT).
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -58,7 +42,7 @@ class Worker:
     def __init__(self, config: Config):
         self.config = config
         self.endpoints = Endpoints(config.runtime_dir)
-        self.stopping = False
+        self.stop_requested = False
         self.started_at = time.time()
         self._supervisor: Channel | None = None
         self._wakeup_r, self._wakeup_w = os.pipe()
@@ -117,7 +101,7 @@ class Worker:
         # A worker without periodic work (no tick of its own) wakes only to say it is alive.
         has_tick = type(self).tick is not Worker.tick
         next_tick = 0.0 if has_tick else float("inf")
-        while not self.stopping:
+        while not self.stop_requested:
             if self.worker_threads.failure is not None:
                 return self._fail_for_thread()
             now = time.monotonic()
@@ -178,7 +162,7 @@ class Worker:
         """setup(); when a full disk keeps it from creating its files (a first start), wait
         for space while telling the supervisor it is alive (`disk_full` in ps) instead of crash-looping. Only
         before any thread started: a setup cut short later is not safe to run again."""
-        while not self.stopping:
+        while not self.stop_requested:
             try:
                 self.setup()
                 if DISK.written(self.config.state_dir):
@@ -205,7 +189,7 @@ class Worker:
         self._supervisor.send("alive", body, block=False)
 
     def request_stop(self, *_: Any) -> None:
-        self.stopping = True  # the loop sets the stop event itself: no lock in a signal handler
+        self.stop_requested = True  # the loop sets the stop event itself: no lock in a signal handler
         self._wake()
 
     def _wake(self) -> None:

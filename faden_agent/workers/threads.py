@@ -1,17 +1,8 @@
 """A worker's threads, supervised like the worker's own process is (docs/service.md).
 
-Every thread a worker needs is started here (Worker.start_thread). Each runs under a guard:
-
-- a critical thread that raises, or that returns while the worker is not stopping (unless
-  it is `finite`: it has a job that ends, like enrolling or adopting), is a failure of the
-  whole worker: `failure` names the thread and the exception and `on_failure` wakes the
-  worker's loop, which stops its "alive" messages and exits, so the supervisor restarts it with
-  the usual backoff. A worker never goes on saying it is alive ("RUNNING") with a dead thread;
-- a thread that is not critical (one container's log follower) only logs its failure.
-
-One stop event and one join budget for all of them: a stop sets the event once, and the
-joins share a single deadline (a read blocked on a silent socket is left to die with the
-process rather than delaying the stop).
+A critical thread that raises, or returns unless `finite`, fails the whole worker (it stops
+saying it is alive and exits); a non-critical one only logs. One stop event and one join
+deadline for all of them. Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

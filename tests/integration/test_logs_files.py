@@ -316,8 +316,8 @@ def test_1000_sessions_are_watched_and_listed_again_only_where_they_change(tmp_p
         print(
             f"\n1000 sessions: first listing {first_scan_cpu:.2f} s CPU; then {window_s:.1f} s of appends, 2 new"
             f" files and a new session: {cpu_s:.2f} s CPU ({100 * cpu_s / window_s:.1f} % of a core),"
-            f" scans {source.scans}, {opened} directories opened; a full listing (every {files.RESCAN_SEC:g} s):"
-            f" {full_s:.2f} s CPU, {100 * full_s / files.RESCAN_SEC:.2f} % of a core"
+            f" scans {source.scans}, {opened} directories opened; a full listing (every {files.RESCAN_S:g} s):"
+            f" {full_s:.2f} s CPU, {100 * full_s / files.RESCAN_S:.2f} % of a core"
         )
         assert source.scans["full"] == 2  # the first and the timed one: the 60 s safety net did not come round
         assert opened < 30  # a walk of the tree opens 3,001
@@ -398,7 +398,7 @@ def test_more_files_than_the_open_bound_are_all_shipped_closing_idle_ones(tmp_pa
     end are closed to make room (before: the rest were refused, never shipped); one written
     again is reopened by the full listing where it was, nothing read twice."""
     monkeypatch.setattr(files, "MAX_OPEN_PER_CONTAINER", 4)
-    monkeypatch.setattr(files, "RESCAN_SEC", 1.0)
+    monkeypatch.setattr(files, "RESCAN_S", 1.0)
     ray_dir = tmp_path / "ray"
     logs = serve_dir(ray_dir).parent
     for i in range(12):

@@ -264,11 +264,13 @@ def test_ps_cli_json_and_exit_codes(tmp_path):
         names = {w["name"] for w in table["workers"]}
         assert names == {"stream", "broken"}
         for row in table["workers"]:
-            assert {"name", "state", "pid", "restarts", "uptime_s", "heartbeat_age_s"} <= row.keys()
+            assert {"name", "state", "pid", "restarts", "uptime_s", "alive_age_s"} <= row.keys()
+            assert row["heartbeat_age_s"] == row["alive_age_s"]  # the old name, for one release
         assert out.returncode == 1  # "broken" is not RUNNING
         text = subprocess.run(cli, env=env, capture_output=True, text=True, timeout=10)
         assert text.returncode == 1
         assert re.search(r"^stream\s+RUNNING\s+\d+", text.stdout, re.M), text.stdout
+        assert re.search(r"^WORKER\s+STATE\s+PID\s+UPTIME\s+RESTARTS\s+LAST EXIT\s+ALIVE\s", text.stdout, re.M)
     finally:
         agent.stop()
         agent.kill()

@@ -15,7 +15,7 @@ from faden_agent.backend import (
     ProtocolError,
     TokenRefused,
 )
-from faden_agent.backoff import MAX_RETRY_AFTER_SEC, Backoff, capped_retry_after, ceiling
+from faden_agent.backoff import MAX_RETRY_AFTER_S, Backoff, capped_retry_after, ceiling, delay
 from faden_agent.workers.stream.link import Connection, Gate, wait_after
 
 
@@ -24,11 +24,21 @@ def test_ceiling_doubles_from_min_to_max_and_never_overflows():
     assert ceiling(10**9, 0.5, 8) == 8 and ceiling(-3, 0.5, 8) == 0.5
 
 
+def test_jitter_is_the_randomized_fraction_of_the_ceiling_never_below_min():
+    rng = random.Random(7)
+    assert [delay(n, 0.5, 10.0, jitter=0.0) for n in range(7)] == [0.5, 1, 2, 4, 8, 10, 10]  # plain doubling
+    halves = [delay(4, 0.5, 100.0, jitter=0.5, rng=rng) for _ in range(200)]  # the log shipper's
+    assert all(4.0 <= d <= 8.0 for d in halves) and max(halves) - min(halves) > 2.0
+    full = [delay(4, 0.5, 100.0, rng=rng) for _ in range(200)]
+    assert all(0.5 <= d <= 8.0 for d in full) and min(full) < 2.0
+    assert delay(0, 0.5, 10.0, jitter=0.5) == 0.5  # the first wait: min, not half of it
+
+
 def test_retry_after_wins_over_the_backoff_and_is_capped():
     backoff = Backoff(1.0, 2.0, rng=random.Random(3))
     assert backoff.next_delay(retry_after=30) == 30  # longer than max: the server decides
     assert backoff.next_delay(retry_after=0.1) == 0.1  # shorter than min: the server decides
-    assert backoff.next_delay(retry_after=1e9) == MAX_RETRY_AFTER_SEC
+    assert backoff.next_delay(retry_after=1e9) == MAX_RETRY_AFTER_S
     assert 1.0 <= backoff.next_delay(retry_after=float("inf")) <= 2.0  # unusable: the backoff
     assert capped_retry_after(-5) == 0.0 and capped_retry_after(float("nan")) is None
 

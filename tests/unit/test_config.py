@@ -172,3 +172,11 @@ def test_a_path_with_an_unknown_user_is_a_one_line_error():
     with pytest.raises(ConfigError) as err:
         load_config({"FADEN_NODE_AGENT_PEER_CERT_FILE": "~no-such-user-0/cert.pem"})
     assert "PEER_CERT_FILE" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_each_declared_variable_is_exactly_one_config_field():
+    from faden_agent.config import VARIABLES, config_fields
+
+    declared = [v.field for v in VARIABLES]
+    assert len(declared) == len(set(declared))
+    assert set(declared) == set(config_fields()) - {"route_address"}  # route_address: computed, no variable

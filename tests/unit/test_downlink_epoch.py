@@ -46,7 +46,7 @@ def test_a_new_epoch_resets_the_durable_cursor(tmp_path):
     again = make_downlink(tmp_path)  # what the next start reads
     assert (again.cursor, again.epoch) == (0, "e2")
     assert downlink.outbox.get_meta(EPOCH_KEY) == "e2"
-    assert downlink.status.snapshot()["epoch_resets"] == 1
+    assert downlink.link_status.snapshot()["epoch_resets"] == 1
 
 
 def test_a_backend_behind_the_cursor_resets_it_like_a_new_epoch(tmp_path, caplog):
@@ -58,7 +58,7 @@ def test_a_backend_behind_the_cursor_resets_it_like_a_new_epoch(tmp_path, caplog
     with caplog.at_level(logging.WARNING):
         assert downlink.backend_not_behind(10) is False
     assert downlink.cursor == 0 and make_downlink(tmp_path).cursor == 0  # durable
-    assert downlink.status.snapshot()["epoch_resets"] == 1
+    assert downlink.link_status.snapshot()["epoch_resets"] == 1
     assert any("restored from an older copy" in r.getMessage() for r in caplog.records)
 
 
@@ -79,7 +79,7 @@ def test_a_command_at_or_below_the_cursor_is_handed_over_and_its_id_decides(tmp_
         downlink.deliver({"type": "command", "id": "c-9", "seq": 9, "kind": "container.start"})
         downlink.deliver({"type": "command", "id": "new-10", "seq": 10, "kind": "container.start"})
     assert handed == ["c-9", "new-10"] and downlink.cursor == 10
-    snapshot = downlink.status.snapshot()
+    snapshot = downlink.link_status.snapshot()
     assert snapshot["stale_commands"] == 1 and snapshot["below_cursor_run"] == 1
     assert sum("answered from the journal" in r.getMessage() for r in caplog.records) == 1
     assert sum("but a new id: run" in r.getMessage() for r in caplog.records) == 1

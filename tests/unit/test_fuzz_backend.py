@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from faden_agent.backend import (
     DEFAULT_MAINTENANCE_WAIT_S,
-    MAX_RETRY_AFTER_SEC,
+    MAX_RETRY_AFTER_S,
     BackendClient,
     BackendError,
     BackendUnavailable,
@@ -125,12 +125,12 @@ def check_error(operation: str, status: int, exc: BackendError) -> None:
     assert FUZZ_CREDENTIAL not in message and "fuzz-token" not in message
     if status == 503:
         assert isinstance(exc, Maintenance)
-        assert 0 <= exc.retry_after <= MAX_RETRY_AFTER_SEC
+        assert 0 <= exc.retry_after <= MAX_RETRY_AFTER_S
     elif status in (401, 403):
         assert isinstance(exc, TokenRefused if operation == "enroll" else CredentialRejected)
     elif status in (408, 429) or status >= 500:
         assert type(exc) is BackendUnavailable and exc.status == status
-        assert exc.retry_after is None or 0 <= exc.retry_after <= MAX_RETRY_AFTER_SEC
+        assert exc.retry_after is None or 0 <= exc.retry_after <= MAX_RETRY_AFTER_S
     elif status >= 400:
         assert isinstance(exc, RequestRejected) and exc.status == status
     elif operation == "stream" and status < 300:
@@ -156,7 +156,7 @@ def test_any_answer_is_a_typed_outcome(scripted_http, scripted_client, operation
 @given(value=retry_afters)
 def test_retry_after_is_none_or_a_bounded_wait(value):
     seconds = parse_retry_after(value)
-    assert seconds is None or (math.isfinite(seconds) and 0 <= seconds <= MAX_RETRY_AFTER_SEC)
+    assert seconds is None or (math.isfinite(seconds) and 0 <= seconds <= MAX_RETRY_AFTER_S)
 
 
 def test_maintenance_without_a_usable_retry_after_waits_the_default(scripted_http, scripted_client):
@@ -168,4 +168,4 @@ def test_maintenance_without_a_usable_retry_after_waits_the_default(scripted_htt
     scripted_http.answer(503, b"", {"Retry-After": "1e12"})
     with pytest.raises(Maintenance) as caught:
         scripted_client.post_reports([])
-    assert caught.value.retry_after == MAX_RETRY_AFTER_SEC
+    assert caught.value.retry_after == MAX_RETRY_AFTER_S

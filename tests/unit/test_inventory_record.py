@@ -7,6 +7,7 @@ import orjson
 
 from faden_agent import protocol
 from faden_agent.config import load_config
+from faden_agent.protocol.inventory import apply_record
 from faden_agent.reports.outbox import Outbox
 from faden_agent.reports.producer import Reports
 from faden_agent.workers.inventory.collector import Collector
@@ -15,7 +16,6 @@ from faden_agent.workers.inventory.record import (
     FULL,
     UNCHANGED,
     RecordEmitter,
-    apply_record,
     content_hash,
     only_usage,
     sections_from,

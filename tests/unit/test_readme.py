@@ -26,3 +26,27 @@ def test_readme_documents_every_variable():
 def test_ci_runs_the_readme_test_command():
     ci = (Path(__file__).resolve().parents[2] / ".ci" / "run").read_text()
     assert "python3 -m pytest -n 2" in ci and "tests/infra/start-services.sh" in ci
+
+
+def readme_rows() -> dict[str, tuple[str, str]]:
+    """{variable: (default cell, description cell)} of the README's variable table."""
+    rows = {}
+    for line in README.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 3 and cells[0].startswith("`FADEN_NODE_AGENT_"):
+            rows[cells[0].strip("`")] = (cells[1], cells[2])
+    return rows
+
+
+def test_readme_defaults_are_the_declared_ones():
+    """The table's default column follows config.py's VARIABLES (the one declaration); a
+    computed default (None there) is described in words."""
+    rows = readme_rows()
+    wrong = {}
+    for var in VARIABLES:
+        cell = rows[env_name(var.field)][0]
+        if var.default is not None and cell != (f"`{var.default}`" if var.default else "empty"):
+            wrong[env_name(var.field)] = (cell, var.default)
+    assert wrong == {}, "README default cells differ from config.py"
+    stale = set(rows) - {env_name(v.field) for v in VARIABLES} - {env_name(o) for v in VARIABLES for o in v.old_fields}
+    assert stale == set(), "README rows for variables config.py does not declare"

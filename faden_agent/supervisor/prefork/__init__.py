@@ -1,1 +1,24 @@
-"""The supervisor's memory work before it forks (prepare_to_fork is the one entry point)."""
+"""The supervisor's work before it forks; prepare_to_fork is the one entry point.
+
+Always: the workers' modules imported and the heap frozen (gc.freeze), so children share
+them. With PREFORK on (the default) also the memory tricks in TRICKS, one module each;
+off, none of them runs: no ctypes writes, no throwaway servers, no filler objects.
+"""
+
+from __future__ import annotations
+
+from faden_agent import testhooks
+from faden_agent.supervisor.prefork import preload
+
+TRICKS = ("rehearsal", "immortal", "heap", "coldpages")
+
+
+def prepare_to_fork(targets: list[str], tls_verify: bool | str | None, tricks: bool) -> None:
+    """Preload `targets` (worker entry points) and, when `tricks`, run every trick."""
+    preload.preload(targets, tls_verify, skip=frozenset(TRICKS) if not tricks else skipped_for_bench())
+
+
+def skipped_for_bench() -> frozenset[str]:
+    """PREFORK_SKIP=name,name (test hook): the tricks a bench leaves out to measure each one's share."""
+    names = (testhooks.hook("prefork_skip") or "").split(",")
+    return frozenset(name for name in names if name in TRICKS)

@@ -1,17 +1,5 @@
-"""Library pages the supervisor touched only to start, handed back before it forks (issue 16).
-
-Loading libpython, OpenSSL, libstdc++, SQLite and the extension modules reads their symbol
-tables and relocations once, OpenSSL's and the imports' start-up code runs once, and the
-kernel maps up to 16 neighbouring cached pages with every page fault (fault-around). All of
-that stays resident and every forked worker maps it too: in the standalone binary, whose
-libraries nothing else on the machine shares, 15-17 MiB of the tree's PSS was library
-pages. page_out_cold_libraries() asks the kernel to reclaim the clean pages of the
-supervisor's read-only file mappings (MADV_PAGEOUT, Linux 5.4+) and to read them back one
-at a time (MADV_RANDOM: no read-around), so what the tree holds afterwards is what it runs.
-
-The kernel reclaims only pages no other process maps: a system library that other programs
-use keeps its pages. Writable mappings (relocated data) and anonymous memory are not
-touched. Where the kernel refuses (older kernels, other C libraries) nothing changes.
+"""Library pages the supervisor touched only to start, handed back before it forks.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,16 +1,5 @@
-"""The C heap (glibc's malloc) before the supervisor forks (issue 16: PSS of the whole tree).
-
-Objects over 512 bytes, and what C extensions allocate, come from malloc, not from
-CPython's pools. After the imports the supervisor's heap holds about 550 small free chunks
-(32-560 bytes) between live objects, plus the few each thread keeps in its cache. A
-worker's first mallocs of those sizes land in them, and each write copies a 4 KiB page of
-the supervisor's into the worker. fill_heap_holes() takes every such chunk before the fork,
-so a worker's own objects go to fresh pages at the top of the heap; release_free_heap()
-hands whole free pages back to the kernel. Measured on the idle tree: 2.0-2.3 MiB less
-(3.12: 58.4-58.7 -> 56.2-56.3 MiB; 3.11: 73.1 -> 71.2; 3.13: 61.8 -> 58.6, the three with
-immortal.py).
-
-Where the C library is not glibc (no malloc_info or malloc_trim), both do nothing.
+"""The C heap (glibc's malloc) before the supervisor forks (PSS of the whole tree).
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,18 +1,5 @@
-"""A rehearsal of the workers' common calls in the supervisor, before it forks (issue 16).
-
-A forked worker shares the supervisor's heap until it writes to a page. Running code writes
-more than reference counts: CPython 3.11 rewrites a function's bytecode the first times it
-runs it (quickening and specialization), assigns version tags to the types and dicts it
-caches, and libraries fill lazy caches (urllib's URL splits, compiled patterns). Done once
-here, those writes land in the supervisor's pages before the fork, and the four workers
-share the result instead of each copying those pages when it makes its first HTTP or Docker
-call (measured: a first requests exchange copied 4.3 MiB into a child without a rehearsal,
-3.1 MiB after one).
-
-What is rehearsed touches nothing outside the process: HTTP to a throwaway server on
-loopback, the Docker SDK against a throwaway Unix socket that answers like an engine, an
-in-memory SQLite database. A rehearsal that fails is logged and skipped: it only saves
-memory.
+"""A rehearsal of the workers' common calls in the supervisor, before it forks.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

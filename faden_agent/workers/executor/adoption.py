@@ -1,9 +1,6 @@
 """On start: find the containers the agent manages (label, or adopted explicitly) and report
 them, so a restarted or reinstalled agent picks up what is already running.
-
-One event per container ("adopted", with its state) plus a summary event carrying the
-count, so the backend also learns when there are none. The ids carry the executor's start
-time: each start reports once, a re-send of the same start dedups.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -14,23 +11,24 @@ import time
 from typing import Any
 
 from faden_agent import protocol
+from faden_agent.backoff import Backoff
+from faden_agent.protocol.container import describe
 from faden_agent.reports.producer import Reports
 from faden_agent.workers.executor.docker_ops import CommandFailed, DockerOps
 from faden_agent.workers.executor.journal import Journal
 
 log = logging.getLogger(__name__)
+RETRY_MIN_S = 0.5
 RETRY_MAX_S = 10.0
 
 
 def container_summary(container: Any) -> dict[str, Any]:
     labels = container.labels or {}
-    state = container.attrs.get("State") or {}
+    facts = describe(container.attrs)
     return {
-        "container_id": container.id,
-        "name": container.name,
-        "image": (container.attrs.get("Config") or {}).get("Image"),
-        "status": container.status,
-        "health": (state.get("Health") or {}).get("Status"),
+        **facts,
+        "container_id": facts["id"],  # the old names of id and state, still sent for one release
+        "status": facts["state"],
         "managed_by": "label" if labels.get(protocol.LABEL_MANAGED) == "true" else "adoption",
         "command_id": labels.get(protocol.LABEL_COMMAND_ID),
         "cluster": labels.get(protocol.LABEL_CLUSTER),
@@ -64,15 +62,14 @@ def report_managed(ops: DockerOps, journal: Journal, reports: Reports, boot: int
     return len(containers)
 
 
-def adopt(ops: DockerOps, journal: Journal, reports: Reports, stopping: threading.Event) -> None:
+def adopt(ops: DockerOps, journal: Journal, reports: Reports, stop_event: threading.Event) -> None:
     """Report (the executor runs this on a thread), retrying until the engine answers."""
     boot = time.time_ns()
-    delay = 0.5
-    while not stopping.is_set():
+    retry = Backoff(RETRY_MIN_S, RETRY_MAX_S, jitter=0.0)
+    while not stop_event.is_set():
         try:
             report_managed(ops, journal, reports, boot)
             return
         except CommandFailed as exc:
             log.warning("adoption waits for the Docker engine: %s", exc.message)
-            stopping.wait(delay)
-            delay = min(delay * 2, RETRY_MAX_S)
+            stop_event.wait(retry.next_delay())

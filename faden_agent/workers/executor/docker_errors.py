@@ -1,12 +1,7 @@
 """The failures a newcomer meets first, told apart from the engine's raw text, each with what
-to do (docs/commands.md, "Failure reasons"):
-
-- `registry_unreachable`: the engine could not resolve or connect to the image's registry;
-- `image_not_found`: the registry answered, but has no such repository or tag;
-- `docker_permission`: this user may not use the Docker socket.
-
-Only texts of the engine (and the error of the socket connection) are read here; Docker's
-wording is matched loosely (lowercase fragments) so that engine versions agree.
+to do (docs/commands.md, "Failure reasons"): registry_unreachable, image_not_found,
+docker_permission. Only the engine's texts are read, matched loosely (lowercase fragments).
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
 """The Docker SDK calls of the executor, each bounded, each failure -> CommandFailed(reason).
-
-The client is made lazily in the calling thread's first use (never in the worker loop) with
-a timeout on every socket read, so a hung dockerd surfaces as `timeout` after
-DOCKER_TIMEOUT_SEC and a dead one as `docker_unavailable`; requests reconnects per call, so
-nothing has to be rebuilt when the engine comes back.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -24,6 +20,7 @@ from docker.utils.json_stream import json_stream
 from faden_agent.config import Config
 from faden_agent.dockerclient import make_client
 from faden_agent.errorline import error_line
+from faden_agent.failure import Failure
 from faden_agent.workers.executor import docker_errors
 from faden_agent.workers.executor.gpu import device_requests, is_gpu_runtime_missing
 
@@ -32,11 +29,9 @@ PROGRESS_INTERVAL_S = 1.0
 CAPPED_LOG_DRIVERS = ("json-file", "local")  # the drivers that take max-size and max-file
 
 
-class CommandFailed(Exception):
+class CommandFailed(Failure):
     def __init__(self, reason: str, message: str, **result: Any):
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
+        super().__init__(reason, message)
         self.result = result
 
 

@@ -1,12 +1,5 @@
 """Docker events of managed containers -> event records for the backend.
-
-A thread follows the engine's event stream (start, die with exit code, oom, health status,
-destroy) of containers labelled managed or adopted explicitly. The position (the last
-event's timeNano) is kept in the outbox's meta table, so a restarted executor replays what
-it missed; record ids "ev:<container id>:<action>:<timeNano>" make the replay harmless.
-When the engine goes away the thread reconnects with backoff. On every (re)connect, after
-the replay, reconcile.py compares each managed container with the state last reported and
-reports what dockerd's event buffer no longer holds, marked `reconciled`.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -18,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from faden_agent import protocol
+from faden_agent.backoff import Backoff
 from faden_agent.reports.producer import Reports
 from faden_agent.workers.executor.docker_ops import DockerOps
 from faden_agent.workers.executor.reconcile import Seen, reconcile, snapshot
@@ -27,6 +21,7 @@ log = logging.getLogger(__name__)
 
 ACTIONS = ("start", "die", "oom", "health_status", "destroy")
 SINCE_KEY = "executor.events_since"  # in the outbox's meta table
+RECONNECT_MIN_S = 0.5
 RECONNECT_MAX_S = 10.0
 
 
@@ -62,13 +57,13 @@ class EventWatcher:
         ops: DockerOps,
         reports: Reports,
         is_adopted: Callable[[str], bool],
-        stopping: threading.Event | None = None,
+        stop_event: threading.Event | None = None,
     ):
         self.ops = ops
         self.reports = reports
         self.meta = reports.outbox
         self.is_adopted = is_adopted
-        self.stopping = stopping or threading.Event()
+        self.stop_event = stop_event or threading.Event()
         self.connected = False
         self.seen = Seen(self.meta)
 
@@ -78,20 +73,19 @@ class EventWatcher:
         start_thread("docker-events", self._loop)
 
     def stop(self) -> None:
-        self.stopping.set()
+        self.stop_event.set()
 
     def _loop(self) -> None:
-        delay = 0.5
-        while not self.stopping.is_set():
+        retry = Backoff(RECONNECT_MIN_S, RECONNECT_MAX_S, jitter=0.0)
+        while not self.stop_event.is_set():
             try:
                 self._follow()
-                delay = 0.5
+                retry.reset()
             except Exception as exc:  # noqa: BLE001 - the engine went away: reconnect
                 if self.connected:
                     log.warning("docker events stream lost (%s); reconnecting", str(exc)[:200])
                 self.connected = False
-                self.stopping.wait(delay)
-                delay = min(delay * 2, RECONNECT_MAX_S)
+                self.stop_event.wait(retry.next_delay())
 
     def _follow(self) -> None:
         """Replay what dockerd still has since the stored position, reconcile what it no
@@ -111,7 +105,7 @@ class EventWatcher:
             log.info("following docker events since %s (replayed from %s)", until, since)
         self.connected = True
         for event in stream:
-            if self.stopping.is_set():
+            if self.stop_event.is_set():
                 return
             self._handle(event, live=True)
         raise ConnectionError("the event stream ended")

@@ -1,14 +1,8 @@
 """The on-disk command journal: a command id is written here before anything runs.
 
-One SQLite file in the state directory (WAL, synchronous=FULL, mode 0600). A row moves
-queued -> running -> done; `outcome` holds the terminal timeline data so a re-delivered id
-is answered with the recorded outcome (same record ids) instead of running twice. Rows left
-queued/running by a killed executor are what the worker resumes or reports as interrupted.
-`reported` is 0 from "done" until the terminal record is in the outbox: a start-up replay
-(`unreported`) re-emits the ones a killed executor finished but never reported.
-
-A spec (registry credentials, env values) is kept in this 0600 file only until the command
-is done: then only its hash stays. Done rows older than the retention bound are deleted.
+One 0600 SQLite file; a row moves queued -> running -> done, a re-delivered id is answered
+with the recorded outcome instead of running twice. A done row keeps only its spec's hash
+(no env value, no credential); done rows older than the retention bound are deleted.
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
 """The command kind record and the registry: everything the executor knows about a kind.
-
-Each kind is one CommandKind, registered in KINDS by the module of its family: a kind
-`family.verb` lives in commands/family.py (container.run in commands/container.py). Its
-record holds its spec (required and optional keys with their checks), its default
-deadline, the queue it waits in, whether command.cancel may stop it, whether it runs
-inline in the worker loop, its handler, and what undoes an interrupted attempt.
-Dispatch, scheduling and cancellation read these fields. The full table is
-commands.KINDS (importing the commands package registers every family).
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -32,8 +25,8 @@ COMMON = {"deadline_s": (specs.seconds, None)}
 class CommandKind:
     name: str
     handler: Callable[[Commands, Job], dict[str, Any]]  # (commands, job) -> result, or raises
-    required: dict[str, Check]
-    optional: dict[str, tuple[Check, Any]] = field(default_factory=dict)
+    required: Mapping[str, Check]
+    optional: Mapping[str, tuple[Check, Any]] = field(default_factory=dict)
     deadline_s: float = DEFAULT_DEADLINE_S
     queue_key: Callable[[dict[str, Any]], str] | None = None  # None: inline, in the worker loop
     cancellable: bool = False

@@ -1,11 +1,7 @@
 """Before the executor removes a stopped managed container (container.remove, or a
 container.run that replaces it), the log worker reads the container's remaining lines and
 Loki accepts them: removing a crashed container never loses its last words.
-
-The executor asks the log worker `drain` over its REP socket (Endpoints.logs) until it
-answers true, for at most DRAIN_TIMEOUT_S. No answer within ASK_TIMEOUT_S (no log worker,
-or a hung one) ends the wait at once: logs never hold a command up for long. A running
-container is not waited for (it would go on printing): a forced remove stops it first.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,13 +1,6 @@
 """The host directory a managed Ray container writes its logs into (mounted at
 protocol.RAY_LOG_MOUNT): writable by the container's user, not by everybody.
-
-<RAY_LOG_DIR> itself is the agent's, mode 0700: no host user can reach what is below it
-(the container reaches its own directory through the bind mount, which the engine sets up
-as root). <RAY_LOG_DIR>/<name> belongs to the user the container runs as (the spec's
-`user`, else the image's), mode 0750; as root the agent reads it anyway. A user given by
-name cannot be resolved on the host (it lives in the image's /etc/passwd): Ray's images
-run as `ray` (uid 1000, group users 100), which is what a name maps to. An agent that does
-not run as root cannot hand the directory over: it leaves it 0777 inside its 0700 parent.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,24 +1,5 @@
 """Reconciliation: what happened to the managed containers while nobody watched.
-
-dockerd keeps only its last 256 events in memory, so after a long agent outage (or many
-events) the event replay from the stored position misses deaths, OOM kills and restarts.
-So the executor keeps, per managed container, the state it last reported (a snapshot of
-`docker inspect`: StartedAt, FinishedAt, ExitCode, OOMKilled, RestartCount, health) in the
-outbox's meta table, and on every (re)connect to the engine, after the replay, compares
-each managed container's current state with it. Every difference the replay did not
-already report becomes an event marked `"reconciled": true`, with the times Docker knows:
-
-- RestartCount grew: `container.restart` (`restarts`: how many, `restart_count`);
-- FinishedAt changed: `container.die` of the latest death (`exit_code`, `oom_killed`,
-  `finished_at`), and `container.oom` before it when OOMKilled;
-- StartedAt changed and it runs: `container.start` (`started_at`);
-- the health status changed: `container.health_status`;
-- a container with a snapshot is gone: `container.destroy`.
-
-Deaths before the latest one are known only by the restart count. Record ids are made of
-the container id, the action and Docker's own time or count, so reconciling twice (a crash
-in between) reports once. A container seen for the first time gets a snapshot, no event
-(adoption reports it).
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -176,7 +157,7 @@ def reconciled_record(
 def reconcile(
     containers: list[Any],
     seen: Seen,
-    put: Callable[[str, dict[str, Any]], None],
+    put: Callable[[str, dict[str, Any]], object],
     replayed: dict[str, dict[str, list[int]]],
 ) -> int:
     """Compare and report; `containers` are the managed ones now (with fresh attrs).

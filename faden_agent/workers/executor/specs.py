@@ -1,15 +1,12 @@
 """The checks of spec keys: bad input -> one SpecError line naming the key, quoting at most
 protocol.QUOTE_BYTES of the value. Which keys each kind takes is in its family module, commands/<family>.py.
-
-`check_spec` returns the spec normalised (defaults filled in, sizes in bytes) so
-the Docker code never has to second-guess its input. Unknown keys are refused, so a typo
-in a backend script is an `invalid_spec` rejection instead of a silently ignored option.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from faden_agent.protocol import quote
@@ -33,6 +30,11 @@ def _need(spec: dict, key: str, check: Check) -> Any:
     if key not in spec:
         raise SpecError(f"missing required key {quote(key)}")
     return check(key, spec[key])
+
+
+def string_under(at: str) -> Check:
+    """string() for a key inside `at` (a list item's field), named with its path."""
+    return lambda key, value: string(f"{at}.{key}", value)
 
 
 def string(key: str, value: Any) -> str:
@@ -144,7 +146,7 @@ def mounts(key: str, value: Any) -> list[dict[str, Any]]:
         if kind not in MOUNT_TYPES:
             raise SpecError(f"{quote(key)}[{i}].type must be one of {', '.join(MOUNT_TYPES)}, got {quote(kind)}")
         at = f"{key}[{i}]"
-        target = _need(mount, "target", lambda k, v, at=at: string(f"{at}.{k}", v))
+        target = _need(mount, "target", string_under(at))
         if not target.startswith("/"):
             raise SpecError(f"{quote(key)}[{i}].target must be an absolute path, got {quote(target)}")
         source = mount.get("source")
@@ -268,7 +270,7 @@ def choice(*allowed: str) -> Check:
 
 
 def check_spec(
-    kind: str, required: dict[str, Check], optional: dict[str, tuple[Check, Any]], spec: Any
+    kind: str, required: Mapping[str, Check], optional: Mapping[str, tuple[Check, Any]], spec: Any
 ) -> dict[str, Any]:
     """The normalised spec, or SpecError naming the culprit key."""
     if not isinstance(spec, dict):

@@ -1,13 +1,5 @@
 """Timeline records of commands, with deterministic ids so every re-emission dedups.
-
-received/started/terminal use step 0 (started: one per attempt), progress steps are
-numbered within an attempt. A terminal state is written to the journal first and sent only
-when this call was the one that finished the command, so racing paths (the deadline
-watchdog and the job's own thread) never report two outcomes.
-
-"done" in the journal and the record in the outbox are two files, so they cannot be one
-write: the journal keeps the row unreported until the outbox has the record, and
-`report_unreported` (at start, and after a failed write) puts it there again (same id).
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

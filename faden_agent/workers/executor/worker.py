@@ -1,12 +1,5 @@
 """The executor worker's loop.
-
-Inputs: "command" requests from the stream worker on endpoints.executor (REP), each
-journaled on disk before the ack. Outputs: the ack, then timeline records of every command
-and event records (Docker events, adoption) through Reports.
-
-Nothing here calls Docker: commands run on scheduler threads, events and adoption have
-their own threads, and tick() only enforces deadlines, so a hung dockerd never stalls the
-loop or its "alive" messages to the supervisor.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -46,7 +39,7 @@ class ExecutorWorker(Worker):
     name = "executor"
 
     @property
-    def tick_interval_s(self) -> float:
+    def tick_interval_s(self) -> float:  # type: ignore[override]  # read like the base's class attribute
         """Deadline checks four times a second while commands run; idle, with the loop's
         "alive" message (every WORKER_LIVENESS_SEC, 3 s; at least a second), so an idle
         executor does not wake more often (issue 16: it woke every second, 3 s apart beats)."""
@@ -65,9 +58,9 @@ class ExecutorWorker(Worker):
         if self.policy.broken:
             log.error("host policy: %s; every container.run is refused until it is fixed", self.policy.broken)
         self.ops = DockerOps(self.config)
-        self.commands_ = Commands(self.config, self.ops, self.journal, self.timeline)
-        self.scheduler = Scheduler(self.commands_.execute, self.config.max_concurrent_pulls)
-        self.commands_.scheduler = self.scheduler
+        self.frame = Commands(self.config, self.ops, self.journal, self.timeline)
+        self.scheduler = Scheduler(self.frame.execute, self.config.max_concurrent_pulls)
+        self.frame.scheduler = self.scheduler
         self.engine_ok: bool | None = None
         self.events = EventWatcher(
             self.ops, self.reports, lambda cid: cid in self.journal.adopted_ids(), self.stop_event
@@ -244,7 +237,7 @@ class ExecutorWorker(Worker):
                 stop_reason=stop_reason,
             )
             if definition.inline:
-                self.commands_.execute(job)  # touches no Docker: inline keeps it ahead of every queue
+                self.frame.execute(job)  # touches no Docker: inline keeps it ahead of every queue
             else:
                 self.scheduler.submit(job)
         except Exception as exc:  # a poison command ends as a command
@@ -302,6 +295,8 @@ class ExecutorWorker(Worker):
     def _deadline(entry: Entry) -> float:
         """The command's deadline; +inf for one that will be rejected anyway (dispatch says why)."""
         definition = KINDS.get(entry.kind)
+        if definition is None:
+            return float("inf")
         try:
             return definition.deadline(definition.validate(entry.spec), entry.deadline, entry.received_at)
         except Exception:  # noqa: BLE001 - unknown kind, bad spec, a validator bug: dispatch reports it

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from faden_agent import protocol
+from faden_agent.backoff import Backoff
 from faden_agent.dockerclient import make_client
 from faden_agent.workers.threads import start_daemon
 
@@ -47,10 +48,12 @@ def is_change(event: dict[str, Any]) -> bool:
 
 
 class DockerChangeWatcher:
-    def __init__(self, docker_host: str | None, on_change: Callable[[], None], stop: threading.Event | None = None):
+    def __init__(
+        self, docker_host: str | None, on_change: Callable[[], None], stop_event: threading.Event | None = None
+    ):
         self.docker_host = docker_host
         self.on_change = on_change
-        self._stop = stop or threading.Event()  # the worker's one stop event
+        self.stop_event = stop_event or threading.Event()  # the worker's one stop event
         self._stream: Any = None
         self.thread: threading.Thread | None = None
 
@@ -58,7 +61,7 @@ class DockerChangeWatcher:
         self.thread = start_thread("inventory-docker-events", self._run)
 
     def stop(self) -> None:
-        self._stop.set()
+        self.stop_event.set()
         stream = self._stream
         if stream is not None:
             try:
@@ -67,14 +70,14 @@ class DockerChangeWatcher:
                 pass
 
     def _run(self) -> None:
-        delay = RETRY_MIN_S
+        retry = Backoff(RETRY_MIN_S, RETRY_MAX_S, jitter=0.0)
         connected_before = False
-        while not self._stop.is_set():
+        while not self.stop_event.is_set():
             client = None
             try:
                 client = make_client(self.docker_host, timeout_s=10)
                 self._stream = client.api.events(decode=True, filters={"type": ["container", "image"]})
-                delay = RETRY_MIN_S
+                retry.reset()
                 if connected_before:
                     self.on_change()  # events may have been missed while disconnected
                 connected_before = True
@@ -82,11 +85,10 @@ class DockerChangeWatcher:
                     if is_change(event):
                         self.on_change()
             except Exception as exc:  # noqa: BLE001 - any engine failure: wait, reconnect
-                if not self._stop.is_set():
-                    log.debug("docker events unavailable (%s); retrying in %.0f s", exc, delay)
+                if not self.stop_event.is_set():
+                    log.debug("docker events unavailable (%s); retrying with backoff", exc)
             finally:
                 self._stream = None
                 if client is not None:
                     client.close()
-            self._stop.wait(delay)
-            delay = min(delay * 2, RETRY_MAX_S)
+            self.stop_event.wait(retry.next_delay())

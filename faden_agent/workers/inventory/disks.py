@@ -1,8 +1,7 @@
 """The file systems that matter to a GPU node: root, Docker's data root (images and
-container layers), the agent's state directory, the Ray log directory (or the nearest
-directory above it that exists) and the configured model/cache paths. Paths on the same
-file system are reported once, with every role that lives there; one is flagged `low`
-below disklow.low_threshold (the console shows "Disk space low")."""
+container layers), the agent's state directory, the Ray log directory and the configured
+model/cache paths; one is flagged `low` below disklow.low_threshold.
+"""
 
 from __future__ import annotations
 

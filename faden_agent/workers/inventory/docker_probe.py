@@ -9,12 +9,12 @@ from typing import Any
 import docker
 
 from faden_agent import protocol
+from faden_agent.protocol.container import describe
 
 # A stuck engine leaves the probe's thread blocked until this socket timeout; the probe's
 # own (shorter) timeout reports the overrun long before (see probes.py).
 CLIENT_TIMEOUT_S = 60
 MANAGED_FILTER = {"label": f"{protocol.LABEL_MANAGED}=true"}
-LABEL_PREFIX = "io.fadenstack."
 
 
 def probe_docker(client: docker.DockerClient) -> dict[str, Any]:
@@ -70,49 +70,5 @@ def managed_containers(api: docker.APIClient) -> list[dict[str, Any]]:
             details = api.inspect_container(summary["Id"])
         except docker.errors.NotFound:
             continue  # removed between the list and the inspect
-        found.append(container_facts(details))
+        found.append(describe(details))
     return sorted(found, key=lambda c: c["name"])
-
-
-def container_facts(details: dict[str, Any]) -> dict[str, Any]:
-    state = details.get("State") or {}
-    config = details.get("Config") or {}
-    host_config = details.get("HostConfig") or {}
-    health = (state.get("Health") or {}).get("Status")
-    return {
-        "id": details["Id"],
-        "name": details.get("Name", "").lstrip("/"),
-        "image": config.get("Image"),
-        "image_id": details.get("Image"),
-        "state": state.get("Status"),
-        "health": health,
-        "exit_code": state.get("ExitCode"),
-        "oom_killed": state.get("OOMKilled"),
-        "started_at": state.get("StartedAt"),
-        "restart_count": details.get("RestartCount"),
-        "runtime": host_config.get("Runtime"),
-        "labels": {k: v for k, v in (config.get("Labels") or {}).items() if k.startswith(LABEL_PREFIX)},
-        "gpus": gpu_assignment(host_config, config.get("Env") or []),
-    }
-
-
-def gpu_assignment(host_config: dict[str, Any], env: list[str]) -> dict[str, Any] | None:
-    """GPUs given to the container: Docker device requests (`--gpus`), else the NVIDIA
-    runtime's NVIDIA_VISIBLE_DEVICES. None: no GPU. Only that one variable is read from
-    the environment (others may hold secrets)."""
-    for request in host_config.get("DeviceRequests") or ():
-        capabilities = [c for group in request.get("Capabilities") or () for c in group]
-        if request.get("Driver") == "nvidia" or "gpu" in capabilities:
-            ids = request.get("DeviceIDs") or []
-            count = request.get("Count")
-            return {
-                "source": "device_requests",
-                "count": "all" if count == -1 else (count or len(ids)),
-                "device_ids": ids,
-            }
-    for item in env:
-        name, _, value = item.partition("=")
-        if name == "NVIDIA_VISIBLE_DEVICES" and value and value not in ("void", "none"):
-            ids = [] if value == "all" else value.split(",")
-            return {"source": "env", "count": "all" if value == "all" else len(ids), "device_ids": ids}
-    return None

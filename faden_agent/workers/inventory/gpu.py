@@ -1,13 +1,5 @@
 """GPUs through NVML (pynvml): the driver, and per GPU what placement needs.
-
-Never crashes: no pynvml, no NVML library, no driver or no GPU gives an empty device list
-with a reason. An NVML error on one GPU marks that GPU `"state": "error"` and the others
-are still reported; each GPU's "health" is gpu_health.py's, a GPU NVML stopped counting is
-"missing". Unsupported fields are null; values that move all the time sit under "usage".
-
-NVML is initialised once and kept (nvmlInit can take seconds on a large machine without
-persistence mode); it is initialised again after the driver said "uninitialized" or
-"driver not loaded". The probe is called from one thread at a time (probes.py).
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -96,7 +88,7 @@ class GpuProbe:
         if self.nvml is None:
             self.nvml, reason = load_pynvml()
             if self.nvml is None:
-                return unavailable(reason)
+                return unavailable(reason or "pynvml did not load")
         nvml = self.nvml
         reason = self._init(nvml)
         if reason:

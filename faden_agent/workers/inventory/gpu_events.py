@@ -1,7 +1,7 @@
 """NVML error events as they happen: every error event type each GPU supports (Xid, ECC,
-retirement, poison, unavailable, recovery action) goes into the XidLog; one that can change
-a verdict calls `on_change` for a record now. No NVML, GPU or event support: the thread
-ends quietly. Its own nvmlInit; waits in WAIT_MS slices, so a hung wait holds only it.
+retirement, ...) goes into the XidLog; one that can change a verdict calls `on_change` for a
+record now. No NVML, GPU or event support: the thread ends quietly. Its own nvmlInit; waits
+in WAIT_MS slices, so a hung wait holds only it.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ class GpuErrorWatcher:
         self,
         on_change: Callable[[], None],
         nvml: Any = None,
-        stop: threading.Event | None = None,
+        stop_event: threading.Event | None = None,
         xids: XidLog | None = None,
     ):
         self.on_change = on_change
@@ -35,7 +35,7 @@ class GpuErrorWatcher:
         self.xids = xids or XidLog()
         self.watching = 0  # GPUs registered for events
         self._uuids: dict[int, str] = {}  # device handle -> UUID, for the events' device
-        self._stop = stop or threading.Event()  # the worker's one stop event
+        self.stop_event = stop_event or threading.Event()  # the worker's one stop event
         self.thread: threading.Thread | None = None
 
     def start(self, start_thread: Callable[..., threading.Thread] = start_daemon) -> None:
@@ -43,13 +43,13 @@ class GpuErrorWatcher:
         self.thread = start_thread("inventory-gpu-events", self._run, finite=True)
 
     def stop(self) -> None:
-        self._stop.set()
+        self.stop_event.set()
 
     def _run(self) -> None:
         nvml = self.nvml or load_pynvml()[0]
         if nvml is None:
             return  # no library or no bindings: nothing to watch
-        while not self._stop.is_set():
+        while not self.stop_event.is_set():
             try:
                 nvml.nvmlInit()
             except nvml.NVMLError as exc:
@@ -63,7 +63,7 @@ class GpuErrorWatcher:
                 self.on_change()  # the failure itself (e.g. "GPU is lost") is news
             finally:
                 self._shutdown(nvml)
-            self._stop.wait(RETRY_S)
+            self.stop_event.wait(RETRY_S)
 
     def _watch(self, nvml: Any) -> bool:
         """Wait for events until stopped; False when no GPU supports them."""
@@ -85,7 +85,7 @@ class GpuErrorWatcher:
             if not self.watching:
                 return False
             wait = getattr(nvml, "nvmlEventSetWait_v2", None) or nvml.nvmlEventSetWait
-            while not self._stop.is_set():
+            while not self.stop_event.is_set():
                 try:
                     data = wait(event_set, WAIT_MS)
                 except nvml.NVMLError as exc:

@@ -1,11 +1,7 @@
 """Run probes with a timeout each, in their own threads, so one stuck call (a hung NVML
 driver, a dockerd that stopped answering, a dead NFS mount) is reported as "overrun" and
 never delays the other probes or the worker's loop.
-
-A call that hangs cannot be cancelled in Python: its thread stays blocked until the call
-returns. So each probe has at most ONE call in flight: while an earlier call is still
-stuck, the probe is not started again but reported as still overrun (with the time it has
-been stuck since). A stuck probe costs one thread, never a growing pile of them.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -70,7 +66,7 @@ class Probe:
     def overrun(self) -> bool:
         """A call in flight for longer than the timeout."""
         call = self._call
-        return self.stuck() and time.monotonic() - call.started_mono > self.timeout_s
+        return call is not None and self.stuck() and time.monotonic() - call.started_mono > self.timeout_s
 
     def start(self) -> None:
         """Start a call unless the previous one is still running (then it is reused)."""

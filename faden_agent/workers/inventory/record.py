@@ -1,22 +1,5 @@
 """One inventory record from the probes' results, and when to send it in full.
-
-Every record is either
-- "full": every section (host, disks, network, docker, gpu) plus each probe's status, or
-- "unchanged": only the content hash and the gauges (the "usage" objects), when nothing
-  but gauges moved since the last full record.
-
-The content hash covers everything except the "usage" objects: memory in use, load,
-utilization, temperature and the like move every second and would otherwise make every
-record a change. A full record goes out at start, whenever the hash changes, and at least
-every FULL_REFRESH_S (so a backend that lost its copy has it again within the hour).
-Unchanged records are lean in time (issue 16): one goes out only when `usage_refresh_s`
-(INVENTORY_USAGE_SEC) has passed since the last record sent; cycles in between send
-nothing (the heartbeat says the node is alive; any change still sends a full record).
-
-Delivery (see worker.py): full records are durable outbox records (`put`), unchanged ones
-replace each other in the latest-value slot (`put_latest`), so an unchanged record can
-never replace a full one that was not delivered yet. A receiver applies an unchanged
-record only when its hash is the hash of the newest full record it holds.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -27,13 +10,11 @@ from typing import Any
 
 import orjson
 
+from faden_agent.protocol.inventory import FULL, UNCHANGED, USAGE
 from faden_agent.workers.inventory.probes import OK, ProbeResult
 
 SCHEMA_VERSION = 1
-FULL = "full"
-UNCHANGED = "unchanged"
 SECTIONS = ("host", "disks", "network", "docker", "gpu")
-USAGE = "usage"
 FULL_REFRESH_S = 3600.0
 
 
@@ -110,35 +91,6 @@ class RecordEmitter:
         self._last_sent_at = data["collected_at"]
         if data["type"] == FULL:
             self._last_full_at = data["collected_at"]
-
-
-def merge_usage(full: Any, usage: Any) -> Any:
-    """The full record's content with the gauges of an unchanged record put in place."""
-    if isinstance(full, dict) and isinstance(usage, dict):
-        merged = dict(full)
-        for key, value in usage.items():
-            if key == USAGE:
-                merged[key] = value
-            elif key in full:
-                merged[key] = merge_usage(full[key], value)
-        return merged
-    if isinstance(full, list) and isinstance(usage, list) and len(full) == len(usage):
-        return [f if u is None else merge_usage(f, u) for f, u in zip(full, usage, strict=True)]
-    return full
-
-
-def apply_record(current: dict[str, Any] | None, data: dict[str, Any]) -> dict[str, Any] | None:
-    """The receiver's side (the reference backend uses it): what it holds after `data`.
-    A full record replaces; an unchanged record refreshes the gauges and collected_at of
-    the full record with the same hash; None: ignore it (it refers to an older or unknown
-    full record; a newer full record has arrived or is on its way)."""
-    if data.get("type") == FULL:
-        return data
-    if current is None or current.get("hash") != data.get("hash"):
-        return None
-    merged = merge_usage(current, data.get(USAGE) or {})
-    merged["collected_at"] = data["collected_at"]
-    return merged
 
 
 def full_record_id(data: dict[str, Any]) -> str:

@@ -1,16 +1,5 @@
 """Inventory worker: what this machine is and has, reported to the backend.
-
-Loop (a collector thread; the worker's main loop only says it is alive and watches it):
-  every INVENTORY_INTERVAL_SEC, at start, and SETTLE_S after a change it can see (a
-  Docker event of a managed container or an image, an NVML error event such as an Xid)
-  -> run the probes (each in its own
-  thread with a timeout, see probes.py) -> one record (record.py).
-Inputs: psutil, the Docker engine, NVML.
-Outputs: `inventory` records through Reports: full ones durable (`put`), unchanged ones
-in the latest-value slot (`put_latest`), so an unchanged record never replaces a full
-one still waiting for delivery; a `gpu.health_changed` event when a GPU's verdict changed.
-A traffic thread beside it (traffic/): every TRAFFIC_INTERVAL_SEC a `traffic` record in
-the latest-value slot when it changed, and warning events.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -91,9 +80,9 @@ class InventoryWorker(Worker):
             DiskWatch(self.config),
         )
         self._changed = threading.Event()
-        self.watchers = [
-            DockerChangeWatcher(self.config.docker_host, self._changed.set, stop=self.stop_event),
-            GpuErrorWatcher(self._changed.set, stop=self.stop_event, xids=xids),
+        self.watchers: list[DockerChangeWatcher | GpuErrorWatcher] = [
+            DockerChangeWatcher(self.config.docker_host, self._changed.set, stop_event=self.stop_event),
+            GpuErrorWatcher(self._changed.set, stop_event=self.stop_event, xids=xids),
         ]
         self.start_thread("inventory-collect", self._collect_loop)
         for watcher in self.watchers:

@@ -1,9 +1,5 @@
 """Cuts the backlog into push batches.
-
-A batch holds at most `max_lines` lines and about `max_bytes` bytes. A partial batch waits
-at most `flush_interval_s` after its first line was read; when lines are waiting, the batch
-fills at once, so the interval bounds latency, never throughput (a backlog after an outage
-drains at full speed). Entries keep their backlog order, so every stream keeps its order.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -19,7 +15,7 @@ from faden_agent.workers.logs.entry import Entry
 MAX_BATCH_BYTES = MAX_LOG_PUSH_BYTES  # uncompressed (the size budget, protocol.py); well under Loki's push limits
 # How long an idle collector waits before the shipper looks at `stopping` again; the stop
 # closes the backlog first (teardown), which wakes it at once, so this only paces idle wakeups.
-POLL_SEC = 5.0
+POLL_S = 5.0
 _SOURCE, _POSITION, _SIZE = attrgetter("source"), attrgetter("position"), attrgetter("size")
 
 
@@ -44,6 +40,6 @@ class Batcher:
         self.max_bytes = max_bytes
 
     def collect(self) -> Batch | None:
-        """The next batch, or None when nothing came within POLL_SEC (or the backlog closed)."""
-        entries = self.backlog.take(self.max_lines, self.max_bytes, self.flush_interval_s, POLL_SEC)
+        """The next batch, or None when nothing came within POLL_S (or the backlog closed)."""
+        entries = self.backlog.take(self.max_lines, self.max_bytes, self.flush_interval_s, POLL_S)
         return Batch(entries, sum(map(_SIZE, entries))) if entries else None

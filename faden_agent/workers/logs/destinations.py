@@ -1,12 +1,5 @@
 """Where pushes go: Loki directly, or whatever the backend names.
-
-Both answer `send(payload)` with an Answer (status None: no HTTP answer at all); the push
-policy (retry, split, give up) lives in loki.py and is the same for both.
-
-- LOKI_URL set: DirectLoki(<url>/loki/api/v1/push).
-- unset: ViaBackend asks the backend (`GET .../logs/target`) with this node's credential:
-  {"mode": "loki", "url"} -> push there directly; {"mode": "push", "path"} -> push through
-  the backend. Any failed push makes it ask again before the next try.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

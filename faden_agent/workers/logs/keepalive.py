@@ -1,16 +1,10 @@
 """One keep-alive HTTP/1.1 connection for Loki pushes: POST a body, read a short answer.
-
-Why not http.client: its request assembly and e-mail header parser cost about 130 us of
-CPU a push against about 20 us here (1,000 pushes to the receiver), a tenth of the log
-worker's CPU at the default 100 lines a push. This speaks the part of HTTP/1.1 a push
-needs: one request with Content-Length; an answer with Content-Length, chunked, or read
-until the server closes; 1xx answers skipped; no body after 204 or 304. TLS goes through
-the caller's SSLContext (certificate and host name verified as configured, SNI sent).
-Proxies are not spoken here: DirectLoki keeps requests for a proxied Loki.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations
 
+import io
 import socket
 import ssl
 from typing import NamedTuple
@@ -39,7 +33,7 @@ class KeepAliveConnection:
         name = f"[{host}]" if ":" in host else host  # an IPv6 literal
         self._host_line = f"Host: {name}{'' if port is None else f':{port}'}\r\n".encode()
         self._sock: socket.socket | None = None
-        self._file = None
+        self._file: io.BufferedReader | None = None
 
     def post(self, path: str, headers: dict[str, str], body: bytes, limit: int) -> Reply:
         """Send one request (connecting first if needed) and read its answer, the body up to

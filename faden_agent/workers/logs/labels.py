@@ -1,9 +1,8 @@
 """Loki stream labels. Few and stable (low cardinality); per-line detail such as unit and pid
 goes into structured metadata instead.
 
-System logs carry exactly {job, host, agent_id, container="node-<agent id>", level}.
-Container logs:  {job, host, agent_id, container=<name>, cluster, workload, source="container", stream, level}.
-Ray files: {job, host, agent_id, container=<name>, source="ray-serve"|"ray", file=<kind>, level}.
+System logs: {job, host, agent_id, container="node-<agent id>", level}. Container logs add
+cluster, workload, source="container", stream; Ray files source="ray-serve"|"ray", file=<kind>.
 """
 
 from __future__ import annotations

@@ -1,34 +1,10 @@
 """Loki pushes: the body (Loki's JSON push format) and the delivery policy.
-
-One push carries one stream: Loki (2.8 and 3.x) answers a push with the outcome of its
-LAST stream only (its ingester overwrites each stream's error with the next one's), so a
-429 for a flooded stream followed by a stored small stream reads 204 while the flooded
-stream's rate-limited lines were dropped. A batch of several streams is pushed stream by
-stream, each by the policy below.
-
-Policy, per push (docs/logs.md):
-- 2xx: accepted.
-- 400 that names single lines (Loki's "timestamp too old/new", "Max entry size ...
-  exceeded", "entry out of order"/"too far behind"): final. Loki stored the other lines;
-  resending would not help, so the batch counts as done. Loki names only one bad line (or
-  the number it ignored); the lines counted as rejected are those its words condemn
-  (refused_count), the rest as accepted.
-- 400 that refuses the whole push (Loki 2.x cannot decode a value with structured
-  metadata, Loki 3.x has it switched off, or any answer that names no line): nothing was
-  stored. Sent with structured metadata: the same batch goes again in the plain two-element
-  form (the detail kept in the line, entry.with_detail), and in `auto` mode this target
-  gets the plain form from then on (asked again after a restart or a target change).
-  Already plain: split in halves like a 413, so one line Loki cannot take costs only itself.
-- 413: split in halves, push each in order; a single line answered 413 is dropped and counted.
-- anything else (connection error, 408, 429, 5xx, an auth or routing 4xx): retry with
-  exponential backoff and jitter, or exactly Retry-After when given, for as long as it
-  takes. The sources are not read meanwhile (the backlog is full), so nothing is lost.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations
 
 import logging
-import random
 import re
 import time
 from collections.abc import Callable
@@ -37,11 +13,12 @@ from operator import attrgetter
 
 import orjson
 
+from faden_agent import backoff
 from faden_agent.workers.logs.destinations import Answer
 from faden_agent.workers.logs.entry import Entry, Labels
 from faden_agent.workers.logs.stamps import parse_rfc3339_ns
 
-MAX_RETRY_AFTER_SEC = 600.0  # a broken header must not park the shipper for a day
+MAX_RETRY_AFTER_S = 600.0  # a broken header must not park the shipper for a day
 STRUCTURED_METADATA_MODES = ("auto", "on", "off")
 MAX_PUSHES_IN_FLIGHT = 4  # pushes sent before the first of them is answered (shipper.py)
 # Loki's own wording (2.8 and 3.x) of a 400 about single lines, at the start of its answer;
@@ -265,9 +242,8 @@ class Pusher:
         if attempt == 1:
             log.warning("logs: push to %s failed (%s); retrying until it works", self.target, self.last_error)
         if answer.retry_after is not None:
-            return min(answer.retry_after, MAX_RETRY_AFTER_SEC)
-        ceiling = min(self.backoff_max_s, self.backoff_min_s * 2 ** min(attempt - 1, 30))
-        return random.uniform(ceiling / 2, ceiling)  # jitter, but never a busy loop
+            return min(answer.retry_after, MAX_RETRY_AFTER_S)
+        return backoff.delay(attempt - 1, self.backoff_min_s, self.backoff_max_s, jitter=0.5)
 
     def _recovered(self, attempt: int) -> None:
         if attempt:

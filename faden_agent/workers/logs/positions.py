@@ -1,18 +1,8 @@
 """Durable source positions: where each source resumes after a restart.
 
-A position moves only when the shipper reports that Loki accepted the batch holding it (a
-2xx, or a final 400), so everything not yet accepted is read again after a crash. Sources
-use their own timestamps, so what is read again is an exact duplicate that Loki drops.
-
-The shipper saves after every accepted batch, so a kill -9 resends at most the pushes that
-were in flight (accepted, not yet saved). A save is one pwrite() over the open file, padded
-with spaces to the file's length (JSON allows trailing whitespace): a process crash cannot
-tear a single write, and it costs a fraction of a rename. At most every FSYNC_INTERVAL_SEC
-(and on stop) the file is instead replaced atomically and fsynced (temp file + rename, mode
-0600, in the state directory), which is what a power loss needs. A position
-saved late only means more exact duplicates, never a lost line. So a full disk does not
-stop shipping: the positions stay in memory (dirty), the disk state says so, and a later
-save (tried at most every DISK_FULL_RETRY_SEC) writes them once there is space.
+A position moves only once Loki accepted the batch holding it, so a crash re-reads (exact
+duplicates Loki drops) and never loses a line; a full disk keeps them in memory until a
+later save succeeds. Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -30,8 +20,8 @@ from faden_agent.diskfull import DISK, is_disk_full
 from faden_agent.files import quarantine, quarantine_event, replace_file
 
 POSITIONS_FILE = "logs-positions.json"
-FSYNC_INTERVAL_SEC = 2.0
-DISK_FULL_RETRY_SEC = 1.0
+FSYNC_INTERVAL_S = 2.0
+DISK_FULL_RETRY_S = 1.0
 log = logging.getLogger(__name__)
 
 
@@ -97,7 +87,7 @@ class Positions:
                 self._dirty = True
 
     def save(self, force: bool = False) -> None:
-        """Write what changed; fsync too when `force` or FSYNC_INTERVAL_SEC has passed."""
+        """Write what changed; fsync too when `force` or FSYNC_INTERVAL_S has passed."""
         with self._save_lock:
             self._save(force)
 
@@ -105,12 +95,12 @@ class Positions:
         with self._lock:
             now = time.monotonic()
             if not self._dirty or (
-                not force and self._failed_at is not None and now - self._failed_at < DISK_FULL_RETRY_SEC
+                not force and self._failed_at is not None and now - self._failed_at < DISK_FULL_RETRY_S
             ):
                 return
             data = orjson.dumps(self._values)
             self._dirty = False
-            fsync = force or now - self._synced_at >= FSYNC_INTERVAL_SEC
+            fsync = force or now - self._synced_at >= FSYNC_INTERVAL_S
         try:
             self._write(data, fsync)
         except OSError as exc:

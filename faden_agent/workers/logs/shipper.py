@@ -1,14 +1,5 @@
 """The shipping thread: backlog -> batches -> Loki -> positions.
-
-Up to MAX_PUSHES_IN_FLIGHT batches are pushed at once (sender threads), so the batch size
-bounds a push, not the throughput: while Loki works on one push the next is encoded and
-sent. Loki takes entries of one stream out of order within its window (unordered writes,
-Loki's default since 2.4), so concurrent pushes are fine for it. Completions are taken in
-batch order: a batch's positions are stored (and saved) only after Loki accepted it (2xx)
-or finally refused it (400) AND every batch before it was done, so whatever was read but
-not accepted is read again after a crash, and a kill -9 resends at most the batches in
-flight. Lines Loki refused (400) or that were too large even alone (413) are counted and
-reported to the backend as one "logs.lines_lost" event per REPORT_INTERVAL_SEC.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -28,7 +19,7 @@ from faden_agent.workers.logs.destinations import DirectLoki, make_target
 from faden_agent.workers.logs.loki import MAX_PUSHES_IN_FLIGHT, Outcome, Pusher
 from faden_agent.workers.logs.positions import Positions
 
-REPORT_INTERVAL_SEC = 60.0
+REPORT_INTERVAL_S = 60.0
 log = logging.getLogger(__name__)
 
 
@@ -59,7 +50,7 @@ class Shipper:
         self.totals = Outcome()
         self.batches = 0
         self.unreported = Outcome()
-        self.reported_at = -REPORT_INTERVAL_SEC  # the first loss is reported at once
+        self.reported_at = -REPORT_INTERVAL_S  # the first loss is reported at once
         self._in_flight: deque[_Pending] = deque()  # in batch order
         self._done = threading.Condition()
         self._sender_error: BaseException | None = None
@@ -118,7 +109,7 @@ class Shipper:
         lost = self.unreported
         if not (lost.rejected or lost.dropped):
             return
-        if not force and time.monotonic() - self.reported_at < REPORT_INTERVAL_SEC:
+        if not force and time.monotonic() - self.reported_at < REPORT_INTERVAL_S:
             return
         data = {
             "type": "logs.lines_lost",

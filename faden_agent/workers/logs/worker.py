@@ -2,9 +2,7 @@
 Its inputs: journald, managed containers' logs, Ray log files (one reader thread each);
 the executor's `drain` questions on its REP socket (before it removes a container).
 Its output: Loki pushes from one shipping thread; losses reported as events via Reports.
-
-All blocking work (journalctl, Docker, files, HTTP) runs in threads, so the "alive" messages
-from the main loop never wait for it.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

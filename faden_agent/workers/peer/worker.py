@@ -1,11 +1,7 @@
-"""The peer worker: serves images to peer machines of the cluster (issue 14, docs/protocol.md
-"Images from peers"). Its own process, so a 15 GB transfer never delays a heartbeat or a
+"""The peer worker: serves images to peer machines of the cluster (docs/protocol.md
+"Images from peers"). Its own process, so a long transfer never delays a heartbeat or a
 command; it touches nothing but the Docker engine (docker save) and its listening socket.
-
-    setup   listen on ADVERTISE_HOST:PEER_PORT (https with PEER_CERT_FILE/PEER_KEY_FILE when
-            ADVERTISE_SCHEME is https); a port that cannot be bound is retried every tick
-            and reported in the status, never a crash loop
-    tick    forget expired tickets
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
 """The stream worker: owns the backend link (docs/protocol.md).
 
-worker.py     the loop: starts the threads below, wakes the outbox sender
-enroll.py     Enrollment: load the membership (state) file, or enroll once
-link.py       what the threads share: the membership, the connection status, backoff, the gate
-downlink.py   the NDJSON stream -> commands handed to the executor
-heartbeat.py  the node's heartbeat to the backend, with the worker table
-
-The fourth thread, the outbox sender that sends reports, is faden_agent/reports/sender.py.
+worker.py runs the loop; enroll.py loads the membership or enrolls once; link.py is what the
+threads share; downlink.py hands commands to the executor; heartbeat.py sends the node's
+heartbeat; uplink.py (Uplink) drains the durable outbox to the backend.
 """

@@ -1,13 +1,8 @@
 """The downlink: read the backend's NDJSON stream and hand each command to the executor.
 
-    loop: wait for the gate -> open the stream after the cursor -> for each line:
-          keepalive: note the contact; command: hand off (REQ, retried until the executor
-          acks) -> advance the durable cursor. On any failure: back off and reconnect.
-
-The cursor (last acknowledged sequence number, durable in the outbox's meta table) is an
-optimisation, the command id the truth: every command is handed over whatever its seq, and
-the executor answers an id it has seen from its journal. The cursor advances only after
-the executor's ack and resets when `hello` shows a new epoch or a backend behind it.
+The cursor (the outbox's cursor store) is an optimisation, the command id the truth: every
+command is handed over whatever its seq, and the executor answers an id it has seen from its
+journal. The cursor resets when `hello` shows a new epoch or a backend behind it.
 """
 
 from __future__ import annotations
@@ -44,7 +39,7 @@ class Downlink(LinkThread):
 
     def run(self) -> None:
         while self.gate.wait():
-            self.status.set_connection(Connection.CONNECTING)
+            self.link_status.set_connection(Connection.CONNECTING)
             client = BackendClient(self.config, self.membership.credential)
             try:
                 self.follow(client)
@@ -55,14 +50,14 @@ class Downlink(LinkThread):
                         f"the backend rejects the credential (HTTP {exc.status}) and a new "
                         "enrollment token is set: the stream worker restarts to enroll again"
                     ) from None
-                self.status.set_connection(connection, f"{exc}; reconnecting in {delay:.1f}s")
+                self.link_status.set_connection(connection, f"{exc}; reconnecting in {delay:.1f}s")
                 log.log(
                     logging.ERROR if connection == Connection.CREDENTIAL_REJECTED else logging.WARNING,
                     "downlink: %s; reconnecting in %.1fs",
                     exc,
                     delay,
                 )
-                self.stop.wait(delay)
+                self.stop_event.wait(delay)
             finally:
                 client.close()
 
@@ -73,21 +68,21 @@ class Downlink(LinkThread):
             token = self.config.token()
         except ConfigError:
             return False
-        return bool(token) and not self.membership.spent(token)
+        return token is not None and bool(token) and not self.membership.spent(token)
 
     def follow(self, client: BackendClient) -> None:
         stream = client.open_stream(self.cursor, self.config.stream_keepalive_sec)
-        self.status.set_connection(Connection.CONNECTED)
-        self.status.contact()
+        self.link_status.set_connection(Connection.CONNECTED)
+        self.link_status.contact()
         self.backoff.reset()
         log.info("downlink connected (after seq %d)", self.cursor)
         for message in stream:
-            if self.stop.is_set():
+            if self.stop_event.is_set():
                 stream.close()
                 return
-            self.status.contact()
+            self.link_status.contact()
             if message["type"] == "hello":
-                self.status.note(**expectations(message.get("expected")))
+                self.link_status.note(**expectations(message.get("expected")))
             if message["type"] == "hello" and not (
                 self.same_epoch(message.get("epoch")) and self.backend_not_behind(message.get("high_seq"))
             ):
@@ -142,7 +137,7 @@ class Downlink(LinkThread):
         """Back to 0, durably; the stream is reopened from there (commands recognised by id)."""
         self.outbox.set_meta(CURSOR_KEY, "0")
         self.cursor = 0
-        self.status.note(epoch_resets=self.status.snapshot().get("epoch_resets", 0) + 1)
+        self.link_status.note(epoch_resets=self.link_status.snapshot().get("epoch_resets", 0) + 1)
 
     def deliver(self, message: dict[str, Any]) -> None:
         try:
@@ -159,7 +154,7 @@ class Downlink(LinkThread):
         elif reply.get("duplicate"):
             # A backend replaying from an older cursor: answered from the journal, not run.
             self.stale += 1
-            self.status.note(stale_commands=self.stale)
+            self.link_status.note(stale_commands=self.stale)
             log.warning(
                 "downlink: command %.200r (seq %d, at or below the cursor %d) came again; answered from the "
                 "journal, not run again (%d such commands so far)",
@@ -171,7 +166,7 @@ class Downlink(LinkThread):
         else:
             # A backend that went back in time without saying so: the id is new, so it runs.
             self.below_cursor_run += 1
-            self.status.note(below_cursor_run=self.below_cursor_run)
+            self.link_status.note(below_cursor_run=self.below_cursor_run)
             log.warning(
                 "downlink: command %.200r has seq %d, at or below the cursor %d of epoch %.80r, but a new id: "
                 "run (the cursor stays)",
@@ -184,7 +179,7 @@ class Downlink(LinkThread):
     def hand_off(self, command: dict[str, Any]) -> dict[str, Any] | None:
         """Send the command to the executor until it acks: the ack's body; None only when stopping."""
         warned = False
-        while not self.stop.is_set():
+        while not self.stop_event.is_set():
             try:
                 reply = request(self.endpoints.executor, "command", command, timeout_s=HANDOFF_TIMEOUT_S)
             except EnvelopeError as exc:
@@ -212,7 +207,7 @@ class Downlink(LinkThread):
                     HANDOFF_TIMEOUT_S,
                 )
                 warned = True
-            self.stop.wait(HANDOFF_RETRY_S)
+            self.stop_event.wait(HANDOFF_RETRY_S)
         return None
 
 

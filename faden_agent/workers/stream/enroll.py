@@ -1,12 +1,5 @@
 """Enrollment: load the state file, or enroll once with the one-time token and write it.
-
-A machine with a state file is a member and does not enroll again, whatever token is set,
-unless the backend rejects its credential and a new token is set: then it re-enrolls as the
-same agent (new node id and credential at a restored or replaced backend); the rejected
-state file is kept beside the new one.
-Every problem (no token, refused token, unreadable/corrupt/foreign state file) is one
-clear line in `status` and the log, retried slowly so an operator's fix is picked up
-without a restart; the state file is never deleted or overwritten.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -66,11 +59,11 @@ def enrollment_facts(config: Config) -> dict[str, object]:
 
 
 class Enrollment:
-    def __init__(self, config: Config, status: LinkStatus, gate: Gate, stop: threading.Event):
+    def __init__(self, config: Config, link_status: LinkStatus, gate: Gate, stop_event: threading.Event):
         self.config = config
-        self.status = status
+        self.link_status = link_status
         self.gate = gate
-        self.stop = stop
+        self.stop_event = stop_event
         self.backoff = Backoff(config.reconnect_min_sec, config.reconnect_max_sec)
         self._last_problem: str | None = None
         self._unwritten: tuple[Membership, Membership | None, str] | None = None  # enrolled, state file not yet written
@@ -78,7 +71,7 @@ class Enrollment:
 
     def establish(self) -> Membership | None:
         """Block (in a thread) until this machine is a member; None when stopping."""
-        while not self.stop.is_set():
+        while not self.stop_event.is_set():
             try:
                 membership = self.attempt()
             except MembershipError as exc:
@@ -144,13 +137,13 @@ class Enrollment:
         """Spend the token; with `replacing`, re-enroll that member (same agent id, new credential)."""
         if not self.gate.wait():
             return None
-        self.status.set_connection(Connection.ENROLLING)
+        self.link_status.set_connection(Connection.ENROLLING)
         agent_id = replacing.agent_id if replacing else self.config.agent_id
         # On disk before the token is spent; a full disk waits here, the token unspent.
         attempt = retry_when_full(
             lambda: enrollment_attempt_id(self.config.state_dir),
             self.config.state_dir / ENROLLMENT_ATTEMPT_FILE,
-            self.stop,
+            self.stop_event,
         )
         client = BackendClient(self.config)
         try:
@@ -224,11 +217,11 @@ class Enrollment:
         """Block (the membership thread) until the state file is written and the spent token
         is out of the env file, or stopping."""
         if self._unwritten is not None:
-            retry_when_full(self.write_membership_file, self.config.state_path, self.stop)
+            retry_when_full(self.write_membership_file, self.config.state_path, self.stop_event)
         token, path = self._unforgotten, self.config.env_file
         if token is not None and path is not None:
             self._unforgotten = None
-            if retry_when_full(lambda: forget_token(path, token), path, self.stop):
+            if retry_when_full(lambda: forget_token(path, token), path, self.stop_event):
                 log.info("the spent enrollment token was removed from %s", path)
 
     def forget_spent_token(self, token: str) -> None:
@@ -250,6 +243,6 @@ class Enrollment:
         if message != self._last_problem:  # one line per distinct problem, not one per retry
             log.error("%s", message)
             self._last_problem = message
-        self.status.set_connection(connection, message)
-        self.stop.wait(wait_s)
+        self.link_status.set_connection(connection, message)
+        self.stop_event.wait(wait_s)
         self.gate.wait()

@@ -1,29 +1,6 @@
 """Heartbeats: every HEARTBEAT_INTERVAL_SEC on a fixed grid, sent directly (not queued
 behind a backlog).
-
-Lean, after kubelet's node leases: every beat carries the pulse (beat, due_at, uptime,
-outbox backlog: a few dozen bytes); the detail (version, capabilities, the supervisor's
-worker table, the connection, disk_full) rides along only when it changed, after a beat
-that could not be sent, and at least every HEARTBEAT_FULL_SEC (for the numbers, and a
-backend that lost it). "Changed" means a state, not a counter: a worker's
-name/state/pid/restarts/last_exit and the non-numeric values of its status; numbers (ages,
-sizes, CPU, counters) are refreshed by the slow full beat. The backend keeps the last
-detail and merges each beat into it (docs/protocol.md).
-
-The first beat waits for the tree to settle (at most one interval, at most SETTLE_MAX_S):
-every worker out of STARTING, the link connected and the detail's change key the same
-across one liveness period (a worker's status rides its alive message). Sent at once, its
-detail would be a snapshot of workers still starting, and the next beat would send the
-whole detail again to correct it.
-
-A heartbeat is latest-value: one that cannot be sent is dropped, the next one replaces it.
-Beats are due at start + n * interval (start: the first beat); a late beat does not shift
-the ones after it. A send that ran past the next grid point is followed at once by the
-latest point due (next_beat), so one slow send costs the backend one late beat, not a
-skipped one; the points before it (an outage) are skipped, not sent in a burst.
-
-A beat whose `ps` the supervisor did not answer in time (PS_TIMEOUT_S) carries the pulse
-only: an empty table is no news, and sent as the detail it would blank the console's.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -37,13 +14,12 @@ from typing import Any
 from faden_agent import __version__, protocol
 from faden_agent.backend import BackendClient, BackendError
 from faden_agent.fingerprint import fingerprint
-from faden_agent.ipc import EnvelopeError, Requester
+from faden_agent.ipc.control import LOOP_WAIT_S, Control
 from faden_agent.reports.outbox import make_record
 from faden_agent.workers.stream.link import Connection, Link, LinkThread
 
 log = logging.getLogger(__name__)
 
-PS_TIMEOUT_S = 0.5
 SETTLE_MAX_S = 10.0  # the longest the first beat waits for the tree to settle
 WORKER_FIELDS = (
     "name",
@@ -52,7 +28,8 @@ WORKER_FIELDS = (
     "uptime_s",
     "restarts",
     "last_exit",
-    "heartbeat_age_s",
+    "alive_age_s",
+    "heartbeat_age_s",  # alive_age_s's old name, sent for one release
     "rss_bytes",
     "cpu_percent",
     "status",
@@ -66,7 +43,7 @@ class HeartbeatSender(LinkThread):
         self.started_at = time.time()
         self.beats = 0
         self.detail_sent: tuple[Any, float] | None = None  # (change key, monotonic time) of the last detail sent
-        self.supervisor = Requester(link.endpoints.control)
+        self.supervisor = Control(self.config.runtime_dir, LOOP_WAIT_S)
 
     def run(self) -> None:
         interval = self.config.heartbeat_interval_sec
@@ -75,7 +52,7 @@ class HeartbeatSender(LinkThread):
             self.settle()
             start_mono, start_wall = time.monotonic(), time.time()
             beat = 0
-            while not self.stop.wait(max(0.0, start_mono + beat * interval - time.monotonic())):
+            while not self.stop_event.wait(max(0.0, start_mono + beat * interval - time.monotonic())):
                 if self.gate.remaining() <= 0:
                     self.send(client, beat, start_wall + beat * interval)
                 beat = next_beat(beat, time.monotonic() - start_mono, interval)
@@ -90,11 +67,12 @@ class HeartbeatSender(LinkThread):
         while (left := deadline - time.monotonic()) > 0:
             table = self.worker_table()
             started = bool(table.get("workers")) and all(w.get("state") != "STARTING" for w in table["workers"])
-            key = change_key(self.detail(table)) if started and self.status.connection == Connection.CONNECTED else None
+            connected = self.link_status.connection == Connection.CONNECTED
+            key = change_key(self.detail(table)) if started and connected else None
             if key is not None and key == last_key:
                 return
             last_key = key
-            if self.stop.wait(min(self.config.worker_liveness_sec, left)):
+            if self.stop_event.wait(min(self.config.worker_liveness_sec, left)):
                 return
 
     def send(self, client: BackendClient, beat: int, due_at: float) -> None:
@@ -116,7 +94,7 @@ class HeartbeatSender(LinkThread):
                 self.detail_sent = (key, time.monotonic())
             self.beats += 1
             self.backoff.reset()
-            self.status.contact()
+            self.link_status.contact()
 
     def heartbeat_data(self, beat: int, due_at: float) -> tuple[dict[str, Any], Any]:
         """The beat's data (pulse, plus the detail when due) and the detail's change key."""
@@ -149,7 +127,7 @@ class HeartbeatSender(LinkThread):
             "interval_sec": self.config.heartbeat_interval_sec,
             "supervisor": supervisor,
             "workers": [{k: w.get(k) for k in WORKER_FIELDS} for w in table.get("workers", [])],
-            "connection": self.status.snapshot(),
+            "connection": self.link_status.snapshot(),
             # the first worker that cannot write its files: {"path", "error", "since", "paths"}
             "disk_full": next(
                 (
@@ -164,11 +142,7 @@ class HeartbeatSender(LinkThread):
 
     def worker_table(self) -> dict[str, Any]:
         """The supervisor's `ps` table; empty when it does not answer in time."""
-        try:
-            reply = self.supervisor.ask("ps", timeout_s=PS_TIMEOUT_S)
-        except EnvelopeError:
-            return {}
-        return reply.body if reply is not None and isinstance(reply.body, dict) else {}
+        return self.supervisor.ps() or {}
 
 
 def next_beat(beat: int, elapsed_s: float, interval_s: float) -> int:

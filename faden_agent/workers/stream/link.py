@@ -1,17 +1,7 @@
-"""What the stream worker's threads share about the backend link.
-
-- Connection: the link's connection states (an Enum; their values are what status/ps show);
-- LinkStatus: connection state, last contact, last error (what `status`/`ps` show), also
-  kept in a small 0600 status file so `faden-agent status` can answer while the agent is down;
-- Gate: when requests may be sent: the one maintenance hold (a 503's Retry-After, shared
-  by every process, backend.MaintenanceHold) and a rejected credential's slow retry, so
-  what one thread heard holds back all of them;
-- wait_after: the one place that maps a failed exchange to a connection state and a wait
-  (Retry-After wins, capped; else exponential backoff with full jitter between
-  RECONNECT_MIN and RECONNECT_MAX, faden_agent/backoff.py);
-- Link + LinkThread: what every link thread (downlink, uplink, heartbeat) is given (the
-  membership, the outbox, the status, ...); the
-  stream worker runs each one's run() on a supervised thread (Worker.start_thread).
+"""What the stream worker's threads share about the backend link: Connection states,
+LinkStatus (also kept in the 0600 status file), the Gate (the one maintenance hold and a
+rejected credential's slow retry), wait_after (the one map from a failed exchange to a state and
+a wait) and Link/LinkThread, what every link thread is given. Notes: docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -127,8 +117,8 @@ class Gate:
     """No request while the maintenance hold stands or before `not_before` (a rejected
     credential's slow retry); waits are cut short when the worker stops."""
 
-    def __init__(self, stop: threading.Event, maintenance: MaintenanceHold):
-        self._stop = stop
+    def __init__(self, stop_event: threading.Event, maintenance: MaintenanceHold):
+        self._stop_event = stop_event
         self._maintenance = maintenance
         self._lock = threading.Lock()
         self._not_before = 0.0  # time.monotonic()
@@ -144,11 +134,11 @@ class Gate:
 
     def wait(self) -> bool:
         """Sleep until open; False when the worker is stopping."""
-        while not self._stop.is_set():
+        while not self._stop_event.is_set():
             left = self.remaining()
             if left <= 0:
                 return True
-            self._stop.wait(left)
+            self._stop_event.wait(left)
         return False
 
 
@@ -176,9 +166,9 @@ class Link:
     config: Config
     membership: Membership
     outbox: Outbox
-    status: LinkStatus
+    link_status: LinkStatus
     gate: Gate
-    stop: threading.Event
+    stop_event: threading.Event
     endpoints: Endpoints
 
 
@@ -188,7 +178,8 @@ class LinkThread:
     def __init__(self, name: str, link: Link):
         self.name = name
         self.config, self.membership, self.outbox = link.config, link.membership, link.outbox
-        self.status, self.gate, self.stop, self.endpoints = link.status, link.gate, link.stop, link.endpoints
+        self.link_status, self.gate, self.endpoints = link.link_status, link.gate, link.endpoints
+        self.stop_event = link.stop_event
         self.backoff = Backoff(link.config.reconnect_min_sec, link.config.reconnect_max_sec)
 
     def back_off(self, error: BackendError) -> tuple[Connection, float]:

@@ -1,15 +1,6 @@
-"""OutboxSender: the stream worker's thread that drains the durable outbox to the backend
+"""Uplink: the stream worker's thread that drains the durable outbox to the backend
 in batches (BackendClient.post_reports, POST /api/agent/v1/uplink).
-
-    loop: wait for a poke (a producer wrote, or a retry is due) -> wait for the gate ->
-          send the oldest batch -> ack what the backend acknowledged -> repeat until empty.
-
-Idle it sleeps (issue 16): no poll, only a long SAFETY_S net. It drains at start (what
-was written while the worker was down or enrolling, whose pokes nobody read), retries by
-poking itself after a backoff or a gate hold, and is poked when the worker stops.
-
-Records leave the outbox only after the backend acknowledged their ids, so a backend
-outage or a kill -9 loses nothing; a resend is harmless because the backend dedups ids.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -32,7 +23,7 @@ SAFETY_S = 60.0  # a lost poke (none is known) would delay a record at most this
 TRIM_EVERY_S = 60.0
 
 
-class OutboxSender(LinkThread):
+class Uplink(LinkThread):
     def __init__(self, link: Link):
         super().__init__("uplink", link)
         self.wakeup = threading.Event()
@@ -45,7 +36,7 @@ class OutboxSender(LinkThread):
     def run(self) -> None:
         client = BackendClient(self.config, self.membership.credential)
         try:
-            while not self.stop.is_set():
+            while not self.stop_event.is_set():
                 self.wakeup.wait(SAFETY_S)
                 self.wakeup.clear()
                 self.trim_if_due()
@@ -64,19 +55,19 @@ class OutboxSender(LinkThread):
                         delay,
                         self.outbox.count(),
                     )
-                    self.stop.wait(delay)
+                    self.stop_event.wait(delay)
                     self.poke()  # the retry is due now, poked or not
         finally:
             client.close()
 
     def drain(self, client: BackendClient) -> bool:
         """Send until the outbox is empty (True), or the worker stops or the gate closes."""
-        while not self.stop.is_set() and self.gate.remaining() <= 0:
+        while not self.stop_event.is_set() and self.gate.remaining() <= 0:
             batch = bounded_batch(self.outbox.pending(BATCH_SIZE))
             if not batch:
                 return True
             self.send(client, batch)
-        return self.stop.is_set()
+        return self.stop_event.is_set()
 
     def send(self, client: BackendClient, batch: list[dict[str, Any]]) -> None:
         """Send and ack one batch; a 413 splits it in halves, down to one record, which is
@@ -115,7 +106,7 @@ class OutboxSender(LinkThread):
         if not done:
             raise ProtocolError("the backend acknowledged none of the batch")
         self.outbox.ack(done)
-        self.status.contact()
+        self.link_status.contact()
         self.backoff.reset()
 
     def trim_if_due(self) -> None:
@@ -139,7 +130,8 @@ class OutboxSender(LinkThread):
 def bounded_batch(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The oldest records that fit MAX_UPLINK_BATCH_BYTES (at least one), each record over
     MAX_RECORD_BYTES replaced by its stub."""
-    batch, total = [], 0
+    batch: list[dict[str, Any]] = []
+    total = 0
     for record in records:
         size = len(orjson.dumps(record))
         if size > protocol.MAX_RECORD_BYTES:
@@ -168,8 +160,10 @@ STUB_FIELDS = 32  # the first few short fields (command_id, state, reason, type,
 
 def truncated(record: dict[str, Any], size: int) -> dict[str, Any]:
     """The record's stub: same id and kind, its short scalar fields, `truncated: true`."""
-    data = record.get("data") if isinstance(record.get("data"), dict) else {}
-    kept = {}
+    data = record.get("data")
+    if not isinstance(data, dict):
+        data = {}
+    kept: dict[str, Any] = {}
     for key, value in data.items():
         if len(kept) >= STUB_FIELDS:
             break

@@ -1,16 +1,5 @@
 """Stream worker: owns the backend link (docs/protocol.md).
-
-Its loop only passes pokes on; the network lives in threads, so a slow backend never
-delays the worker's own "alive" messages to the supervisor:
-
-    membership  load the state file, or enroll once (enroll.py); then starts:
-    downlink    the NDJSON stream -> commands handed to the executor (downlink.py)
-    uplink      the durable outbox -> the backend, in batches (reports/sender.py: OutboxSender)
-    heartbeat   the node's heartbeat to the backend, every HEARTBEAT_INTERVAL_SEC, with the worker
-                table (heartbeat.py)
-
-Inputs: pokes on endpoints.reports_ready (a producer wrote to the outbox). Outputs: the link's
-connection state in status() (shown by `ps` and `faden-agent status`) and the status file.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -30,7 +19,7 @@ from faden_agent.workers.stream.downlink import Downlink
 from faden_agent.workers.stream.enroll import Enrollment
 from faden_agent.workers.stream.heartbeat import HeartbeatSender
 from faden_agent.workers.stream.link import Gate, Link, LinkStatus
-from faden_agent.workers.stream.uplink import OutboxSender
+from faden_agent.workers.stream.uplink import Uplink
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +31,7 @@ class StreamWorker(Worker):
         self.pokes = Channel.bind(zmq.PULL, self.endpoints.reports_ready)
         self.link_status = LinkStatus(self.config.backend_url, self.config.state_dir / STATUS_FILE)
         self.gate = Gate(self.stop_event, MaintenanceHold(self.config.runtime_dir))
-        self.sender: OutboxSender | None = None
+        self.uplink: Uplink | None = None
         self.start_thread("membership", self.start_link, finite=True)
 
     def start_link(self) -> None:
@@ -61,8 +50,8 @@ class StreamWorker(Worker):
         shared = Link(
             self.config, membership, self.outbox, self.link_status, self.gate, self.stop_event, self.endpoints
         )
-        self.sender = OutboxSender(shared)
-        for part in (Downlink(shared), self.sender, HeartbeatSender(shared)):
+        self.uplink = Uplink(shared)
+        for part in (Downlink(shared), self.uplink, HeartbeatSender(shared)):
             self.start_thread(part.name, part.run)
         enrollment.write_membership_file_when_possible()
 
@@ -70,14 +59,14 @@ class StreamWorker(Worker):
         return [self.pokes]
 
     def handle(self, channel: Channel, message: Message) -> None:
-        if self.sender is not None:
-            self.sender.poke()
+        if self.uplink is not None:
+            self.uplink.poke()
 
     def status(self) -> dict[str, Any]:
         return {"link": self.link_status.snapshot()}
 
     def teardown(self) -> None:
-        if self.sender is not None:
-            self.sender.poke()  # it sleeps until poked (SAFETY_S): wake it to see the stop
+        if self.uplink is not None:
+            self.uplink.poke()  # it sleeps until poked (SAFETY_S): wake it to see the stop
         self.join_threads()  # a read blocked on a silent stream is left to die with the process
         self.pokes.close()

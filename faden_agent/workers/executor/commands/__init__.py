@@ -1,14 +1,7 @@
 """Every command kind, one module per family: kind `family.verb` lives in `family.py`
 (container.run in container.py, image.fetch in image.py), which holds its handlers and
 registers its CommandKinds (kinds.py). A new family is a new module here, imported below.
-
-    frame.py      the frame around every kind: journal, started, exactly one terminal state
-    container.py  container.run/stop/start/restart/remove
-    image.py      image.pull/remove, and images from peers: image.serve/fetch/relay
-    command.py    command.cancel
-    traffic.py    active probes between peer machines: traffic.serve/probe (issue 15)
-
-KINDS is the full table once this package is imported.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from faden_agent import protocol

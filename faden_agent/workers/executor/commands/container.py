@@ -270,7 +270,7 @@ def by_container(spec: dict[str, Any]) -> str:
 
 ADOPT = {"adopt": (specs.boolean, False), **COMMON}
 TARGET = {"name": specs.name}
-RUN_OPTIONS = {
+RUN_OPTIONS: dict[str, tuple[specs.Check, Any]] = {
     "command": (specs.str_list, None),
     "entrypoint": (specs.str_list, None),
     "env": (specs.str_map, {}),

@@ -1,10 +1,5 @@
 """The frame around every command kind. Runs in scheduler threads (inline kinds: in the loop).
-
-`execute(job)` wraps every kind the same way: journal the attempt, report started, run the
-handler, report exactly one terminal state. Handlers (in the family modules beside this
-one) take (commands, job) and return a result dict or raise CommandFailed(reason) /
-Cancelled; `commands` gives them the engine (ops), the journal, the timeline, the
-scheduler, and check/progress.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
-"""The image.* kinds (docs/commands.md), images from peers included (issue 14):
-
-    image.pull    from the registry; from the spec's peers when it fails or lacks the image
-    image.remove  remove an image
-    image.prune   remove every image no container uses and no `keep` entry names
-    image.serve   (inline, no Docker) the holder: register a one-time ticket, by its sha256,
-                  for one image and one receiver until ttl_s; the peer worker serves it.
-    image.fetch   the receiver: fetch an image from peers, one after the other until one
-                  succeeds (peer/fetch.py), then tag it.
-    image.relay   the holder's side of a relay through the backend
-
-`pull_or_fetch` is also what container.run does when it needs the image.
+"""The image.* kinds (docs/commands.md), images from peers included: pull (registry, then the
+spec's peers), remove, prune (images no container uses and no `keep` entry names), serve
+(inline: a one-time ticket for one receiver), fetch (from peers, one after the other,
+peer/fetch.py) and relay. pull_or_fetch is what container.run uses too.
 """
 
 from __future__ import annotations
@@ -22,11 +14,11 @@ from urllib.parse import urlsplit
 
 from faden_agent import protocol
 from faden_agent.diskspace import NoSpace, require_space
+from faden_agent.ipc.control import ask_to_serve
 from faden_agent.peer.fetch import PeerFailure, Stopped, Transfer, tag_image
 from faden_agent.peer.server import holder_stream
 from faden_agent.peer.tickets import Ticket, TicketBox
 from faden_agent.protocol import quote
-from faden_agent.supervisor.peer_demand import ask_to_serve
 from faden_agent.workers.executor import specs
 from faden_agent.workers.executor.commands.frame import Commands
 from faden_agent.workers.executor.docker_ops import Cancelled, CommandFailed, translated

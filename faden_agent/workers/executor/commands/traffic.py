@@ -1,13 +1,5 @@
-"""The traffic.* kinds (issue 15, docs/commands.md): active probes between peer machines.
-
-    traffic.serve  (inline, no Docker) the probed machine: register one-time probe tickets,
-                   by their sha256, each for one prober's address, until ttl_s; the peer
-                   worker answers them (peer/probe.py).
-    traffic.probe  the prober: RTT p50/p99 and throughput both ways to each named peer, one
-                   peer after the other (peer/probe_client.py). A peer that fails is that
-                   peer's entry, with a reason; the command itself succeeds with every entry.
-
-Every bound has a default and a hard cap here; the probed peer caps a session itself too.
+"""The traffic.* kinds (docs/commands.md): active probes between peer machines.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -17,12 +9,12 @@ import math
 import time
 from typing import Any
 
+from faden_agent.ipc.control import ask_to_serve
 from faden_agent.peer import probe_client
 from faden_agent.peer.probe import LIMITS
 from faden_agent.peer.probe_client import Bounds, Probe, ProbeFailed
 from faden_agent.peer.tickets import PROBE_GRANT, Ticket, TicketBox
 from faden_agent.protocol import quote
-from faden_agent.supervisor.peer_demand import ask_to_serve
 from faden_agent.workers.executor import specs
 from faden_agent.workers.executor.commands.frame import Commands
 from faden_agent.workers.executor.commands.image import peers as image_peers

@@ -1,12 +1,5 @@
 """InfiniBand / RoCE ports from sysfs: <root>/class/infiniband/<device>/ports/<n>/.
-
-    counters/port_{xmit,rcv}_data      data in 4-byte units (so x4 for bytes);
-    counters_ext/port_*_data_64        the same on old kernels (64-bit there)
-    counters/port_*_packets, port_rcv_errors, port_xmit_discards, symbol_error, link_downed
-    hw_counters/                       RoCE congestion (np_cnp_sent, rp_cnp_handled, ...)
-
-The root is a setting (SYSFS_ROOT) so tests can hand it a fake tree. A port without
-readable data counters says so (`counters: null` and a note), never zero.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
 """The traffic record: what this machine sends to each peer machine of its cluster, its
 NICs and its InfiniBand/RoCE ports (docs/protocol.md, "Traffic record").
-
-Loop (a thread of the inventory worker): every TRAFFIC_INTERVAL_SEC sample -> one record
--> into the outbox's latest-value slot only when it changed beyond THRESHOLDS since the
-last one sent (an idle cluster sends nothing). A second thread reads the kernel's TCP
-destroy notifications, so connections that close between two samples count too.
-Where it cannot see, the record says so (`not_measured`, a port's `counters: null`, rates
-null on the first sample); it never reports zero for what it did not measure.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -127,7 +121,7 @@ class TrafficReporter:
             self._subscribe(bool(self.peers.by_address))
         at, mono = time.time(), time.monotonic()
         views = self.tcp.sample(self.peers.by_address)
-        counters = {"nics": nics.read_nics(), "ib": infiniband.read_ports(self.sysfs_root)}
+        counters: dict[str, Any] = {"nics": nics.read_nics(), "ib": infiniband.read_ports(self.sysfs_root)}
         previous = self._previous
         seconds = mono - previous["mono"] if previous else None
         data = {
@@ -166,7 +160,8 @@ class TrafficReporter:
         sent_all = totals.sent_all - before[2] if before else None
         retrans = totals.retrans - before[3] if before else None
         # The busiest live socket's local address, else that of the last socket seen.
-        local = max(view.local_bytes, key=view.local_bytes.get) if view.local_bytes else self.tcp.local_of.get(address)
+        busiest = view.local_bytes
+        local = max(busiest, key=busiest.__getitem__) if busiest else self.tcp.local_of.get(address)
         if local is not None and local not in self._interfaces:
             self._interfaces[local] = nics.interface_of(local)
         interface = self._interfaces.get(local) if local else None

@@ -1,14 +1,5 @@
 """TCP sockets from the kernel's sock_diag netlink interface, in pure Python.
-
-    dump(peers)            one request per address family; the kernel filters by remote
-                           address (inet_diag bytecode), so a host with tens of thousands of
-                           sockets only sends back the ones to peers
-    DestroyListener        the multicast groups of TCP socket destruction: each closed
-                           socket's last counters, so a short connection is counted too
-
-Each socket comes back as a TcpSocket (remote address, local address, cookie and the
-tcp_info fields the traffic view needs). Layouts: linux/sock_diag.h, linux/inet_diag.h,
-linux/tcp.h (struct tcp_info; fields past the kernel's length read as None).
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

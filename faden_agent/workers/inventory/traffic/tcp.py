@@ -1,13 +1,5 @@
 """Per-peer TCP accounting from sock_diag: bytes each way, connections, RTT, retransmits.
-
-    sample(peers)     dump the peers' sockets; add each live socket's growth since it was
-                      last seen to its peer's totals
-    closed(sockets)   a destroy notification: add the growth from the last sight to the
-                      socket's final counters (a connection opened and closed between two
-                      samples counts in full)
-
-Totals count from the first sample that saw a peer: sockets already open then are a
-baseline, not traffic. Thread-safe: the destroy listener calls closed() from its thread.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -19,8 +19,8 @@ from faden_agent.workers.logs.positions import Positions
 from faden_agent.workers.threads import start_daemon
 
 # With no stored position a source starts this far back, not at the start of history.
-FIRST_START_WINDOW_SEC = 3600
-RETRY_SEC = 5.0  # pause before a failed reader starts again
+FIRST_START_WINDOW_S = 3600
+RETRY_S = 5.0  # pause before a failed reader starts again
 
 log = logging.getLogger(__name__)
 
@@ -55,9 +55,9 @@ class Source:
             except Exception as exc:  # noqa: BLE001 - a reader must never take the worker down
                 error = error_line(exc, 300, named=True)
                 if error != self.last_error:  # once per distinct failure, not every retry
-                    log.error("logs: %s reader failed (%s); retrying every %gs", self.kind, error, RETRY_SEC)
+                    log.error("logs: %s reader failed (%s); retrying every %gs", self.kind, error, RETRY_S)
                 self.last_error = error
-            self.stop_event.wait(RETRY_SEC)
+            self.stop_event.wait(RETRY_S)
 
     def follow(self) -> None:
         """Read until stopped (or until a failure worth a restart of this reader)."""

@@ -1,23 +1,7 @@
 """Container logs of the containers this agent manages (found by protocol.LABEL_MANAGED).
-
-Discovery follows Docker's events: a managed container gets its followers on its `create`
-(or `start`) event, so its first line is read even when it exits at once; a listing at
-start (and every RESCAN_SEC) catches what existed before or an event lost on a reconnect.
-
-One follower thread per container and stream (stdout, stderr) reads `docker logs --follow
---timestamps` from the last position: Docker's own timestamp of the last accepted line.
-When a container stops, its follower has read it to its end (the stream ends with the
-container) and waits; on the container's next `start` event (a restart, a crash loop) it
-continues after the last line it read: no gap, no repeat. A recreated container is a new
-container id and gets a new follower from its first line. Lines carry Docker's timestamps,
-so a replay after a crash is an exact duplicate; the line at exactly the stored timestamp
-is sent again. Before the executor removes a stopped managed container it asks `drained`
-(over the log worker's REP socket, naming the run's StartedAt) until the last lines are
-accepted by Loki.
-
-Continuation lines join the line they continue (multiline.py): an entry carries its head's
-timestamp and level and stores the head's stamp as its position, so a replay reads it again
-whole; the "logs-multiline" thread sends an entry once no line came for the wait bound.
+Followers read `docker logs --follow --timestamps` from Docker's timestamp of the last accepted
+line, so a replay is an exact duplicate; continuation lines are joined into entries
+(multiline.py). The executor asks `drained` (naming the run's StartedAt) before it removes one.
 """
 
 from __future__ import annotations
@@ -33,12 +17,12 @@ from faden_agent.dockerclient import make_client
 from faden_agent.workers.logs.entry import MAX_LINE_BYTES, Entry, clean_line
 from faden_agent.workers.logs.multiline import Joined, Joiner
 from faden_agent.workers.logs.report import report_event
-from faden_agent.workers.logs.sources import FIRST_START_WINDOW_SEC, Source
+from faden_agent.workers.logs.sources import FIRST_START_WINDOW_S, Source
 from faden_agent.workers.logs.stamps import parse_rfc3339_ns
 
-RESCAN_SEC = 60.0  # a full listing besides the events: a safety net for an event lost on a reconnect
+RESCAN_S = 60.0  # a full listing besides the events: a safety net for an event lost on a reconnect
 ENDED, STOP = "faden:ended", "faden:stop"  # inbox markers: the event stream ended, the source stops
-RESTART_CHECK_SEC = 5.0  # a stopped container's follower checks this often for a restart it missed
+RESTART_CHECK_S = 5.0  # a stopped container's follower checks this often for a restart it missed
 FOLLOW_ACTIONS = frozenset({"create", "start", "restart", "unpause", "die", "oom", "want"})
 WAKE_ACTIONS = frozenset({"start", "restart", "unpause"})
 MAX_INBOX = 10_000
@@ -137,7 +121,7 @@ class ContainerSource(Source):
             reader = self.start_thread("logs-docker-events", self.read_events, events, critical=False)
             self.refresh(client)
             self.last_error = ""
-            next_refresh = time.monotonic() + RESCAN_SEC
+            next_refresh = time.monotonic() + RESCAN_S
             while not self.stop_event.is_set():
                 if not reader.is_alive():
                     raise ConnectionError("the Docker event stream ended")
@@ -151,7 +135,7 @@ class ContainerSource(Source):
                     self.on_event(client, what, container_id)
                 if time.monotonic() >= next_refresh:
                     self.refresh(client)
-                    next_refresh = time.monotonic() + RESCAN_SEC
+                    next_refresh = time.monotonic() + RESCAN_S
         finally:
             if events is not None:
                 events.close()
@@ -340,7 +324,7 @@ class ContainerSource(Source):
         accepted = self.positions.get(key)
         if isinstance(accepted, int):
             return accepted - 1  # the accepted line itself again: an exact duplicate at worst
-        return (int(time.time()) - FIRST_START_WINDOW_SEC) * 1_000_000_000
+        return (int(time.time()) - FIRST_START_WINDOW_S) * 1_000_000_000
 
     def status(self) -> dict[str, object]:
         return {
@@ -385,7 +369,7 @@ class ContainerFollower:
                     return
                 self.idle = True
                 while not stop.is_set():  # wait for the container to run (again)
-                    self.wake.wait(RESTART_CHECK_SEC)
+                    self.wake.wait(RESTART_CHECK_S)
                     self.wake.clear()
                     self.container.reload()
                     state = self.container.attrs.get("State", {})

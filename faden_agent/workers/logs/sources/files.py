@@ -1,34 +1,6 @@
-"""Ray log files: Serve's <RAY_LOG_DIR>/<container name>/session_*/logs/serve/*.log and Ray's
-own (raylet, GCS, core workers, workers' .out/.err, monitor, dashboard) in session_*/logs, on
-the host (the executor mounts <RAY_LOG_DIR>/<container name> at protocol.RAY_LOG_MOUNT in
-managed Ray containers).
-
-Everything under <RAY_LOG_DIR>/<container name> is written by the container, so it is
-hostile input: the walk opens each component through mount.py (relative to its parent's
-descriptor, nothing followed, regular single-link files on the mount's device only), reads
-at most READ_RATE_BYTES per second and MAX_OPEN_PER_CONTAINER files per container, and
-takes label values from file names only through a fixed set. A refused entry is skipped,
-counted and reported once (a log line and a "logs.entry_refused" event).
-
-Each file is tailed through an open descriptor, its position keyed by device+inode with the
-byte offset after the last accepted line. Rotation by rename (Python's RotatingFileHandler,
-which Ray uses): the path then names a new inode; the old descriptor is read to its end
-first, then the new file from its start, so no line is lost and the order holds.
-Truncation (copytruncate): a size below the offset restarts the file at 0. Rotated names:
-x.log.1 (Python's) and x.1.out (spdlog's, Ray's C++ logs).
-
-Lines are joined into entries (multiline.py): an entry's position is the offset after its
-last line, so a replay reads it again whole; a held entry goes out after the wait bound.
-
-Waiting: inotify (inotify.py) on every directory walked and every file tailed, so an idle
-tree costs no wakeup; a directory event lists the tree again, a file event reads the files
-again, at most one round per POLL_SEC (a busy file is read in batches), and a full listing
-every RESCAN_SEC is the safety net. Where inotify fails or a container has more than
-MAX_WATCHED_DIRS_PER_CONTAINER directories, the source polls every POLL_SEC as before.
-
-Timestamps: Ray's line prefix "LEVEL YYYY-MM-DD HH:MM:SS,mmm" (read as UTC); a line without
-one (a traceback line) gets the previous line's; a file's first lines without one get the
-file's modification time when it was found, stored at once, so a replay is exact.
+"""Ray log files: Serve's and Ray's own (raylet, GCS, core workers, monitor, dashboard) under
+<RAY_LOG_DIR>/<container name>/session_*/logs, hostile input read through mount.py; each
+file tailed by device+inode and offset, rotations followed, lines joined into entries.
 """
 
 from __future__ import annotations
@@ -46,16 +18,16 @@ from faden_agent.workers.logs.entry import MAX_LINE_BYTES, Entry, Labels, clean_
 from faden_agent.workers.logs.labels import core_file_kind
 from faden_agent.workers.logs.multiline import Joined, Joiner
 from faden_agent.workers.logs.report import report_event
-from faden_agent.workers.logs.sources import FIRST_START_WINDOW_SEC, Source, mount
+from faden_agent.workers.logs.sources import FIRST_START_WINDOW_S, Source, mount
 from faden_agent.workers.logs.sources.inotify import TreeWatch
 from faden_agent.workers.logs.sources.mount import Refused, safe_name
 from faden_agent.workers.logs.sources.retention import Retention
 
-POLL_SEC = 0.5  # at most one round this often; the poll interval where inotify cannot serve
-RESCAN_SEC = 60.0  # a full listing although no event came: the safety net
-ROOT_POLL_SEC = 5.0  # neither the Ray log directory nor its parent exists yet
+POLL_S = 0.5  # at most one round this often; the poll interval where inotify cannot serve
+RESCAN_S = 60.0  # a full listing although no event came: the safety net
+ROOT_POLL_S = 5.0  # neither the Ray log directory nor its parent exists yet
 MAX_WATCHED_DIRS_PER_CONTAINER = 256  # a container dir and its newest 85 sessions' session, logs, serve
-FORGET_AFTER_SEC = 300.0
+FORGET_AFTER_S = 300.0
 READ_CHUNK = 256 * 1024
 READ_RATE_BYTES = 4 * 1024 * 1024  # per container and second (one second's worth may be saved up)
 MAX_OPEN_PER_CONTAINER = 128  # files tailed at once per container (Ray's own: ~3 per worker process)
@@ -193,7 +165,7 @@ class RayFileSource(Source):
                     if dirty is not None:
                         dirty |= self.relist
                     self.relist = set()
-                    if first or self.watch.polling or started >= self.full_at + RESCAN_SEC:
+                    if first or self.watch.polling or started >= self.full_at + RESCAN_S:
                         dirty = None  # the full listing: the safety net for what no event told
                     root_fd = self.open_root(full=dirty is None)
                     if root_fd is not None:
@@ -217,9 +189,9 @@ class RayFileSource(Source):
 
     def wait(self, round_started: float, more: bool) -> bool:
         """Until there is work: whether directories are to be listed again (False: only
-        tailed files grew). At most one round per POLL_SEC."""
+        tailed files grew). At most one round per POLL_S."""
         assert self.watch is not None
-        self.stop_event.wait(max(0.0, round_started + POLL_SEC - time.monotonic()))
+        self.stop_event.wait(max(0.0, round_started + POLL_S - time.monotonic()))
         if self.stop_event.is_set() or self.watch.polling:
             return True
         if self.relist:
@@ -227,16 +199,16 @@ class RayFileSource(Source):
         if more or any(not t.at_eof for t in self.tails.values()):
             return bool(self.watch.wait(0))  # data left to read: read on, listing only what changed
         if not self.root_watched:
-            self.stop_event.wait(ROOT_POLL_SEC)
+            self.stop_event.wait(ROOT_POLL_S)
             return True
         now = time.monotonic()
-        timeout = self.full_at + RESCAN_SEC - now
+        timeout = self.full_at + RESCAN_S - now
         due = self.next_due()
         if due is not None:
             timeout = min(timeout, due - now)  # a held entry's wait bound ends first
         changed = self.watch.wait(max(0.0, timeout))
         if changed is None:  # timed out: a held entry is due, or the safety-net listing
-            return time.monotonic() >= self.full_at + RESCAN_SEC
+            return time.monotonic() >= self.full_at + RESCAN_S
         return changed
 
     def stop(self) -> None:
@@ -306,7 +278,7 @@ class RayFileSource(Source):
         if dirty is None:
             # Forget finished files only after a while unseen by full listings: a rename during
             # one can hide a file from it, and forgetting it then would read it twice.
-            self.finished = {i: seen for i, seen in self.finished.items() if now - seen[1] < FORGET_AFTER_SEC}
+            self.finished = {i: seen for i, seen in self.finished.items() if now - seen[1] < FORGET_AFTER_S}
         if first:
             keys = {f"file:{d}:{i}" for d, i in present}
             for key in self.positions.keys("file:"):
@@ -454,7 +426,7 @@ class RayFileSource(Source):
         if resume is not None:
             offset, ts_ns = resume[0], resume[1] or st.st_mtime_ns
         else:  # a new file (or, after start, one that rotated away before a scan saw it)
-            old = first and st.st_mtime < time.time() - FIRST_START_WINDOW_SEC
+            old = first and st.st_mtime < time.time() - FIRST_START_WINDOW_S
             offset, ts_ns = (st.st_size if old else 0), st.st_mtime_ns
             self.positions.initialize(key, {"offset": offset, "ts": ts_ns, "path": path}, replace=True)
         filename = parts[-1]
@@ -586,14 +558,14 @@ class RayFileSource(Source):
         return True
 
     def read_round(self) -> bool | None:
-        """Read the files for at most POLL_SEC, one chunk per file in turn, so one huge file
+        """Read the files for at most POLL_S, one chunk per file in turn, so one huge file
         does not hold up the others; files of one rotation group (x.log.2, x.log.1, x.log)
         strictly oldest first; each container within its read budget. Returns whether data
         is left to read now (the round ended on time), None when the backlog closed."""
         groups: dict[tuple[str, ...], list[Tail]] = {}
         for tail in self.oldest_first():
             groups.setdefault((*tail.parts[:-1], tail.group), []).append(tail)
-        deadline = time.monotonic() + POLL_SEC  # then drain and scan again: rotations, new files
+        deadline = time.monotonic() + POLL_S  # then drain and scan again: rotations, new files
         while groups and not self.stop_event.is_set():
             if time.monotonic() >= deadline:
                 return True

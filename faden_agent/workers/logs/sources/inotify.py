@@ -1,14 +1,6 @@
 """inotify through libc (ctypes): the Ray log source waits in the kernel for a change instead
-of listing its directories twice a second (issue 16).
-
-Watches are added by descriptor (the /proc/self/fd/N magic link names exactly the inode
-that was opened and checked, mount.py), never by a path a container could swap. The caller
-tells directories (a change means: list again) from files (a change means: read again).
-
-    watch = Inotify()
-    wd = watch.add(fd, DIR_EVENTS)        # OSError (ENOSPC: the user's watch limit) -> poll instead
-    changes = watch.wait(timeout_s)       # None: timed out or woken; else Changes(wds, gone, overflow)
-    watch.wake()                          # ends a wait from another thread (stop)
+of listing its directories twice a second.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,26 +1,5 @@
 """journalctl's export format (`--output=export`), parsed a block at a time.
-
-Why this format: journalctl writes it at about a third of the CPU that `--output=json` costs
-(measured on systemd 252, 100,000 entries: 0.31 s against 1.10 s, 1.34 s with
---output-fields), and it was the log worker's largest single cost.
-
-The format (systemd's JOURNAL_EXPORT_FORMATS): an entry is a run of fields ending with an
-empty line. A field is `NAME=value\\n` when the value is printable text without a newline;
-otherwise it is binary-safe: `NAME\\n`, the value's length as a little-endian 64-bit
-integer, the value, `\\n`. A field that occurs twice in an entry is written twice.
-
-The fast path splits a block at the empty lines and each entry at its newlines: a few C
-calls an entry. It is only right where every line of a piece is `NAME=value`; a piece
-holding a binary field has the bare `NAME` line (field names never hold `=`), a repeated
-field makes fewer dict keys than lines, so either sends that entry to the careful
-field-by-field parser, and the fast path carries on after it. Values stay bytes.
-
-Faster still, for the usual entry (text fields, a cursor, a timestamp and one MESSAGE):
-one regular expression match cuts it into a Shaped tuple (cursor, timestamp, the fields
-before MESSAGE, MESSAGE, the fields after it) without a dict or a split per line. The
-fields around MESSAGE are the same for every line of one process, so the reader turns them
-into labels and metadata once per distinct value (journal.py), not once per line. An entry
-the expression does not take whole (binary or repeated MESSAGE, no cursor) goes the dict way.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,18 +1,5 @@
 """System logs: journald through `journalctl --follow --all --output=export`.
-
-journalctl is the reader systemd supports for every journal format and version, and it
-follows appends and rotation itself; we only parse what it writes, in its export format
-(journal_export.py: a third of the CPU of its JSON, which was the worker's largest cost).
-An entry over MAX_ENTRY_BYTES is read once more through `--output=json`, whose bounded
-reader ships it from its head (oversize_entry), and export goes on after it. It runs as a child
-process: if it dies it is started again after the last cursor read; if it says nothing for
-IDLE_RESTART_SEC while we are waiting for it, it is restarted the same way (insurance
-against a hung reader that costs nothing when it is merely idle). It gets SIGKILL when
-this worker dies (PR_SET_PDEATHSIG via setpriv), so a kill -9 leaves no orphan.
-
-Resume: after the cursor Loki last accepted (`--after-cursor`); first start: the last
-FIRST_START_WINDOW_SEC (`--since`). FADEN_NODE_AGENT_JOURNAL_DIRECTORY reads journal files
-from a directory instead of the system journal.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -30,7 +17,7 @@ import orjson
 
 from faden_agent.workers.logs.entry import MAX_LINE_BYTES, Entry, Labels, clean_line
 from faden_agent.workers.logs.labels import DEFAULT_LEVEL, LEVELS, level_from_priority
-from faden_agent.workers.logs.sources import FIRST_START_WINDOW_SEC, Source
+from faden_agent.workers.logs.sources import FIRST_START_WINDOW_S, Source
 from faden_agent.workers.logs.sources.journal_export import ExportParser, Record, Shaped, text_fields
 
 POSITION_KEY = "journal"
@@ -47,7 +34,7 @@ _SMALL_FIELDS = {
 }
 _CARRY = 1100  # bytes kept from the previous piece: the longest small field fits
 _HEAD_MESSAGE = re.compile(rb'"MESSAGE":(\[[0-9,]*|"(?:[^"\\]|\\.)*)')
-IDLE_RESTART_SEC = 300.0
+IDLE_RESTART_S = 300.0
 # journald fields that become Loki structured metadata (name in Loki <- journald field).
 METADATA_FIELDS = (
     ("unit", "_SYSTEMD_UNIT"),
@@ -182,7 +169,7 @@ class JournalSource(Source):
         if self.cursor:
             argv.append(f"--after-cursor={self.cursor}")
         else:
-            argv.append(f"--since=@{int(time.time()) - FIRST_START_WINDOW_SEC}")
+            argv.append(f"--since=@{int(time.time()) - FIRST_START_WINDOW_S}")
         setpriv = shutil.which("setpriv")
         return [setpriv, "--pdeathsig", "KILL", "--", *argv] if setpriv else argv
 
@@ -202,6 +189,7 @@ class JournalSource(Source):
             self.proc = proc = subprocess.Popen(
                 self.argv(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errors, bufsize=0
             )
+            assert proc.stdout is not None  # stdout=PIPE
             _grow_pipe(proc.stdout)
             self.last_output = time.monotonic()
             parser = ExportParser()
@@ -231,6 +219,7 @@ class JournalSource(Source):
                 argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errors, bufsize=1 << 16
             )
             self.last_output = time.monotonic()
+            assert proc.stdout is not None  # stdout=PIPE
             try:
                 while raw := proc.stdout.readline(MAX_ENTRY_BYTES):  # bounded: never a whole huge line
                     self.last_output = time.monotonic()
@@ -279,12 +268,13 @@ class JournalSource(Source):
         if proc.poll() is None:
             proc.kill()
         proc.wait()
-        proc.stdout.close()
+        if proc.stdout is not None:
+            proc.stdout.close()
 
     def export_entry(self, record: Record | Shaped) -> Entry | None:
         """An Entry from one export record (journal_export.py), the same as to_entry would
         make of the entry's JSON; None without a cursor (nothing to resume after)."""
-        if type(record) is tuple:
+        if isinstance(record, tuple):
             return self._shaped_entry(record)
         cursor = record.get(b"__CURSOR")
         if cursor is None:
@@ -305,7 +295,7 @@ class JournalSource(Source):
         metadata, metadata_size = known
         line = clean_line(record.get(b"MESSAGE", b""))
         return Entry(
-            self._streams.get(record.get(b"PRIORITY"), self._default_stream),  # type: ignore[arg-type]
+            self._streams.get(record.get(b"PRIORITY"), self._default_stream),
             ts_ns,
             line,
             metadata,
@@ -329,7 +319,7 @@ class JournalSource(Source):
                 self._shapes.clear()
             record = text_fields(fields)
             metadata, metadata_size = _metadata(tuple(map(record.get, _METADATA_KEYS)))
-            stream = self._streams.get(record.get(b"PRIORITY"), self._default_stream)  # type: ignore[arg-type]
+            stream = self._streams.get(record.get(b"PRIORITY"), self._default_stream)
             shape = self._shapes[fields] = (stream, metadata, 64 + metadata_size)
         stream, metadata, overhead = shape
         line = message.decode("utf-8", "replace") if len(message) <= MAX_LINE_BYTES else clean_line(message)
@@ -390,9 +380,9 @@ class JournalSource(Source):
             proc is not None
             and proc.poll() is None
             and not self.waiting_on_backlog
-            and time.monotonic() - self.last_output > IDLE_RESTART_SEC
+            and time.monotonic() - self.last_output > IDLE_RESTART_S
         ):
-            log.info("logs: journalctl silent for %.0fs; restarting it", IDLE_RESTART_SEC)
+            log.info("logs: journalctl silent for %.0fs; restarting it", IDLE_RESTART_S)
             self.last_output = time.monotonic()
             self.idle_killed = True
             proc.kill()

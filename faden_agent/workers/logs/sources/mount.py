@@ -1,18 +1,6 @@
 """Opening files inside a directory that a container controls (the Ray log mount), safely by
 construction.
-
-The agent runs as root; a process in the container can put anything under the mount: a
-symlink to a host secret or to /dev/zero, a FIFO, a hard link to a file it reached through
-another mount, a directory symlink loop, another filesystem. So every path component is
-opened relative to its parent's descriptor with O_PATH | O_NOFOLLOW (which opens a symlink,
-FIFO or device node as itself, without following, blocking or touching the device), checked
-with fstat, and only then reopened for reading through /proc/self/fd, which names exactly the
-inode that was checked (no window between the check and the open):
-
-- directories: must be directories on the mount's device;
-- files: must be regular files on the mount's device with a single link (a hard link may
-  name a file from outside the mount);
-- anything else raises Refused with a short reason, and is never followed or read.
+Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations
