@@ -53,7 +53,7 @@ def lines(n: int, tag: str) -> str:
 
 def fast(monkeypatch, reports: list) -> None:
     monkeypatch.setattr(files, "RESCAN_S", 0.5)
-    monkeypatch.setattr(retention, "ORPHAN_GRACE_SEC", 0.5)
+    monkeypatch.setattr(retention, "ORPHAN_GRACE_S", 0.5)
     monkeypatch.setattr(retention, "report_event", lambda config, data, record_id=None: reports.append(data) or True)
 
 

@@ -1,9 +1,8 @@
 """Joins continuation lines (a traceback, an indented block, unprefixed lines after a prefixed
 one) to the line they continue, per stream, into one entry with the head's level.
-
-A Joiner is pure: the caller feeds lines and their positions, asks for what is due after
-the wait bound and flushes at a stream's end. An entry holds at most max_lines lines and
-max_bytes UTF-8 bytes; past either it is cut and the next piece starts with CONTINUED.
+A Joiner is pure: the caller feeds lines and positions, asks for what is due after the wait
+bound and flushes at a stream's end; past max_lines or max_bytes an entry is cut and the next
+piece starts with CONTINUED.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ from faden_agent.workers.logs.shapes import TRACEBACK_STARTS, UNKNOWN, shape
 
 MAX_LINES = 500
 MAX_BYTES = MAX_LINE_BYTES  # 64 KiB: what one Loki line may hold here anyway
-WAIT_SEC = 1.0  # after the last line of an entry, before it goes out without a successor
+WAIT_S = 1.0  # after the last line of an entry, before it goes out without a successor
 CONTINUED = "[faden-agent: continues the entry before] "
 SEVERE = frozenset({"warning", "error", "crit", "alert", "emerg"})
 
@@ -52,7 +51,7 @@ def _size(text: str) -> int:
 
 class Joiner:
     def __init__(
-        self, enabled: bool = True, wait_s: float = WAIT_SEC, max_lines: int = MAX_LINES, max_bytes: int = MAX_BYTES
+        self, enabled: bool = True, wait_s: float = WAIT_S, max_lines: int = MAX_LINES, max_bytes: int = MAX_BYTES
     ):
         self.enabled = enabled
         self.wait_s = wait_s

@@ -18,7 +18,7 @@ from faden_agent.workers.logs.report import report_event
 from faden_agent.workers.logs.sources import mount
 from faden_agent.workers.logs.sources.mount import Refused
 
-ORPHAN_GRACE_SEC = 60.0  # a directory without a container for this long belongs to a removed one
+ORPHAN_GRACE_S = 60.0  # a directory without a container for this long belongs to a removed one
 MAX_COUNT_BYTES = 64 * 1024 * 1024  # read at most this much to count unshipped lines (then: at least)
 MAX_SIZE_ENTRIES = 100_000  # entries summed per container directory (then: at least that size)
 log = logging.getLogger(__name__)
@@ -72,10 +72,10 @@ class Retention:
         if live is not None:
             self.orphan_since = {n: self.orphan_since.get(n, now) for n in names if n not in live}
             for name in removed & self.orphan_since.keys():
-                self.orphan_since[name] = min(self.orphan_since[name], now - ORPHAN_GRACE_SEC)
+                self.orphan_since[name] = min(self.orphan_since[name], now - ORPHAN_GRACE_S)
             for name, since in list(self.orphan_since.items()):
                 forced = now - since >= self.source.config.ray_log_retention_sec
-                if now - since >= ORPHAN_GRACE_SEC and (forced or self.shipped(name)):
+                if now - since >= ORPHAN_GRACE_S and (forced or self.shipped(name)):
                     self.remove(root_fd, name, (name,), "unshipped_at_retention")
                     self.orphan_since.pop(name, None)
                     self.removed += 1
