@@ -182,13 +182,16 @@ class Session:
         raise Refused(f"unknown frame {op!r} of {length} bytes")
 
 
-def serve(connection: socket.socket, rfile: BinaryIO, wfile: Any, limits: Limits = LIMITS) -> Session:
-    """Answer one prober on an upgraded connection until it closes, is idle, or passes a cap."""
-    tune(connection)
-    connection.settimeout(limits.idle_s)
-    session = Session(rfile, wfile, limits)
+def serve(conn: Any, limits: Limits = LIMITS) -> Session:
+    """Answer one prober on an upgraded connection (an httpserve Conn) until it closes, is
+    idle, or passes a cap. Every read and write ends by the session's wall-clock bound, however
+    slowly the prober's bytes arrive."""
+    tune(conn.sock)
+    conn.idle_s = limits.idle_s
+    conn.deadline = time.monotonic() + limits.session_s
+    session = Session(conn.reader, conn.writer, limits)
     try:
         session.run()
-    except (OSError, EOFError) as exc:  # the prober went away, or was idle too long
+    except (OSError, EOFError) as exc:  # the prober went away, was idle too long, or ran out of time
         log.info("probe session ended: %s", type(exc).__name__)
     return session
