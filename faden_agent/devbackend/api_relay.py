@@ -9,6 +9,7 @@ import ssl
 import orjson
 
 from faden_agent import protocol
+from faden_agent.devbackend.fanout import image_size
 from faden_agent.devbackend.relay import WAIT_S, Relay
 from faden_agent.devbackend.web import HttpError, Request, Route, route
 
@@ -36,6 +37,9 @@ def start(req: Request) -> int:
     spec = {"image_id": image_id, "peers": [{"address": url, "ticket": relay.ticket}]}
     if isinstance(body.get("image"), str):
         spec["image"] = body["image"]
+    size = image_size(store, holder, image_id)
+    if size:
+        spec["size_bytes"] = size
     fetching = store.add_command(receiver, "image.fetch", spec, None, None)
     relay.forget_secrets()
     req.backend.notify_streams()

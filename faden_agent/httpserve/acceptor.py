@@ -26,6 +26,10 @@ log = logging.getLogger(__name__)
 ACCEPT_BATCH = 64  # connections taken per wake-up: the waiting ones are served in between
 OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 PAUSE_S = 0.1  # accepting rests this long when not even the spare descriptor helps
+# A connection closed with unread bytes (a refused body) would be reset, and the client lose
+# the answer: its sending side is shut, and what still comes is drained this long, this much.
+LINGER_S = 2.0
+LINGER_BYTES = 1 << 20
 HEAD_TOO_LARGE = b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 
 
@@ -36,6 +40,7 @@ class Waiting:
     handshaking: bool
     events: int = selectors.EVENT_READ
     line_seen: bool = False
+    draining: bool = False
     opened: float = field(default_factory=time.monotonic)
 
 
@@ -70,7 +75,7 @@ class Acceptor:
         self.waiting: dict[int, Waiting] = {}  # by fd, oldest first
         self.deadlines: list[tuple[float, int, int, Waiting]] = []
         self.order = itertools.count()
-        self.returned: deque[Conn] = deque()
+        self.returned: deque[tuple[Conn, bool]] = deque()
         self.wake_r, self.wake_w = socket.socketpair()
         self.wake_r.setblocking(False)
         self.wake_w.setblocking(False)
@@ -82,10 +87,11 @@ class Acceptor:
 
     # --- from other threads
 
-    def give_back(self, conn: Conn) -> None:
-        """A kept-alive connection whose answer is done: wait for its next head here."""
+    def give_back(self, conn: Conn, keep: bool) -> None:
+        """A connection whose answer is done: wait for its next head (keep), or close it once
+        the client has read the answer."""
         with self.lock:
-            self.returned.append(conn)
+            self.returned.append((conn, keep))
         self._wake()
 
     def stop(self) -> None:
@@ -199,21 +205,27 @@ class Acceptor:
             pass
         with self.lock:
             returned, self.returned = list(self.returned), deque()
-        for conn in returned:
-            if head_complete(conn.buffer):
+        for conn, keep in returned:
+            if keep and head_complete(conn.buffer):
                 self.hand_off(conn)
                 continue
             try:
+                if not keep:
+                    conn.sock = conn.plain()
+                    conn.sock.shutdown(socket.SHUT_WR)
                 conn.sock.setblocking(False)
             except OSError:
                 conn.close()
                 continue
-            waiting = Waiting(conn, time.monotonic() + self.keepalive_s, handshaking=False)
+            waiting = Waiting(conn, time.monotonic() + (self.keepalive_s if keep else LINGER_S), handshaking=False)
+            waiting.draining = not keep
             self._watch(waiting)
             self._progress(waiting)  # TLS may hold decrypted bytes the selector cannot see
 
     def _progress(self, waiting: Waiting) -> None:
         conn = waiting.conn
+        if waiting.draining:
+            return self._drain(waiting)
         want = selectors.EVENT_READ
         try:
             if waiting.handshaking:
@@ -249,6 +261,16 @@ class Acceptor:
         if want != waiting.events:
             waiting.events = want
             self.selector.modify(conn.sock.fileno(), want, waiting)
+
+    def _drain(self, waiting: Waiting) -> None:
+        try:
+            while len(data := waiting.conn.sock.recv(RECV)) and waiting.conn.read_count < LINGER_BYTES:
+                waiting.conn.read_count += len(data)
+        except BlockingIOError:
+            return
+        except OSError:
+            pass
+        self._drop(waiting)
 
     def _expire(self) -> None:
         now = time.monotonic()

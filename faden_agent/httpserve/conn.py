@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import socket
+import ssl
 import time
 from typing import Any
 
@@ -45,6 +46,12 @@ class Conn:
         if self.read_count == self.body_end:
             self.deadline = math.inf  # the body is in: an answer's writes wait the idle bound each
         return data
+
+    def plain(self) -> socket.socket:
+        """The TCP socket under TLS (its bytes only to be drained), or the socket itself."""
+        if isinstance(self.sock, ssl.SSLSocket):
+            return socket.socket(fileno=self.sock.detach())
+        return self.sock
 
     def close(self) -> None:
         try:

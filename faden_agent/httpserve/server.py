@@ -162,11 +162,11 @@ class BoundedServer:
             keep = handler.kept_alive()
         except Exception as exc:  # noqa: BLE001 - one connection's end, never the pool's
             log.debug("connection from %s ended: %s", conn.address[0], type(exc).__name__)
-        if keep and not self.acceptor.stopping:
-            conn.deadline = math.inf
-            self.acceptor.give_back(conn)
-        else:
+        if self.acceptor.stopping:
             conn.close()
+        else:
+            conn.deadline = math.inf
+            self.acceptor.give_back(conn, keep)
 
 
 class BoundedHandler(BaseHTTPRequestHandler):
