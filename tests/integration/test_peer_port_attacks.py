@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import resource
 import socket
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -22,6 +21,7 @@ from faden_agent.peer.server import PeerServer
 from faden_agent.peer.tickets import PROBE_GRANT, Ticket, TicketBox, ticket_hash
 from tests.agentproc import wait_for
 from tests.backendproc import agent_on_backend, backend, free_port  # noqa: F401
+from tests.selfsigned import self_signed
 
 HALF_OPEN = 5_000
 UNFINISHED = 200
@@ -127,17 +127,6 @@ def test_half_open_connections_and_unfinished_bodies_leave_an_honest_receiver_se
     time.sleep(0.5)
     row = agent.workers()["peer"]
     assert row["pid"] == pid and row["state"] == "RUNNING"  # closing them all at once is no hang either
-
-
-def self_signed(tmp_path: Path) -> tuple[Path, Path]:
-    cert, key = tmp_path / "peer.crt", tmp_path / "peer.key"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1"]
-        + ["-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-        check=True,
-        capture_output=True,
-    )
-    return cert, key
 
 
 def test_one_idle_tls_connection_delays_no_one(agent_on_backend, tmp_path):
