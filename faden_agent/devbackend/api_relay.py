@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import queue
 import ssl
+from typing import Any
 
 import orjson
 
@@ -34,10 +35,10 @@ def start(req: Request) -> int:
     serving = store.add_command(
         holder, "image.relay", {"url": url, "token": relay.token, "image_id": image_id}, None, None
     )
-    spec = {"image_id": image_id, "peers": [{"address": url, "ticket": relay.ticket}]}
+    spec: dict[str, Any] = {"image_id": image_id, "peers": [{"address": url, "ticket": relay.ticket}]}
     if isinstance(body.get("image"), str):
         spec["image"] = body["image"]
-    size = image_size(store, holder, image_id)
+    size = image_size(store, str(holder), str(image_id))
     if size:
         spec["size_bytes"] = size
     fetching = store.add_command(receiver, "image.fetch", spec, None, None)

@@ -133,7 +133,10 @@ class Fanout(ClusterRound):
         deadline = time.monotonic() + SERVE_WAIT_S  # the ticket must be known before it is presented
         while self._outcome(serve["id"])[0] is None and time.monotonic() < deadline:
             time.sleep(POLL_S / 4)
-        spec = {"image_id": self.image_id, "peers": [{"address": self._address(holder), "ticket": ticket}]}
+        spec: dict[str, Any] = {
+            "image_id": self.image_id,
+            "peers": [{"address": self._address(holder), "ticket": ticket}],
+        }
         if self.reference:
             spec["image"] = self.reference
         size = image_size(store, holder, self.image_id)

@@ -147,7 +147,7 @@ def entries(source: io.RawIOBase) -> Iterator[tuple[tarfile.TarInfo, Any]]:
     with tarfile.open(fileobj=source, mode="r|", bufsize=CHUNK, tarinfo=BoundedTarInfo) as archive:
         for member in archive:
             yield member, archive.extractfile(member) if member.isfile() else None
-            archive.members.clear()
+            archive.members.clear()  # type: ignore[attr-defined]
 
 
 def header(member: tarfile.TarInfo) -> bytes:
