@@ -269,3 +269,33 @@ def test_the_reference_backend_serves_beside_half_open_and_idle_tls_connections(
         idle.close()
     finally:
         process.stop()
+
+
+def test_the_ticket_is_spent_from_the_headers_and_must_grant_the_image_the_body_names(tmp_path):
+    """A forged ticket is refused before a byte of the body is read (the 4 MiB it announces
+    never comes); a probe's ticket, or an image's ticket naming another image in the body, is
+    refused after the body and spent all the same."""
+    box = TicketBox(tmp_path)
+    server = PeerServer("127.0.0.1", 0, box, lambda: None)
+    threading.Thread(target=server.serve, daemon=True).start()
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+            sock.sendall(
+                f"POST {protocol.PEER_FETCH_PATH} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {'f' * 32}\r\n"
+                f"Content-Length: {4 * MiB}\r\n\r\n".encode()
+            )
+            assert sock.recv(4096).startswith(b"HTTP/1.1 401")  # answered with the body unsent
+        image = "sha256:" + "1" * 64
+        for name, grant in (("p", PROBE_GRANT), ("q", "sha256:" + "2" * 64)):
+            box.add(ticket_hash(name * 32), Ticket(grant, "127.0.0.1", time.time() + 60))
+            for _ in range(2):  # the second use: spent by the first
+                answer = requests.post(
+                    f"http://127.0.0.1:{server.port}{protocol.PEER_FETCH_PATH}",
+                    json={"image_id": image, "held_chains": []},
+                    headers={"Authorization": f"Bearer {name * 32}"},
+                    timeout=10,
+                )
+                assert answer.status_code == 401 and answer.json()["reason"] == "ticket_refused", answer.text
+        assert not [p for p in box.path.iterdir() if not p.name.startswith(".")]
+    finally:
+        server.shutdown()
