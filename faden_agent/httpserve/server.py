@@ -45,6 +45,7 @@ class ServerLimits:
     workers: int = 16
     backlog: int = 64  # complete heads waiting for a worker; past it: 503 at once
     max_waiting: int = 4096  # connections without a complete head; past it the oldest goes
+    max_waiting_tls: int = 256  # the same over TLS: a handshake under way holds ~43 KiB
     first_line_s: float = 10.0  # until the request line names the route
     idle_s: float = 30.0  # the longest one read or write of a connection waits
     keepalive_s: float = 30.0
@@ -71,7 +72,9 @@ class BoundedServer:
         self.acceptor = Acceptor(
             self.socket,
             tls,
-            max_waiting=max(16, min(limits.max_waiting, soft - FD_HEADROOM - limits.workers)),
+            max_waiting=max(
+                16, min(limits.max_waiting_tls if tls else limits.max_waiting, soft - FD_HEADROOM - limits.workers)
+            ),
             head_s=self._head_s,
             first_line_s=limits.first_line_s,
             keepalive_s=limits.keepalive_s,

@@ -5,8 +5,10 @@ serving the rest, and drip-fed probe sessions end at their wall-clock bound."""
 
 from __future__ import annotations
 
+import contextlib
 import resource
 import socket
+import ssl
 import threading
 import time
 from pathlib import Path
@@ -129,17 +131,31 @@ def test_half_open_connections_and_unfinished_bodies_leave_an_honest_receiver_se
     assert row["pid"] == pid and row["state"] == "RUNNING"  # closing them all at once is no hang either
 
 
-def test_one_idle_tls_connection_delays_no_one(agent_on_backend, tmp_path):
+def begin_handshake(port: int) -> tuple[socket.socket, ssl.SSLObject]:
+    """A connection that sends a real ClientHello and then nothing more."""
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    tls = context.wrap_bio(ssl.MemoryBIO(), outgoing := ssl.MemoryBIO())
+    with contextlib.suppress(ssl.SSLWantReadError):
+        tls.do_handshake()
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock.sendall(outgoing.read())
+    return sock, tls
+
+
+def test_one_idle_tls_connection_delays_no_one(agent_on_backend, tmp_path, many_descriptors):
     cert, key = self_signed(tmp_path)
     port = free_port()
     agent, _ = agent_on_backend(
         advertise_host="127.0.0.1", peer_port=port, advertise_scheme="https", peer_cert_file=cert, peer_key_file=key
     )
     wait_for(lambda: agent.workers()["peer"]["status"].get("listening"), 20, what="the peer port")
+    pid = agent.workers()["peer"]["pid"]
     idle = socket.create_connection(("127.0.0.1", port), timeout=10)  # no ClientHello, ever
     half = socket.create_connection(("127.0.0.1", port), timeout=10)
     half.sendall(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03")  # a ClientHello that never ends
-    time.sleep(0.3)
+    started_handshakes = [begin_handshake(port) for _ in range(1_000)]  # the server's half is done, then nothing
+    time.sleep(1.0)
     try:
         started = time.monotonic()
         answer = requests.post(
@@ -150,12 +166,19 @@ def test_one_idle_tls_connection_delays_no_one(agent_on_backend, tmp_path):
             verify=str(cert),
         )
         took = time.monotonic() - started
-        print(f"answered {answer.status_code} in {took:.3f} s beside an idle TLS connection")
+        peak = int(proc_status(pid)["VmHWM"].split()[0]) // 1024
+        print(
+            f"answered {answer.status_code} in {took:.3f} s beside an idle TLS connection and 1,000 "
+            f"handshakes under way; peer worker peak RSS {peak} MiB; {agent.workers()['peer']['status']['connections']}"
+        )
         assert answer.status_code == 401 and answer.json()["reason"] == "ticket_refused"
         assert took < 2.0
+        assert peak < 64
     finally:
         idle.close()
         half.close()
+        for sock, _ in started_handshakes:
+            sock.close()
 
 
 def test_out_of_descriptors_refuses_the_newest_and_serves_the_rest(agent_on_backend):
