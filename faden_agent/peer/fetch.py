@@ -1,12 +1,8 @@
-"""The receiver's side of a peer transfer (issue 14): fetch an image from one peer, checked
-entry by entry on its way into the engine's `docker load` (archive.ArchiveVerifier), then
-tag it. Runs in an executor scheduler thread (image.fetch, or the peers fallback of
-image.pull / container.run). Nothing the peer says is trusted: the byte limit is the
-command's, no redirect is followed, no body decoded, and a watchdog ends a stalled or
-stopped transfer by shutting its socket. Every way one peer fails is a PeerFailure(reason):
-peer_unreachable, ticket_refused, ticket_expired, image_not_found, peer_failed (the stream
-broke, stalled, or was refused), integrity_failed; the caller then tries the next peer.
-"""
+"""The receiver's side of a peer transfer: one image from one peer, checked entry by entry
+on its way into `docker load` (archive.ArchiveVerifier), then tagged. Nothing the peer says
+is trusted: the byte limit is the command's, nothing is followed or decoded, a watchdog cuts
+a stalled or stopped transfer. Every way one peer fails is a PeerFailure(reason); the caller
+then tries the next peer (reasons: docs/commands.md, image.fetch)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,8 @@
-"""The prober's side of an active probe (issue 15; the wire form is in peer/probe.py): to one
-peer, on one connection, round trips (RTT p50/p99), then an upload and a download, each
-bounded by bytes and seconds. Runs in an executor scheduler thread (traffic.probe).
-
-Every way one peer can fail is a ProbeFailed(reason) carrying what was measured before it:
-peer_unreachable (no connection), ticket_refused / ticket_expired, peer_busy, timeout (a
-phase, the head exchange included, past its time + GRACE_S, whatever the peer sends or not),
-peer_failed (a refusal, a broken or malformed stream). The caller records it as that peer's entry.
-"""
+"""The prober's side of an active probe (the wire form is in peer/probe.py): to one peer, on
+one connection, round trips (RTT p50/p99), then an upload and a download, each bounded by
+bytes and seconds; each phase ends at its time + GRACE_S whatever the peer does. Every way
+one peer fails is a ProbeFailed(reason) with what was measured before it: peer_unreachable,
+ticket_refused / ticket_expired, peer_busy, timeout, peer_failed (docs/commands.md)."""
 
 from __future__ import annotations
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import socket
 import ssl
+import threading
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 from urllib.parse import urlsplit
@@ -36,11 +37,16 @@ def connect(address: str, verify: bool | str, timeout_s: float = CONNECT_TIMEOUT
     except OSError as exc:
         raise PeerFailure("peer_unreachable", f"cannot connect to {address}: {type(exc).__name__}") from None
     if parts.scheme == "https":
+        # the whole handshake within timeout_s: a peer dripping its answer is cut all the same
+        timer = threading.Timer(timeout_s, shut, (sock,))
+        timer.start()
         try:
             sock = client_context(verify).wrap_socket(sock, server_hostname=parts.hostname)
         except (OSError, ssl.SSLError) as exc:
             sock.close()
             raise PeerFailure("peer_unreachable", f"TLS with {address} failed: {type(exc).__name__}") from None
+        finally:
+            timer.cancel()
     return sock
 
 
