@@ -6,9 +6,10 @@ command.
         {"image_id": "sha256:...", "held_chains": ["sha256:...", ...]}
     200: the image's `docker save` archive (chunked), without the layer files whose chain
          the receiver holds; headers X-Faden-Image-Id, X-Faden-Bytes-Total (estimate of
-         what is sent), X-Faden-Byte-Limit (most bytes the archive may have), X-Faden-Layers-Sent.
-    401 ticket_refused / ticket_expired, 404 image_not_found, 400 bad request:
-         {"reason", "message"}.
+         what is sent), X-Faden-Byte-Limit (informative: the receiver's bound is its command's), X-Faden-Layers-Sent.
+    401 ticket_refused / ticket_expired (the ticket is spent from the headers, before the
+         body is read), 404 image_not_found, 400 bad request, 413 / 411 (httpserve's route
+         bounds), 503 peer_busy: {"reason", "message"}.
 
     POST /v1/traffic/probe  Authorization: Bearer <ticket>, Upgrade: faden-probe/1
     101: one active probe session (issue 15): echoes, a bounded upload and download; the
