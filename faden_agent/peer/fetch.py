@@ -205,19 +205,20 @@ class Transfer:
                 if self.should_stop():
                     raise Stopped()
                 yield chunk
-        except (IntegrityError, PeerFailure, Stopped) as exc:
-            self.cut = (
-                PeerFailure("integrity_failed", f"peer {source}: {exc}") if isinstance(exc, IntegrityError) else exc
-            )
+        except Exception as exc:  # noqa: BLE001 - tarfile's errors of a malformed stream too
+            self.cut = self._cut_reason(source, exc)
             raise self.cut from None
-        except OSError as exc:
-            self.cut = self._failure(source, exc)
-            raise self.cut from None
-        except Exception as exc:  # noqa: BLE001 - tarfile's errors of a malformed stream
-            self.cut = PeerFailure(
-                "integrity_failed", f"peer {source}: not a valid image archive ({error_line(exc, named=True)})"
-            )
-            raise self.cut from None
+
+    def _cut_reason(self, source: str, exc: Exception) -> BaseException:
+        if isinstance(exc, (PeerFailure, Stopped)):
+            return exc
+        if isinstance(exc, OSError) or self.should_stop() or self.watchdog.reason:
+            return self._failure(source, exc)  # a socket the watchdog shut reads as a cut archive
+        if isinstance(exc, IntegrityError):
+            return PeerFailure("integrity_failed", f"peer {source}: {exc}")
+        return PeerFailure(
+            "integrity_failed", f"peer {source}: not a valid image archive ({error_line(exc, named=True)})"
+        )
 
     def _load(self, archive: Iterator[bytes]) -> None:
         try:

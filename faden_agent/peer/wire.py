@@ -87,8 +87,9 @@ def refusal(rfile: BinaryIO, headers: dict[str, str]) -> dict[str, Any]:
     return answer if isinstance(answer, dict) else {}
 
 
-def body(rfile: BinaryIO, headers: dict[str, str], source: str) -> Iterator[bytes]:
-    """The answer's body as sent: chunked, sized, or up to the end of the connection."""
+def body(rfile: Any, headers: dict[str, str], source: str) -> Iterator[bytes]:
+    """The answer's body as sent: chunked, sized, or up to the end of the connection; each
+    piece as it arrives (read1: a slow peer's bytes count as they come)."""
     if (headers.get("content-encoding") or "identity").lower() != "identity":
         raise PeerFailure("peer_failed", f"peer {source} sent an encoded body ({headers['content-encoding'][:40]})")
     if "chunked" in (headers.get("transfer-encoding") or "").lower():
@@ -97,7 +98,7 @@ def body(rfile: BinaryIO, headers: dict[str, str], source: str) -> Iterator[byte
     length = headers.get("content-length")
     left = int(length) if length and length.isdigit() else -1
     while left != 0:
-        data = rfile.read(CHUNK if left < 0 else min(CHUNK, left))
+        data = rfile.read1(CHUNK if left < 0 else min(CHUNK, left))
         if not data:
             if left > 0:
                 raise PeerFailure("peer_failed", f"the stream from peer {source} ended {left} bytes short")
@@ -106,7 +107,7 @@ def body(rfile: BinaryIO, headers: dict[str, str], source: str) -> Iterator[byte
         yield data
 
 
-def _chunked(rfile: BinaryIO, source: str) -> Iterator[bytes]:
+def _chunked(rfile: Any, source: str) -> Iterator[bytes]:
     while True:
         line = rfile.readline(100)
         try:
@@ -116,7 +117,7 @@ def _chunked(rfile: BinaryIO, source: str) -> Iterator[bytes]:
         if size == 0:
             return
         while size:
-            data = rfile.read(min(CHUNK, size))
+            data = rfile.read1(min(CHUNK, size))
             if not data:
                 raise PeerFailure("peer_failed", f"the stream from peer {source} broke inside a chunk")
             size -= len(data)

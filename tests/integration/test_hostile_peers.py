@@ -258,6 +258,30 @@ def test_a_deadline_ends_a_drip_fed_fetch_and_frees_the_image_for_the_next(execu
     assert after["state"] == protocol.SUCCEEDED, outcome(after)
 
 
+def test_a_peer_dripping_a_byte_now_and_then_is_given_up_on_and_the_next_peer_delivers(
+    executor_factory, peers, small_image
+):
+    """No cancel, no deadline: a peer that sends a byte every half second (never idle for a
+    read timeout) is stalled after STALL_S (30 s), and the next peer of the list delivers."""
+    image_id, archive = small_image
+
+    def drip(peer: ScriptedPeer, handler: BaseHTTPRequestHandler) -> None:
+        peer.head(handler, image_id)
+        while not peer.stop.is_set():
+            handler.wfile.write(b"\0")
+            time.sleep(0.5)
+
+    dripping, good = peers(drip), peers(honest(image_id, archive))
+    _, ex = executor_factory()
+    started = time.monotonic()
+    done = ex.run("fetch-stalled", "image.fetch", fetch_spec(image_id, dripping.url, good.url), timeout_s=90)
+    took = time.monotonic() - started
+    print(f"{outcome(done)} after {took:.1f} s; failed sources {done['result'].get('failed_sources')}")
+    assert done["state"] == protocol.SUCCEEDED, outcome(done)
+    assert "stalled" in done["result"]["failed_sources"][0]
+    assert good.requests == 1
+
+
 def test_a_redirect_is_not_followed_and_a_no_space_claim_moves_on_to_the_next_peer(
     executor_factory, peers, small_image
 ):
