@@ -127,8 +127,8 @@ class Transfer:
                     )
                     body = ChunkReader(wire.body(rfile, headers, source))
                     self._load(self._guarded(verifier.verified(body), source))
-                except (OSError, ValueError) as exc:
-                    raise self._failure(source, exc) from None
+                except Exception as exc:  # noqa: BLE001 - named by _cut_reason, as the cut stream's
+                    raise self._cut_reason(source, exc) from None
         finally:
             sock.close()
         elapsed = time.monotonic() - started
@@ -189,14 +189,6 @@ class Transfer:
             self.figures["mark"] = (now, done)
         return None
 
-    def _failure(self, source: str, exc: BaseException) -> BaseException:
-        """What a cut stream means: stopped, stalled, or broken."""
-        if self.should_stop():
-            return Stopped()
-        if self.watchdog.reason:
-            return PeerFailure("peer_failed", f"peer {source} {self.watchdog.reason}")
-        return PeerFailure("peer_failed", f"the stream from peer {source} broke: {type(exc).__name__}")
-
     def _guarded(self, chunks: Iterator[bytes], source: str) -> Iterator[bytes]:
         """The verified archive, cut (by raising) on a check that fails, a broken stream, or
         a stop; the exception is kept, as the HTTP client may report it otherwise."""
@@ -210,12 +202,18 @@ class Transfer:
             raise self.cut from None
 
     def _cut_reason(self, source: str, exc: Exception) -> BaseException:
+        """What a cut stream means: stopped, stalled (a socket the watchdog shut reads as a
+        cut archive), the peer's own failure, or a broken or malformed stream."""
+        if self.should_stop():
+            return Stopped()
+        if self.watchdog.reason:
+            return PeerFailure("peer_failed", f"peer {source} {self.watchdog.reason}")
         if isinstance(exc, (PeerFailure, Stopped)):
             return exc
-        if isinstance(exc, OSError) or self.should_stop() or self.watchdog.reason:
-            return self._failure(source, exc)  # a socket the watchdog shut reads as a cut archive
         if isinstance(exc, IntegrityError):
             return PeerFailure("integrity_failed", f"peer {source}: {exc}")
+        if isinstance(exc, OSError):
+            return PeerFailure("peer_failed", f"the stream from peer {source} broke: {type(exc).__name__}")
         return PeerFailure(
             "integrity_failed", f"peer {source}: not a valid image archive ({error_line(exc, named=True)})"
         )
