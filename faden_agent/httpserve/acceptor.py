@@ -154,9 +154,7 @@ class Acceptor:
                     self._refuse_newest()
                 return  # ECONNABORTED and the like: that one connection's end
             self.figures["accepted"] += 1
-            if len(self.waiting) >= self.max_waiting:
-                self.figures["evicted"] += 1
-                self._drop(next(iter(self.waiting.values())))
+            self._make_room()
             try:
                 sock.setblocking(False)
                 if self.tls is not None:
@@ -166,6 +164,11 @@ class Acceptor:
                 continue
             conn = Conn(sock, address[:2], self.idle_s)
             self._watch(Waiting(conn, time.monotonic() + self.first_line_s, self.tls is not None))
+
+    def _make_room(self) -> None:
+        if len(self.waiting) >= self.max_waiting:
+            self.figures["evicted"] += 1
+            self._drop(next(iter(self.waiting.values())))
 
     def _refuse_newest(self) -> None:
         """Out of descriptors: the spare one makes room to accept and close the newest
@@ -217,6 +220,7 @@ class Acceptor:
             except OSError:
                 conn.close()
                 continue
+            self._make_room()
             waiting = Waiting(conn, time.monotonic() + (self.keepalive_s if keep else LINGER_S), handshaking=False)
             waiting.draining = not keep
             self._watch(waiting)
