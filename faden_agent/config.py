@@ -246,6 +246,12 @@ VARIABLES: tuple[Variable, ...] = (
     ),
     Variable("peer_cert_file", None, _optional_path, "PEM certificate of the peer port when ADVERTISE_SCHEME is https"),
     Variable("peer_key_file", None, _optional_path, "PEM private key of the peer port when ADVERTISE_SCHEME is https"),
+    Variable(
+        "peer_fetch_max_bytes",
+        str(64 << 30),
+        _positive_int,
+        "Most bytes an image fetched from a peer may have when the command names no size_bytes",
+    ),
     Variable("enrollment_token", None, _optional_text, "One-time enrollment token", secret=True),
     Variable("enrollment_token_file", None, _optional_path, "File holding the one-time enrollment token"),
     Variable(
@@ -494,6 +500,7 @@ class Config:
     peer_start: str
     peer_cert_file: Path | None
     peer_key_file: Path | None
+    peer_fetch_max_bytes: int
     enrollment_token: str | None
     enrollment_token_file: Path | None
     env_file: Path | None

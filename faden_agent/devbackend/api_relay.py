@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import queue
 import ssl
+from typing import Any
 
 import orjson
 
 from faden_agent import protocol
+from faden_agent.devbackend.fanout import image_size
 from faden_agent.devbackend.relay import WAIT_S, Relay
 from faden_agent.devbackend.web import HttpError, Request, Route, route
 
@@ -35,9 +37,12 @@ def start(req: Request) -> int:
     serving = store.add_command(
         holder, "image.relay", {"url": url, "token": relay.token, "image_id": image_id}, None, None
     )
-    spec = {"image_id": image_id, "peers": [{"address": url, "ticket": relay.ticket}]}
+    spec: dict[str, Any] = {"image_id": image_id, "peers": [{"address": url, "ticket": relay.ticket}]}
     if isinstance(body.get("image"), str):
         spec["image"] = body["image"]
+    size = image_size(store, str(holder), str(image_id))
+    if size:
+        spec["size_bytes"] = size
     fetching = store.add_command(receiver, "image.fetch", spec, None, None)
     relay.forget_secrets()
     req.backend.notify_streams()

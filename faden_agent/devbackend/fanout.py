@@ -37,6 +37,13 @@ def peer_address(store: Any, node_id: str) -> str:
     return f"{node.get('advertise_scheme') or 'http'}://{node.get('advertise_host')}:{port}"
 
 
+def image_size(store: Any, node_id: str, image_id: str) -> int | None:
+    """The image's size in the holder's last inventory: the receiver's bound on the fetch."""
+    images = (((store.inventory(node_id) or {}).get("inventory") or {}).get("docker") or {}).get("images") or []
+    size = next((image.get("size") for image in images if image.get("id") == image_id), None)
+    return size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else None
+
+
 def mint_ticket() -> tuple[str, str]:
     """A one-time ticket and its sha256 (the holder gets only the hash)."""
     ticket = secrets.token_urlsafe(32)
@@ -120,9 +127,15 @@ class Fanout(ClusterRound):
         deadline = time.monotonic() + SERVE_WAIT_S  # the ticket must be known before it is presented
         while self._outcome(serve["id"])[0] is None and time.monotonic() < deadline:
             time.sleep(POLL_S / 4)
-        spec = {"image_id": self.image_id, "peers": [{"address": self._address(holder), "ticket": ticket}]}
+        spec: dict[str, Any] = {
+            "image_id": self.image_id,
+            "peers": [{"address": self._address(holder), "ticket": ticket}],
+        }
         if self.reference:
             spec["image"] = self.reference
+        size = image_size(store, holder, self.image_id)
+        if size:
+            spec["size_bytes"] = size
         command = store.add_command(target, "image.fetch", spec, None, None)
         self.backend.notify_streams()
         transfer = {

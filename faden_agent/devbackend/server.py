@@ -6,29 +6,35 @@ Notes (why, figures, history): docs/design-notes.md.
 
 from __future__ import annotations
 
+import re
 import ssl
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 
+from faden_agent import protocol
 from faden_agent.devbackend import api_admin, api_agent, api_relay, downloads, faults
 from faden_agent.devbackend.app import Backend
-from faden_agent.devbackend.web import Request, Route
+from faden_agent.devbackend.web import MAX_BODY_BYTES, Request, Route
+from faden_agent.httpserve.server import BoundedServer, RouteLimits, ServerLimits
 
 ROUTES: list[Route] = [*api_agent.ROUTES, *api_relay.ROUTES, *downloads.ROUTES, *api_admin.ROUTES, *faults.ROUTES]
 
+# Every agent's stream holds a worker for as long as it is open: room for a test cluster's.
+LIMITS = ServerLimits(workers=256, backlog=256, max_waiting=4096, first_line_s=10.0, idle_s=60.0, keepalive_s=60.0)
+BODY = RouteLimits(head_s=10.0, body_bytes=MAX_BODY_BYTES, body_s=60.0)
+RELAY_UPLOAD = RouteLimits(head_s=10.0, body_bytes=None, body_s=3600.0, chunked=True)  # an image, chunked
+_RELAY_STREAM = re.compile(re.sub(r"\{\w+\}", r"[^/]+", protocol.RELAY_STREAM_PATH))
 
-class Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
+
+def route_limits(method: str, path: str) -> RouteLimits:
+    return RELAY_UPLOAD if _RELAY_STREAM.fullmatch(path.split("?", 1)[0]) else BODY
 
 
 def make_server(
     backend: Backend, host: str, port: int, *, tls_cert: Path | None = None, tls_key: Path | None = None
-) -> Server:
+) -> BoundedServer:
     handler = type("BoundRequest", (Request,), {"backend": backend, "routes": ROUTES})
-    server = Server((host, port), handler)
+    context = None
     if tls_cert is not None:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(str(tls_cert), str(tls_key) if tls_key else None)
-        server.socket = context.wrap_socket(server.socket, server_side=True)
-    return server
+    return BoundedServer((host, port), handler, limits=LIMITS, routes=route_limits, tls=context)

@@ -12,13 +12,13 @@ import re
 import time
 import zlib
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
 import orjson
 
 from faden_agent import protocol
+from faden_agent.httpserve.server import BoundedHandler
 
 if TYPE_CHECKING:
     from faden_agent.devbackend.app import Backend
@@ -43,8 +43,7 @@ def route(method: str, path: str, action: Action) -> Route:
     return (method, pattern, action)
 
 
-class Request(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class Request(BoundedHandler):
     server_version = "faden-dev-backend"
     # The head and the body of an answer are two writes: with Nagle on, the body waits for
     # the client's delayed ACK of the head (40 ms on Linux) on every keep-alive answer.
@@ -63,6 +62,9 @@ class Request(BaseHTTPRequestHandler):
 
     def log_message(self, fmt: str, *args: Any) -> None:
         log.debug("%s %s", self.address_string(), fmt % args)  # paths only: secrets travel in headers/bodies
+
+    def refuse_request(self, status: int, reason: str, message: str) -> None:
+        self.send_json(status, {"error": reason, "message": message})
 
     def dispatch(self, method: str) -> None:
         url = urlsplit(self.path)

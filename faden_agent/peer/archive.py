@@ -18,6 +18,18 @@ import orjson
 CHUNK = 1 << 20
 BLOCK = 512
 META_LIMIT = 4 << 20  # manifest, config, v1 json, repositories: small files, read into memory
+# tarfile reads a PAX or GNU long-name header's data whole into memory, and keeps every
+# member it has seen: both are bounded (a docker save archive has ~4 entries per layer and
+# names of ~80 bytes).
+HEADER_LIMIT = 64 << 10
+MAX_ENTRIES = 4096
+_HEADER_TYPES = (
+    tarfile.XHDTYPE,
+    tarfile.XGLTYPE,
+    tarfile.SOLARIS_XHDTYPE,
+    tarfile.GNUTYPE_LONGNAME,
+    tarfile.GNUTYPE_LONGLINK,
+)
 HEX64 = re.compile(r"[0-9a-f]{64}")
 # The container_config docker 20.10 marshals for every layer but the last (Go field order).
 _EMPTY_CONTAINER_CONFIG = (
@@ -88,12 +100,42 @@ class ChunkReader(io.RawIOBase):
         return n
 
 
+class BoundedTarInfo(tarfile.TarInfo):
+    """A member whose extended header (PAX, GNU long name or link) is refused past
+    HEADER_LIMIT before tarfile reads it into memory."""
+
+    def _proc_member(self, tarfile_: tarfile.TarFile) -> tarfile.TarInfo:
+        if self.type in _HEADER_TYPES and self.size > HEADER_LIMIT:
+            raise IntegrityError(f"an extended tar header of {self.size} bytes (at most {HEADER_LIMIT})")
+        return super()._proc_member(tarfile_)  # type: ignore[misc]
+
+
+class Limited(io.RawIOBase):
+    """Every byte read from `source` counted (headers and padding too); IntegrityError past `limit`."""
+
+    def __init__(self, source: io.RawIOBase, limit: int, on_bytes: Callable[[int], None]):
+        self.source, self.limit, self.on_bytes = source, limit, on_bytes
+        self.count = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, target: Any) -> int:
+        n = self.source.readinto(target) or 0
+        self.count += n
+        if self.count > self.limit:
+            raise IntegrityError(f"the archive is larger than the {self.limit} bytes this image may have")
+        self.on_bytes(n)
+        return n
+
+
 def entries(source: io.RawIOBase) -> Iterator[tuple[tarfile.TarInfo, Any]]:
     """Each (member, file object of its data) of a tar stream, in order; read the data
-    before asking for the next one."""
-    with tarfile.open(fileobj=source, mode="r|", bufsize=CHUNK) as archive:
+    before asking for the next one. The members tarfile keeps are dropped as it goes."""
+    with tarfile.open(fileobj=source, mode="r|", bufsize=CHUNK, tarinfo=BoundedTarInfo) as archive:
         for member in archive:
             yield member, archive.extractfile(member) if member.isfile() else None
+            archive.members.clear()  # type: ignore[attr-defined]
 
 
 def header(member: tarfile.TarInfo) -> bytes:
@@ -151,19 +193,21 @@ class ArchiveVerifier:
     received: int = 0
 
     def verified(self, source: io.RawIOBase) -> Iterator[bytes]:
-        """The archive to hand to the engine: checked entries, then our own manifest."""
-        for member, data in entries(source):
+        """The archive to hand to the engine: checked entries, then our own manifest. Every
+        byte of the stream counts against byte_limit."""
+        counted = Limited(source, self.byte_limit, self._count)
+        for member, data in entries(counted):
             yield from self._entry(member, data)
         yield from self._finish()
 
-    def _count(self, chunk: bytes) -> None:
-        self.received += len(chunk)
-        if self.received > self.byte_limit:
-            raise IntegrityError(f"the peer sent more than the {self.byte_limit} bytes it announced")
-        self.on_bytes(len(chunk))
+    def _count(self, n: int) -> None:
+        self.received += n
+        self.on_bytes(n)
 
     def _entry(self, member: tarfile.TarInfo, data: Any) -> Iterator[bytes]:
         name = member.name.rstrip("/") if member.isdir() else member.name
+        if len(self.seen) >= MAX_ENTRIES:
+            raise IntegrityError(f"the archive has more than {MAX_ENTRIES} entries")
         if name in self.seen:
             raise IntegrityError(f"the archive holds {name[:200]} twice")
         self.seen.add(name)
@@ -179,14 +223,10 @@ class ArchiveVerifier:
         elif slash and HEX64.fullmatch(directory) and leaf == "layer.tar" and member.isfile():
             digest = hashlib.sha256()
 
-            def on_chunk(chunk: bytes) -> None:
-                digest.update(chunk)
-                self._count(chunk)
-
-            yield from copy_entry(member, data, on_chunk)
+            yield from copy_entry(member, data, digest.update)
             self.layer_digests[name] = "sha256:" + digest.hexdigest()
         elif slash and HEX64.fullmatch(directory) and leaf in ("VERSION", "json") and member.isfile():
-            yield from copy_entry(member, data, self._count)
+            yield from copy_entry(member, data)
         elif member.isfile() and name == self.image_id.removeprefix("sha256:") + ".json":
             self.config = self._small(member, data)
             if "sha256:" + sha256_hex(self.config) != self.image_id:
@@ -202,9 +242,7 @@ class ArchiveVerifier:
     def _small(self, member: tarfile.TarInfo, data: Any) -> bytes:
         if member.size > META_LIMIT:
             raise IntegrityError(f"{member.name[:200]} is {member.size} bytes (metadata is at most {META_LIMIT})")
-        content = data.read(member.size)
-        self._count(content)
-        return content
+        return data.read(member.size)
 
     def _finish(self) -> Iterator[bytes]:
         if self.config is None:

@@ -1,47 +1,59 @@
-"""The receiver's side of a peer transfer: fetch an image from one peer, checked
-entry by entry on its way into the engine's `docker load` (archive.ArchiveVerifier), then
-tag it. Runs in an executor scheduler thread (image.fetch, or the peers fallback of
-image.pull / container.run).
-Notes (why, figures, history): docs/design-notes.md.
-"""
+"""The receiver's side of a peer transfer: one image from one peer, checked entry by entry
+on its way into `docker load` (archive.ArchiveVerifier), then tagged. Nothing the peer says
+is trusted: the byte limit is the command's, nothing is followed or decoded, a watchdog cuts
+a stalled or stopped transfer. Every way one peer fails is a PeerFailure(reason); the caller
+then tries the next peer (reasons: docs/commands.md, image.fetch)."""
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
 import docker
-import requests
+import orjson
 
 from faden_agent import protocol
-from faden_agent.diskspace import require_space
+from faden_agent.diskspace import NoSpace, require_space
 from faden_agent.errorline import error_line
-from faden_agent.failure import Failure
+from faden_agent.peer import wire
 from faden_agent.peer.archive import (
     ArchiveVerifier,
     ChunkReader,
     IntegrityError,
     chain_ids,
 )
-from faden_agent.peer.server import byte_limit
+from faden_agent.peer.watchdog import Watchdog
+from faden_agent.peer.wire import PeerFailure
 
-CONNECT_TIMEOUT_S = 10
-READ_TIMEOUT_S = 60  # a holder whose engine stalls this long is given up on
+READ_TIMEOUT_S = 30  # one read of the peer's answer waits at most this long
+# A peer that delivers less than STALL_BYTES in STALL_S is given up on (a byte now and then
+# does not keep a transfer alive).
+STALL_S = 30.0
+STALL_BYTES = 64 << 10
+WATCH_S = 0.2  # how soon a stop or a stall shuts the socket
 PROGRESS_INTERVAL_S = 1.0
+KNOWN_REFUSALS = ("ticket_refused", "ticket_expired", "image_not_found")
+
+__all__ = ["NoSpace", "PeerFailure", "Stopped", "Transfer", "check_space", "held_chains", "tag_image"]
+
+
 # docker load unpacks the archive into a temporary directory of the data root, then into the
 # layer store: about twice what crosses the wire (plus diskspace's margin).
 SPACE_FACTOR = 2
 
 
-class PeerFailure(Failure):
-    """An image fetch from peers failed; reason is the command's."""
-
-
 class Stopped(Exception):
     """should_stop() said so (cancelled, deadline): the load is cut, nothing is kept."""
+
+
+def check_space(api: docker.APIClient, size: int) -> None:
+    """NoSpace when the engine's data root cannot take an image of `size` bytes (the
+    command's figure; a peer's claim is never asked)."""
+    require_space(api, size * SPACE_FACTOR, f"the image ({size} bytes, unpacked twice by docker load)")
 
 
 def held_chains(api: docker.APIClient) -> set[str]:
@@ -66,7 +78,8 @@ def tag_image(api: docker.APIClient, image_id: str, reference: str | None) -> No
 
 @dataclass
 class Transfer:
-    """One image from one peer into the local engine."""
+    """One image from one peer into the local engine, at most `byte_limit` bytes (the
+    command's bound, from what the backend knows of the image)."""
 
     api: docker.APIClient
     image_id: str
@@ -74,75 +87,93 @@ class Transfer:
     verify: bool | str
     on_progress: Callable[[dict[str, Any]], None]
     should_stop: Callable[[], bool]
-    cut: BaseException | None = None  # why the archive stream was cut (set by _guarded, read by _load)
+    byte_limit: int
+    on_abort: Callable[[Callable[[], None]], None] = lambda hook: None
+    figures: dict[str, Any] = field(default_factory=dict)
 
     def run(self, peer: dict[str, str]) -> dict[str, Any]:
         source = urlsplit(peer["address"]).netloc
         held = held_chains(self.api)
-        response = self._request(peer, held, source)
-        with response:
-            try:  # the peer's headers: a non-number is that peer's failure, not ours
-                total = max(0, int(response.headers.get("X-Faden-Bytes-Total") or 0))
-                limit = int(response.headers.get("X-Faden-Byte-Limit") or byte_limit(total))
-            except ValueError:
-                raise PeerFailure("peer_failed", f"peer {source} sent a malformed size header") from None
-            self._check_space(total, source)
-            started = time.monotonic()
-            figures: dict[str, float] = {"bytes_done": 0, "next": started}
-
-            def on_bytes(n: int) -> None:
-                figures["bytes_done"] += n
-                now = time.monotonic()
-                if now >= figures["next"]:
-                    figures["next"] = now + PROGRESS_INTERVAL_S
-                    self._progress(source, figures["bytes_done"], total, now - started)
-
-            verifier = ArchiveVerifier(self.image_id, self.reference, held, limit, on_bytes)
-            body = ChunkReader(response.iter_content(chunk_size=1 << 20))
-            self._load(self._guarded(verifier.verified(body), source))
-            elapsed = time.monotonic() - started
-            self._progress(source, figures["bytes_done"], total, elapsed)
+        sock = wire.connect(peer["address"], self.verify)
+        started = time.monotonic()
+        self.figures = {"bytes_done": 0, "next": started, "mark": (started, 0)}
+        self.on_abort(lambda: wire.shut(sock))
+        self.cut: BaseException | None = None
+        try:
+            with Watchdog("fetch-watch", self._hold_up, lambda: wire.shut(sock), WATCH_S) as watchdog:
+                self.watchdog = watchdog
+                try:
+                    sock.settimeout(READ_TIMEOUT_S)
+                    rfile = sock.makefile("rb")
+                    headers = self._request(sock, rfile, peer, held, source)
+                    # the peer's size is shown as progress only, never a bound
+                    total = min(_number(headers.get("x-faden-bytes-total")), self.byte_limit)
+                    verifier = ArchiveVerifier(
+                        self.image_id, self.reference, held, self.byte_limit, lambda n: self._on_bytes(source, n, total)
+                    )
+                    body = ChunkReader(wire.body(rfile, headers, source))
+                    self._load(self._guarded(verifier.verified(body), source))
+                except Exception as exc:  # noqa: BLE001 - named by _cut_reason, as the cut stream's
+                    raise self._cut_reason(source, exc) from None
+        finally:
+            sock.close()
+        elapsed = time.monotonic() - started
+        self._progress(source, self.figures["bytes_done"], total, elapsed)
         tag_image(self.api, self.image_id, self.reference)
         return {
             "image_id": self.image_id,
             "source": source,
-            "bytes_received": figures["bytes_done"],
+            "bytes_received": self.figures["bytes_done"],
             "layers_received": len(verifier.layer_digests),
             "seconds": round(elapsed, 2),
         }
 
-    def _request(self, peer: dict[str, str], held: set[str], source: str) -> requests.Response:
-        try:
-            response = requests.post(
-                peer["address"] + protocol.PEER_FETCH_PATH,
-                json={"image_id": self.image_id, "held_chains": sorted(held)},
-                headers={"Authorization": f"Bearer {peer['ticket']}"},
-                stream=True,
-                timeout=(CONNECT_TIMEOUT_S, READ_TIMEOUT_S),
-                verify=self.verify,
-            )
-        except requests.exceptions.RequestException as exc:
-            raise PeerFailure("peer_unreachable", f"cannot reach peer {source}: {type(exc).__name__}") from None
-        if response.status_code != 200:
-            try:
-                answer = response.json()
-                reason, message = str(answer.get("reason") or answer["error"])[:40], str(answer["message"])[:300]
-            except (ValueError, KeyError, TypeError, AttributeError):  # AttributeError: a JSON answer that is no object
-                reason, message = "peer_failed", f"HTTP {response.status_code}"
-            response.close()
-            raise PeerFailure(
-                reason if reason in ("ticket_refused", "ticket_expired", "image_not_found") else "peer_failed",
-                f"peer {source} refused: {message}",
-            )
-        if response.headers.get("X-Faden-Image-Id") != self.image_id:
-            response.close()
-            raise PeerFailure("integrity_failed", f"peer {source} offers another image than {self.image_id}")
-        return response
-
-    def _check_space(self, total: int, source: str) -> None:
-        require_space(
-            self.api, total * SPACE_FACTOR, f"the image from {source} ({total} bytes, unpacked twice by docker load)"
+    def _request(
+        self, sock: socket.socket, rfile: Any, peer: dict[str, str], held: set[str], source: str
+    ) -> dict[str, str]:
+        """Send the fetch; the 200 answer's headers, or PeerFailure (a refusal, a redirect)."""
+        body = orjson.dumps({"image_id": self.image_id, "held_chains": sorted(held)})
+        sock.sendall(
+            (
+                f"POST {protocol.PEER_FETCH_PATH} HTTP/1.1\r\nHost: {source}\r\n"
+                f"Authorization: Bearer {peer['ticket']}\r\nContent-Type: application/json\r\n"
+                f"Accept-Encoding: identity\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+            ).encode()
+            + body
         )
+        status, headers = wire.read_head(rfile)
+        if status != 200:
+            answer = wire.refusal(rfile, headers) if not 300 <= status < 400 else {}
+            reason = str(answer.get("reason") or answer.get("error") or "")[:40]
+            message = str(answer.get("message") or f"HTTP {status}")[:300]
+            if 300 <= status < 400:
+                message = f"HTTP {status}, a redirect (not followed)"
+            raise PeerFailure(
+                reason if reason in KNOWN_REFUSALS else "peer_failed", f"peer {source} refused: {message}"
+            )
+        if headers.get("x-faden-image-id") != self.image_id:
+            raise PeerFailure("integrity_failed", f"peer {source} offers another image than {self.image_id}")
+        return headers
+
+    def _on_bytes(self, source: str, n: int, total: int) -> None:
+        figures = self.figures
+        figures["bytes_done"] += n
+        now = time.monotonic()
+        if now >= figures["next"]:
+            figures["next"] = now + PROGRESS_INTERVAL_S
+            self._progress(source, figures["bytes_done"], total, now - figures["mark"][0])
+
+    def _hold_up(self) -> str | None:
+        """The watchdog's question: a reason to cut the transfer now, or None."""
+        if self.should_stop():
+            return "stopped"
+        now, done = time.monotonic(), self.figures["bytes_done"]
+        marked_at, marked_bytes = self.figures["mark"]
+        if now - marked_at >= STALL_S:
+            if done - marked_bytes < STALL_BYTES:
+                return f"stalled: {done - marked_bytes} bytes in {STALL_S:g} s"
+            self.figures["mark"] = (now, done)
+        return None
 
     def _guarded(self, chunks: Iterator[bytes], source: str) -> Iterator[bytes]:
         """The verified archive, cut (by raising) on a check that fails, a broken stream, or
@@ -152,30 +183,35 @@ class Transfer:
                 if self.should_stop():
                     raise Stopped()
                 yield chunk
-        except IntegrityError as exc:
-            self.cut = PeerFailure("integrity_failed", f"peer {source}: {exc}")
-            raise self.cut from None
-        except (requests.exceptions.RequestException, OSError) as exc:
-            self.cut = PeerFailure("peer_failed", f"the stream from peer {source} broke: {type(exc).__name__}")
-            raise self.cut from None
-        except Exception as exc:  # noqa: BLE001 - tarfile's errors of a malformed stream, Stopped
-            self.cut = (
-                exc
-                if isinstance(exc, Stopped)
-                else PeerFailure(
-                    "integrity_failed",
-                    f"peer {source}: not a valid image archive ({error_line(exc, named=True)})",
-                )
-            )
+        except Exception as exc:  # noqa: BLE001 - tarfile's errors of a malformed stream too
+            self.cut = self._cut_reason(source, exc)
             raise self.cut from None
 
+    def _cut_reason(self, source: str, exc: Exception) -> BaseException:
+        """What a cut stream means: stopped, stalled (a socket the watchdog shut reads as a
+        cut archive), the peer's own failure, or a broken or malformed stream."""
+        if self.should_stop():
+            return Stopped()
+        if self.watchdog.reason:
+            return PeerFailure("peer_failed", f"peer {source} {self.watchdog.reason}")
+        if isinstance(exc, (PeerFailure, Stopped)):
+            return exc
+        if isinstance(exc, IntegrityError):
+            return PeerFailure("integrity_failed", f"peer {source}: {exc}")
+        if isinstance(exc, OSError):
+            return PeerFailure("peer_failed", f"the stream from peer {source} broke: {type(exc).__name__}")
+        return PeerFailure(
+            "integrity_failed", f"peer {source}: not a valid image archive ({error_line(exc, named=True)})"
+        )
+
     def _load(self, archive: Iterator[bytes]) -> None:
-        self.cut = None
         try:
             for line in self.api.load_image(archive):
                 if isinstance(line, dict) and line.get("error"):
                     raise PeerFailure("peer_failed", f"the engine refused the archive: {str(line['error'])[:300]}")
         except PeerFailure:
+            if self.cut is not None:
+                raise self.cut from None
             raise
         except Exception as exc:  # noqa: BLE001 - whatever the client made of the cut
             if self.cut is not None:
@@ -198,3 +234,7 @@ class Transfer:
                 "rate_bps": int(done / elapsed) if elapsed > 0 else 0,
             }
         )
+
+
+def _number(text: str | None) -> int:
+    return int(text) if text and text.isdigit() and len(text) < 20 else 0

@@ -4,14 +4,13 @@ Notes (why, figures, history): docs/design-notes.md.
 
 from __future__ import annotations
 
-import io
 import logging
 import math
 import socket
 import struct
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
 
 from faden_agent import protocol
 
@@ -62,7 +61,7 @@ def frame(op: bytes, payload: bytes = b"") -> bytes:
     return HEADER.pack(op, len(payload)) + payload
 
 
-def read_exact(rfile: io.BufferedIOBase, size: int) -> bytes | None:
+def read_exact(rfile: BinaryIO, size: int) -> bytes | None:
     """`size` bytes, or None at a clean end of stream before the first byte."""
     data = rfile.read(size)
     if not data:
@@ -75,7 +74,7 @@ def read_exact(rfile: io.BufferedIOBase, size: int) -> bytes | None:
     return data
 
 
-def discard(rfile: io.BufferedIOBase, size: int, scratch: memoryview) -> None:
+def discard(rfile: Any, size: int, scratch: memoryview) -> None:  # any reader with readinto
     """Read and drop `size` bytes (a D frame's payload) without allocating."""
     while size:
         got = rfile.readinto(scratch[: min(size, len(scratch))])
@@ -99,7 +98,7 @@ def send_bounded(write: Any, max_bytes: int, seconds: float, should_stop: Any = 
 class Session:
     """One prober's session: reads its frames, answers them, within Limits."""
 
-    def __init__(self, rfile: io.BufferedIOBase, wfile: Any, limits: Limits = LIMITS):
+    def __init__(self, rfile: BinaryIO, wfile: Any, limits: Limits = LIMITS):
         self.rfile = rfile
         self.wfile = wfile
         self.limits = limits
@@ -163,13 +162,16 @@ class Session:
         raise Refused(f"unknown frame {op!r} of {length} bytes")
 
 
-def serve(connection: socket.socket, rfile: io.BufferedIOBase, wfile: Any, limits: Limits = LIMITS) -> Session:
-    """Answer one prober on an upgraded connection until it closes, is idle, or passes a cap."""
-    tune(connection)
-    connection.settimeout(limits.idle_s)
-    session = Session(rfile, wfile, limits)
+def serve(conn: Any, limits: Limits = LIMITS) -> Session:
+    """Answer one prober on an upgraded connection (an httpserve Conn) until it closes, is
+    idle, or passes a cap. Every read and write ends by the session's wall-clock bound, however
+    slowly the prober's bytes arrive."""
+    tune(conn.sock)
+    conn.idle_s = limits.idle_s
+    conn.deadline = time.monotonic() + limits.session_s
+    session = Session(conn.reader, conn.writer, limits)
     try:
         session.run()
-    except (OSError, EOFError) as exc:  # the prober went away, or was idle too long
+    except (OSError, EOFError) as exc:  # the prober went away, was idle too long, or ran out of time
         log.info("probe session ended: %s", type(exc).__name__)
     return session

@@ -1,35 +1,31 @@
-"""The prober's side of an active probe (the wire form is in peer/probe.py): to one
-peer, on one connection, round trips (RTT p50/p99), then an upload and a download, each
-bounded by bytes and seconds. Runs in an executor scheduler thread (traffic.probe).
-Notes (why, figures, history): docs/design-notes.md.
-"""
+"""The prober's side of an active probe (the wire form is in peer/probe.py): to one peer, on
+one connection, round trips (RTT p50/p99), then an upload and a download, each bounded by
+bytes and seconds; each phase ends at its time + GRACE_S whatever the peer does. Every way
+one peer fails is a ProbeFailed(reason) with what was measured before it: peer_unreachable,
+ticket_refused / ticket_expired, peer_busy, timeout, peer_failed (docs/commands.md)."""
 
 from __future__ import annotations
 
-import io
 import math
 import socket
-import ssl
 import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, BinaryIO
 from urllib.parse import urlsplit
 
-import orjson
+from faden_agent.peer import probe, wire
+from faden_agent.peer.watchdog import Watchdog
+from faden_agent.peer.wire import PeerFailure
 
-from faden_agent.failure import Failure
-from faden_agent.peer import probe
-from faden_agent.tls import client_context
-
-CONNECT_TIMEOUT_S = 5.0
+CONNECT_TIMEOUT_S = wire.CONNECT_TIMEOUT_S
 # A phase may run this much past its time bound (what is in flight drains, the answer comes
 # back) before the peer counts as stalled.
 GRACE_S = 5.0
-HEAD_LIMIT = 16 << 10
-BODY_LIMIT = 64 << 10
+WATCH_S = 0.1
 KNOWN_REFUSALS = ("ticket_refused", "ticket_expired", "peer_busy")
+ProbeFailed = PeerFailure
 
 
 @dataclass(frozen=True)
@@ -37,10 +33,6 @@ class Bounds:
     duration_s: float  # per phase: round trips, upload, download
     max_bytes: int  # per direction
     round_trips: int
-
-
-class ProbeFailed(Failure):
-    """A traffic probe against a peer failed; reason is the command's."""
 
 
 class Stopped(Exception):
@@ -66,44 +58,45 @@ class Probe:
     figures: dict[str, Any] = field(default_factory=dict)
 
     def run(self) -> dict[str, Any]:
-        sock = self._connect()
-        self.on_abort(lambda: sock.shutdown(socket.SHUT_RDWR))
-        try:
-            rfile = sock.makefile("rb")
-            granted = self._upgrade(sock, rfile)
-            self._round_trips(sock, rfile, min(self.bounds.round_trips, granted.echoes - 1))
-            max_bytes, seconds = min(self.bounds.max_bytes, granted.bytes), min(self.bounds.duration_s, granted.seconds)
-            self._upload(sock, rfile, max_bytes, seconds)
-            self._download(sock, rfile, max_bytes, seconds)
-        except (OSError, EOFError, struct.error, ProbeFailed) as exc:
-            self._check()  # cut by on_abort: stopped, not failed
-            if isinstance(exc, ProbeFailed):
-                raise
-            if isinstance(exc, TimeoutError):
-                raise ProbeFailed("timeout", f"{self.address} stopped answering") from None
-            raise ProbeFailed("peer_failed", f"{self.address}: the probe broke: {type(exc).__name__}") from None
-        finally:
-            sock.close()
+        sock = wire.connect(self.address, self.verify, CONNECT_TIMEOUT_S)
+        probe.tune(sock)
+        self.on_abort(lambda: wire.shut(sock))
+        self._phase(self.bounds.duration_s)
+        with Watchdog("probe-watch", self._overdue, lambda: wire.shut(sock), WATCH_S) as watchdog:
+            try:
+                rfile = sock.makefile("rb")
+                granted = self._upgrade(sock, rfile)
+                self._round_trips(sock, rfile, min(self.bounds.round_trips, granted.echoes - 1))
+                max_bytes = min(self.bounds.max_bytes, granted.bytes)
+                seconds = min(self.bounds.duration_s, granted.seconds)
+                self._upload(sock, rfile, max_bytes, seconds)
+                self._download(sock, rfile, max_bytes, seconds)
+            except (OSError, EOFError, struct.error, ProbeFailed) as exc:
+                self._check()  # cut by on_abort: stopped, not failed
+                if watchdog.reason:
+                    raise ProbeFailed("timeout", f"{self.address} {watchdog.reason}") from None
+                if isinstance(exc, ProbeFailed):
+                    raise
+                if isinstance(exc, TimeoutError):
+                    raise ProbeFailed("timeout", f"{self.address} stopped answering") from None
+                raise ProbeFailed("peer_failed", f"{self.address}: the probe broke: {type(exc).__name__}") from None
+            finally:
+                sock.close()
         return self.figures
+
+    def _phase(self, seconds: float) -> None:
+        """A phase starts: it must be over within its time and GRACE_S, or the peer is stalled."""
+        self._bound_s = seconds + GRACE_S
+        self._phase_ends = time.monotonic() + self._bound_s
+
+    def _overdue(self) -> str | None:
+        if time.monotonic() > self._phase_ends:
+            return f"stalled: a phase ran past its {self._bound_s:g} s"
+        return None
 
     # --- the steps
 
-    def _connect(self) -> socket.socket:
-        parts = urlsplit(self.address)
-        try:
-            sock = socket.create_connection((parts.hostname, parts.port), timeout=CONNECT_TIMEOUT_S)
-        except OSError as exc:
-            raise ProbeFailed("peer_unreachable", f"cannot connect to {self.address}: {type(exc).__name__}") from None
-        probe.tune(sock)
-        if parts.scheme == "https":
-            try:
-                sock = client_context(self.verify).wrap_socket(sock, server_hostname=parts.hostname)
-            except (OSError, ssl.SSLError) as exc:
-                sock.close()
-                raise ProbeFailed("peer_unreachable", f"TLS with {self.address} failed: {type(exc).__name__}") from None
-        return sock
-
-    def _upgrade(self, sock: socket.socket, rfile: io.BufferedIOBase) -> probe.Limits:
+    def _upgrade(self, sock: socket.socket, rfile: BinaryIO) -> probe.Limits:
         """The session's caps as the peer grants them; ProbeFailed when it refuses."""
         host = urlsplit(self.address).netloc
         sock.sendall(
@@ -112,7 +105,7 @@ class Probe:
                 f"Connection: Upgrade\r\nUpgrade: {probe.UPGRADE}\r\nContent-Length: 0\r\n\r\n"
             ).encode()
         )
-        status, headers = _read_head(rfile)
+        status, headers = wire.read_head(rfile)
         if status == 101:
             try:
                 return probe.Limits(
@@ -122,18 +115,15 @@ class Probe:
                 )
             except ValueError:
                 raise ProbeFailed("peer_failed", f"{self.address} granted no readable limits") from None
-        length = headers.get("content-length", "0")
-        body = rfile.read(min(int(length), BODY_LIMIT)) if length.isdigit() else b""
-        try:
-            refusal = orjson.loads(body)
-            reason = refusal["reason"] if isinstance(refusal, dict) else None
-        except (orjson.JSONDecodeError, KeyError):
-            reason = None
-        if reason in KNOWN_REFUSALS:
-            raise ProbeFailed(reason, f"{self.address} refused the probe: {str(refusal.get('message'))[:200]}")
+        refusal = wire.refusal(rfile, headers)
+        if refusal.get("reason") in KNOWN_REFUSALS:
+            raise ProbeFailed(
+                refusal["reason"], f"{self.address} refused the probe: {str(refusal.get('message'))[:200]}"
+            )
         raise ProbeFailed("peer_failed", f"{self.address} answered HTTP {status} to the probe")
 
-    def _round_trips(self, sock: socket.socket, rfile: io.BufferedIOBase, count: int) -> None:
+    def _round_trips(self, sock: socket.socket, rfile: BinaryIO, count: int) -> None:
+        self._phase(self.bounds.duration_s)
         sock.settimeout(self.bounds.duration_s + GRACE_S)
         samples: list[float] = []
         started = time.monotonic()
@@ -156,7 +146,8 @@ class Probe:
             rtt_p99_ms=round(percentile(ordered, 0.99), 3),
         )
 
-    def _upload(self, sock: socket.socket, rfile: io.BufferedIOBase, max_bytes: int, seconds: float) -> None:
+    def _upload(self, sock: socket.socket, rfile: BinaryIO, max_bytes: int, seconds: float) -> None:
+        self._phase(seconds)
         sock.settimeout(seconds + GRACE_S)
         started = time.monotonic()
         sent, _ = probe.send_bounded(sock.sendall, max_bytes, seconds, self.should_stop)
@@ -168,7 +159,8 @@ class Probe:
             raise ProbeFailed("peer_failed", f"{self.address} received {received} of {sent} bytes")
         self.figures.update(send_bytes=sent, send_s=round(elapsed, 4), send_bytes_per_s=round(sent / elapsed, 1))
 
-    def _download(self, sock: socket.socket, rfile: io.BufferedIOBase, max_bytes: int, seconds: float) -> None:
+    def _download(self, sock: socket.socket, rfile: BinaryIO, max_bytes: int, seconds: float) -> None:
+        self._phase(seconds)
         sock.settimeout(seconds + GRACE_S)
         scratch = memoryview(bytearray(probe.CHUNK))
         started = time.monotonic()
@@ -200,7 +192,7 @@ class Probe:
             raise Stopped()
 
 
-def _expect(rfile: io.BufferedIOBase, op: bytes, size: int | None = None) -> bytes:
+def _expect(rfile: BinaryIO, op: bytes, size: int | None = None) -> bytes:
     """The payload of the next frame, which must be `op` (X: the peer refused; its words)."""
     got, length = probe.HEADER.unpack(probe.read_exact(rfile, probe.HEADER.size) or b"")
     if length > max(probe.ECHO_MAX, probe.TEXT_MAX, probe.RESULT.size):
@@ -211,20 +203,3 @@ def _expect(rfile: io.BufferedIOBase, op: bytes, size: int | None = None) -> byt
     if got != op or (size is not None and length != size):
         raise ProbeFailed("peer_failed", f"frame {got!r} of {length} bytes where {op!r} was expected")
     return payload
-
-
-def _read_head(rfile: io.BufferedIOBase) -> tuple[int, dict[str, str]]:
-    """Status and headers (names lower-case) of an HTTP answer, at most HEAD_LIMIT bytes."""
-    status_line = rfile.readline(HEAD_LIMIT)
-    parts = status_line.split(None, 2)
-    if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
-        raise ProbeFailed("peer_failed", f"not an HTTP answer: {status_line[:100]!r}")
-    headers: dict[str, str] = {}
-    budget = HEAD_LIMIT - len(status_line)
-    while (line := rfile.readline(budget)) not in (b"\r\n", b"\n", b""):
-        budget -= len(line)
-        if budget <= 0:
-            raise ProbeFailed("peer_failed", f"an answer head over {HEAD_LIMIT} bytes")
-        name, _, value = line.decode("latin-1").partition(":")
-        headers[name.strip().lower()] = value.strip()
-    return int(parts[1]), headers

@@ -7,17 +7,16 @@ Notes (why, figures, history): docs/design-notes.md.
 from __future__ import annotations
 
 import logging
-import socket
 import ssl
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import docker
 import orjson
 
 from faden_agent import protocol
+from faden_agent.httpserve.server import BoundedHandler, BoundedServer, RouteLimits, ServerLimits
 from faden_agent.peer import probe
 from faden_agent.peer.archive import (
     ChunkReader,
@@ -25,11 +24,9 @@ from faden_agent.peer.archive import (
     strip_held_layers,
     v1_layer_ids,
 )
-from faden_agent.peer.tickets import PROBE_GRANT, TicketBox, TicketRefused
+from faden_agent.peer.tickets import PROBE_GRANT, TicketBox, TicketRefused, check_grant
 
 log = logging.getLogger(__name__)
-SAFETY_POLL_S = 30.0  # serve_forever's timer, only a safety net (shutdown() wakes it)
-SHUTDOWN_WAIT_S = 2.0
 
 REQUEST_LIMIT = 4 << 20  # the held chains of a machine with thousands of images fit
 FRAME = 1 << 20
@@ -94,6 +91,17 @@ class ChunkedWriter:
         self.wfile.write(b"0\r\n\r\n")
 
 
+# The peer port's bounds: heads, bodies and sessions under deadlines, a fixed pool of
+# workers (transfers and probes), the waiting connections capped (httpserve).
+LIMITS = ServerLimits(workers=16, backlog=32, max_waiting=4096, first_line_s=10.0, idle_s=30.0, keepalive_s=5.0)
+FETCH_LIMITS = RouteLimits(head_s=10.0, body_bytes=REQUEST_LIMIT, body_s=30.0)
+NO_BODY = RouteLimits(head_s=10.0, body_bytes=0, body_s=10.0)
+
+
+def route_limits(method: str, path: str) -> RouteLimits:
+    return FETCH_LIMITS if path == protocol.PEER_FETCH_PATH else NO_BODY
+
+
 class PeerServer:
     def __init__(
         self, host: str, port: int, tickets: TicketBox, docker_client: Any, tls: tuple[str, str] | None = None
@@ -107,31 +115,23 @@ class PeerServer:
         self.probes_served = 0
         self.probe_limits = probe.LIMITS  # what one probe session may cost this machine
         self._lock = threading.Lock()
-        handler = type("Handler", (_Handler,), {"peer": self})
-        self.httpd = ThreadingHTTPServer((host, port), handler)
-        self.httpd.daemon_threads = True
+        context = None
         if tls is not None:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             context.load_cert_chain(*tls)
-            self.httpd.socket = context.wrap_socket(self.httpd.socket, server_side=True)
+        handler = type("Handler", (_Handler,), {"peer": self})
+        self.httpd = BoundedServer((host, port), handler, limits=LIMITS, routes=route_limits, tls=context)
 
     @property
     def port(self) -> int:
         return self.httpd.server_address[1]
 
     def serve(self) -> None:
-        # Woken by a connection, or by shutdown() shutting the listening socket down: an idle
-        # peer worker sleeps (issue 16; serve_forever's 0.5 s poll woke it twice a second).
-        self.httpd.serve_forever(poll_interval=SAFETY_POLL_S)
+        # Woken by a connection or by shutdown(): an idle peer worker sleeps (issue 16).
+        self.httpd.serve_forever()
 
     def shutdown(self) -> None:
-        stopper = threading.Thread(target=self.httpd.shutdown, name="peer-serve-stop", daemon=True)
-        stopper.start()  # sets serve_forever's stop flag, then waits for the loop to end
-        try:
-            self.httpd.socket.shutdown(socket.SHUT_RDWR)  # wakes the loop's select at once
-        except OSError:
-            pass  # not listening (never was, or closed): the safety poll ends the loop
-        stopper.join(SHUTDOWN_WAIT_S)
+        self.httpd.shutdown()
         self.httpd.server_close()
 
     def status(self) -> dict[str, Any]:
@@ -141,6 +141,7 @@ class PeerServer:
             "bytes_sent": self.bytes_sent,
             "probes_active": self.probes_active,
             "probes_served": self.probes_served,
+            "connections": self.httpd.status(),
         }
 
     def probe_slot(self) -> bool:
@@ -163,12 +164,14 @@ class PeerServer:
             self.bytes_sent += sent
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class _Handler(BoundedHandler):
     peer: PeerServer
 
     def log_message(self, fmt: str, *args: Any) -> None:
         log.debug("peer %s: " + fmt, self.client_address[0], *args)
+
+    def refuse_request(self, status: int, reason: str, message: str) -> None:
+        self._refuse(status, reason, message)
 
     def _refuse(self, status: int, reason: str, message: str) -> None:
         body = orjson.dumps({"reason": reason, "message": message})
@@ -188,17 +191,19 @@ class _Handler(BaseHTTPRequestHandler):
             return self._probe()
         if self.path != protocol.PEER_FETCH_PATH:
             return self._refuse(404, "not_found", f"no such path {self.path[:100]}")
-        length_text = self.headers.get("Content-Length") or "0"
-        length = int(length_text) if length_text.isdigit() else 0  # a non-number: refused below, not a traceback
-        if not 0 < length <= REQUEST_LIMIT:
+        if not 0 < self.body_length <= REQUEST_LIMIT:
             return self._refuse(400, "bad_request", f"a request body of 1..{REQUEST_LIMIT} bytes is needed")
+        try:  # from the headers, before a byte of the body is read: spent whatever follows
+            grant = self.peer.tickets.spend(self._ticket(), self.client_address[0])
+        except TicketRefused as refused:
+            return self._refuse(401, refused.reason, refused.message)
         try:
-            request = orjson.loads(self.rfile.read(length))
+            request = orjson.loads(self.rfile.read(self.body_length))
             image_id, held = str(request["image_id"]), {str(c) for c in request.get("held_chains") or ()}
         except (orjson.JSONDecodeError, KeyError, TypeError):
             return self._refuse(400, "bad_request", "the body must be JSON with image_id and held_chains")
         try:
-            self.peer.tickets.take(self._ticket(), image_id, self.client_address[0])
+            check_grant(grant, image_id)
         except TicketRefused as refused:
             return self._refuse(401, refused.reason, refused.message)
         try:
@@ -210,6 +215,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(name, value)
         self.end_headers()
         self.close_connection = True
+        self.conn.deadline = float("inf")  # each write still waits at most the idle bound
         writer = ChunkedWriter(self.wfile)
         self.peer.count(+1)
         try:
@@ -249,7 +255,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("X-Faden-Probe-Max-Seconds", f"{limits.seconds:g}")
             self.send_header("X-Faden-Probe-Max-Echoes", str(limits.echoes))
             self.end_headers()
-            session = probe.serve(self.connection, self.rfile, self.wfile, limits)
+            session = probe.serve(self.conn, limits)
             log.info(
                 "probed by %s: %d echoes, %d bytes received, %d sent",
                 self.client_address[0],

@@ -59,6 +59,11 @@ class TicketBox:
     def take(self, presented: str, image_id: str, receiver: str) -> Ticket:
         """The ticket's grant, spent now; TicketRefused when it is unknown, spent, expired,
         or for another image or receiver."""
+        return check_grant(self.spend(presented, receiver), image_id)
+
+    def spend(self, presented: str, receiver: str) -> Ticket:
+        """The ticket's grant, spent now, whatever it grants (the peer port knows the ticket
+        from the headers, the image only from the body); TicketRefused as take()."""
         hash_hex = ticket_hash(presented)
         live, spent = self.path / hash_hex, self.path / (hash_hex + SPENT_SUFFIX)
         try:
@@ -71,8 +76,6 @@ class TicketBox:
             spent.unlink(missing_ok=True)
         if grant.expires_at < time.time():
             raise TicketRefused("ticket_expired", "the ticket has expired")
-        if grant.image_id != image_id:
-            raise TicketRefused("ticket_refused", "the ticket is for another image (or a probe)")
         if grant.receiver and grant.receiver != receiver:
             raise TicketRefused("ticket_refused", f"the ticket is for another receiver than {receiver[:100]}")
         return grant
@@ -103,6 +106,12 @@ class TicketBox:
             except OSError:
                 continue
         return removed
+
+
+def check_grant(grant: Ticket, image_id: str) -> Ticket:
+    if grant.image_id != image_id:
+        raise TicketRefused("ticket_refused", "the ticket is for another image (or a probe)")
+    return grant
 
 
 def _read_ticket(path: Path) -> bytes:

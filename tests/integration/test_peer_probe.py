@@ -6,7 +6,6 @@ hostile prober can make it send or swallow (peer/probe.py)."""
 from __future__ import annotations
 
 import socket
-import subprocess
 import threading
 import time
 
@@ -18,6 +17,7 @@ from faden_agent.peer.server import PeerServer
 from faden_agent.peer.tickets import PROBE_GRANT, Ticket, TicketBox, ticket_hash
 from tests.agentproc import wait_for
 from tests.backendproc import free_port
+from tests.selfsigned import self_signed
 
 MiB = 1 << 20
 
@@ -173,13 +173,7 @@ def test_an_idle_prober_is_dropped(peer):
 def test_a_probe_over_https_with_the_operators_certificate(tmp_path):
     """ADVERTISE_SCHEME=https: the probe speaks TLS too; a prober not trusting the
     certificate gets peer_unreachable, one trusting it measures."""
-    cert, key = tmp_path / "peer.crt", tmp_path / "peer.key"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1"]
-        + ["-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-        check=True,
-        capture_output=True,
-    )
+    cert, key = self_signed(tmp_path)
     server = PeerServer("127.0.0.1", 0, TicketBox(tmp_path), lambda: None, tls=(str(cert), str(key)))
     threading.Thread(target=server.serve, daemon=True).start()
     try:

@@ -15,8 +15,8 @@ from urllib.parse import urlsplit
 from faden_agent import protocol
 from faden_agent.diskspace import NoSpace, require_space
 from faden_agent.ipc.control import ask_to_serve
-from faden_agent.peer.fetch import PeerFailure, Stopped, Transfer, tag_image
-from faden_agent.peer.server import holder_stream
+from faden_agent.peer.fetch import PeerFailure, Stopped, Transfer, check_space, tag_image
+from faden_agent.peer.server import byte_limit, holder_stream
 from faden_agent.peer.tickets import Ticket, TicketBox
 from faden_agent.protocol import quote
 from faden_agent.workers.executor import specs
@@ -86,8 +86,16 @@ def keep_list(key: str, value: Any) -> list[str]:
     return value
 
 
+def size_bytes(key: str, value: Any) -> int:
+    """The image's size as the backend knows it (the holder's inventory): the fetch's bound."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_IMAGE_BYTES:
+        raise SpecError(f"{quote(key)} must be a whole number of bytes in 1..{MAX_IMAGE_BYTES}, got {quote(value)}")
+    return value
+
+
+MAX_IMAGE_BYTES = 1 << 44  # 16 TiB: above any image; a bound on the number, not a setting
 # Peers to fetch the image from when the registry fails or lacks it (issue 14).
-PEER_OPTIONS = {"peers": (peers, None), "image_id": (image_id, None)}
+PEER_OPTIONS = {"peers": (peers, None), "image_id": (image_id, None), "size_bytes": (size_bytes, None)}
 
 
 # --- handlers
@@ -208,6 +216,13 @@ def fetch_from_peers(
         if _present(api, image_id):
             tag_image(api, image_id, reference)
             return {"image_id": image_id, "already_present": True}
+        size = job.spec.get("size_bytes")
+        limit = byte_limit(size) if size else commands.config.peer_fetch_max_bytes
+        if size:
+            try:
+                check_space(api, size)
+            except NoSpace as exc:
+                raise no_space(exc) from None
         failures: list[PeerFailure] = []
         for peer in sources:
             commands.check(job)
@@ -218,14 +233,14 @@ def fetch_from_peers(
                 commands.config.tls_verify(),
                 lambda figures: commands.progress(job, **figures),
                 job.should_stop,
+                limit,
+                job.on_abort,
             )
             try:
                 return {**transfer.run(peer), "failed_sources": [f.message for f in failures]}
-            except PeerFailure as failure:
+            except PeerFailure as failure:  # whatever it was, the next peer is tried
                 log.warning("command %s: %s", job.id, failure.message)
                 failures.append(failure)
-            except NoSpace as exc:
-                raise no_space(exc) from None
             except Stopped:
                 raise Cancelled() from None
     reasons = [f.reason for f in failures]
@@ -355,7 +370,7 @@ register(
         "image.fetch",
         image_fetch,
         {"image_id": image_id, "peers": peers},
-        {"image": (specs.string, None), **COMMON},
+        {"image": (specs.string, None), "size_bytes": (size_bytes, None), **COMMON},
         deadline_s=3600.0,
         queue_key=by_fetched_image,
         cancellable=True,
