@@ -1,5 +1,6 @@
 """The README stays true: its two commands lead, and it documents every variable."""
 
+import re
 from pathlib import Path
 
 from faden_agent.config import VARIABLES, env_name
@@ -40,12 +41,17 @@ def readme_rows() -> dict[str, tuple[str, str]]:
 
 def test_readme_defaults_are_the_declared_ones():
     """The table's default column follows config.py's VARIABLES (the one declaration); a
-    computed default (None there) is described in words."""
+    computed default (None there) is described in words; a number may add its unit, `(64 GiB)`."""
     rows = readme_rows()
     wrong = {}
     for var in VARIABLES:
         cell = rows[env_name(var.field)][0]
-        if var.default is not None and cell != (f"`{var.default}`" if var.default else "empty"):
+        declared = f"`{var.default}`" if var.default else "empty"
+        if (
+            var.default is not None
+            and cell != declared
+            and not re.fullmatch(re.escape(declared) + r" \([^()|]+\)", cell)
+        ):
             wrong[env_name(var.field)] = (cell, var.default)
     assert wrong == {}, "README default cells differ from config.py"
     stale = set(rows) - {env_name(v.field) for v in VARIABLES} - {env_name(o) for v in VARIABLES for o in v.old_fields}
