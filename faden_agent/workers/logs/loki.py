@@ -1,4 +1,4 @@
-"""Loki pushes: the body (Loki's JSON push format) and the delivery policy.
+"""Loki pushes: the JSON body (lokiproto.py makes the protobuf one) and the delivery policy.
 
 One push carries one stream: Loki (2.8 and 3.x) answers a push with the outcome of its
 LAST stream only (its ingester overwrites each stream's error with the next one's), so a
@@ -37,7 +37,9 @@ from operator import attrgetter
 
 import orjson
 
+from faden_agent.workers.logs import lokiproto
 from faden_agent.workers.logs.entry import Entry, Labels
+from faden_agent.workers.logs.lokiproto import ProtoEncoder
 from faden_agent.workers.logs.stamps import parse_rfc3339_ns
 from faden_agent.workers.logs.targets import Answer
 
@@ -160,6 +162,8 @@ class Pusher:
         self.sleep = sleep
         self.mode = structured_metadata
         self.plain_target: str | None = None  # the target that refused structured metadata (auto mode)
+        self.metadata_target: str | None = None  # the target that stored a JSON push with structured metadata
+        self.proto = ProtoEncoder()
         self.last_error = ""
         self.last_rejection = ""  # Loki's words for the last lines it refused
         self.retries = 0
@@ -190,9 +194,17 @@ class Pusher:
             metadata = metadata and any(entry.metadata for entry in entries)
             if self._wait_for_hold():
                 return None
-            answer = self.target.send(encode(entries, metadata))
+            # Protobuf where the target takes it; with metadata only once a JSON push with
+            # metadata was stored there (Loki 2.8 drops protobuf metadata without a word).
+            native = self.target.takes_protobuf and (not metadata or self.metadata_target == str(self.target))
+            if native:
+                answer = self.target.send(self.proto.encode([entries], metadata), lokiproto.CONTENT_TYPE)
+            else:
+                answer = self.target.send(encode(entries, metadata))
             if answer.ok:
                 self._recovered(attempt)
+                if metadata and not native:
+                    self.metadata_target = str(self.target)
                 return Outcome(accepted=len(entries))
             if answer.status == 400:
                 self._recovered(attempt)
@@ -232,6 +244,7 @@ class Pusher:
         return False
 
     def _refused_metadata(self, detail: str) -> None:
+        self.metadata_target = None
         if self.mode == "auto" and self.plain_target != str(self.target):
             self.plain_target = str(self.target)
             log.warning(
