@@ -20,7 +20,9 @@ Policy, per push (docs/logs.md):
   gets the plain form from then on (asked again after a restart or a target change).
   Already plain: split in halves like a 413, so one line Loki cannot take costs only itself.
 - 413: split in halves, push each in order; a single line answered 413 is dropped and counted.
-- anything else (connection error, 408, 429, 5xx, an auth or routing 4xx): retry with
+- 401/403 (no tenant for a multi-tenant Loki, a wrong key): said so in the status, retried
+  every RECONNECT_MAX_SEC (jittered) until someone fixes it; nothing is lost meanwhile.
+- anything else (connection error, 408, 429, 5xx, a routing 4xx): retry with
   exponential backoff and jitter, or exactly Retry-After when given, for as long as it
   takes. The sources are not read meanwhile (the backlog is full), so nothing is lost.
 """
@@ -45,6 +47,9 @@ from faden_agent.workers.logs.targets import Answer
 
 MAX_RETRY_AFTER_SEC = 600.0  # a broken header must not park the shipper for a day
 STRUCTURED_METADATA_MODES = ("auto", "on", "off")
+# 401/403: a multi-tenant Loki without X-Scope-OrgID ("no org id"), or a wrong key.
+AUTH_REFUSALS = (401, 403)
+AUTH_HINT = "a multi-tenant Loki needs FADEN_NODE_AGENT_LOKI_TENANT, or check the credentials in the URL"
 MAX_PUSHES_IN_FLIGHT = 4  # pushes sent before the first of them is answered (shipper.py)
 # Loki's own wording (2.8 and 3.x) of a 400 about single lines, at the start of its answer;
 # a decode error quotes our body, so the match is anchored to Loki's sentence, not anywhere.
@@ -275,6 +280,14 @@ class Pusher:
     def _delay(self, answer: Answer, attempt: int) -> float:
         reason = f"HTTP {answer.status}" if answer.status else "no answer"
         self.last_error = f"{reason}: {answer.detail}"[:300]
+        if answer.status in AUTH_REFUSALS:
+            # Nothing changes until someone fixes the tenant or the key: say so, ask rarely.
+            self.last_error = f"{reason}: Loki refused who we are ({AUTH_HINT}): {answer.detail}"[:300]
+            if attempt == 1:
+                log.error(
+                    "logs: push to %s refused: %s; retrying every %gs", self.target, self.last_error, self.backoff_max_s
+                )
+            return random.uniform(self.backoff_max_s / 2, self.backoff_max_s)
         if attempt == 1:
             log.warning("logs: push to %s failed (%s); retrying until it works", self.target, self.last_error)
         if answer.retry_after is not None:
