@@ -34,7 +34,7 @@ import random
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import attrgetter
 
 import orjson
@@ -42,6 +42,7 @@ import orjson
 from faden_agent.workers.logs import lokiproto
 from faden_agent.workers.logs.entry import Entry, Labels
 from faden_agent.workers.logs.lokiproto import ProtoEncoder
+from faden_agent.workers.logs.sources import source_kind
 from faden_agent.workers.logs.stamps import parse_rfc3339_ns
 from faden_agent.workers.logs.targets import Answer
 
@@ -141,11 +142,17 @@ class Outcome:
     accepted: int = 0  # lines in 2xx-answered pushes
     rejected: int = 0  # lines in pushes Loki refused in part (400 naming lines) or single lines refused whole
     dropped: int = 0  # single lines answered 413
+    # source kind -> [accepted, rejected, dropped] (set by Pusher.push: one stream is one source)
+    sources: dict[str, list[int]] = field(default_factory=dict)
 
     def __iadd__(self, other: Outcome) -> Outcome:
         self.accepted += other.accepted
         self.rejected += other.rejected
         self.dropped += other.dropped
+        for kind, counts in other.sources.items():
+            mine = self.sources.setdefault(kind, [0, 0, 0])
+            for i, n in enumerate(counts):
+                mine[i] += n
         return self
 
 
@@ -189,6 +196,7 @@ class Pusher:
             result = self._push_stream(part, with_metadata)
             if result is None:
                 return None
+            result.sources = {source_kind(part[0].source): [result.accepted, result.rejected, result.dropped]}
             outcome += result
         return outcome
 
