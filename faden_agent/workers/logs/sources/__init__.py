@@ -23,6 +23,7 @@ from faden_agent.workers.threads import start_daemon
 # With no stored position a source starts this far back, not at the start of history.
 FIRST_START_WINDOW_SEC = 3600
 RETRY_SEC = 5.0  # pause before a failed reader starts again
+ROTATED_BEFORE_READ = "rotated_before_read"  # a loss reason: gone (vacuumed, rotated away) before it was read
 LOSS_REPORT_SEC = 60.0  # losses found more often are summed into one event per reason this often
 # The source (kind) of an entry's position key: what the shipper's counts are kept per.
 KIND_OF_KEY = {"journal": "journal", "container": "containers", "file": "ray-serve"}

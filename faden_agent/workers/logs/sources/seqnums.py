@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from faden_agent.workers.logs.entry import Entry
 
-ROTATED_BEFORE_READ = "rotated_before_read"
 _IDS_KEPT = 64  # seqnum IDs remembered (one per journal lineage: a handful)
 
 
