@@ -61,16 +61,17 @@ class ProtoEncoder:
             if len(self._labels) >= _LABELS_CACHE_MAX:
                 self._labels.clear()
             labels = self._labels[entries[0].stream] = _field(b"\x0a", label_text(entries[0].stream).encode())
-        parts = [labels]
-        append = parts.append
+        parts: list[bytes] = []
+        add = parts.extend
         metadata_of = self._metadata_bytes
-        last_seconds, head = -1, b""
+        last_seconds, head, fixed = -1, b"", 0
         last_metadata, extra = None, b""
         for e in entries:
             seconds = e.ts_ns // 1_000_000_000
             if seconds != last_seconds:  # the Timestamp up to its nanos: the same for a run of lines
                 last_seconds, encoded = seconds, varint(seconds)
                 head = b"\x0a" + _SMALL[len(encoded) + 7] + b"\x08" + encoded + b"\x10"
+                fixed = len(head) + 6  # + the 5 nanos bytes + the line's tag
             n = e.ts_ns - seconds * 1_000_000_000
             if e.metadata is last_metadata:  # the usual case: a run of lines of one process
                 line = e.line.encode("utf-8", "surrogatepass")
@@ -80,18 +81,23 @@ class ProtoEncoder:
             else:
                 line = e.with_detail().encode("utf-8", "surrogatepass")
                 extra = b""
-            # nanos as a 5-byte varint (a longer form of a small value is valid protobuf):
-            # one expression instead of a loop per line.
-            entry = (
-                head
-                + bytes((n & 127 | 128, n >> 7 & 127 | 128, n >> 14 & 127 | 128, n >> 21 & 127 | 128, n >> 28))
-                + b"\x12"
-                + varint(len(line))
-                + line
-                + extra
+            size = varint(len(line))
+            # One EntryAdapter as its pieces (joined once per push); the nanos as a 5-byte
+            # varint (a longer form of a small value is valid protobuf): no loop per line.
+            add(
+                (
+                    b"\x12",
+                    varint(fixed + len(size) + len(line) + len(extra)),
+                    head,
+                    bytes((n & 127 | 128, n >> 7 & 127 | 128, n >> 14 & 127 | 128, n >> 21 & 127 | 128, n >> 28)),
+                    b"\x12",
+                    size,
+                    line,
+                    extra,
+                )
             )
-            append(b"\x12" + varint(len(entry)) + entry)
-        return _field(b"\x0a", b"".join(parts))
+        body = b"".join(parts)
+        return b"\x0a" + varint(len(labels) + len(body)) + labels + body
 
     def _metadata_bytes(self, metadata: dict[str, str]) -> bytes:
         known = self._metadata.get(id(metadata))
