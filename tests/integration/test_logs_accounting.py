@@ -55,15 +55,20 @@ def run_agent(tmp_path: Path, loki: LokiReceiver, journal: JournalWriter, upto: 
     )
     with AgentProcess(env, tmp_path / "agent.log") as agent:
         loki.wait_for(lambda entries: any(e.line == upto for e in entries), 60)
-        return wait_for(
-            lambda: (
-                (s := agent.workers()["logs"]["status"]["sources"]["journal"])["lines_shipped"] + s["lines_lost"]
-                == s["lines_read"]
-                and s
-            ),
-            20,
-            what="every line read shipped or lost",
-        )
+        return settled_account(agent, "journal")
+
+
+def settled_account(agent: AgentProcess, source: str) -> dict:
+    """The source's status once every line it read is shipped or lost (`ps --json`)."""
+    return wait_for(
+        lambda: (
+            (s := agent.workers()["logs"]["status"]["sources"][source])["lines_shipped"] + s["lines_lost"]
+            == s["lines_read"]
+            and s
+        ),
+        20,
+        what=f"every {source} line read shipped or lost",
+    )
 
 
 def lost_events(tmp_path: Path) -> list[dict]:
@@ -145,15 +150,7 @@ def container_account(tmp_path: Path, loki: LokiReceiver, agent_id: str, name: s
     )
     with AgentProcess(env, tmp_path / "agent.log") as agent:
         loki.wait_for(lambda entries: until([e.line for e in entries if e.labels.get("container") == name]), 60)
-        return wait_for(
-            lambda: (
-                (s := agent.workers()["logs"]["status"]["sources"]["containers"])["lines_shipped"] + s["lines_lost"]
-                == s["lines_read"]
-                and s
-            ),
-            20,
-            what="every container line read shipped or lost",
-        )
+        return settled_account(agent, "containers")
 
 
 def run_rotation(tmp_path: Path, docker_client, prefix: str, max_size: str) -> tuple[dict, list[str]]:

@@ -281,7 +281,8 @@ def test_real_loki_takes_protobuf_pushes_and_metadata_in_them_only_where_it_keep
     """After the first (JSON) push says whether the target keeps structured metadata, every
     push is Loki's protobuf + snappy: on 3.4.6 with the metadata in it, on 2.8.0 (which would
     drop it without a word) with the detail in the line. Every line lands once."""
-    labels = stream("proto")
+    odd = 'say "hi" \\ é\ttab'  # quotes, a backslash, a tab: Loki parses the labels text of protobuf
+    labels = tuple(sorted((*stream("proto"), ("workload", odd))))
     agent_id = dict(labels)["agent_id"]
     now = time.time_ns()
     batches = [
@@ -295,6 +296,7 @@ def test_real_loki_takes_protobuf_pushes_and_metadata_in_them_only_where_it_keep
     for batch in batches:
         assert pusher.push(batch).accepted == len(batch)
     sent = [e for batch in batches for e in batch]
+    assert [series["workload"] for series in real_loki.series(f'{{agent_id="{agent_id}"}}')] == [odd]
     if real_loki.version == "2.8.0":
         # the probe (JSON, refused whole), then protobuf only, its plain resend first
         assert forms == ["application/json"] + ["application/x-protobuf"] * 5

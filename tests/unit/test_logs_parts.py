@@ -299,7 +299,7 @@ def test_the_protobuf_body_decodes_to_every_entry_as_loki_reads_it():
     from faden_agent.workers.logs.lokiproto import ProtoEncoder
     from tests.lokiprotodecode import decode_push
 
-    labels = (("agent_id", 'we"ird\\x\n'), ("job", "node-agent"))
+    labels = (("agent_id", 'we"ird\\x\n\t\x00\r'), ("job", "node-agent"))
     detail = {"unit": "u é", "pid": "1"}
     batch = [
         Entry(labels, 1_700_000_000_000_000_123 + i, f"l{i} é \x00" + "x" * (i * 50), detail if i % 2 else None, "j", i)

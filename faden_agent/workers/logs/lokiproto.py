@@ -8,6 +8,7 @@ Loki 2.8 skips field 3 without a word, so metadata goes here only to a target kn
 from __future__ import annotations
 
 import cramjam
+import orjson
 
 from faden_agent.workers.logs.entry import Entry, Labels
 
@@ -35,12 +36,9 @@ def _field(tag: bytes, payload: bytes) -> bytes:
 
 
 def label_text(labels: Labels) -> str:
-    """The stream's labels as Loki parses them: {a="b", c="d"}, values quoted as Go does."""
-    return "{" + ", ".join(f'{name}="{_quoted(value)}"' for name, value in labels) + "}"
-
-
-def _quoted(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    """The stream's labels as Loki parses them: {a="b", c="d"}. A JSON string is a Go string
+    literal Loki's parser unquotes (\\" \\\\ \\n \\uXXXX ...): no control character gets through raw."""
+    return "{" + ", ".join(f"{name}={orjson.dumps(value).decode()}" for name, value in labels) + "}"
 
 
 class ProtoEncoder:

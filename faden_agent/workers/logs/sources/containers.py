@@ -402,7 +402,8 @@ class ContainerFollower:
                 return oldest is not None and oldest > last_ns
             return False
         finally:
-            chunks.close()
+            if (close := getattr(chunks, "close", None)) is not None:  # the SDK's stream: its connection
+                close()
 
     def ship(self, line: bytes, cut: int = 0) -> bool:
         stamp, _, text = line.partition(b" ")
