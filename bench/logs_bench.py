@@ -13,7 +13,7 @@ seconds (shipper + its journalctl child), lines/s and the ratio to journalctl al
 receiver runs also when the first push was answered (the agent's start-up: its other workers
 start beside the log worker on the same cores) and the ratio from then on.
 
-    python bench/logs_bench.py [--entries 100000] [--batch-sizes default,1000] [--no-loki]
+    python bench/logs_bench.py [--entries 100000] [--batch-sizes default,1000] [--no-loki] [--json-too]
 """
 
 from __future__ import annotations
@@ -90,8 +90,14 @@ def journalctl_alone(journal: JournalWriter) -> tuple[float, float]:
     )
 
 
+# Into the receiver (Python, in the bench's own process) the agent pushes JSON: the receiver
+# decodes that in C (orjson) and protobuf in Python, whose cost would be measured instead of
+# the shipper's (the agent's own encoding costs about the same for either, docs/logs.md).
+RECEIVER_FORMAT = {"loki_push_format": "json"}
+
+
 def ship(journal: JournalWriter, entries: int, batch_size: int | None, root: Path) -> dict[str, float]:
-    settings = {"log_batch_size": batch_size} if batch_size else {}
+    settings: dict[str, object] = {**RECEIVER_FORMAT, **({"log_batch_size": batch_size} if batch_size else {})}
     with LokiReceiver(version="3") as loki:
         first_push: list[float] = []  # when the first push was answered: the agent's start-up before it
         handle_push = loki.handle_push
@@ -196,10 +202,17 @@ def loki_cpu(loki: LokiProcess) -> float:
 
 
 def agent_into_loki(
-    journal: JournalWriter, entries: int, loki: LokiProcess, root: Path, batch_size: int | None = None
+    journal: JournalWriter,
+    entries: int,
+    loki: LokiProcess,
+    root: Path,
+    batch_size: int | None = None,
+    push_format: str | None = None,
 ) -> dict[str, float]:
-    agent_id = f"bench-agent-{batch_size or 'default'}"
-    settings = {"log_batch_size": batch_size} if batch_size else {}
+    agent_id = f"bench-agent-{batch_size or 'default'}-{push_format or 'default'}"
+    settings: dict[str, object] = {"log_batch_size": batch_size} if batch_size else {}
+    if push_format:
+        settings["loki_push_format"] = push_format
     env = agent_env(
         root, loki_url=loki.url, journal_directory=journal.directory, agent_id=agent_id, **ISOLATED, **settings
     )
@@ -309,6 +322,9 @@ def main() -> None:
         "--batch-sizes", default="default,1000", help="comma-separated LOG_BATCH_SIZE values for the receiver runs"
     )
     parser.add_argument("--no-loki", action="store_true", help="only journalctl and the receiver")
+    parser.add_argument(
+        "--json-too", action="store_true", help="also the agent pushing gzip'd JSON (LOKI_PUSH_FORMAT=json) into Loki"
+    )
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="faden-logs-bench-"))
     try:
@@ -362,6 +378,17 @@ def main() -> None:
                 alone_rate,
                 f"Loki {r1000['loki_cpu']:.2f} CPU s, {r1000['retries']} push retries",
             )
+            if args.json_too:
+                (root / "agent-loki-json").mkdir()
+                rj = agent_into_loki(journal, args.entries, loki, root / "agent-loki-json", push_format="json")
+                row(
+                    "faden-agent -> Loki 3.4.6, LOKI_PUSH_FORMAT=json",
+                    args.entries,
+                    rj["seconds"],
+                    rj["cpu"],
+                    alone_rate,
+                    f"Loki {rj['loki_cpu']:.2f} CPU s, {rj['retries']} push retries",
+                )
             (root / "promtail").mkdir()
             p = promtail_into_loki(journal, args.entries, loki, root / "promtail")
             if p is None:

@@ -206,6 +206,7 @@ def agent_section(table: Table, results: dict, args: argparse.Namespace, root: P
             heartbeat_interval_sec=HEARTBEAT_S,
             loki_url=loki.url,
             journal_directory=journal.directory,
+            **logs_bench.RECEIVER_FORMAT,
             docker_timeout_sec=60,
             worker_liveness_sec=1,
             worker_hang_timeout_sec=30,

@@ -20,7 +20,7 @@ import urllib3
 
 from faden_agent import __version__, protocol
 from faden_agent.backoff import MAX_RETRY_AFTER_S, parse_retry_after  # noqa: F401  (re-exported)
-from faden_agent.config import Config
+from faden_agent.config import Config, loki_tenant
 from faden_agent.errorline import error_line
 from faden_agent.files import replace_file
 from faden_agent.jsonhead import HEAD_BYTES, leading_members
@@ -234,6 +234,12 @@ class BackendClient:
         """Where the log shipper pushes: {"mode": "loki", "url": ...} or {"mode": "push", "path": ...}."""
         body = self._json(self._request("GET", protocol.LOGS_TARGET_PATH))
         if body.get("mode") == "loki" and isinstance(body.get("url"), str):
+            tenant = body.get("tenant")
+            try:
+                if tenant is not None and (not isinstance(tenant, str) or loki_tenant(tenant) != tenant):
+                    raise ValueError("not a string without spaces")
+            except ValueError as exc:
+                raise ProtocolError(f"logs/target answer's tenant is not a Loki tenant ID: {exc}") from None
             return body
         if body.get("mode") == "push" and isinstance(body.get("path"), str):
             return body

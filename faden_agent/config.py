@@ -162,6 +162,27 @@ def _structured_metadata(raw: str) -> str:
     return lowered
 
 
+def _push_format(raw: str) -> str:
+    lowered = raw.strip().lower()
+    if lowered not in ("protobuf", "json"):
+        raise ValueError("one of protobuf, json")
+    return lowered
+
+
+# Loki's tenant ID rules (its tenant package): at most 150 of these characters, not . or ..
+_TENANT = re.compile(r"[A-Za-z0-9!\-_.*'()]{1,150}")
+
+
+def loki_tenant(raw: str) -> str | None:
+    """A Loki tenant ID (X-Scope-OrgID) or None when empty; ValueError when Loki would refuse it."""
+    value = raw.strip()
+    if not value:
+        return None
+    if not _TENANT.fullmatch(value) or value in (".", ".."):
+        raise ValueError("a Loki tenant ID: at most 150 of A-Z a-z 0-9 ! - _ . * ' ( ), not . or ..")
+    return value
+
+
 def _path_list(raw: str) -> tuple[Path, ...]:
     return tuple(_expanded(p) for p in raw.split(":") if p.strip())
 
@@ -365,6 +386,19 @@ VARIABLES: tuple[Variable, ...] = (
         " on (always tried first), off (kept in the line)",
     ),
     Variable(
+        "loki_push_format",
+        "protobuf",
+        _push_format,
+        "Body of direct Loki pushes: protobuf (Loki's own, snappy; least CPU for both sides) or json (gzipped);"
+        " pushes through the backend are JSON",
+    ),
+    Variable(
+        "loki_tenant",
+        None,
+        loki_tenant,
+        "Loki tenant ID sent as X-Scope-OrgID (a multi-tenant Loki); unset: the backend's log target may name one",
+    ),
+    Variable(
         "journal_directory",
         None,
         _optional_path,
@@ -529,6 +563,8 @@ class Config:
     log_multiline_wait_sec: float
     log_nice: int
     loki_structured_metadata: str
+    loki_push_format: str
+    loki_tenant: str | None
     journal_directory: Path | None
     ray_log_dir: Path
     ray_log_retention_sec: float

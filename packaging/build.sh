@@ -52,7 +52,7 @@ fi
 # PyInstaller is a build-time tool only: it is not a dependency of the agent.
 "$PYTHON" -m PyInstaller --version >/dev/null 2>&1 || "$PYTHON" -m pip install -q 'pyinstaller>=6.3'
 # The agent's own dependencies must be importable to be bundled.
-"$PYTHON" -c 'import docker, orjson, psutil, pynvml, requests, setproctitle, typer, zmq' 2>/dev/null \
+"$PYTHON" -c 'import cramjam, docker, orjson, psutil, pynvml, requests, setproctitle, typer, zmq' 2>/dev/null \
   || "$PYTHON" -m pip install -q -e .
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/faden-build.XXXXXX")
@@ -81,6 +81,7 @@ EXCLUDES="tkinter _tkinter pytest _pytest hypothesis numpy pandas scipy cryptogr
   --collect-data faden_agent \
   --collect-submodules docker \
   --hidden-import pynvml \
+  --hidden-import cramjam \
   --hidden-import psutil \
   --hidden-import setproctitle \
   $(printf -- '--exclude-module %s ' $EXCLUDES) \

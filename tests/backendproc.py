@@ -63,6 +63,7 @@ class BackendProcess:
         ca_bundle: Path | None = None,
         downloads: Path | None = None,
         loki_url: str | None = None,
+        loki_tenant: str | None = None,
         admin_token: str = ADMIN_TOKEN,
         host: str = "127.0.0.1",
     ):
@@ -91,6 +92,7 @@ class BackendProcess:
             ("--tls-key", tls_key),
             ("--downloads", downloads),
             ("--loki-url", loki_url),
+            ("--loki-tenant", loki_tenant),
         ):
             if value:
                 self.argv += [flag, str(value)]

@@ -148,14 +148,17 @@ def _valid_record(record: Any) -> bool:
 def logs_target(req: Request) -> int:
     req.require_node()
     if req.backend.loki_url:
-        return req.send_json(200, {"mode": "loki", "url": req.backend.loki_url})
+        answer = {"mode": "loki", "url": req.backend.loki_url}
+        if req.backend.loki_tenant:
+            answer["tenant"] = req.backend.loki_tenant
+        return req.send_json(200, answer)
     return req.send_json(200, {"mode": "push", "path": protocol.LOGS_PUSH_PATH})
 
 
 def logs_push(req: Request) -> int:
     node_id = req.require_node()
     if req.backend.loki_url:
-        return forward_to_loki(req, req.backend.loki_url)
+        return forward_to_loki(req, req.backend.loki_url, req.backend.loki_tenant)
     try:
         push = orjson.loads(req.read_body())
     except orjson.JSONDecodeError as exc:

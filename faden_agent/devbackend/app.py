@@ -23,6 +23,7 @@ class Backend:
         *,
         downloads: Path | None = None,
         loki_url: str | None = None,
+        loki_tenant: str | None = None,
         keepalive_sec: float = DEFAULT_KEEPALIVE_S,
     ):
         if not admin_token or not admin_token.strip():
@@ -31,6 +32,7 @@ class Backend:
         self.admin_token = admin_token
         self.downloads = downloads
         self.loki_url = loki_url.rstrip("/") if loki_url else None
+        self.loki_tenant = loki_tenant
         self.keepalive_sec = keepalive_sec
         self.faults = Faults()
         self.new_commands = threading.Condition()

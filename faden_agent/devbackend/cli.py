@@ -38,6 +38,11 @@ def dev_backend(
     loki_url: str | None = typer.Option(
         None, "--loki-url", help="Forward log pushes to this Loki; else keep them (admin .../logs)."
     ),
+    loki_tenant: str | None = typer.Option(
+        None,
+        "--loki-tenant",
+        help="Loki tenant (X-Scope-OrgID) for that Loki: named in logs/target, sent when relaying.",
+    ),
     keepalive_sec: float = typer.Option(
         15.0, "--keepalive-sec", help="Default stream keepalive when the agent asks for none."
     ),
@@ -66,6 +71,7 @@ def dev_backend(
             admin_token,
             downloads=downloads,
             loki_url=loki_url,
+            loki_tenant=loki_tenant,
             keepalive_sec=keepalive_sec,
             tls_cert=tls_cert,
             tls_key=tls_key,

@@ -12,9 +12,11 @@ from faden_agent.devbackend.web import HttpError, Request
 LOKI_TIMEOUT_S = 30
 
 
-def forward_to_loki(req: Request, loki_url: str) -> int:
+def forward_to_loki(req: Request, loki_url: str, tenant: str | None = None) -> int:
     data = req.read_raw_body()
     headers = {"Content-Type": req.headers.get("Content-Type", "application/json")}
+    if tenant:
+        headers["X-Scope-OrgID"] = tenant
     if req.headers.get("Content-Encoding"):
         headers["Content-Encoding"] = req.headers["Content-Encoding"]
     request = urllib.request.Request(f"{loki_url}{protocol.LOKI_PUSH_PATH}", data=data, headers=headers)

@@ -22,11 +22,19 @@ def serve(
     *,
     downloads: Path | None = None,
     loki_url: str | None = None,
+    loki_tenant: str | None = None,
     keepalive_sec: float = 15.0,
     tls_cert: Path | None = None,
     tls_key: Path | None = None,
 ) -> int:
-    backend = Backend(data_dir, admin_token, downloads=downloads, loki_url=loki_url, keepalive_sec=keepalive_sec)
+    backend = Backend(
+        data_dir,
+        admin_token,
+        downloads=downloads,
+        loki_url=loki_url,
+        loki_tenant=loki_tenant,
+        keepalive_sec=keepalive_sec,
+    )
     server = make_server(backend, host, port, tls_cert=tls_cert, tls_key=tls_key)
     scheme = "https" if tls_cert else "http"
     bound_host, bound_port = str(server.server_address[0]), server.server_address[1]

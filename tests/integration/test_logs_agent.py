@@ -423,7 +423,9 @@ def test_too_old_lines_are_refused_counted_and_reported_and_long_lines_arrive_cu
             10,
             what="a logs.lines_lost event in the outbox",
         )
-        assert event["data"]["rejected"] == 1 and "too old" in event["data"]["reason"]
+        data = event["data"]
+        assert (data["source"], data["count"], data["at_least"], data["reason"]) == ("journal", 1, False, "refused")
+        assert data["rejected"] == 1 and "too old" in data["detail"]
     print(f"Loki {real_loki.version}: rejected {status['lines_rejected']} ({status['last_rejection'][:120]})")
 
 

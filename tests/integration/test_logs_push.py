@@ -265,7 +265,7 @@ def test_real_loki_tenant_rate_limit_answers_429_and_every_line_arrives_once_non
     pusher = real_pusher(tenant_limited_loki, tmp_path)
     answers = []
     send = pusher.target.send
-    pusher.target.send = lambda payload: answers.append(send(payload)) or answers[-1]
+    pusher.target.send = lambda *body: answers.append(send(*body)) or answers[-1]
     for start in range(0, 1600, 400):
         batch = [Entry(labels, now + i, lines[i], None, "journal", i) for i in range(start, start + 400)]
         outcome = pusher.push(batch)
@@ -275,3 +275,34 @@ def test_real_loki_tenant_rate_limit_answers_429_and_every_line_arrives_once_non
     print(f"Loki {tenant_limited_loki.version}: {len(throttled)} pushes answered 429 (tenant rate), all lines in")
     # Refused whole, so a resend stores each line once: no duplicates on either version.
     assert tenant_limited_loki.lines(f'{{agent_id="{dict(labels)["agent_id"]}"}}') == lines
+
+
+def test_real_loki_takes_protobuf_pushes_and_metadata_in_them_only_where_it_keeps_it(real_loki, tmp_path):
+    """After the first (JSON) push says whether the target keeps structured metadata, every
+    push is Loki's protobuf + snappy: on 3.4.6 with the metadata in it, on 2.8.0 (which would
+    drop it without a word) with the detail in the line. Every line lands once."""
+    odd = 'say "hi" \\ é\ttab'  # quotes, a backslash, a tab: Loki parses the labels text of protobuf
+    labels = tuple(sorted((*stream("proto"), ("workload", odd))))
+    agent_id = dict(labels)["agent_id"]
+    now = time.time_ns()
+    batches = [
+        [Entry(labels, now + b * 100 + i, f"proto {b}-{i}", UNIT, "journal", i) for i in range(50)] for b in range(4)
+    ]
+    batches.append([Entry(labels, now + 1000 + i, f"plain {i}", None, "journal", i) for i in range(50)])
+    pusher = real_pusher(real_loki, tmp_path)
+    forms = []
+    send = pusher.target.send
+    pusher.target.send = lambda payload, form="application/json": forms.append(form) or send(payload, form)
+    for batch in batches:
+        assert pusher.push(batch).accepted == len(batch)
+    sent = [e for batch in batches for e in batch]
+    assert [series["workload"] for series in real_loki.series(f'{{agent_id="{agent_id}"}}')] == [odd]
+    if real_loki.version == "2.8.0":
+        # the probe (JSON, refused whole), then protobuf only, its plain resend first
+        assert forms == ["application/json"] + ["application/x-protobuf"] * 5
+        assert real_loki.lines(f'{{agent_id="{agent_id}"}}') == [e.with_detail() for e in sent]
+    else:
+        assert forms == ["application/json"] + ["application/x-protobuf"] * 4
+        assert real_loki.lines(f'{{agent_id="{agent_id}"}}') == [e.line for e in sent]
+        with_unit = real_loki.lines(f'{{agent_id="{agent_id}"}} | unit="gpu burn.service" | pid="42"')
+        assert with_unit == [e.line for e in sent if e.metadata]  # the metadata went in the protobuf too

@@ -18,6 +18,7 @@ from faden_agent.backend import (
     BackendUnavailable,
     CredentialRejected,
     Maintenance,
+    ProtocolError,
     RequestRejected,
     TokenRefused,
     parse_retry_after,
@@ -107,6 +108,20 @@ def test_a_503_holds_every_client_of_the_agent_until_retry_after(server, tmp_pat
         other.log_target()
     time.sleep(1.1)
     assert other.log_target()["mode"] in ("loki", "push")
+
+
+@pytest.mark.parametrize("bad", ["a b", "x\r\nX-Evil: 1", "", 7, ["t"], "..", "t" * 151])
+def test_a_log_target_tenant_loki_would_refuse_is_a_protocol_error(server, tmp_path, bad):
+    backend, _ = server
+    _, client, _ = enrolled(server, tmp_path)
+    backend.loki_url, backend.loki_tenant = "http://127.0.0.1:9", "team-a"
+    assert client.log_target() == {"mode": "loki", "url": "http://127.0.0.1:9", "tenant": "team-a"}
+    backend.loki_tenant = bad
+    if bad == "":  # the reference backend names no tenant then
+        assert "tenant" not in client.log_target()
+        return
+    with pytest.raises(ProtocolError, match="tenant is not a Loki tenant ID"):
+        client.log_target()
 
 
 def test_retry_after_forms():

@@ -317,3 +317,42 @@ def test_a_per_line_refusal_counts_the_lines_lokis_words_condemn():
     # Numbers no Loki writes (5000 digits: int() refuses over 4300) are no measure, not a crash.
     assert refused_count("Max entry size '" + "9" * 5000 + "' bytes exceeded", batch) == 4
     assert refused_count("total ignored: " + "9" * 5000 + " out of 4", batch) == 4
+
+
+def test_the_protobuf_body_decodes_to_every_entry_as_loki_reads_it():
+    """lokiproto's hand-made PushRequest through a strict decoder (Loki's wire rules): labels
+    with quotes, backslashes and newlines, timestamps from 0 to past 2**62 ns, lines with
+    multi-byte characters and NULs, metadata or the detail in the line."""
+    from faden_agent.workers.logs.lokiproto import ProtoEncoder
+    from tests.lokiprotodecode import decode_push
+
+    labels = (("agent_id", 'we"ird\\x\n\t\x00\r'), ("job", "node-agent"))
+    detail = {"unit": "u é", "pid": "1"}
+    batch = [
+        Entry(labels, 1_700_000_000_000_000_123 + i, f"l{i} é \x00" + "x" * (i * 50), detail if i % 2 else None, "j", i)
+        for i in range(300)
+    ]
+    batch += [Entry(labels, 0, "zero", None, "j", 0), Entry(labels, 2**62 + 7, "late", detail, "j", 0)]
+    for with_metadata in (True, False):
+        body = ProtoEncoder().encode([batch], with_metadata)
+        (stream,) = decode_push(body, 1 << 30, keep_metadata=True)["streams"]
+        assert stream["stream"] == dict(labels)
+        wanted = [
+            [str(e.ts_ns), e.line, e.metadata] if e.metadata and with_metadata else [str(e.ts_ns), e.with_detail()]
+            for e in batch
+        ]
+        assert stream["values"] == wanted
+
+
+def test_seqnum_gaps_count_only_jumps_within_one_lineage():
+    from faden_agent.workers.logs.sources.seqnums import SeqnumGaps
+
+    def cursors(lineage: str, *numbers: int) -> list[Entry]:
+        return [Entry((), 1, "x", None, "journal", f"s={lineage};i={n:x};b=0;m=1;t=2;x=3") for n in numbers]
+
+    gaps = SeqnumGaps("s=aa;i=9;b=0;m=1;t=2;x=3")  # the stored cursor: entry 9 was read
+    assert gaps.gap(cursors("aa", 10, 11, 12)) == 0
+    assert gaps.gap(cursors("aa", 20, 21)) == 7  # 13..19 gone before they were read
+    assert gaps.gap(cursors("bb", 1, 2) + cursors("aa", 22) + cursors("bb", 5)) == 2  # interleaved lineages
+    assert gaps.gap(cursors("aa", 23) + [Entry((), 1, "x", None, "journal", "not a cursor")]) == 0
+    assert SeqnumGaps(None).gap(cursors("cc", 100, 101)) == 0  # no earlier read: nothing to compare

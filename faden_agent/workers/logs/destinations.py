@@ -21,8 +21,10 @@ from faden_agent.errorline import error_line
 from faden_agent.membership import MembershipError, load_membership
 from faden_agent.redact import redact_url
 from faden_agent.tls import client_context, session_for
+from faden_agent.workers.logs import lokiproto
 from faden_agent.workers.logs.keepalive import BadAnswer, KeepAliveConnection
 
+JSON = "application/json"
 GZIP_LEVEL = 1  # lines compress ~10x even at level 1; higher levels cost CPU for little
 MAX_ANSWER_BYTES = 64 * 1024  # Loki's answers are a line or two; more is not read
 log = logging.getLogger(__name__)
@@ -45,8 +47,9 @@ class DirectLoki:
     push) and a sixth of http.client's. When a proxy from the environment applies to Loki's
     host, requests (which speaks proxies) is used instead."""
 
-    def __init__(self, base_url: str, config: Config):
+    def __init__(self, base_url: str, config: Config, tenant: str | None = None):
         self.url = base_url.rstrip("/") + protocol.LOKI_PUSH_PATH
+        self.takes_protobuf = config.loki_push_format == "protobuf"
         self.timeout_s = config.request_timeout_sec
         # Our own TLS settings only: REQUESTS_CA_BUNDLE/CURL_CA_BUNDLE in the environment
         # must not override VERIFY_TLS=false or CA_BUNDLE.
@@ -55,14 +58,17 @@ class DirectLoki:
         self._https = parts.scheme == "https"
         self._host, self._port = parts.hostname or "", parts.port
         self._path = parts.path + (f"?{parts.query}" if parts.query else "")
-        self._headers = {
-            "User-Agent": f"faden-agent/{__version__}",
-            "Content-Type": "application/json",
-            "Content-Encoding": "gzip",
-        }
+        common = {"User-Agent": f"faden-agent/{__version__}"}
         if parts.username is not None:  # https://user:key@loki...: basic auth, as requests did
             pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
-            self._headers["Authorization"] = "Basic " + base64.b64encode(pair).decode()
+            common["Authorization"] = "Basic " + base64.b64encode(pair).decode()
+        tenant = tenant or config.loki_tenant
+        if tenant:
+            common["X-Scope-OrgID"] = tenant
+        self._headers = {
+            JSON: {**common, "Content-Type": JSON, "Content-Encoding": "gzip"},
+            lokiproto.CONTENT_TYPE: {**common, "Content-Type": lokiproto.CONTENT_TYPE},  # snappy inside
+        }
         self._tls = client_context(self.verify) if self._https else None
         self._local = threading.local()
         self._open: set[KeepAliveConnection] = set()
@@ -75,14 +81,16 @@ class DirectLoki:
     def __str__(self) -> str:  # shown in status, heartbeats and logs: no user:key@
         return redact_url(self.url) or ""
 
-    def send(self, payload: bytes) -> Answer:
-        body = gzip.compress(payload, compresslevel=GZIP_LEVEL)
+    def send(self, payload: bytes, content_type: str = JSON) -> Answer:
+        """POST a push body: JSON (gzipped here) or lokiproto's snappy-compressed protobuf."""
+        headers = self._headers[content_type]
+        body = gzip.compress(payload, compresslevel=GZIP_LEVEL) if content_type == JSON else payload
         if self.session is not None:
-            return self._send_via_proxy(body)
+            return self._send_via_proxy(body, headers)
         for fresh in (False, True):
             conn, reused = self._connection(fresh)
             try:
-                reply = conn.post(self._path, self._headers, body, MAX_ANSWER_BYTES)
+                reply = conn.post(self._path, headers, body, MAX_ANSWER_BYTES)
                 if not reply.reusable:
                     self._drop(conn)  # not read to its end, or the server closes it
                 detail = "" if 200 <= reply.status < 300 else reply.body[:300].decode("utf-8", "replace").strip()
@@ -111,12 +119,10 @@ class DirectLoki:
         with self._lock:
             self._open.discard(conn)
 
-    def _send_via_proxy(self, body: bytes) -> Answer:
+    def _send_via_proxy(self, body: bytes, headers: dict[str, str]) -> Answer:
         assert self.session is not None
         try:
-            reply = self.session.post(
-                self.url, data=body, headers=self._headers, timeout=self.timeout_s, verify=self.verify
-            )
+            reply = self.session.post(self.url, data=body, headers=headers, timeout=self.timeout_s, verify=self.verify)
         except requests.RequestException as exc:
             return Answer(None, None, error_line(exc, 300, named=True))
         with reply:
@@ -133,7 +139,9 @@ class DirectLoki:
 
 
 class ThroughBackend:
-    """Pushes through the backend's own push endpoint (same Loki body, same answers)."""
+    """Pushes through the backend's own push endpoint (same JSON body, same answers)."""
+
+    takes_protobuf = False
 
     def __init__(self, client: BackendClient, path: str):
         self.client = client
@@ -142,7 +150,9 @@ class ThroughBackend:
     def __str__(self) -> str:
         return f"{self.client.base_url}{self.path}"
 
-    def send(self, payload: bytes) -> Answer:
+    def send(self, payload: bytes, content_type: str = JSON) -> Answer:
+        if content_type != JSON:
+            return Answer(None, None, "the backend's push endpoint takes JSON only")
         try:
             self.client.push_logs(payload, path=self.path)
         except BackendError as exc:  # a refusal's own words (Loki's, passed on) decide what a 400 means
@@ -163,13 +173,18 @@ class ViaBackend:
     def __str__(self) -> str:
         return str(self.current) if self.current else f"{self.config.backend_url} (asking where to push)"
 
-    def send(self, payload: bytes) -> Answer:
+    @property
+    def takes_protobuf(self) -> bool:
+        """Whether the target now resolved takes Loki's protobuf (asked before each push; one lane)."""
+        return self.current is not None and self.current.takes_protobuf
+
+    def send(self, payload: bytes, content_type: str = JSON) -> Answer:
         if self.current is None:
             failure = self._resolve()
             if failure is not None:
                 return failure
         assert self.current is not None
-        answer = self.current.send(payload)
+        answer = self.current.send(payload, content_type)
         if not answer.ok and answer.status not in (400, 413):
             self.close()  # re-ask before the next try: the backend may have moved us
         return answer
@@ -189,7 +204,7 @@ class ViaBackend:
             return Answer(exc.status, exc.retry_after, f"asking where to push logs: {exc}")
         if target["mode"] == "loki":
             client.close()
-            self.current = DirectLoki(target["url"], self.config)
+            self.current = DirectLoki(target["url"], self.config, target.get("tenant"))
         else:
             self.current = ThroughBackend(client, target["path"])
         log.info("logs: the backend says to push to %s", self.current)

@@ -1,5 +1,7 @@
-"""Loki pushes: the body (Loki's JSON push format) and the delivery policy.
-Notes (why, figures, history): docs/design-notes.md.
+"""Loki pushes: the JSON body (lokiproto.py makes the protobuf one) and the delivery policy
+(docs/logs.md): one stream per push (Loki answers for its last stream only); 2xx accepted;
+a 400 naming lines is final, one refusing the whole push is resent in the plain form or split;
+413 split; 401/403 retried slowly with a clear status; anything else retried with backoff.
 """
 
 from __future__ import annotations
@@ -8,18 +10,24 @@ import logging
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import attrgetter
 
 import orjson
 
 from faden_agent import backoff
+from faden_agent.workers.logs import lokiproto
 from faden_agent.workers.logs.destinations import Answer
 from faden_agent.workers.logs.entry import Entry, Labels
+from faden_agent.workers.logs.lokiproto import ProtoEncoder
+from faden_agent.workers.logs.sources import source_kind
 from faden_agent.workers.logs.stamps import parse_rfc3339_ns
 
 MAX_RETRY_AFTER_S = 600.0  # a broken header must not park the shipper for a day
 STRUCTURED_METADATA_MODES = ("auto", "on", "off")
+# 401/403: a multi-tenant Loki without X-Scope-OrgID ("no org id"), or a wrong key.
+AUTH_REFUSALS = (401, 403)
+AUTH_HINT = "a multi-tenant Loki needs FADEN_NODE_AGENT_LOKI_TENANT, or check the credentials in the URL"
 MAX_PUSHES_IN_FLIGHT = 4  # pushes sent before the first of them is answered (shipper.py)
 # Loki's own wording (2.8 and 3.x) of a 400 about single lines, at the start of its answer;
 # a decode error quotes our body, so the match is anchored to Loki's sentence, not anywhere.
@@ -111,11 +119,17 @@ class Outcome:
     accepted: int = 0  # lines in 2xx-answered pushes
     rejected: int = 0  # lines in pushes Loki refused in part (400 naming lines) or single lines refused whole
     dropped: int = 0  # single lines answered 413
+    # source kind -> [accepted, rejected, dropped] (set by Pusher.push: one stream is one source)
+    sources: dict[str, list[int]] = field(default_factory=dict)
 
     def __iadd__(self, other: Outcome) -> Outcome:
         self.accepted += other.accepted
         self.rejected += other.rejected
         self.dropped += other.dropped
+        for kind, counts in other.sources.items():
+            mine = self.sources.setdefault(kind, [0, 0, 0])
+            for i, n in enumerate(counts):
+                mine[i] += n
         return self
 
 
@@ -137,6 +151,8 @@ class Pusher:
         self.sleep = sleep
         self.mode = structured_metadata
         self.plain_target: str | None = None  # the target that refused structured metadata (auto mode)
+        self.metadata_target: str | None = None  # the target that stored a JSON push with structured metadata
+        self.proto = ProtoEncoder()
         self.last_error = ""
         self.last_rejection = ""  # Loki's words for the last lines it refused
         self.retries = 0
@@ -157,6 +173,7 @@ class Pusher:
             result = self._push_stream(part, with_metadata)
             if result is None:
                 return None
+            result.sources = {source_kind(part[0].source): [result.accepted, result.rejected, result.dropped]}
             outcome += result
         return outcome
 
@@ -167,9 +184,17 @@ class Pusher:
             metadata = metadata and any(entry.metadata for entry in entries)
             if self._wait_for_hold():
                 return None
-            answer = self.target.send(encode(entries, metadata))
+            # Protobuf where the target takes it; with metadata only once a JSON push with
+            # metadata was stored there (Loki 2.8 drops protobuf metadata without a word).
+            native = self.target.takes_protobuf and (not metadata or self.metadata_target == str(self.target))
+            if native:
+                answer = self.target.send(self.proto.encode([entries], metadata), lokiproto.CONTENT_TYPE)
+            else:
+                answer = self.target.send(encode(entries, metadata))
             if answer.ok:
                 self._recovered(attempt)
+                if metadata and not native:
+                    self.metadata_target = str(self.target)
                 return Outcome(accepted=len(entries))
             if answer.status == 400:
                 self._recovered(attempt)
@@ -209,6 +234,7 @@ class Pusher:
         return False
 
     def _refused_metadata(self, detail: str) -> None:
+        self.metadata_target = None
         if self.mode == "auto" and self.plain_target != str(self.target):
             self.plain_target = str(self.target)
             log.warning(
@@ -239,6 +265,14 @@ class Pusher:
     def _delay(self, answer: Answer, attempt: int) -> float:
         reason = f"HTTP {answer.status}" if answer.status else "no answer"
         self.last_error = f"{reason}: {answer.detail}"[:300]
+        if answer.status in AUTH_REFUSALS:
+            # Nothing changes until someone fixes the tenant or the key: say so, ask rarely.
+            self.last_error = f"{reason}: Loki refused who we are ({AUTH_HINT}): {answer.detail}"[:300]
+            if attempt == 1:
+                log.error(
+                    "logs: push to %s refused: %s; retrying every %gs", self.target, self.last_error, self.backoff_max_s
+                )
+            return backoff.delay(64, self.backoff_min_s, self.backoff_max_s, jitter=0.5)  # at the ceiling: [max/2, max]
         if attempt == 1:
             log.warning("logs: push to %s failed (%s); retrying until it works", self.target, self.last_error)
         if answer.retry_after is not None:

@@ -11,13 +11,13 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from faden_agent import protocol
 from faden_agent.config import Config
 from faden_agent.workers.logs.backlog import Backlog
 from faden_agent.workers.logs.batcher import Batch, Batcher
 from faden_agent.workers.logs.destinations import DirectLoki, make_target
 from faden_agent.workers.logs.loki import MAX_PUSHES_IN_FLIGHT, Outcome, Pusher
 from faden_agent.workers.logs.positions import Positions
+from faden_agent.workers.logs.report import report_event
 
 REPORT_INTERVAL_S = 60.0
 log = logging.getLogger(__name__)
@@ -99,41 +99,49 @@ class Shipper:
                 self.positions.advance(pending.batch.positions())
                 self.batches += 1
                 self.totals += pending.outcome
-                self.unreported += Outcome(rejected=pending.outcome.rejected, dropped=pending.outcome.dropped)
+                self.unreported += Outcome(
+                    sources={k: [0, *c[1:]] for k, c in pending.outcome.sources.items() if c[1] or c[2]}
+                )
                 advanced = True
             if advanced:
                 self.positions.save()
             self._done.notify_all()
 
     def report_losses(self, force: bool = False) -> None:
-        lost = self.unreported
-        if not (lost.rejected or lost.dropped):
+        """One logs.lines_lost event per source whose lines Loki refused (reason `refused`)."""
+        if not self.unreported.sources:
             return
         if not force and time.monotonic() - self.reported_at < REPORT_INTERVAL_S:
             return
-        data = {
-            "type": "logs.lines_lost",
-            "message": (
-                f"Loki refused {lost.rejected} log lines (HTTP 400) and {lost.dropped} over-large lines (HTTP 413)"
-            ),
-            "rejected": lost.rejected,
-            "too_large": lost.dropped,
-            "target": str(self.target),
-            "reason": self.pusher.last_rejection,
-        }
-        try:
-            from faden_agent.reports.producer import Reports
-
-            reports = Reports(self.config)
-            try:
-                reports.put(protocol.EVENT, data)
-            finally:
-                reports.close()
-        except Exception as exc:  # noqa: BLE001 - keep the count and try again next interval
-            log.warning("logs: could not report lost log lines (%s)", exc)
-            return
-        self.unreported = Outcome()
+        with self._done:  # senders add to it
+            due, self.unreported = self.unreported, Outcome()
+        for kind, (_, rejected, dropped) in list(due.sources.items()):
+            data = {
+                "type": "logs.lines_lost",
+                "source": kind,
+                "count": rejected + dropped,
+                "at_least": False,
+                "reason": "refused",
+                "message": f"Loki refused {rejected} log lines (HTTP 400) and {dropped} over-large lines (HTTP 413)",
+                "rejected": rejected,
+                "too_large": dropped,
+                "target": str(self.target),
+                "detail": self.pusher.last_rejection,  # Loki's words for the last refusal
+            }
+            if not report_event(self.config, data):
+                break
+            del due.sources[kind]
+        with self._done:
+            self.unreported += due  # what could not be reported: tried again next interval
         self.reported_at = time.monotonic()
+
+    def source_counts(self) -> dict[str, dict[str, int]]:
+        """Per source kind: lines Loki stored (lines_shipped) and refused for good (lines_refused)."""
+        with self._done:
+            return {
+                kind: {"lines_shipped": accepted, "lines_refused": rejected + dropped}
+                for kind, (accepted, rejected, dropped) in self.totals.sources.items()
+            }
 
     def status(self) -> dict[str, object]:
         return {

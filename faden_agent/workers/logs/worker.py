@@ -83,7 +83,19 @@ class LogsWorker(Worker):
             "backlog_lines": len(self.backlog),
             "backlog_bytes": self.backlog.bytes,
             "backlog_full_waits": self.backlog.blocked_puts,
-            "sources": {source.kind: source.status() for source in self.sources},
+            "sources": self.source_status(),
+        }
+
+    def source_status(self) -> dict[str, dict[str, Any]]:
+        """Each source's own status and its account: lines_read = lines_shipped +
+        lines_refused + lines_lost + what is still in the backlog or in flight."""
+        counts = self.shipper.source_counts()
+        return {
+            source.kind: {
+                **source.status(),
+                **counts.get(source.kind, {"lines_shipped": 0, "lines_refused": 0}),
+            }
+            for source in self.sources
         }
 
     def teardown(self) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from faden_agent.config import Config
@@ -16,11 +17,21 @@ from faden_agent.errorline import error_line
 from faden_agent.workers.logs.backlog import Backlog
 from faden_agent.workers.logs.labels import LabelMaker
 from faden_agent.workers.logs.positions import Positions
+from faden_agent.workers.logs.report import report_event
 from faden_agent.workers.threads import start_daemon
 
 # With no stored position a source starts this far back, not at the start of history.
 FIRST_START_WINDOW_S = 3600
 RETRY_S = 5.0  # pause before a failed reader starts again
+ROTATED_BEFORE_READ = "rotated_before_read"  # a loss reason: gone (vacuumed, rotated away) before it was read
+LOSS_REPORT_S = 60.0  # losses found more often are summed into one event per reason this often
+# The source (kind) of an entry's position key: what the shipper's counts are kept per.
+KIND_OF_KEY = {"journal": "journal", "container": "containers", "file": "ray-serve"}
+
+
+def source_kind(key: str) -> str:
+    return KIND_OF_KEY.get(key.split(":", 1)[0], "other")
+
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +46,11 @@ class Source:
         self.positions = positions
         self.labels = labels
         self.stop_event = stop_event
-        self.lines_read = 0
+        self.lines_read = 0  # every line accounted for: taken into the backlog, or known lost
+        self.lines_lost = 0
+        self._unreported: dict[tuple[str, bool], int] = {}  # (reason, at_least) -> lines
+        self._reported_at = -LOSS_REPORT_S  # the first loss is reported at once
+        self._loss_lock = threading.Lock()  # readers count, the worker's loop reports
         self.last_error = ""
         self.start_thread: Callable[..., threading.Thread] = start_daemon
         self.thread: threading.Thread | None = None
@@ -65,9 +80,40 @@ class Source:
 
     def check(self) -> None:
         """Called from the worker's loop every tick: a quick, non-blocking health check."""
+        self.report_losses()
+
+    def lost(self, count: int, reason: str, at_least: bool = False) -> None:
+        """Lines of this source that were gone before they were read (`reason`, e.g.
+        rotated_before_read): counted in lines_read and lines_lost, and reported as a
+        logs.lines_lost event (at most one per reason every LOSS_REPORT_S)."""
+        log.warning("logs: %s: %s%d lines %s", self.kind, "at least " if at_least else "", count, reason)
+        with self._loss_lock:
+            self.lines_read += count
+            self.lines_lost += count
+            self._unreported[(reason, at_least)] = self._unreported.get((reason, at_least), 0) + count
+        self.report_losses()
+
+    def report_losses(self) -> None:
+        with self._loss_lock:
+            if not self._unreported or time.monotonic() - self._reported_at < LOSS_REPORT_S:
+                return
+            self._reported_at = time.monotonic()
+            due, self._unreported = self._unreported, {}
+        for (reason, at_least), count in due.items():
+            event = {
+                "type": "logs.lines_lost",
+                "source": self.kind,
+                "count": count,
+                "at_least": at_least,
+                "reason": reason,
+                "message": f"{self.kind}: {'at least ' if at_least else ''}{count} log lines {reason}",
+            }
+            if not report_event(self.config, event):  # kept for the next report
+                with self._loss_lock:
+                    self._unreported[(reason, at_least)] = self._unreported.get((reason, at_least), 0) + count
 
     def stop(self) -> None:
         """Release what the reader holds (child processes, connections); must not block."""
 
     def status(self) -> dict[str, object]:
-        return {"lines_read": self.lines_read, "last_error": self.last_error}
+        return {"lines_read": self.lines_read, "lines_lost": self.lines_lost, "last_error": self.last_error}

@@ -17,7 +17,7 @@ from faden_agent.dockerclient import make_client
 from faden_agent.workers.logs.entry import MAX_LINE_BYTES, Entry, clean_line
 from faden_agent.workers.logs.multiline import Joined, Joiner
 from faden_agent.workers.logs.report import report_event
-from faden_agent.workers.logs.sources import FIRST_START_WINDOW_S, Source
+from faden_agent.workers.logs.sources import FIRST_START_WINDOW_S, ROTATED_BEFORE_READ, Source
 from faden_agent.workers.logs.stamps import parse_rfc3339_ns
 
 RESCAN_S = 60.0  # a full listing besides the events: a safety net for an event lost on a reconnect
@@ -315,6 +315,13 @@ class ContainerSource(Source):
                 return False
         return True
 
+    def resume_point(self, key: str) -> int | None:
+        """Docker's timestamp of the last line read (or accepted) of `key`; None: none yet."""
+        with self.lock:
+            read = self.read_upto.get(key)
+        accepted = self.positions.get(key)
+        return read if read is not None else accepted if isinstance(accepted, int) else None
+
     def start_after(self, key: str) -> int:
         """Lines with a timestamp at or before this were read already (or are from before the window)."""
         with self.lock:
@@ -392,6 +399,8 @@ class ContainerFollower:
         """Follow the log until the container stops; False when the backlog closed."""
         after_ns = self.start_ns = self.source.start_after(self.key)
         self.caught_up = False
+        if self.rotated_past(self.source.resume_point(self.key)):
+            self.source.lost(1, ROTATED_BEFORE_READ, at_least=True)
         chunks = self.container.logs(
             stream=True,
             follow=True,
@@ -425,6 +434,24 @@ class ContainerFollower:
             if joined is not None:
                 self.put(joined)
             return self.joiner.deadline
+
+    def rotated_past(self, last_ns: int | None) -> bool:
+        """Whether Docker's log no longer holds the last line read: its oldest line is newer, so
+        the json-file rotated (max-file) past it and lines after it may be gone (how many,
+        nobody can say: at least one, unless that line happened to end a rotated file)."""
+        if last_ns is None:
+            return False
+        chunks = self.container.logs(
+            stream=True, follow=False, timestamps=True, stdout=self.stream == "stdout", stderr=self.stream == "stderr"
+        )
+        try:
+            for chunk in chunks:
+                oldest = parse_rfc3339_ns(chunk.partition(b" ")[0])
+                return oldest is not None and oldest > last_ns
+            return False
+        finally:
+            if (close := getattr(chunks, "close", None)) is not None:  # the SDK's stream: its connection
+                close()
 
     def ship(self, line: bytes, cut: int = 0) -> bool:
         stamp, _, text = line.partition(b" ")

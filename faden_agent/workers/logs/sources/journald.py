@@ -17,8 +17,9 @@ import orjson
 
 from faden_agent.workers.logs.entry import MAX_LINE_BYTES, Entry, Labels, clean_line
 from faden_agent.workers.logs.labels import DEFAULT_LEVEL, LEVELS, level_from_priority
-from faden_agent.workers.logs.sources import FIRST_START_WINDOW_S, Source
+from faden_agent.workers.logs.sources import FIRST_START_WINDOW_S, ROTATED_BEFORE_READ, Source
 from faden_agent.workers.logs.sources.journal_export import ExportParser, Record, Shaped, text_fields
+from faden_agent.workers.logs.sources.seqnums import SeqnumGaps
 
 POSITION_KEY = "journal"
 # One journalctl JSON line, read in at most this much (a 64 KiB binary MESSAGE is about
@@ -155,6 +156,7 @@ class JournalSource(Source):
         self._metadata: dict[tuple[bytes | None, ...], tuple[dict[str, str] | None, int]] = {}
         self._shapes: dict[bytes, tuple[Labels, dict[str, str] | None, int]] = {}
         self._oversize_next = False  # the entry after the cursor is read through --output=json
+        self.seqnums = SeqnumGaps(self.cursor)
 
     def argv(self, output: str = "export", follow: bool = True) -> list[str]:
         # --lines=all: with --follow, journalctl otherwise prints only the last 10 entries
@@ -246,6 +248,8 @@ class JournalSource(Source):
         if kept:
             self.cursor = entries[kept - 1].position
             self.lines_read += kept
+            if gap := self.seqnums.gap(entries[:kept] if kept < len(entries) else entries):
+                self.lost(gap, ROTATED_BEFORE_READ)
         return kept == len(entries)
 
     def _report_exit(self, proc: subprocess.Popen, read: int, stderr: str) -> None:
@@ -375,6 +379,7 @@ class JournalSource(Source):
         )
 
     def check(self) -> None:
+        super().check()
         proc = self.proc
         if (
             proc is not None
