@@ -103,6 +103,25 @@ def _peer_start(raw: str) -> str:
     return raw
 
 
+def _listen_addr(raw: str) -> str | None:
+    """host:port (an IPv6 host in brackets; port 0: one the kernel picks), or off/empty: None."""
+    value = raw.strip()
+    if value.lower() in ("", "off"):
+        return None
+    host, sep, port = value.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or any(ch.isspace() or ch in "[]/" for ch in host):
+        raise ValueError("host:port (e.g. 127.0.0.1:9464, [::1]:9464) or off")
+    number = _int_between(port, 0, 65535, "host:port with a port 0..65535, or off")
+    return f"{value.rsplit(':', 1)[0]}:{number}"
+
+
+def listen_host_port(addr: str) -> tuple[str, int]:
+    """The (host, port) of a value _listen_addr accepted."""
+    host, _, port = addr.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
 def _text(raw: str) -> str:
     value = raw.strip()
     if not value or any(ch.isspace() for ch in value):
@@ -366,6 +385,12 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("fatal_retry_sec", "300", _positive_float, "Pause before a FATAL worker is tried again"),
     Variable("stop_timeout_sec", "10", _positive_float, "Orderly-stop bound before stragglers are killed"),
     Variable("log_level", "info", _log_level, "Agent log level: debug, info, warning, error"),
+    Variable(
+        "metrics_addr",
+        "127.0.0.1:9464",
+        _listen_addr,
+        "Address of the supervisor's /metrics, /healthz and /readyz (Prometheus); off: none; port 0: any free one",
+    ),
 )
 
 
@@ -422,6 +447,7 @@ class Config:
     fatal_retry_sec: float
     stop_timeout_sec: float
     log_level: str
+    metrics_addr: str | None
     route_address: str | None = None
 
     @property

@@ -25,6 +25,7 @@ from faden_agent.reports.producer import Reports
 from faden_agent.workers.base import Worker
 from faden_agent.workers.inventory.changes import DockerChangeWatcher
 from faden_agent.workers.inventory.collector import Collector
+from faden_agent.workers.inventory.gauges import gauges
 from faden_agent.workers.inventory.gpu_events import GpuErrorWatcher
 from faden_agent.workers.inventory.record import FULL, RecordEmitter, full_record_id
 from faden_agent.workers.inventory.traffic.report import TrafficReporter
@@ -43,10 +44,12 @@ class InventoryReporter:
         self.emitter = emitter or RecordEmitter()
         self.cycles = 0
         self.last: dict[str, Any] | None = None
+        self.sections: dict[str, Any] | None = None  # the last collected, for gauges (ps, /metrics)
 
     def report(self) -> dict[str, Any] | None:
         """The record handed to the outbox; None when nothing was due (record.py)."""
-        data = self.emitter.build(self.collector.collect())
+        self.sections = self.collector.collect()
+        data = self.emitter.build(self.sections)
         self.cycles += 1
         if data is None:
             return None
@@ -113,6 +116,7 @@ class InventoryWorker(Worker):
             "overrun": self.collector.overrun(),
             "traffic_samples": self.traffic.samples,
             "traffic_records": self.traffic.sent,
+            "gauges": gauges(self.reporter.sections, self.traffic.last_sample),
         }
 
     def teardown(self) -> None:

@@ -37,6 +37,7 @@ from operator import attrgetter
 
 import orjson
 
+from faden_agent.metrics.histogram import Histogram
 from faden_agent.workers.logs.entry import Entry, Labels
 from faden_agent.workers.logs.stamps import parse_rfc3339_ns
 from faden_agent.workers.logs.targets import Answer
@@ -163,6 +164,9 @@ class Pusher:
         self.last_error = ""
         self.last_rejection = ""  # Loki's words for the last lines it refused
         self.retries = 0
+        self.retries_by_status: dict[str, int] = {}  # "429", "5xx", "4xx", "no_answer": bounded
+        self.bytes_pushed = 0
+        self.push_seconds = Histogram()
         self.hold_until = 0.0  # monotonic time before which no push is sent (a retry delay)
 
     @property
@@ -190,7 +194,11 @@ class Pusher:
             metadata = metadata and any(entry.metadata for entry in entries)
             if self._wait_for_hold():
                 return None
-            answer = self.target.send(encode(entries, metadata))
+            payload = encode(entries, metadata)
+            started = time.monotonic()
+            answer = self.target.send(payload)
+            self.push_seconds.observe(time.monotonic() - started)
+            self.bytes_pushed += len(payload)
             if answer.ok:
                 self._recovered(attempt)
                 return Outcome(accepted=len(entries))
@@ -217,6 +225,9 @@ class Pusher:
                 return self._split(entries, with_metadata)
             attempt += 1
             self.retries += 1
+            status = answer.status or 0
+            kind = "no_answer" if not status else str(status) if status == 429 else f"{status // 100}xx"
+            self.retries_by_status[kind] = self.retries_by_status.get(kind, 0) + 1
             delay = self._delay(answer, attempt)
             # Every push in flight waits it out, not only this one: four pushes retrying
             # on their own would spend Loki's rate limit on lines it already stored.

@@ -37,6 +37,7 @@ class Downlink(LinkThread):
         self.cursor = int(self.outbox.get_meta(CURSOR_KEY, "0") or 0)
         self.epoch = self.outbox.get_meta(EPOCH_KEY, "") or ""
         self.stale = 0  # commands at or below the cursor within one epoch: counted, logged
+        self.connects = 0
 
     def run(self) -> None:
         while self.gate.wait():
@@ -74,6 +75,8 @@ class Downlink(LinkThread):
     def follow(self, client: BackendClient) -> None:
         stream = client.open_stream(self.cursor, self.config.stream_keepalive_sec)
         self.status.set_connection(Connection.CONNECTED)
+        self.connects += 1
+        self.status.note(reconnects=self.connects - 1)
         self.status.contact()
         self.backoff.reset()
         log.info("downlink connected (after seq %d)", self.cursor)

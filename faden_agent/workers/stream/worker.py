@@ -16,6 +16,7 @@ connection state in status() (shown by `ps` and `faden-agent status`) and the st
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import zmq
@@ -74,7 +75,12 @@ class StreamWorker(Worker):
             self.sender.poke()
 
     def status(self) -> dict[str, Any]:
-        return {"link": self.link_status.snapshot()}
+        status: dict[str, Any] = {"link": self.link_status.snapshot()}
+        outbox = getattr(self, "outbox", None)
+        if outbox is not None:  # never waits: a busy outbox leaves the figures out this time
+            oldest = outbox.oldest_ts()
+            status["outbox"] = {"records": outbox.count(wait_s=0), "oldest_age_s": oldest and time.time() - oldest}
+        return status
 
     def teardown(self) -> None:
         if self.sender is not None:
