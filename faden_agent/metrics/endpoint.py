@@ -21,6 +21,8 @@ from faden_agent.metrics.server import HttpServer
 log = logging.getLogger(__name__)
 OPENMETRICS = "application/openmetrics-text"
 TEXT = "text/plain; charset=utf-8"
+# The classic text format every Prometheus reads (our names need none of 1.0.0's escaping)
+EXPOSITION_0_0_4 = "text/plain; version=0.0.4; charset=utf-8"
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -63,7 +65,7 @@ class MetricsEndpoint:
             "addr": server.address if server else self.addr,
             "listening": server is not None,
             "error": self.error,
-            "refused": server.refused if server else 0,
+            "dropped": server.dropped if server else 0,
         }
 
     def next_deadline(self) -> float | None:
@@ -108,7 +110,7 @@ class MetricsEndpoint:
             return 200, openmetrics.CONTENT_TYPE_LATEST, openmetrics.generate_latest(registry)
         from prometheus_client import exposition
 
-        return 200, exposition.CONTENT_TYPE_LATEST, exposition.generate_latest(registry)
+        return 200, EXPOSITION_0_0_4, exposition.generate_latest(registry)
 
     def usage(self) -> dict[str, tuple[float, int, int | None]]:
         out = {}

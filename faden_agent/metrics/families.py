@@ -313,6 +313,8 @@ def gpus(gpu: dict[str, Any]) -> Iterator[Metric]:
 
 
 def endpoint(status: dict[str, Any]) -> Iterator[Metric]:
-    refused = CounterMetricFamily(P + "metrics_connections_refused", "Connections closed at once: too many open")
-    refused.add_metric([], _num(status.get("refused")) or 0.0)
-    yield refused
+    dropped = CounterMetricFamily(
+        P + "metrics_connections_dropped", "Connections to this endpoint closed early: too many were open"
+    )
+    dropped.add_metric([], _num(status.get("dropped")) or 0.0)
+    yield dropped

@@ -2,7 +2,8 @@
 
 Owns one listening socket and at most MAX_CONNECTIONS open ones; nothing blocks: each
 connection has one deadline for its whole life, a request head is capped at MAX_HEAD_BYTES,
-one request per connection (then close). A full table answers a new connection by closing it.
+one request per connection (then close). A full table closes its oldest connection for the
+new one: a flood of idle connections cannot lock a scraper out for long.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ class HttpServer:
         self.handler = handler
         self.watch = watch
         self.connections: dict[int, Connection] = {}
-        self.refused = 0  # connections closed at once because the table was full
+        self.dropped = 0  # connections closed early because the table was full
         watch(sock.fileno(), True, False)
 
     @classmethod
@@ -98,9 +99,8 @@ class HttpServer:
                     return
                 continue
             if len(self.connections) >= MAX_CONNECTIONS:
-                self.refused += 1
-                sock.close()
-                continue
+                self.dropped += 1
+                self._close(min(self.connections.values(), key=lambda c: c.deadline))
             sock.setblocking(False)
             conn = Connection(sock, time.monotonic() + CONNECTION_DEADLINE_S)
             self.connections[sock.fileno()] = conn
