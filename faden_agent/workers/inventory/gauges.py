@@ -1,7 +1,8 @@
 """The inventory's figures for the supervisor's /metrics, carried in its liveness status.
 
 gauges() reduces the last collected sections and traffic sample to a few numbers per GPU,
-watched path and peer; bounded (MAX_ITEMS each), labels only from bounded sets.
+watched path and peer; bounded (MAX_ITEMS each), labels only from bounded sets. A figure
+not measured is left out, never None: the heartbeat's change key sees only non-numbers.
 """
 
 from __future__ import annotations
@@ -9,6 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 MAX_ITEMS = 64
+
+
+def _present(item: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in item.items() if value is not None}
+
+
 GPU_FIGURES = ("memory_used", "memory_free", "utilization_gpu", "temperature_c", "power_draw_w")
 
 
@@ -27,8 +34,9 @@ def gpu_gauges(gpu: Any) -> dict[str, Any]:
         entry = {"index": device["index"], "state": device.get("state"), "verdict": _verdict(device.get("health"))}
         entry["memory_total"] = device.get("memory_total")
         entry.update({name: usage.get(name) for name in GPU_FIGURES})
-        devices.append(entry)
-    return {"available": bool(gpu.get("available")), "verdict": _verdict(gpu.get("health")), "devices": devices}
+        devices.append(_present(entry))
+    node = {"available": bool(gpu.get("available")), "verdict": _verdict(gpu.get("health")), "devices": devices}
+    return _present(node)
 
 
 def disk_gauges(disks: Any) -> list[dict[str, Any]]:
@@ -38,7 +46,9 @@ def disk_gauges(disks: Any) -> list[dict[str, Any]]:
             continue
         usage = fs.get("usage") or {}
         for path, role in zip(fs.get("paths") or [], fs.get("roles") or [], strict=False):
-            out.append({"path": str(path), "role": str(role), "free": usage.get("free"), "total": fs.get("total")})
+            out.append(
+                _present({"path": str(path), "role": str(role), "free": usage.get("free"), "total": fs.get("total")})
+            )
     return out[:MAX_ITEMS]
 
 
@@ -46,14 +56,8 @@ def peer_gauges(traffic: Any) -> list[dict[str, Any]]:
     peers = traffic.get("peers") if isinstance(traffic, dict) else None
     out = []
     for peer in (peers or [])[:MAX_ITEMS]:
-        out.append(
-            {
-                "peer": peer.get("node_id") or peer.get("address"),
-                "sent_bytes": peer.get("sent_bytes"),
-                "received_bytes": peer.get("received_bytes"),
-                "rtt_ms": peer.get("rtt_ms"),
-            }
-        )
+        figures = {key: peer.get(key) for key in ("sent_bytes", "received_bytes", "rtt_ms")}
+        out.append(_present({"peer": peer.get("node_id") or peer.get("address"), **figures}))
     return out
 
 

@@ -44,6 +44,7 @@ class StreamWorker(Worker):
         self.link_status = LinkStatus(self.config.backend_url, self.config.state_dir / STATUS_FILE)
         self.gate = Gate(self.stop_event, MaintenanceHold(self.config.runtime_dir))
         self.sender: OutboxSender | None = None
+        self.outbox_figures: dict[str, float] = {}  # depth and oldest record's age, for /metrics
         self.start_thread("membership", self.start_link, finite=True)
 
     def start_link(self) -> None:
@@ -77,9 +78,12 @@ class StreamWorker(Worker):
     def status(self) -> dict[str, Any]:
         status: dict[str, Any] = {"link": self.link_status.snapshot()}
         outbox = getattr(self, "outbox", None)
-        if outbox is not None:  # never waits: a busy outbox leaves the figures out this time
-            oldest = outbox.oldest_ts()
-            status["outbox"] = {"records": outbox.count(wait_s=0), "oldest_age_s": oldest and time.time() - oldest}
+        records = outbox.count(wait_s=0) if outbox is not None else None  # never waits
+        if records is not None:  # a busy outbox: the figures of last time
+            oldest = outbox.oldest_ts() if records else None
+            self.outbox_figures = {"records": records, "oldest_age_s": time.time() - oldest if oldest else 0.0}
+        if self.outbox_figures:
+            status["outbox"] = self.outbox_figures
         return status
 
     def teardown(self) -> None:
