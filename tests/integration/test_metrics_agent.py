@@ -9,12 +9,15 @@ import os
 import select
 import signal
 import socket
+import subprocess
+import sys
 import time
 
+import orjson
 import pytest
 
 from tests.agentproc import AgentProcess, agent_env, wait_for
-from tests.backendproc import agent_on_backend, backend, free_port  # noqa: F401
+from tests.backendproc import agent_on_backend, backend  # noqa: F401
 from tests.journalfiles import JournalWriter
 from tests.lokireceiver import LokiReceiver
 from tests.metricsclient import endpoint, get, value_of
@@ -275,6 +278,29 @@ def test_an_address_in_use_is_a_status_in_ps_not_a_crash(tmp_path):
             assert "in use" in metrics["error"]
             time.sleep(1)
             assert agent.proc.poll() is None and agent.ps()["supervisor"]["metrics"] == metrics
+            check = doctor_check(env, "metrics")
+            assert check["status"] == "fail" and "in use" in check["detail"], check
+            assert "FADEN_NODE_AGENT_METRICS_ADDR" in check["hint"]
+
+
+def doctor_check(env: dict[str, str], name: str) -> dict:
+    done = subprocess.run(
+        [sys.executable, "-m", "faden_agent", "doctor", "--json"], env=env, capture_output=True, text=True, timeout=120
+    )
+    return next(c for c in orjson.loads(done.stdout)["checks"] if c["name"] == name)
+
+
+def test_doctor_reports_the_endpoint_and_readyz(backend, agent_on_backend):
+    agent, _ = agent_on_backend()
+    check = doctor_check(agent.env, "metrics")
+    host, port = endpoint(agent)
+    assert check["status"] == "ok", check
+    assert (
+        check["detail"] == f"serving http://{host}:{port}/metrics; /readyz 200: ready: workers running, link connected"
+    )
+    agent.stop()
+    check = doctor_check(agent.env, "metrics")
+    assert check["status"] == "ok" and check["detail"].startswith("agent not running"), check
 
 
 def test_off_serves_nothing(tmp_path):
