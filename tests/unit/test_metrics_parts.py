@@ -172,3 +172,28 @@ def test_histogram_buckets_and_its_exposition():
     assert value(samples, "faden_agent_log_push_duration_seconds_bucket", le="1.0") == 3
     assert value(samples, "faden_agent_log_push_duration_seconds_bucket", le="+Inf") == 4
     assert value(samples, "faden_agent_log_push_duration_seconds_count") == 4
+
+
+def test_every_name_the_docs_alert_on_is_a_sample_the_endpoint_writes():
+    """docs/service.md's alert rules and family table name only what a scrape can contain."""
+    import re
+    from pathlib import Path
+
+    docs = (Path(__file__).parents[2] / "docs" / "service.md").read_text()
+    rules = docs.split("### Three alert rules to start with", 1)[1]
+    named = set(re.findall(r"faden_agent_\w+", rules))
+    assert len(named) >= 5
+    table = {
+        "workers": [
+            {"name": "stream", "state": "RUNNING", "status": {"link": {"state": "connected"}}},
+            {
+                "name": "logs",
+                "state": "RUNNING",
+                "status": {"lines_rejected": 0, "lines_too_large": 0, "sources": {"journal": {"lines_lost": 1}}},
+            },
+        ]
+    }
+    body = exposition.generate_latest(_Families(lambda: families(table, {})))
+    names = {s.name for f in text_string_to_metric_families(body.decode()) for s in f.samples}
+    names |= {f.name for f in text_string_to_metric_families(body.decode())}
+    assert named <= names, named - names
