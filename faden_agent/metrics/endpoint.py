@@ -2,27 +2,29 @@
 
 Owns the HttpServer on METRICS_ADDR (or the reason it could not bind, shown by `ps`).
 A request reads only the table the supervisor holds (fresh liveness messages drained,
-never awaited); prometheus_client is imported at the first /metrics, in the supervisor only.
+never awaited) and /proc; the exposition is written by hand (exposition.py).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable
 from typing import Any
 
 import zmq
 
 from faden_agent.config import Config, env_name, listen_host_port
+from faden_agent.metrics import exposition
+from faden_agent.metrics.families import families
 from faden_agent.metrics.health import readiness
 from faden_agent.metrics.server import HttpServer
 
 log = logging.getLogger(__name__)
 OPENMETRICS = "application/openmetrics-text"
 TEXT = "text/plain; charset=utf-8"
-# The classic text format every Prometheus reads (our names need none of 1.0.0's escaping)
-EXPOSITION_0_0_4 = "text/plain; version=0.0.4; charset=utf-8"
+PSS_SAMPLE_S = 30.0
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -35,6 +37,8 @@ class MetricsEndpoint:
         self.pids = pids
         self.server: HttpServer | None = None
         self.error: str | None = None
+        self._pss: dict[int, int | None] = {}
+        self._pss_at = -PSS_SAMPLE_S
 
     def open(self, poller: zmq.Poller) -> None:
         if self.addr is None:
@@ -100,36 +104,33 @@ class MetricsEndpoint:
         return 404, TEXT, b"not found: try /metrics, /healthz or /readyz\n"
 
     def metrics(self, accept: str) -> tuple[int, str, bytes]:
-        from faden_agent.metrics.families import families  # prometheus_client: at the first scrape
-
-        table = self.table()
-        registry = _Families(lambda: families(table, self.usage()))
+        produced = families(self.table(), self.usage())
         if OPENMETRICS in accept:
-            from prometheus_client.openmetrics import exposition as openmetrics
-
-            return 200, openmetrics.CONTENT_TYPE_LATEST, openmetrics.generate_latest(registry)
-        from prometheus_client import exposition
-
-        return 200, EXPOSITION_0_0_4, exposition.generate_latest(registry)
+            return 200, exposition.OPENMETRICS_1_0, exposition.openmetrics_1_0(produced)
+        return 200, exposition.TEXT_0_0_4, exposition.text_0_0_4(produced)
 
     def usage(self) -> dict[str, tuple[float, int, int | None]]:
+        """CPU and RSS per process now; PSS (the kernel walks every page for it) at most
+        every PSS_SAMPLE_S, else the last one."""
+        now = time.monotonic()
+        fresh_pss = now - self._pss_at >= PSS_SAMPLE_S
+        if fresh_pss:
+            self._pss_at = now
+        pids = self.pids()
+        # a restarted worker's new pid is measured at once, a known one every PSS_SAMPLE_S
+        self._pss = {
+            pid: self._pss[pid] if pid in self._pss and not fresh_pss else process_pss(pid) for pid in pids.values()
+        }
         out = {}
-        for name, pid in self.pids().items():
+        for name, pid in pids.items():
             figures = process_usage(pid)
             if figures is not None:
-                out[name] = figures
+                out[name] = (*figures, self._pss.get(pid))
         return out
 
 
-class _Families:
-    """The one collector generate_latest asks (a registry is a thing with collect())."""
-
-    def __init__(self, collect: Callable[[], Any]):
-        self.collect = collect
-
-
-def process_usage(pid: int) -> tuple[float, int, int | None] | None:
-    """(CPU seconds, RSS bytes, PSS bytes or None) from /proc; None when the process is gone."""
+def process_usage(pid: int) -> tuple[float, int] | None:
+    """(CPU seconds, RSS bytes) from /proc; None when the process is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as stat:
             fields = stat.read().rsplit(b") ", 1)[1].split()
@@ -137,13 +138,15 @@ def process_usage(pid: int) -> tuple[float, int, int | None] | None:
         rss = int(fields[21]) * PAGE_SIZE
     except (OSError, IndexError, ValueError):
         return None
-    pss = None
+    return cpu_s, rss
+
+
+def process_pss(pid: int) -> int | None:
     try:
         with open(f"/proc/{pid}/smaps_rollup", "rb") as rollup:
             for line in rollup:
                 if line.startswith(b"Pss:"):
-                    pss = int(line.split()[1]) * 1024
-                    break
+                    return int(line.split()[1]) * 1024
     except (OSError, ValueError):
         pass
-    return cpu_s, rss, pss
+    return None

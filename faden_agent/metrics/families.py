@@ -12,16 +12,14 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client.core import (
+from faden_agent import __version__, protocol
+from faden_agent.metrics.exposition import (
     CounterMetricFamily,
+    Family,
     GaugeMetricFamily,
     HistogramMetricFamily,
     InfoMetricFamily,
-    Metric,
 )
-
-from faden_agent import __version__, protocol
-from faden_agent.supervisor.states import WorkerState
 
 P = "faden_agent_"
 LINK_STATES = (
@@ -74,7 +72,7 @@ def exit_cause(last_exit: str | None) -> str:
     return "other"
 
 
-def families(table: dict[str, Any], usage: dict[str, tuple[float, int, int | None]]) -> Iterator[Metric]:
+def families(table: dict[str, Any], usage: dict[str, tuple[float, int, int | None]]) -> Iterator[Family]:
     """Every family of one scrape; usage: process name -> (CPU seconds, RSS, PSS or None)."""
     rows = {str(w.get("name")): w for w in table.get("workers", []) if isinstance(w, dict)}
     yield from build(table)
@@ -88,7 +86,7 @@ def families(table: dict[str, Any], usage: dict[str, tuple[float, int, int | Non
     yield from endpoint(_dict(_dict(table.get("supervisor")).get("metrics")))
 
 
-def build(table: dict[str, Any]) -> Iterator[Metric]:
+def build(table: dict[str, Any]) -> Iterator[Family]:
     info = InfoMetricFamily(P + "build", "The agent's version, protocol, Python and machine")
     info.add_metric(
         [],
@@ -106,7 +104,9 @@ def build(table: dict[str, Any]) -> Iterator[Metric]:
     yield started
 
 
-def workers(rows: dict[str, dict[str, Any]]) -> Iterator[Metric]:
+def workers(rows: dict[str, dict[str, Any]]) -> Iterator[Family]:
+    from faden_agent.supervisor.states import WorkerState  # here: the supervisor imports this module
+
     state = GaugeMetricFamily(P + "worker_state", "1 for the state each worker is in", labels=["worker", "state"])
     restarts = CounterMetricFamily(P + "worker_restarts", "Times the supervisor restarted it", labels=["worker"])
     last_exit = GaugeMetricFamily(
@@ -127,7 +127,7 @@ def workers(rows: dict[str, dict[str, Any]]) -> Iterator[Metric]:
     yield from (state, restarts, last_exit, age)
 
 
-def processes(usage: dict[str, tuple[float, int, int | None]]) -> Iterator[Metric]:
+def processes(usage: dict[str, tuple[float, int, int | None]]) -> Iterator[Family]:
     cpu = CounterMetricFamily(P + "process_cpu_seconds", "CPU time of each agent process", labels=["process"])
     rss = GaugeMetricFamily(P + "process_resident_memory_bytes", "Resident memory per process", labels=["process"])
     pss = GaugeMetricFamily(
@@ -141,7 +141,7 @@ def processes(usage: dict[str, tuple[float, int, int | None]]) -> Iterator[Metri
     yield from (cpu, rss, pss)
 
 
-def link(status: dict[str, Any]) -> Iterator[Metric]:
+def link(status: dict[str, Any]) -> Iterator[Family]:
     data = _dict(status.get("link"))
     state = GaugeMetricFamily(P + "link_state", "1 for the backend link's state", labels=["state"])
     for value in LINK_STATES:
@@ -168,7 +168,7 @@ def link(status: dict[str, Any]) -> Iterator[Metric]:
     yield from (depth, oldest)
 
 
-def commands(status: dict[str, Any]) -> Iterator[Metric]:
+def commands(status: dict[str, Any]) -> Iterator[Family]:
     counts = _dict(status.get("commands"))
     received = CounterMetricFamily(P + "commands_received", "Commands the executor received", labels=["kind"])
     for kind, count in _dict(counts.get("received")).items():
@@ -188,7 +188,7 @@ def commands(status: dict[str, Any]) -> Iterator[Metric]:
         yield gauge
 
 
-def logs(status: dict[str, Any]) -> Iterator[Metric]:
+def logs(status: dict[str, Any]) -> Iterator[Family]:
     per_source = {
         "lines_read": "Log lines read",
         "lines_shipped": "Log lines Loki stored",
@@ -237,7 +237,7 @@ def target_state(status: dict[str, Any]) -> str:
     return "resolving" if "asking where to push" in str(status.get("target")) else "ok"
 
 
-def push_latency(snapshot: dict[str, Any]) -> Iterator[Metric]:
+def push_latency(snapshot: dict[str, Any]) -> Iterator[Family]:
     family = HistogramMetricFamily(P + "log_push_duration_seconds", "Time of one push to the log target")
     bounds, counts = snapshot.get("le"), snapshot.get("counts")
     if isinstance(bounds, list) and isinstance(counts, list) and len(counts) == len(bounds) + 1:
@@ -249,7 +249,7 @@ def push_latency(snapshot: dict[str, Any]) -> Iterator[Metric]:
     yield family
 
 
-def peer(status: dict[str, Any], executor: dict[str, Any]) -> Iterator[Metric]:
+def peer(status: dict[str, Any], executor: dict[str, Any]) -> Iterator[Family]:
     served = CounterMetricFamily(P + "peer_served_bytes", "Image bytes this machine served to peers")
     fetched = CounterMetricFamily(P + "peer_fetched_bytes", "Image bytes this machine fetched from peers")
     transfers = CounterMetricFamily(
@@ -267,7 +267,7 @@ def peer(status: dict[str, Any], executor: dict[str, Any]) -> Iterator[Metric]:
     yield from (served, fetched, transfers)
 
 
-def inventory(gauges: dict[str, Any]) -> Iterator[Metric]:
+def inventory(gauges: dict[str, Any]) -> Iterator[Family]:
     yield from gpus(_dict(gauges.get("gpu")))
     free = GaugeMetricFamily(P + "disk_free_bytes", "Free bytes per watched path", labels=["path", "role"])
     size = GaugeMetricFamily(P + "disk_size_bytes", "Size of each watched path's file system", labels=["path", "role"])
@@ -292,7 +292,7 @@ def inventory(gauges: dict[str, Any]) -> Iterator[Metric]:
     yield from (sent, received, rtt)
 
 
-def gpus(gpu: dict[str, Any]) -> Iterator[Metric]:
+def gpus(gpu: dict[str, Any]) -> Iterator[Family]:
     families_ = {key: GaugeMetricFamily(P + name, text, labels=["gpu"]) for key, (name, text) in GPU_GAUGES.items()}
     verdict = GaugeMetricFamily(P + "gpu_health", "1 for each GPU's health verdict", labels=["gpu", "verdict"])
     node = GaugeMetricFamily(P + "node_gpu_health", "1 for the node's GPU health verdict", labels=["verdict"])
@@ -312,7 +312,7 @@ def gpus(gpu: dict[str, Any]) -> Iterator[Metric]:
     yield from (verdict, node)
 
 
-def endpoint(status: dict[str, Any]) -> Iterator[Metric]:
+def endpoint(status: dict[str, Any]) -> Iterator[Family]:
     dropped = CounterMetricFamily(
         P + "metrics_connections_dropped", "Connections to this endpoint closed early: too many were open"
     )

@@ -105,6 +105,7 @@ class HttpServer:
             conn = Connection(sock, time.monotonic() + CONNECTION_DEADLINE_S)
             self.connections[sock.fileno()] = conn
             self.watch(sock.fileno(), True, False)
+            self._read(conn)  # the request is often there already: no second wake-up for it
 
     def _read(self, conn: Connection) -> None:
         try:

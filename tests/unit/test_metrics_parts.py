@@ -4,11 +4,11 @@ inventory carries it), readiness, exit causes, the address setting, the histogra
 from __future__ import annotations
 
 import pytest
-from prometheus_client import exposition
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
 from prometheus_client.parser import text_string_to_metric_families
 
 from faden_agent.config import _listen_addr, listen_host_port
-from faden_agent.metrics.endpoint import _Families
+from faden_agent.metrics.exposition import openmetrics_1_0, text_0_0_4
 from faden_agent.metrics.families import exit_cause, families
 from faden_agent.metrics.health import readiness
 from faden_agent.metrics.histogram import Histogram
@@ -16,7 +16,7 @@ from faden_agent.workers.inventory.gauges import gauges
 
 
 def render(table: dict) -> dict[str, list]:
-    body = exposition.generate_latest(_Families(lambda: families(table, {"supervisor": (1.5, 4096, 2048)})))
+    body = text_0_0_4(families(table, {"supervisor": (1.5, 4096, 2048)}))
     out: dict[str, list] = {}
     for family in text_string_to_metric_families(body.decode()):
         for sample in family.samples:
@@ -193,7 +193,62 @@ def test_every_name_the_docs_alert_on_is_a_sample_the_endpoint_writes():
             },
         ]
     }
-    body = exposition.generate_latest(_Families(lambda: families(table, {})))
+    body = text_0_0_4(families(table, {}))
     names = {s.name for f in text_string_to_metric_families(body.decode()) for s in f.samples}
     names |= {f.name for f in text_string_to_metric_families(body.decode())}
     assert named <= names, named - names
+
+
+def full_table() -> dict:
+    sections = {"gpu": gpu_section(with_health=True), "disks": [{"paths": ["/x"], "roles": ["state"], "total": 9}]}
+    logs = {
+        "target": "http://loki (asking where to push)",
+        "lines_shipped": 3,
+        "push_seconds": Histogram().snapshot(),
+        "push_retries_by_status": {"429": 2},
+        "sources": {"journal": {"lines_read": 5}},
+    }
+    return {
+        "supervisor": {"started_at": 1.0, "metrics": {"dropped": 0}},
+        "workers": [
+            {
+                "name": "inventory",
+                "state": "RUNNING",
+                "restarts": 1,
+                "last_exit": "signal SIGKILL",
+                "heartbeat_age_s": 0.5,
+                "status": {"gauges": gauges(sections, None)},
+            },
+            {"name": "logs", "state": "FATAL", "status": logs},
+            {"name": "stream", "state": "RUNNING", "status": {"link": {"state": "backoff"}, "outbox": {"records": 2}}},
+        ],
+    }
+
+
+def test_both_formats_parse_with_prometheus_own_parsers_to_the_same_samples():
+    """The hand-written writer against prometheus_client's parsers (the OpenMetrics one is strict)."""
+    produced = list(families(full_table(), {"supervisor": (1.5, 4096, None), "logs": (0.1, 10, 20)}))
+    text = {
+        (s.name, tuple(sorted(s.labels.items())), s.value)
+        for f in text_string_to_metric_families(text_0_0_4(produced).decode())
+        for s in f.samples
+    }
+    om_families = list(openmetrics_families(openmetrics_1_0(produced).decode()))
+    om = {(s.name, tuple(sorted(s.labels.items())), s.value) for f in om_families for s in f.samples}
+    assert text == om and len(text) > 80
+    types = {f.name: f.type for f in om_families}
+    assert types["faden_agent_build"] == "info" and types["faden_agent_worker_restarts"] == "counter"
+    assert types["faden_agent_log_push_duration_seconds"] == "histogram"
+    assert ("faden_agent_worker_state", (("state", "FATAL"), ("worker", "logs")), 1.0) in text
+
+
+def test_label_values_and_help_are_escaped():
+    from faden_agent.metrics.exposition import GaugeMetricFamily
+
+    family = GaugeMetricFamily("faden_agent_x", 'help with \\ and "quotes"\nand a newline', labels=["path"])
+    family.add_metric(['/odd "dir"\\with\nnewline'], float("inf"))
+    for body in (text_0_0_4([family]), openmetrics_1_0([family])):
+        parse = openmetrics_families if body.endswith(b"# EOF\n") else text_string_to_metric_families
+        (parsed,) = list(parse(body.decode()))
+        assert parsed.samples[0].labels["path"] == '/odd "dir"\\with\nnewline'
+        assert parsed.samples[0].value == float("inf")
