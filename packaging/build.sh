@@ -51,7 +51,7 @@ fi
 # PyInstaller is a build-time tool only: it is not a dependency of the agent.
 "$PYTHON" -m PyInstaller --version >/dev/null 2>&1 || "$PYTHON" -m pip install -q 'pyinstaller>=6.3'
 # The agent's own dependencies must be importable to be bundled.
-"$PYTHON" -c 'import docker, orjson, prometheus_client, psutil, pynvml, requests, setproctitle, typer, zmq' 2>/dev/null \
+"$PYTHON" -c 'import docker, orjson, psutil, pynvml, requests, setproctitle, typer, zmq' 2>/dev/null \
   || "$PYTHON" -m pip install -q -e .
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/faden-build.XXXXXX")
@@ -82,8 +82,6 @@ EXCLUDES="tkinter _tkinter pytest _pytest hypothesis numpy pandas scipy cryptogr
   --hidden-import pynvml \
   --hidden-import psutil \
   --hidden-import setproctitle \
-  --hidden-import prometheus_client.exposition \
-  --hidden-import prometheus_client.openmetrics.exposition \
   $(printf -- '--exclude-module %s ' $EXCLUDES) \
   packaging/entry.py
 
