@@ -17,7 +17,7 @@ import orjson
 import pytest
 
 from tests.agentproc import AgentProcess, agent_env, wait_for
-from tests.backendproc import agent_on_backend, backend  # noqa: F401
+from tests.backendproc import agent_on_backend, backend, free_port  # noqa: F401
 from tests.journalfiles import JournalWriter
 from tests.lokireceiver import LokiReceiver
 from tests.metricsclient import endpoint, get, value_of
@@ -318,3 +318,46 @@ def test_health_paths_answer_one_line(backend, agent_on_backend, path):
     conn.request("HEAD", path)
     assert conn.getresponse().status == 200
     conn.close()
+
+
+@pytest.mark.docker
+def test_an_image_served_to_a_peer_moves_the_served_bytes_and_transfers(backend, agent_on_backend, docker_client):
+    """This machine serves an image over its real peer port to a receiver (the test); the
+    fetching side's bytes (image.fetch) need a second engine: the cluster rig's."""
+    import hashlib
+
+    import requests
+
+    from faden_agent import protocol
+
+    port = free_port()
+    agent, node = agent_on_backend(advertise_host="127.0.0.1", peer_port=port)
+    image = docker_client.images.get("faden-test/busybox:1").id
+    token = "metrics-test-ticket-" + "x" * 20
+    spec = {
+        "image_id": image,
+        "receiver": "127.0.0.1",
+        "ttl_s": 60,
+        "ticket_sha256": hashlib.sha256(token.encode()).hexdigest(),
+    }
+    done = backend.wait_command(backend.send_command(node["node_id"], "image.serve", spec), timeout_s=30)
+    assert done["state"] == protocol.SUCCEEDED, done
+    assert value_of(agent, "faden_agent_peer_served_bytes_total") == 0
+    with requests.post(
+        f"http://127.0.0.1:{port}{protocol.PEER_FETCH_PATH}",
+        json={"image_id": image, "held_chains": []},
+        headers={"Authorization": "Bearer " + token},
+        stream=True,
+        timeout=60,
+    ) as response:
+        assert response.status_code == 200
+        received = sum(len(chunk) for chunk in response.iter_content(65536))
+    scrape = wait_for(
+        lambda: (s := get(agent)).value("faden_agent_peer_served_bytes_total") and s,
+        15,
+        what="served bytes in the metrics",
+    )
+    print(f"served {scrape.value('faden_agent_peer_served_bytes_total'):.0f} bytes; the receiver read {received}")
+    assert scrape.value("faden_agent_peer_served_bytes_total") >= received * 0.9
+    assert scrape.value("faden_agent_peer_transfers_total", direction="served", outcome="ok") == 1
+    assert scrape.value("faden_agent_commands_ended_total", kind="image.serve", state="succeeded", reason="ok") == 1
