@@ -226,8 +226,8 @@ def logs(status: dict[str, Any]) -> Iterator[Family]:
     target = GaugeMetricFamily(P + "log_target_state", "1 for the log target's state", labels=["state"])
     if status:
         state = target_state(status)
-        for value in ("resolving", "ok", "failing"):
-            target.add_metric([value], 1.0 if state == value else 0.0)
+        for name in ("resolving", "ok", "failing"):
+            target.add_metric([name], 1.0 if state == name else 0.0)
     yield target
 
 
@@ -303,11 +303,11 @@ def gpus(gpu: dict[str, Any]) -> Iterator[Family]:
             if (value := _num(device.get(key))) is not None:
                 family.add_metric([index], value / 100 if key == "utilization_gpu" else value)
         if device.get("verdict") in GPU_VERDICTS:
-            for value in GPU_VERDICTS:
-                verdict.add_metric([index, value], 1.0 if device["verdict"] == value else 0.0)
+            for name in GPU_VERDICTS:
+                verdict.add_metric([index, name], 1.0 if device["verdict"] == name else 0.0)
     if gpu.get("verdict") in GPU_VERDICTS:
-        for value in GPU_VERDICTS:
-            node.add_metric([value], 1.0 if gpu["verdict"] == value else 0.0)
+        for name in GPU_VERDICTS:
+            node.add_metric([name], 1.0 if gpu["verdict"] == name else 0.0)
     yield from families_.values()
     yield from (verdict, node)
 
