@@ -51,6 +51,8 @@ class HttpServer:
         sock = socket.socket(family, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if hasattr(socket, "TCP_DEFER_ACCEPT"):  # woken once the request is there: one wake-up a scrape
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_DEFER_ACCEPT, int(CONNECTION_DEADLINE_S))
             sock.bind((host, port))
             sock.listen(128)
         except OSError:

@@ -232,11 +232,12 @@ def test_bad_input_at_the_port_gets_an_error_or_a_close_and_stalls_nothing(backe
     assert ask(b"\x16\x03\x01\x02\x00garbage\r\n\r\n").startswith(b"HTTP/1.1 400")
     assert ask(b"GET /metrics HTTP/1.1\r\nX-Huge: " + b"a" * 200_000 + b"\r\n\r\n")[:12] in (b"HTTP/1.1 431", b"")
 
-    # 1,000 connections at once, left open and silent: the oldest make way for new ones.
+    # 1,000 connections at once, each with half a request, then silent: the oldest make way.
     flood = []
     for _ in range(1000):
         try:
             flood.append(socket.create_connection((host, port), timeout=5))
+            flood[-1].sendall(b"GET /metrics HTTP/1.1\r\n")
         except OSError:
             break
     started = time.monotonic()
