@@ -61,8 +61,8 @@ class Timeline:
         if not self.journal.finish(command_id, data):
             return False
         entry = self.journal.get(command_id)
-        reason = reason if reason in protocol.REASONS else "other"
-        _count(self.ended_counts, f"{known_kind(entry.kind if entry else '')} {state} {reason}")
+        known_reason = reason if reason in protocol.REASONS else "other"
+        _count(self.ended_counts, f"{known_kind(entry.kind if entry else '')} {state} {known_reason}")
         fetched = (result.get("result") if isinstance(result.get("result"), dict) else result).get("bytes_received")
         if type(fetched) is int and fetched > 0:
             self.peer_bytes_fetched += fetched

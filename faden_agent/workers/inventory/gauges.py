@@ -10,13 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 MAX_ITEMS = 64
+GPU_FIGURES = ("memory_used", "memory_free", "utilization_gpu", "temperature_c", "power_draw_w")
 
 
 def _present(item: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in item.items() if value is not None}
-
-
-GPU_FIGURES = ("memory_used", "memory_free", "utilization_gpu", "temperature_c", "power_draw_w")
 
 
 def _verdict(health: Any) -> str | None:
