@@ -279,6 +279,11 @@ def test_an_address_in_use_is_a_status_in_ps_not_a_crash(tmp_path):
             assert "in use" in metrics["error"]
             time.sleep(1)
             assert agent.proc.poll() is None and agent.ps()["supervisor"]["metrics"] == metrics
+            ps = subprocess.run(
+                [sys.executable, "-m", "faden_agent", "ps"], env=env, capture_output=True, text=True, timeout=60
+            )
+            line = next(line for line in ps.stdout.splitlines() if line.startswith("metrics"))
+            assert line.split(None, 1)[1] == f"NOT SERVING: {metrics['error']}"
             check = doctor_check(env, "metrics")
             assert check["status"] == "fail" and "in use" in check["detail"], check
             assert "FADEN_NODE_AGENT_METRICS_ADDR" in check["hint"]
