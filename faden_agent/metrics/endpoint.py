@@ -38,6 +38,7 @@ class MetricsEndpoint:
         self.server: HttpServer | None = None
         self.error: str | None = None
         self._pss: dict[int, int | None] = {}
+        self._reuse: dict[str, Any] = {}  # families.py: sections made from statuses seen before
         self._pss_at = -PSS_SAMPLE_S
 
     def open(self, poller: zmq.Poller) -> None:
@@ -104,7 +105,7 @@ class MetricsEndpoint:
         return 404, TEXT, b"not found: try /metrics, /healthz or /readyz\n"
 
     def metrics(self, accept: str) -> tuple[int, str, bytes]:
-        produced = families(self.table(), self.usage())
+        produced = families(self.table(), self.usage(), self._reuse)
         if OPENMETRICS in accept:
             return 200, exposition.OPENMETRICS_1_0, exposition.openmetrics_1_0(produced)
         return 200, exposition.TEXT_0_0_4, exposition.text_0_0_4(produced)

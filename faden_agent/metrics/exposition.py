@@ -8,7 +8,7 @@ hand: a scrape a second must cost the supervisor well under a millisecond and no
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 TEXT_0_0_4 = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS_1_0 = "application/openmetrics-text; version=1.0.0; charset=utf-8"
@@ -23,6 +23,7 @@ class Family:
         self.documentation = documentation
         self.labels = tuple(labels)
         self.samples: list[tuple[str, tuple[tuple[str, str], ...], float]] = []  # (suffix, labels, value)
+        self.written: dict[str, str] = {}  # format -> text: a family reused between scrapes is written once
 
     def add_metric(self, values: Sequence[str], value: float) -> None:
         self.samples.append((self.suffix, tuple(zip(self.labels, values, strict=True)), value))
@@ -89,22 +90,28 @@ def _samples(family: Family) -> str:
 
 
 def text_0_0_4(families: Iterable[Family]) -> bytes:
-    out = []
-    for family in families:
-        # This format has no info type, and names a counter's family by its sample name.
-        kind = "gauge" if family.kind == "info" else family.kind
-        shown = family.name + {"counter": "_total", "info": "_info"}.get(family.kind, "")
-        help_text = family.documentation.replace("\\", "\\\\").replace("\n", "\\n")
-        out.append(f"# HELP {shown} {help_text}\n# TYPE {shown} {kind}\n")
-        out.append(_samples(family))
-    return "".join(out).encode()
+    return "".join(_written(family, "0.0.4", _text_0_0_4) for family in families).encode()
 
 
 def openmetrics_1_0(families: Iterable[Family]) -> bytes:
-    out = []
-    for family in families:
-        help_text = _label(family.documentation)
-        out.append(f"# HELP {family.name} {help_text}\n# TYPE {family.name} {family.kind}\n")
-        out.append(_samples(family))
-    out.append("# EOF\n")
-    return "".join(out).encode()
+    return ("".join(_written(family, "om1", _openmetrics_1_0) for family in families) + "# EOF\n").encode()
+
+
+def _written(family: Family, form: str, write: Callable[[Family], str]) -> str:
+    text = family.written.get(form)
+    if text is None:
+        text = family.written[form] = write(family)
+    return text
+
+
+def _text_0_0_4(family: Family) -> str:
+    # This format has no info type, and names a counter's family by its sample name.
+    kind = "gauge" if family.kind == "info" else family.kind
+    shown = family.name + {"counter": "_total", "info": "_info"}.get(family.kind, "")
+    help_text = family.documentation.replace("\\", "\\\\").replace("\n", "\\n")
+    return f"# HELP {shown} {help_text}\n# TYPE {shown} {kind}\n" + _samples(family)
+
+
+def _openmetrics_1_0(family: Family) -> str:
+    help_text = _label(family.documentation)
+    return f"# HELP {family.name} {help_text}\n# TYPE {family.name} {family.kind}\n" + _samples(family)

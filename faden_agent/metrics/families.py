@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import platform
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from faden_agent import __version__, protocol
@@ -45,6 +45,7 @@ GPU_GAUGES = {
     "power_draw_w": ("gpu_power_draw_watts", "GPU power draw"),
 }
 MAX_PEERS = 64
+STATUS_SECTIONS = ("stream", "executor", "logs", "peer", "inventory")
 
 
 def _num(value: Any) -> float | None:
@@ -72,18 +73,38 @@ def exit_cause(last_exit: str | None) -> str:
     return "other"
 
 
-def families(table: dict[str, Any], usage: dict[str, tuple[float, int, int | None]]) -> Iterator[Family]:
-    """Every family of one scrape; usage: process name -> (CPU seconds, RSS, PSS or None)."""
+def families(
+    table: dict[str, Any], usage: dict[str, tuple[float, int, int | None]], reuse: dict[str, Any] | None = None
+) -> Iterator[Family]:
+    """Every family of one scrape; usage: process name -> (CPU seconds, RSS, PSS or None).
+    reuse (kept by the caller between scrapes): a section whose worker sent no status since
+    the last scrape is the same objects again, written once (exposition.py memoizes)."""
     rows = {str(w.get("name")): w for w in table.get("workers", []) if isinstance(w, dict)}
-    yield from build(table)
+    status = {name: _dict(_dict(rows.get(name)).get("status")) for name in STATUS_SECTIONS}
+    stream, executor, logs_, peer_, inventory_ = (status[name] for name in STATUS_SECTIONS)
+    yield from _reused(reuse, "build", (), lambda: build(table))
     yield from workers(rows)
     yield from processes(usage)
-    yield from link(_dict(_dict(rows.get("stream")).get("status")))
-    yield from commands(_dict(_dict(rows.get("executor")).get("status")))
-    yield from logs(_dict(_dict(rows.get("logs")).get("status")))
-    yield from peer(_dict(_dict(rows.get("peer")).get("status")), _dict(_dict(rows.get("executor")).get("status")))
-    yield from inventory(_dict(_dict(_dict(rows.get("inventory")).get("status")).get("gauges")))
+    yield from _reused(reuse, "link", (stream,), lambda: link(stream))
+    yield from _reused(reuse, "commands", (executor,), lambda: commands(executor))
+    yield from _reused(reuse, "logs", (logs_,), lambda: logs(logs_))
+    yield from _reused(reuse, "peer", (peer_, executor), lambda: peer(peer_, executor))
+    yield from _reused(reuse, "inventory", (inventory_,), lambda: inventory(_dict(inventory_.get("gauges"))))
     yield from endpoint(_dict(_dict(table.get("supervisor")).get("metrics")))
+
+
+def _reused(
+    reuse: dict[str, Any] | None, name: str, inputs: tuple, make: Callable[[], Iterator[Family]]
+) -> list[Family]:
+    """The section's families; the last ones again when made from the very same inputs (the
+    cache holds them, so no other object can take their identity)."""
+    if reuse is not None and (hit := reuse.get(name)) is not None:
+        if all(old is new for old, new in zip(hit[0], inputs, strict=True)):
+            return hit[1]
+    made = list(make())
+    if reuse is not None:
+        reuse[name] = (inputs, made)
+    return made
 
 
 def build(table: dict[str, Any]) -> Iterator[Family]:

@@ -252,3 +252,21 @@ def test_label_values_and_help_are_escaped():
         (parsed,) = list(parse(body.decode()))
         assert parsed.samples[0].labels["path"] == '/odd "dir"\\with\nnewline'
         assert parsed.samples[0].value == float("inf")
+
+
+def test_a_section_is_reused_only_while_its_worker_sent_no_new_status():
+    reuse: dict = {}
+    table = full_table()
+    first = list(families(table, {}, reuse))
+    again = list(families(table, {}, reuse))
+    link_first = next(f for f in first if f.name == "faden_agent_outbox_records")
+    assert next(f for f in again if f.name == "faden_agent_outbox_records") is link_first
+    assert text_0_0_4(first) == text_0_0_4(again)
+    stream = next(w for w in table["workers"] if w["name"] == "stream")
+    stream["status"] = {"link": {"state": "connected"}, "outbox": {"records": 7}}  # a new liveness message
+    samples = {}
+    for family in text_string_to_metric_families(text_0_0_4(families(table, {}, reuse)).decode()):
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    assert samples[("faden_agent_outbox_records", ())] == 7
+    assert samples[("faden_agent_link_state", (("state", "connected"),))] == 1
