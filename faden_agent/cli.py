@@ -108,7 +108,18 @@ def format_ps(table: dict[str, Any]) -> str:
             f"{w['restarts']:>8} {(w.get('last_exit') or '-'):<22} {_fmt(alive_age(w), 's'):>7} "
             f"{rss:>8} {_fmt(w.get('cpu_percent'), '%'):>6}"
         )
+    if isinstance(metrics := sup.get("metrics"), dict):
+        lines.append(f"metrics    {format_metrics(metrics)}")
     return "\n".join(lines)
+
+
+def format_metrics(metrics: dict[str, Any]) -> str:
+    """The metrics endpoint's line of `ps`: where it serves, or why it does not."""
+    if metrics.get("addr") == "off":
+        return "off (FADEN_NODE_AGENT_METRICS_ADDR=off)"
+    if metrics.get("listening"):
+        return f"http://{metrics['addr']}/metrics"
+    return f"NOT SERVING: {metrics.get('error')}"
 
 
 @app.command("config")

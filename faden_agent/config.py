@@ -120,6 +120,25 @@ def _peer_start(raw: str) -> str:
     return raw
 
 
+def _listen_addr(raw: str) -> str | None:
+    """host:port (an IPv6 host in brackets; port 0: one the kernel picks), or off/empty: None."""
+    value = raw.strip()
+    if value.lower() in ("", "off"):
+        return None
+    host, sep, port = value.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or any(ch.isspace() or ch in "[]/" for ch in host):
+        raise ValueError("host:port (e.g. 127.0.0.1:9464, [::1]:9464) or off")
+    number = _int_between(port, 0, 65535, "host:port with a port 0..65535, or off")
+    return f"{value.rsplit(':', 1)[0]}:{number}"
+
+
+def listen_host_port(addr: str) -> tuple[str, int]:
+    """The (host, port) of a value _listen_addr accepted."""
+    host, _, port = addr.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
 def _text(raw: str) -> str:
     value = raw.strip()
     if not value or any(ch.isspace() for ch in value):
@@ -516,6 +535,12 @@ VARIABLES: tuple[Variable, ...] = (
         "The supervisor's memory tricks before it forks the workers (supervisor/prefork/): on or off",
     ),
     Variable("log_level", "info", _log_level, "Agent log level: debug, info, warning, error"),
+    Variable(
+        "metrics_addr",
+        "127.0.0.1:9464",
+        _listen_addr,
+        "Address of the supervisor's /metrics, /healthz and /readyz (Prometheus); off: none; port 0: any free one",
+    ),
 )
 
 
@@ -590,6 +615,7 @@ class Config:
     stop_timeout_sec: float
     prefork: bool
     log_level: str
+    metrics_addr: str | None
     route_address: str | None = None
 
     @property

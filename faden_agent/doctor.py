@@ -5,6 +5,7 @@ Notes (why, figures, history): docs/design-notes.md.
 from __future__ import annotations
 
 import email.utils
+import http.client
 import os
 import shutil
 import socket
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from faden_agent.config import Config, env_name
+from faden_agent.config import Config, env_name, listen_host_port
 from faden_agent.disklow import consumers, low_threshold
 from faden_agent.dockerclient import engine_url, make_client
 from faden_agent.errorline import error_line
@@ -72,6 +73,7 @@ class Doctor:
         self.step(self.disk_docker, docker_info)
         self.step(self.disk_ray_logs)
         self.step(self.service)
+        self.step(self.metrics_endpoint)
         return self.checks
 
     def step(self, check: Callable[..., Any], *learned_before: Any) -> Any:
@@ -396,6 +398,46 @@ class Doctor:
         if state["active"] == "failed":
             return Check("service", FAIL, text, "see `journalctl -u faden-agent` (add --user for a user service)")
         return Check("service", WARN, text, "run `faden-agent start`")
+
+    def metrics_endpoint(self) -> Check:
+        """Where the running supervisor serves /metrics and what /readyz says; with no agent
+        running, whether the address is free for it."""
+        from faden_agent.ipc import Endpoints, request
+
+        name, variable = "metrics", env_name("metrics_addr")
+        if self.config.metrics_addr is None:
+            return Check(name, OK, f"off ({variable}=off)")
+        reply = request(Endpoints(self.config.runtime_dir).control, "ps", timeout_s=1.0)
+        table = reply.body if reply is not None and isinstance(reply.body, dict) else None
+        if table is None:
+            host, port = listen_host_port(self.config.metrics_addr)
+            try:
+                with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+                    probe.bind((host, port))
+            except OSError as exc:
+                return Check(
+                    name,
+                    WARN,
+                    f"agent not running; {self.config.metrics_addr} is taken ({exc.strerror or exc})",
+                    f"free it or set {variable} to another address (or off)",
+                )
+            return Check(name, OK, f"agent not running; {self.config.metrics_addr} is free for it")
+        metrics = (table.get("supervisor") or {}).get("metrics") or {}
+        if not metrics.get("listening"):
+            return Check(name, FAIL, f"not serving: {metrics.get('error')}", f"set {variable} to a free address")
+        url = f"http://{metrics['addr']}"
+        host, port = listen_host_port(metrics["addr"])
+        conn = http.client.HTTPConnection(host, port, timeout=self.timeout_s)  # no proxy: it is this machine
+        try:
+            conn.request("GET", "/readyz")
+            answer = conn.getresponse()
+            status, line = answer.status, answer.read(500).decode(errors="replace").strip()
+        except OSError as exc:
+            return Check(name, FAIL, f"{url}/metrics does not answer ({exc})", "see the agent's log")
+        finally:
+            conn.close()
+        detail = f"serving {url}/metrics; /readyz {status}: {line}"
+        return Check(name, OK if status == 200 else WARN, detail, "see the checks above and `faden-agent ps`")
 
 
 def _disk_check(name: str, path: Path, config: Config) -> Check:

@@ -33,6 +33,8 @@ def agent_env(tmp_path: Path, **overrides: Any) -> dict[str, str]:
         FADEN_NODE_AGENT_STOP_TIMEOUT_SEC="5",
         # Every worker from the start, as tests expect; on demand is tested by itself (test_peer_on_demand)
         FADEN_NODE_AGENT_PEER_START="always",
+        # A port of its own per agent (ps tells which): agents of parallel tests never share one
+        FADEN_NODE_AGENT_METRICS_ADDR="127.0.0.1:0",
         PYTHONUNBUFFERED="1",
     )
     for key, value in overrides.items():

@@ -130,6 +130,16 @@ class Outbox:
             self._lock.release()
         return durable + latest
 
+    def oldest_ts(self, wait_s: float = 0) -> float | None:
+        """When the oldest waiting durable record was made; None: none (or busy past wait_s)."""
+        if not self._lock.acquire(timeout=wait_s):
+            return None
+        try:
+            row = self._db.execute("SELECT body FROM outbox ORDER BY seq LIMIT 1").fetchone()
+        finally:
+            self._lock.release()
+        return orjson.loads(row[0]).get("ts") if row else None
+
     def trim(self, max_records: int = MAX_RECORDS) -> int:
         """Drop the oldest durable records beyond the bound; returns how many were dropped."""
         with self._lock:

@@ -21,6 +21,7 @@ import zmq
 from faden_agent import __version__
 from faden_agent.config import Config
 from faden_agent.ipc import Channel, Endpoints, EnvelopeError, ensure_runtime_dir
+from faden_agent.metrics.endpoint import MetricsEndpoint
 from faden_agent.proctitle import set_title
 from faden_agent.supervisor import lock
 from faden_agent.supervisor.notify import SystemdNotifier
@@ -102,6 +103,7 @@ class Supervisor:
         self._last_sample = -RESOURCE_SAMPLE_S
         self._last_dormant_check = 0.0
         self._resources: dict[int, tuple[int | None, float | None]] = {}
+        self.metrics = MetricsEndpoint(config, self.fresh_table, self.pids)
 
     # ------------------------------------------------------------------ main loop
 
@@ -136,6 +138,7 @@ class Supervisor:
         self.poller.register(self.control.socket, zmq.POLLIN)
         self.poller.register(self.liveness.socket, zmq.POLLIN)
         self.poller.register(self._wakeup_r, zmq.POLLIN)
+        self.metrics.open(self.poller)  # an address it cannot bind is shown by ps, never fatal
 
     def next_wake_mono(self) -> float:
         """When the next thing is due: a restart, a kill after the dump grace, a worker's hang
@@ -153,6 +156,8 @@ class Supervisor:
             due.append(self._last_watchdog + self.notifier.watchdog_interval_s)
         if self.dormant:
             due.append(self._last_dormant_check + DORMANT_CHECK_S)
+        if (deadline := self.metrics.next_deadline()) is not None:
+            due.append(deadline)
         return min(due)
 
     def hang_deadline(self, worker: WorkerProcess) -> float | None:
@@ -199,6 +204,7 @@ class Supervisor:
             # objects. (Freezing in the parent, then unfreezing, would also thaw the preload.)
             gc.freeze()
             signal.signal(signal.SIGTERM, signal.SIG_DFL)  # until the worker installs its own
+            self.metrics.forget_in_child()
             worker_main(worker.name, worker.target, self.config, parent)
         if worker.state != WorkerState.STOPPED:
             worker.restarts += 1
@@ -228,6 +234,7 @@ class Supervisor:
         self.drain_liveness()  # before reaping (a "thread_died" names the exit) and before `ps`
         if self.control.socket in events:
             self.answer_control()
+        self.metrics.serve({fd for fd in events if isinstance(fd, int)})  # also closes expired ones
 
     def handle_signals(self) -> None:
         try:
@@ -457,6 +464,7 @@ class Supervisor:
         log.info("supervisor stopped")
 
     def close_sockets(self) -> None:
+        self.metrics.close()
         for channel, address in ((self.control, self.endpoints.control), (self.liveness, self.endpoints.liveness)):
             channel.close()
             Path(self.endpoints.socket_path(address)).unlink(missing_ok=True)
@@ -467,7 +475,19 @@ class Supervisor:
         rows = [worker_row(w, self._resources.get(w.pid or 0, (None, None))) for w in self.workers.values()]
         sup = {"pid": os.getpid(), "version": __version__, "uptime_s": round(time.time() - self.started_at, 3)}
         sup["rss_bytes"], sup["cpu_percent"] = self._resources.get(os.getpid(), (None, None))
+        sup["started_at"] = self.started_at
+        sup["metrics"] = self.metrics.status()
         return {"supervisor": sup, "workers": rows}
+
+    def fresh_table(self) -> dict[str, Any]:
+        """The table with the liveness messages already sent read first (never waits)."""
+        self.drain_liveness()
+        return self.table()
+
+    def pids(self) -> dict[str, int]:
+        """Process name -> pid of the supervisor and each live worker."""
+        live = {w.name: w.pid for w in self.workers.values() if w.pid is not None}
+        return {"supervisor": os.getpid(), **live}
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
         self._signals.append(signum)

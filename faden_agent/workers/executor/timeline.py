@@ -14,11 +14,24 @@ from faden_agent.workers.executor.journal import Entry, Journal
 PROGRESS_STEPS_PER_ATTEMPT = 1_000_000
 
 
+def known_kind(kind: str) -> str:
+    """The kind as a metric label: one of the protocol's kinds, else "other"."""
+    return kind if kind in protocol.COMMAND_KINDS else "other"
+
+
+def _count(counts: dict[str, int], key: str) -> None:
+    counts[key] = counts.get(key, 0) + 1
+
+
 class Timeline:
     def __init__(self, reports: Reports, journal: Journal):
         self.reports = reports
         self.journal = journal
         self.unreported = False  # a terminal record could not be put (full disk): report_unreported soon
+        # For /metrics: "kind" -> received, "kind state reason" -> ended (both bounded sets)
+        self.received_counts: dict[str, int] = {}
+        self.ended_counts: dict[str, int] = {}
+        self.peer_bytes_fetched = 0  # image.fetch's bytes_received of ended commands
 
     def _put(self, command_id: str, state: str, step: int, **fields: Any) -> None:
         data = protocol.timeline_data(command_id, state, **fields)
@@ -26,6 +39,7 @@ class Timeline:
 
     def received(self, command_id: str, kind: str, seq: int | None) -> None:
         self._put(command_id, protocol.RECEIVED, 0, kind=kind, seq=seq)
+        _count(self.received_counts, known_kind(kind))
 
     def started(self, command_id: str, attempt: int) -> None:
         self._put(command_id, protocol.STARTED, attempt - 1, attempt=attempt)
@@ -38,6 +52,13 @@ class Timeline:
         data = protocol.timeline_data(command_id, state, reason=reason, message=message, **result)
         if not self.journal.finish(command_id, data):
             return False
+        entry = self.journal.get(command_id)
+        known_reason = reason if reason in protocol.REASONS else "other"
+        _count(self.ended_counts, f"{known_kind(entry.kind if entry else '')} {state} {known_reason}")
+        inner = result.get("result")
+        fetched = (inner if isinstance(inner, dict) else result).get("bytes_received")
+        if type(fetched) is int and fetched > 0:
+            self.peer_bytes_fetched += fetched
         testhooks.kill_between("done", "outbox")
         self._put_terminal(command_id, data)
         return True

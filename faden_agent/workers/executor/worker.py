@@ -136,7 +136,13 @@ class ExecutorWorker(Worker):
 
     def status(self) -> dict[str, Any]:
         engine = {None: "unknown", True: "ok", False: "unreachable"}[self.engine_ok]
-        return {**self.scheduler.counts(), "docker": engine, "events": self.events.connected}
+        timeline = self.timeline
+        counts = {
+            "received": timeline.received_counts,
+            "ended": timeline.ended_counts,
+            "peer_bytes_fetched": timeline.peer_bytes_fetched,
+        }
+        return {**self.scheduler.counts(), "docker": engine, "events": self.events.connected, "commands": counts}
 
     def teardown(self) -> None:
         # Running commands stay "running" in the journal; the next start resumes them (and,

@@ -16,6 +16,7 @@ from faden_agent.workers.inventory.changes import DockerChangeWatcher
 from faden_agent.workers.inventory.collector import Collector
 from faden_agent.workers.inventory.disk_events import DiskWatch
 from faden_agent.workers.inventory.disk_events import record_id as disk_record_id
+from faden_agent.workers.inventory.gauges import gauges
 from faden_agent.workers.inventory.gpu_changes import HealthChanges, event_id
 from faden_agent.workers.inventory.gpu_events import GpuErrorWatcher
 from faden_agent.workers.inventory.gpu_xids import XidLog
@@ -44,10 +45,11 @@ class InventoryReporter:
         self.cycles = 0
         self.last: dict[str, Any] | None = None
         self.gpu_changes = HealthChanges()
+        self.sections: dict[str, Any] | None = None  # the last collected, for gauges (ps, /metrics)
 
     def report(self) -> dict[str, Any] | None:
         """The record handed to the outbox; None when nothing was due (record.py)."""
-        sections = self.collector.collect()
+        sections = self.sections = self.collector.collect()
         if self.disk_watch is not None:
             for event in self.disk_watch.update(sections.get("disks") or []):
                 self.reports.put(protocol.EVENT, event, record_id=disk_record_id(event))
@@ -124,6 +126,7 @@ class InventoryWorker(Worker):
             "overrun": self.collector.overrun(),
             "traffic_samples": self.traffic.samples,
             "traffic_records": self.traffic.sent,
+            "gauges": gauges(self.reporter.sections, self.traffic.last_sample),
         }
 
     def teardown(self) -> None:

@@ -16,6 +16,7 @@ from operator import attrgetter
 import orjson
 
 from faden_agent import backoff
+from faden_agent.metrics.histogram import Histogram
 from faden_agent.workers.logs import lokiproto
 from faden_agent.workers.logs.destinations import Answer
 from faden_agent.workers.logs.entry import Entry, Labels
@@ -156,6 +157,9 @@ class Pusher:
         self.last_error = ""
         self.last_rejection = ""  # Loki's words for the last lines it refused
         self.retries = 0
+        self.retries_by_status: dict[str, int] = {}  # "429", "5xx", "4xx", "no_answer": bounded
+        self.bytes_pushed = 0
+        self.push_seconds = Histogram()
         self.hold_until = 0.0  # monotonic time before which no push is sent (a retry delay)
 
     @property
@@ -187,10 +191,14 @@ class Pusher:
             # Protobuf where the target takes it; with metadata only once a JSON push with
             # metadata was stored there (Loki 2.8 drops protobuf metadata without a word).
             native = self.target.takes_protobuf and (not metadata or self.metadata_target == str(self.target))
+            payload = self.proto.encode([entries], metadata) if native else encode(entries, metadata)
+            started = time.monotonic()
             if native:
-                answer = self.target.send(self.proto.encode([entries], metadata), lokiproto.CONTENT_TYPE)
+                answer = self.target.send(payload, lokiproto.CONTENT_TYPE)
             else:
-                answer = self.target.send(encode(entries, metadata))
+                answer = self.target.send(payload)
+            self.push_seconds.observe(time.monotonic() - started)
+            self.bytes_pushed += len(payload)
             if answer.ok:
                 self._recovered(attempt)
                 if metadata and not native:
@@ -219,6 +227,9 @@ class Pusher:
                 return self._split(entries, with_metadata)
             attempt += 1
             self.retries += 1
+            status = answer.status or 0
+            kind = "no_answer" if not status else str(status) if status == 429 else f"{status // 100}xx"
+            self.retries_by_status[kind] = self.retries_by_status.get(kind, 0) + 1
             delay = self._delay(answer, attempt)
             # Every push in flight waits it out, not only this one: four pushes retrying
             # on their own would spend Loki's rate limit on lines it already stored.

@@ -36,6 +36,7 @@ class Downlink(LinkThread):
         self.epoch = self.outbox.get_meta(EPOCH_KEY, "") or ""
         self.stale = 0  # re-delivered commands at or below the cursor: counted, logged
         self.below_cursor_run = 0  # new ids at or below the cursor (a restored backend): run
+        self.connects = 0
 
     def run(self) -> None:
         while self.gate.wait():
@@ -73,6 +74,8 @@ class Downlink(LinkThread):
     def follow(self, client: BackendClient) -> None:
         stream = client.open_stream(self.cursor, self.config.stream_keepalive_sec)
         self.link_status.set_connection(Connection.CONNECTED)
+        self.connects += 1
+        self.link_status.note(reconnects=self.connects - 1)
         self.link_status.contact()
         self.backoff.reset()
         log.info("downlink connected (after seq %d)", self.cursor)

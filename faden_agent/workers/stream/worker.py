@@ -5,6 +5,7 @@ Notes (why, figures, history): docs/design-notes.md.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import zmq
@@ -32,6 +33,7 @@ class StreamWorker(Worker):
         self.link_status = LinkStatus(self.config.backend_url, self.config.state_dir / STATUS_FILE)
         self.gate = Gate(self.stop_event, MaintenanceHold(self.config.runtime_dir))
         self.uplink: Uplink | None = None
+        self.outbox_figures: dict[str, float] = {}  # depth and oldest record's age, for /metrics
         self.start_thread("membership", self.start_link, finite=True)
 
     def start_link(self) -> None:
@@ -63,7 +65,15 @@ class StreamWorker(Worker):
             self.uplink.poke()
 
     def status(self) -> dict[str, Any]:
-        return {"link": self.link_status.snapshot()}
+        status: dict[str, Any] = {"link": self.link_status.snapshot()}
+        outbox = getattr(self, "outbox", None)
+        records = outbox.count(wait_s=0) if outbox is not None else None  # never waits
+        if outbox is not None and records is not None:  # a busy outbox: the figures of last time
+            oldest = outbox.oldest_ts() if records else None
+            self.outbox_figures = {"records": records, "oldest_age_s": time.time() - oldest if oldest else 0.0}
+        if self.outbox_figures:
+            status["outbox"] = self.outbox_figures
+        return status
 
     def teardown(self) -> None:
         if self.uplink is not None:

@@ -57,6 +57,7 @@ class TrafficReporter:
         self.listener_problem: str | None = None
         self._previous: dict[str, Any] | None = None  # the last sample's counters
         self.last_sent: dict[str, Any] | None = None
+        self.last_sample: dict[str, Any] | None = None  # sent or not: for gauges (ps, /metrics)
         self.samples = self.sent = 0
         self._netns: tuple[float, int | None] = (0.0, None)
         self._interfaces: dict[str, str | None] = {}  # local address -> its interface (cached)
@@ -105,7 +106,7 @@ class TrafficReporter:
     # ------------------------------------------------------------------ one cycle
 
     def report(self) -> dict[str, Any]:
-        data = self.sample()
+        data = self.last_sample = self.sample()
         if changed(self.last_sent, data):
             self.put_latest(protocol.TRAFFIC, data)
             self.last_sent = data

@@ -1,0 +1,136 @@
+"""What a Prometheus scrape every second costs the agent, against no scrape, same run.
+
+One agent at production defaults (heartbeat 15 s, worker liveness 3 s, ...) enrolled to
+the reference backend; windows of --window seconds alternate: no scrape, scrape /metrics
+every --every seconds, ... (--rounds pairs). Per window: CPU seconds of the supervisor and
+of the whole tree (as % of one core), and the tree's PSS at its end; the first scrape
+imports prometheus_client into the supervisor, so the PSS delta includes that import.
+Run: python3 bench/metrics_bench.py [--window 60] [--rounds 3] [--every 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.footprint_bench import counters, memory, named_tree, production_env, start_idle
+from tests.backendproc import BackendProcess
+from tests.metricsclient import endpoint
+
+REQUESTS = 500
+
+
+def tree_cpu(agent: Any) -> tuple[float, float]:
+    """(CPU seconds of the supervisor, of the whole tree)."""
+    tree = named_tree(agent)
+    per = {name: counters(pid)[0] for name, pid in tree.items()}
+    return per["supervisor"], sum(per.values())
+
+
+def window(agent: Any, seconds: float, every: float | None, address: tuple[str, int]) -> dict[str, Any]:
+    sup0, tree0 = tree_cpu(agent)
+    started = time.monotonic()
+    scrapes, times = 0, []
+    while (left := started + seconds - time.monotonic()) > 0:
+        if every is None:
+            time.sleep(left)
+            break
+        t0 = time.monotonic()
+        conn = http.client.HTTPConnection(*address, timeout=10)
+        conn.request("GET", "/metrics")
+        body = conn.getresponse().read()
+        conn.close()
+        times.append(time.monotonic() - t0)
+        scrapes += 1
+        time.sleep(max(0.0, min(every - (time.monotonic() - t0), left)))
+    elapsed = time.monotonic() - started
+    sup1, tree1 = tree_cpu(agent)
+    mem = memory(agent)
+    return {
+        "scraped": every is not None,
+        "scrapes": scrapes,
+        "scrape_ms_median": statistics.median(times) * 1000 if times else None,
+        "scrape_ms_max": max(times) * 1000 if times else None,
+        "body_bytes": len(body) if every is not None else None,
+        "supervisor_cpu_pct": 100 * (sup1 - sup0) / elapsed,
+        "tree_cpu_pct": 100 * (tree1 - tree0) / elapsed,
+        "tree_pss_kib": mem["tree_pss_kib"],
+        "supervisor_pss_kib": mem["per_process_kib"]["supervisor"]["pss"],
+    }
+
+
+def cpu_per_request(agent: Any, address: tuple[str, int], path: str) -> float:
+    """Milliseconds of supervisor CPU per request, over REQUESTS back to back (the kernel
+    counts CPU in 10 ms ticks: one window's figure alone is that coarse)."""
+    before = tree_cpu(agent)[0]
+    for _ in range(REQUESTS):
+        conn = http.client.HTTPConnection(*address, timeout=10)
+        conn.request("GET", path)
+        conn.getresponse().read()
+        conn.close()
+    return (tree_cpu(agent)[0] - before) / REQUESTS * 1000
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--window", type=float, default=60.0, help="seconds per window")
+    parser.add_argument("--rounds", type=int, default=3, help="pairs of windows (no scrape, scrape)")
+    parser.add_argument("--every", type=float, default=1.0, help="seconds between scrapes")
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="metrics-bench-"))
+    backend = BackendProcess(root / "backend", root / "backend.log").start()
+    try:
+        env = production_env(backend, root / "agent")
+        env["FADEN_NODE_AGENT_METRICS_ADDR"] = "127.0.0.1:0"
+        agent, _ = start_idle(env, backend, root / "agent.log")
+        try:
+            address = endpoint(agent)
+            rows = []
+            for _ in range(args.rounds):
+                rows.append(window(agent, args.window, None, address))
+                rows.append(window(agent, args.window, args.every, address))
+            per_request = {path: cpu_per_request(agent, address, path) for path in ("/metrics", "/healthz")}
+        finally:
+            agent.stop()
+            agent.kill()
+    finally:
+        backend.stop()
+    print(
+        f"{'window':<9} {'scrapes':>7} {'median ms':>9} {'max ms':>7} {'sup CPU %':>9} {'tree CPU %':>10} "
+        f"{'tree PSS KiB':>12} {'sup PSS KiB':>11}"
+    )
+    for row in rows:
+        print(
+            f"{'scrape' if row['scraped'] else 'none':<9} {row['scrapes']:>7} "
+            f"{row['scrape_ms_median'] or 0:>9.1f} {row['scrape_ms_max'] or 0:>7.1f} "
+            f"{row['supervisor_cpu_pct']:>9.3f} {row['tree_cpu_pct']:>10.3f} {row['tree_pss_kib']:>12} "
+            f"{row['supervisor_pss_kib']:>11}"
+        )
+    quiet = [r for r in rows if not r["scraped"]]
+    busy = [r for r in rows if r["scraped"]]
+
+    def delta(key: str) -> float:
+        return statistics.mean(r[key] for r in busy) - statistics.mean(r[key] for r in quiet)
+
+    print(
+        f"scrape every {args.every:g} s vs none, {args.rounds} x {args.window:g} s each: "
+        f"supervisor CPU {delta('supervisor_cpu_pct'):+.3f} % of a core, tree CPU {delta('tree_cpu_pct'):+.3f} %; "
+        f"tree PSS {busy[-1]['tree_pss_kib'] - quiet[0]['tree_pss_kib']:+d} KiB from before the first scrape to the end"
+        f" (supervisor {busy[-1]['supervisor_pss_kib'] - quiet[0]['supervisor_pss_kib']:+d} KiB); "
+        f"exposition {busy[-1]['body_bytes']} bytes"
+    )
+    for path, cpu_ms in per_request.items():
+        print(f"supervisor CPU per request, {REQUESTS} back to back: {path} {cpu_ms:.3f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,117 @@
+"""A minimal writer of Prometheus' text format 0.0.4 and OpenMetrics 1.0.
+
+Metric families with prometheus_client's constructor and add_metric() shapes, written by
+hand: a scrape a second must cost the supervisor well under a millisecond and no import
+(docs/benchmarks.md, "Metrics"). Names are the caller's (valid, bounded); values escaped.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+
+TEXT_0_0_4 = "text/plain; version=0.0.4; charset=utf-8"
+OPENMETRICS_1_0 = "application/openmetrics-text; version=1.0.0; charset=utf-8"
+
+
+class Family:
+    kind = "untyped"
+    suffix = ""
+
+    def __init__(self, name: str, documentation: str, labels: Sequence[str] = ()):
+        self.name = name
+        self.documentation = documentation
+        self.labels = tuple(labels)
+        self.samples: list[tuple[str, tuple[tuple[str, str], ...], float]] = []  # (suffix, labels, value)
+        self.written: dict[str, str] = {}  # format -> text: a family reused between scrapes is written once
+
+    def add_metric(self, values: Sequence[str], value: float) -> None:
+        self.samples.append((self.suffix, tuple(zip(self.labels, values, strict=True)), value))
+
+
+class GaugeMetricFamily(Family):
+    kind = "gauge"
+
+
+class CounterMetricFamily(Family):
+    kind = "counter"
+    suffix = "_total"
+
+
+class InfoMetricFamily(Family):
+    kind = "info"
+
+    def add_metric(self, values: Sequence[str], value: dict[str, str]) -> None:  # type: ignore[override]
+        pairs = (*zip(self.labels, values, strict=True), *sorted(value.items()))
+        self.samples.append(("_info", pairs, 1.0))
+
+
+class HistogramMetricFamily(Family):
+    kind = "histogram"
+
+    def add_metric(  # type: ignore[override]
+        self, values: Sequence[str], buckets: Sequence[tuple[str, float]], sum_value: float
+    ) -> None:
+        labels = tuple(zip(self.labels, values, strict=True))
+        for bound, count in buckets:
+            self.samples.append(("_bucket", (*labels, ("le", bound)), count))
+        self.samples.append(("_count", labels, buckets[-1][1] if buckets else 0.0))
+        self.samples.append(("_sum", labels, sum_value))
+
+
+def _value(value: float) -> str:
+    value = float(value)
+    if value - value == 0:  # finite (inf - inf and nan - nan are nan)
+        return repr(value)
+    return "NaN" if math.isnan(value) else "+Inf" if value > 0 else "-Inf"
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+_LABEL_SETS: dict[tuple[tuple[str, str], ...], str] = {}  # the same few hundred every scrape
+MAX_LABEL_SETS = 4096
+
+
+def _labels(pairs: tuple[tuple[str, str], ...]) -> str:
+    text = _LABEL_SETS.get(pairs)
+    if text is None:
+        if len(_LABEL_SETS) >= MAX_LABEL_SETS:
+            _LABEL_SETS.clear()
+        inner = ",".join(f'{key}="{_label(str(value))}"' for key, value in pairs)
+        text = _LABEL_SETS[pairs] = "{" + inner + "}" if pairs else ""
+    return text
+
+
+def _samples(family: Family) -> str:
+    name = family.name
+    return "".join(f"{name}{suffix}{_labels(labels)} {_value(value)}\n" for suffix, labels, value in family.samples)
+
+
+def text_0_0_4(families: Iterable[Family]) -> bytes:
+    return "".join(_written(family, "0.0.4", _text_0_0_4) for family in families).encode()
+
+
+def openmetrics_1_0(families: Iterable[Family]) -> bytes:
+    return ("".join(_written(family, "om1", _openmetrics_1_0) for family in families) + "# EOF\n").encode()
+
+
+def _written(family: Family, form: str, write: Callable[[Family], str]) -> str:
+    text = family.written.get(form)
+    if text is None:
+        text = family.written[form] = write(family)
+    return text
+
+
+def _text_0_0_4(family: Family) -> str:
+    # This format has no info type, and names a counter's family by its sample name.
+    kind = "gauge" if family.kind == "info" else family.kind
+    shown = family.name + {"counter": "_total", "info": "_info"}.get(family.kind, "")
+    help_text = family.documentation.replace("\\", "\\\\").replace("\n", "\\n")
+    return f"# HELP {shown} {help_text}\n# TYPE {shown} {kind}\n" + _samples(family)
+
+
+def _openmetrics_1_0(family: Family) -> str:
+    help_text = _label(family.documentation)
+    return f"# HELP {family.name} {help_text}\n# TYPE {family.name} {family.kind}\n" + _samples(family)

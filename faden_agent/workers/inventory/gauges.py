@@ -1,0 +1,68 @@
+"""The inventory's figures for the supervisor's /metrics, carried in its liveness status.
+
+gauges() reduces the last collected sections and traffic sample to a few numbers per GPU,
+watched path and peer; bounded (MAX_ITEMS each), labels only from bounded sets. A figure
+not measured is left out, never None: the heartbeat's change key sees only non-numbers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+MAX_ITEMS = 64
+GPU_FIGURES = ("memory_used", "memory_free", "utilization_gpu", "temperature_c", "power_draw_w")
+
+
+def _present(item: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in item.items() if value is not None}
+
+
+def _verdict(health: Any) -> str | None:
+    verdict = health.get("verdict") if isinstance(health, dict) else None
+    return verdict if verdict in ("ok", "degraded", "failed") else None
+
+
+def gpu_gauges(gpu: Any) -> dict[str, Any]:
+    gpu = gpu if isinstance(gpu, dict) else {}
+    devices = []
+    for device in (gpu.get("devices") or [])[:MAX_ITEMS]:
+        if not isinstance(device, dict) or not isinstance(device.get("index"), int):
+            continue
+        usage = device.get("usage") or {}
+        entry = {"index": device["index"], "state": device.get("state"), "verdict": _verdict(device.get("health"))}
+        entry["memory_total"] = device.get("memory_total")
+        entry.update({name: usage.get(name) for name in GPU_FIGURES})
+        devices.append(_present(entry))
+    node = {"available": bool(gpu.get("available")), "verdict": _verdict(gpu.get("health")), "devices": devices}
+    return _present(node)
+
+
+def disk_gauges(disks: Any) -> list[dict[str, Any]]:
+    out = []
+    for fs in disks if isinstance(disks, list) else []:
+        if not isinstance(fs, dict):
+            continue
+        usage = fs.get("usage") or {}
+        for path, role in zip(fs.get("paths") or [], fs.get("roles") or [], strict=False):
+            out.append(
+                _present({"path": str(path), "role": str(role), "free": usage.get("free"), "total": fs.get("total")})
+            )
+    return out[:MAX_ITEMS]
+
+
+def peer_gauges(traffic: Any) -> list[dict[str, Any]]:
+    peers = traffic.get("peers") if isinstance(traffic, dict) else None
+    out = []
+    for peer in (peers or [])[:MAX_ITEMS]:
+        figures = {key: peer.get(key) for key in ("sent_bytes", "received_bytes", "rtt_ms")}
+        out.append(_present({"peer": peer.get("node_id") or peer.get("address"), **figures}))
+    return out
+
+
+def gauges(sections: dict[str, Any] | None, traffic: dict[str, Any] | None) -> dict[str, Any]:
+    sections = sections or {}
+    return {
+        "gpu": gpu_gauges(sections.get("gpu")),
+        "disks": disk_gauges(sections.get("disks")),
+        "peers": peer_gauges(traffic),
+    }
