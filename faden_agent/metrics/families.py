@@ -143,7 +143,7 @@ def workers(rows: dict[str, dict[str, Any]]) -> Iterator[Family]:
             state.add_metric([name, value.value], 1.0 if row.get("state") == value.value else 0.0)
         restarts.add_metric([name], _num(row.get("restarts")) or 0.0)
         last_exit.add_metric([name, exit_cause(row.get("last_exit"))], 1.0)
-        if (seconds := _num(row.get("heartbeat_age_s"))) is not None:
+        if (seconds := _num(row.get("alive_age_s"))) is not None:
             age.add_metric([name], seconds)
     yield from (state, restarts, last_exit, age)
 
