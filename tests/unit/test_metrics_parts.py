@@ -216,7 +216,7 @@ def full_table() -> dict:
                 "state": "RUNNING",
                 "restarts": 1,
                 "last_exit": "signal SIGKILL",
-                "heartbeat_age_s": 0.5,
+                "alive_age_s": 0.5,
                 "status": {"gauges": gauges(sections, None)},
             },
             {"name": "logs", "state": "FATAL", "status": logs},
