@@ -1,9 +1,7 @@
 """A tiny non-blocking HTTP/1.x server turned by its owner's poll loop (the supervisor's).
-
 Owns one listening socket and at most MAX_CONNECTIONS open ones; nothing blocks: each
-connection has one deadline for its whole life, a request head is capped at MAX_HEAD_BYTES,
-one request per connection (then close). A full table closes its oldest connection for the
-new one: a flood of idle connections cannot lock a scraper out for long.
+connection has one deadline for its whole life, a head is capped at MAX_HEAD_BYTES, one
+request per connection; a full table closes its oldest connection for the new one.
 """
 
 from __future__ import annotations
