@@ -18,7 +18,7 @@ from faden_agent.workers.logs.backlog import Backlog
 from faden_agent.workers.logs.destinations import DirectLoki, ThroughBackend
 from faden_agent.workers.logs.entry import MAX_LINE_BYTES, TRUNCATION_MARKER, Entry
 from faden_agent.workers.logs.labels import LEVELS, LabelMaker
-from faden_agent.workers.logs.loki import MAX_RETRY_AFTER_S, Pusher, encode, names_single_lines
+from faden_agent.workers.logs.loki import AUTH_REFUSALS, MAX_RETRY_AFTER_S, Pusher, encode, names_single_lines
 from faden_agent.workers.logs.positions import Positions
 from faden_agent.workers.logs.sources.journald import JournalSource
 from tests.unit.conftest import FUZZ_CREDENTIAL
@@ -45,7 +45,7 @@ def entries(n: int, labels: LabelMaker) -> list[Entry]:
     ]
 
 
-statuses = st.integers(200, 599) | st.sampled_from([200, 204, 400, 408, 413, 429, 500, 502, 503, 504])
+statuses = st.integers(200, 599) | st.sampled_from([200, 204, 400, 401, 403, 408, 413, 429, 500, 502, 503, 504])
 bodies = header_text | st.sampled_from(
     [
         "",
@@ -107,7 +107,9 @@ def test_each_loki_answer_gets_its_decision(scripted_http, scripted_config, targ
             told = DEFAULT_MAINTENANCE_WAIT_S  # the backend client's maintenance default
         if via == "through" and status not in (408, 429) and status < 500:
             told = None  # the backend client reads Retry-After on 408, 429 and 5xx only
-        if told is None:
+        if status in AUTH_REFUSALS:
+            assert BACKOFF_MAX_S / 2 <= wait <= BACKOFF_MAX_S  # who we are was refused: asked rarely
+        elif told is None:
             assert BACKOFF_MIN_S / 2 <= wait <= BACKOFF_MIN_S  # the first backoff step, jittered
         else:
             assert abs(wait - min(told, MAX_RETRY_AFTER_S)) < 1  # (an HTTP date moves with the clock)
