@@ -1,8 +1,8 @@
 """Environment -> one frozen Config.
 
-Every FADEN_NODE_AGENT_* variable is declared once in VARIABLES (name, default, parser,
-help); `load_config` parses them all and fails on the first bad one with a single line
-that names the variable, the value and what is allowed. Secret values are never echoed.
+Each FADEN_NODE_AGENT_* variable is declared once, as a Config field (setting(): default, parser,
+help; VARIABLES is derived from those fields). `load_config` parses them all and fails on the first
+bad one with a single line naming the variable, the value and what is allowed; secrets never echo.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, dataclass_transform
 from urllib.parse import urlsplit
 
 from faden_agent.redact import redact_text, redact_url
@@ -265,357 +265,259 @@ class Variable:
     old_fields: tuple[str, ...] = ()  # earlier names, still read when the variable is unset
 
 
-VARIABLES: tuple[Variable, ...] = (
-    Variable("backend_url", "http://127.0.0.1:8000", _url, "Backend base URL"),
-    Variable("agent_id", None, _text, "Agent id (default: hostname)"),
-    Variable("host", None, _text, "This machine's address (default: route address to the backend, else hostname)"),
-    Variable("advertise_host", None, _text, "Address the backend advertises (default: route address, else HOST)"),
-    Variable("advertise_scheme", "http", _scheme, "Scheme the backend advertises: http or https"),
-    Variable(
-        "peer_port",
-        "7480",
-        _port,
-        "Port on ADVERTISE_HOST where peer machines fetch images from this one (the peer worker)",
-    ),
-    Variable(
-        "peer_start",
-        "on_demand",
-        _peer_start,
-        "When the peer worker starts: on_demand (once the backend puts this machine in a cluster "
-        "or asks it to serve an image or a probe) or always",
-    ),
-    Variable("peer_cert_file", None, _optional_path, "PEM certificate of the peer port when ADVERTISE_SCHEME is https"),
-    Variable("peer_key_file", None, _optional_path, "PEM private key of the peer port when ADVERTISE_SCHEME is https"),
-    Variable(
-        "peer_fetch_max_bytes",
-        str(64 << 30),
-        _positive_int,
-        "Most bytes an image fetched from a peer may have when the command names no size_bytes",
-    ),
-    Variable("enrollment_token", None, _optional_text, "One-time enrollment token", secret=True),
-    Variable("enrollment_token_file", None, _optional_path, "File holding the one-time enrollment token"),
-    Variable(
-        "env_file",
-        None,
-        _optional_path,
-        "The service's environment file (set by the unit): the enrollment token is removed from it once spent",
-    ),
-    Variable(
-        "state_path",
-        None,
-        _path,
-        "State file (default: /var/lib/faden-agent/state.json as root, else ~/.local/share/faden-agent/state.json)",
-    ),
-    Variable(
-        "runtime_dir",
-        None,
-        _path,
-        "Directory for the IPC sockets, mode 0700 (default: /run/faden-agent as root,"
-        " else $XDG_RUNTIME_DIR/faden-agent or /tmp/faden-agent-UID)",
-    ),
-    Variable("heartbeat_interval_sec", "15", _positive_float, "Heartbeat interval"),
-    Variable(
-        "heartbeat_full_sec",
-        "300",
-        _positive_float,
-        "Longest time between heartbeats carrying the full detail (worker table, version);"
-        " between them beats carry it only when it changed",
-    ),
-    Variable("inventory_interval_sec", "60", _positive_float, "Inventory interval"),
-    Variable(
-        "inventory_usage_sec",
-        "300",
-        _positive_float,
-        "Longest time between inventory records when nothing but gauges (load, memory, utilization) moved;"
-        " a change is sent at the next interval",
-    ),
-    Variable(
-        "inventory_probe_timeout_sec",
-        "10",
-        _positive_float,
-        "Bound on each inventory probe (host, disks, network, Docker, GPU); a slower one is reported as overrun",
-    ),
-    Variable(
-        "gpu_throttle_sec",
-        "60",
-        _positive_float,
-        "How long a hardware slowdown, thermal or power-brake clock event may last before the GPU is degraded",
-    ),
-    Variable(
-        "gpu_rising_sec",
-        "600",
-        _positive_float,
-        "How long a rise of a GPU error counter (uncorrected ECC, NVLink, PCIe replay) keeps the GPU degraded",
-    ),
-    Variable(
-        "gpu_xid_hold_sec",
-        "3600",
-        _positive_float,
-        "How long an Xid error counts towards its GPU's verdict after it happened",
-    ),
-    Variable(
-        "traffic_interval_sec",
-        "10",
-        _positive_float,
-        "How often traffic to peer machines, NICs and RDMA ports is sampled; a record is sent only when it changed",
-    ),
-    Variable(
-        "sysfs_root",
-        "/sys",
-        _path,
-        "Where sysfs is mounted (InfiniBand/RoCE counters under class/infiniband); tests point it at a fake tree",
-    ),
-    Variable("reconnect_min_sec", "2", _positive_float, "Smallest reconnect delay"),
-    Variable("reconnect_max_sec", "30", _positive_float, "Largest reconnect delay"),
-    Variable("request_timeout_sec", "20", _positive_float, "Bound on every backend request"),
-    Variable(
-        "stream_keepalive_sec",
-        "15",
-        _positive_float,
-        "Keepalive interval asked of the backend's stream; 3 silent intervals mean a dead stream",
-    ),
-    Variable("verify_tls", "true", _bool, "Verify the backend's TLS certificate"),
-    Variable("ca_bundle", None, _optional_path, "PEM file of CA certificates to trust for the backend (and Loki)"),
-    Variable("loki_url", None, _optional_url, "Loki base URL; unset: ask the backend where to push"),
-    Variable("log_batch_size", "100", _positive_int, "Most lines in one Loki push"),
-    Variable("log_flush_interval_sec", "5", _positive_float, "Longest wait before a partial batch is pushed"),
-    Variable(
-        "log_multiline",
-        "true",
-        _bool,
-        "Join continuation lines of container and Ray logs (tracebacks, indented blocks) into one Loki entry",
-    ),
-    Variable(
-        "log_multiline_wait_sec",
-        "1",
-        _positive_float,
-        "How long a joined entry waits for a further continuation line after its last one",
-    ),
-    Variable(
-        "log_nice",
-        "10",
-        _nice,
-        "Added to the nice value of the log worker and its journalctl: a log flood yields the CPU to heartbeats",
-    ),
-    Variable(
-        "loki_structured_metadata",
-        "auto",
-        _structured_metadata,
-        "Per-line detail as Loki structured metadata: auto (until the target refuses it),"
-        " on (always tried first), off (kept in the line)",
-    ),
-    Variable(
-        "loki_push_format",
-        "protobuf",
-        _push_format,
-        "Body of direct Loki pushes: protobuf (Loki's own, snappy; least CPU for both sides) or json (gzipped);"
-        " pushes through the backend are JSON",
-    ),
-    Variable(
-        "loki_tenant",
-        None,
-        loki_tenant,
-        "Loki tenant ID sent as X-Scope-OrgID (a multi-tenant Loki); unset: the backend's log target may name one",
-    ),
-    Variable(
-        "journal_directory",
-        None,
-        _optional_path,
-        "Read journal files from this directory instead of the system journal",
-    ),
-    Variable(
-        "ray_log_dir",
-        None,
-        _path,
-        "Host directory for Ray session logs of managed Ray containers"
-        " (default: /var/log/faden-agent/ray as root, else ~/.local/state/faden-agent/ray)",
-    ),
-    Variable(
-        "ray_log_retention_sec",
-        "3600",
-        _positive_float,
-        "How long the Ray logs of a removed container wait to be shipped before they are deleted anyway"
-        " (their unshipped lines reported lost)",
-    ),
-    Variable(
-        "ray_log_max_bytes",
-        str(4 * 1024**3),
-        _positive_int,
-        "Cap on one container's Ray log directory in bytes; past it its oldest sessions are deleted",
-    ),
-    Variable(
-        "disk_paths",
-        "",
-        _path_list,
-        "Extra paths (colon-separated) whose file systems the inventory reports, e.g. model caches",
-    ),
-    Variable(
-        "disk_low_percent",
-        "10",
-        _non_negative_number,
-        "A file system is low on space below this share free (or DISK_LOW_GIB, whichever is smaller):"
-        " the inventory's low flag, disk.low events, doctor",
-    ),
-    Variable(
-        "disk_low_gib",
-        "20",
-        _non_negative_number,
-        "A file system is low on space below this many GiB free (or DISK_LOW_PERCENT, whichever is smaller)",
-    ),
-    Variable(
-        "docker_host", None, _optional_text, "Docker engine address (default: DOCKER_HOST, else the local socket)"
-    ),
-    Variable(
-        "docker_timeout_sec",
-        "60",
-        _positive_float,
-        "Bound on each Docker engine call; a hung engine fails commands with timeout after it",
-    ),
-    Variable("max_concurrent_pulls", "3", _positive_int, "Most image pulls the executor runs at once"),
-    Variable(
-        "pull_space_factor",
-        "3",
-        _non_negative_number,
-        "A pull needs this many times the compressed size of the layers it lacks, plus 256 MiB,"
-        " free on Docker's data root, or fails no_space before it starts (0: no check)",
-    ),
-    Variable(
-        "command_retention_days",
-        "30",
-        _positive_float,
-        "Done commands older than this are deleted from the executor's journal",
-    ),
-    Variable(
-        "container_log_max_size",
-        "100m",
-        _docker_size,
-        "Docker json-file log cap of a managed container: size of one file (max-size)",
-    ),
-    Variable(
-        "container_log_max_files",
-        "3",
-        _positive_int,
-        "Docker json-file log cap of a managed container: files kept (max-file)",
-    ),
-    Variable(
-        "policy_file",
-        None,
-        _optional_path,
-        "JSON host policy for container.run (mounts, privileged, capabilities, devices); unset: the defaults",
-    ),
-    Variable(
-        "worker_liveness_sec",
-        "3",
-        _positive_float,
-        "How often each worker tells the supervisor it is alive"
-        " (a few times per WORKER_HANG_TIMEOUT_SEC; each message wakes the supervisor);"
-        " WORKER_HEARTBEAT_SEC is its old name, still read",
-        old_fields=("worker_heartbeat_sec",),
-    ),
-    Variable(
-        "worker_hang_timeout_sec", "10", _positive_float, "A worker silent this long is dumped, killed and restarted"
-    ),
-    Variable(
-        "restart_backoff_min_sec",
-        "0.2",
-        _positive_float,
-        "Restart delay after a second failure of a worker within RESTART_WINDOW_SEC (a first one restarts at once)",
-    ),
-    Variable("restart_backoff_max_sec", "30", _positive_float, "Largest restart delay of a failed worker"),
-    Variable(
-        "restart_max", "5", _positive_int, "Restarts allowed within RESTART_WINDOW_SEC before a worker goes FATAL"
-    ),
-    Variable("restart_window_sec", "60", _positive_float, "Window of the restart-intensity limit"),
-    Variable("fatal_retry_sec", "300", _positive_float, "Pause before a FATAL worker is tried again"),
-    Variable("stop_timeout_sec", "10", _positive_float, "Orderly-stop bound before stragglers are killed"),
-    Variable(
-        "prefork",
-        "on",
-        _bool,
-        "The supervisor's memory tricks before it forks the workers (supervisor/prefork/): on or off",
-    ),
-    Variable("log_level", "info", _log_level, "Agent log level: debug, info, warning, error"),
-    Variable(
-        "metrics_addr",
-        "127.0.0.1:9464",
-        _listen_addr,
-        "Address of the supervisor's /metrics, /healthz and /readyz (Prometheus); off: none; port 0: any free one",
-    ),
-)
+_SETTING = "faden_agent.setting"
+
+
+def setting(
+    env_default: str | None,
+    parse: Callable[[str], Any],
+    help: str,
+    *,
+    secret: bool = False,
+    old_fields: tuple[str, ...] = (),
+) -> Any:
+    """A Config field read from its variable: the Variable, less the name the field gives it.
+    No dataclass default: load_config fills every field."""
+    variable = {"default": env_default, "parse": parse, "help": help, "secret": secret, "old_fields": old_fields}
+    return dataclasses.field(metadata={_SETTING: variable})
+
+
+_Class = TypeVar("_Class")
+
+
+@dataclass_transform(frozen_default=True, field_specifiers=(setting,))
+def _settings_class(cls: type[_Class]) -> type[_Class]:
+    """A frozen dataclass whose setting() fields type checkers know to be required."""
+    return dataclass(frozen=True)(cls)
 
 
 def env_name(field: str) -> str:
     return PREFIX + field.upper()
 
 
-@dataclass(frozen=True)
+@_settings_class
 class Config:
-    backend_url: str
-    agent_id: str
-    host: str
-    advertise_host: str
-    advertise_scheme: str
-    peer_port: int
-    peer_start: str
-    peer_cert_file: Path | None
-    peer_key_file: Path | None
-    peer_fetch_max_bytes: int
-    enrollment_token: str | None
-    enrollment_token_file: Path | None
-    env_file: Path | None
-    state_path: Path
-    runtime_dir: Path
-    heartbeat_interval_sec: float
-    heartbeat_full_sec: float
-    inventory_interval_sec: float
-    inventory_usage_sec: float
-    inventory_probe_timeout_sec: float
-    gpu_throttle_sec: float
-    gpu_rising_sec: float
-    gpu_xid_hold_sec: float
-    traffic_interval_sec: float
-    sysfs_root: Path
-    reconnect_min_sec: float
-    reconnect_max_sec: float
-    request_timeout_sec: float
-    stream_keepalive_sec: float
-    verify_tls: bool
-    ca_bundle: Path | None
-    loki_url: str | None
-    log_batch_size: int
-    log_flush_interval_sec: float
-    log_multiline: bool
-    log_multiline_wait_sec: float
-    log_nice: int
-    loki_structured_metadata: str
-    loki_push_format: str
-    loki_tenant: str | None
-    journal_directory: Path | None
-    ray_log_dir: Path
-    ray_log_retention_sec: float
-    ray_log_max_bytes: int
-    disk_paths: tuple[Path, ...]
-    disk_low_percent: float
-    disk_low_gib: float
-    docker_host: str | None
-    docker_timeout_sec: float
-    max_concurrent_pulls: int
-    pull_space_factor: float
-    command_retention_days: float
-    container_log_max_size: str
-    container_log_max_files: int
-    policy_file: Path | None
-    worker_liveness_sec: float
-    worker_hang_timeout_sec: float
-    restart_backoff_min_sec: float
-    restart_backoff_max_sec: float
-    restart_max: int
-    restart_window_sec: float
-    fatal_retry_sec: float
-    stop_timeout_sec: float
-    prefork: bool
-    log_level: str
-    metrics_addr: str | None
+    backend_url: str = setting("http://127.0.0.1:8000", _url, "Backend base URL")
+    agent_id: str = setting(None, _text, "Agent id (default: hostname)")
+    host: str = setting(None, _text, "This machine's address (default: route address to the backend, else hostname)")
+    advertise_host: str = setting(None, _text, "Address the backend advertises (default: route address, else HOST)")
+    advertise_scheme: str = setting("http", _scheme, "Scheme the backend advertises: http or https")
+    peer_port: int = setting(
+        "7480", _port, "Port on ADVERTISE_HOST where peer machines fetch images from this one (the peer worker)"
+    )
+    peer_start: str = setting(
+        "on_demand",
+        _peer_start,
+        "When the peer worker starts: on_demand (once the backend puts this machine in a cluster "
+        "or asks it to serve an image or a probe) or always",
+    )
+    peer_cert_file: Path | None = setting(
+        None, _optional_path, "PEM certificate of the peer port when ADVERTISE_SCHEME is https"
+    )
+    peer_key_file: Path | None = setting(
+        None, _optional_path, "PEM private key of the peer port when ADVERTISE_SCHEME is https"
+    )
+    peer_fetch_max_bytes: int = setting(
+        str(64 << 30),
+        _positive_int,
+        "Most bytes an image fetched from a peer may have when the command names no size_bytes",
+    )
+    enrollment_token: str | None = setting(None, _optional_text, "One-time enrollment token", secret=True)
+    enrollment_token_file: Path | None = setting(None, _optional_path, "File holding the one-time enrollment token")
+    env_file: Path | None = setting(
+        None,
+        _optional_path,
+        "The service's environment file (set by the unit): the enrollment token is removed from it once spent",
+    )
+    state_path: Path = setting(
+        None,
+        _path,
+        "State file (default: /var/lib/faden-agent/state.json as root, else ~/.local/share/faden-agent/state.json)",
+    )
+    runtime_dir: Path = setting(
+        None,
+        _path,
+        "Directory for the IPC sockets, mode 0700 (default: /run/faden-agent as root,"
+        " else $XDG_RUNTIME_DIR/faden-agent or /tmp/faden-agent-UID)",
+    )
+    heartbeat_interval_sec: float = setting("15", _positive_float, "Heartbeat interval")
+    heartbeat_full_sec: float = setting(
+        "300",
+        _positive_float,
+        "Longest time between heartbeats carrying the full detail (worker table, version);"
+        " between them beats carry it only when it changed",
+    )
+    inventory_interval_sec: float = setting("60", _positive_float, "Inventory interval")
+    inventory_usage_sec: float = setting(
+        "300",
+        _positive_float,
+        "Longest time between inventory records when nothing but gauges (load, memory, utilization) moved;"
+        " a change is sent at the next interval",
+    )
+    inventory_probe_timeout_sec: float = setting(
+        "10",
+        _positive_float,
+        "Bound on each inventory probe (host, disks, network, Docker, GPU); a slower one is reported as overrun",
+    )
+    gpu_throttle_sec: float = setting(
+        "60",
+        _positive_float,
+        "How long a hardware slowdown, thermal or power-brake clock event may last before the GPU is degraded",
+    )
+    gpu_rising_sec: float = setting(
+        "600",
+        _positive_float,
+        "How long a rise of a GPU error counter (uncorrected ECC, NVLink, PCIe replay) keeps the GPU degraded",
+    )
+    gpu_xid_hold_sec: float = setting(
+        "3600", _positive_float, "How long an Xid error counts towards its GPU's verdict after it happened"
+    )
+    traffic_interval_sec: float = setting(
+        "10",
+        _positive_float,
+        "How often traffic to peer machines, NICs and RDMA ports is sampled; a record is sent only when it changed",
+    )
+    sysfs_root: Path = setting(
+        "/sys",
+        _path,
+        "Where sysfs is mounted (InfiniBand/RoCE counters under class/infiniband); tests point it at a fake tree",
+    )
+    reconnect_min_sec: float = setting("2", _positive_float, "Smallest reconnect delay")
+    reconnect_max_sec: float = setting("30", _positive_float, "Largest reconnect delay")
+    request_timeout_sec: float = setting("20", _positive_float, "Bound on every backend request")
+    stream_keepalive_sec: float = setting(
+        "15", _positive_float, "Keepalive interval asked of the backend's stream; 3 silent intervals mean a dead stream"
+    )
+    verify_tls: bool = setting("true", _bool, "Verify the backend's TLS certificate")
+    ca_bundle: Path | None = setting(
+        None, _optional_path, "PEM file of CA certificates to trust for the backend (and Loki)"
+    )
+    loki_url: str | None = setting(None, _optional_url, "Loki base URL; unset: ask the backend where to push")
+    log_batch_size: int = setting("100", _positive_int, "Most lines in one Loki push")
+    log_flush_interval_sec: float = setting("5", _positive_float, "Longest wait before a partial batch is pushed")
+    log_multiline: bool = setting(
+        "true",
+        _bool,
+        "Join continuation lines of container and Ray logs (tracebacks, indented blocks) into one Loki entry",
+    )
+    log_multiline_wait_sec: float = setting(
+        "1", _positive_float, "How long a joined entry waits for a further continuation line after its last one"
+    )
+    log_nice: int = setting(
+        "10",
+        _nice,
+        "Added to the nice value of the log worker and its journalctl: a log flood yields the CPU to heartbeats",
+    )
+    loki_structured_metadata: str = setting(
+        "auto",
+        _structured_metadata,
+        "Per-line detail as Loki structured metadata: auto (until the target refuses it),"
+        " on (always tried first), off (kept in the line)",
+    )
+    loki_push_format: str = setting(
+        "protobuf",
+        _push_format,
+        "Body of direct Loki pushes: protobuf (Loki's own, snappy; least CPU for both sides) or json (gzipped);"
+        " pushes through the backend are JSON",
+    )
+    loki_tenant: str | None = setting(
+        None,
+        loki_tenant,
+        "Loki tenant ID sent as X-Scope-OrgID (a multi-tenant Loki); unset: the backend's log target may name one",
+    )
+    journal_directory: Path | None = setting(
+        None, _optional_path, "Read journal files from this directory instead of the system journal"
+    )
+    ray_log_dir: Path = setting(
+        None,
+        _path,
+        "Host directory for Ray session logs of managed Ray containers"
+        " (default: /var/log/faden-agent/ray as root, else ~/.local/state/faden-agent/ray)",
+    )
+    ray_log_retention_sec: float = setting(
+        "3600",
+        _positive_float,
+        "How long the Ray logs of a removed container wait to be shipped before they are deleted anyway"
+        " (their unshipped lines reported lost)",
+    )
+    ray_log_max_bytes: int = setting(
+        str(4 * 1024**3),
+        _positive_int,
+        "Cap on one container's Ray log directory in bytes; past it its oldest sessions are deleted",
+    )
+    disk_paths: tuple[Path, ...] = setting(
+        "", _path_list, "Extra paths (colon-separated) whose file systems the inventory reports, e.g. model caches"
+    )
+    disk_low_percent: float = setting(
+        "10",
+        _non_negative_number,
+        "A file system is low on space below this share free (or DISK_LOW_GIB, whichever is smaller):"
+        " the inventory's low flag, disk.low events, doctor",
+    )
+    disk_low_gib: float = setting(
+        "20",
+        _non_negative_number,
+        "A file system is low on space below this many GiB free (or DISK_LOW_PERCENT, whichever is smaller)",
+    )
+    docker_host: str | None = setting(
+        None, _optional_text, "Docker engine address (default: DOCKER_HOST, else the local socket)"
+    )
+    docker_timeout_sec: float = setting(
+        "60", _positive_float, "Bound on each Docker engine call; a hung engine fails commands with timeout after it"
+    )
+    max_concurrent_pulls: int = setting("3", _positive_int, "Most image pulls the executor runs at once")
+    pull_space_factor: float = setting(
+        "3",
+        _non_negative_number,
+        "A pull needs this many times the compressed size of the layers it lacks, plus 256 MiB,"
+        " free on Docker's data root, or fails no_space before it starts (0: no check)",
+    )
+    command_retention_days: float = setting(
+        "30", _positive_float, "Done commands older than this are deleted from the executor's journal"
+    )
+    container_log_max_size: str = setting(
+        "100m", _docker_size, "Docker json-file log cap of a managed container: size of one file (max-size)"
+    )
+    container_log_max_files: int = setting(
+        "3", _positive_int, "Docker json-file log cap of a managed container: files kept (max-file)"
+    )
+    policy_file: Path | None = setting(
+        None,
+        _optional_path,
+        "JSON host policy for container.run (mounts, privileged, capabilities, devices); unset: the defaults",
+    )
+    worker_liveness_sec: float = setting(
+        "3",
+        _positive_float,
+        "How often each worker tells the supervisor it is alive"
+        " (a few times per WORKER_HANG_TIMEOUT_SEC; each message wakes the supervisor);"
+        " WORKER_HEARTBEAT_SEC is its old name, still read",
+        old_fields=("worker_heartbeat_sec",),
+    )
+    worker_hang_timeout_sec: float = setting(
+        "10", _positive_float, "A worker silent this long is dumped, killed and restarted"
+    )
+    restart_backoff_min_sec: float = setting(
+        "0.2",
+        _positive_float,
+        "Restart delay after a second failure of a worker within RESTART_WINDOW_SEC (a first one restarts at once)",
+    )
+    restart_backoff_max_sec: float = setting("30", _positive_float, "Largest restart delay of a failed worker")
+    restart_max: int = setting(
+        "5", _positive_int, "Restarts allowed within RESTART_WINDOW_SEC before a worker goes FATAL"
+    )
+    restart_window_sec: float = setting("60", _positive_float, "Window of the restart-intensity limit")
+    fatal_retry_sec: float = setting("300", _positive_float, "Pause before a FATAL worker is tried again")
+    stop_timeout_sec: float = setting("10", _positive_float, "Orderly-stop bound before stragglers are killed")
+    prefork: bool = setting(
+        "on", _bool, "The supervisor's memory tricks before it forks the workers (supervisor/prefork/): on or off"
+    )
+    log_level: str = setting("info", _log_level, "Agent log level: debug, info, warning, error")
+    metrics_addr: str | None = setting(
+        "127.0.0.1:9464",
+        _listen_addr,
+        "Address of the supervisor's /metrics, /healthz and /readyz (Prometheus); off: none; port 0: any free one",
+    )
     route_address: str | None = None
 
     @property
@@ -666,6 +568,11 @@ class Config:
                 value = ":".join(str(v) for v in value)
             out[env_name(var.field)] = value
         return out
+
+
+VARIABLES: tuple[Variable, ...] = tuple(
+    Variable(f.name, **f.metadata[_SETTING]) for f in dataclasses.fields(Config) if _SETTING in f.metadata
+)
 
 
 def _computed_defaults(values: dict[str, Any]) -> None:

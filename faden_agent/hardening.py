@@ -14,12 +14,12 @@ import os
 import resource
 from pathlib import Path
 
-from faden_agent.config import env_name
+from faden_agent.config import VARIABLES, env_name
 
 log = logging.getLogger(__name__)
 
 PR_SET_DUMPABLE = 4
-SECRET_VARIABLES = ("enrollment_token",)
+SECRET_VARIABLES = tuple(v.field for v in VARIABLES if v.secret)
 
 
 def drop_secrets_from_environ() -> None:
