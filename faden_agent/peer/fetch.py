@@ -6,6 +6,7 @@ then tries the next peer (reasons: docs/commands.md, image.fetch)."""
 
 from __future__ import annotations
 
+import re
 import socket
 import time
 from collections.abc import Callable, Iterator
@@ -135,7 +136,7 @@ class Transfer:
         body = orjson.dumps({"image_id": self.image_id, "held_chains": sorted(held)})
         sock.sendall(
             (
-                f"POST {protocol.PEER_FETCH_PATH} HTTP/1.1\r\nHost: {source}\r\n"
+                f"POST {fetch_path(peer['address'])} HTTP/1.1\r\nHost: {source}\r\n"
                 f"Authorization: Bearer {peer['ticket']}\r\nContent-Type: application/json\r\n"
                 f"Accept-Encoding: identity\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
             ).encode()
@@ -234,6 +235,18 @@ class Transfer:
                 "rate_bps": int(done / elapsed) if elapsed > 0 else 0,
             }
         )
+
+
+def fetch_path(address: str) -> str:
+    """The request path: the address's own path (a relay through the backend has one), then
+    the fetch route; anything but plain URL path characters is the peer's failure."""
+    path = urlsplit(address).path.rstrip("/") + protocol.PEER_FETCH_PATH
+    if not _SAFE_PATH.fullmatch(path):
+        raise PeerFailure("peer_failed", f"peer address {address[:200]!r} has a path that cannot be sent")
+    return path
+
+
+_SAFE_PATH = re.compile(r"[A-Za-z0-9/._~%:@!$&'()*+,;=-]{1,2048}")
 
 
 def _number(text: str | None) -> int:

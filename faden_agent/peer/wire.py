@@ -31,7 +31,8 @@ def connect(address: str, verify: bool | str, timeout_s: float = CONNECT_TIMEOUT
     """A connected (TLS for https) socket to `address`; PeerFailure peer_unreachable."""
     parts = urlsplit(address)
     try:
-        sock = socket.create_connection((parts.hostname, parts.port), timeout=timeout_s)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        sock = socket.create_connection((parts.hostname, port), timeout=timeout_s)
     except OSError as exc:
         raise PeerFailure("peer_unreachable", f"cannot connect to {address}: {type(exc).__name__}") from None
     if parts.scheme == "https":

@@ -15,7 +15,7 @@ import time
 import orjson
 import pytest
 
-from faden_agent.diskspace import NoSpace
+from faden_agent import protocol
 from faden_agent.peer.archive import (
     ArchiveVerifier,
     ChunkReader,
@@ -23,7 +23,7 @@ from faden_agent.peer.archive import (
     chain_ids,
     held_prefix,
 )
-from faden_agent.peer.fetch import NoSpace, check_space
+from faden_agent.peer.fetch import NoSpace, PeerFailure, check_space
 from faden_agent.peer.tickets import EXPIRED_KEPT_S, SPENT_SUFFIX, Ticket, TicketBox, TicketRefused, ticket_hash
 
 LAYER = b"layer bytes " * 100
@@ -248,3 +248,13 @@ def test_a_ticket_that_is_no_small_regular_file_is_refused_without_blocking(tmp_
         box.take("k" * 32, "sha256:" + "a" * 64, "198.18.0.12")
     assert refused.value.reason == "ticket_refused" and "\n" not in refused.value.message
     assert not list(box.path.iterdir())  # spent all the same
+
+
+def test_the_fetch_path_keeps_a_relay_address_path_and_refuses_what_cannot_be_sent():
+    from faden_agent.peer.fetch import fetch_path
+
+    assert fetch_path("http://198.18.0.11:7480") == protocol.PEER_FETCH_PATH
+    assert fetch_path("http://198.18.0.1:8000/v1/relay/abc/") == "/v1/relay/abc" + protocol.PEER_FETCH_PATH
+    for bad in ("http://198.18.0.1:8000/a b", "http://198.18.0.1:8000/a\r\nX-Evil: 1"):
+        with pytest.raises(PeerFailure, match="cannot be sent"):
+            fetch_path(bad)
