@@ -15,7 +15,7 @@ import zmq
 
 from faden_agent.config import Config, env_name, listen_host_port
 from faden_agent.metrics import exposition
-from faden_agent.metrics.families import families
+from faden_agent.metrics.families import sections
 from faden_agent.metrics.health import readiness
 from faden_agent.metrics.procstat import ProcessUsage
 from faden_agent.metrics.server import HttpServer
@@ -102,7 +102,7 @@ class MetricsEndpoint:
         return 404, TEXT, b"not found: try /metrics, /healthz or /readyz\n"
 
     def metrics(self, accept: str) -> tuple[int, str, bytes]:
-        produced = families(self.table(), self.usage(), self._reuse)
+        produced = sections(self.table(), self.usage(), self._reuse)
         if OPENMETRICS in accept:
             return 200, exposition.OPENMETRICS_1_0, exposition.openmetrics_1_0(produced)
         return 200, exposition.TEXT_0_0_4, exposition.text_0_0_4(produced)

@@ -19,6 +19,7 @@ from faden_agent.metrics.exposition import (
     GaugeMetricFamily,
     HistogramMetricFamily,
     InfoMetricFamily,
+    Section,
 )
 
 P = "faden_agent_"
@@ -73,40 +74,47 @@ def exit_cause(last_exit: str | None) -> str:
     return "other"
 
 
-def families(
+def sections(
     table: dict[str, Any], usage: dict[str, tuple[float, int, int | None]], reuse: dict[str, Any] | None = None
-) -> Iterator[Family]:
-    """Every family of one scrape; usage: process name -> (CPU seconds, RSS, PSS or None).
-    reuse (kept by the caller between scrapes): a section whose inputs equal those of the last
-    scrape is the same objects again, written once (exposition.py memoizes)."""
+) -> list[Section]:
+    """The families of one scrape in sections; usage: process name -> (CPU seconds, RSS, PSS
+    or None). reuse (kept by the caller between scrapes): a section whose inputs equal those
+    of the last scrape is the same Section again, written once (exposition.py memoizes)."""
     rows = {str(w.get("name")): w for w in table.get("workers", []) if isinstance(w, dict)}
     status = {name: _dict(_dict(rows.get(name)).get("status")) for name in STATUS_SECTIONS}
     stream, executor, logs_, peer_, inventory_ = (status[name] for name in STATUS_SECTIONS)
     gauges_ = _dict(inventory_.get("gauges"))  # not the rest: its ages change at every status
     standing = tuple((name, row.get("state"), row.get("restarts"), row.get("last_exit")) for name, row in rows.items())
     pss_now = {name: figures[2] for name, figures in usage.items()}
-    yield from _reused(reuse, "build", (), lambda: build(table))
-    yield from _reused(reuse, "workers", (standing,), lambda: workers(rows))
-    yield from liveness_ages(rows)
-    yield from processes(usage)
-    yield from _reused(reuse, "pss", (pss_now,), lambda: proportional_memory(pss_now))
-    yield from _reused(reuse, "link", (stream,), lambda: link(stream))
-    yield from _reused(reuse, "commands", (executor,), lambda: commands(executor))
-    yield from _reused(reuse, "logs", (logs_,), lambda: logs(logs_))
-    yield from _reused(reuse, "peer", (peer_, executor), lambda: peer(peer_, executor))
-    yield from _reused(reuse, "inventory", (gauges_,), lambda: inventory(gauges_))
-    yield from endpoint(_dict(_dict(table.get("supervisor")).get("metrics")))
+    return [
+        _reused(reuse, "build", (), lambda: build(table)),
+        _reused(reuse, "workers", (standing,), lambda: workers(rows)),
+        Section(liveness_ages(rows)),
+        Section(processes(usage)),
+        _reused(reuse, "pss", (pss_now,), lambda: proportional_memory(pss_now)),
+        _reused(reuse, "link", (stream,), lambda: link(stream)),
+        _reused(reuse, "commands", (executor,), lambda: commands(executor)),
+        _reused(reuse, "logs", (logs_,), lambda: logs(logs_)),
+        _reused(reuse, "peer", (peer_, executor), lambda: peer(peer_, executor)),
+        _reused(reuse, "inventory", (gauges_,), lambda: inventory(gauges_)),
+        Section(endpoint(_dict(_dict(table.get("supervisor")).get("metrics")))),
+    ]
 
 
-def _reused(
-    reuse: dict[str, Any] | None, name: str, inputs: tuple, make: Callable[[], Iterator[Family]]
-) -> list[Family]:
-    """The section's families; the last ones again when made from equal inputs (a worker
-    resends the same figures every few seconds: compared in C, far cheaper than rebuilt)."""
-    if reuse is not None and (hit := reuse.get(name)) is not None:
-        if all(old is new or old == new for old, new in zip(hit[0], inputs, strict=True)):
-            return hit[1]
-    made = list(make())
+def families(
+    table: dict[str, Any], usage: dict[str, tuple[float, int, int | None]], reuse: dict[str, Any] | None = None
+) -> Iterator[Family]:
+    """Every family of one scrape, section after section (sections())."""
+    for section in sections(table, usage, reuse):
+        yield from section
+
+
+def _reused(reuse: dict[str, Any] | None, name: str, inputs: tuple, make: Callable[[], Iterator[Family]]) -> Section:
+    """The section; the last one again when made from equal inputs (a worker resends the same
+    figures every few seconds: compared in C, identity first, far cheaper than rebuilt)."""
+    if reuse is not None and (hit := reuse.get(name)) is not None and hit[0] == inputs:
+        return hit[1]
+    made = Section(make())
     if reuse is not None:
         reuse[name] = (inputs, made)
     return made
