@@ -119,17 +119,22 @@ def ready_message(sock: socket.socket, env: dict[str, str], code: str) -> list[s
         proc.wait()
 
 
-def test_real_supervisor_sends_ready_watchdog_and_stopping(listener, tmp_path):
-    sock, path = listener
-    env = agent_env(tmp_path)
-    env.update(NOTIFY_SOCKET=path, WATCHDOG_USEC="400000")  # pet every 0.2 s
-    proc = subprocess.Popen(
+def start_supervisor(env: dict[str, str]) -> subprocess.Popen:
+    """A real supervisor of one idle worker, in a session of its own."""
+    return subprocess.Popen(
         [sys.executable, "-c", supervisor_code()],
         env=env,
         start_new_session=True,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+
+
+def test_real_supervisor_sends_ready_watchdog_and_stopping(listener, tmp_path):
+    sock, path = listener
+    env = agent_env(tmp_path)
+    env.update(NOTIFY_SOCKET=path, WATCHDOG_USEC="400000")  # pet every 0.2 s
+    proc = start_supervisor(env)
     try:
         seen: list[list[str]] = []
         deadline = time.monotonic() + 15
@@ -211,13 +216,7 @@ def test_scrapes_back_to_back_never_hold_up_the_watchdog_or_a_restart(listener, 
     port = free_port()
     env = agent_env(tmp_path)
     env.update(NOTIFY_SOCKET=path, WATCHDOG_USEC="400000", FADEN_NODE_AGENT_METRICS_ADDR=f"127.0.0.1:{port}")
-    proc = subprocess.Popen(
-        [sys.executable, "-c", supervisor_code()],
-        env=env,
-        start_new_session=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    proc = start_supervisor(env)
     scraper = Scraper(port)
     try:
         while "READY=1" not in receive(sock):
