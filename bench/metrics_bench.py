@@ -2,9 +2,9 @@
 
 One agent at production defaults (heartbeat 15 s, worker liveness 3 s, ...) enrolled to
 the reference backend; windows of --window seconds alternate: no scrape, scrape /metrics
-every --every seconds, ... (--rounds pairs). Per window: CPU seconds of the supervisor and
-of the whole tree (as % of one core), and the tree's PSS at its end; the first scrape
-imports prometheus_client into the supervisor, so the PSS delta includes that import.
+every --every seconds, ... (--rounds pairs). Per window: CPU of the supervisor (10 ms ticks,
+and exact from schedstat) and of the whole tree (as % of one core), the tree's PSS at its
+end; then the supervisor's CPU per scrape above the no-scrape rate, and per request back to back.
 Run: python3 bench/metrics_bench.py [--window 60] [--rounds 3] [--every 1]
 """
 
@@ -35,8 +35,20 @@ def tree_cpu(agent: Any) -> tuple[float, float]:
     return per["supervisor"], sum(per.values())
 
 
+def run_ns(pid: int) -> int:
+    """Nanoseconds on a CPU of all the process's threads (schedstat: exact, not 10 ms ticks)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass
+    return total
+
+
 def window(agent: Any, seconds: float, every: float | None, address: tuple[str, int]) -> dict[str, Any]:
     sup0, tree0 = tree_cpu(agent)
+    ns0 = run_ns(agent.pid)
     started = time.monotonic()
     scrapes, times = 0, []
     while (left := started + seconds - time.monotonic()) > 0:
@@ -52,6 +64,7 @@ def window(agent: Any, seconds: float, every: float | None, address: tuple[str, 
         scrapes += 1
         time.sleep(max(0.0, min(every - (time.monotonic() - t0), left)))
     elapsed = time.monotonic() - started
+    ns1 = run_ns(agent.pid)
     sup1, tree1 = tree_cpu(agent)
     mem = memory(agent)
     return {
@@ -61,6 +74,8 @@ def window(agent: Any, seconds: float, every: float | None, address: tuple[str, 
         "scrape_ms_max": max(times) * 1000 if times else None,
         "body_bytes": len(body) if every is not None else None,
         "supervisor_cpu_pct": 100 * (sup1 - sup0) / elapsed,
+        "supervisor_ns_pct": 100 * (ns1 - ns0) / 1e9 / elapsed,
+        "elapsed_s": elapsed,
         "tree_cpu_pct": 100 * (tree1 - tree0) / elapsed,
         "tree_pss_kib": mem["tree_pss_kib"],
         "supervisor_pss_kib": mem["per_process_kib"]["supervisor"]["pss"],
@@ -68,15 +83,14 @@ def window(agent: Any, seconds: float, every: float | None, address: tuple[str, 
 
 
 def cpu_per_request(agent: Any, address: tuple[str, int], path: str) -> float:
-    """Milliseconds of supervisor CPU per request, over REQUESTS back to back (the kernel
-    counts CPU in 10 ms ticks: one window's figure alone is that coarse)."""
-    before = tree_cpu(agent)[0]
+    """Milliseconds of supervisor CPU per request, over REQUESTS back to back."""
+    before = run_ns(agent.pid)
     for _ in range(REQUESTS):
         conn = http.client.HTTPConnection(*address, timeout=10)
         conn.request("GET", path)
         conn.getresponse().read()
         conn.close()
-    return (tree_cpu(agent)[0] - before) / REQUESTS * 1000
+    return (run_ns(agent.pid) - before) / REQUESTS / 1e6
 
 
 def main() -> int:
@@ -104,15 +118,15 @@ def main() -> int:
     finally:
         backend.stop()
     print(
-        f"{'window':<9} {'scrapes':>7} {'median ms':>9} {'max ms':>7} {'sup CPU %':>9} {'tree CPU %':>10} "
-        f"{'tree PSS KiB':>12} {'sup PSS KiB':>11}"
+        f"{'window':<9} {'scrapes':>7} {'median ms':>9} {'max ms':>7} {'sup CPU %':>9} {'sup ns %':>9} "
+        f"{'tree CPU %':>10} {'tree PSS KiB':>12} {'sup PSS KiB':>11}"
     )
     for row in rows:
         print(
             f"{'scrape' if row['scraped'] else 'none':<9} {row['scrapes']:>7} "
             f"{row['scrape_ms_median'] or 0:>9.1f} {row['scrape_ms_max'] or 0:>7.1f} "
-            f"{row['supervisor_cpu_pct']:>9.3f} {row['tree_cpu_pct']:>10.3f} {row['tree_pss_kib']:>12} "
-            f"{row['supervisor_pss_kib']:>11}"
+            f"{row['supervisor_cpu_pct']:>9.3f} {row['supervisor_ns_pct']:>9.4f} {row['tree_cpu_pct']:>10.3f} "
+            f"{row['tree_pss_kib']:>12} {row['supervisor_pss_kib']:>11}"
         )
     quiet = [r for r in rows if not r["scraped"]]
     busy = [r for r in rows if r["scraped"]]
@@ -126,6 +140,13 @@ def main() -> int:
         f"tree PSS {busy[-1]['tree_pss_kib'] - quiet[0]['tree_pss_kib']:+d} KiB from before the first scrape to the end"
         f" (supervisor {busy[-1]['supervisor_pss_kib'] - quiet[0]['supervisor_pss_kib']:+d} KiB); "
         f"exposition {busy[-1]['body_bytes']} bytes"
+    )
+    idle_rate = statistics.mean(r["supervisor_ns_pct"] for r in quiet) / 100  # CPU seconds per second
+    spent = sum(r["supervisor_ns_pct"] / 100 * r["elapsed_s"] - idle_rate * r["elapsed_s"] for r in busy)
+    print(
+        f"supervisor CPU per scrape {args.every:g} s apart (schedstat, above the no-scrape windows' rate): "
+        f"{spent / sum(r['scrapes'] for r in busy) * 1000:.3f} ms; "
+        f"{delta('supervisor_ns_pct'):+.4f} % of a core"
     )
     for path, cpu_ms in per_request.items():
         print(f"supervisor CPU per request, {REQUESTS} back to back: {path} {cpu_ms:.3f} ms")

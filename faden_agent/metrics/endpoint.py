@@ -8,8 +8,6 @@ never awaited) and /proc; the exposition is written by hand (exposition.py).
 from __future__ import annotations
 
 import logging
-import os
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -17,16 +15,14 @@ import zmq
 
 from faden_agent.config import Config, env_name, listen_host_port
 from faden_agent.metrics import exposition
-from faden_agent.metrics.families import families
+from faden_agent.metrics.families import sections
 from faden_agent.metrics.health import readiness
+from faden_agent.metrics.procstat import ProcessUsage
 from faden_agent.metrics.server import HttpServer
 
 log = logging.getLogger(__name__)
 OPENMETRICS = "application/openmetrics-text"
 TEXT = "text/plain; charset=utf-8"
-PSS_SAMPLE_S = 30.0
-PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
-TICKS = os.sysconf("SC_CLK_TCK")
 
 
 class MetricsEndpoint:
@@ -37,9 +33,8 @@ class MetricsEndpoint:
         self.pids = pids
         self.server: HttpServer | None = None
         self.error: str | None = None
-        self._pss: dict[int, int | None] = {}
+        self.processes = ProcessUsage()
         self._reuse: dict[str, Any] = {}  # families.py: sections made from statuses seen before
-        self._pss_at = -PSS_SAMPLE_S
 
     def open(self, poller: zmq.Poller) -> None:
         if self.addr is None:
@@ -81,12 +76,14 @@ class MetricsEndpoint:
             self.server.serve(ready)
 
     def close(self) -> None:
+        self.processes.close()
         if self.server is not None:
             self.server.close()
             self.server = None
 
     def forget_in_child(self) -> None:
-        """In a forked worker: close the inherited sockets (the supervisor keeps serving)."""
+        """In a forked worker: close the inherited sockets and /proc files (the supervisor keeps them)."""
+        self.processes.close()
         if self.server is not None:
             for conn in self.server.connections.values():
                 conn.sock.close()
@@ -105,49 +102,10 @@ class MetricsEndpoint:
         return 404, TEXT, b"not found: try /metrics, /healthz or /readyz\n"
 
     def metrics(self, accept: str) -> tuple[int, str, bytes]:
-        produced = families(self.table(), self.usage(), self._reuse)
+        produced = sections(self.table(), self.usage(), self._reuse)
         if OPENMETRICS in accept:
             return 200, exposition.OPENMETRICS_1_0, exposition.openmetrics_1_0(produced)
         return 200, exposition.TEXT_0_0_4, exposition.text_0_0_4(produced)
 
     def usage(self) -> dict[str, tuple[float, int, int | None]]:
-        """CPU and RSS per process now; PSS (the kernel walks every page for it) at most
-        every PSS_SAMPLE_S, else the last one."""
-        now = time.monotonic()
-        fresh_pss = now - self._pss_at >= PSS_SAMPLE_S
-        if fresh_pss:
-            self._pss_at = now
-        pids = self.pids()
-        # a restarted worker's new pid is measured at once, a known one every PSS_SAMPLE_S
-        self._pss = {
-            pid: self._pss[pid] if pid in self._pss and not fresh_pss else process_pss(pid) for pid in pids.values()
-        }
-        out = {}
-        for name, pid in pids.items():
-            figures = process_usage(pid)
-            if figures is not None:
-                out[name] = (*figures, self._pss.get(pid))
-        return out
-
-
-def process_usage(pid: int) -> tuple[float, int] | None:
-    """(CPU seconds, RSS bytes) from /proc; None when the process is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            fields = stat.read().rsplit(b") ", 1)[1].split()
-        cpu_s = (int(fields[11]) + int(fields[12])) / TICKS
-        rss = int(fields[21]) * PAGE_SIZE
-    except (OSError, IndexError, ValueError):
-        return None
-    return cpu_s, rss
-
-
-def process_pss(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/smaps_rollup", "rb") as rollup:
-            for line in rollup:
-                if line.startswith(b"Pss:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError):
-        pass
-    return None
+        return self.processes.read(self.pids())

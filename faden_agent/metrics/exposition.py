@@ -59,6 +59,14 @@ class HistogramMetricFamily(Family):
         self.samples.append(("_sum", labels, sum_value))
 
 
+class Section(list[Family]):
+    """Families written as one text, once per format: a section reused between scrapes."""
+
+    def __init__(self, families: Iterable[Family] = ()):
+        super().__init__(families)
+        self.written: dict[str, str] = {}
+
+
 def _value(value: float) -> str:
     value = float(value)
     if value - value == 0:  # finite (inf - inf and nan - nan are nan)
@@ -89,18 +97,22 @@ def _samples(family: Family) -> str:
     return "".join(f"{name}{suffix}{_labels(labels)} {_value(value)}\n" for suffix, labels, value in family.samples)
 
 
-def text_0_0_4(families: Iterable[Family]) -> bytes:
-    return "".join(_written(family, "0.0.4", _text_0_0_4) for family in families).encode()
+def text_0_0_4(parts: Iterable[Family | Section]) -> bytes:
+    return "".join(_written(part, "0.0.4", _text_0_0_4) for part in parts).encode()
 
 
-def openmetrics_1_0(families: Iterable[Family]) -> bytes:
-    return ("".join(_written(family, "om1", _openmetrics_1_0) for family in families) + "# EOF\n").encode()
+def openmetrics_1_0(parts: Iterable[Family | Section]) -> bytes:
+    return ("".join(_written(part, "om1", _openmetrics_1_0) for part in parts) + "# EOF\n").encode()
 
 
-def _written(family: Family, form: str, write: Callable[[Family], str]) -> str:
-    text = family.written.get(form)
+def _written(part: Family | Section, form: str, write: Callable[[Family], str]) -> str:
+    text = part.written.get(form)
     if text is None:
-        text = family.written[form] = write(family)
+        if isinstance(part, Section):
+            text = "".join(_written(family, form, write) for family in part)
+        else:
+            text = write(part)
+        part.written[form] = text
     return text
 
 

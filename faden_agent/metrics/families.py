@@ -19,6 +19,7 @@ from faden_agent.metrics.exposition import (
     GaugeMetricFamily,
     HistogramMetricFamily,
     InfoMetricFamily,
+    Section,
 )
 
 P = "faden_agent_"
@@ -73,35 +74,47 @@ def exit_cause(last_exit: str | None) -> str:
     return "other"
 
 
-def families(
+def sections(
     table: dict[str, Any], usage: dict[str, tuple[float, int, int | None]], reuse: dict[str, Any] | None = None
-) -> Iterator[Family]:
-    """Every family of one scrape; usage: process name -> (CPU seconds, RSS, PSS or None).
-    reuse (kept by the caller between scrapes): a section whose worker sent no status since
-    the last scrape is the same objects again, written once (exposition.py memoizes)."""
+) -> list[Section]:
+    """The families of one scrape in sections; usage: process name -> (CPU seconds, RSS, PSS
+    or None). reuse (kept by the caller between scrapes): a section whose inputs equal those
+    of the last scrape is the same Section again, written once (exposition.py memoizes)."""
     rows = {str(w.get("name")): w for w in table.get("workers", []) if isinstance(w, dict)}
     status = {name: _dict(_dict(rows.get(name)).get("status")) for name in STATUS_SECTIONS}
     stream, executor, logs_, peer_, inventory_ = (status[name] for name in STATUS_SECTIONS)
-    yield from _reused(reuse, "build", (), lambda: build(table))
-    yield from workers(rows)
-    yield from processes(usage)
-    yield from _reused(reuse, "link", (stream,), lambda: link(stream))
-    yield from _reused(reuse, "commands", (executor,), lambda: commands(executor))
-    yield from _reused(reuse, "logs", (logs_,), lambda: logs(logs_))
-    yield from _reused(reuse, "peer", (peer_, executor), lambda: peer(peer_, executor))
-    yield from _reused(reuse, "inventory", (inventory_,), lambda: inventory(_dict(inventory_.get("gauges"))))
-    yield from endpoint(_dict(_dict(table.get("supervisor")).get("metrics")))
+    gauges_ = _dict(inventory_.get("gauges"))  # not the rest: its ages change at every status
+    standing = tuple((name, row.get("state"), row.get("restarts"), row.get("last_exit")) for name, row in rows.items())
+    pss_now = {name: figures[2] for name, figures in usage.items()}
+    return [
+        _reused(reuse, "build", (), lambda: build(table)),
+        _reused(reuse, "workers", (standing,), lambda: workers(rows)),
+        Section(liveness_ages(rows)),
+        Section(processes(usage)),
+        _reused(reuse, "pss", (pss_now,), lambda: proportional_memory(pss_now)),
+        _reused(reuse, "link", (stream,), lambda: link(stream)),
+        _reused(reuse, "commands", (executor,), lambda: commands(executor)),
+        _reused(reuse, "logs", (logs_,), lambda: logs(logs_)),
+        _reused(reuse, "peer", (peer_, executor), lambda: peer(peer_, executor)),
+        _reused(reuse, "inventory", (gauges_,), lambda: inventory(gauges_)),
+        Section(endpoint(_dict(_dict(table.get("supervisor")).get("metrics")))),
+    ]
 
 
-def _reused(
-    reuse: dict[str, Any] | None, name: str, inputs: tuple, make: Callable[[], Iterator[Family]]
-) -> list[Family]:
-    """The section's families; the last ones again when made from the very same inputs (the
-    cache holds them, so no other object can take their identity)."""
-    if reuse is not None and (hit := reuse.get(name)) is not None:
-        if all(old is new for old, new in zip(hit[0], inputs, strict=True)):
-            return hit[1]
-    made = list(make())
+def families(
+    table: dict[str, Any], usage: dict[str, tuple[float, int, int | None]], reuse: dict[str, Any] | None = None
+) -> Iterator[Family]:
+    """Every family of one scrape, section after section (sections())."""
+    for section in sections(table, usage, reuse):
+        yield from section
+
+
+def _reused(reuse: dict[str, Any] | None, name: str, inputs: tuple, make: Callable[[], Iterator[Family]]) -> Section:
+    """The section; the last one again when made from equal inputs (a worker resends the same
+    figures every few seconds: compared in C, identity first, far cheaper than rebuilt)."""
+    if reuse is not None and (hit := reuse.get(name)) is not None and hit[0] == inputs:
+        return hit[1]
+    made = Section(make())
     if reuse is not None:
         reuse[name] = (inputs, made)
     return made
@@ -133,33 +146,43 @@ def workers(rows: dict[str, dict[str, Any]]) -> Iterator[Family]:
     last_exit = GaugeMetricFamily(
         P + "worker_last_exit", "1 for the cause of its last exit (none: never exited)", labels=["worker", "cause"]
     )
+    for name, row in rows.items():
+        for value in WorkerState:
+            state.add_metric([name, value.value], 1.0 if row.get("state") == value.value else 0.0)
+        restarts.add_metric([name], _num(row.get("restarts")) or 0.0)
+        last_exit.add_metric([name, exit_cause(row.get("last_exit"))], 1.0)
+    yield from (state, restarts, last_exit)
+
+
+def liveness_ages(rows: dict[str, dict[str, Any]]) -> Iterator[Family]:
     age = GaugeMetricFamily(
         P + "worker_liveness_age_seconds",
         "Seconds since the worker's last liveness message; its figures here are as old",
         labels=["worker"],
     )
     for name, row in rows.items():
-        for value in WorkerState:
-            state.add_metric([name, value.value], 1.0 if row.get("state") == value.value else 0.0)
-        restarts.add_metric([name], _num(row.get("restarts")) or 0.0)
-        last_exit.add_metric([name, exit_cause(row.get("last_exit"))], 1.0)
         if (seconds := _num(row.get("alive_age_s"))) is not None:
             age.add_metric([name], seconds)
-    yield from (state, restarts, last_exit, age)
+    yield age
 
 
 def processes(usage: dict[str, tuple[float, int, int | None]]) -> Iterator[Family]:
     cpu = CounterMetricFamily(P + "process_cpu_seconds", "CPU time of each agent process", labels=["process"])
     rss = GaugeMetricFamily(P + "process_resident_memory_bytes", "Resident memory per process", labels=["process"])
+    for name, (cpu_s, rss_bytes, _) in usage.items():
+        cpu.add_metric([name], cpu_s)
+        rss.add_metric([name], rss_bytes)
+    yield from (cpu, rss)
+
+
+def proportional_memory(pss_now: dict[str, int | None]) -> Iterator[Family]:
     pss = GaugeMetricFamily(
         P + "process_proportional_memory_bytes", "PSS per process (shared pages split): they sum", labels=["process"]
     )
-    for name, (cpu_s, rss_bytes, pss_bytes) in usage.items():
-        cpu.add_metric([name], cpu_s)
-        rss.add_metric([name], rss_bytes)
+    for name, pss_bytes in pss_now.items():
         if pss_bytes is not None:
             pss.add_metric([name], pss_bytes)
-    yield from (cpu, rss, pss)
+    yield pss
 
 
 def link(status: dict[str, Any]) -> Iterator[Family]:

@@ -29,6 +29,7 @@ class Connection:
     inbox: bytearray = field(default_factory=bytearray)
     outbox: bytes = b""
     sent: int = 0
+    watched: bool = False  # one answered within its first wake-up never reaches the poller
 
 
 class HttpServer:
@@ -104,8 +105,9 @@ class HttpServer:
             sock.setblocking(False)
             conn = Connection(sock, time.monotonic() + CONNECTION_DEADLINE_S)
             self.connections[sock.fileno()] = conn
-            self.watch(sock.fileno(), True, False)
             self._read(conn)  # the request is often there already: no second wake-up for it
+            if not conn.watched and self.connections.get(sock.fileno()) is conn:
+                self._watch(conn, True, False)
 
     def _read(self, conn: Connection) -> None:
         try:
@@ -148,8 +150,9 @@ class HttpServer:
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
         )
         conn.outbox = head.encode("latin-1") + body
-        self.watch(conn.sock.fileno(), False, True)
         self._write(conn)
+        if self.connections.get(conn.sock.fileno()) is conn:
+            self._watch(conn, False, True)
 
     def _write(self, conn: Connection) -> None:
         try:
@@ -161,11 +164,16 @@ class HttpServer:
         if conn.sent >= len(conn.outbox):
             self._close(conn)
 
+    def _watch(self, conn: Connection, readable: bool, writable: bool) -> None:
+        conn.watched = True
+        self.watch(conn.sock.fileno(), readable, writable)
+
     def _close(self, conn: Connection) -> None:
         fd = conn.sock.fileno()
         if self.connections.pop(fd, None) is None:
             return
-        self.watch(fd, False, False)
+        if conn.watched:
+            self.watch(fd, False, False)
         try:
             conn.sock.shutdown(socket.SHUT_RDWR)
         except OSError:

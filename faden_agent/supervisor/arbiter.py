@@ -41,8 +41,9 @@ REQUIRED_WORKERS = ("stream", "executor")
 LAST_WORD_WAIT_S = 0.5  # for the "thread_died" of a worker already gone (await_last_word)
 HUNG_DUMP_GRACE_S = 0.5  # time for faulthandler to write the traceback before SIGKILL
 RESOURCE_SAMPLE_S = 2.0  # `ps` asked more often than this gets the last sample
-# A dormant worker's demand check rides on every wake-up; a wake-up of its own only when
-# none came for this long (hang deadlines wake the loop every ~8 s). Asked-for starts: at once.
+# A dormant worker's demand check rides on every turn of the loop (not on a wake-up for the
+# metrics endpoint alone); a wake-up of its own only when none came for this long (hang
+# deadlines wake the loop every ~8 s). Asked-for starts: at once.
 DORMANT_CHECK_S = 10.0
 MAX_SLEEP_S = 30.0  # a safety net: everything due has its own time
 LIVE_STATES = (WorkerState.STARTING, WorkerState.RUNNING, WorkerState.STOPPING)
@@ -112,7 +113,10 @@ class Supervisor:
         log.info("supervisor %s started (pid %d), workers: %s", __version__, os.getpid(), ", ".join(self.workers))
         while not self.stop_requested:
             self.spawn_due_workers()
-            self.wait_for_events(max(0.0, self.next_wake_mono() - time.monotonic()))
+            due = self.next_wake_mono()
+            # A wake-up for the metrics endpoint alone serves it and sleeps on: nothing else is due.
+            while self.wait_for_events(self.metrics_wait(due)) and time.monotonic() < due:
+                pass
             self.reap_workers()
             self.murder_hung_workers()
             self.notify_systemd()
@@ -218,7 +222,13 @@ class Supervisor:
         worker.failure = None
         log.info("spawned worker %s (pid %d)", worker.name, pid)
 
-    def wait_for_events(self, timeout_s: float) -> None:
+    def metrics_wait(self, due: float) -> float:
+        """Seconds until `due` or the endpoint's next connection deadline, whichever is first."""
+        deadline = self.metrics.next_deadline()
+        return max(0.0, (due if deadline is None else min(due, deadline)) - time.monotonic())
+
+    def wait_for_events(self, timeout_s: float) -> bool:
+        """Waits, then does what woke it; True when only the metrics endpoint's sockets did."""
         # "alive" messages wake the loop only while a worker waits for its first one.
         starting = any(w.state == WorkerState.STARTING for w in self.workers.values())
         self.poller.register(self.liveness.socket, zmq.POLLIN if starting else 0)
@@ -227,14 +237,16 @@ class Supervisor:
             events = dict(self.poller.poll(math.ceil(timeout_s * 1000)))
         except zmq.ZMQError as exc:
             if exc.errno == errno.EINTR:
-                return
+                return False
             raise
         if self._wakeup_r in events:
             self.handle_signals()
         self.drain_liveness()  # before reaping (a "thread_died" names the exit) and before `ps`
         if self.control.socket in events:
             self.answer_control()
-        self.metrics.serve({fd for fd in events if isinstance(fd, int)})  # also closes expired ones
+        ours = {fd for fd in events if isinstance(fd, int) and fd != self._wakeup_r}
+        self.metrics.serve(ours)  # also closes expired ones
+        return bool(events) and len(ours) == len(events)
 
     def handle_signals(self) -> None:
         try:

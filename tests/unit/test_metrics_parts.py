@@ -3,6 +3,11 @@ inventory carries it), readiness, exit causes, the address setting, the histogra
 
 from __future__ import annotations
 
+import copy
+import os
+import subprocess
+import sys
+
 import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
 from prometheus_client.parser import text_string_to_metric_families
@@ -12,6 +17,7 @@ from faden_agent.metrics.exposition import openmetrics_1_0, text_0_0_4
 from faden_agent.metrics.families import exit_cause, families
 from faden_agent.metrics.health import readiness
 from faden_agent.metrics.histogram import Histogram
+from faden_agent.metrics.procstat import ProcessUsage
 from faden_agent.workers.inventory.gauges import gauges
 
 
@@ -270,3 +276,80 @@ def test_a_section_is_reused_only_while_its_worker_sent_no_new_status():
             samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
     assert samples[("faden_agent_outbox_records", ())] == 7
     assert samples[("faden_agent_link_state", (("state", "connected"),))] == 1
+
+
+def samples_of(body: bytes) -> dict[tuple, float]:
+    out = {}
+    for family in text_string_to_metric_families(body.decode()):
+        for sample in family.samples:
+            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return out
+
+
+def test_a_resent_equal_status_reuses_its_section_and_a_changed_figure_rebuilds_it():
+    reuse: dict = {}
+    table = full_table()
+    first = list(families(table, {}, reuse))
+    stream = next(w for w in table["workers"] if w["name"] == "stream")
+    inventory = next(w for w in table["workers"] if w["name"] == "inventory")
+    stream["status"] = copy.deepcopy(stream["status"])  # the next liveness message, same figures
+    inventory["status"] = {**copy.deepcopy(inventory["status"]), "last_age_s": 9.5}  # only its age moved
+    again = list(families(table, {}, reuse))
+    for name in ("faden_agent_outbox_records", "faden_agent_disk_size_bytes", "faden_agent_gpu_health"):
+        assert next(f for f in again if f.name == name) is next(f for f in first if f.name == name)
+    stream["status"] = copy.deepcopy(stream["status"])
+    stream["status"]["outbox"]["records"] = 5  # deep inside the section: equality sees it
+    inventory["status"] = copy.deepcopy(inventory["status"])
+    inventory["status"]["gauges"]["disks"][0]["total"] = 10
+    samples = samples_of(text_0_0_4(families(table, {}, reuse)))
+    assert samples[("faden_agent_outbox_records", ())] == 5
+    assert samples[("faden_agent_disk_size_bytes", (("path", "/x"), ("role", "state")))] == 10
+
+
+def test_worker_standing_and_memory_sections_follow_a_restart_and_a_new_pss():
+    reuse: dict = {}
+    table = full_table()
+    samples_of(text_0_0_4(families(table, {"logs": (1.0, 10, 20)}, reuse)))
+    logs_row = next(w for w in table["workers"] if w["name"] == "logs")
+    logs_row.update(state="RUNNING", restarts=4, last_exit="exit 3", alive_age_s=2.0)
+    samples = samples_of(text_0_0_4(families(table, {"logs": (1.5, 10, 30)}, reuse)))
+    assert samples[("faden_agent_worker_state", (("state", "RUNNING"), ("worker", "logs")))] == 1
+    assert samples[("faden_agent_worker_state", (("state", "FATAL"), ("worker", "logs")))] == 0
+    assert samples[("faden_agent_worker_restarts_total", (("worker", "logs"),))] == 4
+    assert samples[("faden_agent_worker_last_exit", (("cause", "exit_3"), ("worker", "logs")))] == 1
+    assert samples[("faden_agent_worker_liveness_age_seconds", (("worker", "logs"),))] == 2.0
+    assert samples[("faden_agent_process_cpu_seconds_total", (("process", "logs"),))] == 1.5
+    assert samples[("faden_agent_process_proportional_memory_bytes", (("process", "logs"),))] == 30
+
+
+def open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+def test_process_usage_rereads_each_process_in_place_and_lets_go_of_a_gone_one():
+    busy = subprocess.Popen(
+        [sys.executable, "-c", "import sys\nwhile sys.stdin.read(1): sum(range(10**6))"], stdin=subprocess.PIPE
+    )
+    usage = ProcessUsage()
+    try:
+        before = open_fds()
+        first = usage.read({"busy": busy.pid, "self": os.getpid()})
+        assert first["busy"][1] > 0 and first["busy"][2] is not None  # a new process's PSS at once
+        held = open_fds() - before
+        assert len(held) == 2
+        cpu = first["busy"][0]
+        while cpu <= first["busy"][0]:  # the kept descriptor shows the figures of now
+            busy.stdin.write(b"x" * 20)
+            busy.stdin.flush()
+            cpu = usage.read({"busy": busy.pid, "self": os.getpid()})["busy"][0]
+        assert open_fds() - before == held  # no new descriptor per read
+        busy.kill()
+        busy.wait()
+        assert "busy" not in usage.read({"busy": busy.pid, "self": os.getpid()})
+        assert len(open_fds() - before) == 1
+        usage.read({"self": os.getpid()})
+    finally:
+        busy.kill()
+        busy.wait()
+        usage.close()
+    assert not open_fds() - before

@@ -7,20 +7,23 @@ STOPPING on SIGTERM.
 
 from __future__ import annotations
 
+import http.client
 import os
 import signal
 import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import uuid
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from faden_agent.supervisor.notify import SystemdNotifier
-from tests.agentproc import agent_env
+from tests.agentproc import agent_env, wait_for
 
 
 @pytest.fixture
@@ -116,17 +119,22 @@ def ready_message(sock: socket.socket, env: dict[str, str], code: str) -> list[s
         proc.wait()
 
 
-def test_real_supervisor_sends_ready_watchdog_and_stopping(listener, tmp_path):
-    sock, path = listener
-    env = agent_env(tmp_path)
-    env.update(NOTIFY_SOCKET=path, WATCHDOG_USEC="400000")  # pet every 0.2 s
-    proc = subprocess.Popen(
+def start_supervisor(env: dict[str, str]) -> subprocess.Popen:
+    """A real supervisor of one idle worker, in a session of its own."""
+    return subprocess.Popen(
         [sys.executable, "-c", supervisor_code()],
         env=env,
         start_new_session=True,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+
+
+def test_real_supervisor_sends_ready_watchdog_and_stopping(listener, tmp_path):
+    sock, path = listener
+    env = agent_env(tmp_path)
+    env.update(NOTIFY_SOCKET=path, WATCHDOG_USEC="400000")  # pet every 0.2 s
+    proc = start_supervisor(env)
     try:
         seen: list[list[str]] = []
         deadline = time.monotonic() + 15
@@ -166,3 +174,65 @@ def test_ready_is_sent_while_a_worker_waits_for_demand(listener, tmp_path):
     env.update(NOTIFY_SOCKET=path)
     message = ready_message(sock, env, supervisor_code({"later": "faden_agent.workers.base:Worker"}, ("later",)))
     assert "STATUS=1 workers running; on demand: later" in message, message
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Scraper(threading.Thread):
+    """GET /metrics back to back; keeps the idle worker's samples of the latest scrape."""
+
+    def __init__(self, port: int):
+        super().__init__(daemon=True)
+        self.port, self.scrapes, self.stop = port, 0, threading.Event()
+        self.idle: dict[tuple[str, str], float] = {}
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
+                conn.request("GET", "/metrics")
+                body = conn.getresponse().read().decode()
+                conn.close()
+            except OSError:
+                time.sleep(0.05)
+                continue
+            self.idle = {
+                (sample.name, sample.labels.get("state", "")): sample.value
+                for family in text_string_to_metric_families(body)
+                for sample in family.samples
+                if sample.labels.get("worker") == "idle"
+            }
+            self.scrapes += 1
+
+
+def test_scrapes_back_to_back_never_hold_up_the_watchdog_or_a_restart(listener, tmp_path):
+    """A wake-up for the metrics endpoint alone is served without the loop's other steps;
+    what is due (the watchdog, a worker's restart) still happens while scrapes never stop."""
+    sock, path = listener
+    port = free_port()
+    env = agent_env(tmp_path)
+    env.update(NOTIFY_SOCKET=path, WATCHDOG_USEC="400000", FADEN_NODE_AGENT_METRICS_ADDR=f"127.0.0.1:{port}")
+    proc = start_supervisor(env)
+    scraper = Scraper(port)
+    try:
+        while "READY=1" not in receive(sock):
+            pass
+        scraper.start()
+        wait_for(lambda: scraper.idle.get(("faden_agent_worker_state", "RUNNING")) == 1.0, what="a scrape")
+        started, scrapes = time.monotonic(), scraper.scrapes
+        sock.settimeout(5)
+        pets = [receive(sock) for _ in range(4)]  # one every 0.2 s is due
+        assert pets == [["WATCHDOG=1"]] * 4 and scraper.scrapes - scrapes > 4, (pets, scraper.scrapes - scrapes)
+        assert time.monotonic() - started < 3
+        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        os.kill(int(children[0]), signal.SIGKILL)
+        wait_for(lambda: scraper.idle.get(("faden_agent_worker_restarts_total", "")) == 1.0, what="the restart")
+        wait_for(lambda: scraper.idle.get(("faden_agent_worker_state", "RUNNING")) == 1.0, what="RUNNING again")
+    finally:
+        scraper.stop.set()
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
