@@ -377,7 +377,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("verify_tls", "true", _bool, "Verify the backend's TLS certificate"),
     Variable("ca_bundle", None, _optional_path, "PEM file of CA certificates to trust for the backend (and Loki)"),
     Variable("loki_url", None, _optional_url, "Loki base URL; unset: ask the backend where to push"),
-    Variable("log_batch_size", "100", _positive_int, "Most lines in one Loki push"),
+    Variable("log_batch_size", "1000", _positive_int, "Most lines in one Loki push (and about 1 MiB)"),
     Variable("log_flush_interval_sec", "5", _positive_float, "Longest wait before a partial batch is pushed"),
     Variable(
         "log_multiline",
