@@ -438,6 +438,7 @@ class OneBackupLog:
         below, self.live_name, self.rotated_name = SCHEMES[scheme]
         self.dir = serve_dir(ray_dir).parent.joinpath(*below)
         self.written = 0
+        self.held = None
 
     def write(self, n: int) -> None:
         with open(self.dir / self.live_name, "a") as fh:
@@ -446,6 +447,9 @@ class OneBackupLog:
                 self.written += 1
 
     def rotate(self) -> None:
+        # The deleted file is held open until the next rotation: the new live file cannot
+        # take its inode (a reused inode reads as the old file truncated, from its start).
+        self.held = open(self.dir / self.rotated_name) if (self.dir / self.rotated_name).exists() else None
         (self.dir / self.rotated_name).unlink(missing_ok=True)
         os.rename(self.dir / self.live_name, self.dir / self.rotated_name)
         (self.dir / self.live_name).touch()

@@ -30,6 +30,9 @@ class FileEnds:
         """The file of `key` takes no more writes; its position is complete at `end`."""
         self.positions.advance({end_key(key): end})  # saved with the next positions save
 
+    def known(self, key: str) -> bool:
+        return self.positions.get(end_key(key)) is not None
+
     def drop(self, key: str) -> None:
         self.positions.forget(end_key(key))
 

@@ -439,6 +439,11 @@ class RayFileSource(Source):
         stored = self.positions.get(key) if first or ident in self.finished else None
         if isinstance(stored, dict) and stored.get("path", path) != path and not rotated:
             stored = None  # the inode now names another file
+        if not rotated and self.ends.known(key):  # a rotated-away file's inode, reused by a live one
+            if not self.ends.complete(key):
+                self.lost(1, ROTATED_BEFORE_READ, at_least=True)
+            self.ends.drop(key)
+            stored = None
         # A rotated file without a position is older than the agent's first start, unless
         # written after the agent's last save: then it rotated while the agent was stopped.
         saved_ns = self.positions.loaded_mtime_ns
