@@ -5,7 +5,8 @@ other on the same file:
   1. `journalctl --directory=D --output=json --all` alone, to /dev/null;
   2. the real agent (`faden-agent run`, log worker, default settings unless --batch-sizes)
      shipping it into the project's receiver (tests/lokireceiver.py, in this process);
-  3. the same agent shipping it into a real Loki 3.4.6 (../shared/tools/loki);
+  3. the same agent shipping it into a real Loki 3.4.6 (../shared/tools/loki), at defaults
+     and at LOG_BATCH_SIZE=100 (the default before 1000);
   4. Promtail 2.8.0 (its journald target) shipping it into the same real Loki;
   5. that Loki's own ingest ceiling: pre-encoded pushes from 4 connections, nothing else;
 and prints wall time (from the shipper's start until the target holds every line), CPU
@@ -13,7 +14,7 @@ seconds (shipper + its journalctl child), lines/s and the ratio to journalctl al
 receiver runs also when the first push was answered (the agent's start-up: its other workers
 start beside the log worker on the same cores) and the ratio from then on.
 
-    python bench/logs_bench.py [--entries 100000] [--batch-sizes default,1000] [--no-loki] [--json-too]
+    python bench/logs_bench.py [--entries 100000] [--batch-sizes default,100] [--no-loki] [--json-too]
 """
 
 from __future__ import annotations
@@ -319,7 +320,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--entries", type=int, default=100_000)
     parser.add_argument(
-        "--batch-sizes", default="default,1000", help="comma-separated LOG_BATCH_SIZE values for the receiver runs"
+        "--batch-sizes",
+        default="default,100",
+        help="comma-separated LOG_BATCH_SIZE values for the receiver runs (empty: none)",
     )
     parser.add_argument("--no-loki", action="store_true", help="only journalctl and the receiver")
     parser.add_argument(
@@ -338,7 +341,7 @@ def main() -> None:
         alone_s, alone_cpu = journalctl_alone(journal)
         alone_rate = args.entries / alone_s
         row("journalctl --output=json alone", args.entries, alone_s, alone_cpu, alone_rate)
-        for batch in args.batch_sizes.split(","):
+        for batch in filter(None, args.batch_sizes.split(",")):
             size = None if batch == "default" else int(batch)
             run_root = root / f"batch{batch}"
             run_root.mkdir()
@@ -368,15 +371,15 @@ def main() -> None:
                 f"Loki {r['loki_cpu']:.2f} CPU s, {r['retries']} push retries",
             )
             agent_rate = args.entries / r["seconds"]
-            (root / "agent-loki-1000").mkdir()
-            r1000 = agent_into_loki(journal, args.entries, loki, root / "agent-loki-1000", 1000)
+            (root / "agent-loki-100").mkdir()
+            r100 = agent_into_loki(journal, args.entries, loki, root / "agent-loki-100", 100)
             row(
-                "faden-agent -> Loki 3.4.6, LOG_BATCH_SIZE=1000",
+                "faden-agent -> Loki 3.4.6, LOG_BATCH_SIZE=100",
                 args.entries,
-                r1000["seconds"],
-                r1000["cpu"],
+                r100["seconds"],
+                r100["cpu"],
                 alone_rate,
-                f"Loki {r1000['loki_cpu']:.2f} CPU s, {r1000['retries']} push retries",
+                f"Loki {r100['loki_cpu']:.2f} CPU s, {r100['retries']} push retries",
             )
             if args.json_too:
                 (root / "agent-loki-json").mkdir()

@@ -447,7 +447,7 @@ def main() -> int:
     args.kills = 15 if quick else 50
     args.raw_kills = 5 if quick else 10
     args.log_lines = 50_000 if quick else 200_000
-    args.log_batch = 100  # the default LOG_BATCH_SIZE
+    args.log_batch = 1000  # the default LOG_BATCH_SIZE
     args.footprint_window = 40.0 if quick else 120.0  # >= 120 s sees two inventory cycles and 8 heartbeats
     args.managed, args.managed_ray = 20, 5
     args.footprint_runs = 5 if quick else 10

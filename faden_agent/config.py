@@ -393,7 +393,7 @@ class Config:
         None, _optional_path, "PEM file of CA certificates to trust for the backend (and Loki)"
     )
     loki_url: str | None = setting(None, _optional_url, "Loki base URL; unset: ask the backend where to push")
-    log_batch_size: int = setting("100", _positive_int, "Most lines in one Loki push")
+    log_batch_size: int = setting("1000", _positive_int, "Most lines in one Loki push (and about 1 MiB)")
     log_flush_interval_sec: float = setting("5", _positive_float, "Longest wait before a partial batch is pushed")
     log_multiline: bool = setting(
         "true",

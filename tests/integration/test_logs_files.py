@@ -6,9 +6,12 @@ from __future__ import annotations
 import logging
 import logging.handlers
 import os
+import shutil
 import threading
 import time
 from pathlib import Path
+
+import pytest
 
 from faden_agent.config import load_config
 from faden_agent.workers.logs.backlog import Backlog
@@ -417,3 +420,123 @@ def test_more_files_than_the_open_bound_are_all_shipped_closing_idle_ones(tmp_pa
         stop.set()
         source.stop()
         source.thread.join(5)
+
+
+# A rotation scheme that keeps one rotated file: Python's RotatingFileHandler (backupCount=1)
+# in serve/, spdlog's rotating sink (max_files=1) in logs/ (Ray's own C++ logs).
+SCHEMES = {
+    "python": (("serve",), "replica_app_Model_1.log", "replica_app_Model_1.log.1"),
+    "spdlog": ((), "raylet.out", "raylet.1.out"),
+}
+
+
+class OneBackupLog:
+    """A log file as Ray's writers keep it: appended to; rotated by rename, the oldest
+    rotated file deleted."""
+
+    def __init__(self, ray_dir: Path, scheme: str):
+        below, self.live_name, self.rotated_name = SCHEMES[scheme]
+        self.dir = serve_dir(ray_dir).parent.joinpath(*below)
+        self.written = 0
+        self.held = None
+
+    def write(self, n: int) -> None:
+        with open(self.dir / self.live_name, "a") as fh:
+            for _ in range(n):
+                fh.write(f"INFO 2024-05-01 10:00:{self.written % 60:02d},000 raylet.cc:1 -- line {self.written}\n")
+                self.written += 1
+
+    def rotate(self) -> None:
+        # The deleted file is held open until the next rotation: the new live file cannot
+        # take its inode (a reused inode reads as the old file truncated, from its start).
+        self.held = open(self.dir / self.rotated_name) if (self.dir / self.rotated_name).exists() else None
+        (self.dir / self.rotated_name).unlink(missing_ok=True)
+        os.rename(self.dir / self.live_name, self.dir / self.rotated_name)
+        (self.dir / self.live_name).touch()
+
+
+def _loss_reports(monkeypatch) -> list:
+    from faden_agent.workers.logs import sources
+
+    reports: list = []
+    monkeypatch.setattr(sources, "report_event", lambda config, data, record_id=None: reports.append(data) or True)
+    return reports
+
+
+def _stop(source, collector, stop) -> None:
+    stop.set()
+    source.stop()
+    source.thread.join(5)
+    collector.positions.save(force=True)
+    time.sleep(0.05)  # what is written next is newer than the saved positions, as after a real stop
+
+
+def _numbers(collector) -> list[int]:
+    return [int(e.line.rsplit(" ", 1)[1]) for e in collector.lines]
+
+
+@pytest.mark.parametrize("scheme", sorted(SCHEMES))
+def test_a_file_rotated_away_twice_past_unread_lines_is_a_loss(tmp_path, monkeypatch, scheme):
+    """The agent read x.log up to line 4 and stopped; lines 5-7 went into it, then it rotated
+    twice (x.log -> x.log.1 -> deleted): its position names a file no followed name holds,
+    with lines never read: a logs.lines_lost, rotated_before_read, at least 1. The file made
+    and rotated meanwhile (line 8) is read, not skipped as older than the agent."""
+    reports = _loss_reports(monkeypatch)
+    ray_dir = tmp_path / "ray"
+    log_file = OneBackupLog(ray_dir, scheme)
+    log_file.write(5)
+    source, collector, stop = start_source(tmp_path, ray_dir)
+    collector.wait(5)
+    _stop(source, collector, stop)
+    log_file.write(3)  # while the agent is stopped: unread lines, then two rotations past them
+    log_file.rotate()
+    log_file.write(1)
+    log_file.rotate()
+    log_file.write(2)
+    source, collector, stop = start_source(tmp_path, ray_dir)
+    try:
+        collector.wait(3)
+        time.sleep(1.0)
+        assert _numbers(collector) == [8, 9, 10]
+        assert (source.lines_lost, source.lines_read) == (1, 4)
+        lost = [r for r in reports if r["type"] == "logs.lines_lost"]
+        assert [(r["source"], r["count"], r["at_least"], r["reason"]) for r in lost] == [
+            ("ray-serve", 1, True, "rotated_before_read")
+        ]
+    finally:
+        _stop(source, collector, stop)
+
+
+@pytest.mark.parametrize("scheme", sorted(SCHEMES))
+def test_rotations_read_in_time_report_no_loss_even_once_the_file_is_deleted(tmp_path, monkeypatch, scheme):
+    """x.log rotates while the agent reads it (read to its end through its descriptor); the
+    agent stops and the next rotation deletes that file: all of it was accepted before it
+    went, so no loss is reported; nor for a whole session directory deleted."""
+    reports = _loss_reports(monkeypatch)
+    ray_dir = tmp_path / "ray"
+    log_file = OneBackupLog(ray_dir, scheme)
+    other_serve = serve_dir(ray_dir, "ray-head-2")
+    (other_serve / "controller_1.log").write_text("INFO 2024-05-01 10:00:00,000 controller 1 -- line 99\n")
+    log_file.write(5)
+    source, collector, stop = start_source(tmp_path, ray_dir)
+    try:
+        collector.wait(6)
+        log_file.write(2)
+        log_file.rotate()  # held open: lines 5-6 come through its descriptor
+        log_file.write(3)
+        collector.wait(11)
+        time.sleep(1.5)  # the rotated file read to its end and closed, its last line accepted
+        assert sorted(_numbers(collector)) == [*range(10), 99]
+        assert source.rotations == 1 and source.lines_lost == 0
+        _stop(source, collector, stop)
+        log_file.rotate()  # while stopped: the first file deleted, all of it accepted
+        log_file.write(2)
+        shutil.rmtree(other_serve.parent.parent)  # a tree deleted whole is no rotation
+        source, collector, stop = start_source(tmp_path, ray_dir)
+        collector.wait(2)
+        time.sleep(1.0)
+        assert _numbers(collector) == [10, 11]
+        assert source.lines_lost == 0 and [r for r in reports if r["type"] == "logs.lines_lost"] == []
+        assert collector.positions.keys("file-end:") == []  # the deleted file's end went with it
+    finally:
+        _stop(source, collector, stop)

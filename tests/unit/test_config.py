@@ -33,7 +33,7 @@ def test_exact_defaults():
     assert config.request_timeout_sec == 20
     assert config.verify_tls is True
     assert config.loki_url is None
-    assert config.log_batch_size == 100
+    assert config.log_batch_size == 1000
     assert config.log_flush_interval_sec == 5
     expected_state = (
         "/var/lib/faden-agent/state.json"

@@ -31,6 +31,7 @@ class Positions:
         self._lock = threading.Lock()
         self._save_lock = threading.Lock()  # snapshots reach the disk in the order taken
         self.quarantined: dict[str, Any] | None = None  # the event when a corrupt file was moved aside
+        self.loaded_mtime_ns: int | None = None  # when the loaded file was last saved; None: no file
         self._values: dict[str, Any] = self._load()
         self._dirty = False
         self._synced_at = 0.0
@@ -40,6 +41,7 @@ class Positions:
 
     def _load(self) -> dict[str, Any]:
         try:
+            self.loaded_mtime_ns = self.path.stat().st_mtime_ns
             data = orjson.loads(self.path.read_bytes())
         except FileNotFoundError:
             return {}
@@ -66,7 +68,8 @@ class Positions:
             return [k for k in self._values if k.startswith(prefix)]
 
     def advance(self, updates: dict[str, Any]) -> None:
-        """Record accepted positions (called by the shipper only)."""
+        """Record accepted positions (the shipper), or a source's note beside them (a
+        file's end); saved with the next save."""
         if updates:
             with self._lock:
                 self._values.update(updates)

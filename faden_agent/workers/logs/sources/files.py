@@ -18,7 +18,8 @@ from faden_agent.workers.logs.entry import MAX_LINE_BYTES, Entry, Labels, clean_
 from faden_agent.workers.logs.labels import core_file_kind
 from faden_agent.workers.logs.multiline import Joined, Joiner
 from faden_agent.workers.logs.report import report_event
-from faden_agent.workers.logs.sources import FIRST_START_WINDOW_S, Source, mount
+from faden_agent.workers.logs.sources import FIRST_START_WINDOW_S, ROTATED_BEFORE_READ, Source, mount
+from faden_agent.workers.logs.sources.fileends import FileEnds, position_key
 from faden_agent.workers.logs.sources.inotify import TreeWatch
 from faden_agent.workers.logs.sources.mount import Refused, safe_name
 from faden_agent.workers.logs.sources.retention import Retention
@@ -108,10 +109,17 @@ class Tail:
     pending: bytes = field(default=b"")
     at_eof: bool = False
     wd: int | None = None  # its inotify watch
+    final: bool = False  # rotated away: takes no more writes
+    put_offset: int = 0  # where its position stands once all put into the backlog is accepted
 
     @property
     def key(self) -> str:
-        return f"file:{self.ident[0]}:{self.ident[1]}"
+        return position_key(self.ident)
+
+    @property
+    def read_all(self) -> bool:
+        """Read to its end, every line of it put into the backlog."""
+        return self.at_eof and not self.pending and self.joiner.deadline is None
 
     @property
     def container(self) -> str:
@@ -150,6 +158,9 @@ class RayFileSource(Source):
         self.relist: set[tuple[str, ...]] = set()  # directories with files left unopened for room
         self.positions_quarantined = 0
         self.dirs_opened = 0
+        self.ends = FileEnds(self.positions)
+        # Files closed for room, read to the offset given: their end should they turn up rotated unchanged.
+        self.closed_ends: dict[tuple[int, int], int] = {}
 
     def follow(self) -> None:
         self.close_all()
@@ -278,12 +289,19 @@ class RayFileSource(Source):
         if dirty is None:
             # Forget finished files only after a while unseen by full listings: a rename during
             # one can hide a file from it, and forgetting it then would read it twice.
-            self.finished = {i: seen for i, seen in self.finished.items() if now - seen[1] < FORGET_AFTER_S}
+            kept = {i: seen for i, seen in self.finished.items() if now - seen[1] < FORGET_AFTER_S}
+            for ident in self.finished.keys() - kept.keys():
+                self.closed_ends.pop(ident, None)
+                if ident not in self.tails:
+                    self.ends.forget_complete(position_key(ident))
+            self.finished = kept
         if first:
-            keys = {f"file:{d}:{i}" for d, i in present}
-            for key in self.positions.keys("file:"):
-                if key not in keys:
-                    self.positions.forget(key)  # the file is gone
+            keys = {position_key(ident) for ident in present}
+            gone = [key for key in self.positions.keys("file:") if key not in keys]
+            lost = sum(self.ends.gone(key) for key in gone)  # each position forgotten: its file is gone
+            self.ends.forget_orphans()
+            if lost:  # how many lines each held past its position, nobody can say now
+                self.lost(lost, ROTATED_BEFORE_READ, at_least=True)
 
     def children(self, dir_fd: int, parts: tuple[str, ...], dirty, prefixes) -> list[str]:
         """Names below `parts` to look at: all of them (listed) when the directory is new
@@ -409,16 +427,27 @@ class RayFileSource(Source):
             self.refuse(parts, refused.reason)
             return None
         ident = (st.st_dev, st.st_ino)
+        key = position_key(ident)
         if ident in self.tails or self.finished.get(ident, (None,))[0] == st.st_mtime_ns:
             os.close(fd)
+            if rotated and ident in self.closed_ends:  # closed for room, then rotated unwritten
+                self.ends.record(key, self.closed_ends.pop(ident))
             return ident
-        key = f"file:{ident[0]}:{ident[1]}"
+        self.closed_ends.pop(ident, None)  # written since it was closed
         path = self.relpath(parts)
         # A file closed while idle (or read to its end after a rotation) resumes where it was.
         stored = self.positions.get(key) if first or ident in self.finished else None
         if isinstance(stored, dict) and stored.get("path", path) != path and not rotated:
             stored = None  # the inode now names another file
-        if first and rotated and stored is None:
+        if not rotated and self.ends.known(key):  # a rotated-away file's inode, reused by a live one
+            if not self.ends.complete(key):
+                self.lost(1, ROTATED_BEFORE_READ, at_least=True)
+            self.ends.drop(key)
+            stored = None
+        # A rotated file without a position is older than the agent's first start, unless
+        # written after the agent's last save: then it rotated while the agent was stopped.
+        saved_ns = self.positions.loaded_mtime_ns
+        if first and rotated and stored is None and (saved_ns is None or st.st_mtime_ns <= saved_ns):
             os.close(fd)
             self.finished[ident] = (st.st_mtime_ns, time.monotonic())  # rotated before we started
             return ident
@@ -429,6 +458,7 @@ class RayFileSource(Source):
             old = first and st.st_mtime < time.time() - FIRST_START_WINDOW_S
             offset, ts_ns = (st.st_size if old else 0), st.st_mtime_ns
             self.positions.initialize(key, {"offset": offset, "ts": ts_ns, "path": path}, replace=True)
+            self.ends.drop(key)  # a reused inode's
         filename = parts[-1]
         self.tails[ident] = Tail(
             parts=parts,
@@ -442,6 +472,8 @@ class RayFileSource(Source):
             group=group,
             metadata={"filename": safe_name(group), "session": safe_name(parts[1])},
             wd=self.watch.watch_file(fd) if self.watch is not None else None,
+            final=rotated,
+            put_offset=offset,
         )
         return ident
 
@@ -465,10 +497,7 @@ class RayFileSource(Source):
             return False
         tail = min(idle, key=lambda t: os.fstat(t.fd).st_mtime_ns)
         self.finished[tail.ident] = (os.fstat(tail.fd).st_mtime_ns, time.monotonic())
-        if self.watch is not None:
-            self.watch.unwatch_file(tail.wd)
-        os.close(tail.fd)
-        del self.tails[tail.ident]
+        self.close(tail)
         self.closed_idle += 1
         return True
 
@@ -540,6 +569,7 @@ class RayFileSource(Source):
             ident = tail.ident
             if mount.identity_at(root_fd, tail.parts) == ident:
                 continue
+            tail.final = True
             if not self.read(tail):
                 return False
             if not tail.at_eof:
@@ -551,11 +581,20 @@ class RayFileSource(Source):
                 return False
             self.rotations += 1
             self.finished[ident] = (os.fstat(tail.fd).st_mtime_ns, time.monotonic())
-            assert self.watch is not None
-            self.watch.unwatch_file(tail.wd)
-            os.close(tail.fd)
-            del self.tails[ident]
+            self.close(tail)
         return True
+
+    def close(self, tail: Tail) -> None:
+        """Stop tailing a file, leaving its end: a rotated-away file's, for the check after a
+        restart; a live one read to its end, should it turn up rotated without a write."""
+        if tail.final:
+            self.ends.record(tail.key, tail.put_offset if tail.read_all else os.fstat(tail.fd).st_size)
+        elif tail.read_all:
+            self.closed_ends[tail.ident] = tail.put_offset
+        if self.watch is not None:
+            self.watch.unwatch_file(tail.wd)
+        os.close(tail.fd)
+        del self.tails[tail.ident]
 
     def read_round(self) -> bool | None:
         """Read the files for at most POLL_S, one chunk per file in turn, so one huge file
@@ -660,6 +699,7 @@ class RayFileSource(Source):
         entry = Entry(
             tail.labels_by_level[joined.level], joined.ts_ns, joined.text, tail.metadata, tail.key, joined.last_position
         )
+        tail.put_offset = joined.last_position["offset"]
         return self.backlog.put(entry)
 
     def send_due(self) -> bool:
@@ -684,9 +724,8 @@ class RayFileSource(Source):
         self.positions.forget(tail.key)
 
     def close_all(self) -> None:
-        for tail in self.tails.values():
-            os.close(tail.fd)
-        self.tails.clear()
+        for tail in list(self.tails.values()):
+            self.close(tail)
 
     def status(self) -> dict[str, object]:
         return {
