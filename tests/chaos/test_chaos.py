@@ -307,7 +307,8 @@ class Run:
     # ------------------------------------------------------------------ faults
 
     def faults(self, rng: random.Random, until: float) -> None:
-        """First every fault once (each worker killed and stopped), in seeded order; then at random."""
+        """First every fault once (each worker killed and stopped, each hostile peer), in seeded
+        order; then at random."""
         plan: list[tuple[Callable[..., None], tuple[Any, ...]]] = [
             *[(self.kill_worker, (name,)) for name in WORKERS],
             *[(self.stop_worker, (name,)) for name in WORKERS],
@@ -325,12 +326,13 @@ class Run:
                     self.rotate_credential,
                     self.state_disk_full,
                     self.kill_peer_mid_transfer,
-                    self.hostile_peer_fetch,
                 )
             ],
+            *[(self.hostile_peer_fetch, (mode,)) for mode in HOSTILE_MODES],
         ]
         everything = list(plan)
-        weights = [3] * 8 + [1, 1, 1, 1, 1, 1, 1, 0.4, 1, 1, 1, 1]  # worker faults are cheap: more of them
+        # worker faults are cheap: more of them; the hostile peers together weigh as one fault
+        weights = [3] * 8 + [1, 1, 1, 1, 1, 1, 1, 0.4, 1, 1, 1] + [1 / len(HOSTILE_MODES)] * len(HOSTILE_MODES)
         rng.shuffle(plan)
         while (plan or time.monotonic() < until) and not self.stop.is_set():  # every fault runs once
             fault, args = plan.pop() if plan else rng.choices(everything, weights)[0]
@@ -452,11 +454,10 @@ class Run:
             receiver.close()
             fault.end = time.time()
 
-    def hostile_peer_fetch(self, rng: random.Random) -> None:
-        """The agent fetches an image it lacks, the first peer hostile (its way chosen by the
-        seed), the second honest: the command ends within its deadline, through the honest
-        peer (a drip: at the deadline), the executor lives, nothing else reaches the engine."""
-        mode = rng.choice(HOSTILE_MODES)
+    def hostile_peer_fetch(self, mode: str, rng: random.Random) -> None:
+        """The agent fetches an image it lacks, the first peer hostile (`mode`), the second
+        honest: the command ends within its deadline, through the honest peer (a drip: at the
+        deadline), the executor lives, nothing else reaches the engine."""
         wanted, archive = self.wanted_id, self.wanted_archive
         good = hostilepeer.scripted(hostilepeer.honest(wanted, archive))
         target = hostilepeer.scripted(hostilepeer.honest(wanted, archive))  # where a redirect points
