@@ -31,13 +31,17 @@ import psutil
 import pytest
 
 from faden_agent import protocol
+from faden_agent.peer.tickets import TICKET_DIR
+from faden_agent.peer.wire import PeerFailure
 from faden_agent.reports.outbox import Outbox
+from tests import hostilepeer
 from tests.agentproc import AgentProcess, pid_alive, wait_for
-from tests.backendproc import BackendProcess, agent_env_for
+from tests.backendproc import BackendProcess, agent_env_for, free_port
 from tests.conftest import TEST_IMAGE
 from tests.dockerd import restart_dockerd, sigcont_dockerd, sigstop_dockerd
 from tests.journalfiles import JournalWriter
 from tests.lokireceiver import LokiReceiver
+from tests.peerreceiver import SlowReceiver, fetch_archive_members, serve_ticket
 
 pytestmark = [pytest.mark.docker, pytest.mark.serial]
 
@@ -61,6 +65,13 @@ HEARTBEAT_FAULTS = {
 }
 EXCUSED_GAP_SLACK_S = HANG_TIMEOUT_S + RECONNECT_MAX_S + 6.0
 MEMORY_BOUND_MIB = 700  # PSS of the whole agent tree (supervisor, workers, journalctl)
+# The image the peer worker serves when it is killed: larger than every socket buffer between
+# it and a receiver reading slowly, so the kill lands mid-transfer.
+SERVED_PAYLOAD_BYTES = 32 << 20
+HOSTILE_MODES = ("drip", "lying_size", "redirect", "another_image", "endless")
+HOSTILE_DEADLINE_S = {"drip": 10}  # a drip is cut by the deadline; the others move on to the honest peer
+FETCH_DEADLINE_S = 30
+DEADLINE_SLACK_S = 3.0
 
 
 @dataclass
@@ -78,11 +89,21 @@ class Chaos:
     faults: list[Fault] = field(default_factory=list)
     journal_markers: list[str] = field(default_factory=list)
     creates: collections.Counter = field(default_factory=collections.Counter)
+    peer_kills: list[dict[str, Any]] = field(default_factory=list)
+    hostile_fetches: list[dict[str, Any]] = field(default_factory=list)
     peak_pss_mib: float = 0.0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def fail(self, message: str) -> None:
         pytest.fail(f"[chaos seed={SEED}] {message}", pytrace=False)
+
+
+def image_present(client: docker.DockerClient, image_id: str) -> bool:
+    try:
+        client.images.get(image_id)
+        return True
+    except docker.errors.ImageNotFound:
+        return False
 
 
 def tree_pss_mib(root_pid: int) -> float:
@@ -114,10 +135,14 @@ class Run:
         self.node_id = ""
         self.agent_lock = threading.Lock()  # the agent object is replaced on a whole-agent kill
         self.statefs: Path | None = None  # the state directory's own small file system (root only)
+        self.peer_port = free_port()
+        self.docker = docker.from_env(timeout=60)
+        self.own_images: list[str] = []  # made for this run, removed at its end
 
     # ------------------------------------------------------------------ set-up
 
     def start(self) -> None:
+        self.make_images()
         self.backend.start()
         self.loki.start()
         self.append_journal(5)
@@ -147,6 +172,8 @@ class Run:
             log_flush_interval_sec=0.5,
             inventory_interval_sec=5,
             log_level="info",
+            advertise_host="127.0.0.1",
+            peer_port=self.peer_port,
             **state,
         )
         (self.tmp / "agent").mkdir(exist_ok=True)
@@ -154,6 +181,14 @@ class Run:
         self.agent = AgentProcess(env, self.tmp / "agent.log").start()
         self.agent_id = env["FADEN_NODE_AGENT_AGENT_ID"]
         self.node_id = self.backend.wait_node(self.agent_id, heartbeats=1)["node_id"]
+
+    def make_images(self) -> None:
+        """The peer faults' images: one the agent serves, one it must fetch (off the engine),
+        and a decoy a hostile peer sends in its place (never loaded)."""
+        _, self.served_id = hostilepeer.make_image(self.docker, SERVED_PAYLOAD_BYTES)
+        self.wanted_id, self.wanted_archive = hostilepeer.absent_image(self.docker)
+        self.decoy_id, self.decoy_archive = hostilepeer.absent_image(self.docker)
+        self.own_images += [self.served_id, self.wanted_id, self.decoy_id]
 
     def close(self) -> None:
         self.stop.set()
@@ -173,6 +208,8 @@ class Run:
             all=True, filters={"label": f"{protocol.LABEL_AGENT_ID}={self.agent_id}"}
         ):
             container.remove(force=True)
+        for image_id in self.own_images:
+            hostilepeer.remove_image(client, image_id)
 
     # ------------------------------------------------------------------ workload
 
@@ -270,7 +307,8 @@ class Run:
     # ------------------------------------------------------------------ faults
 
     def faults(self, rng: random.Random, until: float) -> None:
-        """First every fault once (each worker killed and stopped), in seeded order; then at random."""
+        """First every fault once (each worker killed and stopped, each hostile peer), in seeded
+        order; then at random."""
         plan: list[tuple[Callable[..., None], tuple[Any, ...]]] = [
             *[(self.kill_worker, (name,)) for name in WORKERS],
             *[(self.stop_worker, (name,)) for name in WORKERS],
@@ -287,16 +325,26 @@ class Run:
                     self.dockerd_restart,
                     self.rotate_credential,
                     self.state_disk_full,
+                    self.kill_peer_mid_transfer,
                 )
             ],
+            *[(self.hostile_peer_fetch, (mode,)) for mode in HOSTILE_MODES],
         ]
         everything = list(plan)
-        weights = [3] * 8 + [1, 1, 1, 1, 1, 1, 1, 0.4, 1, 1]  # worker faults are cheap: more of them
+        # worker faults are cheap: more of them; the hostile peers together weigh as one fault
+        weights = [3] * 8 + [1, 1, 1, 1, 1, 1, 1, 0.4, 1, 1, 1] + [1 / len(HOSTILE_MODES)] * len(HOSTILE_MODES)
         rng.shuffle(plan)
-        while time.monotonic() < until and not self.stop.is_set():
+        while (plan or time.monotonic() < until) and not self.stop.is_set():  # every fault runs once
             fault, args = plan.pop() if plan else rng.choices(everything, weights)[0]
             fault(*args, rng)
             self.stop.wait(rng.uniform(1.0, 4.0))
+
+    def worker_row(self, name: str) -> dict[str, Any] | None:
+        """The worker's row of `ps` (asked again while the supervisor is slow to answer)."""
+        try:
+            return wait_for(lambda: self.agent.workers().get(name), 10, interval_s=0.2, what=f"the {name} row of ps")
+        except AssertionError:
+            return None
 
     def _window(self, kind: str) -> Fault:
         fault = Fault(kind, time.time())
@@ -367,6 +415,87 @@ class Run:
         self.stop.wait(rng.uniform(1.0, 4.0))
         ballast.unlink()
         fault.end = time.time()
+
+    def kill_peer_mid_transfer(self, rng: random.Random) -> None:
+        """The backend has the agent serve an image; a receiver (this test) reads it slowly and
+        the peer worker is SIGKILLed part-way: the receiver sees a cut stream, the worker
+        comes back (checked at the end, with a whole serve and fetch of the same image)."""
+        row = self.agent.workers().get("peer") if self.agent else None
+        if not row or not row["pid"] or not (row.get("status") or {}).get("listening"):
+            return
+        fault = self._window("kill_peer")
+        kill: dict[str, Any] = {"pid": row["pid"], "at": time.strftime("%H:%M:%S")}
+        self.chaos.peer_kills.append(kill)
+        ticket = f"chaos-kill-{uuid.uuid4().hex}"
+        try:
+            serve_ticket(self.backend, self.node_id, self.served_id, ticket)
+            receiver = SlowReceiver(self.peer_port, self.served_id, ticket)
+        except (AssertionError, OSError, PeerFailure) as exc:
+            kill["error"] = f"could not start the transfer: {type(exc).__name__}: {str(exc)[:300]}"
+            fault.end = time.time()
+            return
+        try:
+            if receiver.status != 200:
+                kill["error"] = f"the peer port answered HTTP {receiver.status}"
+                return
+            receiver.read(rng.randint(64 << 10, 4 << 20))
+            kill["transfers_active"] = wait_for(
+                lambda: ((self.agent.workers().get("peer") or {}).get("status") or {}).get("transfers_active"),
+                5,
+                interval_s=0.1,
+                what="the peer worker to report the transfer",
+            )
+            os.kill(row["pid"], signal.SIGKILL)
+            kill["receiver"] = receiver.rest()
+            kill["received"] = receiver.received
+        except (AssertionError, OSError) as exc:
+            kill.setdefault("error", f"{type(exc).__name__}: {str(exc)[:300]}")
+        finally:
+            receiver.close()
+            fault.end = time.time()
+
+    def hostile_peer_fetch(self, mode: str, rng: random.Random) -> None:
+        """The agent fetches an image it lacks, the first peer hostile (`mode`), the second
+        honest: the command ends within its deadline, through the honest peer (a drip: at the
+        deadline), the executor lives, nothing else reaches the engine."""
+        wanted, archive = self.wanted_id, self.wanted_archive
+        good = hostilepeer.scripted(hostilepeer.honest(wanted, archive))
+        target = hostilepeer.scripted(hostilepeer.honest(wanted, archive))  # where a redirect points
+        script = {
+            "drip": lambda: hostilepeer.drip(wanted),
+            "lying_size": lambda: hostilepeer.claims_a_petabyte(wanted),
+            "redirect": lambda: hostilepeer.redirect_to(target),
+            "another_image": lambda: hostilepeer.honest(wanted, self.decoy_archive),  # named as the wanted one
+            "endless": lambda: hostilepeer.endless(wanted),
+        }[mode]()
+        hostile = hostilepeer.scripted(script)
+        fault = self._window("hostile_peer")
+        deadline_s = HOSTILE_DEADLINE_S.get(mode, FETCH_DEADLINE_S)
+        record: dict[str, Any] = {"mode": mode, "deadline_s": deadline_s, "good": good.url, "hostile": hostile.url}
+        self.chaos.hostile_fetches.append(record)
+        try:
+            hostilepeer.remove_image(self.docker, wanted)  # a fetch before this one brought it
+            record["executor_before"] = self.worker_row("executor")
+            peers = [{"address": peer.url, "ticket": f"chaos-{uuid.uuid4().hex}"} for peer in (hostile, good)]
+            spec = {"image_id": wanted, "peers": peers, "size_bytes": len(archive), "deadline_s": deadline_s}
+            cid = self.send("image.fetch", spec)
+            if cid is None:
+                record["error"] = "the backend did not take the command"
+                return
+            record["command_id"] = cid
+            try:
+                self.backend.wait_command(cid, timeout_s=deadline_s + 30)
+            except AssertionError:
+                record["error"] = f"still {self.backend.command(cid)['state']} {deadline_s + 30} s after it was sent"
+                return
+            record["executor_after"] = self.worker_row("executor")
+            record["wanted_on_engine"] = image_present(self.docker, wanted)
+            record["decoy_on_engine"] = image_present(self.docker, self.decoy_id)
+            record["redirected_to"] = target.requests
+        finally:
+            for peer in (hostile, good, target):
+                peer.close()
+            fault.end = time.time()
 
     def stall_stream(self, rng: random.Random) -> None:
         fault = self._window("stall_stream")
@@ -565,6 +694,9 @@ def settle_and_check(run: Run) -> None:
     if chaos.peak_pss_mib > MEMORY_BOUND_MIB:
         chaos.fail(f"agent tree PSS peaked at {chaos.peak_pss_mib:.0f} MiB, above {MEMORY_BOUND_MIB} MiB")
 
+    check_peer_kills(run)  # 7
+    check_hostile_fetches(run)  # 8
+
     faults = collections.Counter(f.kind for f in chaos.faults)
     print(f"chaos: commands={len(chaos.commands)} outcomes={dict(sorted(outcomes.items()))}")
     print(f"chaos: faults={sum(faults.values())} {dict(sorted(faults.items()))}")
@@ -577,3 +709,81 @@ def settle_and_check(run: Run) -> None:
         f"chaos: heartbeats={len(beats)} worst excused gap={worst:.1f}s peak tree PSS={chaos.peak_pss_mib:.0f} MiB "
         f"containers created={sum(chaos.creates.values())}"
     )
+    print(
+        f"chaos: peer worker kills={[(k['received'], k['receiver'][:40]) for k in chaos.peer_kills]} "
+        f"hostile fetches={[(f['mode'], run.backend.command(f['command_id'])['state']) for f in chaos.hostile_fetches]}"
+    )
+
+
+def check_peer_kills(run: Run) -> None:
+    """7. The peer worker killed mid-transfer: the receiver saw a cut stream (never a whole
+    archive), the worker is back, its ticket box holds no stray file, and the same image is
+    served whole again."""
+    chaos = run.chaos
+    for kill in chaos.peer_kills:
+        if kill.get("error"):
+            chaos.fail(f"peer worker kill at {kill['at']}: {kill['error']}")
+        if not kill["receiver"].startswith("cut"):
+            chaos.fail(
+                f"peer worker (pid {kill['pid']}) killed at {kill['at']} with {kill['transfers_active']} transfer(s) "
+                f"under way, yet the receiver got a whole archive ({kill['received']} bytes)"
+            )
+    killed = {kill["pid"] for kill in chaos.peer_kills}
+    try:
+        wait_for(
+            lambda: (
+                (row := run.agent.workers().get("peer"))
+                and row["state"] == "RUNNING"
+                and row["pid"] not in killed
+                and (row.get("status") or {}).get("listening")
+            ),
+            30,
+            what="the peer worker back and listening",
+        )
+    except AssertionError:
+        chaos.fail(f"the peer worker is not back after {len(killed)} kill(s): {run.agent.workers().get('peer')}")
+    box = Path(run.env["FADEN_NODE_AGENT_RUNTIME_DIR"]) / TICKET_DIR
+    stray = sorted(p.name for p in box.iterdir()) if box.is_dir() else []
+    if stray:
+        chaos.fail(f"{len(stray)} stray file(s) in the peer ticket box {box}: {stray[:5]}")
+    ticket = f"chaos-after-{uuid.uuid4().hex}"
+    try:
+        serve_ticket(run.backend, run.node_id, run.served_id, ticket)
+        members = fetch_archive_members(f"http://127.0.0.1:{run.peer_port}", run.served_id, ticket)
+    except Exception as exc:  # noqa: BLE001 - any way it fails is the invariant's failure
+        chaos.fail(f"serving {run.served_id[:19]} again after the peer worker kills failed: {exc!r}"[:600])
+    if "manifest.json" not in members or not any(m.endswith("/layer.tar") for m in members):
+        chaos.fail(f"serving {run.served_id[:19]} after the peer worker kills: not a whole archive: {members[:9]}")
+
+
+def check_hostile_fetches(run: Run) -> None:
+    """8. Each fetch with a hostile first peer ended within its deadline: through the honest
+    peer, or (a drip) failed at the deadline; the executor lived through it; the redirect was
+    not followed; nothing but the image asked for reached the engine."""
+    chaos = run.chaos
+    for fetch in chaos.hostile_fetches:
+        what = f"image.fetch {fetch.get('command_id')} (hostile peer: {fetch['mode']})"
+        if fetch.get("error"):
+            chaos.fail(f"{what}: {fetch['error']}")
+        timeline = run.backend.command(fetch["command_id"])["timeline"]
+        end = next(r for r in timeline if r["state"] in protocol.TERMINAL_STATES)
+        took = end["ts"] - timeline[0]["ts"]
+        if took > fetch["deadline_s"] + DEADLINE_SLACK_S:
+            chaos.fail(f"{what} ended {took:.1f} s after it was received, past its {fetch['deadline_s']} s deadline")
+        result = end.get("result") or {}
+        if fetch["mode"] == "drip":
+            expected, got = (protocol.FAILED, "timeout"), (end["state"], end.get("reason"))
+        else:
+            expected = (protocol.SUCCEEDED, fetch["good"].removeprefix("http://"), 1)
+            got = (end["state"], result.get("source"), len(result.get("failed_sources") or ()))
+        if got != expected:
+            chaos.fail(f"{what} ended {got}, expected {expected}: {end.get('reason')} {end.get('message')}"[:800])
+        before, after = fetch["executor_before"], fetch["executor_after"]
+        if not before or not after or after["state"] != "RUNNING" or after["pid"] != before["pid"]:
+            chaos.fail(f"{what}: the executor did not live through it: before {before}, after {after}"[:800])
+        if fetch["decoy_on_engine"]:
+            chaos.fail(f"{what}: the other image the hostile peer sent ({run.decoy_id[:19]}) is on the engine")
+        if fetch["wanted_on_engine"] != (end["state"] == protocol.SUCCEEDED):
+            chaos.fail(f"{what} ended {end['state']}, yet the image on the engine: {fetch['wanted_on_engine']}")
+        if fetch["redirected_to"]:
+            chaos.fail(f"{what}: the redirect was followed ({fetch['redirected_to']} request(s) at its target)")

@@ -1,16 +1,13 @@
-"""image.fetch and traffic.probe against hostile peers: small real HTTP servers scripted here
-that speak the peer protocol wrongly on purpose, and a real executor with the real engine
-receiving. Nothing the peer says is trusted (peer/fetch.py, peer/wire.py)."""
+"""image.fetch and traffic.probe against hostile peers: small real HTTP servers that speak the
+peer protocol wrongly on purpose (tests/hostilepeer.py), and a real executor with the real
+engine receiving. Nothing the peer says is trusted (peer/fetch.py, peer/wire.py)."""
 
 from __future__ import annotations
 
-import io
 import tarfile
-import threading
 import time
-import uuid
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
 
 import pytest
@@ -19,72 +16,24 @@ from faden_agent import protocol
 from faden_agent.peer.probe import frame
 from tests.agentproc import peak_rss_mib
 from tests.executorproc import executor_factory, executor_pid  # noqa: F401
-from tests.scriptedhttp import LocalHTTP
+from tests.hostilepeer import (
+    HEX,
+    MiB,
+    Script,
+    ScriptedPeer,
+    absent_image,
+    claims_a_petabyte,
+    drip,
+    endless_layer,
+    honest,
+    redirect_to,
+    remove_image,
+    scripted,
+)
 
 pytestmark = pytest.mark.docker
 
-MiB = 1 << 20
-HEX = "ab" * 32
 ABSENT_IMAGE = "sha256:" + "cd" * 32  # on no machine: whatever arrives is not it
-
-
-class ScriptedPeer(LocalHTTP):
-    """Answers every POST with `script(handler)`; counts the bytes it managed to send."""
-
-    def __init__(self, script: Callable[[BaseHTTPRequestHandler], None]):
-        self.script = script
-        self.sent = 0
-        self.requests = 0
-        self.stop = threading.Event()
-        super().__init__()
-
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        peer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_POST(self) -> None:
-                peer.requests += 1
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                try:
-                    peer.script(self)
-                except OSError:
-                    pass  # the receiver hung up: what a hostile peer is told
-                self.close_connection = True
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        return Handler
-
-    def head(self, handler: BaseHTTPRequestHandler, image_id: str, **headers: str) -> None:
-        handler.send_response(200)
-        handler.send_header("X-Faden-Image-Id", image_id)
-        for name, value in headers.items():
-            handler.send_header(name.replace("_", "-"), value)
-        handler.send_header("Connection", "close")
-        handler.end_headers()
-
-    def stream(self, handler: BaseHTTPRequestHandler, pieces: Iterator[bytes]) -> None:
-        for piece in pieces:
-            if self.stop.is_set():
-                return
-            handler.wfile.write(piece)
-            self.sent += len(piece)
-
-    def close(self) -> None:
-        self.stop.set()
-        super().close()
-
-
-def endless_layer() -> Iterator[bytes]:
-    member = tarfile.TarInfo(f"{HEX}/layer.tar")
-    member.size = 1 << 40
-    yield member.tobuf(tarfile.GNU_FORMAT)
-    zeros = bytes(MiB)
-    while True:
-        yield zeros
 
 
 def huge_pax_header() -> Iterator[bytes]:
@@ -109,9 +58,8 @@ def a_million_directories() -> Iterator[bytes]:
 def peers():
     started: list[ScriptedPeer] = []
 
-    def make(script: Callable[[ScriptedPeer, BaseHTTPRequestHandler], None]) -> ScriptedPeer:
-        peer = ScriptedPeer(lambda handler: script(peer, handler))
-        started.append(peer)
+    def make(script: Script) -> ScriptedPeer:
+        started.append(peer := scripted(script))
         return peer
 
     yield make
@@ -121,32 +69,10 @@ def peers():
 
 @pytest.fixture
 def small_image(docker_client):
-    """An image of one small layer made for this test: its `docker save` archive (by id, no
-    tags), then removed from the engine so that a fetch must bring it back."""
-    data = io.BytesIO()
-    with tarfile.open(fileobj=data, mode="w") as out:
-        content = uuid.uuid4().hex.encode()
-        member = tarfile.TarInfo("marker")
-        member.size = len(content)
-        out.addfile(member, io.BytesIO(content))
-    repository = f"faden-test/hostile-{uuid.uuid4().hex[:10]}"
-    docker_client.api.import_image_from_data(data.getvalue(), repository=repository, tag="1")
-    image_id = docker_client.images.get(f"{repository}:1").id
-    archive = b"".join(docker_client.api.get_image(image_id))
-    docker_client.images.remove(f"{repository}:1", force=True)
+    """An image of one small layer made for this test, off the engine: (id, archive)."""
+    image_id, archive = absent_image(docker_client)
     yield image_id, archive
-    try:
-        docker_client.images.remove(image_id, force=True)
-    except Exception:  # noqa: BLE001 - the test may have left none
-        pass
-
-
-def honest(image_id: str, archive: bytes) -> Callable[[ScriptedPeer, BaseHTTPRequestHandler], None]:
-    def script(peer: ScriptedPeer, handler: BaseHTTPRequestHandler) -> None:
-        peer.head(handler, image_id, Content_Length=str(len(archive)), X_Faden_Bytes_Total=str(len(archive)))
-        peer.stream(handler, iter([archive]))
-
-    return script
+    remove_image(docker_client, image_id)
 
 
 def fetch_spec(image_id: str, *addresses: str, **extra) -> dict:
@@ -211,14 +137,7 @@ def test_cancel_stops_a_drip_fed_fetch_at_once_and_the_next_fetch_of_the_image_r
 ):
     image_id, archive = small_image
 
-    def drip(peer: ScriptedPeer, handler: BaseHTTPRequestHandler) -> None:
-        peer.head(handler, image_id)
-        while not peer.stop.is_set():
-            handler.wfile.write(b"\0")
-            peer.sent += 1
-            time.sleep(0.5)
-
-    dripping, good = peers(drip), peers(honest(image_id, archive))
+    dripping, good = peers(drip(image_id)), peers(honest(image_id, archive))
     _, ex = executor_factory()
     ex.send("fetch-drip", "image.fetch", fetch_spec(image_id, dripping.url))
     time.sleep(2.0)
@@ -239,13 +158,7 @@ def test_a_deadline_ends_a_drip_fed_fetch_and_frees_the_image_for_the_next(execu
     of the same image (queued behind it) runs at once."""
     image_id, archive = small_image
 
-    def drip(peer: ScriptedPeer, handler: BaseHTTPRequestHandler) -> None:
-        peer.head(handler, image_id)
-        while not peer.stop.is_set():
-            handler.wfile.write(b"\0")
-            time.sleep(0.5)
-
-    dripping, good = peers(drip), peers(honest(image_id, archive))
+    dripping, good = peers(drip(image_id)), peers(honest(image_id, archive))
     _, ex = executor_factory()
     started = time.monotonic()
     ex.send("fetch-late", "image.fetch", fetch_spec(image_id, dripping.url), deadline=time.time() + 3)
@@ -265,13 +178,7 @@ def test_a_peer_dripping_a_byte_now_and_then_is_given_up_on_and_the_next_peer_de
     read timeout) is stalled after STALL_S (30 s), and the next peer of the list delivers."""
     image_id, archive = small_image
 
-    def drip(peer: ScriptedPeer, handler: BaseHTTPRequestHandler) -> None:
-        peer.head(handler, image_id)
-        while not peer.stop.is_set():
-            handler.wfile.write(b"\0")
-            time.sleep(0.5)
-
-    dripping, good = peers(drip), peers(honest(image_id, archive))
+    dripping, good = peers(drip(image_id)), peers(honest(image_id, archive))
     _, ex = executor_factory()
     started = time.monotonic()
     done = ex.run("fetch-stalled", "image.fetch", fetch_spec(image_id, dripping.url, good.url), timeout_s=90)
@@ -288,17 +195,8 @@ def test_a_redirect_is_not_followed_and_a_no_space_claim_moves_on_to_the_next_pe
     image_id, archive = small_image
     target = peers(honest(image_id, archive))  # where the redirect points: must hear nothing
 
-    def redirect(peer: ScriptedPeer, handler: BaseHTTPRequestHandler) -> None:
-        handler.send_response(307)
-        handler.send_header("Location", target.url + protocol.PEER_FETCH_PATH)
-        handler.send_header("Content-Length", "0")
-        handler.end_headers()
-
-    def claims_a_petabyte(peer: ScriptedPeer, handler: BaseHTTPRequestHandler) -> None:
-        peer.head(handler, image_id, X_Faden_Bytes_Total=str(1 << 50), X_Faden_Byte_Limit=str(1 << 50))
-        peer.stream(handler, iter([b"\0" * 1024]))
-
-    redirecting, claiming, good = peers(redirect), peers(claims_a_petabyte), peers(honest(image_id, archive))
+    redirecting, claiming = peers(redirect_to(target)), peers(claims_a_petabyte(image_id))
+    good = peers(honest(image_id, archive))
     _, ex = executor_factory()
     done = ex.run("fetch-many", "image.fetch", fetch_spec(image_id, redirecting.url, claiming.url, good.url), 60)
     print(outcome(done))

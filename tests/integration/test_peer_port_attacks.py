@@ -23,6 +23,7 @@ from faden_agent.peer.server import PeerServer
 from faden_agent.peer.tickets import PROBE_GRANT, Ticket, TicketBox, ticket_hash
 from tests.agentproc import wait_for
 from tests.backendproc import agent_on_backend, backend, free_port  # noqa: F401
+from tests.peerreceiver import fetch, serve_ticket
 from tests.selfsigned import self_signed
 
 HALF_OPEN = 5_000
@@ -38,29 +39,6 @@ def proc_status(pid: int) -> dict[str, str]:
 def cpu_s(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / 100  # utime + stime, in ticks of 10 ms
-
-
-def serve_ticket(backend, node_id: str, image_id: str, ticket: str) -> None:
-    spec = {"image_id": image_id, "receiver": "127.0.0.1", "ttl_s": 120, "ticket_sha256": ticket_hash(ticket)}
-    done = backend.wait_command(backend.send_command(node_id, "image.serve", spec), timeout_s=30)
-    assert done["state"] == protocol.SUCCEEDED, done
-
-
-def fetch(base: str, image_id: str, ticket: str, **kwargs) -> tuple[float, float, int]:
-    """An honest receiver: (seconds to the answer's head, seconds to its end, archive bytes)."""
-    started = time.monotonic()
-    with requests.post(
-        base + protocol.PEER_FETCH_PATH,
-        json={"image_id": image_id, "held_chains": []},
-        headers={"Authorization": f"Bearer {ticket}"},
-        stream=True,
-        timeout=10,
-        **kwargs,
-    ) as answer:
-        head_s = time.monotonic() - started
-        assert answer.status_code == 200, answer.text
-        size = sum(len(chunk) for chunk in answer.iter_content(MiB))
-    return head_s, time.monotonic() - started, size
 
 
 def open_many(port: int, count: int, first_bytes: bytes) -> list[socket.socket]:
