@@ -120,3 +120,38 @@ def test_credentials_never_go_in_clear_text_to_another_host(registry, api):
         assert elsewhere.requests and all("Authorization" not in r.headers for r in elsewhere.requests)
     finally:
         elsewhere.close()
+
+
+def test_a_registry_dripping_its_answer_meets_the_deadline(api, monkeypatch):
+    """One byte every 0.2 s of a 64 KiB answer: given up at the answer deadline, not after
+    the whole chunk trickled in."""
+    import socket
+    import threading
+    import time
+
+    from faden_agent.workers.executor import pull_size
+
+    monkeypatch.setattr(pull_size, "ANSWER_DEADLINE_S", 1.0)
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def drip() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 65536\r\n\r\n")
+            while not stop.wait(0.2):
+                try:
+                    conn.sendall(b" ")
+                except OSError:
+                    return
+
+    threading.Thread(target=drip, daemon=True).start()
+    host = f"127.0.0.1:{listener.getsockname()[1]}"
+    started = time.monotonic()
+    try:
+        assert missing_bytes(api, f"{host}/fx/img:1", None) is None  # unknown: no check, no hang
+    finally:
+        stop.set()
+        listener.close()
+    assert time.monotonic() - started < 5.0

@@ -161,10 +161,14 @@ class _Registry:
 def _bounded_json(response: requests.Response) -> dict[str, Any]:
     body = bytearray()
     give_up = time.monotonic() + ANSWER_DEADLINE_S
-    for chunk in response.iter_content(1 << 16):
+    # read1: what has arrived, each wait at most the read timeout, so a registry dripping
+    # bytes meets the deadline (iter_content would block until a whole chunk came)
+    while chunk := response.raw.read1(1 << 16, decode_content=True):
         body += chunk
         if len(body) > MAX_ANSWER_BYTES or time.monotonic() > give_up:
             raise Unknown("the answer is too long or too slow")
+    if time.monotonic() > give_up:
+        raise Unknown("the answer is too long or too slow")
     answer = orjson.loads(bytes(body))
     if not isinstance(answer, dict):
         raise Unknown("the answer is no JSON object")
