@@ -129,3 +129,14 @@ def test_the_usual_entry_is_cut_by_one_match_and_its_labels_follow_the_fields_ar
         ("x\ny", "s=2", {"pid": "7", "boot_id": "b"}, "info"),
         ("three", "s=3", {"pid": "7", "boot_id": "b"}, "debug"),
     ]
+
+
+@pytest.mark.parametrize("stored", [5, ["s=1;i=2"], {"s": 1}, None])
+def test_a_stored_cursor_of_another_type_starts_without_one(tmp_path, stored):
+    """A hand-edited or damaged positions file: the source starts (no cursor), never fails."""
+    positions = Positions(tmp_path)
+    positions.advance({"journal": stored})
+    positions.save(force=True)
+    config = load_config({}, loki_url="http://127.0.0.1:9", state_path=tmp_path / "state.json")
+    source = JournalSource(config, Backlog(), Positions(tmp_path), LabelMaker(config), threading.Event())
+    assert source.cursor is None

@@ -129,6 +129,9 @@ def test_docker_and_ray_timestamps():
     assert parse_rfc3339_ns(b"garbage") is None
     assert parse_ray_ts_ns(b"INFO 2024-01-02 03:04:05,250 controller 12 -- up") == 1704164645_250000000
     assert parse_ray_ts_ns(b'  File "x.py", line 3') is None
+    # Stamps a nanosecond count cannot hold are no stamp (the line takes the previous one's)
+    assert parse_ray_ts_ns(b"INFO 1900-01-01 00:00:00,000 x") is None
+    assert parse_ray_ts_ns(b"INFO 9999-12-31 23:59:59,999 x") is None
 
 
 @pytest.mark.parametrize(

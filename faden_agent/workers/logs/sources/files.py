@@ -52,7 +52,8 @@ def parse_ray_ts_ns(line: bytes) -> int | None:
         seconds = calendar.timegm((*parts, 0, 0, 0))
     except (OverflowError, ValueError):
         return None
-    return seconds * 1_000_000_000 + int((match[7] or b"").ljust(9, b"0"))
+    ts_ns = seconds * 1_000_000_000 + int((match[7] or b"").ljust(9, b"0"))
+    return ts_ns if 0 <= ts_ns < 2**63 else None  # before 1970 or after 2262: the previous line's
 
 
 def rotation_of(name: str, core: bool) -> tuple[str, int] | None:

@@ -142,7 +142,8 @@ class JournalSource(Source):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.cursor: str | None = self.positions.get(POSITION_KEY)  # last cursor read
+        stored = self.positions.get(POSITION_KEY)
+        self.cursor: str | None = stored if isinstance(stored, str) else None  # last cursor read
         self.proc: subprocess.Popen | None = None
         self.last_output = time.monotonic()
         self.waiting_on_backlog = False
