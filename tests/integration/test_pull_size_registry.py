@@ -95,6 +95,10 @@ def test_the_layers_the_engine_lacks_of_this_platform_behind_token_auth(registry
         orjson.dumps({"config": {"digest": CONFIG}, "layers": [{"size": 1}]}),  # 1 layer, 3 diff ids
         orjson.dumps({"config": {"digest": "sha256:../../x"}, "layers": []}),
         orjson.dumps({"config": {"digest": CONFIG}, "layers": [{"size": -5}, {"size": 1}, {"size": 1}]}),
+        orjson.dumps({"config": {"digest": CONFIG}, "layers": [{"size": 1e308}, {"size": 1e308}, {"size": 1}]}),
+        b'{"config": {"digest": "%s"}, "layers": [{"size": %d}, {"size": 1}, {"size": 1}]}'
+        % (CONFIG.encode(), 10**400),
+        orjson.dumps({"mediaType": INDEX_TYPES[0], "manifests": ["x", 5]}),  # index entries that are no objects
     ],
 )
 def test_an_answer_that_does_not_tell_leaves_the_size_unknown(registry, api, body):

@@ -19,6 +19,7 @@ from faden_agent.peer.archive import held_prefix
 from faden_agent.peer.fetch import held_chains
 from faden_agent.workers.executor.docker_errors import registry_of
 
+MAX_LAYER_BYTES = 1 << 50
 MAX_ANSWER_BYTES = 4 << 20  # a manifest, an index or an image config
 ANSWER_DEADLINE_S = 20.0
 TIMEOUT = (5, 10)
@@ -45,13 +46,20 @@ def missing_bytes(api: Any, image: str, auth: dict[str, str] | None) -> int | No
         manifest = registry.manifest(registry.reference)
         if manifest.get("mediaType") in INDEX_TYPES or "manifests" in manifest:
             manifest = registry.manifest(_platform_digest(manifest, info))
-        layers = [int(layer["size"]) for layer in manifest["layers"]]
+        layers = [_layer_size(layer["size"]) for layer in manifest["layers"]]
         diff_ids = [str(d) for d in registry.blob(manifest["config"]["digest"])["rootfs"]["diff_ids"]]
-    except (Unknown, requests.exceptions.RequestException, KeyError, TypeError, ValueError):
-        return None
-    if len(diff_ids) != len(layers) or any(size < 0 for size in layers):
+    except (Unknown, requests.exceptions.RequestException, AttributeError, KeyError, TypeError, ValueError):
+        return None  # AttributeError: an entry that is no object
+    if len(diff_ids) != len(layers):
         return None
     return sum(layers[held_prefix(diff_ids, held_chains(api)) :])
+
+
+def _layer_size(value: Any) -> int:
+    """A layer's claimed size: a whole number of bytes no disk exceeds (1 PiB), else Unknown."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_LAYER_BYTES:
+        raise Unknown(f"a layer size of {str(value)[:40]}")
+    return value
 
 
 def _insecure(info: dict[str, Any], registry: str) -> bool:
