@@ -18,7 +18,7 @@ from faden_agent.workers.logs.backlog import Backlog
 from faden_agent.workers.logs.destinations import DirectLoki, ThroughBackend
 from faden_agent.workers.logs.entry import MAX_LINE_BYTES, TRUNCATION_MARKER, Entry
 from faden_agent.workers.logs.labels import LEVELS, LabelMaker
-from faden_agent.workers.logs.loki import AUTH_REFUSALS, MAX_RETRY_AFTER_S, Pusher, encode, names_single_lines
+from faden_agent.workers.logs.loki import AUTH_REFUSALS, LOKI_MAX_WAIT_S, Pusher, encode, names_single_lines
 from faden_agent.workers.logs.positions import Positions
 from faden_agent.workers.logs.sources.journald import JournalSource
 from tests.unit.conftest import FUZZ_CREDENTIAL
@@ -101,7 +101,7 @@ def test_each_loki_answer_gets_its_decision(scripted_http, scripted_config, targ
     else:
         assert outcome is None and pushes == 1 and len(waits) == 1, (status, outcome, waits)
         wait = waits[0]
-        assert math.isfinite(wait) and 0 <= wait <= MAX_RETRY_AFTER_S
+        assert math.isfinite(wait) and 0 <= wait <= LOKI_MAX_WAIT_S
         told = parse_retry_after(retry_after)
         if via == "through" and status == 503 and told is None:
             told = DEFAULT_MAINTENANCE_WAIT_S  # the backend client's maintenance default
@@ -112,7 +112,7 @@ def test_each_loki_answer_gets_its_decision(scripted_http, scripted_config, targ
         elif told is None:
             assert BACKOFF_MIN_S / 2 <= wait <= BACKOFF_MIN_S  # the first backoff step, jittered
         else:
-            assert abs(wait - min(told, MAX_RETRY_AFTER_S)) < 1  # (an HTTP date moves with the clock)
+            assert abs(wait - min(told, LOKI_MAX_WAIT_S)) < 1  # (an HTTP date moves with the clock)
         assert pusher.last_error and FUZZ_CREDENTIAL not in pusher.last_error
 
 

@@ -33,7 +33,7 @@ def load_pynvml() -> tuple[Any, str | None]:
         return None, REASON_NO_PYNVML
 
 
-def _text(value: Any) -> Any:
+def nvml_text(value: Any) -> Any:
     return value.decode(errors="replace") if isinstance(value, bytes) else value
 
 
@@ -98,9 +98,9 @@ class GpuProbe:
             system = {
                 "available": count > 0,
                 "reason": None if count else REASON_NO_GPU,
-                "driver_version": _text(nvml.nvmlSystemGetDriverVersion()),
+                "driver_version": nvml_text(nvml.nvmlSystemGetDriverVersion()),
                 "cuda_driver_version": cuda_version(self._optional(nvml.nvmlSystemGetCudaDriverVersion)),
-                "nvml_version": _text(self._optional(nvml.nvmlSystemGetNVMLVersion)),
+                "nvml_version": nvml_text(self._optional(nvml.nvmlSystemGetNVMLVersion)),
             }
         except nvml.NVMLError as exc:
             self._forget_on(exc)
@@ -147,9 +147,9 @@ class GpuProbe:
         device: dict[str, Any] = {"index": index, "state": "ok"}
         try:
             handle = nvml.nvmlDeviceGetHandleByIndex(index)
-            device["uuid"] = _text(nvml.nvmlDeviceGetUUID(handle))
-            device["name"] = _text(nvml.nvmlDeviceGetName(handle))
-            device["pci_bus_id"] = _text(nvml.nvmlDeviceGetPciInfo(handle).busId)
+            device["uuid"] = nvml_text(nvml.nvmlDeviceGetUUID(handle))
+            device["name"] = nvml_text(nvml.nvmlDeviceGetName(handle))
+            device["pci_bus_id"] = nvml_text(nvml.nvmlDeviceGetPciInfo(handle).busId)
             memory = nvml.nvmlDeviceGetMemoryInfo(handle)
             device["memory_total"] = memory.total
             capability = self._optional(nvml.nvmlDeviceGetCudaComputeCapability, handle)
@@ -206,7 +206,7 @@ class GpuProbe:
                 mig["devices"].append(
                     {
                         "slot": slot,
-                        "uuid": _text(nvml.nvmlDeviceGetUUID(child)),
+                        "uuid": nvml_text(nvml.nvmlDeviceGetUUID(child)),
                         "memory_total": nvml.nvmlDeviceGetMemoryInfo(child).total,
                     }
                 )

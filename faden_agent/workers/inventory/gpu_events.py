@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from faden_agent.workers.inventory.gpu import load_pynvml
+from faden_agent.workers.inventory.gpu import load_pynvml, nvml_text
 from faden_agent.workers.inventory.gpu_xids import ERROR_EVENTS, XidLog, handle_key
 from faden_agent.workers.threads import start_daemon
 
@@ -77,7 +77,7 @@ class GpuErrorWatcher:
                     continue
                 try:
                     nvml.nvmlDeviceRegisterEvents(handle, mask, event_set)
-                    self._uuids[handle_key(handle)] = _text(nvml.nvmlDeviceGetUUID(handle))
+                    self._uuids[handle_key(handle)] = nvml_text(nvml.nvmlDeviceGetUUID(handle))
                     self.watching += 1
                 except nvml.NVMLError as exc:
                     if exc.value != nvml.NVML_ERROR_NOT_SUPPORTED:
@@ -125,7 +125,3 @@ class GpuErrorWatcher:
             nvml.nvmlShutdown()
         except nvml.NVMLError:
             pass
-
-
-def _text(value: Any) -> Any:
-    return value.decode(errors="replace") if isinstance(value, bytes) else value

@@ -24,7 +24,7 @@ from faden_agent.workers.logs.lokiproto import ProtoEncoder
 from faden_agent.workers.logs.sources import source_kind
 from faden_agent.workers.logs.stamps import parse_rfc3339_ns
 
-MAX_RETRY_AFTER_S = 600.0  # a broken header must not park the shipper for a day
+LOKI_MAX_WAIT_S = 600.0  # Loki's Retry-After, capped lower than backoff.MAX_RETRY_AFTER_S: never park the shipper long
 STRUCTURED_METADATA_MODES = ("auto", "on", "off")
 # 401/403: a multi-tenant Loki without X-Scope-OrgID ("no org id"), or a wrong key.
 AUTH_REFUSALS = (401, 403)
@@ -287,7 +287,7 @@ class Pusher:
         if attempt == 1:
             log.warning("logs: push to %s failed (%s); retrying until it works", self.target, self.last_error)
         if answer.retry_after is not None:
-            return min(answer.retry_after, MAX_RETRY_AFTER_S)
+            return min(answer.retry_after, LOKI_MAX_WAIT_S)
         return backoff.delay(attempt - 1, self.backoff_min_s, self.backoff_max_s, jitter=0.5)
 
     def _recovered(self, attempt: int) -> None:
