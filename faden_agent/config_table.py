@@ -54,7 +54,8 @@ def with_table(text: str, variables: Iterable[Variable] = VARIABLES) -> str:
     start, end = text.find(BEGIN), text.find(END)
     if start < 0 or end < start:
         raise ValueError(f"no variable table markers: a line {BEGIN!r}, later a line {END!r}")
-    return text[: start + len(BEGIN)] + "\n" + render(variables) + "\n" + text[end:]
+    # the blank line ends the table for every renderer: GFM would take a next line as one more row
+    return text[: start + len(BEGIN)] + "\n" + render(variables) + "\n\n" + text[end:]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -93,7 +93,7 @@ def test_write_rewrites_only_the_marked_table(tmp_path):
     argv = [sys.executable, "-m", "faden_agent.config_table", "--write", str(readme)]
     first = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, check=True)
     assert "rewritten" in first.stdout
-    assert readme.read_text() == f"{before}{config_table.BEGIN}\n{config_table.render()}\n{config_table.END}{after}"
+    assert readme.read_text() == f"{before}{config_table.BEGIN}\n{config_table.render()}\n\n{config_table.END}{after}"
     second = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, check=True)
     assert "already current" in second.stdout
 
