@@ -1,8 +1,8 @@
 """Environment -> one frozen Config.
 
 Each FADEN_NODE_AGENT_* variable is declared once, as a Config field (setting(): default, parser,
-help; VARIABLES is derived from those fields). `load_config` parses them all and fails on the first
-bad one with a single line naming the variable, the value and what is allowed; secrets never echo.
+help; VARIABLES and the README's table, config_table.py, derive from it). `load_config` parses them
+all and fails on the first bad one with one line naming the variable, the value and what is allowed.
 """
 
 from __future__ import annotations
@@ -260,9 +260,10 @@ class Variable:
     field: str
     default: str | None  # None: computed (see _computed_defaults) or unset
     parse: Callable[[str], Any]
-    help: str
+    help: str  # one line of Markdown: the meaning cell of the README's table (config_table.py)
     secret: bool = False
     old_fields: tuple[str, ...] = ()  # earlier names, still read when the variable is unset
+    default_words: str = ""  # a computed default in words, or a reading of the declared one ("64 GiB")
 
 
 _SETTING = "faden_agent.setting"
@@ -275,10 +276,18 @@ def setting(
     *,
     secret: bool = False,
     old_fields: tuple[str, ...] = (),
+    default_words: str = "",
 ) -> Any:
     """A Config field read from its variable: the Variable, less the name the field gives it.
     No dataclass default: load_config fills every field."""
-    variable = {"default": env_default, "parse": parse, "help": help, "secret": secret, "old_fields": old_fields}
+    variable = {
+        "default": env_default,
+        "parse": parse,
+        "help": help,
+        "secret": secret,
+        "old_fields": old_fields,
+        "default_words": default_words,
+    }
     return dataclasses.field(metadata={_SETTING: variable})
 
 
@@ -298,61 +307,77 @@ def env_name(field: str) -> str:
 @_settings_class
 class Config:
     backend_url: str = setting("http://127.0.0.1:8000", _url, "Backend base URL")
-    agent_id: str = setting(None, _text, "Agent id (default: hostname)")
-    host: str = setting(None, _text, "This machine's address (default: route address to the backend, else hostname)")
-    advertise_host: str = setting(None, _text, "Address the backend advertises (default: route address, else HOST)")
-    advertise_scheme: str = setting("http", _scheme, "Scheme the backend advertises: http or https")
+    agent_id: str = setting(None, _text, "Agent id", default_words="hostname")
+    host: str = setting(
+        None,
+        _text,
+        "This machine's address (the source address the kernel picks to reach the backend; no packet is sent)",
+        default_words="route address to the backend, else hostname",
+    )
+    advertise_host: str = setting(
+        None, _text, "Address the backend advertises for this machine", default_words="route address, else `HOST`"
+    )
+    advertise_scheme: str = setting("http", _scheme, "`http` or `https` (also of the peer port)")
     peer_port: int = setting(
-        "7480", _port, "Port on ADVERTISE_HOST where peer machines fetch images from this one (the peer worker)"
+        "7480",
+        _port,
+        "Port on `ADVERTISE_HOST` where peer machines of the cluster fetch images from this one"
+        ' (docs/protocol.md, "Images from peers")',
     )
     peer_start: str = setting(
         "on_demand",
         _peer_start,
-        "When the peer worker starts: on_demand (once the backend puts this machine in a cluster "
-        "or asks it to serve an image or a probe) or always",
+        "When the peer worker starts: `on_demand` (once the backend puts this machine in a cluster or asks it to"
+        " serve an image or a probe; never stopped after) or `always`",
     )
     peer_cert_file: Path | None = setting(
-        None, _optional_path, "PEM certificate of the peer port when ADVERTISE_SCHEME is https"
+        None, _optional_path, "PEM certificate of the peer port when `ADVERTISE_SCHEME` is `https`"
     )
     peer_key_file: Path | None = setting(
-        None, _optional_path, "PEM private key of the peer port when ADVERTISE_SCHEME is https"
+        None, _optional_path, "PEM private key of the peer port when `ADVERTISE_SCHEME` is `https`"
     )
     peer_fetch_max_bytes: int = setting(
         str(64 << 30),
         _positive_int,
-        "Most bytes an image fetched from a peer may have when the command names no size_bytes",
+        "Most bytes an image fetched from a peer may have when the `image.fetch` command names no `size_bytes`"
+        " (the peer's own size headers are never a bound)",
+        default_words="64 GiB",
     )
     enrollment_token: str | None = setting(None, _optional_text, "One-time enrollment token", secret=True)
-    enrollment_token_file: Path | None = setting(None, _optional_path, "File holding the one-time enrollment token")
+    enrollment_token_file: Path | None = setting(
+        None, _optional_path, "File holding the token, so it need not sit in a unit's environment"
+    )
     env_file: Path | None = setting(
         None,
         _optional_path,
-        "The service's environment file (set by the unit): the enrollment token is removed from it once spent",
+        "The service's environment file; the agent removes the enrollment token from it once the token is spent",
+        default_words="set by the unit",
     )
     state_path: Path = setting(
         None,
         _path,
-        "State file (default: /var/lib/faden-agent/state.json as root, else ~/.local/share/faden-agent/state.json)",
+        "State file (mode 0600); the outbox and command journal live beside it",
+        default_words="`/var/lib/faden-agent/state.json` as root, else `~/.local/share/faden-agent/state.json`",
     )
     runtime_dir: Path = setting(
         None,
         _path,
-        "Directory for the IPC sockets, mode 0700 (default: /run/faden-agent as root,"
-        " else $XDG_RUNTIME_DIR/faden-agent or /tmp/faden-agent-UID)",
+        "IPC sockets, mode 0700",
+        default_words="`/run/faden-agent` as root, else `$XDG_RUNTIME_DIR/faden-agent` or `/tmp/faden-agent-UID`",
     )
     heartbeat_interval_sec: float = setting("15", _positive_float, "Heartbeat interval")
     heartbeat_full_sec: float = setting(
         "300",
         _positive_float,
-        "Longest time between heartbeats carrying the full detail (worker table, version);"
-        " between them beats carry it only when it changed",
+        "Longest time between heartbeats carrying the full detail (worker table, version); between them beats"
+        " carry it only when it changed",
     )
     inventory_interval_sec: float = setting("60", _positive_float, "Inventory interval")
     inventory_usage_sec: float = setting(
         "300",
         _positive_float,
-        "Longest time between inventory records when nothing but gauges (load, memory, utilization) moved;"
-        " a change is sent at the next interval",
+        "Longest time between inventory records when nothing but gauges (load, memory, utilization) moved; a"
+        " change is sent at the next interval",
     )
     inventory_probe_timeout_sec: float = setting(
         "10",
@@ -388,9 +413,17 @@ class Config:
     stream_keepalive_sec: float = setting(
         "15", _positive_float, "Keepalive interval asked of the backend's stream; 3 silent intervals mean a dead stream"
     )
-    verify_tls: bool = setting("true", _bool, "Verify the backend's TLS certificate")
+    verify_tls: bool = setting(
+        "true",
+        _bool,
+        "Verify the TLS certificates of the backend, Loki and peers (against the public CA bundle the agent"
+        " carries, certifi's, unless `CA_BUNDLE` is set)",
+    )
     ca_bundle: Path | None = setting(
-        None, _optional_path, "PEM file of CA certificates to trust for the backend (and Loki)"
+        None,
+        _optional_path,
+        "PEM file of CA certificates to trust (private CAs); requests' `REQUESTS_CA_BUNDLE` and `CURL_CA_BUNDLE`"
+        " are not read",
     )
     loki_url: str | None = setting(None, _optional_url, "Loki base URL; unset: ask the backend where to push")
     log_batch_size: int = setting("1000", _positive_int, "Most lines in one Loki push (and about 1 MiB)")
@@ -398,7 +431,9 @@ class Config:
     log_multiline: bool = setting(
         "true",
         _bool,
-        "Join continuation lines of container and Ray logs (tracebacks, indented blocks) into one Loki entry",
+        "Join continuation lines of container and Ray logs (a traceback, an indented block, unprefixed lines"
+        " after a prefixed one) into one Loki entry, at most 500 lines and 64 KiB"
+        " ([docs/logs.md](docs/logs.md#multiline-and-level)); `false`: one entry a line",
     )
     log_multiline_wait_sec: float = setting(
         "1", _positive_float, "How long a joined entry waits for a further continuation line after its last one"
@@ -406,24 +441,25 @@ class Config:
     log_nice: int = setting(
         "10",
         _nice,
-        "Added to the nice value of the log worker and its journalctl: a log flood yields the CPU to heartbeats",
+        "Added to the log worker's (and its journalctl's) nice value: a log flood yields the CPU to heartbeats"
+        " and commands; 0 keeps the agent's",
     )
     loki_structured_metadata: str = setting(
         "auto",
         _structured_metadata,
-        "Per-line detail as Loki structured metadata: auto (until the target refuses it),"
-        " on (always tried first), off (kept in the line)",
+        "Per-line detail as Loki structured metadata: `auto` (until the target refuses it), `on` (always tried"
+        " first), `off` (kept in the line; [docs/logs.md](docs/logs.md#labels))",
     )
     loki_push_format: str = setting(
         "protobuf",
         _push_format,
-        "Body of direct Loki pushes: protobuf (Loki's own, snappy; least CPU for both sides) or json (gzipped);"
-        " pushes through the backend are JSON",
+        "Body of direct Loki pushes: `protobuf` (Loki's own, snappy; least CPU for both sides) or `json` (gzip);"
+        " pushes through the backend are JSON ([docs/logs.md](docs/logs.md#push-format))",
     )
     loki_tenant: str | None = setting(
         None,
         loki_tenant,
-        "Loki tenant ID sent as X-Scope-OrgID (a multi-tenant Loki); unset: the backend's log target may name one",
+        "Loki tenant ID sent as `X-Scope-OrgID` (a multi-tenant Loki); unset: the backend's log target may name one",
     )
     journal_directory: Path | None = setting(
         None, _optional_path, "Read journal files from this directory instead of the system journal"
@@ -431,19 +467,21 @@ class Config:
     ray_log_dir: Path = setting(
         None,
         _path,
-        "Host directory for Ray session logs of managed Ray containers"
-        " (default: /var/log/faden-agent/ray as root, else ~/.local/state/faden-agent/ray)",
+        "Host directory for the Ray session logs of managed Ray containers",
+        default_words="`/var/log/faden-agent/ray` as root, else `~/.local/state/faden-agent/ray`",
     )
     ray_log_retention_sec: float = setting(
         "3600",
         _positive_float,
-        "How long the Ray logs of a removed container wait to be shipped before they are deleted anyway"
-        " (their unshipped lines reported lost)",
+        "The Ray logs of a removed container are deleted once shipped (after a minute without the container);"
+        " after this long they are deleted anyway and their unshipped lines reported as `logs.lines_lost`"
+        " (`unshipped_at_retention`) ([docs/logs.md](docs/logs.md#ray-log-retention))",
     )
     ray_log_max_bytes: int = setting(
         str(4 * 1024**3),
         _positive_int,
-        "Cap on one container's Ray log directory in bytes; past it its oldest sessions are deleted",
+        "Cap on one container's Ray log directory (4 GiB); past it its oldest sessions (never the newest) are"
+        " deleted, unshipped lines reported as `logs.lines_lost` (`ray_log_cap`)",
     )
     disk_paths: tuple[Path, ...] = setting(
         "", _path_list, "Extra paths (colon-separated) whose file systems the inventory reports, e.g. model caches"
@@ -451,47 +489,54 @@ class Config:
     disk_low_percent: float = setting(
         "10",
         _non_negative_number,
-        "A file system is low on space below this share free (or DISK_LOW_GIB, whichever is smaller):"
-        " the inventory's low flag, disk.low events, doctor",
+        "A file system is low on space below this share free, or below `DISK_LOW_GIB`, whichever is smaller: the"
+        " inventory's `low` flag, the `disk.low`/`disk.recovered` events, `doctor`"
+        " ([docs/inventory.md](docs/inventory.md#low-disk-events))",
     )
     disk_low_gib: float = setting(
         "20",
         _non_negative_number,
-        "A file system is low on space below this many GiB free (or DISK_LOW_PERCENT, whichever is smaller)",
+        "A file system is low on space below this many GiB free, or below `DISK_LOW_PERCENT`, whichever is smaller",
     )
     docker_host: str | None = setting(
-        None, _optional_text, "Docker engine address (default: DOCKER_HOST, else the local socket)"
+        None, _optional_text, "Docker engine address", default_words="`DOCKER_HOST`, else the local socket"
     )
     docker_timeout_sec: float = setting(
-        "60", _positive_float, "Bound on each Docker engine call; a hung engine fails commands with timeout after it"
+        "60", _positive_float, "Bound on each Docker engine call; a hung engine fails commands with `timeout` after it"
     )
-    max_concurrent_pulls: int = setting("3", _positive_int, "Most image pulls the executor runs at once")
+    max_concurrent_pulls: int = setting("3", _positive_int, "Most image pulls at once")
     pull_space_factor: float = setting(
         "3",
         _non_negative_number,
-        "A pull needs this many times the compressed size of the layers it lacks, plus 256 MiB,"
-        " free on Docker's data root, or fails no_space before it starts (0: no check)",
+        "A pull needs this many times the compressed size of the layers the engine lacks (the registry's manifest"
+        " for this platform), plus 256 MiB, free on Docker's data root, or fails `no_space` before it starts;"
+        " `0`: no check ([docs/commands.md](docs/commands.md#space-before-a-pull))",
     )
     command_retention_days: float = setting(
-        "30", _positive_float, "Done commands older than this are deleted from the executor's journal"
+        "30",
+        _positive_float,
+        "Done commands older than this are deleted from the executor's journal (a re-delivery after that runs again)",
     )
     container_log_max_size: str = setting(
-        "100m", _docker_size, "Docker json-file log cap of a managed container: size of one file (max-size)"
+        "100m", _docker_size, "Docker json-file log cap of each managed container: the size of one file (`max-size`)"
     )
     container_log_max_files: int = setting(
-        "3", _positive_int, "Docker json-file log cap of a managed container: files kept (max-file)"
+        "3",
+        _positive_int,
+        "Docker json-file log cap of each managed container: files kept (`max-file`); 100m x 3 = 300 MiB per container",
     )
     policy_file: Path | None = setting(
         None,
         _optional_path,
-        "JSON host policy for container.run (mounts, privileged, capabilities, devices); unset: the defaults",
+        "JSON host policy for `container.run`: which bind mounts, capabilities, devices, host namespaces and"
+        " `privileged` the backend may ask for; unset: defaults fit for Ray and vLLM"
+        " (docs/commands.md, Host policy)",
     )
     worker_liveness_sec: float = setting(
         "3",
         _positive_float,
-        "How often each worker tells the supervisor it is alive"
-        " (a few times per WORKER_HANG_TIMEOUT_SEC; each message wakes the supervisor);"
-        " WORKER_HEARTBEAT_SEC is its old name, still read",
+        "How often each worker tells the supervisor it is alive (a few times per `WORKER_HANG_TIMEOUT_SEC`; each"
+        " message wakes the supervisor)",
         old_fields=("worker_heartbeat_sec",),
     )
     worker_hang_timeout_sec: float = setting(
@@ -500,23 +545,31 @@ class Config:
     restart_backoff_min_sec: float = setting(
         "0.2",
         _positive_float,
-        "Restart delay after a second failure of a worker within RESTART_WINDOW_SEC (a first one restarts at once)",
+        "Restart delay after a second failure of a worker within the restart window (+-20 % jitter, doubling per"
+        " further exit); a first failure restarts at once",
     )
-    restart_backoff_max_sec: float = setting("30", _positive_float, "Largest restart delay of a failed worker")
-    restart_max: int = setting(
-        "5", _positive_int, "Restarts allowed within RESTART_WINDOW_SEC before a worker goes FATAL"
-    )
+    restart_backoff_max_sec: float = setting("30", _positive_float, "Largest restart delay")
+    restart_max: int = setting("5", _positive_int, "Restarts allowed within the window before a worker goes FATAL")
     restart_window_sec: float = setting("60", _positive_float, "Window of the restart-intensity limit")
-    fatal_retry_sec: float = setting("300", _positive_float, "Pause before a FATAL worker is tried again")
+    fatal_retry_sec: float = setting(
+        "300", _positive_float, "Pause before a FATAL worker is tried again (never given up for good)"
+    )
     stop_timeout_sec: float = setting("10", _positive_float, "Orderly-stop bound before stragglers are killed")
     prefork: bool = setting(
-        "on", _bool, "The supervisor's memory tricks before it forks the workers (supervisor/prefork/): on or off"
+        "on",
+        _bool,
+        "The supervisor's memory tricks before it forks the workers (`faden_agent/supervisor/prefork/`):"
+        " `on` or `off`. Off runs none of them (no ctypes writes into the interpreter's objects, no throwaway"
+        " servers) and costs 16-19 MiB more PSS over the idle tree on CPython 3.12 (about 49 -> 65-68 MiB),"
+        " 9 MiB on 3.11 (`bench/footprint_bench.py --prefork`; each trick's share: `docs/design-notes.md`)",
     )
-    log_level: str = setting("info", _log_level, "Agent log level: debug, info, warning, error")
+    log_level: str = setting("info", _log_level, "`debug`, `info`, `warning` or `error`")
     metrics_addr: str | None = setting(
         "127.0.0.1:9464",
         _listen_addr,
-        "Address of the supervisor's /metrics, /healthz and /readyz (Prometheus); off: none; port 0: any free one",
+        "Where the supervisor serves `/metrics` (Prometheus), `/healthz` and `/readyz`"
+        " ([docs/service.md](docs/service.md#metrics-and-health-checks)); `off`: none; port `0`: any free one"
+        " (`ps` shows it)",
     )
     route_address: str | None = None
 
