@@ -113,7 +113,35 @@ def test_a_restart_resumes_at_the_accepted_offset_and_truncation_restarts_the_fi
     log_file.write_text("INFO 2024-05-01 11:00:00,000 controller 12 -- after truncate\n")
     collector.wait(2)
     assert collector.lines[-1].line.endswith("after truncate") and source.truncations == 1
+    assert source.lines_lost == 0  # read to its end before the truncation: nothing lost
     stop.set()
+
+
+def test_a_file_truncated_past_lines_seen_unread_is_a_loss(tmp_path, monkeypatch):
+    """copytruncate while the reader is behind (its read budget cut to 2 KB/s here): the
+    lines seen in the file and not read went with the truncation: a logs.lines_lost,
+    rotated_before_read, at least 1; the file is then read again from its start."""
+    reports = _loss_reports(monkeypatch)
+    monkeypatch.setattr(files, "READ_RATE_BYTES", 2000)
+    ray_dir = tmp_path / "ray"
+    log_file = serve_dir(ray_dir) / "controller_12.log"
+    log_file.write_text("".join(f"INFO 2024-05-01 10:00:00,000 controller 12 -- line {i:04d}\n" for i in range(400)))
+    source, collector, stop = start_source(tmp_path, ray_dir)
+    try:
+        collector.wait(5)
+        log_file.write_text("INFO 2024-05-01 11:00:00,000 controller 12 -- after truncate\n")  # truncates
+        deadline = time.monotonic() + 20
+        while not collector.lines[-1].line.endswith("after truncate") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        read = [e.line for e in collector.lines]
+        assert read[-1].endswith("after truncate") and 5 <= len(read) - 1 < 400
+        assert source.truncations == 1 and source.lines_lost == 1
+        lost = [r for r in reports if r["type"] == "logs.lines_lost"]
+        assert [(r["source"], r["count"], r["at_least"], r["reason"]) for r in lost] == [
+            ("ray-serve", 1, True, "rotated_before_read")
+        ]
+    finally:
+        _stop(source, collector, stop)
 
 
 def join(source, timeout_s: float = 5.0) -> None:

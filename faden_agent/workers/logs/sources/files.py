@@ -112,6 +112,7 @@ class Tail:
     wd: int | None = None  # its inotify watch
     final: bool = False  # rotated away: takes no more writes
     put_offset: int = 0  # where its position stands once all put into the backlog is accepted
+    seen_size: int = 0  # its size when last looked at: what a truncation took unread is beyond our reading
 
     @property
     def key(self) -> str:
@@ -628,7 +629,10 @@ class RayFileSource(Source):
         if size < tail.offset:
             log.info("logs: %s was truncated; reading it again from the start", tail.path)
             self.truncations += 1
+            if tail.seen_size > tail.offset + len(tail.pending):  # copytruncate'd past lines we saw, unread
+                self.lost(1, ROTATED_BEFORE_READ, at_least=True)
             tail.offset, tail.pending = 0, b""
+        tail.seen_size = size
         tail.at_eof = False
         chunks = 0
         while max_chunks is None or chunks < max_chunks:
