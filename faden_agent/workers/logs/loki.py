@@ -2,7 +2,7 @@
 (docs/logs.md): one stream per push (Loki answers for its last stream only); 2xx accepted;
 a 400 naming lines is final, one refusing the whole push is resent in the plain form or split;
 413 split; 401/403 retried slowly with a clear status; 429 retried after half a second,
-doubling; anything else retried with the reconnect backoff (Retry-After wins).
+doubling, split when it persists; else the reconnect backoff (Retry-After wins).
 """
 
 from __future__ import annotations
@@ -35,6 +35,9 @@ MAX_PUSHES_IN_FLIGHT = 4  # pushes sent before the first of them is answered (sh
 # Loki's limiter refills while we wait: the reconnect backoff's seconds let its bucket
 # overflow, wasting what the tenant may send, and hold every push in flight that long.
 RATE_LIMITED_MIN_S = 0.5
+# A push still answered 429 after this many tries (0.5 + 1 + 2 s of waits, Loki's bucket
+# refilling meanwhile) may be larger than the tenant's burst, which never passes: split it.
+RATE_LIMITED_SPLIT_AFTER = 4
 # Loki's own wording (2.8 and 3.x) of a 400 about single lines, at the start of its answer;
 # a decode error quotes our body, so the match is anchored to Loki's sentence, not anywhere.
 PER_LINE_REFUSAL = re.compile(
@@ -239,6 +242,9 @@ class Pusher:
             # Every push in flight waits it out, not only this one: four pushes retrying
             # on their own would spend Loki's rate limit on lines it already stored.
             self.hold_until = max(self.hold_until, time.monotonic() + delay)
+            if status == 429 and attempt >= RATE_LIMITED_SPLIT_AFTER and len(entries) > 1:
+                log.warning("logs: Loki kept refusing a push of %d lines (429); splitting it", len(entries))
+                return self._split(entries, with_metadata)  # each half waits the hold first
             if self.sleep(max(0.0, self.hold_until - time.monotonic())) or self._wait_for_hold():
                 return None
 
