@@ -12,7 +12,8 @@ other on the same file:
 and prints wall time (from the shipper's start until the target holds every line), CPU
 seconds (shipper + its journalctl child), lines/s and the ratio to journalctl alone; for the
 receiver runs also when the first push was answered (the agent's start-up: its other workers
-start beside the log worker on the same cores) and the ratio from then on.
+start beside the log worker on the same cores) and the ratio from then on; for the agent
+into Loki its push retries by status, with Loki's words for the first (from the agent's log).
 
     python bench/logs_bench.py [--entries 100000] [--batch-sizes default,100] [--no-loki] [--json-too]
 """
