@@ -12,7 +12,8 @@ other on the same file:
 and prints wall time (from the shipper's start until the target holds every line), CPU
 seconds (shipper + its journalctl child), lines/s and the ratio to journalctl alone; for the
 receiver runs also when the first push was answered (the agent's start-up: its other workers
-start beside the log worker on the same cores) and the ratio from then on.
+start beside the log worker on the same cores) and the ratio from then on; for the agent
+into Loki its push retries by status, with Loki's words for the first (from the agent's log).
 
     python bench/logs_bench.py [--entries 100000] [--batch-sizes default,100] [--no-loki] [--json-too]
 """
@@ -225,8 +226,18 @@ def agent_into_loki(
             "seconds": done["end"] - started_at(worker),
             "cpu": done["cpu"] + done["child_cpu"],
             "loki_cpu": done["loki_cpu"],
-            "retries": agent.workers()["logs"]["status"]["push_retries"],  # Loki's 429s among them
+            "retries": retries_text(agent.workers()["logs"]["status"], root / "agent.log"),
         }
+
+
+def retries_text(status: dict, agent_log: Path) -> str:
+    """The push retries by status, with Loki's words for the first failed push (its log)."""
+    by_status = status.get("push_retries_by_status") or {}
+    if not by_status:
+        return "no push retries"
+    counts = ", ".join(f"{n} x {kind}" for kind, n in sorted(by_status.items()))
+    failed = [line for line in agent_log.read_text(errors="replace").splitlines() if "logs: push to" in line]
+    return f"push retries: {counts} ({failed[0].split('failed', 1)[-1].strip()[:240] if failed else '-'})"
 
 
 PROMTAIL_CONFIG = """server:
@@ -368,7 +379,7 @@ def main() -> None:
                 r["seconds"],
                 r["cpu"],
                 alone_rate,
-                f"Loki {r['loki_cpu']:.2f} CPU s, {r['retries']} push retries",
+                f"Loki {r['loki_cpu']:.2f} CPU s, {r['retries']}",
             )
             agent_rate = args.entries / r["seconds"]
             (root / "agent-loki-100").mkdir()
@@ -379,7 +390,7 @@ def main() -> None:
                 r100["seconds"],
                 r100["cpu"],
                 alone_rate,
-                f"Loki {r100['loki_cpu']:.2f} CPU s, {r100['retries']} push retries",
+                f"Loki {r100['loki_cpu']:.2f} CPU s, {r100['retries']}",
             )
             if args.json_too:
                 (root / "agent-loki-json").mkdir()
@@ -390,7 +401,7 @@ def main() -> None:
                     rj["seconds"],
                     rj["cpu"],
                     alone_rate,
-                    f"Loki {rj['loki_cpu']:.2f} CPU s, {rj['retries']} push retries",
+                    f"Loki {rj['loki_cpu']:.2f} CPU s, {rj['retries']}",
                 )
             (root / "promtail").mkdir()
             p = promtail_into_loki(journal, args.entries, loki, root / "promtail")

@@ -113,7 +113,43 @@ def test_a_restart_resumes_at_the_accepted_offset_and_truncation_restarts_the_fi
     log_file.write_text("INFO 2024-05-01 11:00:00,000 controller 12 -- after truncate\n")
     collector.wait(2)
     assert collector.lines[-1].line.endswith("after truncate") and source.truncations == 1
+    assert source.lines_lost == 0  # read to its end before the truncation: nothing lost
     stop.set()
+
+
+@pytest.mark.parametrize("copy", [False, True], ids=["truncated", "copytruncate-to-x.log.1"])
+def test_a_file_truncated_past_lines_seen_unread_is_a_loss_unless_its_copy_is_followed(tmp_path, monkeypatch, copy):
+    """Truncation while the reader is behind (its read budget cut to 2 KB/s here): the lines
+    seen in the file and not read went with it: a logs.lines_lost, rotated_before_read, at
+    least 1, and the file is read again from its start. Copied first to a name followed
+    (logrotate's copytruncate, x.log.1), they come from the copy: no loss."""
+    reports = _loss_reports(monkeypatch)
+    monkeypatch.setattr(files, "READ_RATE_BYTES", 2000)
+    ray_dir = tmp_path / "ray"
+    log_file = serve_dir(ray_dir) / "controller_12.log"
+    log_file.write_text("".join(f"INFO 2024-05-01 10:00:00,000 controller 12 -- line {i:04d}\n" for i in range(120)))
+    source, collector, stop = start_source(tmp_path, ray_dir)
+    try:
+        collector.wait(5)
+        if copy:
+            shutil.copyfile(log_file, log_file.with_name("controller_12.log.1"))
+        log_file.write_text("INFO 2024-05-01 11:00:00,000 controller 12 -- after truncate\n")  # truncates
+        deadline = time.monotonic() + 30
+        while not collector.lines[-1].line.endswith("after truncate") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        read = [e.line.rsplit(" ", 1)[-1] for e in collector.lines]
+        assert read[-1] == "truncate" and source.truncations == 1
+        lost = [
+            (r["source"], r["count"], r["at_least"], r["reason"]) for r in reports if r["type"] == "logs.lines_lost"
+        ]
+        if copy:
+            assert set(read[:-1]) == {f"{i:04d}" for i in range(120)}  # from the copy, the first ones twice
+            assert source.lines_lost == 0 and lost == []
+        else:
+            assert 5 <= len(read) - 1 < 120  # the rest went with the truncation
+            assert source.lines_lost == 1 and lost == [("ray-serve", 1, True, "rotated_before_read")]
+    finally:
+        _stop(source, collector, stop)
 
 
 def join(source, timeout_s: float = 5.0) -> None:

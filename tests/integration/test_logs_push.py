@@ -13,7 +13,7 @@ import pytest
 from faden_agent.config import load_config
 from faden_agent.workers.logs.destinations import DirectLoki
 from faden_agent.workers.logs.entry import Entry
-from faden_agent.workers.logs.loki import Pusher
+from faden_agent.workers.logs.loki import RATE_LIMITED_MIN_S, RATE_LIMITED_SPLIT_AFTER, Pusher
 from tests.lokiproc import VERSIONS, LokiProcess, real_loki  # noqa: F401 - fixture
 from tests.lokireceiver import LokiReceiver
 
@@ -259,10 +259,19 @@ def tenant_limited_loki(request, tmp_path_factory):
 def test_real_loki_tenant_rate_limit_answers_429_and_every_line_arrives_once_none_rejected(
     tenant_limited_loki, tmp_path
 ):
+    """Loki's 429 carries no Retry-After: a push waits RATE_LIMITED_MIN_S, doubling, not the
+    reconnect backoff (the agent's defaults here, 2-30 s: the limiter's bucket would overflow)."""
     labels = stream("tenant")
     now = time.time_ns()
     lines = [f"{i:06d} " + "t" * 500 for i in range(1600)]  # 800 KB: over the tenant's 512KB burst
-    pusher = real_pusher(tenant_limited_loki, tmp_path)
+    config = load_config({}, loki_url=tenant_limited_loki.url, state_path=tmp_path / "state.json")
+    stop, waits = threading.Event(), []
+    pusher = Pusher(
+        DirectLoki(config.loki_url, config),
+        config.reconnect_min_sec,
+        config.reconnect_max_sec,
+        lambda seconds: waits.append(seconds) or stop.wait(seconds),
+    )
     answers = []
     send = pusher.target.send
     pusher.target.send = lambda *body: answers.append(send(*body)) or answers[-1]
@@ -272,8 +281,40 @@ def test_real_loki_tenant_rate_limit_answers_429_and_every_line_arrives_once_non
         assert (outcome.accepted, outcome.rejected, outcome.dropped) == (400, 0, 0)  # a 429 is no rejection
     throttled = [a for a in answers if a.status == 429]
     assert throttled and all("Ingestion rate limit exceeded" in a.detail for a in throttled), answers[:3]
-    print(f"Loki {tenant_limited_loki.version}: {len(throttled)} pushes answered 429 (tenant rate), all lines in")
+    assert all(a.retry_after is None for a in throttled) and pusher.retries_by_status == {"429": len(throttled)}
+    # The waits chosen (each a hold's remainder, a hair under the delay): the first 429 of a
+    # push waits half a second; a second one of the same push at most twice that.
+    chosen = [w for w in waits if w > 0.01]
+    assert chosen[0] == pytest.approx(RATE_LIMITED_MIN_S, abs=0.01), waits
+    assert max(chosen) <= 2 * RATE_LIMITED_MIN_S < config.reconnect_min_sec, waits
+    print(f"Loki {tenant_limited_loki.version}: {len(throttled)} pushes answered 429 (tenant rate), waits {chosen}")
     # Refused whole, so a resend stores each line once: no duplicates on either version.
+    assert tenant_limited_loki.lines(f'{{agent_id="{dict(labels)["agent_id"]}"}}') == lines
+
+
+def test_real_loki_a_push_over_the_tenant_burst_is_split_until_it_passes(tenant_limited_loki, tmp_path):
+    """607 KB in one push, over the tenant's 512KB burst: Loki answers 429 however long we
+    wait. After RATE_LIMITED_SPLIT_AFTER tries it goes in halves, each line once."""
+    labels = stream("burst")
+    now = time.time_ns()
+    lines = [f"{i:06d} " + "b" * 600 for i in range(1000)]
+    config = load_config({}, loki_url=tenant_limited_loki.url, state_path=tmp_path / "state.json")
+    stop = threading.Event()
+    give_up = threading.Timer(90, stop.set)  # the old policy retried it whole for ever: fail, not hang
+    give_up.start()
+    pusher = Pusher(DirectLoki(config.loki_url, config), config.reconnect_min_sec, config.reconnect_max_sec, stop.wait)
+    answers, sizes = [], []
+    send = pusher.target.send
+    pusher.target.send = lambda *body: sizes.append(len(body[0])) or answers.append(send(*body)) or answers[-1]
+    batch = [Entry(labels, now + i, lines[i], None, "journal", i) for i in range(1000)]
+    try:
+        outcome = pusher.push(batch)
+    finally:
+        give_up.cancel()
+    assert outcome is not None and (outcome.accepted, outcome.rejected, outcome.dropped) == (1000, 0, 0)
+    tries = RATE_LIMITED_SPLIT_AFTER
+    assert [a.status for a in answers[:tries]] == [429] * tries and "'1000' lines" in answers[0].detail
+    assert sizes[:tries] == [sizes[0]] * tries and all(size < sizes[0] * 0.6 for size in sizes[tries:]), sizes
     assert tenant_limited_loki.lines(f'{{agent_id="{dict(labels)["agent_id"]}"}}') == lines
 
 

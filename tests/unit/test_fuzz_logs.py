@@ -18,13 +18,20 @@ from faden_agent.workers.logs.backlog import Backlog
 from faden_agent.workers.logs.destinations import DirectLoki, ThroughBackend
 from faden_agent.workers.logs.entry import MAX_LINE_BYTES, TRUNCATION_MARKER, Entry
 from faden_agent.workers.logs.labels import LEVELS, LabelMaker
-from faden_agent.workers.logs.loki import AUTH_REFUSALS, LOKI_MAX_WAIT_S, Pusher, encode, names_single_lines
+from faden_agent.workers.logs.loki import (
+    AUTH_REFUSALS,
+    LOKI_MAX_WAIT_S,
+    RATE_LIMITED_MIN_S,
+    Pusher,
+    encode,
+    names_single_lines,
+)
 from faden_agent.workers.logs.positions import Positions
 from faden_agent.workers.logs.sources.journald import JournalSource
 from tests.unit.conftest import FUZZ_CREDENTIAL
 from tests.unit.test_fuzz_backend import header_text, json_values, retry_afters
 
-BACKOFF_MIN_S, BACKOFF_MAX_S = 0.5, 8.0
+BACKOFF_MIN_S, BACKOFF_MAX_S = 1.0, 8.0  # a minimum apart from RATE_LIMITED_MIN_S
 
 
 @pytest.fixture(scope="module")
@@ -109,6 +116,8 @@ def test_each_loki_answer_gets_its_decision(scripted_http, scripted_config, targ
             told = None  # the backend client reads Retry-After on 408, 429 and 5xx only
         if status in AUTH_REFUSALS:
             assert BACKOFF_MAX_S / 2 <= wait <= BACKOFF_MAX_S  # who we are was refused: asked rarely
+        elif told is None and status == 429:
+            assert RATE_LIMITED_MIN_S - 0.05 <= wait <= RATE_LIMITED_MIN_S  # a rate limit: not the reconnect backoff
         elif told is None:
             assert BACKOFF_MIN_S / 2 <= wait <= BACKOFF_MIN_S  # the first backoff step, jittered
         else:

@@ -1,7 +1,8 @@
 """Loki pushes: the JSON body (lokiproto.py makes the protobuf one) and the delivery policy
 (docs/logs.md): one stream per push (Loki answers for its last stream only); 2xx accepted;
 a 400 naming lines is final, one refusing the whole push is resent in the plain form or split;
-413 split; 401/403 retried slowly with a clear status; anything else retried with backoff.
+413 split; 401/403 retried slowly with a clear status; 429 retried after half a second,
+doubling, split when it persists; else the reconnect backoff (Retry-After wins).
 """
 
 from __future__ import annotations
@@ -30,6 +31,13 @@ STRUCTURED_METADATA_MODES = ("auto", "on", "off")
 AUTH_REFUSALS = (401, 403)
 AUTH_HINT = "a multi-tenant Loki needs FADEN_NODE_AGENT_LOKI_TENANT, or check the credentials in the URL"
 MAX_PUSHES_IN_FLIGHT = 4  # pushes sent before the first of them is answered (shipper.py)
+# A 429 without Retry-After (Loki sends none): the first wait, doubling (Promtail's min_period).
+# Loki's limiter refills while we wait: the reconnect backoff's seconds let its bucket
+# overflow, wasting what the tenant may send, and hold every push in flight that long.
+RATE_LIMITED_MIN_S = 0.5
+# A push still answered 429 after this many tries (0.5 + 1 + 2 s of waits, Loki's bucket
+# refilling meanwhile) may be larger than the tenant's burst, which never passes: split it.
+RATE_LIMITED_SPLIT_AFTER = 4
 # Loki's own wording (2.8 and 3.x) of a 400 about single lines, at the start of its answer;
 # a decode error quotes our body, so the match is anchored to Loki's sentence, not anywhere.
 PER_LINE_REFUSAL = re.compile(
@@ -234,6 +242,9 @@ class Pusher:
             # Every push in flight waits it out, not only this one: four pushes retrying
             # on their own would spend Loki's rate limit on lines it already stored.
             self.hold_until = max(self.hold_until, time.monotonic() + delay)
+            if status == 429 and attempt >= RATE_LIMITED_SPLIT_AFTER and len(entries) > 1:
+                log.warning("logs: Loki kept refusing a push of %d lines (429); splitting it", len(entries))
+                return self._split(entries, with_metadata)  # each half waits the hold first
             if self.sleep(max(0.0, self.hold_until - time.monotonic())) or self._wait_for_hold():
                 return None
 
@@ -288,7 +299,8 @@ class Pusher:
             log.warning("logs: push to %s failed (%s); retrying until it works", self.target, self.last_error)
         if answer.retry_after is not None:
             return min(answer.retry_after, LOKI_MAX_WAIT_S)
-        return backoff.delay(attempt - 1, self.backoff_min_s, self.backoff_max_s, jitter=0.5)
+        min_s = RATE_LIMITED_MIN_S if answer.status == 429 else self.backoff_min_s
+        return backoff.delay(attempt - 1, min_s, self.backoff_max_s, jitter=0.5)
 
     def _recovered(self, attempt: int) -> None:
         if attempt:

@@ -112,6 +112,9 @@ class Tail:
     wd: int | None = None  # its inotify watch
     final: bool = False  # rotated away: takes no more writes
     put_offset: int = 0  # where its position stands once all put into the backlog is accepted
+    seen_size: int = 0  # its size when last looked at (looked_at): a truncation below it took unread lines
+    looked_at: float = 0.0
+    opened_at: float = field(default_factory=time.monotonic)
 
     @property
     def key(self) -> str:
@@ -628,7 +631,10 @@ class RayFileSource(Source):
         if size < tail.offset:
             log.info("logs: %s was truncated; reading it again from the start", tail.path)
             self.truncations += 1
+            if tail.seen_size > tail.offset + len(tail.pending) and not self.copied(tail):
+                self.lost(1, ROTATED_BEFORE_READ, at_least=True)  # lines we saw in it, unread
             tail.offset, tail.pending = 0, b""
+        tail.seen_size, tail.looked_at = size, time.monotonic()
         tail.at_eof = False
         chunks = 0
         while max_chunks is None or chunks < max_chunks:
@@ -652,6 +658,19 @@ class RayFileSource(Source):
                     return False
                 tail.pending = b""
         return True
+
+    def copied(self, truncated: Tail) -> bool:
+        """Whether a file of the truncated one's rotation group, opened since it was last
+        looked at, holds as much as was seen of it: copytruncate's copy under a name we
+        follow, read from its start (its lines come, some twice: none lost)."""
+        return any(
+            other is not truncated
+            and other.parts[:-1] == truncated.parts[:-1]
+            and other.group == truncated.group
+            and other.opened_at >= truncated.looked_at
+            and os.fstat(other.fd).st_size >= truncated.seen_size
+            for other in self.tails.values()
+        )
 
     def skip_hole(self, tail: Tail, size: int) -> bool:
         """Jump over a hole (a sparse file's unwritten range reads as NUL bytes) without
