@@ -65,7 +65,7 @@ class AgentProcess:
         self.proc: subprocess.Popen | None = None
         self.endpoints = Endpoints(Path(env["FADEN_NODE_AGENT_RUNTIME_DIR"]))
 
-    def start(self, wait_running: bool = True, timeout_s: float = 20.0) -> AgentProcess:
+    def start(self, wait_running: bool = True, timeout_s: float = 60.0) -> AgentProcess:
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             self.argv, env=self.env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
@@ -87,7 +87,7 @@ class AgentProcess:
         table = self.ps()
         return {w["name"]: w for w in table["workers"]} if table else {}
 
-    def wait_all_running(self, timeout_s: float = 20.0) -> dict[str, dict[str, Any]]:
+    def wait_all_running(self, timeout_s: float = 60.0) -> dict[str, dict[str, Any]]:
         def all_running() -> dict | None:
             if self.proc is not None and self.proc.poll() is not None:
                 raise AssertionError(f"agent exited with {self.proc.returncode}: {self.log_text()[-3000:]}")
