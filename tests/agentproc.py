@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -17,6 +18,12 @@ from faden_agent.ipc import Endpoints, request
 # Kept from the test run's own environment: CI runs the supervisor's tests (and may run the
 # chaos run) a second time with FADEN_NODE_AGENT_PREFORK=off.
 PASSED_THROUGH = ("FADEN_NODE_AGENT_PREFORK",)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
 
 
 def agent_env(tmp_path: Path, **overrides: Any) -> dict[str, str]:
@@ -35,6 +42,7 @@ def agent_env(tmp_path: Path, **overrides: Any) -> dict[str, str]:
         FADEN_NODE_AGENT_PEER_START="always",
         # A port of its own per agent (ps tells which): agents of parallel tests never share one
         FADEN_NODE_AGENT_METRICS_ADDR="127.0.0.1:0",
+        FADEN_NODE_AGENT_PEER_PORT=str(free_port()),  # the peer worker listens from the start
         PYTHONUNBUFFERED="1",
     )
     for key, value in overrides.items():
