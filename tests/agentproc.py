@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -17,6 +18,12 @@ from faden_agent.ipc import Endpoints, request
 # Kept from the test run's own environment: CI runs the supervisor's tests (and may run the
 # chaos run) a second time with FADEN_NODE_AGENT_PREFORK=off.
 PASSED_THROUGH = ("FADEN_NODE_AGENT_PREFORK",)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
 
 
 def agent_env(tmp_path: Path, **overrides: Any) -> dict[str, str]:
@@ -35,6 +42,7 @@ def agent_env(tmp_path: Path, **overrides: Any) -> dict[str, str]:
         FADEN_NODE_AGENT_PEER_START="always",
         # A port of its own per agent (ps tells which): agents of parallel tests never share one
         FADEN_NODE_AGENT_METRICS_ADDR="127.0.0.1:0",
+        FADEN_NODE_AGENT_PEER_PORT=str(free_port()),  # the peer worker listens from the start
         PYTHONUNBUFFERED="1",
     )
     for key, value in overrides.items():
@@ -65,7 +73,7 @@ class AgentProcess:
         self.proc: subprocess.Popen | None = None
         self.endpoints = Endpoints(Path(env["FADEN_NODE_AGENT_RUNTIME_DIR"]))
 
-    def start(self, wait_running: bool = True, timeout_s: float = 20.0) -> AgentProcess:
+    def start(self, wait_running: bool = True, timeout_s: float = 60.0) -> AgentProcess:
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             self.argv, env=self.env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
@@ -87,7 +95,7 @@ class AgentProcess:
         table = self.ps()
         return {w["name"]: w for w in table["workers"]} if table else {}
 
-    def wait_all_running(self, timeout_s: float = 20.0) -> dict[str, dict[str, Any]]:
+    def wait_all_running(self, timeout_s: float = 60.0) -> dict[str, dict[str, Any]]:
         def all_running() -> dict | None:
             if self.proc is not None and self.proc.poll() is not None:
                 raise AssertionError(f"agent exited with {self.proc.returncode}: {self.log_text()[-3000:]}")

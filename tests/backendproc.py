@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -39,15 +38,9 @@ import pytest
 
 from faden_agent import protocol
 from faden_agent.devbackend.admin import AdminClient, AdminError
-from tests.agentproc import AgentProcess, agent_env, wait_for
+from tests.agentproc import AgentProcess, agent_env, free_port, wait_for  # noqa: F401 - free_port for tests
 
 ADMIN_TOKEN = "test-admin-" + uuid.uuid4().hex
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
 
 
 class BackendProcess:
@@ -103,7 +96,7 @@ class BackendProcess:
 
     # ------------------------------------------------------------------ process
 
-    def start(self, timeout_s: float = 15.0) -> BackendProcess:
+    def start(self, timeout_s: float = 60.0) -> BackendProcess:
         self._log = open(self.log_path, "ab")
         start_offset = self.log_path.stat().st_size
         self.proc = subprocess.Popen(

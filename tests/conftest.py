@@ -21,6 +21,33 @@ def require(what: str, reason: str) -> None:
     pytest.skip(f"{what}: {reason}")
 
 
+# Modules whose tests take a minute or more (their own builds and images included), run
+# first: xdist hands out tests in order, and a long one started last keeps CI waiting alone.
+# The unit tests, short, fill in at the end.
+LONG_FIRST = (
+    "test_systemd_e2e.py",
+    "test_readme_newcomer.py",
+    "test_standalone_binary.py",
+    "test_logs_container_lifecycle.py",
+    "test_logs_agent.py",
+    "test_admin_follow.py",
+    "test_logs_hostile_mount.py",
+    "test_executor_reconcile.py",
+    "test_hostile_peers.py",
+    "test_peer_port_attacks.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> tuple[int, int]:
+        name = item.path.name
+        if name in LONG_FIRST:
+            return (0, LONG_FIRST.index(name))
+        return (2, 0) if item.path.parent.name == "unit" else (1, 0)
+
+    items.sort(key=rank)  # stable: the order within each rank stays the collected one
+
+
 @pytest.fixture(scope="session")
 def docker_client():
     import docker

@@ -30,7 +30,7 @@ class ExecutorClient:
         self._seq = 0
 
     def send(
-        self, command_id: str, kind: str, spec: Any, deadline: float | None = None, timeout_s: float = 5.0
+        self, command_id: str, kind: str, spec: Any, deadline: float | None = None, timeout_s: float = 30.0
     ) -> dict[str, Any]:
         self._seq += 1
         body = {"id": command_id, "seq": self._seq, "kind": kind, "spec": spec, "deadline": deadline}

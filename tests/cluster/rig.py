@@ -34,10 +34,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from faden_agent.config import VARIABLES
 from tests.agentproc import AgentProcess, agent_env, wait_for
 from tests.privateengine import dockerd_argv
 
 log = logging.getLogger(__name__)
+# agent_env gives each test agent a free peer port; a rig machine keeps the product's default
+PRODUCT_PEER_PORT = next(var.default for var in VARIABLES if var.field == "peer_port")
 
 SUBNET = "198.18.0"
 BRIDGE = "fadenbr0"
@@ -238,6 +241,7 @@ class Rig:
             "reconnect_max_sec": 1,
             "request_timeout_sec": 5,
             "disk_paths": str(machine.root),
+            "peer_port": PRODUCT_PEER_PORT,  # a machine of its own: the port operators run
             **{k: v(machine) if callable(v) else v for k, v in self.agent_settings.items()},
             **overrides,
         }

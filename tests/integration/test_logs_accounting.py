@@ -7,6 +7,7 @@ file), which `journalctl --vacuum-files=1` then deletes, as journald's vacuum wo
 
 from __future__ import annotations
 
+import fcntl
 import shutil
 import struct
 import subprocess
@@ -156,13 +157,17 @@ def container_account(tmp_path: Path, loki: LokiReceiver, agent_id: str, name: s
 def run_rotation(tmp_path: Path, docker_client, prefix: str, max_size: str) -> tuple[dict, list[str]]:
     agent_id = f"acct-{prefix}"
     name = f"{prefix}-rotating"
-    with LokiReceiver(version="3") as loki:
+    # An agent reads every managed container on the shared engine: one of these runs at a
+    # time across xdist workers, or one run's rotated lines count in the other's account.
+    with open("/tmp/faden-test-json-rotation.lock", "w") as lock, LokiReceiver(version="3") as loki:
+        fcntl.flock(lock, fcntl.LOCK_EX)
         container = flooding_container(docker_client, name, agent_id, max_size)
         container_account(tmp_path, loki, agent_id, name, lambda lines: "first" in lines)
         container.exec_run(["touch", "/tmp/go"])  # the flood while no agent reads
         wait_for(lambda: b"flood 399" in container.logs(tail=1), 30, what="the flood written")
         second = container_account(tmp_path, loki, agent_id, name, lambda lines: "flood 399" in " ".join(lines))
         shipped = [e.line for e in loki.entries() if e.labels.get("container") == name]
+        container.remove(force=True)  # before the lock goes: the next run's agent must not meet it
     return second, shipped
 
 

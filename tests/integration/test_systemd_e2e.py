@@ -22,7 +22,7 @@ import pytest
 
 from faden_agent import __version__, protocol
 from tests.agentproc import wait_for
-from tests.backendproc import BackendProcess
+from tests.backendproc import BackendProcess, free_port
 from tests.conftest import TEST_IMAGE
 from tests.systemdctr import REPO, SystemdContainer, agent_build, systemd_image
 
@@ -78,6 +78,9 @@ def install_env(backend: BackendProcess, agent_id: str, token: str | None) -> di
         "FADEN_NODE_AGENT_RECONNECT_MIN_SEC": "0.2",
         "FADEN_NODE_AGENT_RECONNECT_MAX_SEC": "1",
         "FADEN_AGENT_ALLOW_HTTP": "1",  # the reference backend here speaks plain http on loopback
+        # host network: boxes of tests running side by side must not meet on the default ports
+        "FADEN_NODE_AGENT_METRICS_ADDR": "127.0.0.1:0",
+        "FADEN_NODE_AGENT_PEER_PORT": str(free_port()),
     }
     if token:
         env["FADEN_NODE_AGENT_ENROLLMENT_TOKEN"] = token

@@ -359,3 +359,37 @@ def test_seqnum_gaps_count_only_jumps_within_one_lineage():
     assert gaps.gap(cursors("bb", 1, 2) + cursors("aa", 22) + cursors("bb", 5)) == 2  # interleaved lineages
     assert gaps.gap(cursors("aa", 23) + [Entry((), 1, "x", None, "journal", "not a cursor")]) == 0
     assert SeqnumGaps(None).gap(cursors("cc", 100, 101)) == 0  # no earlier read: nothing to compare
+
+
+def test_a_slow_positions_write_never_holds_the_shippers_counts(tmp_path, monkeypatch):
+    """The worker's liveness message carries the shipper's counts: a save of the positions
+    stuck in the file system (an fsync on a loaded disk) must not hold them."""
+    from faden_agent.workers.logs import positions as positions_module
+    from faden_agent.workers.logs.batcher import Batch
+    from faden_agent.workers.logs.loki import Outcome
+    from faden_agent.workers.logs.shipper import Shipper, _Pending
+
+    config = load_config({"FADEN_NODE_AGENT_STATE_PATH": str(tmp_path / "state.json")})
+    shipper = Shipper(config, Backlog(), Positions(tmp_path), threading.Event())
+    writing, release = threading.Event(), threading.Event()
+
+    def stuck_replace_file(*args, **kwargs):
+        writing.set()
+        release.wait(30)
+
+    monkeypatch.setattr(positions_module, "replace_file", stuck_replace_file)
+    entry = Entry((("job", "x"),), 1, "line", None, "journal", "s=1;i=1")
+    pending = _Pending(Batch([entry]), done=True, outcome=Outcome(accepted=1, sources={"journald": [1, 0, 0]}))
+    shipper._in_flight.append(pending)
+    completing = threading.Thread(target=shipper._complete, daemon=True)
+    completing.start()
+    try:
+        assert writing.wait(10), "the positions were never saved"
+        counts: list[dict] = []
+        reader = threading.Thread(target=lambda: counts.append(shipper.source_counts()), daemon=True)
+        reader.start()
+        reader.join(5)
+        assert counts == [{"journald": {"lines_shipped": 1, "lines_refused": 0}}]  # answered mid-write
+    finally:
+        release.set()
+        completing.join(10)

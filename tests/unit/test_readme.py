@@ -28,7 +28,8 @@ def test_readme_starts_with_the_two_commands():
 
 def test_ci_runs_the_readme_test_command():
     ci = (Path(__file__).resolve().parents[2] / ".ci" / "run").read_text()
-    assert "python3 -m pytest -n 2" in ci and "tests/infra/start-services.sh" in ci
+    assert re.search(r'^xdist="-n \d+ ', ci, re.M) and "python3 -m pytest $xdist -m" in ci
+    assert "tests/infra/start-services.sh" in ci
 
 
 def test_readme_variable_table_is_the_one_config_py_renders():

@@ -103,9 +103,9 @@ class Shipper:
                     sources={k: [0, *c[1:]] for k, c in pending.outcome.sources.items() if c[1] or c[2]}
                 )
                 advanced = True
-            if advanced:
-                self.positions.save()
             self._done.notify_all()
+        if advanced:  # outside the lock: status() (the worker's liveness) must not wait on an fsync
+            self.positions.save()
 
     def report_losses(self, force: bool = False) -> None:
         """One logs.lines_lost event per source whose lines Loki refused (reason `refused`)."""
