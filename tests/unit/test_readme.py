@@ -2,6 +2,7 @@
 config.py's declarations (faden_agent/config_table.py)."""
 
 import difflib
+import re
 import subprocess
 import sys
 from pathlib import Path
