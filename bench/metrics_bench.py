@@ -46,7 +46,9 @@ def run_ns(pid: int) -> int:
     return total
 
 
-def window(agent: Any, seconds: float, every: float | None, address: tuple[str, int]) -> dict[str, Any]:
+def window(
+    agent: Any, seconds: float, every: float | None, address: tuple[str, int], path: str = "/metrics"
+) -> dict[str, Any]:
     sup0, tree0 = tree_cpu(agent)
     ns0 = run_ns(agent.pid)
     started = time.monotonic()
@@ -57,7 +59,7 @@ def window(agent: Any, seconds: float, every: float | None, address: tuple[str, 
             break
         t0 = time.monotonic()
         conn = http.client.HTTPConnection(*address, timeout=10)
-        conn.request("GET", "/metrics")
+        conn.request("GET", path)
         body = conn.getresponse().read()
         conn.close()
         times.append(time.monotonic() - t0)
@@ -98,6 +100,7 @@ def main() -> int:
     parser.add_argument("--window", type=float, default=60.0, help="seconds per window")
     parser.add_argument("--rounds", type=int, default=3, help="pairs of windows (no scrape, scrape)")
     parser.add_argument("--every", type=float, default=1.0, help="seconds between scrapes")
+    parser.add_argument("--path", default="/metrics", help="what a scrape asks (/healthz: the HTTP floor)")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="metrics-bench-"))
     backend = BackendProcess(root / "backend", root / "backend.log").start()
@@ -110,7 +113,7 @@ def main() -> int:
             rows = []
             for _ in range(args.rounds):
                 rows.append(window(agent, args.window, None, address))
-                rows.append(window(agent, args.window, args.every, address))
+                rows.append(window(agent, args.window, args.every, address, args.path))
             per_request = {path: cpu_per_request(agent, address, path) for path in ("/metrics", "/healthz")}
         finally:
             agent.stop()

@@ -264,9 +264,10 @@ class Supervisor:
                 log.info("SIGHUP ignored: configuration is read at start; restart the agent to apply changes")
 
     def drain_liveness(self) -> None:
-        while True:
+        # ZMQ_EVENTS is one call; recv(0) would build a poller to find nothing (each scrape, twice).
+        while self.liveness.socket.get(zmq.EVENTS) & zmq.POLLIN:
             try:
-                message = self.liveness.recv(0)
+                message = self.liveness.recv()
             except EnvelopeError as exc:
                 log.warning("dropped a malformed liveness message: %s", exc)
                 continue
