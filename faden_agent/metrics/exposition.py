@@ -8,7 +8,7 @@ hand: a scrape a second must cost the supervisor well under a millisecond and no
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 TEXT_0_0_4 = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS_1_0 = "application/openmetrics-text; version=1.0.0; charset=utf-8"
@@ -65,6 +65,25 @@ class Section(list[Family]):
     def __init__(self, families: Iterable[Family] = ()):
         super().__init__(families)
         self.written: dict[str, bytes] = {}
+
+
+class Gauges(Section):
+    """One gauge of one label written straight from (label value, number) pairs in the text
+    format, for figures that move every scrape: no Family built and walked (one is made only
+    when it is iterated, or asked for OpenMetrics)."""
+
+    def __init__(self, template: Family, pairs: list[tuple[str, float]]):
+        super().__init__()
+        self.template, self.pairs = template, pairs
+        label = template.labels[0]
+        lines = [f"{template.name}{_labels(((label, value),))} {_value(number)}\n" for value, number in pairs]
+        self.written["0.0.4"] = (_header(template, "0.0.4", _text_0_0_4) + "".join(lines)).encode()
+
+    def __iter__(self) -> Iterator[Family]:
+        family = GaugeMetricFamily(self.template.name, self.template.documentation, self.template.labels)
+        for value, number in self.pairs:
+            family.add_metric([value], number)
+        return iter([family])
 
 
 def _value(value: float) -> str:

@@ -17,6 +17,7 @@ from faden_agent.metrics.exposition import (
     CounterMetricFamily,
     Family,
     GaugeMetricFamily,
+    Gauges,
     HistogramMetricFamily,
     InfoMetricFamily,
     Section,
@@ -86,10 +87,13 @@ def sections(
     gauges_ = _dict(inventory_.get("gauges"))  # not the rest: its ages change at every status
     standing = tuple((name, row.get("state"), row.get("restarts"), row.get("last_exit")) for name, row in rows.items())
     dropped = _dict(_dict(table.get("supervisor")).get("metrics")).get("dropped")
-    return [
+    everything = (standing, usage, dropped, stream, executor, logs_, peer_, gauges_)
+    if reuse is not None and (last := reuse.get("all")) is not None and last[0] == everything:
+        return [last[1][0], last[1][1], liveness_ages(rows), *last[1][3:]]  # only the ages move
+    made = [
         _reused(reuse, "build", (), lambda: build(table)),
         _reused(reuse, "workers", (standing,), lambda: workers(rows)),
-        Section(liveness_ages(rows)),
+        liveness_ages(rows),
         _reused(reuse, "processes", (usage,), lambda: processes(usage)),  # procstat: read every few s
         _reused(reuse, "link", (stream,), lambda: link(stream)),
         _reused(reuse, "commands", (executor,), lambda: commands(executor)),
@@ -98,6 +102,9 @@ def sections(
         _reused(reuse, "inventory", (gauges_,), lambda: inventory(gauges_)),
         _reused(reuse, "endpoint", (dropped,), lambda: endpoint(dropped)),
     ]
+    if reuse is not None:
+        reuse["all"] = (everything, made)
+    return made
 
 
 def families(
@@ -153,16 +160,16 @@ def workers(rows: dict[str, dict[str, Any]]) -> Iterator[Family]:
     yield from (state, restarts, last_exit)
 
 
-def liveness_ages(rows: dict[str, dict[str, Any]]) -> Iterator[Family]:
-    age = GaugeMetricFamily(
-        P + "worker_liveness_age_seconds",
-        "Seconds since the worker's last liveness message; its figures here are as old",
-        labels=["worker"],
-    )
-    for name, row in rows.items():
-        if (seconds := _num(row.get("alive_age_s"))) is not None:
-            age.add_metric([name], seconds)
-    yield age
+LIVENESS_AGE = GaugeMetricFamily(
+    P + "worker_liveness_age_seconds",
+    "Seconds since the worker's last liveness message; its figures here are as old",
+    labels=["worker"],
+)
+
+
+def liveness_ages(rows: dict[str, dict[str, Any]]) -> Section:
+    pairs = [(name, seconds) for name, row in rows.items() if (seconds := _num(row.get("alive_age_s"))) is not None]
+    return Gauges(LIVENESS_AGE, pairs)
 
 
 def processes(usage: dict[str, tuple[float, int, int | None]]) -> Iterator[Family]:
