@@ -2,10 +2,12 @@
 
 One agent at production defaults (heartbeat 15 s, worker liveness 3 s, ...) enrolled to
 the reference backend; windows of --window seconds alternate: no scrape, scrape /metrics
-every --every seconds, ... (--rounds pairs). Per window: CPU of the supervisor (10 ms ticks,
-and exact from schedstat) and of the whole tree (as % of one core), the tree's PSS at its
+every --every seconds, ... (--rounds pairs). Per window: CPU of the supervisor and of the
+whole tree (10 ms ticks, and exact from schedstat; as % of one core), the tree's PSS at its
 end; then the supervisor's CPU per scrape above the no-scrape rate, and per request back to back.
-Run: python3 bench/metrics_bench.py [--window 60] [--rounds 3] [--every 1]
+Run: python3 bench/metrics_bench.py [--window 60] [--rounds 3] [--every 1] [--path /metrics]
+The issue's goal as it states it (10 minutes of a scrape a second against none):
+--window 600 --rounds 1.
 """
 
 from __future__ import annotations
@@ -50,7 +52,8 @@ def window(
     agent: Any, seconds: float, every: float | None, address: tuple[str, int], path: str = "/metrics"
 ) -> dict[str, Any]:
     sup0, tree0 = tree_cpu(agent)
-    ns0 = run_ns(agent.pid)
+    pids = list(named_tree(agent).values())
+    ns0, tree_ns0 = run_ns(agent.pid), sum(map(run_ns, pids))
     started = time.monotonic()
     scrapes, times = 0, []
     while (left := started + seconds - time.monotonic()) > 0:
@@ -66,7 +69,7 @@ def window(
         scrapes += 1
         time.sleep(max(0.0, min(every - (time.monotonic() - t0), left)))
     elapsed = time.monotonic() - started
-    ns1 = run_ns(agent.pid)
+    ns1, tree_ns1 = run_ns(agent.pid), sum(map(run_ns, pids))
     sup1, tree1 = tree_cpu(agent)
     mem = memory(agent)
     return {
@@ -79,6 +82,7 @@ def window(
         "supervisor_ns_pct": 100 * (ns1 - ns0) / 1e9 / elapsed,
         "elapsed_s": elapsed,
         "tree_cpu_pct": 100 * (tree1 - tree0) / elapsed,
+        "tree_ns_pct": 100 * (tree_ns1 - tree_ns0) / 1e9 / elapsed,
         "tree_pss_kib": mem["tree_pss_kib"],
         "supervisor_pss_kib": mem["per_process_kib"]["supervisor"]["pss"],
     }
@@ -122,13 +126,14 @@ def main() -> int:
         backend.stop()
     print(
         f"{'window':<9} {'scrapes':>7} {'median ms':>9} {'max ms':>7} {'sup CPU %':>9} {'sup ns %':>9} "
-        f"{'tree CPU %':>10} {'tree PSS KiB':>12} {'sup PSS KiB':>11}"
+        f"{'tree CPU %':>10} {'tree ns %':>9} {'tree PSS KiB':>12} {'sup PSS KiB':>11}"
     )
     for row in rows:
         print(
             f"{'scrape' if row['scraped'] else 'none':<9} {row['scrapes']:>7} "
             f"{row['scrape_ms_median'] or 0:>9.1f} {row['scrape_ms_max'] or 0:>7.1f} "
-            f"{row['supervisor_cpu_pct']:>9.3f} {row['supervisor_ns_pct']:>9.4f} {row['tree_cpu_pct']:>10.3f} "
+            f"{row['supervisor_cpu_pct']:>9.3f} {row['supervisor_ns_pct']:>9.4f} "
+            f"{row['tree_cpu_pct']:>10.3f} {row['tree_ns_pct']:>9.4f} "
             f"{row['tree_pss_kib']:>12} {row['supervisor_pss_kib']:>11}"
         )
     quiet = [r for r in rows if not r["scraped"]]
@@ -150,6 +155,14 @@ def main() -> int:
         f"supervisor CPU per scrape {args.every:g} s apart (schedstat, above the no-scrape windows' rate): "
         f"{spent / sum(r['scrapes'] for r in busy) * 1000:.3f} ms; "
         f"{delta('supervisor_ns_pct'):+.4f} % of a core"
+    )
+    cpu_added = delta("supervisor_ns_pct")
+    pss_added = busy[-1]["tree_pss_kib"] - quiet[0]["tree_pss_kib"]
+    print(
+        f"goal (< 0.1 % CPU, < 2 MiB to the tree): supervisor CPU {cpu_added:+.4f} % "
+        f"{'met' if cpu_added < 0.1 else 'NOT met'} (whole tree, schedstat: {delta('tree_ns_pct'):+.4f} %); "
+        f"tree PSS {pss_added / 1024:+.2f} MiB "
+        f"{'met' if pss_added < 2048 else 'NOT met'}"
     )
     for path, cpu_ms in per_request.items():
         print(f"supervisor CPU per request, {REQUESTS} back to back: {path} {cpu_ms:.3f} ms")
