@@ -85,6 +85,9 @@ def window(
         "tree_ns_pct": 100 * (tree_ns1 - tree_ns0) / 1e9 / elapsed,
         "tree_pss_kib": mem["tree_pss_kib"],
         "supervisor_pss_kib": mem["per_process_kib"]["supervisor"]["pss"],
+        # less noisy than PSS, which a worker's copy-on-write moves in the supervisor's share
+        "supervisor_private_kib": mem["per_process_kib"]["supervisor"]["private"],
+        "tree_private_kib": mem["tree_private_kib"],
     }
 
 
@@ -126,7 +129,8 @@ def main() -> int:
         backend.stop()
     print(
         f"{'window':<9} {'scrapes':>7} {'median ms':>9} {'max ms':>7} {'sup CPU %':>9} {'sup ns %':>9} "
-        f"{'tree CPU %':>10} {'tree ns %':>9} {'tree PSS KiB':>12} {'sup PSS KiB':>11}"
+        f"{'tree CPU %':>10} {'tree ns %':>9} {'tree PSS KiB':>12} {'sup PSS KiB':>11} "
+        f"{'tree priv KiB':>13} {'sup priv KiB':>12}"
     )
     for row in rows:
         print(
@@ -134,7 +138,8 @@ def main() -> int:
             f"{row['scrape_ms_median'] or 0:>9.1f} {row['scrape_ms_max'] or 0:>7.1f} "
             f"{row['supervisor_cpu_pct']:>9.3f} {row['supervisor_ns_pct']:>9.4f} "
             f"{row['tree_cpu_pct']:>10.3f} {row['tree_ns_pct']:>9.4f} "
-            f"{row['tree_pss_kib']:>12} {row['supervisor_pss_kib']:>11}"
+            f"{row['tree_pss_kib']:>12} {row['supervisor_pss_kib']:>11} "
+            f"{row['tree_private_kib']:>13} {row['supervisor_private_kib']:>12}"
         )
     quiet = [r for r in rows if not r["scraped"]]
     busy = [r for r in rows if r["scraped"]]
@@ -146,7 +151,9 @@ def main() -> int:
         f"scrape every {args.every:g} s vs none, {args.rounds} x {args.window:g} s each: "
         f"supervisor CPU {delta('supervisor_cpu_pct'):+.3f} % of a core, tree CPU {delta('tree_cpu_pct'):+.3f} %; "
         f"tree PSS {busy[-1]['tree_pss_kib'] - quiet[0]['tree_pss_kib']:+d} KiB from before the first scrape to the end"
-        f" (supervisor {busy[-1]['supervisor_pss_kib'] - quiet[0]['supervisor_pss_kib']:+d} KiB); "
+        f" (supervisor {busy[-1]['supervisor_pss_kib'] - quiet[0]['supervisor_pss_kib']:+d} KiB; private memory:"
+        f" tree {busy[-1]['tree_private_kib'] - quiet[0]['tree_private_kib']:+d} KiB,"
+        f" supervisor {busy[-1]['supervisor_private_kib'] - quiet[0]['supervisor_private_kib']:+d} KiB); "
         f"exposition {busy[-1]['body_bytes']} bytes"
     )
     idle_rate = statistics.mean(r["supervisor_ns_pct"] for r in quiet) / 100  # CPU seconds per second
