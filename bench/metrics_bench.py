@@ -40,7 +40,11 @@ def tree_cpu(agent: Any) -> tuple[float, float]:
 def run_ns(pid: int) -> int:
     """Nanoseconds on a CPU of all the process's threads (schedstat: exact, not 10 ms ticks)."""
     total = 0
-    for task in Path(f"/proc/{pid}/task").iterdir():
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:  # gone (a worker's short-lived child)
+        return 0
+    for task in tasks:
         try:
             total += int((task / "schedstat").read_text().split()[0])
         except (OSError, ValueError, IndexError):
@@ -53,7 +57,7 @@ def window(
 ) -> dict[str, Any]:
     sup0, tree0 = tree_cpu(agent)
     pids = list(named_tree(agent).values())
-    ns0, tree_ns0 = run_ns(agent.pid), sum(map(run_ns, pids))
+    ns0, tree_ns0 = run_ns(agent.pid), {pid: run_ns(pid) for pid in pids}
     started = time.monotonic()
     scrapes, times = 0, []
     while (left := started + seconds - time.monotonic()) > 0:
@@ -69,7 +73,7 @@ def window(
         scrapes += 1
         time.sleep(max(0.0, min(every - (time.monotonic() - t0), left)))
     elapsed = time.monotonic() - started
-    ns1, tree_ns1 = run_ns(agent.pid), sum(map(run_ns, pids))
+    ns1, tree_ns1 = run_ns(agent.pid), {pid: run_ns(pid) for pid in pids}
     sup1, tree1 = tree_cpu(agent)
     mem = memory(agent)
     return {
@@ -82,7 +86,8 @@ def window(
         "supervisor_ns_pct": 100 * (ns1 - ns0) / 1e9 / elapsed,
         "elapsed_s": elapsed,
         "tree_cpu_pct": 100 * (tree1 - tree0) / elapsed,
-        "tree_ns_pct": 100 * (tree_ns1 - tree_ns0) / 1e9 / elapsed,
+        # the processes there at both ends (a worker's child may come and go)
+        "tree_ns_pct": 100 * sum(tree_ns1[p] - tree_ns0[p] for p in pids if tree_ns1[p]) / 1e9 / elapsed,
         "tree_pss_kib": mem["tree_pss_kib"],
         "supervisor_pss_kib": mem["per_process_kib"]["supervisor"]["pss"],
         # less noisy than PSS, which a worker's copy-on-write moves in the supervisor's share
