@@ -170,11 +170,12 @@ def main() -> int:
     )
     cpu_added = delta("supervisor_ns_pct")
     pss_added = busy[-1]["tree_pss_kib"] - quiet[0]["tree_pss_kib"]
+    private_added = busy[-1]["tree_private_kib"] - quiet[0]["tree_private_kib"]
     print(
         f"goal (< 0.1 % CPU, < 2 MiB to the tree): supervisor CPU {cpu_added:+.4f} % "
         f"{'met' if cpu_added < 0.1 else 'NOT met'} (whole tree, schedstat: {delta('tree_ns_pct'):+.4f} %); "
-        f"tree PSS {pss_added / 1024:+.2f} MiB "
-        f"{'met' if pss_added < 2048 else 'NOT met'}"
+        f"tree private memory {private_added / 1024:+.2f} MiB {'met' if private_added < 2048 else 'NOT met'} "
+        f"(PSS, which other processes' sharing moves: {pss_added / 1024:+.2f} MiB)"
     )
     for path, cpu_ms in per_request.items():
         print(f"supervisor CPU per request, {REQUESTS} back to back: {path} {cpu_ms:.3f} ms")
