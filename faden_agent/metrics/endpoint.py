@@ -27,7 +27,7 @@ TEXT = "text/plain; charset=utf-8"
 
 class MetricsEndpoint:
     def __init__(self, config: Config, table: Callable[[], dict[str, Any]], pids: Callable[[], dict[str, int]]):
-        """table(): the supervisor's `ps` table, fresh; pids(): process name -> pid."""
+        """table(): what a scrape reads of the supervisor's `ps` table, fresh; pids(): process name -> pid."""
         self.addr = config.metrics_addr
         self.table = table
         self.pids = pids

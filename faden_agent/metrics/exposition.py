@@ -8,7 +8,7 @@ hand: a scrape a second must cost the supervisor well under a millisecond and no
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 TEXT_0_0_4 = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS_1_0 = "application/openmetrics-text; version=1.0.0; charset=utf-8"
@@ -23,7 +23,7 @@ class Family:
         self.documentation = documentation
         self.labels = tuple(labels)
         self.samples: list[tuple[str, tuple[tuple[str, str], ...], float]] = []  # (suffix, labels, value)
-        self.written: dict[str, str] = {}  # format -> text: a family reused between scrapes is written once
+        self.written: dict[str, bytes] = {}  # format -> text: a family reused between scrapes is written once
 
     def add_metric(self, values: Sequence[str], value: float) -> None:
         self.samples.append((self.suffix, tuple(zip(self.labels, values, strict=True)), value))
@@ -64,7 +64,26 @@ class Section(list[Family]):
 
     def __init__(self, families: Iterable[Family] = ()):
         super().__init__(families)
-        self.written: dict[str, str] = {}
+        self.written: dict[str, bytes] = {}
+
+
+class Gauges(Section):
+    """One gauge of one label written straight from (label value, number) pairs in the text
+    format, for figures that move every scrape: no Family built and walked (one is made only
+    when it is iterated, or asked for OpenMetrics)."""
+
+    def __init__(self, template: Family, pairs: list[tuple[str, float]]):
+        super().__init__()
+        self.template, self.pairs = template, pairs
+        label = template.labels[0]
+        lines = [f"{template.name}{_labels(((label, value),))} {_value(number)}\n" for value, number in pairs]
+        self.written["0.0.4"] = (_header(template, "0.0.4", _text_0_0_4) + "".join(lines)).encode()
+
+    def __iter__(self) -> Iterator[Family]:
+        family = GaugeMetricFamily(self.template.name, self.template.documentation, self.template.labels)
+        for value, number in self.pairs:
+            family.add_metric([value], number)
+        return iter([family])
 
 
 def _value(value: float) -> str:
@@ -98,21 +117,34 @@ def _samples(family: Family) -> str:
 
 
 def text_0_0_4(parts: Iterable[Family | Section]) -> bytes:
-    return "".join(_written(part, "0.0.4", _text_0_0_4) for part in parts).encode()
+    return b"".join([_written(part, "0.0.4", _text_0_0_4) for part in parts])
 
 
 def openmetrics_1_0(parts: Iterable[Family | Section]) -> bytes:
-    return ("".join(_written(part, "om1", _openmetrics_1_0) for part in parts) + "# EOF\n").encode()
+    return b"".join([*(_written(part, "om1", _openmetrics_1_0) for part in parts), b"# EOF\n"])
 
 
-def _written(part: Family | Section, form: str, write: Callable[[Family], str]) -> str:
+def _written(part: Family | Section, form: str, write: Callable[[Family], str]) -> bytes:
     text = part.written.get(form)
     if text is None:
         if isinstance(part, Section):
-            text = "".join(_written(family, form, write) for family in part)
+            text = b"".join([_written(family, form, write) for family in part])
         else:
-            text = write(part)
+            text = (_header(part, form, write) + _samples(part)).encode()
         part.written[form] = text
+    return text
+
+
+_HEADERS: dict[tuple[str, str, str, str], str] = {}  # a rebuilt family's HELP and TYPE are as before
+
+
+def _header(family: Family, form: str, write: Callable[[Family], str]) -> str:
+    key = (form, family.name, family.kind, family.documentation)
+    text = _HEADERS.get(key)
+    if text is None:
+        if len(_HEADERS) >= MAX_LABEL_SETS:
+            _HEADERS.clear()
+        text = _HEADERS[key] = write(family)
     return text
 
 
@@ -121,9 +153,8 @@ def _text_0_0_4(family: Family) -> str:
     kind = "gauge" if family.kind == "info" else family.kind
     shown = family.name + {"counter": "_total", "info": "_info"}.get(family.kind, "")
     help_text = family.documentation.replace("\\", "\\\\").replace("\n", "\\n")
-    return f"# HELP {shown} {help_text}\n# TYPE {shown} {kind}\n" + _samples(family)
+    return f"# HELP {shown} {help_text}\n# TYPE {shown} {kind}\n"
 
 
 def _openmetrics_1_0(family: Family) -> str:
-    help_text = _label(family.documentation)
-    return f"# HELP {family.name} {help_text}\n# TYPE {family.name} {family.kind}\n" + _samples(family)
+    return f"# HELP {family.name} {_label(family.documentation)}\n# TYPE {family.name} {family.kind}\n"

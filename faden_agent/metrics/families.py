@@ -17,6 +17,7 @@ from faden_agent.metrics.exposition import (
     CounterMetricFamily,
     Family,
     GaugeMetricFamily,
+    Gauges,
     HistogramMetricFamily,
     InfoMetricFamily,
     Section,
@@ -85,20 +86,25 @@ def sections(
     stream, executor, logs_, peer_, inventory_ = (status[name] for name in STATUS_SECTIONS)
     gauges_ = _dict(inventory_.get("gauges"))  # not the rest: its ages change at every status
     standing = tuple((name, row.get("state"), row.get("restarts"), row.get("last_exit")) for name, row in rows.items())
-    pss_now = {name: figures[2] for name, figures in usage.items()}
-    return [
+    dropped = _dict(_dict(table.get("supervisor")).get("metrics")).get("dropped")
+    everything = (standing, usage, dropped, stream, executor, logs_, peer_, gauges_)
+    if reuse is not None and (last := reuse.get("all")) is not None and last[0] == everything:
+        return [last[1][0], last[1][1], liveness_ages(rows), *last[1][3:]]  # only the ages move
+    made = [
         _reused(reuse, "build", (), lambda: build(table)),
         _reused(reuse, "workers", (standing,), lambda: workers(rows)),
-        Section(liveness_ages(rows)),
-        Section(processes(usage)),
-        _reused(reuse, "pss", (pss_now,), lambda: proportional_memory(pss_now)),
+        liveness_ages(rows),
+        _reused(reuse, "processes", (usage,), lambda: processes(usage)),  # procstat: read every few s
         _reused(reuse, "link", (stream,), lambda: link(stream)),
         _reused(reuse, "commands", (executor,), lambda: commands(executor)),
         _reused(reuse, "logs", (logs_,), lambda: logs(logs_)),
         _reused(reuse, "peer", (peer_, executor), lambda: peer(peer_, executor)),
         _reused(reuse, "inventory", (gauges_,), lambda: inventory(gauges_)),
-        Section(endpoint(_dict(_dict(table.get("supervisor")).get("metrics")))),
+        _reused(reuse, "endpoint", (dropped,), lambda: endpoint(dropped)),
     ]
+    if reuse is not None:
+        reuse["all"] = (everything, made)
+    return made
 
 
 def families(
@@ -154,35 +160,30 @@ def workers(rows: dict[str, dict[str, Any]]) -> Iterator[Family]:
     yield from (state, restarts, last_exit)
 
 
-def liveness_ages(rows: dict[str, dict[str, Any]]) -> Iterator[Family]:
-    age = GaugeMetricFamily(
-        P + "worker_liveness_age_seconds",
-        "Seconds since the worker's last liveness message; its figures here are as old",
-        labels=["worker"],
-    )
-    for name, row in rows.items():
-        if (seconds := _num(row.get("alive_age_s"))) is not None:
-            age.add_metric([name], seconds)
-    yield age
+LIVENESS_AGE = GaugeMetricFamily(
+    P + "worker_liveness_age_seconds",
+    "Seconds since the worker's last liveness message; its figures here are as old",
+    labels=["worker"],
+)
+
+
+def liveness_ages(rows: dict[str, dict[str, Any]]) -> Section:
+    pairs = [(name, seconds) for name, row in rows.items() if (seconds := _num(row.get("alive_age_s"))) is not None]
+    return Gauges(LIVENESS_AGE, pairs)
 
 
 def processes(usage: dict[str, tuple[float, int, int | None]]) -> Iterator[Family]:
     cpu = CounterMetricFamily(P + "process_cpu_seconds", "CPU time of each agent process", labels=["process"])
     rss = GaugeMetricFamily(P + "process_resident_memory_bytes", "Resident memory per process", labels=["process"])
-    for name, (cpu_s, rss_bytes, _) in usage.items():
-        cpu.add_metric([name], cpu_s)
-        rss.add_metric([name], rss_bytes)
-    yield from (cpu, rss)
-
-
-def proportional_memory(pss_now: dict[str, int | None]) -> Iterator[Family]:
     pss = GaugeMetricFamily(
         P + "process_proportional_memory_bytes", "PSS per process (shared pages split): they sum", labels=["process"]
     )
-    for name, pss_bytes in pss_now.items():
+    for name, (cpu_s, rss_bytes, pss_bytes) in usage.items():
+        cpu.add_metric([name], cpu_s)
+        rss.add_metric([name], rss_bytes)
         if pss_bytes is not None:
             pss.add_metric([name], pss_bytes)
-    yield pss
+    yield from (cpu, rss, pss)
 
 
 def link(status: dict[str, Any]) -> Iterator[Family]:
@@ -356,9 +357,9 @@ def gpus(gpu: dict[str, Any]) -> Iterator[Family]:
     yield from (verdict, node)
 
 
-def endpoint(status: dict[str, Any]) -> Iterator[Family]:
-    dropped = CounterMetricFamily(
+def endpoint(dropped: Any) -> Iterator[Family]:
+    family = CounterMetricFamily(
         P + "metrics_connections_dropped", "Connections to this endpoint closed early: too many were open"
     )
-    dropped.add_metric([], _num(status.get("dropped")) or 0.0)
-    yield dropped
+    family.add_metric([], _num(dropped) or 0.0)
+    yield family

@@ -1,8 +1,8 @@
 """CPU, RSS and PSS of the agent's processes from /proc, as cheap as a scrape a second needs.
 
 Owns one open /proc/PID/stat per process, re-read in place (a dead process's read fails and
-its descriptor is closed); PSS (the kernel walks every page for it) is read at most every
-PSS_SAMPLE_S per process, a new process at once. Descriptors are closed in forked children.
+its descriptor is closed) at most every USAGE_SAMPLE_S, PSS (the kernel walks every page)
+every PSS_SAMPLE_S; a changed set of processes is read at once. Closed in forked children.
 """
 
 from __future__ import annotations
@@ -10,21 +10,28 @@ from __future__ import annotations
 import os
 import time
 
-PSS_SAMPLE_S = 30.0
+USAGE_SAMPLE_S = 5.0  # a scrape sooner than this gets the figures read last (scrapes 5 s apart: fresh)
+PSS_SAMPLE_S = 300.0  # about 1 ms a process
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 TICKS = os.sysconf("SC_CLK_TCK")
 STAT_BYTES = 1024  # a stat line is about 300 bytes; its command name is at most 64
 
 
 class ProcessUsage:
-    def __init__(self) -> None:
+    def __init__(self, sample_s: float = USAGE_SAMPLE_S) -> None:
+        self.sample_s = sample_s
         self._stat_fds: dict[int, int] = {}
         self._pss: dict[int, int | None] = {}
         self._pss_at = -PSS_SAMPLE_S
+        self._last: tuple[dict[str, int], float, dict[str, tuple[float, int, int | None]]] = ({}, 0.0, {})
 
     def read(self, pids: dict[str, int]) -> dict[str, tuple[float, int, int | None]]:
-        """Process name -> (CPU seconds, RSS bytes, PSS bytes or None); a gone process is left out."""
+        """Process name -> (CPU seconds, RSS bytes, PSS bytes or None); a gone process is left out.
+        Within sample_s of the last read of the same processes: that read's figures (the same dict)."""
         now = time.monotonic()
+        last_pids, read_at, figures = self._last
+        if pids == last_pids and now - read_at < self.sample_s:
+            return figures
         fresh_pss = now - self._pss_at >= PSS_SAMPLE_S
         if fresh_pss:
             self._pss_at = now
@@ -37,6 +44,7 @@ class ProcessUsage:
             figures = self._cpu_and_rss(pid)
             if figures is not None:
                 out[name] = (*figures, self._pss.get(pid))
+        self._last = (dict(pids), now, out)
         return out
 
     def close(self) -> None:

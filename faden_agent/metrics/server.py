@@ -27,7 +27,7 @@ class Connection:
     sock: socket.socket
     deadline: float
     inbox: bytearray = field(default_factory=bytearray)
-    outbox: bytes = b""
+    outbox: memoryview | bytes = b""
     sent: int = 0
     watched: bool = False  # one answered within its first wake-up never reaches the poller
 
@@ -149,7 +149,7 @@ class HttpServer:
             f"HTTP/1.1 {status} {REASONS.get(status, 'Error')}\r\nContent-Type: {ctype}\r\n"
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
         )
-        conn.outbox = head.encode("latin-1") + body
+        conn.outbox = memoryview(head.encode("latin-1") + body)  # sent on without copies of what is left
         self._write(conn)
         if self.connections.get(conn.sock.fileno()) is conn:
             self._watch(conn, False, True)

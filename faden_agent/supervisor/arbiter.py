@@ -104,7 +104,7 @@ class Supervisor:
         self._last_sample = -RESOURCE_SAMPLE_S
         self._last_dormant_check = 0.0
         self._resources: dict[int, tuple[int | None, float | None]] = {}
-        self.metrics = MetricsEndpoint(config, self.fresh_table, self.pids)
+        self.metrics = MetricsEndpoint(config, self.scrape_table, self.pids)
 
     # ------------------------------------------------------------------ main loop
 
@@ -264,9 +264,10 @@ class Supervisor:
                 log.info("SIGHUP ignored: configuration is read at start; restart the agent to apply changes")
 
     def drain_liveness(self) -> None:
-        while True:
+        # ZMQ_EVENTS is one call; recv(0) would build a poller to find nothing (each scrape, twice).
+        while self.liveness.socket.get(zmq.EVENTS) & zmq.POLLIN:
             try:
-                message = self.liveness.recv(0)
+                message = self.liveness.recv()
             except EnvelopeError as exc:
                 log.warning("dropped a malformed liveness message: %s", exc)
                 continue
@@ -491,10 +492,27 @@ class Supervisor:
         sup["metrics"] = self.metrics.status()
         return {"supervisor": sup, "workers": rows}
 
-    def fresh_table(self) -> dict[str, Any]:
-        """The table with the liveness messages already sent read first (never waits)."""
+    def scrape_table(self) -> dict[str, Any]:
+        """What a scrape reads of the table (metrics/families.py, health.py), the liveness
+        messages already sent read first (never waits): `ps`'s rows less resources and uptimes."""
         self.drain_liveness()
-        return self.table()
+        now = time.monotonic()
+        rows = []
+        for w in self.workers.values():
+            age = w.liveness_age(now)
+            rows.append(
+                {
+                    "name": w.name,
+                    "state": w.state.value,
+                    "restarts": w.restarts,
+                    "last_exit": w.last_exit,
+                    "alive_age_s": round(age, 3) if age is not None else None,
+                    "status": w.status,
+                }
+            )
+        server = self.metrics.server
+        endpoint = {"dropped": server.dropped if server else 0}
+        return {"supervisor": {"started_at": self.started_at, "metrics": endpoint}, "workers": rows}
 
     def pids(self) -> dict[str, int]:
         """Process name -> pid of the supervisor and each live worker."""

@@ -15,6 +15,7 @@ import json
 import secrets
 import signal
 import subprocess
+import sys
 import tarfile
 import threading
 import time
@@ -22,6 +23,7 @@ from typing import Any
 
 import pytest
 import requests
+from prometheus_client.parser import text_string_to_metric_families
 
 from faden_agent import protocol
 from tests.agentproc import wait_for
@@ -115,6 +117,17 @@ def tx_bytes(machine: Machine) -> int:
 
 
 # ------------------------------------------------------------------ what a backend sends
+
+
+def scraped(machine: Machine, name: str) -> float:
+    """One unlabelled sample of the agent's /metrics, parsed by Prometheus' own parser; read
+    inside the machine's namespace, whose loopback its endpoint listens on (0 when absent)."""
+    addr = machine.agent.ps()["supervisor"]["metrics"]["addr"]
+    get = f"import sys, urllib.request; sys.stdout.buffer.write(urllib.request.urlopen('http://{addr}/metrics').read())"
+    body = machine.run(sys.executable, "-c", get, timeout=30).stdout.decode()
+    values = [s.value for f in text_string_to_metric_families(body) for s in f.samples if s.name == name]
+    assert len(values) <= 1, values
+    return values[0] if values else 0.0
 
 
 def peer_address(machine: Machine) -> str:
@@ -447,6 +460,8 @@ def test_image_pull_falls_back_to_peers_and_a_present_image_is_only_tagged(rig):
     other = image_id(holder, OTHER)
     without(receiver, OTHER)
     peers = [{"address": peer_address(holder), "ticket": serve(rig, holder, other, receiver.address)}]
+    served, fetched = "faden_agent_peer_served_bytes_total", "faden_agent_peer_fetched_bytes_total"
+    served_before, fetched_before = scraped(holder, served), scraped(receiver, fetched)
     done = run_command(rig, receiver, "image.pull", {"image": OTHER, "image_id": other, "peers": peers})
     assert done["state"] == protocol.SUCCEEDED, terminal(done)
     result = result_of(done)
@@ -455,6 +470,20 @@ def test_image_pull_falls_back_to_peers_and_a_present_image_is_only_tagged(rig):
         "image_not_found",
     ), result
     assert image_id(receiver, OTHER) == other
+    # both agents' /metrics count the transfer: at least its 5 MB layer, the same bytes on both sides
+    crossed = result["bytes_received"]
+    assert crossed > 5 * MB, result
+    wait_for(lambda: scraped(receiver, fetched) - fetched_before == crossed, 10, 0.5, "fetched bytes in /metrics")
+    wait_for(
+        lambda: abs(scraped(holder, served) - served_before - crossed) <= crossed / 100,
+        10,
+        0.5,
+        "served bytes in /metrics",
+    )
+    print(
+        f"{crossed} bytes crossed; /metrics: served +{scraped(holder, served) - served_before:.0f} on machine 1,"
+        f" fetched +{scraped(receiver, fetched) - fetched_before:.0f} on machine 2"
+    )
     # already there under another name: tagged, nothing crosses (the ticket is not even used)
     receiver.docker("tag", other, "faden-peer/other:old")
     receiver.docker("rmi", OTHER)

@@ -330,7 +330,7 @@ def test_process_usage_rereads_each_process_in_place_and_lets_go_of_a_gone_one()
     busy = subprocess.Popen(
         [sys.executable, "-c", "import sys\nwhile sys.stdin.read(1): sum(range(10**6))"], stdin=subprocess.PIPE
     )
-    usage = ProcessUsage()
+    usage = ProcessUsage(sample_s=0)  # every read reads
     try:
         before = open_fds()
         first = usage.read({"busy": busy.pid, "self": os.getpid()})
@@ -353,3 +353,20 @@ def test_process_usage_rereads_each_process_in_place_and_lets_go_of_a_gone_one()
         busy.wait()
         usage.close()
     assert not open_fds() - before
+
+
+def test_process_usage_is_read_again_only_after_its_interval_or_when_the_processes_change():
+    usage = ProcessUsage(sample_s=60)
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        first = usage.read({"self": os.getpid()})
+        spent = os.times().user
+        while os.times().user < spent + 0.05:  # a few ticks of CPU the next read would show
+            sum(range(10**5))
+        assert usage.read({"self": os.getpid()}) is first  # the same processes within the interval
+        both = usage.read({"self": os.getpid(), "sleeper": sleeper.pid})  # a new process: read at once
+        assert both["sleeper"][1] > 0 and both["self"][0] > first["self"][0]
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        usage.close()
