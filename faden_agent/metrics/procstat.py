@@ -39,11 +39,11 @@ class ProcessUsage:
         for pid in [pid for pid in self._stat_fds if pid not in live]:
             os.close(self._stat_fds.pop(pid))
         self._pss = {pid: self._pss[pid] if pid in self._pss and not fresh_pss else process_pss(pid) for pid in live}
-        out = {}
+        out: dict[str, tuple[float, int, int | None]] = {}
         for name, pid in pids.items():
-            figures = self._cpu_and_rss(pid)
-            if figures is not None:
-                out[name] = (*figures, self._pss.get(pid))
+            cpu_rss = self._cpu_and_rss(pid)
+            if cpu_rss is not None:
+                out[name] = (*cpu_rss, self._pss.get(pid))
         self._last = (dict(pids), now, out)
         return out
 
