@@ -111,7 +111,7 @@ def test_a_container_printing_100_mib_without_a_newline_keeps_the_worker_small(t
     print(f"log worker peak RSS, 100 MiB container line without newline: {peak / 2**20:.1f} MiB")
     assert [e.line[:5] for e in got] == ["xxxxx", "after"]
     assert "line cut at 65536 bytes" in got[0].line and len(got[0].line.encode()) < 70 * 1024
-    assert status["lines_cut"] == 1
+    assert status["lines_cut"] >= 1  # this one (other tests' containers on the shared engine may add)
     assert peak < RSS_BOUND_BYTES
 
 
@@ -144,6 +144,7 @@ def test_a_line_docker_cut_into_partial_messages_arrives_whole(tmp_path, loki, d
     """Docker's json-file driver cuts a line into 16 KiB partial messages, each with its own
     timestamp prefix when read with timestamps: none of those prefixes may land in the line."""
     script = "head -c 40000 /dev/zero | tr '\\0' y; echo; echo after-the-long-line"
-    got, status, _ = ship_container_output(tmp_path, loki, docker_client, script, "after-the-long-line", 60)
+    got, _, _ = ship_container_output(tmp_path, loki, docker_client, script, "after-the-long-line", 60)
+    # Whole and uncut, this container's own entries (the worker's lines_cut counts every
+    # managed container on the shared engine: another test's endless line is cut there).
     assert [e.line for e in got] == ["y" * 40000, "after-the-long-line"]
-    assert status["lines_cut"] == 0

@@ -373,9 +373,12 @@ def test_a_slow_positions_write_never_holds_the_shippers_counts(tmp_path, monkey
     shipper = Shipper(config, Backlog(), Positions(tmp_path), threading.Event())
     writing, release = threading.Event(), threading.Event()
 
+    real_replace_file = positions_module.replace_file
+
     def stuck_replace_file(*args, **kwargs):
         writing.set()
         release.wait(30)
+        real_replace_file(*args, **kwargs)
 
     monkeypatch.setattr(positions_module, "replace_file", stuck_replace_file)
     entry = Entry((("job", "x"),), 1, "line", None, "journal", "s=1;i=1")
