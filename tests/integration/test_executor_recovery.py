@@ -104,20 +104,20 @@ def test_containers_outlive_the_agent_and_are_adopted_on_start(executor_factory,
         seen = [e for e in ex.events("container.adopted") if e["name"] in names]
         return seen if len(seen) >= starts * len(names) else None  # reported once per start
 
+    def summaries(starts: int) -> bool:  # written right after a start's per-container events
+        return len([e for e in ex.events("executor.adoption") if set(names) <= set(e["names"])]) >= starts
+
     agent.stop()  # orderly stop
     assert all(docker_client.containers.get(n).status == "running" for n in names)
     agent.start()
     wait_for(lambda: adopted_names(1), 20, what="adoption events after the restart")
+    # the kill below must not land between the events and their summary (that start's is lost)
+    wait_for(lambda: summaries(1), 20, what="the adoption summary after the restart")
     agent.kill()  # and kill -9 of the whole process group
     assert all(docker_client.containers.get(n).status == "running" for n in names)
     agent.start()
     adopted = wait_for(lambda: adopted_names(2), 20, what="adoption events after the second start")
     assert {e["cluster"] for e in adopted} == {"c1"} and {e["status"] for e in adopted} == {"running"}
-    # the summary is written right after the per-container events: wait for it too
-    wait_for(
-        lambda: len([e for e in ex.events("executor.adoption") if set(names) <= set(e["names"])]) >= 2,
-        10,
-        what="an adoption summary per start",
-    )
+    wait_for(lambda: summaries(2), 20, what="an adoption summary per start")
     # and they are still managed: the restarted agent can stop them
     assert ex.run(f"{prefix}-stop", "container.stop", {"name": names[0], "timeout_s": 0})["state"] == "succeeded"
