@@ -271,27 +271,35 @@ def test_admin_view_names_the_old_agent_and_shows_the_matrix(rig):
     wait_peers_known(rig)
     assert protocol.TRAFFIC_CAPABILITY not in rig.backend.node_by_agent("rig-m4")["capabilities"]
     echo = started(load(m2, "echo", "7400"))
-    ping = started(load(m1, "pingpong", m2.address, "7400", "6"))
-    wait_for(lambda: peer(records(rig)[1], m2.address)["rtt_ms"], 20, interval_s=0.5, what="an RTT m1 -> m2")
-    env = {**os.environ, "FADEN_NODE_AGENT_BACKEND_URL": rig.backend.url, "FADEN_ADMIN_TOKEN": rig.backend.admin_token}
-    shown = subprocess.run(
-        [sys.executable, "-m", "faden_agent", "admin", "traffic", CLUSTER],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert shown.returncode == 0, shown.stderr
-    print(shown.stdout)
-    lines = shown.stdout.splitlines()
-    assert f"agent lacks {protocol.TRAFFIC_CAPABILITY} (update it): rig-m4 ({old.node_id}" in shown.stdout
-    row = next(line for line in lines if line.startswith("rig-m1 "))
-    assert "eth0" in row and "ms" in row and "(old agent)" not in row
-    old_row = next(line for line in lines if line.startswith("rig-m4 "))
-    assert old_row.count("(old agent)") == 3
-    assert ping.wait(30) == 0
-    echo.kill()
-    echo.wait(10)
+    # pinging on past the view: the record the view shows must still hold the connection
+    ping = started(load(m1, "pingpong", m2.address, "7400", "120"))
+    try:
+        wait_for(lambda: peer(records(rig)[1], m2.address)["rtt_ms"], 20, interval_s=0.5, what="an RTT m1 -> m2")
+        env = {
+            **os.environ,
+            "FADEN_NODE_AGENT_BACKEND_URL": rig.backend.url,
+            "FADEN_ADMIN_TOKEN": rig.backend.admin_token,
+        }
+        shown = subprocess.run(
+            [sys.executable, "-m", "faden_agent", "admin", "traffic", CLUSTER],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert shown.returncode == 0, shown.stderr
+        print(shown.stdout)
+        lines = shown.stdout.splitlines()
+        assert f"agent lacks {protocol.TRAFFIC_CAPABILITY} (update it): rig-m4 ({old.node_id}" in shown.stdout
+        row = next(line for line in lines if line.startswith("rig-m1 "))
+        assert "eth0" in row and "ms" in row and "(old agent)" not in row
+        old_row = next(line for line in lines if line.startswith("rig-m4 "))
+        assert old_row.count("(old agent)") == 3
+        assert ping.poll() is None, "the pingpong ended early (the echo side broke)"
+    finally:
+        for proc in (ping, echo):
+            proc.kill()
+            proc.wait(10)
     # the old agent ignored the peers message, and its traffic never reached the backend
     assert records(rig)[4] is None
     assert m1.address in [p["address"] for p in records(rig)[2]["peers"]]
