@@ -31,7 +31,6 @@ class Timeline:
         # For /metrics: "kind" -> received, "kind state reason" -> ended (both bounded sets)
         self.received_counts: dict[str, int] = {}
         self.ended_counts: dict[str, int] = {}
-        self.peer_bytes_fetched = 0  # image.fetch's bytes_received of ended commands
 
     def _put(self, command_id: str, state: str, step: int, **fields: Any) -> None:
         data = protocol.timeline_data(command_id, state, **fields)
@@ -55,10 +54,6 @@ class Timeline:
         entry = self.journal.get(command_id)
         known_reason = reason if reason in protocol.REASONS else "other"
         _count(self.ended_counts, f"{known_kind(entry.kind if entry else '')} {state} {known_reason}")
-        inner = result.get("result")
-        fetched = (inner if isinstance(inner, dict) else result).get("bytes_received")
-        if type(fetched) is int and fetched > 0:
-            self.peer_bytes_fetched += fetched
         testhooks.kill_between("done", "outbox")
         self._put_terminal(command_id, data)
         return True

@@ -140,7 +140,7 @@ class ExecutorWorker(Worker):
         counts = {
             "received": timeline.received_counts,
             "ended": timeline.ended_counts,
-            "peer_bytes_fetched": timeline.peer_bytes_fetched,
+            "peer_bytes_fetched": self.frame.peer_bytes_fetched,
         }
         return {**self.scheduler.counts(), "docker": engine, "events": self.events.connected, "commands": counts}
 

@@ -5,6 +5,7 @@ Notes (why, figures, history): docs/design-notes.md.
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 from faden_agent import protocol
@@ -24,6 +25,13 @@ class Commands:
         self.journal = journal
         self.timeline = timeline
         self.scheduler: Scheduler | None = None  # set by the worker (the scheduler calls execute)
+        # For /metrics: image bytes that arrived from peers, whichever kind fetched them
+        self.peer_bytes_fetched = 0
+        self._counting = threading.Lock()  # scheduler threads fetch side by side
+
+    def count_fetched(self, size: int) -> None:
+        with self._counting:
+            self.peer_bytes_fetched += size
 
     # --- the frame around every kind
 

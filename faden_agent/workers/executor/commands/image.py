@@ -237,12 +237,15 @@ def fetch_from_peers(
                 job.on_abort,
             )
             try:
-                return {**transfer.run(peer), "failed_sources": [f.message for f in failures]}
+                delivered = transfer.run(peer)
             except PeerFailure as failure:  # whatever it was, the next peer is tried
                 log.warning("command %s: %s", job.id, failure.message)
                 failures.append(failure)
+                continue
             except Stopped:
                 raise Cancelled() from None
+            commands.count_fetched(delivered["bytes_received"])
+            return {**delivered, "failed_sources": [f.message for f in failures]}
     reasons = [f.reason for f in failures]
     reason = "integrity_failed" if "integrity_failed" in reasons else reasons[-1]
     raise CommandFailed(
