@@ -19,6 +19,7 @@ import requests
 import urllib3
 
 from faden_agent import __version__, protocol
+from faden_agent.answerbody import AnswerTooLarge, AnswerUnread, read_body
 from faden_agent.backoff import MAX_RETRY_AFTER_S, parse_retry_after  # noqa: F401  (re-exported)
 from faden_agent.config import Config, loki_tenant
 from faden_agent.errorline import error_line
@@ -71,15 +72,21 @@ class ProtocolError(BackendError):
 
 
 DEFAULT_MAINTENANCE_WAIT_S = 30.0
+MAX_ANSWER_BYTES = 4 << 20  # an uplink answer lists at most a batch's ids; enrollment is a few lines
+DETAIL_BYTES = 64 << 10  # of a refusal, only its first line is shown
 
 
-def _detail(reply: requests.Response) -> str:
+def _detail(reply: requests.Response, deadline_s: float) -> str:
     """The answer's explanation, on one line (it ends up in an error message)."""
     try:
-        body = reply.json()
+        raw = read_body(reply, DETAIL_BYTES, deadline_s)
+    except AnswerUnread as exc:
+        return f"({exc})"
+    try:
+        body = orjson.loads(raw)
         text = str(body.get("message") or body.get("error") or "")
     except (ValueError, AttributeError):
-        text = reply.text
+        text = raw[:1000].decode("utf-8", "replace")
     return " ".join(text[:200].split())
 
 
@@ -143,6 +150,8 @@ class BackendClient:
         if held > 0:  # another thread or worker was told to wait: send nothing before then
             raise Maintenance(f"{method} {path}: not sent, the backend asked to wait {held:.1f}s more", 503, held)
         try:
+            # stream: the body is read within bounds (answerbody.py), never whole by requests
+            kwargs.setdefault("stream", True)
             reply = self.session.request(method, url, timeout=timeout or self.timeout_s, verify=self.verify, **kwargs)
         except requests.exceptions.SSLError as exc:
             raise BackendUnavailable(
@@ -162,7 +171,7 @@ class BackendClient:
 
     def _raise_for(self, reply: requests.Response, method: str, path: str, auth: bool) -> None:
         status = reply.status_code
-        detail = _detail(reply)
+        detail = _detail(reply, self.timeout_s)
         reply.close()
         where = f"{method} {path}: HTTP {status}"
         if status == 503:
@@ -251,12 +260,11 @@ class BackendClient:
         if gzip:
             body = gzip_module.compress(body, compresslevel=5)
             headers["Content-Encoding"] = "gzip"
-        self._request("POST", path, data=body, headers=headers).close()
+        self._body(self._request("POST", path, data=body, headers=headers))
 
-    @staticmethod
-    def _json(reply: requests.Response) -> dict[str, Any]:
+    def _json(self, reply: requests.Response) -> dict[str, Any]:
         try:
-            body = orjson.loads(reply.content)
+            body = orjson.loads(self._body(reply))
         except orjson.JSONDecodeError:
             raise ProtocolError(
                 f"answer to {reply.request.method} {reply.request.path_url.split('?')[0]} is not JSON"
@@ -264,6 +272,17 @@ class BackendClient:
         if not isinstance(body, dict):
             raise ProtocolError("answer is not a JSON object")
         return body
+
+    def _body(self, reply: requests.Response) -> bytes:
+        """A 2xx answer's body, read to its end (the connection is kept for the next request)."""
+        where = f"answer to {reply.request.method} {(reply.request.path_url or '').split('?')[0]}"
+        try:
+            with reply:
+                return read_body(reply, MAX_ANSWER_BYTES, self.timeout_s)
+        except AnswerTooLarge as exc:
+            raise ProtocolError(f"{where}: {exc}") from None
+        except AnswerUnread as exc:
+            raise BackendUnavailable(f"{where}: {exc}") from None
 
 
 _unverified_warned = False

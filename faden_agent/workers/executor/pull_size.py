@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import ipaddress
 import re
-import time
 from typing import Any
 from urllib.parse import urlsplit
 
-import orjson
 import requests
 from docker.utils import parse_repository_tag
 
+from faden_agent.answerbody import AnswerUnread, read_json_object
 from faden_agent.peer.archive import held_prefix
 from faden_agent.peer.fetch import held_chains
 from faden_agent.workers.executor.docker_errors import registry_of
@@ -48,7 +47,7 @@ def missing_bytes(api: Any, image: str, auth: dict[str, str] | None) -> int | No
             manifest = registry.manifest(_platform_digest(manifest, info))
         layers = [_layer_size(layer["size"]) for layer in manifest["layers"]]
         diff_ids = [str(d) for d in registry.blob(manifest["config"]["digest"])["rootfs"]["diff_ids"]]
-    except (Unknown, requests.exceptions.RequestException, AttributeError, KeyError, TypeError, ValueError):
+    except (Unknown, AnswerUnread, requests.RequestException, AttributeError, KeyError, TypeError, ValueError):
         return None  # AttributeError: an entry that is no object
     if len(diff_ids) != len(layers):
         return None
@@ -136,7 +135,7 @@ class _Registry:
         with response:
             if response.status_code != 200:
                 raise Unknown(f"HTTP {response.status_code}")
-            return _bounded_json(response)
+            return read_json_object(response, MAX_ANSWER_BYTES, ANSWER_DEADLINE_S)
 
     def _request(self, url: str, headers: dict[str, str]) -> requests.Response:
         return requests.get(url, headers={**headers, **self.headers}, stream=True, timeout=TIMEOUT, verify=self.verify)
@@ -159,25 +158,8 @@ class _Registry:
         ) as response:
             if response.status_code != 200:
                 raise Unknown(f"the token service answered HTTP {response.status_code}")
-            answer = _bounded_json(response)
+            answer = read_json_object(response, MAX_ANSWER_BYTES, ANSWER_DEADLINE_S)
         token = answer.get("token") or answer.get("access_token")
         if not isinstance(token, str):
             raise Unknown("the token service gave no token")
         return {"Authorization": f"Bearer {token}"}
-
-
-def _bounded_json(response: requests.Response) -> dict[str, Any]:
-    body = bytearray()
-    give_up = time.monotonic() + ANSWER_DEADLINE_S
-    # read1: what has arrived, each wait at most the read timeout, so a registry dripping
-    # bytes meets the deadline (iter_content would block until a whole chunk came)
-    while chunk := response.raw.read1(1 << 16, decode_content=True):
-        body += chunk
-        if len(body) > MAX_ANSWER_BYTES or time.monotonic() > give_up:
-            raise Unknown("the answer is too long or too slow")
-    if time.monotonic() > give_up:
-        raise Unknown("the answer is too long or too slow")
-    answer = orjson.loads(bytes(body))
-    if not isinstance(answer, dict):
-        raise Unknown("the answer is no JSON object")
-    return answer

@@ -15,6 +15,7 @@ from urllib.parse import unquote, urlsplit
 import requests
 
 from faden_agent import __version__, protocol
+from faden_agent.answerbody import AnswerUnread, read_body
 from faden_agent.backend import BackendClient, BackendError, parse_retry_after
 from faden_agent.config import Config
 from faden_agent.errorline import error_line
@@ -122,11 +123,17 @@ class DirectLoki:
     def _send_via_proxy(self, body: bytes, headers: dict[str, str]) -> Answer:
         assert self.session is not None
         try:
-            reply = self.session.post(self.url, data=body, headers=headers, timeout=self.timeout_s, verify=self.verify)
+            reply = self.session.post(
+                self.url, data=body, headers=headers, timeout=self.timeout_s, verify=self.verify, stream=True
+            )
         except requests.RequestException as exc:
             return Answer(None, None, error_line(exc, 300, named=True))
         with reply:
-            detail = "" if reply.ok else reply.text[:300].strip()
+            try:  # the status decides; the body is read (bounded) for its words and the connection
+                text = read_body(reply, MAX_ANSWER_BYTES, self.timeout_s)[:300].decode("utf-8", "replace")
+            except AnswerUnread as exc:
+                text = f"({exc})"
+            detail = "" if reply.ok else text.strip()
             return Answer(reply.status_code, parse_retry_after(reply.headers.get("Retry-After")), detail)
 
     def close(self) -> None:

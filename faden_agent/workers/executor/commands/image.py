@@ -13,7 +13,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from faden_agent import protocol
+from faden_agent.answerbody import AnswerUnread, read_json_object
 from faden_agent.diskspace import NoSpace, require_space
+from faden_agent.errorline import error_line
 from faden_agent.ipc.control import ask_to_serve
 from faden_agent.peer.fetch import PeerFailure, Stopped, Transfer, check_space, tag_image
 from faden_agent.peer.server import byte_limit, holder_stream
@@ -33,6 +35,8 @@ log = logging.getLogger(__name__)
 IMAGE_ID_RE = re.compile(r"sha256:[0-9a-f]{64}")
 # Registry failures after which the peers named in the spec are tried.
 FALLBACK_REASONS = ("image_not_found", "registry_unreachable", "registry_auth_failed", "docker_error")
+RELAY_ANSWER_BYTES = 4 << 20  # the receiver's request: an image id and the layer chains it holds
+RELAY_ANSWER_S = 30.0
 
 
 # --- spec checks
@@ -268,13 +272,16 @@ def image_relay(commands: Commands, job: Job) -> dict[str, Any]:
     while request is None:
         commands.check(job)
         try:
-            answer = requests.get(spec["url"] + protocol.RELAY_REQUEST, headers=auth, timeout=(10, 30), verify=verify)
+            answer = requests.get(
+                spec["url"] + protocol.RELAY_REQUEST, headers=auth, timeout=(10, 30), verify=verify, stream=True
+            )
         except requests.exceptions.RequestException as exc:
             raise CommandFailed("peer_unreachable", f"cannot reach the relay: {type(exc).__name__}") from None
-        if answer.status_code == 200:
-            request = answer.json()
-        elif answer.status_code != 204:
-            raise CommandFailed("peer_failed", f"the relay answered HTTP {answer.status_code}")
+        with answer:
+            if answer.status_code == 200:
+                request = _relay_answer(answer)
+            elif answer.status_code != 204:
+                raise CommandFailed("peer_failed", f"the relay answered HTTP {answer.status_code}")
     if request.get("image_id") != spec["image_id"]:
         raise CommandFailed("ticket_refused", "the receiver asked the relay for another image")
     api = commands.ops.client.api
@@ -294,16 +301,19 @@ def image_relay(commands: Commands, job: Job) -> dict[str, Any]:
             headers={**auth, **headers},
             timeout=(10, 600),
             verify=verify,
+            stream=True,
         )
     except Stopped:
         raise Cancelled() from None
     except requests.exceptions.RequestException as exc:
         raise CommandFailed("peer_failed", f"the relay upload broke: {type(exc).__name__}") from None
-    if done.status_code != 200:
-        raise CommandFailed("peer_failed", f"the relay refused the stream: HTTP {done.status_code}")
+    with done:
+        if done.status_code != 200:
+            raise CommandFailed("peer_failed", f"the relay refused the stream: HTTP {done.status_code}")
+        sent = _relay_answer(done).get("bytes")
     return {
         "image_id": spec["image_id"],
-        "bytes_sent": done.json().get("bytes"),
+        "bytes_sent": sent,
         "message": f"relayed {spec['image_id'][:19]} through the backend",
     }
 
@@ -390,3 +400,11 @@ register(
         cancellable=True,
     )
 )
+
+
+def _relay_answer(answer: Any) -> dict[str, Any]:
+    """The relay's JSON object answer, bounded; CommandFailed naming what was wrong with it."""
+    try:
+        return read_json_object(answer, RELAY_ANSWER_BYTES, RELAY_ANSWER_S)
+    except (AnswerUnread, ValueError) as exc:
+        raise CommandFailed("peer_failed", f"the relay's answer is unusable: {error_line(exc, 200)}") from None
