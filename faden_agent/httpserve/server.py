@@ -203,6 +203,9 @@ class BoundedHandler(BaseHTTPRequestHandler):
     def refuse_request(self, status: int, reason: str, message: str) -> None:
         self.send_error(status, message)
 
+    def handle_expect_100(self) -> bool:
+        return True  # "100 Continue" only once the body's bounds allow it (parse_request)
+
     def parse_request(self) -> bool:
         if not super().parse_request():
             return False
@@ -224,4 +227,7 @@ class BoundedHandler(BaseHTTPRequestHandler):
             self.conn.body_end = self.body_length
             if not self.body_length:
                 self.conn.deadline = math.inf
+        expect = (self.headers.get("Expect") or "").lower() == "100-continue"
+        if expect and self.request_version >= "HTTP/1.1":
+            return super().handle_expect_100()
         return True

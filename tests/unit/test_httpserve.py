@@ -94,6 +94,19 @@ def test_a_body_over_the_routes_bound_or_chunked_is_refused_before_the_handler(s
     assert server.RequestHandlerClass.seen == []
 
 
+def test_expect_100_continue_is_answered_only_for_a_body_within_bounds(server):
+    expect = "POST /e HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: {}\r\n\r\n"
+    with connect(server) as sock:
+        sock.sendall(expect.format(101).encode())
+        assert sock.recv(4096).startswith(b"HTTP/1.1 413")  # no "100 Continue" first: the body stays unsent
+    with connect(server) as sock:
+        sock.sendall(expect.format(3).encode())
+        assert sock.recv(4096) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        sock.sendall(b"abc")
+        assert read_answers(sock, 1) == [b"HTTP/1.1 200 OK abc"]
+    assert server.RequestHandlerClass.seen == ["/e"]
+
+
 def test_an_unfinished_head_and_a_slow_body_are_cut_at_their_bounds(server):
     with connect(server) as head:
         head.sendall(b"POST /slow-head HTTP/1.1\r\nHost: x\r\n")  # the route gives its head 0.3 s
