@@ -14,12 +14,12 @@ import pytest
 import requests
 
 from faden_agent.backend import BackendClient, BackendUnavailable, ProtocolError
-from faden_agent.config import load_config
 from faden_agent.devbackend.app import Backend
 from faden_agent.devbackend.server import make_server
 from faden_agent.workers.executor.commands.image import _relay_answer
 from faden_agent.workers.executor.docker_ops import CommandFailed
 from faden_agent.workers.logs.destinations import DirectLoki
+from tests.unit.test_backend_client import config_for as backend_config
 
 BOMB = gzip.compress(b"0" * (64 << 20))  # 64 MiB of zeros in about 64 KiB
 
@@ -93,14 +93,8 @@ def hostile(request):
     server.close()
 
 
-def config_for(url: str, tmp_path, **env):
-    base = {
-        "FADEN_NODE_AGENT_BACKEND_URL": url,
-        "FADEN_NODE_AGENT_STATE_PATH": str(tmp_path / "s" / "state.json"),
-        "FADEN_NODE_AGENT_RUNTIME_DIR": str(tmp_path / "run"),
-        "FADEN_NODE_AGENT_REQUEST_TIMEOUT_SEC": "1",
-    }
-    return load_config({**base, **env})
+def config_for(url: str, tmp_path):
+    return backend_config(url, tmp_path, request_timeout_sec=1)
 
 
 @pytest.mark.parametrize("hostile", [("endless",), ("bomb",)], indirect=True)
