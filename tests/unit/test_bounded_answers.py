@@ -50,6 +50,7 @@ class Hostile:
 
             def _serve(self) -> None:
                 self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                self.close_connection = True  # one answer a connection: the client gives up on it
                 self.send_response(hostile.status)
                 try:
                     getattr(self, "_" + hostile.mode)()
