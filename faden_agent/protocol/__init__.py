@@ -175,6 +175,7 @@ REASONS = (
     "ticket_refused",
     "ticket_expired",
     "policy_denied",  # the host policy refuses what a container.run asks for
+    "already_ran",  # an id that ran before its journal row expired: not run again
 )
 
 # Capabilities this build reports to the backend.

@@ -75,3 +75,22 @@ def test_a_shorter_retention_is_a_variable(executor_factory, prefix):
     put_done_row(ex, f"{prefix}-2d", 2 * DAY, {"name": "x"})
     agent, ex = executor_factory(command_retention_days=1)
     wait_for(lambda: f"{prefix}-2d" not in rows(ex), 30, what="the 2-day-old done command deleted at a 1-day bound")
+
+
+def test_an_id_redelivered_after_its_row_expired_is_not_run_again(executor_factory, prefix):
+    agent, ex = executor_factory()
+    agent.stop()
+    # ran 40 days ago: its row goes at start, its id stays known (a restored backend sends it again)
+    spec = {"name": f"{prefix}-c", "image": "faden-test/absent:1", "pull": "never"}
+    put_done_row(ex, f"{prefix}-40d", 40 * DAY, spec)
+    agent, ex = executor_factory()
+    wait_for(lambda: f"{prefix}-40d" not in rows(ex), 30, what="the 40-day-old done command deleted")
+    with sqlite3.connect(ex.state_dir / "executor.sqlite") as db:
+        assert db.execute("SELECT count(*) FROM expired").fetchone() == (1,)
+    ended = ex.run(f"{prefix}-40d", "container.run", spec)  # run, it would fail image_not_found
+    assert (ended["state"], ended["reason"]) == ("rejected", "already_ran"), ended
+    assert "ran more than 30 days ago" in ended["message"]
+    assert ex.states(f"{prefix}-40d") == ["received", "rejected"]  # never started
+    # a new id still runs
+    fresh = ex.run(f"{prefix}-new", "container.run", spec)
+    assert (fresh["state"], fresh["reason"]) == ("failed", "image_not_found"), fresh

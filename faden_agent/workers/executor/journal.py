@@ -1,9 +1,8 @@
 """The on-disk command journal: a command id is written here before anything runs.
-
 One 0600 SQLite file; a row moves queued -> running -> done, a re-delivered id is answered
 with the recorded outcome instead of running twice. A done row keeps only its spec's hash
-(no env value, no credential); done rows older than the retention bound are deleted.
-"""
+(no env value, no credential); past the retention bound it is deleted, its id kept as an
+8-byte hash so that one re-delivered later is still known to have run."""
 
 from __future__ import annotations
 
@@ -50,6 +49,9 @@ CREATE TABLE IF NOT EXISTS deaths (
 CREATE TABLE IF NOT EXISTS flags (
     name TEXT PRIMARY KEY
 );
+CREATE TABLE IF NOT EXISTS expired (
+    id_hash INTEGER PRIMARY KEY
+);
 """
 
 
@@ -64,6 +66,11 @@ class Entry:
     attempt: int
     outcome: dict[str, Any] | None
     received_at: float
+
+
+def id_hash(command_id: str) -> int:
+    """An expired id as SQLite stores it cheapest (a rowid): 64 bits of its SHA-256."""
+    return int.from_bytes(hashlib.sha256(command_id.encode()).digest()[:8], "big", signed=True)
 
 
 def done_spec(stored: bytes) -> bytes:
@@ -112,6 +119,12 @@ class Journal:
         found = self._entries("id = ?", (command_id,))
         return found[0] if found else None
 
+    def expired(self, command_id: str) -> bool:
+        """Whether this id ran and its row was deleted after the retention bound."""
+        with self._lock:
+            found = self._db.execute("SELECT 1 FROM expired WHERE id_hash = ?", (id_hash(command_id),)).fetchone()
+        return found is not None
+
     def unfinished(self) -> list[Entry]:
         """Commands a previous executor accepted but did not finish, oldest first."""
         return self._entries("state != ? ORDER BY received_at", (DONE,))
@@ -147,9 +160,12 @@ class Journal:
         """Delete reported done rows older than the bound; hash the spec of any done row a
         journal of an older version kept whole. Returns (deleted, hashed)."""
         with self._lock:
+            past = (DONE, time.time() - older_than_s)
+            ids = self._db.execute("SELECT id FROM commands WHERE state = ? AND reported = 1 AND updated_at < ?", past)
+            # the hashes first: a crash before the delete leaves a row and its hash, both harmless
+            self._db.executemany("INSERT OR IGNORE INTO expired VALUES (?)", [(id_hash(i),) for (i,) in ids])
             deleted = self._db.execute(
-                "DELETE FROM commands WHERE state = ? AND reported = 1 AND updated_at < ?",
-                (DONE, time.time() - older_than_s),
+                "DELETE FROM commands WHERE state = ? AND reported = 1 AND updated_at < ?", past
             ).rowcount
             whole = self._db.execute(
                 "SELECT id, spec FROM commands WHERE state = ? AND CAST(spec AS TEXT) NOT LIKE '{\"spec_sha256\":%'",

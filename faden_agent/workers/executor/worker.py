@@ -173,6 +173,7 @@ class ExecutorWorker(Worker):
         size = body["too_large"] if "too_large" in body else len(orjson.dumps(spec))
         too_large = "too_large" in body or size > protocol.MAX_SPEC_BYTES
         try:
+            ran_before = self.journal.expired(command_id)  # asked first: add() makes it a row again
             entry, duplicate = self.journal.add(
                 command_id, seq, kind[: protocol.MAX_ID_BYTES], None if too_large else spec, deadline
             )
@@ -194,7 +195,15 @@ class ExecutorWorker(Worker):
                 self.dispatch(entry)
             return {"id": command_id, "accepted": True, "duplicate": True}
         self.timeline.received(command_id, entry.kind, seq)
-        if too_large:
+        if ran_before:
+            self.timeline.finish(
+                command_id,
+                protocol.REJECTED,
+                "already_ran",
+                f"{protocol.quote(kind)}: this command ran more than {self.config.command_retention_days:g} days ago"
+                " (FADEN_NODE_AGENT_COMMAND_RETENTION_DAYS: its outcome is no longer kept); it is not run again",
+            )
+        elif too_large:
             self.timeline.finish(
                 command_id,
                 protocol.REJECTED,
