@@ -143,8 +143,10 @@ def test_delay_on_one_link_shows_in_that_pair_only(rig):
     wait_peers_known(rig)
     echoes = [started(load(m, "echo", "7200")) for m in (m2, m3)]
     rig.shape(1, delay_ms=20, to=m2.address)  # what machine 1 sends to machine 2 waits 20 ms
+    pings: list = []
     try:
-        pings = [started(load(m1, "pingpong", m.address, "7200", "8")) for m in (m2, m3)]
+        # pinging until both records were read: a loaded machine may send them late
+        pings += [started(load(m1, "pingpong", m.address, "7200", "120")) for m in (m2, m3)]
         start = time.time()
 
         def measured() -> dict | None:
@@ -180,13 +182,12 @@ def test_delay_on_one_link_shows_in_that_pair_only(rig):
         assert reverse["min_rtt_ms"] is not None and 17 <= reverse["min_rtt_ms"] <= 23
         assert far["rtt_ms"] >= far["min_rtt_ms"]
         assert near["min_rtt_ms"] is not None and near["min_rtt_ms"] < 5 and near["rtt_ms"] < 17
-        for ping in pings:
-            assert ping.wait(30) == 0
+        assert all(ping.poll() is None for ping in pings), "a pingpong ended early (its echo side broke)"
     finally:
         rig.unshape(1)
-        for echo in echoes:
-            echo.kill()
-            echo.wait(10)
+        for proc in (*pings, *echoes):
+            proc.kill()
+            proc.wait(10)
 
 
 def write_port(root: Path, device: str, port: str, counters: dict[str, int] | None, state: str = "4: ACTIVE") -> Path:
