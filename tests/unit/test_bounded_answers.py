@@ -5,6 +5,7 @@ with a reason; a well-behaved backend's connection is still kept between request
 
 from __future__ import annotations
 
+import functools
 import gzip
 import threading
 import time
@@ -21,12 +22,15 @@ from faden_agent.workers.executor.docker_ops import CommandFailed
 from faden_agent.workers.logs.destinations import DirectLoki
 from tests.unit.test_backend_client import config_for as backend_config
 
-BOMB = gzip.compress(b"0" * (64 << 20))  # 64 MiB of zeros in about 64 KiB
+
+@functools.cache
+def bomb() -> bytes:
+    return gzip.compress(b"0" * (16 << 20))  # 16 MiB of zeros in about 16 KiB: 4 x the bound
 
 
 class Hostile:
     """Answers every request with `status` and a body shaped by `mode`: endless (chunked, never
-    ends), drip (a byte every 50 ms of a promised 10,000) or bomb (BOMB, gzip-encoded)."""
+    ends), drip (a byte every 50 ms of a promised 10,000) or bomb (gzip-encoded)."""
 
     def __init__(self, mode: str, status: int = 200):
         self.mode, self.status = mode, status
@@ -75,9 +79,9 @@ class Hostile:
 
             def _bomb(self) -> None:
                 self.send_header("Content-Encoding", "gzip")
-                self.send_header("Content-Length", str(len(BOMB)))
+                self.send_header("Content-Length", str(len(bomb())))
                 self.end_headers()
-                self.wfile.write(BOMB)
+                self.wfile.write(bomb())
 
             do_GET = do_POST = _serve
 
