@@ -164,7 +164,10 @@ class Doctor:
         import requests
 
         try:
-            reply = requests.get(self.config.backend_url + "/", timeout=self.timeout_s, verify=self.config.tls_verify())
+            # stream: only the head is read, whatever body a proxy or a wrong URL sends
+            reply = requests.get(
+                self.config.backend_url + "/", timeout=self.timeout_s, verify=self.config.tls_verify(), stream=True
+            )
         except requests.RequestException as exc:
             return Check(
                 "clock skew",
@@ -173,10 +176,14 @@ class Doctor:
                 "see the backend checks above",
             )
         received = time.time()
+        reply.close()
         date = reply.headers.get("Date")
         if not date:
             return Check("clock skew", WARN, "the backend sent no Date header; skew unknown")
-        skew = received - email.utils.parsedate_to_datetime(date).timestamp()
+        try:
+            skew = received - email.utils.parsedate_to_datetime(date).timestamp()
+        except (TypeError, ValueError, OverflowError):
+            return Check("clock skew", WARN, f"the backend's Date header is no date ({date[:60]!r}); skew unknown")
         text = f"this clock is {abs(skew):.1f}s {'ahead of' if skew > 0 else 'behind'} the backend's"
         if abs(skew) >= CLOCK_FAIL_S:
             return Check(
@@ -340,7 +347,10 @@ class Doctor:
         loki = self.config.loki_url or (target.get("url") if target and target.get("mode") == "loki" else None)
         if loki:
             try:
-                reply = requests.get(loki + "/ready", timeout=self.timeout_s, verify=self.config.tls_verify())
+                reply = requests.get(
+                    loki + "/ready", timeout=self.timeout_s, verify=self.config.tls_verify(), stream=True
+                )
+                reply.close()  # the status tells
             except requests.RequestException as exc:
                 return Check(
                     "log path",

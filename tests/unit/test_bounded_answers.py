@@ -17,6 +17,7 @@ import requests
 from faden_agent.backend import BackendClient, BackendUnavailable, ProtocolError
 from faden_agent.devbackend.app import Backend
 from faden_agent.devbackend.server import make_server
+from faden_agent.doctor import Doctor
 from faden_agent.workers.executor.commands.image import _relay_answer
 from faden_agent.workers.executor.docker_ops import CommandFailed
 from faden_agent.workers.logs.destinations import DirectLoki
@@ -32,8 +33,8 @@ class Hostile:
     """Answers every request with `status` and a body shaped by `mode`: endless (chunked, never
     ends), drip (a byte every 50 ms of a promised 10,000) or bomb (gzip-encoded)."""
 
-    def __init__(self, mode: str, status: int = 200):
-        self.mode, self.status = mode, status
+    def __init__(self, mode: str, status: int = 200, date: str | None = None):
+        self.mode, self.status, self.date = mode, status, date
         self.sent = 0
         self.stop = threading.Event()
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -55,7 +56,11 @@ class Hostile:
             def _serve(self) -> None:
                 self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 self.close_connection = True  # one answer a connection: the client gives up on it
-                self.send_response(hostile.status)
+                if hostile.date is None:
+                    self.send_response(hostile.status)
+                else:  # its own Date only
+                    self.send_response_only(hostile.status)
+                    self.send_header("Date", hostile.date)
                 try:
                     getattr(self, "_" + hostile.mode)()
                 except OSError:
@@ -164,3 +169,17 @@ def test_a_relay_answer_out_of_bounds_fails_the_command(hostile):
     with pytest.raises(CommandFailed, match="the relay's answer is unusable") as failed:
         _relay_answer(answer)
     assert failed.value.reason == "peer_failed"
+
+
+@pytest.mark.parametrize(
+    "hostile", [("endless", 200, "not a date"), ("endless", 503, "Tue, 01 Jan 99999999 00:00")], indirect=True
+)
+def test_doctor_reads_only_the_head_and_names_a_date_that_is_no_date(hostile, tmp_path):
+    doctor = Doctor(config_for(hostile.url, tmp_path))
+    started = time.monotonic()
+    clock = doctor.backend_clock()
+    assert (clock.status, clock.detail) == (
+        "warn",
+        f"the backend's Date header is no date ({hostile.date!r}); skew unknown",
+    )
+    assert time.monotonic() - started < 5 and hostile.sent < 64 << 20  # the endless body was not read
