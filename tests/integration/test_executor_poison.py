@@ -14,6 +14,7 @@ from faden_agent import protocol
 from tests.agentproc import wait_for
 from tests.conftest import TEST_IMAGE
 from tests.executorproc import executor_factory, executor_pid, prefix  # noqa: F401
+from tests.smallengine import small_engine
 from tests.unit.test_fuzz_specs import mutated
 
 pytestmark = pytest.mark.docker
@@ -120,13 +121,22 @@ def test_an_orderly_restart_is_not_a_death(executor_factory, prefix):
 _STARTED: dict = {}
 
 
+@pytest.fixture(scope="module")
+def fuzz_engine():
+    """An engine of the fuzz's own: a valid image.prune or image.remove among the examples
+    acts for real, and on the shared engine it removed every other test's cached images
+    (the arm64 and systemd build roots, rebuilt for minutes afterwards)."""
+    with small_engine("300m", image=TEST_IMAGE) as engine:
+        yield engine
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(case=mutated())
-def test_fuzzed_specs_end_as_commands_on_the_real_executor(executor_factory, prefix, case):
+def test_fuzzed_specs_end_as_commands_on_the_real_executor(executor_factory, fuzz_engine, prefix, case):
     """Specs from the key-by-key fuzz (tests/unit/test_fuzz_specs.py) sent to one real executor:
     each ends with one terminal state, and the executor is never restarted."""
     if executor_factory not in _STARTED:  # one agent for all examples (the fixture outlives them)
-        _STARTED[executor_factory] = executor_factory()
+        _STARTED[executor_factory] = executor_factory(docker_host=fuzz_engine.host)
     agent, ex = _STARTED[executor_factory]
     kind, spec = case
     if kind == "container.run" and isinstance(spec, dict):
