@@ -7,17 +7,21 @@ file), which `journalctl --vacuum-files=1` then deletes, as journald's vacuum wo
 
 from __future__ import annotations
 
-import fcntl
 import shutil
 import struct
 import subprocess
 from pathlib import Path
 
+import docker
+
 from faden_agent.reports.outbox import Outbox
 from tests.agentproc import AgentProcess, agent_env, wait_for
+from tests.conftest import TEST_IMAGE
 from tests.executorproc import prefix  # noqa: F401 - fixture
 from tests.journalfiles import JournalWriter
 from tests.lokireceiver import LokiReceiver
+from tests.privateengine import PrivateEngine
+from tests.smallengine import small_engine
 
 TAIL_ENTRY_SEQNUM = 160  # offset in a journal file's header (systemd's Header struct)
 SEQNUM_ID = slice(64, 80)
@@ -129,7 +133,6 @@ FLOOD = 'i=0; while [ $i -lt 400 ]; do echo "flood $i ..........................
 def flooding_container(docker_client, name: str, agent_id: str, max_size: str):
     """A managed container that prints `first`, then 400 lines when /tmp/go appears."""
     from faden_agent import protocol
-    from tests.conftest import TEST_IMAGE
 
     script = f"echo first; while [ ! -e /tmp/go ]; do sleep 0.05; done; {FLOOD}; sleep 3600"
     return docker_client.containers.run(
@@ -142,47 +145,55 @@ def flooding_container(docker_client, name: str, agent_id: str, max_size: str):
     )
 
 
-def container_account(tmp_path: Path, loki: LokiReceiver, agent_id: str, name: str, until) -> dict:
+def container_account(tmp_path: Path, loki: LokiReceiver, engine: PrivateEngine, agent_id: str, name: str, until):
     journal = JournalWriter(tmp_path / "journal")
     if not journal.path.exists():
         journal.append(journal.lines(["boot"]))
     env = agent_env(
-        tmp_path, loki_url=loki.url, journal_directory=journal.directory, agent_id=agent_id, log_flush_interval_sec=0.2
+        tmp_path,
+        loki_url=loki.url,
+        journal_directory=journal.directory,
+        agent_id=agent_id,
+        log_flush_interval_sec=0.2,
+        docker_host=engine.host,
     )
     with AgentProcess(env, tmp_path / "agent.log") as agent:
         loki.wait_for(lambda entries: until([e.line for e in entries if e.labels.get("container") == name]), 60)
         return settled_account(agent, "containers")
 
 
-def run_rotation(tmp_path: Path, docker_client, prefix: str, max_size: str) -> tuple[dict, list[str]]:
+def run_rotation(tmp_path: Path, prefix: str, max_size: str) -> tuple[dict, list[str]]:
     agent_id = f"acct-{prefix}"
     name = f"{prefix}-rotating"
-    # An agent reads every managed container on the shared engine: one of these runs at a
-    # time across xdist workers, or one run's rotated lines count in the other's account.
-    with open("/tmp/faden-test-json-rotation.lock", "w") as lock, LokiReceiver(version="3") as loki:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        container = flooding_container(docker_client, name, agent_id, max_size)
-        container_account(tmp_path, loki, agent_id, name, lambda lines: "first" in lines)
+    # An engine of its own: an agent reads every managed container of its engine, and other
+    # tests' containers on the shared one would add lines in flight to this account.
+    with small_engine("200m", image=TEST_IMAGE) as engine, LokiReceiver(version="3") as loki:
+        client = docker.DockerClient(base_url=engine.host)
+        container = flooding_container(client, name, agent_id, max_size)
+        container_account(tmp_path, loki, engine, agent_id, name, lambda lines: "first" in lines)
         container.exec_run(["touch", "/tmp/go"])  # the flood while no agent reads
         wait_for(lambda: b"flood 399" in container.logs(tail=1), 30, what="the flood written")
-        second = container_account(tmp_path, loki, agent_id, name, lambda lines: "flood 399" in " ".join(lines))
+        second = container_account(tmp_path, loki, engine, agent_id, name, lambda lines: "flood 399" in " ".join(lines))
         shipped = [e.line for e in loki.entries() if e.labels.get("container") == name]
-        container.remove(force=True)  # before the lock goes: the next run's agent must not meet it
+        client.close()
     return second, shipped
 
 
-def test_a_json_file_rotated_past_the_last_line_read_is_counted_lost(tmp_path, docker_client, prefix):
-    second, shipped = run_rotation(tmp_path, docker_client, prefix, "1k")
+def test_a_json_file_rotated_past_the_last_line_read_is_counted_lost(
+    tmp_path, docker_client, prefix
+):  # the shared engine: the test image's source
+    second, shipped = run_rotation(tmp_path, prefix, "1k")
     assert "first" in shipped and "flood 399 " + "." * 40 in shipped
     assert len(shipped) < 100  # 2 files of 1 KiB kept: most of the flood rotated away
-    # (other managed containers on the shared engine may add to the counts: the account, not its size)
     assert second["lines_lost"] == 1 and second["lines_read"] == second["lines_shipped"] + 1
     (event,) = [e for e in lost_events(tmp_path) if e["source"] == "containers"]
     assert (event["count"], event["at_least"], event["reason"]) == (1, True, "rotated_before_read")
 
 
-def test_a_json_file_that_kept_every_line_reports_no_loss(tmp_path, docker_client, prefix):
-    second, shipped = run_rotation(tmp_path, docker_client, prefix, "10m")
+def test_a_json_file_that_kept_every_line_reports_no_loss(
+    tmp_path, docker_client, prefix
+):  # the shared engine: the test image's source
+    second, shipped = run_rotation(tmp_path, prefix, "10m")
     # pushes in flight arrive in any order; the line last accepted comes again on a restart
     # (an exact duplicate, which Loki drops)
     assert sorted(set(shipped)) == sorted(["first"] + [f"flood {i} " + "." * 40 for i in range(400)])
