@@ -17,7 +17,7 @@ from faden_agent.config import load_config
 from faden_agent.workers.logs.backlog import Backlog
 from faden_agent.workers.logs.labels import LabelMaker
 from faden_agent.workers.logs.positions import Positions
-from faden_agent.workers.logs.sources import files
+from faden_agent.workers.logs.sources import files, refusals
 from faden_agent.workers.logs.sources.files import RayFileSource
 
 
@@ -159,10 +159,9 @@ def join(source, timeout_s: float = 5.0) -> None:
 def test_hostile_entries_are_refused_once_and_never_followed(tmp_path, monkeypatch):
     """Every kind of hostile entry a container can make under its log mount, side by side
     with a good file; the good file ships, nothing else is opened for reading."""
-    from faden_agent.workers.logs.sources import files
 
     reports = []
-    monkeypatch.setattr(files, "report_event", lambda config, data, record_id=None: reports.append(data) or True)
+    monkeypatch.setattr(refusals, "report_event", lambda config, data, record_id=None: reports.append(data) or True)
     secret_dir = tmp_path / "host"
     secret_dir.mkdir()
     secret = secret_dir / "credential.log"
@@ -205,11 +204,9 @@ def test_a_filesystem_mounted_inside_the_log_mount_is_refused(tmp_path, monkeypa
 
     import pytest
 
-    from faden_agent.workers.logs.sources import files
-
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root")
-    monkeypatch.setattr(files, "report_event", lambda config, data, record_id=None: True)
+    monkeypatch.setattr(refusals, "report_event", lambda config, data, record_id=None: True)
     ray_dir = tmp_path / "ray"
     serve = serve_dir(ray_dir)
     (serve / "good_1.log").write_text("good\n")

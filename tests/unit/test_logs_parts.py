@@ -17,8 +17,8 @@ from faden_agent.workers.logs.entry import MAX_LINE_BYTES, Entry, clean_line
 from faden_agent.workers.logs.labels import LINE_LEVELS, LabelMaker, file_kind, level_from_priority
 from faden_agent.workers.logs.loki import encode, refused_count
 from faden_agent.workers.logs.positions import Positions
-from faden_agent.workers.logs.sources.files import parse_ray_ts_ns
 from faden_agent.workers.logs.sources.journald import field_text
+from faden_agent.workers.logs.sources.raytail import parse_ray_ts_ns
 from faden_agent.workers.logs.stamps import parse_rfc3339_ns
 
 

@@ -5,23 +5,21 @@ file tailed by device+inode and offset, rotations followed, lines joined into en
 
 from __future__ import annotations
 
-import calendar
 import errno
-import hashlib
 import logging
 import os
 import re
 import time
-from dataclasses import dataclass, field
 
-from faden_agent.workers.logs.entry import MAX_LINE_BYTES, Entry, Labels, clean_line
-from faden_agent.workers.logs.labels import core_file_kind
+from faden_agent.workers.logs.entry import MAX_LINE_BYTES, Entry, clean_line
 from faden_agent.workers.logs.multiline import Joined, Joiner
 from faden_agent.workers.logs.report import report_event
 from faden_agent.workers.logs.sources import FIRST_START_WINDOW_S, ROTATED_BEFORE_READ, Source, mount
 from faden_agent.workers.logs.sources.fileends import FileEnds, position_key
 from faden_agent.workers.logs.sources.inotify import TreeWatch
 from faden_agent.workers.logs.sources.mount import Refused, safe_name
+from faden_agent.workers.logs.sources.raytail import ReadBudget, Tail, parse_ray_ts_ns, rotation_of
+from faden_agent.workers.logs.sources.refusals import Refusals
 from faden_agent.workers.logs.sources.retention import Retention
 
 POLL_S = 0.5  # at most one round this often; the poll interval where inotify cannot serve
@@ -32,102 +30,10 @@ FORGET_AFTER_S = 300.0
 READ_CHUNK = 256 * 1024
 READ_RATE_BYTES = 4 * 1024 * 1024  # per container and second (one second's worth may be saved up)
 MAX_OPEN_PER_CONTAINER = 128  # files tailed at once per container (Ray's own: ~3 per worker process)
-MAX_REFUSED_TRACKED = 10_000  # refused entries remembered (to report each once); beyond: counted as overflow
-MAX_REFUSED_EVENTS_PER_CONTAINER = 20  # events per container; the counters go on counting
 SESSION_PATH = ("logs", "serve")  # below each session_* directory (Ray's own files in logs/)
 RAY_OWN_SYMLINK = "session_latest"  # Ray's own link to the current session: expected, not followed
-# x.log, x.out, x.err; rotated away: x.log.N (Python's handler) or x.N.out (spdlog's)
-_LOG_NAME = re.compile(r"(?P<stem>.+?)(?:\.(?P<n1>\d{1,6}))?\.(?P<ext>log|out|err)(?:\.(?P<n2>\d{1,6}))?\Z")
 _CONTAINER_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}\Z")  # Docker's names, bounded
-_RAY_TS = re.compile(rb"(?:[A-Z]+ +)?(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:[,.](\d{1,9}))?")
 log = logging.getLogger(__name__)
-
-
-def parse_ray_ts_ns(line: bytes) -> int | None:
-    match = _RAY_TS.match(line)
-    if match is None:
-        return None
-    parts = [int(g) for g in match.groups()[:6]]
-    try:
-        seconds = calendar.timegm((*parts, 0, 0, 0))
-    except (OverflowError, ValueError):
-        return None
-    ts_ns = seconds * 1_000_000_000 + int((match[7] or b"").ljust(9, b"0"))
-    return ts_ns if 0 <= ts_ns < 2**63 else None  # before 1970 or after 2262: the previous line's
-
-
-def rotation_of(name: str, core: bool) -> tuple[str, int] | None:
-    """(the live file's name, rotation number: 0 live) of a log file name; None when the name
-    is not one this directory ships (Serve's: *.log; Ray's own: the kinds labels.py knows)."""
-    match = _LOG_NAME.match(name)
-    if match is None:
-        return None
-    if not core and (match["ext"] != "log" or match["n1"]):
-        return None if match["ext"] != "log" else (name, 0)  # x.1.log in serve/: a live file
-    if core and core_file_kind(name) is None:
-        return None
-    base = f"{match['stem']}.{match['ext']}"
-    if match["n1"] and match["n2"]:
-        return None  # x.1.log.2: neither scheme
-    return base, int(match["n1"] or match["n2"] or 0)
-
-
-class ReadBudget:
-    """Bytes each container may read now: `rate` per second, at most one second's worth saved."""
-
-    def __init__(self, rate: int):
-        self.rate = rate
-        self.left: dict[str, tuple[float, float]] = {}  # container -> (bytes left, when)
-
-    def take(self, key: str, want: int, peek: bool = False) -> int:
-        """Up to `want` bytes granted now (with peek: how many could be, nothing taken)."""
-        now = time.monotonic()
-        left, at = self.left.get(key, (self.rate, now))
-        left = min(self.rate, left + (now - at) * self.rate)
-        if peek:
-            return int(left)
-        grant = int(min(want, left))
-        self.left[key] = (left - grant, now)
-        return grant
-
-    def refund(self, key: str, unused: int) -> None:
-        left, at = self.left[key]
-        self.left[key] = (left + unused, at)
-
-
-@dataclass
-class Tail:
-    parts: tuple[str, ...]  # container, session, "logs", "serve", file name (relative to the root)
-    path: str
-    fd: int
-    ident: tuple[int, int]
-    offset: int
-    ts_ns: int
-    metadata: dict[str, str]
-    labels_by_level: dict[str, Labels]
-    joiner: Joiner
-    group: str  # the live file's name: its rotation group
-    pending: bytes = field(default=b"")
-    at_eof: bool = False
-    wd: int | None = None  # its inotify watch
-    final: bool = False  # rotated away: takes no more writes
-    put_offset: int = 0  # where its position stands once all put into the backlog is accepted
-    seen_size: int = 0  # its size when last looked at (looked_at): a truncation below it took unread lines
-    looked_at: float = 0.0
-    opened_at: float = field(default_factory=time.monotonic)
-
-    @property
-    def key(self) -> str:
-        return position_key(self.ident)
-
-    @property
-    def read_all(self) -> bool:
-        """Read to its end, every line of it put into the backlog."""
-        return self.at_eof and not self.pending and self.joiner.deadline is None
-
-    @property
-    def container(self) -> str:
-        return self.parts[0]
 
 
 def _open_dir(path: str | os.PathLike[str]) -> int | None:
@@ -148,9 +54,7 @@ class RayFileSource(Source):
         self.rotations = 0
         self.truncations = 0
         self.budget = ReadBudget(READ_RATE_BYTES)
-        self.refused: dict[str, int] = {}  # reason -> distinct entries refused
-        self.refused_seen: set[tuple[str, str]] = set()  # (relative path, reason) reported already
-        self.refused_events: dict[str, int] = {}  # container -> events sent
+        self.refusals = Refusals(self.config)
         self.watch: TreeWatch | None = None
         self.root_watched = False  # the Ray log directory (or its parent) is watched
         self.full_at = 0.0  # the last full listing (monotonic)
@@ -330,14 +234,14 @@ class RayFileSource(Source):
         listed.add(())
         for name in self.children(root_fd, (), dirty, prefixes):
             if not _CONTAINER_NAME.match(name):
-                self.refuse((name,), "bad_name")
+                self.refusals.refuse((name,), "bad_name")
                 continue
             try:
                 container_fd, device = mount.open_dir(name, root_fd, None)
             except (FileNotFoundError, NotADirectoryError):
                 continue
             except Refused as refused:
-                self.refuse((name,), refused.reason)
+                self.refusals.refuse((name,), refused.reason)
                 continue
             self.watch.watch_dir(container_fd, (name,))
             listed.add((name,))
@@ -366,7 +270,7 @@ class RayFileSource(Source):
                 except (FileNotFoundError, NotADirectoryError):
                     return
                 except Refused as refused:
-                    self.refuse(here, refused.reason)
+                    self.refusals.refuse(here, refused.reason)
                     return
                 self.dirs_opened += 1
                 fds.append(fd)
@@ -385,7 +289,7 @@ class RayFileSource(Source):
             for entry in mount.entries(dir_fd):
                 found.append(entry)
         except Refused as refused:
-            self.refuse(parts or ("",), refused.reason)
+            self.refusals.refuse(parts or ("",), refused.reason)
         except OSError as exc:
             log.warning("logs: cannot list %s (%s)", self.relpath(parts), exc)
         return sorted(found, key=lambda e: e.name)
@@ -405,7 +309,7 @@ class RayFileSource(Source):
                 ident = self.open((*parts, name), dir_fd, device, first, group, core, rotated=number > 0)
             except Exception as exc:  # noqa: BLE001 - one file's trouble stops that file alone
                 log.warning("logs: cannot tail %s (%s)", repr(self.relpath((*parts, name)))[:200], exc)
-                self.refuse((*parts, name), "unreadable")
+                self.refusals.refuse((*parts, name), "unreadable")
                 continue
             if ident is not None:
                 present.add(ident)
@@ -420,7 +324,7 @@ class RayFileSource(Source):
             if known in self.tails or (known in self.finished and not self.changed(known, serve_fd, parts)):
                 return known
             if not self.close_idle(container):
-                self.refuse(parts, "too_many_files")
+                self.refusals.refuse(parts, "too_many_files")
                 self.relist.add(parts[:-1])  # tried again once a file of it was read to its end
                 return known
         try:  # open, then fstat: the descriptor names the file even if a rename races us
@@ -428,7 +332,7 @@ class RayFileSource(Source):
         except FileNotFoundError:
             return None
         except Refused as refused:
-            self.refuse(parts, refused.reason)
+            self.refusals.refuse(parts, refused.reason)
             return None
         ident = (st.st_dev, st.st_ino)
         key = position_key(ident)
@@ -531,35 +435,6 @@ class RayFileSource(Source):
 
     def relpath(self, parts: tuple[str, ...]) -> str:
         return os.path.join(self.config.ray_log_dir, *parts)
-
-    def refuse(self, parts: tuple[str, ...], reason: str) -> None:
-        """Count and report a hostile (or broken) entry once; it is never followed."""
-        key = ("/".join(parts), reason)
-        if key in self.refused_seen:
-            return
-        if len(self.refused_seen) >= MAX_REFUSED_TRACKED:
-            self.refused["overflow"] = 1  # stop remembering: memory stays bounded
-            return
-        self.refused_seen.add(key)
-        self.refused[reason] = self.refused.get(reason, 0) + 1
-        container = safe_name(parts[0])
-        shown = repr("/".join(parts))[:200]
-        log.warning("logs: refused %s under the Ray log directory (%s): not followed, not read", shown, reason)
-        sent = self.refused_events.get(container, 0)
-        if sent < MAX_REFUSED_EVENTS_PER_CONTAINER:
-            self.refused_events[container] = sent + 1
-            digest = hashlib.sha256(f"{key[0]}\0{reason}".encode("utf-8", "surrogateescape")).hexdigest()[:16]
-            report_event(
-                self.config,
-                {
-                    "type": "logs.entry_refused",
-                    "container": container,
-                    "path": shown,
-                    "reason": reason,
-                    "message": f"a log file entry of container {container} was refused ({reason}): {shown}",
-                },
-                record_id=f"logs-refused:{digest}",
-            )
 
     # --- reading
 
@@ -760,6 +635,5 @@ class RayFileSource(Source):
             "dirs_opened": self.dirs_opened,
             "rotations": self.rotations,
             "truncations": self.truncations,
-            "refused": dict(self.refused),
-            "refused_total": sum(n for reason, n in self.refused.items() if reason != "overflow"),
+            **self.refusals.status(),
         }

@@ -1,0 +1,105 @@
+"""What tailing one Ray log file needs: its state (Tail), its rotation group from its name,
+a line's Ray timestamp, and the per-container read budget. No I/O here."""
+
+from __future__ import annotations
+
+import calendar
+import re
+import time
+from dataclasses import dataclass, field
+
+from faden_agent.workers.logs.entry import Labels
+from faden_agent.workers.logs.labels import core_file_kind
+from faden_agent.workers.logs.multiline import Joiner
+from faden_agent.workers.logs.sources.fileends import position_key
+
+# x.log, x.out, x.err; rotated away: x.log.N (Python's handler) or x.N.out (spdlog's)
+_LOG_NAME = re.compile(r"(?P<stem>.+?)(?:\.(?P<n1>\d{1,6}))?\.(?P<ext>log|out|err)(?:\.(?P<n2>\d{1,6}))?\Z")
+_RAY_TS = re.compile(rb"(?:[A-Z]+ +)?(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:[,.](\d{1,9}))?")
+
+
+def parse_ray_ts_ns(line: bytes) -> int | None:
+    match = _RAY_TS.match(line)
+    if match is None:
+        return None
+    parts = [int(g) for g in match.groups()[:6]]
+    try:
+        seconds = calendar.timegm((*parts, 0, 0, 0))
+    except (OverflowError, ValueError):
+        return None
+    ts_ns = seconds * 1_000_000_000 + int((match[7] or b"").ljust(9, b"0"))
+    return ts_ns if 0 <= ts_ns < 2**63 else None  # before 1970 or after 2262: the previous line's
+
+
+def rotation_of(name: str, core: bool) -> tuple[str, int] | None:
+    """(the live file's name, rotation number: 0 live) of a log file name; None when the name
+    is not one this directory ships (Serve's: *.log; Ray's own: the kinds labels.py knows)."""
+    match = _LOG_NAME.match(name)
+    if match is None:
+        return None
+    if not core and (match["ext"] != "log" or match["n1"]):
+        return None if match["ext"] != "log" else (name, 0)  # x.1.log in serve/: a live file
+    if core and core_file_kind(name) is None:
+        return None
+    base = f"{match['stem']}.{match['ext']}"
+    if match["n1"] and match["n2"]:
+        return None  # x.1.log.2: neither scheme
+    return base, int(match["n1"] or match["n2"] or 0)
+
+
+class ReadBudget:
+    """Bytes each container may read now: `rate` per second, at most one second's worth saved."""
+
+    def __init__(self, rate: int):
+        self.rate = rate
+        self.left: dict[str, tuple[float, float]] = {}  # container -> (bytes left, when)
+
+    def take(self, key: str, want: int, peek: bool = False) -> int:
+        """Up to `want` bytes granted now (with peek: how many could be, nothing taken)."""
+        now = time.monotonic()
+        left, at = self.left.get(key, (self.rate, now))
+        left = min(self.rate, left + (now - at) * self.rate)
+        if peek:
+            return int(left)
+        grant = int(min(want, left))
+        self.left[key] = (left - grant, now)
+        return grant
+
+    def refund(self, key: str, unused: int) -> None:
+        left, at = self.left[key]
+        self.left[key] = (left + unused, at)
+
+
+@dataclass
+class Tail:
+    parts: tuple[str, ...]  # container, session, "logs", "serve", file name (relative to the root)
+    path: str
+    fd: int
+    ident: tuple[int, int]
+    offset: int
+    ts_ns: int
+    metadata: dict[str, str]
+    labels_by_level: dict[str, Labels]
+    joiner: Joiner
+    group: str  # the live file's name: its rotation group
+    pending: bytes = field(default=b"")
+    at_eof: bool = False
+    wd: int | None = None  # its inotify watch
+    final: bool = False  # rotated away: takes no more writes
+    put_offset: int = 0  # where its position stands once all put into the backlog is accepted
+    seen_size: int = 0  # its size when last looked at (looked_at): a truncation below it took unread lines
+    looked_at: float = 0.0
+    opened_at: float = field(default_factory=time.monotonic)
+
+    @property
+    def key(self) -> str:
+        return position_key(self.ident)
+
+    @property
+    def read_all(self) -> bool:
+        """Read to its end, every line of it put into the backlog."""
+        return self.at_eof and not self.pending and self.joiner.deadline is None
+
+    @property
+    def container(self) -> str:
+        return self.parts[0]
