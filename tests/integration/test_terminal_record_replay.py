@@ -45,3 +45,22 @@ def check_replay(backend, agent, node, prefix):
     assert "re-emitted the terminal records of 1 finished command" in agent.log_text()
     config = load_config(agent.env)
     assert Journal(config.state_dir).unreported() == []
+
+
+def test_kill_9_between_the_journal_and_the_received_record_keeps_the_timeline_in_order(
+    backend, prefix, tmp_path, docker_client
+):
+    """Killed after journaling a new command but before its `received` record: the restarted
+    executor resumes it, and `received` still comes first, before `started` (the chaos run
+    once saw it only on the redelivery's replay, after the terminal record)."""
+    env = agent_env_for(backend, tmp_path)
+    env.update(FADEN_TEST_HOOKS="1", FADEN_TEST_HOOK_KILL_BETWEEN="journal/received")
+    with AgentProcess(env, tmp_path / "agent.log") as agent:
+        node = backend.wait_node(env["FADEN_NODE_AGENT_AGENT_ID"])
+        executor_pid = agent.workers()["executor"]["pid"]
+        command_id = backend.send_command(node["node_id"], "container.remove", {"name": f"{prefix}-absent"})
+        wait_for(lambda: agent.workers()["executor"]["pid"] not in (None, executor_pid), 30, what="the hook's kill")
+        command = backend.wait_command(command_id, timeout_s=30)
+        states = [r["state"] for r in command["timeline"]]  # in the records' own time order
+        assert states[0] == "received" and states.count("received") == 1, states
+        assert states[-1] in protocol.TERMINAL_STATES and command["state"] == states[-1], states

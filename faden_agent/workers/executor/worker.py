@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 import zmq
 
-from faden_agent import protocol
+from faden_agent import protocol, testhooks
 from faden_agent.diskfull import DiskFull
 from faden_agent.files import quarantine_record_id
 from faden_agent.ipc import Channel, Message
@@ -194,6 +194,7 @@ class ExecutorWorker(Worker):
                 self.timeline.received(command_id, entry.kind, seq)
                 self.dispatch(entry)
             return {"id": command_id, "accepted": True, "duplicate": True}
+        testhooks.kill_between("journal", "received")
         self.timeline.received(command_id, entry.kind, seq)
         if ran_before:
             self.timeline.finish(
@@ -293,7 +294,9 @@ class ExecutorWorker(Worker):
             if entry.state != QUEUED and late:
                 self.dispatch(entry, stop_reason="interrupted")  # reported (and cleaned up) on a thread
                 continue
-            if entry.state != QUEUED:
+            if entry.state == QUEUED:  # a kill may have come between the journal and this record
+                self.timeline.received(entry.id, entry.kind, entry.seq)  # same id: once at the backend
+            else:
                 log.info("resuming command %s (%s) interrupted by an executor restart", entry.id, entry.kind)
                 self.timeline.progress(
                     entry.id,
