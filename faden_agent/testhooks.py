@@ -44,3 +44,14 @@ def kill_once_between(first: str, second: str, marker_dir: os.PathLike) -> None:
         if not os.path.exists(marker):
             open(marker, "w").close()
             kill_between(first, second)
+
+
+def pause(point: str, marker_dir: os.PathLike) -> None:
+    """PAUSE=point/seconds: at that point, leave a marker file `paused-<point>` in
+    marker_dir, then sleep (the test acts in that window, knowing where this process is)."""
+    value = hook("pause")
+    if value and value.startswith(f"{point}/"):
+        import time
+
+        open(os.path.join(marker_dir, f"paused-{point}"), "w").close()
+        time.sleep(float(value.split("/", 1)[1]))

@@ -6,9 +6,11 @@ from __future__ import annotations
 import os
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
+from faden_agent import protocol
 from tests.agentproc import wait_for
 from tests.conftest import TEST_IMAGE
 from tests.executorproc import big_image, executor_factory, executor_pid, prefix  # noqa: F401
@@ -60,6 +62,27 @@ def test_kill_9_of_the_executor_during_a_start_leaves_one_container(executor_fac
 # Long enough that a loaded machine still sees the container before the deadline ends the
 # command (the executor would remove it first), short enough to pass while the agent is down.
 DEADLINE_S = 8
+
+
+def test_a_create_meeting_its_own_container_still_in_flight_starts_that_one(
+    executor_factory, prefix, docker_client, monkeypatch
+):
+    """A predecessor killed while the engine still made its container: the next attempt's
+    lookup finds no container and its create meets the name taken (the engine holds it
+    first). The holder is this command's own: it is started, not failed as a conflict."""
+    monkeypatch.setenv("FADEN_TEST_HOOKS", "1")
+    monkeypatch.setenv("FADEN_TEST_HOOK_PAUSE", "before_create/3")
+    agent, ex = executor_factory()
+    cid, name = f"{prefix}-inflight", f"{prefix}-inflight"
+    ex.send(cid, "container.run", {"name": name, "image": TEST_IMAGE, "command": ["sleep", "300"]})
+    marker = Path(agent.env["FADEN_NODE_AGENT_RUNTIME_DIR"]) / "paused-before_create"
+    wait_for(marker.exists, 30, what="the executor between its lookup and its create")
+    labels = {protocol.LABEL_MANAGED: "true", protocol.LABEL_AGENT_ID: "fx-agent", protocol.LABEL_COMMAND_ID: cid}
+    held = docker_client.containers.create(TEST_IMAGE, ["sleep", "300"], name=name, labels=labels)
+    done = ex.wait_terminal(cid, 60)
+    assert done["state"] == "succeeded", done
+    assert (done["result"]["container_id"], done["result"]["created"]) == (held.id, False)
+    assert [c.id for c in docker_client.containers.list(all=True, filters={"name": name})] == [held.id]
 
 
 def test_command_in_flight_past_its_deadline_is_reported_interrupted(executor_factory, prefix, docker_client):

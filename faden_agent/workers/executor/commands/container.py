@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from faden_agent import protocol
+from faden_agent import protocol, testhooks
 from faden_agent.workers.executor import specs
 from faden_agent.workers.executor.commands.frame import Commands
 from faden_agent.workers.executor.commands.image import PEER_OPTIONS, pull_or_fetch
@@ -30,12 +30,17 @@ POLL_MAX_S = 0.5
 # (bad arguments, missing file) then fails the command instead of passing as "running".
 RUN_SETTLE_S = 0.2
 STOP_TIMEOUT_S = 10  # seconds from SIGTERM to SIGKILL when a command gives none
+NAME_SETTLE_S = 10.0  # a create that met a taken name waits this long for its holder to show
 
 
 # --- handlers
 
 
 def container_run(commands: Commands, job: Job) -> dict[str, Any]:
+    return _run(commands, job, name_settled=False)
+
+
+def _run(commands: Commands, job: Job, name_settled: bool) -> dict[str, Any]:
     spec = job.spec
     ops = commands.ops
     existing = ops.find(spec["name"])
@@ -56,7 +61,16 @@ def container_run(commands: Commands, job: Job) -> dict[str, Any]:
     commands.check(job)
     if existing is not None:
         drain_and_remove(commands, existing, force=True)
-    container = ops.create(spec, _labels(commands, job), _ray_mounts(commands, spec))
+    testhooks.pause("before_create", commands.config.runtime_dir)
+    try:
+        container = ops.create(spec, _labels(commands, job), _ray_mounts(commands, spec))
+    except CommandFailed as failure:
+        if failure.reason != "conflict" or name_settled:
+            raise
+        # The engine holds a name before a lookup finds its container: a create still in
+        # flight (most often a killed predecessor's, of this very command) looked like none.
+        _await_name(commands, job)
+        return _run(commands, job, name_settled=True)
     try:
         commands.check(job)
         ops.start(container)
@@ -172,6 +186,14 @@ def _discard(commands: Commands, container: Any) -> None:
         commands.ops.remove(container, force=True)
     except CommandFailed as exc:
         log.warning("could not remove half-made container %s: %s", container.name, exc.message)
+
+
+def _await_name(commands: Commands, job: Job) -> None:
+    """Until a container of the spec's name can be looked up (NAME_SETTLE_S at most)."""
+    settle_until = time.monotonic() + NAME_SETTLE_S
+    while commands.ops.find(job.spec["name"]) is None and time.monotonic() < settle_until:
+        commands.check(job)
+        time.sleep(POLL_MAX_S / 5)
 
 
 def _ensure_image(commands: Commands, job: Job) -> None:
