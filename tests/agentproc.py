@@ -106,6 +106,17 @@ class AgentProcess:
 
         return wait_for(all_running, timeout_s, what="all workers RUNNING")
 
+    def wait_ray_listed(self, timeout_s: float = 60.0) -> None:
+        """Until the Ray log source's first full listing is done: a rotated file it meets
+        there without a position counts as older than the agent (not shipped), so a test
+        that writes rotated files starts after it."""
+
+        def listed() -> bool:
+            sources = ((self.workers().get("logs") or {}).get("status") or {}).get("sources") or {}
+            return (sources.get("ray-serve") or {}).get("scans", {}).get("full", 0) >= 1
+
+        wait_for(listed, timeout_s, interval_s=0.1, what="the Ray log source's first listing")
+
     def log_text(self) -> str:
         try:
             return self.log_path.read_text(errors="replace")

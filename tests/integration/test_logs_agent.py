@@ -281,7 +281,8 @@ def test_ray_serve_file_rotated_by_rename_while_shipping_loses_no_line(tmp_path,
     serve.mkdir(parents=True)
     journal = JournalWriter(tmp_path / "journal")
     journal.append(journal.lines(["boot"]))
-    with start_agent(tmp_path, loki, journal.directory):
+    with start_agent(tmp_path, loki, journal.directory) as agent:
+        agent.wait_ray_listed()  # files rotated away before the first listing would count as old
         logger = logging.getLogger("test-agent-ray-rotation")
         logger.propagate = False
         handler = logging.handlers.RotatingFileHandler(serve / "proxy_10.0.0.1.log", maxBytes=8_000, backupCount=100)

@@ -151,7 +151,8 @@ def test_rays_own_log_files_arrive_under_fixed_kinds(tmp_path, real_loki):
     (logs / "serve").mkdir(parents=True)
     now = time.time()
     written = {name: recent(lines, now) for name, lines in RAY_FILES.items()}
-    with start_agent(tmp_path, real_loki, journal.directory, agent_id=agent_id):
+    with start_agent(tmp_path, real_loki, journal.directory, agent_id=agent_id) as agent:
+        agent.wait_ray_listed()  # raylet.1.out is a rotated file: it must appear after the start
         for name, lines in written.items():
             write(logs / name, lines)
         os.utime(logs / "raylet.1.out", (time.time() - 5, time.time() - 5))

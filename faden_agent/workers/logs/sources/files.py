@@ -179,8 +179,8 @@ class RayFileSource(Source):
         """Open files not tailed yet, including files that rotated away more than once
         between two scans; `dirty` names the directories to list (None: all of them).
         Renames during a listing can hide a file from it, so the listing repeats until it
-        finds nothing new: all of them are open before any is read."""
-        self.scans["full" if dirty is None else "partial"] += 1
+        finds nothing new: all of them are open before any is read. `scans` counts the
+        listings done (a test starts writing once the first one is)."""
         present: set = set()
         listed: set[tuple[str, ...]] = set()
         for _ in range(10):
@@ -210,6 +210,7 @@ class RayFileSource(Source):
             self.ends.forget_orphans()
             if lost:  # how many lines each held past its position, nobody can say now
                 self.lost(lost, ROTATED_BEFORE_READ, at_least=True)
+        self.scans["full" if dirty is None else "partial"] += 1
 
     def children(self, dir_fd: int, parts: tuple[str, ...], dirty, prefixes) -> list[str]:
         """Names below `parts` to look at: all of them (listed) when the directory is new
