@@ -179,7 +179,9 @@ def test_delay_on_one_link_shows_in_that_pair_only(rig):
         # The path's RTT is the kernel's windowed minimum: the smoothed one also holds the
         # peers' scheduling and delayed ACKs (the echo side's ACKs wait for the next ping).
         assert 17 <= far["min_rtt_ms"] <= 23
-        assert reverse["min_rtt_ms"] is not None and 17 <= reverse["min_rtt_ms"] <= 23
+        # The echo side has few clean samples (the handshake, the first quick ACKs; later
+        # ACKs wait for the next ping, 20 ms on): a loaded moment there shows (24.2 ms seen).
+        assert reverse["min_rtt_ms"] is not None and 17 <= reverse["min_rtt_ms"] <= 30
         assert far["rtt_ms"] >= far["min_rtt_ms"]
         assert near["min_rtt_ms"] is not None and near["min_rtt_ms"] < 5 and near["rtt_ms"] < 17
         assert all(ping.poll() is None for ping in pings), "a pingpong ended early (its echo side broke)"
