@@ -31,6 +31,7 @@ POLL_MAX_S = 0.5
 RUN_SETTLE_S = 0.2
 STOP_TIMEOUT_S = 10  # seconds from SIGTERM to SIGKILL when a command gives none
 NAME_SETTLE_S = 10.0  # a create that met a taken name waits this long for its holder to show
+NAME_POLL_S = 0.1
 
 
 # --- handlers
@@ -193,7 +194,7 @@ def _await_name(commands: Commands, job: Job) -> None:
     settle_until = time.monotonic() + NAME_SETTLE_S
     while commands.ops.find(job.spec["name"]) is None and time.monotonic() < settle_until:
         commands.check(job)
-        time.sleep(POLL_MAX_S / 5)
+        time.sleep(NAME_POLL_S)
 
 
 def _ensure_image(commands: Commands, job: Job) -> None:
