@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from faden_agent.cluster import write_peers
+from faden_agent.node.cluster import write_peers
 from faden_agent.workers.inventory.traffic import sockdiag
 from faden_agent.workers.inventory.traffic.report import TrafficReporter
 from faden_agent.workers.inventory.traffic.tcp import TcpAccounting

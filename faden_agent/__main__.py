@@ -1,3 +1,3 @@
-from faden_agent.launch import main
+from faden_agent.cli.launch import main
 
 main()

@@ -19,14 +19,14 @@ import requests
 import urllib3
 
 from faden_agent import __version__, protocol
-from faden_agent.answerbody import AnswerTooLarge, AnswerUnread, read_body
 from faden_agent.backoff import MAX_RETRY_AFTER_S, parse_retry_after  # noqa: F401  (re-exported)
 from faden_agent.config import Config, loki_tenant
+from faden_agent.disk.files import replace_file
 from faden_agent.errorline import error_line
-from faden_agent.files import replace_file
-from faden_agent.jsonhead import HEAD_BYTES, leading_members
+from faden_agent.http.answerbody import AnswerTooLarge, AnswerUnread, read_body
+from faden_agent.http.jsonhead import HEAD_BYTES, leading_members
+from faden_agent.http.tls import session_for
 from faden_agent.protocol import MAX_STREAM_INFLATE_RATIO, MAX_STREAM_LINE_BYTES
-from faden_agent.tls import session_for
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@
 #   FADEN_AGENT_UNPACK_DIR overrides the parent directory.
 # Unpacking goes to .unpack.<pid>.* and is renamed into place, so a second start at the
 # same moment, or a start killed half-way, never runs a half-unpacked build. The agent
-# (faden_agent/standalone.py) removes older builds once no process of them runs, and what
+# (faden_agent/service/standalone.py) removes older builds once no process of them runs, and what
 # killed launchers left. The fast path forks nothing: it tests, then execs.
 set -eu
 build=@BUILD@

@@ -14,7 +14,7 @@ from faden_agent import protocol
 from faden_agent.devbackend import api_admin, api_agent, api_relay, downloads, faults
 from faden_agent.devbackend.app import Backend
 from faden_agent.devbackend.web import MAX_BODY_BYTES, Request, Route
-from faden_agent.httpserve.server import BoundedServer, RouteLimits, ServerLimits
+from faden_agent.http.serve.server import BoundedServer, RouteLimits, ServerLimits
 
 ROUTES: list[Route] = [*api_agent.ROUTES, *api_relay.ROUTES, *downloads.ROUTES, *api_admin.ROUTES, *faults.ROUTES]
 

@@ -18,7 +18,7 @@ from urllib.parse import parse_qs, urlsplit
 import orjson
 
 from faden_agent import protocol
-from faden_agent.httpserve.server import BoundedHandler
+from faden_agent.http.serve.server import BoundedHandler
 
 if TYPE_CHECKING:
     from faden_agent.devbackend.app import Backend

@@ -18,7 +18,7 @@ import docker
 import orjson
 
 from faden_agent import protocol
-from faden_agent.diskspace import NoSpace, require_space
+from faden_agent.disk.diskspace import NoSpace, require_space
 from faden_agent.errorline import error_line
 from faden_agent.peer import wire
 from faden_agent.peer.archive import (

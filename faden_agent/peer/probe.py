@@ -163,7 +163,7 @@ class Session:
 
 
 def serve(conn: Any, limits: Limits = LIMITS) -> Session:
-    """Answer one prober on an upgraded connection (an httpserve Conn) until it closes, is
+    """Answer one prober on an upgraded connection (an http.serve Conn) until it closes, is
     idle, or passes a cap. Every read and write ends by the session's wall-clock bound, however
     slowly the prober's bytes arrive."""
     tune(conn.sock)

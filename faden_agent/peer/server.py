@@ -16,7 +16,7 @@ import docker
 import orjson
 
 from faden_agent import protocol
-from faden_agent.httpserve.server import BoundedHandler, BoundedServer, RouteLimits, ServerLimits
+from faden_agent.http.serve.server import BoundedHandler, BoundedServer, RouteLimits, ServerLimits
 from faden_agent.peer import probe
 from faden_agent.peer.archive import (
     ChunkReader,
@@ -92,7 +92,7 @@ class ChunkedWriter:
 
 
 # The peer port's bounds: heads, bodies and sessions under deadlines, a fixed pool of
-# workers (transfers and probes), the waiting connections capped (httpserve).
+# workers (transfers and probes), the waiting connections capped (http/serve).
 LIMITS = ServerLimits(workers=16, backlog=32, max_waiting=4096, first_line_s=10.0, idle_s=30.0, keepalive_s=5.0)
 FETCH_LIMITS = RouteLimits(head_s=10.0, body_bytes=REQUEST_LIMIT, body_s=30.0)
 NO_BODY = RouteLimits(head_s=10.0, body_bytes=0, body_s=10.0)

@@ -17,9 +17,9 @@ from typing import Any
 import orjson
 
 from faden_agent import protocol
-from faden_agent.diskfull import writes_file
-from faden_agent.files import quarantine_record_id
-from faden_agent.sqlitefile import open_private_sqlite
+from faden_agent.disk.diskfull import writes_file
+from faden_agent.disk.files import quarantine_record_id
+from faden_agent.disk.sqlitefile import open_private_sqlite
 
 OUTBOX_FILE = "outbox.sqlite"
 # A bound so a backend gone for weeks cannot fill the disk: the oldest records beyond it

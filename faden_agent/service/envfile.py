@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from faden_agent.config import PREFIX
-from faden_agent.files import replace_file_if_changed
+from faden_agent.disk.files import replace_file_if_changed
 
 _BLANKS = " \t\r"
 _ESCAPES = {"\\": "\\\\", '"': '\\"', "$": "\\$", "`": "\\`"}

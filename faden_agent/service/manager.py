@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from faden_agent.config import PREFIX, ConfigError, load_config
-from faden_agent.files import replace_file_if_changed
-from faden_agent.membership import MembershipError, load_membership
+from faden_agent.disk.files import replace_file_if_changed
+from faden_agent.node.membership import MembershipError, load_membership
 from faden_agent.service.envfile import EnvFileError, agent_variables, read_env, write_env
 from faden_agent.service.paths import UNIT_NAME, ServicePaths, agent_command
 from faden_agent.service.systemctl import ServiceError, show, systemctl

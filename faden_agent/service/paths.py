@@ -7,7 +7,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from faden_agent.standalone import launcher_path
+from faden_agent.service.standalone import launcher_path
 
 UNIT_NAME = "faden-agent.service"
 
@@ -37,7 +37,7 @@ class ServicePaths:
 def agent_command() -> list[str]:
     """How systemd should start this very agent: the standalone binary, or this Python."""
     if getattr(sys, "frozen", False):
-        # The launcher file, not the build it unpacked into its cache (faden_agent/standalone.py).
+        # The launcher file, not the build it unpacked into its cache (faden_agent/service/standalone.py).
         return [os.path.realpath(launcher_path() or sys.executable)]
     # Not realpath: a virtual environment's python is a symlink to the system's, and only
     # through the link does the interpreter find the environment (and faden_agent in it).

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import os
 
-from faden_agent.cluster import PeerFile
 from faden_agent.config import Config
+from faden_agent.node.cluster import PeerFile
 from faden_agent.peer.tickets import TICKET_DIR
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from faden_agent.membership import load_membership
+from faden_agent.node.membership import load_membership
 from tests.agentproc import AgentProcess, wait_for
 from tests.backendproc import agent_env_for, agent_on_backend, backend  # noqa: F401
 from tests.conftest import TEST_IMAGE

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from faden_agent import protocol
-from faden_agent.membership import enrollment_attempt_id
+from faden_agent.node.membership import enrollment_attempt_id
 from tests.agentproc import AgentProcess, wait_for
 from tests.backendproc import agent_env_for, backend  # noqa: F401
 from tests.journalfiles import JournalWriter

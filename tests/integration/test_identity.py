@@ -14,9 +14,9 @@ import pytest
 import requests
 
 from faden_agent import protocol
+from faden_agent.cli.status import collect_status, format_status
 from faden_agent.config import load_config
-from faden_agent.membership import load_membership
-from faden_agent.status import collect_status, format_status
+from faden_agent.node.membership import load_membership
 from tests.agentproc import AgentProcess, wait_for
 from tests.backendproc import agent_env_for, agent_on_backend, backend  # noqa: F401
 from tests.conftest import TEST_IMAGE

@@ -17,8 +17,9 @@ from faden_agent.config import load_config
 from faden_agent.workers.logs.backlog import Backlog
 from faden_agent.workers.logs.labels import LabelMaker
 from faden_agent.workers.logs.positions import Positions
-from faden_agent.workers.logs.sources import files, refusals
-from faden_agent.workers.logs.sources.files import RayFileSource
+from faden_agent.workers.logs.sources.ray import refusals
+from faden_agent.workers.logs.sources.ray import source as files
+from faden_agent.workers.logs.sources.ray.source import RayFileSource
 
 
 class Collector:
@@ -269,7 +270,7 @@ def test_a_ray_directory_made_just_before_its_parent_is_watched_is_found(tmp_pat
     """The directory appears after the source's first try to open it and before the watch on
     its parent is in place, so no event tells of it (CI once waited for the 60 s rescan):
     the source tries again once the parent is watched."""
-    from faden_agent.workers.logs.sources import files
+    from faden_agent.workers.logs.sources.ray import source as files
 
     ray_dir = tmp_path / "ray"
     real_open_dir = files._open_dir

@@ -14,7 +14,7 @@ from faden_agent.config import load_config
 from faden_agent.workers.logs.backlog import Backlog
 from faden_agent.workers.logs.labels import LabelMaker
 from faden_agent.workers.logs.positions import Positions
-from faden_agent.workers.logs.sources.containers import ContainerSource
+from faden_agent.workers.logs.sources.containers.source import ContainerSource
 
 
 def switches(thread: threading.Thread) -> int:

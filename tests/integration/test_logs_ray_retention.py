@@ -11,8 +11,9 @@ from faden_agent.config import load_config
 from faden_agent.workers.logs.backlog import Backlog
 from faden_agent.workers.logs.labels import LabelMaker
 from faden_agent.workers.logs.positions import Positions
-from faden_agent.workers.logs.sources import files, retention
-from faden_agent.workers.logs.sources.files import RayFileSource
+from faden_agent.workers.logs.sources.ray import retention
+from faden_agent.workers.logs.sources.ray import source as files
+from faden_agent.workers.logs.sources.ray.source import RayFileSource
 from tests.agentproc import wait_for
 from tests.integration.test_logs_files import Collector, serve_dir
 

@@ -1,4 +1,4 @@
-"""The standalone binary's launcher (packaging/launcher.sh, faden_agent/standalone.py), run for
+"""The standalone binary's launcher (packaging/launcher.sh, faden_agent/service/standalone.py), run for
 real: unpacked once per build into a private cache, concurrent first starts, killed
 launchers, pruning of older builds, and the agent running as the launched process itself."""
 

@@ -157,7 +157,7 @@ def test_death_between_enrollment_and_state_file_is_retried_as_the_same_node(bac
     presents the same token and attempt id and becomes the node it was given, not a refusal."""
     from faden_agent.backend import BackendClient
     from faden_agent.config import load_config
-    from faden_agent.membership import enrollment_attempt_id
+    from faden_agent.node.membership import enrollment_attempt_id
     from faden_agent.workers.stream.enroll import enrollment_facts
 
     root = tmp_path / "crashed"

@@ -9,7 +9,7 @@ import sys
 
 def test_agent_runtime_does_not_import_the_backend_server():
     code = (
-        "import sys, faden_agent.cli, faden_agent.workers.stream.worker; "
+        "import sys, faden_agent.cli.app, faden_agent.workers.stream.worker; "
         "print(sorted(m for m in sys.modules if m.startswith(('faden_agent.devbackend.', 'http.server'))"
         " and m not in ('faden_agent.devbackend.cli',)))"
     )

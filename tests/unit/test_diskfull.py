@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from faden_agent.diskfull import DISK, DiskFull, is_disk_full, retry_when_full, writes_file
+from faden_agent.disk.diskfull import DISK, DiskFull, is_disk_full, retry_when_full, writes_file
 
 
 class FullFor:
@@ -38,7 +38,7 @@ def test_the_main_thread_gets_disk_full_at_once_and_the_state_names_the_path(tmp
 
 
 def test_a_thread_waits_until_there_is_space_and_other_errors_pass(tmp_path, monkeypatch):
-    monkeypatch.setattr("faden_agent.diskfull.RETRY_S", 0.01)
+    monkeypatch.setattr("faden_agent.disk.diskfull.RETRY_S", 0.01)
     write, result = FullFor(3), []
     thread = threading.Thread(target=lambda: result.append(retry_when_full(write, tmp_path / "j")))
     thread.start()
@@ -66,7 +66,7 @@ def test_sqlite_full_is_disk_full_and_other_sqlite_errors_are_not():
 def test_writes_file_makes_each_call_of_a_method_a_write_of_self_path(tmp_path, monkeypatch):
     """The one decorator the journal and the outbox share: the method is retried while the
     disk is full (in a thread), with the same arguments, and the state names self.path."""
-    monkeypatch.setattr("faden_agent.diskfull.RETRY_S", 0.01)
+    monkeypatch.setattr("faden_agent.disk.diskfull.RETRY_S", 0.01)
 
     class File:
         path = tmp_path / "file.sqlite"

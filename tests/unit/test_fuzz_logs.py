@@ -27,7 +27,7 @@ from faden_agent.workers.logs.loki import (
     names_single_lines,
 )
 from faden_agent.workers.logs.positions import Positions
-from faden_agent.workers.logs.sources.journald import JournalSource
+from faden_agent.workers.logs.sources.journald.source import JournalSource
 from tests.unit.conftest import FUZZ_CREDENTIAL
 from tests.unit.test_fuzz_backend import header_text, json_values, retry_afters
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from faden_agent.httpserve.server import BoundedHandler, BoundedServer, RouteLimits, ServerLimits
+from faden_agent.http.serve.server import BoundedHandler, BoundedServer, RouteLimits, ServerLimits
 
 
 class Echo(BoundedHandler):

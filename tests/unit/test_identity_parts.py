@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from faden_agent import __version__, protocol
-from faden_agent.fingerprint import fingerprint, machine_facts
+from faden_agent.node.fingerprint import fingerprint, machine_facts
 from faden_agent.workers.stream.expected import expectations
 
 

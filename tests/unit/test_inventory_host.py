@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from faden_agent.config import load_config
-from faden_agent.disklow import low_threshold
+from faden_agent.disk.disklow import low_threshold
 from faden_agent.workers.inventory.disks import probe_disks
 from faden_agent.workers.inventory.host import probe_host
 from faden_agent.workers.inventory.network import probe_network

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from faden_agent.jsonhead import HEAD_BYTES, leading_members
+from faden_agent.http.jsonhead import HEAD_BYTES, leading_members
 
 LINE = b'{"type": "command", "seq": 42, "id": "c-1", "kind": "container.run", "spec": {"env": {"BIG": "xxxx'
 

@@ -4,8 +4,8 @@ of a cut journal entry, and who owns a Ray log directory."""
 from __future__ import annotations
 
 from faden_agent.workers.executor.ray_logs import RAY_IMAGE_OWNER, owner_of
-from faden_agent.workers.logs.sources.containers import LineCutter
-from faden_agent.workers.logs.sources.journald import message_head
+from faden_agent.workers.logs.sources.containers.source import LineCutter
+from faden_agent.workers.logs.sources.journald.source import message_head
 
 
 def test_line_cutter_holds_at_most_its_limit_and_cuts_once_per_long_line():
@@ -41,7 +41,7 @@ def test_owner_of_the_ray_log_directory():
 def test_an_oversize_entry_finds_its_fields_in_any_order_across_pieces():
     import io
 
-    from faden_agent.workers.logs.sources.journald import MAX_ENTRY_BYTES, skip_line
+    from faden_agent.workers.logs.sources.journald.source import MAX_ENTRY_BYTES, skip_line
 
     message = b'"MESSAGE":[' + b"65," * (MAX_ENTRY_BYTES // 2) + b"66]"
     line = (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from faden_agent.workers.logs.positions import Positions
-from faden_agent.workers.logs.sources.fileends import FileEnds, position_key
+from faden_agent.workers.logs.sources.ray.fileends import FileEnds, position_key
 
 
 def _ends(tmp_path):

@@ -1,4 +1,4 @@
-"""journalctl's export format, parsed a block at a time (sources/journal_export.py), against
+"""journalctl's export format, parsed a block at a time (sources/journald/export.py), against
 what the real journalctl writes for real journal files: every entry the JSON reader would
 make, however the pipe cuts the stream, binary and repeated fields included."""
 
@@ -15,8 +15,8 @@ from faden_agent.config import load_config
 from faden_agent.workers.logs.backlog import Backlog
 from faden_agent.workers.logs.labels import LabelMaker
 from faden_agent.workers.logs.positions import Positions
-from faden_agent.workers.logs.sources.journal_export import ExportParser
-from faden_agent.workers.logs.sources.journald import JournalSource
+from faden_agent.workers.logs.sources.journald.export import ExportParser
+from faden_agent.workers.logs.sources.journald.source import JournalSource
 from tests.journalfiles import JOURNAL_REMOTE, JournalWriter
 
 pytestmark = pytest.mark.skipif(not __import__("os").path.exists(JOURNAL_REMOTE), reason="no systemd-journal-remote")

@@ -11,7 +11,7 @@ import threading
 import pytest
 
 from faden_agent.config import load_config
-from faden_agent.tls import client_context
+from faden_agent.http.tls import client_context
 from faden_agent.workers.logs.destinations import DirectLoki
 from faden_agent.workers.logs.keepalive import BadAnswer, KeepAliveConnection
 from tests.integration.test_stream_tls_secrets import make_ca_and_server_cert

@@ -17,8 +17,8 @@ from faden_agent.workers.logs.entry import MAX_LINE_BYTES, Entry, clean_line
 from faden_agent.workers.logs.labels import LINE_LEVELS, LabelMaker, file_kind, level_from_priority
 from faden_agent.workers.logs.loki import encode, refused_count
 from faden_agent.workers.logs.positions import Positions
-from faden_agent.workers.logs.sources.journald import field_text
-from faden_agent.workers.logs.sources.raytail import parse_ray_ts_ns
+from faden_agent.workers.logs.sources.journald.source import field_text
+from faden_agent.workers.logs.sources.ray.tail import parse_ray_ts_ns
 from faden_agent.workers.logs.stamps import parse_rfc3339_ns
 
 
@@ -266,7 +266,7 @@ class RecordedLog:
 
 
 def test_container_lines_sharing_a_nanosecond_stamp_are_all_shipped(tmp_path):
-    from faden_agent.workers.logs.sources.containers import ContainerFollower, ContainerSource
+    from faden_agent.workers.logs.sources.containers.source import ContainerFollower, ContainerSource
 
     config = load_config({"FADEN_NODE_AGENT_STATE_PATH": str(tmp_path / "state.json")})
     backlog = Backlog()
@@ -348,7 +348,7 @@ def test_the_protobuf_body_decodes_to_every_entry_as_loki_reads_it():
 
 
 def test_seqnum_gaps_count_only_jumps_within_one_lineage():
-    from faden_agent.workers.logs.sources.seqnums import SeqnumGaps
+    from faden_agent.workers.logs.sources.journald.seqnums import SeqnumGaps
 
     def cursors(lineage: str, *numbers: int) -> list[Entry]:
         return [Entry((), 1, "x", None, "journal", f"s={lineage};i={n:x};b=0;m=1;t=2;x=3") for n in numbers]

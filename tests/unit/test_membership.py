@@ -7,7 +7,13 @@ import stat
 import orjson
 import pytest
 
-from faden_agent.membership import MembershipError, check_backend, load_membership, new_membership, write_membership
+from faden_agent.node.membership import (
+    MembershipError,
+    check_backend,
+    load_membership,
+    new_membership,
+    write_membership,
+)
 
 URL = "https://backend.example"
 

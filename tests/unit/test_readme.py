@@ -1,5 +1,5 @@
 """The README stays true: its two commands lead, and its variable table is the one rendered from
-config.py's declarations (faden_agent/config_table.py)."""
+config.py's declarations (faden_agent/cli/config_table.py)."""
 
 import difflib
 import re
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from faden_agent import config_table
+from faden_agent.cli import config_table
 from faden_agent.config import VARIABLES, Variable, env_name
 from tests.newcomer import readme_first_command
 
@@ -92,7 +92,7 @@ def test_write_rewrites_only_the_marked_table(tmp_path):
     after = "\n\n## next\n| a | b |\n"
     readme = tmp_path / "README.md"
     readme.write_text(f"{before}{config_table.BEGIN}\n| stale | row |\n{config_table.END}{after}")
-    argv = [sys.executable, "-m", "faden_agent.config_table", "--write", str(readme)]
+    argv = [sys.executable, "-m", "faden_agent.cli.config_table", "--write", str(readme)]
     first = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, check=True)
     assert "rewritten" in first.stdout
     assert readme.read_text() == f"{before}{config_table.BEGIN}\n{config_table.render()}\n\n{config_table.END}{after}"

@@ -46,7 +46,7 @@ def test_the_spent_token_leaves_the_env_file_and_a_new_one_stays(tmp_path):
 def test_harden_process_drops_the_token_and_core_dumps():
     script = (
         "import ctypes, subprocess\n"
-        "from faden_agent.hardening import harden_process\n"
+        "from faden_agent.cli.hardening import harden_process\n"
         "harden_process()\n"
         "print(open('/proc/self/environ', 'rb').read().count(b'tok-secret-9'))\n"
         "print(subprocess.run(['env'], capture_output=True, text=True).stdout.count('tok-secret-9'))\n"

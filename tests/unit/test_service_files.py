@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from faden_agent.membership import new_membership, write_membership
+from faden_agent.node.membership import new_membership, write_membership
 from faden_agent.service.envfile import format_env, parse_env, read_env, write_env
 from faden_agent.service.manager import Outcome, ServiceError, install_files
 from faden_agent.service.paths import ServicePaths, agent_command

@@ -1,4 +1,4 @@
-"""What the standalone binary's agent removes from its unpack cache (faden_agent/standalone.py),
+"""What the standalone binary's agent removes from its unpack cache (faden_agent/service/standalone.py),
 with real locks and real processes; tests/integration/test_standalone_binary.py runs the binary."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-from faden_agent.standalone import PLACED_GRACE_S, hold_and_prune
+from faden_agent.service.standalone import PLACED_GRACE_S, hold_and_prune
 
 
 def fake_build(cache, name):

@@ -1,4 +1,4 @@
-"""One client TLS context per trust setting and process (faden_agent/tls.py): every new
+"""One client TLS context per trust setting and process (faden_agent/http/tls.py): every new
 https connection of a session reuses it instead of building a context and parsing the CA
 bundle again (4.4 MiB per worker with the public bundle), and verification stays as strict.
 Against a real TLS server on loopback whose certificate a private CA signed."""
@@ -13,8 +13,8 @@ import pytest
 import requests
 import urllib3.connection
 
-from faden_agent import tls
 from faden_agent.config import load_config
+from faden_agent.http import tls
 from faden_agent.supervisor.prefork import preload
 from tests.integration.test_stream_tls_secrets import make_ca_and_server_cert
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from faden_agent.cluster import PeerFile, parse_peers, write_peers
 from faden_agent.devbackend.store import Store
 from faden_agent.devbackend.traffic_view import render
+from faden_agent.node.cluster import PeerFile, parse_peers, write_peers
 from faden_agent.workers.inventory.traffic import infiniband, sockdiag
 from faden_agent.workers.inventory.traffic.nccl import FallbackWatch
 from faden_agent.workers.inventory.traffic.report import changed

@@ -62,7 +62,7 @@ def preload(targets: list[str], tls_verify: bool | str | None = None, skip: froz
 def share_tls_context(verify: bool | str) -> None:
     """The one client TLS context (tls.py), built here so every worker shares its parsed
     certificate store (4.4 MiB for the public bundle) instead of building its own."""
-    from faden_agent.tls import client_context  # after skip_charset_guessers: it imports requests
+    from faden_agent.http.tls import client_context  # after skip_charset_guessers: it imports requests
 
     try:
         client_context(verify)

@@ -15,8 +15,8 @@ from typing import Any
 
 import orjson
 
-from faden_agent.diskfull import writes_file
-from faden_agent.sqlitefile import open_private_sqlite
+from faden_agent.disk.diskfull import writes_file
+from faden_agent.disk.sqlitefile import open_private_sqlite
 
 JOURNAL_FILE = "executor.sqlite"
 QUEUED, RUNNING, DONE = "queued", "running", "done"

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 import requests
 from docker.utils import parse_repository_tag
 
-from faden_agent.answerbody import AnswerUnread, read_json_object
+from faden_agent.http.answerbody import AnswerUnread, read_json_object
 from faden_agent.peer.archive import held_prefix
 from faden_agent.peer.fetch import held_chains
 from faden_agent.workers.executor.docker_errors import registry_of

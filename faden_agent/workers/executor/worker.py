@@ -13,8 +13,8 @@ import orjson
 import zmq
 
 from faden_agent import protocol, testhooks
-from faden_agent.diskfull import DiskFull
-from faden_agent.files import quarantine_record_id
+from faden_agent.disk.diskfull import DiskFull
+from faden_agent.disk.files import quarantine_record_id
 from faden_agent.ipc import Channel, Message
 from faden_agent.reports.producer import Reports
 from faden_agent.workers.base import Worker

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from faden_agent.config import Config
-from faden_agent.disklow import low_threshold
+from faden_agent.disk.disklow import low_threshold
 from faden_agent.dockerclient import make_client
 from faden_agent.workers.inventory import docker_probe
 from faden_agent.workers.inventory.disks import probe_disks

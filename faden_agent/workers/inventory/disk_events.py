@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from faden_agent.config import Config
-from faden_agent.disklow import consumers, low_threshold
+from faden_agent.disk.disklow import consumers, low_threshold
 
 WATCHED_ROLES = ("state", "docker", "ray_logs")
 RECOVER_MARGIN = 1.05  # no event pair for every byte written around the threshold

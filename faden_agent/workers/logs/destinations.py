@@ -15,13 +15,13 @@ from urllib.parse import unquote, urlsplit
 import requests
 
 from faden_agent import __version__, protocol
-from faden_agent.answerbody import AnswerUnread, read_body
 from faden_agent.backend import BackendClient, BackendError, parse_retry_after
 from faden_agent.config import Config
 from faden_agent.errorline import error_line
-from faden_agent.membership import MembershipError, load_membership
+from faden_agent.http.answerbody import AnswerUnread, read_body
+from faden_agent.http.tls import client_context, session_for
+from faden_agent.node.membership import MembershipError, load_membership
 from faden_agent.redact import redact_url
-from faden_agent.tls import client_context, session_for
 from faden_agent.workers.logs import lokiproto
 from faden_agent.workers.logs.keepalive import BadAnswer, KeepAliveConnection
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import orjson
 
-from faden_agent.diskfull import DISK, is_disk_full
-from faden_agent.files import quarantine, quarantine_event, replace_file
+from faden_agent.disk.diskfull import DISK, is_disk_full
+from faden_agent.disk.files import quarantine, quarantine_event, replace_file
 
 POSITIONS_FILE = "logs-positions.json"
 FSYNC_INTERVAL_S = 2.0

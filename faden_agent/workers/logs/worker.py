@@ -13,7 +13,7 @@ from typing import Any
 
 import zmq
 
-from faden_agent.files import quarantine_record_id
+from faden_agent.disk.files import quarantine_record_id
 from faden_agent.ipc import Channel, Message
 from faden_agent.workers.base import Worker
 from faden_agent.workers.logs.backlog import Backlog
@@ -21,9 +21,9 @@ from faden_agent.workers.logs.labels import LabelMaker
 from faden_agent.workers.logs.positions import Positions
 from faden_agent.workers.logs.report import report_event
 from faden_agent.workers.logs.shipper import Shipper
-from faden_agent.workers.logs.sources.containers import ContainerSource
-from faden_agent.workers.logs.sources.files import RayFileSource
-from faden_agent.workers.logs.sources.journald import JournalSource
+from faden_agent.workers.logs.sources.containers.source import ContainerSource
+from faden_agent.workers.logs.sources.journald.source import JournalSource
+from faden_agent.workers.logs.sources.ray.source import RayFileSource
 
 log = logging.getLogger(__name__)
 

@@ -14,9 +14,9 @@ import orjson
 
 from faden_agent import protocol
 from faden_agent.backend import BackendClient, BackendError
-from faden_agent.cluster import write_peers
 from faden_agent.config import ConfigError
 from faden_agent.ipc import EnvelopeError, request
+from faden_agent.node.cluster import write_peers
 from faden_agent.workers.stream.expected import expectations
 from faden_agent.workers.stream.link import Connection, Link, LinkThread, RejoinNeeded
 from faden_agent.workers.stream.rotation import adopt_credential

@@ -13,10 +13,10 @@ from faden_agent import __version__, protocol
 from faden_agent.backend import BackendClient, BackendError, CredentialRejected
 from faden_agent.backoff import Backoff
 from faden_agent.config import Config, ConfigError, env_name
-from faden_agent.diskfull import DISK, is_disk_full, retry_when_full
-from faden_agent.fingerprint import fingerprint
+from faden_agent.disk.diskfull import DISK, is_disk_full, retry_when_full
 from faden_agent.ipc import Endpoints, EnvelopeError, request
-from faden_agent.membership import (
+from faden_agent.node.fingerprint import fingerprint
+from faden_agent.node.membership import (
     ENROLLMENT_ATTEMPT_FILE,
     Membership,
     MembershipError,

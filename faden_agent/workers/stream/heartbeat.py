@@ -13,8 +13,8 @@ from typing import Any
 
 from faden_agent import __version__, protocol
 from faden_agent.backend import BackendClient, BackendError
-from faden_agent.fingerprint import fingerprint
 from faden_agent.ipc.control import LOOP_WAIT_S, Control
+from faden_agent.node.fingerprint import fingerprint
 from faden_agent.reports.outbox import make_record
 from faden_agent.workers.stream.link import Connection, Link, LinkThread
 

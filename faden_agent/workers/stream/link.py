@@ -20,9 +20,9 @@ import orjson
 from faden_agent.backend import BackendError, CredentialRejected, Maintenance, MaintenanceHold, TokenRefused
 from faden_agent.backoff import Backoff
 from faden_agent.config import Config
-from faden_agent.files import replace_file
+from faden_agent.disk.files import replace_file
 from faden_agent.ipc import Endpoints
-from faden_agent.membership import Membership
+from faden_agent.node.membership import Membership
 from faden_agent.redact import redact_text, redact_url
 from faden_agent.reports.outbox import Outbox
 from faden_agent.workers.threads import RestartRequested

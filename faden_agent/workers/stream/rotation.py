@@ -13,7 +13,7 @@ from typing import Any
 
 from faden_agent import testhooks
 from faden_agent.config import Config
-from faden_agent.membership import Membership, rotate_credential
+from faden_agent.node.membership import Membership, rotate_credential
 from faden_agent.workers.threads import RestartRequested
 
 log = logging.getLogger(__name__)

@@ -13,9 +13,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from faden_agent import protocol
-from faden_agent.answerbody import AnswerUnread, read_json_object
-from faden_agent.diskspace import NoSpace, require_space
+from faden_agent.disk.diskspace import NoSpace, require_space
 from faden_agent.errorline import error_line
+from faden_agent.http.answerbody import AnswerUnread, read_json_object
 from faden_agent.ipc.control import ask_to_serve
 from faden_agent.peer.fetch import PeerFailure, Stopped, Transfer, check_space, tag_image
 from faden_agent.peer.server import byte_limit, holder_stream

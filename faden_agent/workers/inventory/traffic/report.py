@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from faden_agent import protocol
-from faden_agent.cluster import PeerFile
+from faden_agent.node.cluster import PeerFile
 from faden_agent.workers.inventory.traffic import infiniband, nics, sockdiag
 from faden_agent.workers.inventory.traffic.nccl import FallbackWatch
 from faden_agent.workers.inventory.traffic.tcp import PeerView, TcpAccounting

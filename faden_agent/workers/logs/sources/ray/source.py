@@ -14,13 +14,14 @@ import time
 from faden_agent.workers.logs.entry import MAX_LINE_BYTES, Entry, clean_line
 from faden_agent.workers.logs.multiline import Joined, Joiner
 from faden_agent.workers.logs.report import report_event
-from faden_agent.workers.logs.sources import FIRST_START_WINDOW_S, ROTATED_BEFORE_READ, Source, mount
-from faden_agent.workers.logs.sources.fileends import FileEnds, position_key
-from faden_agent.workers.logs.sources.inotify import TreeWatch
-from faden_agent.workers.logs.sources.mount import Refused, safe_name
-from faden_agent.workers.logs.sources.raytail import ReadBudget, Tail, parse_ray_ts_ns, rotation_of
-from faden_agent.workers.logs.sources.refusals import Refusals
-from faden_agent.workers.logs.sources.retention import Retention
+from faden_agent.workers.logs.sources import FIRST_START_WINDOW_S, ROTATED_BEFORE_READ, Source
+from faden_agent.workers.logs.sources.ray import mount
+from faden_agent.workers.logs.sources.ray.fileends import FileEnds, position_key
+from faden_agent.workers.logs.sources.ray.inotify import TreeWatch
+from faden_agent.workers.logs.sources.ray.mount import Refused, safe_name
+from faden_agent.workers.logs.sources.ray.refusals import Refusals
+from faden_agent.workers.logs.sources.ray.retention import Retention
+from faden_agent.workers.logs.sources.ray.tail import ReadBudget, Tail, parse_ray_ts_ns, rotation_of
 
 POLL_S = 0.5  # at most one round this often; the poll interval where inotify cannot serve
 RESCAN_S = 60.0  # a full listing although no event came: the safety net

@@ -1,5 +1,5 @@
 """The README's variable table, rendered from config.py's VARIABLES (the one declaration of each
-setting). `python -m faden_agent.config_table --write README.md` rewrites the table between its
+setting). `python -m faden_agent.cli.config_table --write README.md` rewrites the table between its
 marker comments in place; without --write it prints the table. A help that would break a cell
 (a `|`, a line break) or a secret that would show a default fails, naming the variable."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from faden_agent.config import VARIABLES, Variable, env_name
 
-COMMAND = "python -m faden_agent.config_table --write README.md"
+COMMAND = "python -m faden_agent.cli.config_table --write README.md"
 BEGIN = f"<!-- variables: generated from faden_agent/config.py; edit there, then run: {COMMAND} -->"
 END = "<!-- /variables -->"
 HEADER = "| variable | default | meaning |\n| --- | --- | --- |"
@@ -59,7 +59,7 @@ def with_table(text: str, variables: Iterable[Variable] = VARIABLES) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m faden_agent.config_table", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m faden_agent.cli.config_table", description=__doc__)
     parser.add_argument("--write", type=Path, metavar="README", help="rewrite the table in this file in place")
     args = parser.parse_args(argv)
     try:

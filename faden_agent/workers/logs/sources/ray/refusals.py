@@ -9,7 +9,7 @@ import logging
 
 from faden_agent.config import Config
 from faden_agent.workers.logs.report import report_event
-from faden_agent.workers.logs.sources.mount import safe_name
+from faden_agent.workers.logs.sources.ray.mount import safe_name
 
 MAX_REFUSED_TRACKED = 10_000  # refused entries remembered (to report each once); beyond: counted as overflow
 MAX_REFUSED_EVENTS_PER_CONTAINER = 20  # events per container; the counters go on counting

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from faden_agent.workers.logs.entry import Labels
 from faden_agent.workers.logs.labels import core_file_kind
 from faden_agent.workers.logs.multiline import Joiner
-from faden_agent.workers.logs.sources.fileends import position_key
+from faden_agent.workers.logs.sources.ray.fileends import position_key
 
 # x.log, x.out, x.err; rotated away: x.log.N (Python's handler) or x.N.out (spdlog's)
 _LOG_NAME = re.compile(r"(?P<stem>.+?)(?:\.(?P<n1>\d{1,6}))?\.(?P<ext>log|out|err)(?:\.(?P<n2>\d{1,6}))?\Z")

@@ -10,7 +10,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from faden_agent.files import quarantine, quarantine_event
+from faden_agent.disk.files import quarantine, quarantine_event
 
 SIDE_FILES = ("-wal", "-shm")
 CORRUPT_CODES = {sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB}

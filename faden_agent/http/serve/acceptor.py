@@ -19,7 +19,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from faden_agent.httpserve.conn import RECV, Conn
+from faden_agent.http.serve.conn import RECV, Conn
 
 log = logging.getLogger(__name__)
 

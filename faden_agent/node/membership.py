@@ -15,7 +15,7 @@ from pathlib import Path
 
 import orjson
 
-from faden_agent.files import replace_file
+from faden_agent.disk.files import replace_file
 
 MEMBERSHIP_VERSION = 1
 

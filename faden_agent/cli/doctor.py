@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from faden_agent.config import Config, env_name, listen_host_port
-from faden_agent.disklow import consumers, low_threshold
+from faden_agent.disk.disklow import consumers, low_threshold
 from faden_agent.dockerclient import engine_url, make_client
 from faden_agent.errorline import error_line
-from faden_agent.tls import client_context
+from faden_agent.http.tls import client_context
 
 if TYPE_CHECKING:
-    from faden_agent.membership import Membership
+    from faden_agent.node.membership import Membership
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 CHECK_TIMEOUT_S = 5.0
@@ -200,7 +200,7 @@ class Doctor:
 
     def state_file(self) -> Check | tuple[Check, Membership]:
         """The line, and the membership when the state file holds one for this backend."""
-        from faden_agent.membership import MembershipError, check_backend, load_membership
+        from faden_agent.node.membership import MembershipError, check_backend, load_membership
 
         path = self.config.state_path
         try:

@@ -23,7 +23,7 @@ def run_agent() -> int:
     problem = policy_path_problem(config)
     if problem is not None:
         return complain(problem, EXIT_CONFIG)
-    from faden_agent.hardening import harden_process
+    from faden_agent.cli.hardening import harden_process
     from faden_agent.logsetup import configure_logging
     from faden_agent.supervisor import Supervisor
 
@@ -46,6 +46,6 @@ def main() -> None:
             sys.exit(run_agent())
         except KeyboardInterrupt:
             sys.exit(130)
-    from faden_agent.cli import main as cli_main
+    from faden_agent.cli.app import main as cli_main
 
     cli_main()

@@ -18,8 +18,8 @@ import orjson
 from faden_agent.workers.logs.entry import MAX_LINE_BYTES, Entry, Labels, clean_line
 from faden_agent.workers.logs.labels import DEFAULT_LEVEL, LEVELS, level_from_priority
 from faden_agent.workers.logs.sources import FIRST_START_WINDOW_S, ROTATED_BEFORE_READ, Source
-from faden_agent.workers.logs.sources.journal_export import ExportParser, Record, Shaped, text_fields
-from faden_agent.workers.logs.sources.seqnums import SeqnumGaps
+from faden_agent.workers.logs.sources.journald.export import ExportParser, Record, Shaped, text_fields
+from faden_agent.workers.logs.sources.journald.seqnums import SeqnumGaps
 
 POSITION_KEY = "journal"
 # One journalctl JSON line, read in at most this much (a 64 KiB binary MESSAGE is about

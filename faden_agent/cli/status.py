@@ -11,7 +11,7 @@ import orjson
 
 from faden_agent.config import Config
 from faden_agent.ipc import control
-from faden_agent.membership import MembershipError, load_membership
+from faden_agent.node.membership import MembershipError, load_membership
 
 STATUS_FILE = "status.json"  # written by the stream worker (workers/stream/link.py)
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from faden_agent.files import replace_file_if_changed
+from faden_agent.disk.files import replace_file_if_changed
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from faden_agent.httpserve.acceptor import Acceptor
-from faden_agent.httpserve.conn import Conn
+from faden_agent.http.serve.acceptor import Acceptor
+from faden_agent.http.serve.conn import Conn
 
 log = logging.getLogger(__name__)
 

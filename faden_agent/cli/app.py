@@ -11,8 +11,8 @@ import orjson
 import typer
 
 from faden_agent import __version__
+from faden_agent.cli.launch import EXIT_CONFIG, complain
 from faden_agent.config import Config, ConfigError, load_config
-from faden_agent.launch import EXIT_CONFIG, complain
 
 app = typer.Typer(
     add_completion=False,
@@ -58,7 +58,7 @@ def _root(
 @app.command()
 def run() -> None:
     """Run the agent in the foreground: the supervisor and its workers."""
-    from faden_agent.launch import run_agent
+    from faden_agent.cli.launch import run_agent
 
     raise typer.Exit(run_agent())
 
@@ -138,8 +138,8 @@ def show_config(as_json: bool = typer.Option(False, "--json", help="Print JSON f
 @app.command()
 def status(as_json: bool = typer.Option(False, "--json", help="Print JSON for machines.")) -> None:
     """Enrolled or not, node id, backend, connection state, last contact, last error (no secrets)."""
+    from faden_agent.cli.status import collect_status, format_status
     from faden_agent.service import service_state
-    from faden_agent.status import collect_status, format_status
 
     report = collect_status(load_installed())
     report["service"] = service_state()
@@ -218,7 +218,7 @@ def uninstall(
 @app.command()
 def doctor(as_json: bool = typer.Option(False, "--json", help="Print JSON for machines.")) -> None:
     """Check the backend, credential, state, Docker, GPUs, journald, logs, disks and the service."""
-    from faden_agent.doctor import FAIL, Doctor, report
+    from faden_agent.cli.doctor import FAIL, Doctor, report
 
     checks = Doctor(load_installed()).run()
     if as_json:

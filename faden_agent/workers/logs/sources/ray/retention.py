@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable
 
 from faden_agent.workers.logs.report import report_event
-from faden_agent.workers.logs.sources import mount
-from faden_agent.workers.logs.sources.mount import Refused
+from faden_agent.workers.logs.sources.ray import mount
+from faden_agent.workers.logs.sources.ray.mount import Refused
 
 ORPHAN_GRACE_S = 60.0  # a directory without a container for this long belongs to a removed one
 MAX_COUNT_BYTES = 64 * 1024 * 1024  # read at most this much to count unshipped lines (then: at least)

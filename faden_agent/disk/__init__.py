@@ -1,0 +1,1 @@
+"""Disk as a budget and a hazard: free space, low and full disks, safe files, SQLite files."""

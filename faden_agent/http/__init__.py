@@ -1,0 +1,1 @@
+"""HTTP helpers: TLS contexts, bounded answer bodies, JSON heads, the server."""

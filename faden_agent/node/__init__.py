@@ -1,0 +1,1 @@
+"""This machine's identity and place: membership, cluster, fingerprint, link status."""

@@ -1,0 +1,1 @@
+"""The container log source: followers of the managed containers' logs."""

@@ -1,0 +1,1 @@
+"""The journald source: journalctl's export stream, its parser, its sequence gaps."""

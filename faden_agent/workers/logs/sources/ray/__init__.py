@@ -1,0 +1,1 @@
+"""The Ray log file source: tree discovery and watching, safe opens, tailing, retention."""
