@@ -14,10 +14,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from faden_agent.config import _listen_addr, listen_host_port
 from faden_agent.metrics.exposition import openmetrics_1_0, text_0_0_4
-from faden_agent.metrics.families import exit_cause, families
-from faden_agent.metrics.health import readiness
 from faden_agent.metrics.histogram import Histogram
-from faden_agent.metrics.procstat import ProcessUsage
+from faden_agent.supervisor.metrics.families import exit_cause, families
+from faden_agent.supervisor.metrics.health import readiness
+from faden_agent.supervisor.metrics.procstat import ProcessUsage
 from faden_agent.workers.inventory.gauges import gauges
 
 

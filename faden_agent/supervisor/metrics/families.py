@@ -22,21 +22,10 @@ from faden_agent.metrics.exposition import (
     InfoMetricFamily,
     Section,
 )
+from faden_agent.protocol.link import LINK_STATES
+from faden_agent.supervisor.states import WorkerState
 
 P = "faden_agent_"
-LINK_STATES = (
-    "starting",
-    "not_enrolled",
-    "enrolling",
-    "connecting",
-    "connected",
-    "backoff",
-    "maintenance",
-    "credential_rejected",
-    "enrollment_refused",
-    "state_error",
-    "config_error",
-)
 GPU_VERDICTS = ("ok", "degraded", "failed")
 GPU_GAUGES = {
     "memory_total": ("gpu_memory_total_bytes", "GPU memory in all"),
@@ -145,8 +134,6 @@ def build(table: dict[str, Any]) -> Iterator[Family]:
 
 
 def workers(rows: dict[str, dict[str, Any]]) -> Iterator[Family]:
-    from faden_agent.supervisor.states import WorkerState  # here: the supervisor imports this module
-
     state = GaugeMetricFamily(P + "worker_state", "1 for the state each worker is in", labels=["worker", "state"])
     restarts = CounterMetricFamily(P + "worker_restarts", "Times the supervisor restarted it", labels=["worker"])
     last_exit = GaugeMetricFamily(
