@@ -205,7 +205,11 @@ def test_loki_429_and_400_move_the_retry_refused_and_push_counters(tmp_path):
                 10,
                 what="429 retries in the metrics",
             )
-            assert throttled.value("faden_agent_log_push_retries_total") >= 1
+            # The new name carries the label; the old one (repeating it) stays one release, equal.
+            assert throttled.value("faden_agent_log_push_retries_total", status="429") >= 1
+            assert throttled.value("faden_agent_log_push_retries_total", status="429") == throttled.value(
+                "faden_agent_log_push_retries_by_status_total", status="429"
+            )
             assert throttled.value("faden_agent_log_target_state", state="failing") == 1
             loki.set_mode("ok")
             shipped = wait_for(

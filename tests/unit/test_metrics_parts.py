@@ -188,7 +188,7 @@ def test_readiness_rule():
 
 @pytest.mark.parametrize(
     "raw, parsed",
-    [("127.0.0.1:9464", ("127.0.0.1", 9464)), ("[::1]:0", ("::1", 0)), ("0.0.0.0:80", ("0.0.0.0", 80))],
+    [("127.0.0.1:9481", ("127.0.0.1", 9481)), ("[::1]:0", ("::1", 0)), ("0.0.0.0:80", ("0.0.0.0", 80))],
 )
 def test_listen_addresses(raw, parsed):
     assert listen_host_port(_listen_addr(raw)) == parsed
@@ -198,6 +198,25 @@ def test_listen_addresses(raw, parsed):
 def test_bad_listen_addresses_are_refused(raw):
     with pytest.raises(ValueError):
         _listen_addr(raw)
+
+
+def test_the_default_address_is_not_opentelemetry_s_prometheus_port():
+    from faden_agent.config import load_config
+
+    assert load_config({}).metrics_addr == "127.0.0.1:9481"  # 9464: OpenTelemetry's exporter
+
+
+def test_retries_by_answer_under_one_name_and_the_old_name_for_one_release():
+    table = {
+        "workers": [{"name": "logs", "status": {"push_retries": 5, "push_retries_by_status": {"429": 3, "5xx": 2}}}]
+    }
+    samples = render(table)
+    by_answer = {s.labels["status"]: s.value for s in samples["faden_agent_log_push_retries_total"]}
+    assert by_answer == {"429": 3.0, "5xx": 2.0}  # no unlabelled series: its sum is every retry
+    old = {s.labels["status"]: s.value for s in samples["faden_agent_log_push_retries_by_status_total"]}
+    assert old == by_answer
+    body = text_0_0_4(families(table, {})).decode()
+    assert "# HELP faden_agent_log_push_retries_by_status_total Deprecated" in body
 
 
 def test_off_and_empty_mean_no_endpoint():

@@ -244,16 +244,12 @@ def logs(status: dict[str, Any]) -> Iterator[Family]:
         ("lines_too_large", "log_too_large_lines", "Log lines Loki refused as too large (HTTP 413)"),
         ("bytes_pushed", "log_pushed_bytes", "Bytes of push bodies sent to the log target"),
         ("batches", "log_batches", "Batches pushed"),
-        ("push_retries", "log_push_retries", "Pushes retried (429, 5xx, no answer)"),
     ):
         counter = CounterMetricFamily(P + name, text)
         if (value := _num(status.get(key))) is not None:
             counter.add_metric([], value)
         yield counter
-    retries = CounterMetricFamily(P + "log_push_retries_by_status", "Pushes retried, by answer", labels=["status"])
-    for answer, count in _dict(status.get("push_retries_by_status")).items():
-        retries.add_metric([str(answer)[:12]], _num(count) or 0.0)
-    yield retries
+    yield from push_retries(_dict(status.get("push_retries_by_status")))
     backlog = GaugeMetricFamily(P + "log_backlog_lines", "Log lines read and not yet pushed")
     if (value := _num(status.get("backlog_lines"))) is not None:
         backlog.add_metric([], value)
@@ -265,6 +261,19 @@ def logs(status: dict[str, Any]) -> Iterator[Family]:
         for name in ("resolving", "ok", "failing"):
             target.add_metric([name], 1.0 if state == name else 0.0)
     yield target
+
+
+def push_retries(by_status: dict[str, Any]) -> Iterator[Family]:
+    """Retried pushes by Loki's answer (429, 4xx, 5xx, no_answer): their sum is every retry.
+    The old name, which repeated its label, stays one release (docs/service.md, Renamed)."""
+    retries = CounterMetricFamily(P + "log_push_retries", "Pushes retried (429, 5xx, no answer), by answer", ["status"])
+    old = CounterMetricFamily(
+        P + "log_push_retries_by_status", "Deprecated, removed after 0.2: log_push_retries_total", labels=["status"]
+    )
+    for answer, count in by_status.items():
+        for family in (retries, old):
+            family.add_metric([str(answer)[:12]], _num(count) or 0.0)
+    yield from (retries, old)
 
 
 def target_state(status: dict[str, Any]) -> str:
