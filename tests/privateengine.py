@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -82,6 +83,15 @@ class PrivateEngine:
         return self.proc.pid
 
     def docker(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            ["docker", "-H", self.host, *args], capture_output=True, text=True, check=check, timeout=120
-        )
+        return docker_cli(self.host, *args, check=check)
+
+
+def docker_cli(host: str, *args: str, check: bool = True, api_version: str | None = None):
+    """The machine's docker CLI against the engine at `host`, at its own API version unless
+    one is named (a test run against Engine 29 names one in the environment: not here)."""
+    env = {k: v for k, v in os.environ.items() if k != "DOCKER_API_VERSION"}
+    if api_version:
+        env["DOCKER_API_VERSION"] = api_version
+    return subprocess.run(
+        ["docker", "-H", host, *args], capture_output=True, text=True, check=check, timeout=120, env=env
+    )
