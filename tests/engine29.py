@@ -20,7 +20,7 @@ from typing import Any
 
 import docker
 
-from tests.privateengine import docker_cli
+from tests.privateengine import docker_cli, with_path_prefix
 from tests.sharedtools import find_shared_tool
 
 TOOLS = find_shared_tool("docker29", "FADEN_TEST_DOCKER29_DIR")
@@ -75,8 +75,15 @@ def make_bridge(name: str) -> ipaddress.IPv4Network:
 class Engine29:
     """One Engine 29 under `root`: `.host` is its address (unix://root/docker.sock)."""
 
-    def __init__(self, root: Path, image: str | None = "faden-test/busybox:1", socket: Path | None = None):
+    def __init__(
+        self,
+        root: Path,
+        image: str | None = "faden-test/busybox:1",
+        socket: Path | None = None,
+        path_prefix: Path | None = None,
+    ):
         self.root = Path(root)
+        self.path_prefix = path_prefix  # a folder searched first for dockerd's helpers
         self.image = image
         self.socket = socket or self.root / "docker.sock"
         self.host = f"unix://{self.socket}"
@@ -112,7 +119,7 @@ class Engine29:
         setpriv = shutil.which("setpriv")
         if setpriv:  # a test run that dies (killed, Ctrl-C) takes its engine with it
             argv = [setpriv, "--pdeathsig", "TERM", "--", *argv]
-        env = {**os.environ, "BRIDGE": self.bridge}
+        env = {**with_path_prefix(self.path_prefix), "BRIDGE": self.bridge}
         with open(self.root / "run.log", "ab") as log:
             self.proc = subprocess.Popen(
                 argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
