@@ -110,22 +110,29 @@ class Transfer:
                     # the peer's size is shown as progress only, never a bound
                     total = min(_number(headers.get("x-faden-bytes-total")), self.byte_limit)
                     verifier = ArchiveVerifier(
-                        self.image_id, self.reference, held, self.byte_limit, lambda n: self._on_bytes(source, n, total)
+                        self.image_id,
+                        self.reference,
+                        held,
+                        self.byte_limit,
+                        lambda n: self._on_bytes(source, n, total),
+                        engine_platform(self.api),
                     )
                     body = ChunkReader(wire.body(rfile, headers, source))
                     self._load(self._guarded(verifier.verified(body), source))
+                    loaded = loaded_image(self.api, verifier)
                 except Exception as exc:  # noqa: BLE001 - named by _cut_reason, as the cut stream's
                     raise self._cut_reason(source, exc) from None
         finally:
             sock.close()
         elapsed = time.monotonic() - started
         self._progress(source, self.figures["bytes_done"], total, elapsed)
-        tag_image(self.api, self.image_id, self.reference)
+        tag_image(self.api, loaded, self.reference)
         return {
             "image_id": self.image_id,
+            "engine_image_id": loaded,
             "source": source,
             "bytes_received": self.figures["bytes_done"],
-            "layers_received": len(verifier.layer_digests),
+            "layers_received": verifier.layers_received,
             "seconds": round(elapsed, 2),
         }
 
@@ -223,10 +230,6 @@ class Transfer:
             raise PeerFailure("peer_failed", f"docker load failed: {error_line(exc, 300, named=True)}") from None
         if self.cut is not None:
             raise self.cut
-        try:
-            self.api.inspect_image(self.image_id)
-        except docker.errors.NotFound:
-            raise PeerFailure("integrity_failed", f"the engine did not load {self.image_id}") from None
 
     def _progress(self, source: str, done: float, total: int, elapsed: float) -> None:
         self.on_progress(
@@ -238,6 +241,30 @@ class Transfer:
                 "rate_bps": int(done / elapsed) if elapsed > 0 else 0,
             }
         )
+
+
+def engine_platform(api: docker.APIClient) -> tuple[str, str]:
+    """The engine's (os, architecture): which manifest of an image index it runs."""
+    try:
+        version = api.version()
+        return str(version.get("Os") or "linux"), str(version.get("Arch") or "amd64")
+    except (docker.errors.DockerException, OSError):
+        return "linux", "amd64"
+
+
+def loaded_image(api: docker.APIClient, verifier: ArchiveVerifier) -> str:
+    """The id the engine gave the image just loaded: the one asked for, or what its store
+    names it by (the classic store: the config digest; the containerd store: the manifest
+    or index that index.json points to), holding exactly the layers verified."""
+    for candidate in verifier.engine_ids:
+        try:
+            details = api.inspect_image(candidate)
+        except docker.errors.NotFound:
+            continue
+        if list(details["RootFS"]["Layers"]) != verifier.diff_ids:
+            raise PeerFailure("integrity_failed", f"the engine holds {candidate[:19]} with other layers than loaded")
+        return str(details["Id"])
+    raise PeerFailure("integrity_failed", f"the engine did not load {verifier.image_id}")
 
 
 def fetch_path(address: str) -> str:
