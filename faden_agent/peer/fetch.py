@@ -39,7 +39,16 @@ WATCH_S = 0.2  # how soon a stop or a stall shuts the socket
 PROGRESS_INTERVAL_S = 1.0
 KNOWN_REFUSALS = ("ticket_refused", "ticket_expired", "image_not_found")
 
-__all__ = ["NoSpace", "PeerFailure", "Stopped", "Transfer", "check_space", "held_chains", "tag_image"]
+__all__ = [
+    "NoSpace",
+    "PeerFailure",
+    "Stopped",
+    "Transfer",
+    "check_space",
+    "held_chains",
+    "local_image",
+    "tag_image",
+]
 
 
 # docker load unpacks the archive into a temporary directory of the data root, then into the
@@ -241,6 +250,20 @@ class Transfer:
                 "rate_bps": int(done / elapsed) if elapsed > 0 else 0,
             }
         )
+
+
+def local_image(api: docker.APIClient, image_id: str) -> str | None:
+    """The local engine's id of the image `image_id` names, or None: the id itself (a config
+    digest on the classic store, a manifest or index digest on the containerd store), or a
+    classic-store image pulled by that manifest digest (its RepoDigests)."""
+    try:
+        return str(api.inspect_image(image_id)["Id"])
+    except docker.errors.NotFound:
+        pass
+    for image in api.images(all=True):
+        if any(str(d).endswith("@" + image_id) for d in image.get("RepoDigests") or ()):
+            return str(image["Id"])
+    return None
 
 
 def engine_platform(api: docker.APIClient) -> tuple[str, str]:

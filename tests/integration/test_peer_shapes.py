@@ -20,7 +20,7 @@ import docker
 import pytest
 
 from faden_agent.peer.archive import chain_ids
-from faden_agent.peer.fetch import PeerFailure, Transfer, held_chains
+from faden_agent.peer.fetch import PeerFailure, Transfer, held_chains, local_image
 from faden_agent.peer.oci import ZSTD_MAGIC
 from faden_agent.peer.server import PeerServer
 from faden_agent.peer.tickets import Ticket, TicketBox, ticket_hash
@@ -136,9 +136,7 @@ def test_the_classic_store_layout_of_25_to_28_loads_into_both_engines(engines, b
     archive, image_id, marker = unique_image(busybox_save)
     peer = scripted(honest(image_id, classic_layout(archive, tags=["faden-shapes/classic:1"])))
     try:
-        result = receive(
-            engines[engine], image_id, {"address": peer.url, "ticket": "t" * 32}, "faden-shapes/classic:1"
-        )
+        result = receive(engines[engine], image_id, {"address": peer.url, "ticket": "t" * 32}, "faden-shapes/classic:1")
     finally:
         peer.close()
     made(engines[engine], result["engine_image_id"])
@@ -166,3 +164,19 @@ def test_a_layer_no_receiver_can_check_ends_that_peer_with_its_own_reason(engine
     assert failure.value.reason == "integrity_failed" and "zstd-compressed" in failure.value.message
     with pytest.raises(docker.errors.NotFound):
         engines["29"].inspect_image(image_id)
+
+
+def test_an_image_is_found_by_the_id_either_engine_gives_it(engines, registry):
+    """image.fetch's already-present check (issue 37 item 6): a pulled image is named by its
+    manifest digest on the containerd store, by its config digest on the classic store, which
+    knows the manifest digest as a RepoDigest; a config digest finds nothing on 29 (its
+    store cannot be asked by it: the fetch goes ahead and leaves out every held layer)."""
+    reference = f"{registry}/faden/busybox"
+    for line in engines["29"].pull(reference, tag="1", stream=True, decode=True):
+        assert "error" not in line, line
+    manifest_id = engines["29"].inspect_image(f"{reference}:1")["Id"]
+    config_id = engines["20.10"].inspect_image(f"{reference}:1")["Id"]
+    assert manifest_id != config_id
+    assert local_image(engines["29"], manifest_id) == manifest_id
+    assert local_image(engines["20.10"], manifest_id) == config_id == local_image(engines["20.10"], config_id)
+    assert local_image(engines["29"], config_id) is None
