@@ -26,6 +26,8 @@ TOOLS = find_shared_tool("docker29", "FADEN_TEST_DOCKER29_DIR")
 RUN_DOCKERD29 = TOOLS / "run-dockerd29.sh"
 VERSION = "29.1.5"
 READY_TIMEOUT_S = 90.0
+HOST_ENGINE = "unix:///var/run/docker.sock"  # the machine's 20.10, where the test image is built
+CLI_API_VERSION = "1.44"  # the 20.10 CLI speaks it well enough for the tests' commands
 STOP_TIMEOUT_S = 60.0
 # Bridges are chosen under this lock: picking a free /24 and making the bridge is one step.
 BRIDGE_LOCK = Path("/tmp/faden-engine29-bridges.lock")
@@ -139,9 +141,27 @@ class Engine29:
     def client(self, timeout_s: float = 60.0) -> docker.DockerClient:
         return docker.DockerClient(base_url=self.host, version="auto", timeout=timeout_s)
 
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def docker(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        """The machine's docker CLI (20.10, API 1.41 by default) at API 1.44, which this engine takes."""
+        return subprocess.run(
+            ["docker", "-H", self.host, *args],
+            capture_output=True,
+            text=True,
+            check=check,
+            timeout=120,
+            env={**os.environ, "DOCKER_API_VERSION": CLI_API_VERSION},
+        )
+
     def load(self, image: str) -> None:
         """Copy `image` from the shared 20.10 engine: docker save there, load here."""
-        saved = subprocess.run(["docker", "save", image], capture_output=True, check=True, timeout=120).stdout
+        saved = subprocess.run(
+            ["docker", "-H", HOST_ENGINE, "save", image], capture_output=True, check=True, timeout=120
+        ).stdout
         with closing(self.client()) as client:
             client.images.load(saved)
             client.images.get(image)  # raises when the load did not name it
