@@ -1,6 +1,7 @@
-"""Shared fixtures. Tests that need the Docker engine use the `docker_client` fixture: it
-skips when no engine answers, except under FADEN_TEST_REQUIRE_DOCKER=1 (set by .ci/run),
-where a missing engine fails the test so a broken install step cannot pass silently."""
+"""Shared fixtures. Tests that need the Docker engine use the `docker_client` fixture (the
+`engine29` fixture: a real Engine 29 beside it): it skips when no engine answers, except
+under FADEN_TEST_REQUIRE_DOCKER=1 (set by .ci/run), where a missing engine fails the test
+so a broken install step cannot pass silently."""
 
 from __future__ import annotations
 
@@ -73,6 +74,25 @@ def registry(docker_client) -> str:
     except Exception as exc:  # noqa: BLE001
         require("the registry", f"{REGISTRY} does not answer ({exc})")
     return REGISTRY
+
+
+@pytest.fixture(scope="session")
+def engine29(docker_client, tmp_path_factory):
+    """A real Docker Engine 29.1.5 holding the test image, one per test process (each xdist
+    worker its own): tests/engine29.py. Missing pieces skip, or fail under .ci/run."""
+    from tests.engine29 import Engine29, missing_piece
+
+    why = missing_piece()
+    if why:
+        require("Docker Engine 29", why)
+    engine = Engine29(tmp_path_factory.mktemp("engine29"))
+    try:
+        engine.start()
+    except Exception as exc:  # noqa: BLE001 - any failure to start means no engine
+        engine.close()
+        require("Docker Engine 29", f"it did not start ({exc})")
+    yield engine
+    engine.close()
 
 
 @pytest.fixture

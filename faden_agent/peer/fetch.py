@@ -200,7 +200,10 @@ class Transfer:
         if isinstance(exc, IntegrityError):
             return PeerFailure("integrity_failed", f"peer {source}: {exc}")
         if isinstance(exc, OSError):
-            return PeerFailure("peer_failed", f"the stream from peer {source} broke: {type(exc).__name__}")
+            done = self.figures["bytes_done"]
+            return PeerFailure(
+                "peer_failed", f"the stream from peer {source} broke after {done} bytes ({type(exc).__name__})"
+            )
         return PeerFailure(
             "integrity_failed", f"peer {source}: not a valid image archive ({error_line(exc, named=True)})"
         )

@@ -21,6 +21,7 @@ from faden_agent.workers.inventory import gpu_rules
 from faden_agent.workers.inventory.record import without_usage
 from tests.agentproc import AgentProcess, agent_env, wait_for
 from tests.backendproc import agent_env_for, backend  # noqa: F401 - the fixture
+from tests.metricsclient import get
 from tests.nvml.state import GpuState
 
 pytestmark = pytest.mark.docker
@@ -283,3 +284,27 @@ def test_the_operator_sees_verdicts_and_events_with_admin_show(backend, tmp_path
     finally:
         agent.stop()
         agent.kill()
+
+
+def test_metrics_name_every_gpu_by_uuid_with_its_verdict_and_xids(tmp_path, agent_factory):
+    # A real scrape: gpu_info names each GPU, every GPU series carries its UUID (issue 44),
+    # the verdict and the Xid counter follow an Xid.
+    gpus = GpuState(tmp_path / "nvml", count=2)
+    agent, state_dir, first = start(tmp_path, agent_factory, gpus)
+    gpus.xid(1, 79)
+    uuid_1 = first["devices"][1]["uuid"]
+
+    def failed_in_scrape():
+        scrape = get(agent)
+        return scrape.value("faden_agent_gpu_health", uuid=uuid_1, verdict="failed") == 1 and scrape
+
+    scrape = wait_for(failed_in_scrape, 20, what="GPU 1 failed in /metrics")
+    families = scrape.families()
+    info = sorted(
+        (s.labels["gpu"], s.labels["uuid"], s.labels["pci_bus_id"]) for s in families["faden_agent_gpu_info"].samples
+    )
+    assert info == [(str(d["index"]), d["uuid"], d["pci_bus_id"]) for d in first["devices"]]
+    gpu_samples = [s for name, f in families.items() if name.startswith("faden_agent_gpu_") for s in f.samples]
+    assert gpu_samples and all(s.labels.get("uuid") for s in gpu_samples)
+    assert scrape.value("faden_agent_gpu_xid_errors_total", uuid=uuid_1, xid="79") == 1
+    assert scrape.value("faden_agent_gpu_memory_size_bytes", gpu="0") == first["devices"][0]["memory_total"]

@@ -24,7 +24,6 @@ from faden_agent.failure import Failure
 from faden_agent.workers.executor import docker_errors
 from faden_agent.workers.executor.gpu import device_requests, is_gpu_runtime_missing
 
-API_VERSION = "1.41"  # device requests need >= 1.40; pinned so no version probe blocks at start
 PROGRESS_INTERVAL_S = 1.0
 CAPPED_LOG_DRIVERS = ("json-file", "local")  # the drivers that take max-size and max-file
 
@@ -141,7 +140,7 @@ class DockerOps:
         client = getattr(self._local, "client", None)
         if client is None:
             with translated("connecting to the Docker engine"):
-                client = make_client(self.docker_host, timeout_s=self.timeout_s, version=API_VERSION)
+                client = make_client(self.docker_host, timeout_s=self.timeout_s)
             self._local.client = client
         return client
 
