@@ -12,12 +12,10 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-import orjson
-
 from faden_agent import protocol
-from faden_agent.cli.status import STATUS_FILE
 from faden_agent.config import Config
 from faden_agent.node import drainstate
+from faden_agent.node.linkstatus import read_link_status
 
 EXIT_DONE = 0
 EXIT_FAILED = 1  # the backend's command failed or was rejected: the reason is printed
@@ -92,15 +90,13 @@ def _show_progress(data: dict[str, Any], shown: dict[str, Any], say: Callable[[s
 
 def link_problem(config: Config) -> str | None:
     """The link's state when it is not connected (the stream worker's status file), else None."""
-    try:
-        status = orjson.loads((config.state_dir / STATUS_FILE).read_bytes())
-    except (OSError, orjson.JSONDecodeError):
+    status = read_link_status(config.state_dir)
+    if status is None:
         return "no status yet"
-    state = status.get("state") if isinstance(status, dict) else None
-    if state == "connected":
+    if status.get("state") == "connected":
         return None
-    error = status.get("last_error") if isinstance(status, dict) else None
-    return f"{state}: {error}" if error else str(state)
+    error = status.get("last_error")
+    return f"{status.get('state')}: {error}" if error else str(status.get("state"))
 
 
 def outcome_lines(answer: dict[str, Any]) -> tuple[int, list[str]]:
