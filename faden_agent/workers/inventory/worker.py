@@ -73,7 +73,7 @@ class InventoryWorker(Worker):
 
     def setup(self) -> None:
         self.reports = Reports(self.config)
-        xids = XidLog()  # written by the GPU event thread, read by the GPU probe
+        xids = XidLog(hold_s=self.config.gpu_xid_hold_sec)  # written by the GPU event thread, read by the GPU probe
         self.collector = Collector(self.config, xids=xids)
         self.reporter = InventoryReporter(
             self.collector,
