@@ -19,7 +19,9 @@ from faden_agent import protocol
 from faden_agent.http.serve.server import BoundedHandler, BoundedServer, RouteLimits, ServerLimits
 from faden_agent.peer import probe
 from faden_agent.peer.archive import (
+    META_LIMIT,
     ChunkReader,
+    entries,
     held_prefix,
     strip_held_layers,
     v1_layer_ids,
@@ -52,15 +54,52 @@ def holder_stream(api: docker.APIClient, image_id: str, held: set[str]) -> tuple
     size = int(details.get("Size") or 0)
     sizes = layer_sizes(api, image_id, len(diff_ids))
     skip = held_prefix(diff_ids, held)
-    skip_dirs = set(v1_layer_ids(diff_ids)[:skip])
+    skip_names = held_layer_files(api, image_id, diff_ids, skip, "Descriptor" in details)
     headers = {
         "Content-Type": "application/x-tar",
         "X-Faden-Image-Id": image_id,
         "X-Faden-Bytes-Total": str(sum(sizes[skip:]) if sizes else size),
         "X-Faden-Byte-Limit": str(byte_limit(size)),
-        "X-Faden-Layers-Sent": str(len(diff_ids) - len(skip_dirs)),
+        "X-Faden-Layers-Sent": str(len(diff_ids) - (skip if skip_names else 0)),
     }
-    return headers, strip_held_layers(ChunkReader(api.get_image(image_id, chunk_size=FRAME)), skip_dirs)
+    return headers, strip_held_layers(ChunkReader(api.get_image(image_id, chunk_size=FRAME)), skip_names)
+
+
+def held_layer_files(
+    api: docker.APIClient, image_id: str, diff_ids: list[str], skip: int, containerd_store: bool
+) -> set[str]:
+    """The archive files of the first `skip` layers (those the receiver holds), unless a
+    later layer is the same file: 20.10 names a layer's folder by its v1 id, the classic
+    store of 25+ its blob by the diff id; the containerd store names it by the digest of
+    the blob it holds (gzip'd when pulled), which only its own manifest.json tells."""
+    if not skip:
+        return set()
+    if containerd_store:
+        paths = saved_layer_paths(api, image_id)
+        if len(paths) != len(diff_ids):
+            return set()  # the full archive: the receiver checks it all the same
+        return set(paths[:skip]) - set(paths[skip:])
+    needed = set(diff_ids[skip:])  # 20.10 links a layer used twice to its first folder
+    v1 = v1_layer_ids(diff_ids) + [""]
+    return {
+        name
+        for i, diff_id in enumerate(diff_ids[:skip])
+        if diff_id not in needed
+        for name in (f"{v1[i]}/layer.tar", "blobs/sha256/" + diff_id.removeprefix("sha256:"))
+    }
+
+
+def saved_layer_paths(api: docker.APIClient, image_id: str) -> list[str]:
+    """manifest.json's Layers of the engine's own docker save of the image (read through
+    once, the layers skipped; no API names a containerd-store layer's blob)."""
+    paths: list[str] = []
+    for member, data in entries(ChunkReader(api.get_image(image_id, chunk_size=FRAME))):
+        if member.name == "manifest.json" and member.isfile() and member.size <= META_LIMIT:
+            try:
+                paths = [str(p) for p in orjson.loads(data.read(member.size))[0]["Layers"]]
+            except (orjson.JSONDecodeError, LookupError, TypeError):
+                return []
+    return paths
 
 
 class ChunkedWriter:
