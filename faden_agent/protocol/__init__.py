@@ -166,6 +166,12 @@ REASONS = (
     "docker_unavailable",
     "docker_permission",
     "gpu_runtime_missing",
+    # the NVIDIA container stack's other failures, by cause (issue 37)
+    "gpu_driver_mismatch",
+    "gpu_driver_not_loaded",
+    "gpu_lost",
+    "gpu_device_missing",
+    "gpu_runtime_failed",
     "conflict",
     "not_managed",
     "not_found",
