@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 import re
 import socket
+import socketserver
 import threading
 from pathlib import Path
+from typing import Any
 
 _VERSIONED = re.compile(rb"^(\w+) /v(\d+\.\d+)(/\S*) HTTP/1\.[01]\r\n", re.ASCII)
 _UNVERSIONED = re.compile(rb"^(\w+) (/\S*) HTTP/1\.[01]\r\n", re.ASCII)
@@ -28,10 +30,15 @@ class VersionGate:
         self.api_min, self.api_max = api_min, api_max
         self.seen: list[tuple[str, str]] = []  # (version asked or "", path): each request
         self.refused: list[str] = []  # the versions refused
-        self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.server.bind(str(path))
-        self.server.listen(64)
-        threading.Thread(target=self._accept, daemon=True).start()
+        gate = self
+
+        class Handler(socketserver.StreamRequestHandler):
+            def handle(self) -> None:
+                gate.serve(self.request, self.rfile)
+
+        self.server = socketserver.ThreadingUnixStreamServer(str(path), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
 
     @property
     def host(self) -> str:
@@ -42,43 +49,42 @@ class VersionGate:
         self.api_min, self.api_max = api_min, api_max
 
     def close(self) -> None:
-        self.server.close()
+        self.server.shutdown()
+        self.server.server_close()
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.server.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
-
-    def _serve(self, conn: socket.socket) -> None:
+    def serve(self, conn: socket.socket, rfile: Any) -> None:
         """One request per connection: the answer ends with the connection."""
-        with conn:
-            head = b""
-            while b"\r\n\r\n" not in head:
-                chunk = conn.recv(65536)
-                if not chunk:
-                    return
-                head += chunk
-            versioned = _VERSIONED.match(head)
-            if versioned:
-                method, asked, rest = versioned.groups()
-                self.seen.append((asked.decode(), rest.decode()))
-                refusal = self._refusal(asked.decode())
-                if refusal:
-                    self.refused.append(asked.decode())
-                    conn.sendall(_answer(400, {"message": refusal}))
-                    return
-                head = head.replace(b"/v" + asked + rest, f"/v{self.engine_version}".encode() + rest, 1)
-            else:
-                plain = _UNVERSIONED.match(head)
-                self.seen.append(("", plain.group(2).decode() if plain else "?"))
-                if plain and plain.group(2).split(b"?")[0] == b"/version":
-                    body = {"Version": "gate", "ApiVersion": self.api_max, "MinAPIVersion": self.api_min}
-                    conn.sendall(_answer(200, body))
-                    return
-            self._forward(conn, _close_after(head))
+        head = b"".join(iter(rfile.readline, b"\r\n")) + b"\r\n"  # the request line and headers
+        versioned = _VERSIONED.match(head)
+        if versioned:
+            _, asked, rest = versioned.groups()
+            self.seen.append((asked.decode(), rest.decode()))
+            refusal = self._refusal(asked.decode())
+            if refusal:
+                self.refused.append(asked.decode())
+                conn.sendall(_answer(400, {"message": refusal}))
+                return
+            head = head.replace(b"/v" + asked + rest, f"/v{self.engine_version}".encode() + rest, 1)
+        else:
+            plain = _UNVERSIONED.match(head)
+            self.seen.append(("", plain.group(2).decode() if plain else "?"))
+            if plain and plain.group(2).split(b"?")[0] == b"/version":
+                conn.sendall(
+                    _answer(200, {"Version": "gate", "ApiVersion": self.api_max, "MinAPIVersion": self.api_min})
+                )
+                return
+        length = int(
+            next(
+                (line.split(b":", 1)[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")),
+                b"0",
+            )
+        )
+        body = rfile.read(length) if length else b""
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as engine:
+            engine.connect(self.engine_socket)
+            engine.sendall(_close_after(head) + body)
+            for answer in iter(lambda: engine.recv(65536), b""):  # until the engine closes
+                conn.sendall(answer)
 
     def _refusal(self, asked: str) -> str | None:
         if as_tuple(asked) < as_tuple(self.api_min):
@@ -89,27 +95,6 @@ class VersionGate:
         if as_tuple(asked) > as_tuple(self.api_max):
             return f"client version {asked} is too new. Maximum supported API version is {self.api_max}"
         return None
-
-    def _forward(self, conn: socket.socket, head: bytes) -> None:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as engine:
-            engine.connect(self.engine_socket)
-            engine.sendall(head)
-            conn.settimeout(0.05)
-            while True:  # the rest of the request's body, then the answer until the engine closes
-                try:
-                    more = conn.recv(65536)
-                    if more:
-                        engine.sendall(more)
-                except (TimeoutError, BlockingIOError):
-                    pass
-                engine.settimeout(0.05)
-                try:
-                    answer = engine.recv(65536)
-                except TimeoutError:
-                    continue
-                if not answer:
-                    return
-                conn.sendall(answer)
 
 
 def _close_after(head: bytes) -> bytes:
