@@ -128,7 +128,7 @@ def _listen_addr(raw: str) -> str | None:
     host, sep, port = value.rpartition(":")
     host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
     if not sep or not host or any(ch.isspace() or ch in "[]/" for ch in host):
-        raise ValueError("host:port (e.g. 127.0.0.1:9464, [::1]:9464) or off")
+        raise ValueError("host:port (e.g. 127.0.0.1:9481, [::1]:9481) or off")
     number = _int_between(port, 0, 65535, "host:port with a port 0..65535, or off")
     return f"{value.rsplit(':', 1)[0]}:{number}"
 
@@ -565,7 +565,7 @@ class Config:
     )
     log_level: str = setting("info", _log_level, "`debug`, `info`, `warning` or `error`")
     metrics_addr: str | None = setting(
-        "127.0.0.1:9464",
+        "127.0.0.1:9481",
         _listen_addr,
         "Where the supervisor serves `/metrics` (Prometheus), `/healthz` and `/readyz`"
         " ([docs/service.md](docs/service.md#metrics-and-health-checks)); `off`: none; port `0`: any free one"

@@ -23,29 +23,14 @@ from typing import Any
 import pytest
 import requests
 
+from tests.sharedtools import find_shared_tool
+
 REPO = Path(__file__).resolve().parents[1]
 
 
 def find_tools() -> Path:
-    """The real Loki builds: FADEN_TEST_LOKI_DIR, else ../shared/tools/loki beside this
-    repository, else beside the local checkout this one was cloned from (a clone into a
-    temporary folder, as CI makes one)."""
-    if os.environ.get("FADEN_TEST_LOKI_DIR"):
-        return Path(os.environ["FADEN_TEST_LOKI_DIR"])
-    beside = REPO.parent / "shared" / "tools" / "loki"
-    if beside.exists():
-        return beside
-    try:
-        origin = subprocess.run(
-            ["git", "-C", str(REPO), "remote", "get-url", "origin"], capture_output=True, text=True, timeout=10
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        origin = ""
-    if origin and Path(origin).is_dir():
-        cloned_from = Path(origin).resolve().parent / "shared" / "tools" / "loki"
-        if cloned_from.exists():
-            return cloned_from
-    return beside
+    """The real Loki builds: FADEN_TEST_LOKI_DIR, else ../shared/tools/loki (tests/sharedtools.py)."""
+    return find_shared_tool("loki", "FADEN_TEST_LOKI_DIR")
 
 
 TOOLS = find_tools()

@@ -7,13 +7,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import orjson
-
 from faden_agent.config import Config
 from faden_agent.ipc import control
+from faden_agent.node.linkstatus import read_link_status
 from faden_agent.node.membership import MembershipError, load_membership
-
-STATUS_FILE = "status.json"  # written by the stream worker (workers/stream/link.py)
 
 
 def collect_status(config: Config) -> dict[str, Any]:
@@ -53,7 +50,7 @@ def collect_status(config: Config) -> dict[str, Any]:
                 out["state_error"] = f"state file belongs to backend {membership.backend_url}"
     link, source, out["disk_full"] = _live_link(config)
     if link is None:
-        link, source = _link_from_file(config), "status file"
+        link, source = read_link_status(config.state_dir), "status file"
     else:
         out["agent_running"] = True
     if link:
@@ -94,14 +91,6 @@ def _live_link(config: Config) -> tuple[dict[str, Any] | None, str | None, dict[
                 return link, "stream worker", disk_full
             return {"state": f"stream worker {worker.get('state', '?').lower()}"}, "supervisor", disk_full
     return {"state": "no stream worker"}, "supervisor", disk_full
-
-
-def _link_from_file(config: Config) -> dict[str, Any] | None:
-    try:
-        data = orjson.loads((config.state_dir / STATUS_FILE).read_bytes())
-    except (OSError, orjson.JSONDecodeError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def _when(epoch: float | None) -> str:

@@ -5,6 +5,7 @@ the peer's failure. Every way a peer fails is PeerFailure(reason, message)."""
 
 from __future__ import annotations
 
+import re
 import socket
 import ssl
 import threading
@@ -88,11 +89,13 @@ def refusal(rfile: BinaryIO, headers: dict[str, str]) -> dict[str, Any]:
 
 def body(rfile: Any, headers: dict[str, str], source: str) -> Iterator[bytes]:
     """The answer's body as sent: chunked, sized, or up to the end of the connection; each
-    piece as it arrives (read1: a slow peer's bytes count as they come)."""
+    piece as it arrives (read1: a slow peer's bytes count as they come). A connection that
+    ends or resets early is a stream that broke; "malformed" is kept for bytes that break
+    the chunked framing."""
     if (headers.get("content-encoding") or "identity").lower() != "identity":
         raise PeerFailure("peer_failed", f"peer {source} sent an encoded body ({headers['content-encoding'][:40]})")
     if "chunked" in (headers.get("transfer-encoding") or "").lower():
-        yield from _chunked(rfile, source)
+        yield from _Chunked(rfile, source).pieces()
         return
     length = headers.get("content-length")
     left = int(length) if length and length.isdigit() else -1
@@ -106,19 +109,50 @@ def body(rfile: Any, headers: dict[str, str], source: str) -> Iterator[bytes]:
         yield data
 
 
-def _chunked(rfile: Any, source: str) -> Iterator[bytes]:
-    while True:
-        line = rfile.readline(100)
+CRLF = b"\r\n"
+SIZE_LINE_LIMIT = 100  # hex size, chunk extensions, CRLF
+_SIZE_LINE = re.compile(rb"([0-9A-Fa-f]{1,15})[ \t]*(;[^\r\n]*)?\r?\n")
+
+
+class _Chunked:
+    """The chunked framing (RFC 9112 7.1) read strictly: an EOF or a reset anywhere is
+    broke(), bytes that break the framing are malformed()."""
+
+    def __init__(self, rfile: Any, source: str):
+        self.rfile, self.source = rfile, source
+        self.received = 0  # body bytes (chunk data) so far
+
+    def pieces(self) -> Iterator[bytes]:
         try:
-            size = int(line.split(b";")[0].strip(), 16)
-        except ValueError:
-            raise PeerFailure("peer_failed", f"peer {source} sent a malformed chunk: {line[:40]!r}") from None
-        if size == 0:
-            return
-        while size:
-            data = rfile.read1(min(CHUNK, size))
-            if not data:
-                raise PeerFailure("peer_failed", f"the stream from peer {source} broke inside a chunk")
-            size -= len(data)
-            yield data
-        rfile.readline(100)
+            while size := self._size():
+                while size:
+                    data = self.rfile.read1(min(CHUNK, size))
+                    if not data:
+                        raise self._broke("inside a chunk's data")
+                    size -= len(data)
+                    self.received += len(data)
+                    yield data
+                end = self.rfile.read(len(CRLF))
+                if end != CRLF:
+                    raise self._broke("before a chunk's CRLF") if CRLF.startswith(end) else self._malformed(end)
+        except OSError as exc:  # a reset, or the socket shut under the read
+            raise self._broke(f"({type(exc).__name__})") from None
+
+    def _size(self) -> int:
+        line = self.rfile.readline(SIZE_LINE_LIMIT)
+        match = _SIZE_LINE.fullmatch(line)
+        if match:
+            return int(match.group(1), 16)
+        if not line.endswith(b"\n") and len(line) < SIZE_LINE_LIMIT:
+            raise self._broke("before a chunk's size" if not line else "inside a chunk's size line")
+        raise self._malformed(line)
+
+    def _broke(self, where: str) -> PeerFailure:
+        return PeerFailure(
+            "peer_failed", f"the stream from peer {self.source} broke after {self.received} bytes {where}"
+        )
+
+    def _malformed(self, got: bytes) -> PeerFailure:
+        return PeerFailure(
+            "peer_failed", f"peer {self.source} sent a malformed chunk after {self.received} bytes: {got[:40]!r}"
+        )

@@ -21,9 +21,9 @@ import zmq
 from faden_agent import __version__
 from faden_agent.config import Config
 from faden_agent.ipc import Channel, Endpoints, EnvelopeError, ensure_runtime_dir
-from faden_agent.metrics.endpoint import MetricsEndpoint
 from faden_agent.proctitle import set_title
 from faden_agent.supervisor import lock
+from faden_agent.supervisor.metrics.endpoint import MetricsEndpoint
 from faden_agent.supervisor.notify import SystemdNotifier
 from faden_agent.supervisor.peer_demand import PeerDemand
 from faden_agent.supervisor.policy import RestartPolicy
@@ -493,7 +493,7 @@ class Supervisor:
         return {"supervisor": sup, "workers": rows}
 
     def scrape_table(self) -> dict[str, Any]:
-        """What a scrape reads of the table (metrics/families.py, health.py), the liveness
+        """What a scrape reads of the table (supervisor/metrics/families.py, health.py), the liveness
         messages already sent read first (never waits): `ps`'s rows less resources and uptimes."""
         self.drain_liveness()
         now = time.monotonic()

@@ -16,6 +16,7 @@ import collections
 import itertools
 import os
 import random
+import re
 import signal
 import subprocess
 import threading
@@ -710,9 +711,12 @@ def settle_and_check(run: Run) -> None:
         f"containers created={sum(chaos.creates.values())}"
     )
     print(
-        f"chaos: peer worker kills={[(k['received'], k['receiver'][:40]) for k in chaos.peer_kills]} "
+        f"chaos: peer worker kills={[(k['received'], k['receiver'][:80]) for k in chaos.peer_kills]} "
         f"hostile fetches={[(f['mode'], run.backend.command(f['command_id'])['state']) for f in chaos.hostile_fetches]}"
     )
+
+
+KILLED_HOLDER = re.compile(r"cut: PeerFailure: the stream from peer holder broke after \d+ bytes")
 
 
 def check_peer_kills(run: Run) -> None:
@@ -728,6 +732,8 @@ def check_peer_kills(run: Run) -> None:
                 f"peer worker (pid {kill['pid']}) killed at {kill['at']} with {kill['transfers_active']} transfer(s) "
                 f"under way, yet the receiver got a whole archive ({kill['received']} bytes)"
             )
+        elif not KILLED_HOLDER.match(kill["receiver"]):  # issue 45: a killed holder is no malformed peer
+            chaos.fail(f"peer worker killed at {kill['at']}: the receiver read {kill['receiver'][:200]}")
     killed = {kill["pid"] for kill in chaos.peer_kills}
     try:
         wait_for(

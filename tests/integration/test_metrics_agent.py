@@ -63,6 +63,8 @@ FAMILIES = {
     "faden_agent_peer_traffic_sent_bytes": "counter",
     "faden_agent_peer_traffic_received_bytes": "counter",
     "faden_agent_peer_rtt_seconds": "gauge",
+    "faden_agent_gpu_info": "gauge",
+    "faden_agent_gpu_memory_size_bytes": "gauge",
     "faden_agent_gpu_memory_total_bytes": "gauge",
     "faden_agent_gpu_memory_used_bytes": "gauge",
     "faden_agent_gpu_memory_free_bytes": "gauge",
@@ -71,6 +73,13 @@ FAMILIES = {
     "faden_agent_gpu_power_draw_watts": "gauge",
     "faden_agent_gpu_health": "gauge",
     "faden_agent_node_gpu_health": "gauge",
+    "faden_agent_gpu_xid_errors": "counter",
+    "faden_agent_gpu_ecc_errors": "counter",
+    "faden_agent_gpu_retired_pages": "counter",
+    "faden_agent_gpu_remapped_rows": "counter",
+    "faden_agent_gpu_nvlink_errors": "counter",
+    "faden_agent_gpu_pcie_replays": "counter",
+    "faden_agent_gpu_clock_event_active_seconds": "gauge",
     "faden_agent_disk_free_bytes": "gauge",
     "faden_agent_disk_size_bytes": "gauge",
     "faden_agent_metrics_connections_dropped": "counter",
@@ -196,7 +205,11 @@ def test_loki_429_and_400_move_the_retry_refused_and_push_counters(tmp_path):
                 10,
                 what="429 retries in the metrics",
             )
-            assert throttled.value("faden_agent_log_push_retries_total") >= 1
+            # The new name carries the label; the old one (repeating it) stays one release, equal.
+            assert throttled.value("faden_agent_log_push_retries_total", status="429") >= 1
+            assert throttled.value("faden_agent_log_push_retries_total", status="429") == throttled.value(
+                "faden_agent_log_push_retries_by_status_total", status="429"
+            )
             assert throttled.value("faden_agent_log_target_state", state="failing") == 1
             loki.set_mode("ok")
             shipped = wait_for(

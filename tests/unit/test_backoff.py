@@ -16,7 +16,8 @@ from faden_agent.backend import (
     TokenRefused,
 )
 from faden_agent.backoff import MAX_RETRY_AFTER_S, Backoff, capped_retry_after, ceiling, delay
-from faden_agent.workers.stream.link import Connection, Gate, wait_after
+from faden_agent.protocol.link import LinkState
+from faden_agent.workers.stream.link import Gate, wait_after
 
 
 def test_ceiling_doubles_from_min_to_max_and_never_overflows():
@@ -46,10 +47,10 @@ def test_retry_after_wins_over_the_backoff_and_is_capped():
 @pytest.mark.parametrize(
     "error, state, expected",
     [
-        (Maintenance("503", 503, 7.0), Connection.MAINTENANCE, 7.0),
-        (CredentialRejected("401", 401), Connection.CREDENTIAL_REJECTED, 60.0),
-        (TokenRefused("403"), Connection.ENROLLMENT_REFUSED, 60.0),
-        (BackendUnavailable("429", 429, 12.0), Connection.BACKOFF, 12.0),
+        (Maintenance("503", 503, 7.0), LinkState.MAINTENANCE, 7.0),
+        (CredentialRejected("401", 401), LinkState.CREDENTIAL_REJECTED, 60.0),
+        (TokenRefused("403"), LinkState.ENROLLMENT_REFUSED, 60.0),
+        (BackendUnavailable("429", 429, 12.0), LinkState.BACKOFF, 12.0),
     ],
 )
 def test_each_backend_error_maps_to_one_state_and_wait(error, state, expected):
@@ -59,7 +60,7 @@ def test_each_backend_error_maps_to_one_state_and_wait(error, state, expected):
 def test_other_failures_back_off_with_full_jitter_within_bounds():
     backoff = Backoff(1.0, 4.0, rng=random.Random(5))
     waits = [wait_after(ProtocolError("junk"), backoff, 60.0) for _ in range(50)]
-    assert {state for state, _ in waits} == {Connection.BACKOFF}
+    assert {state for state, _ in waits} == {LinkState.BACKOFF}
     assert all(1.0 <= delay <= 4.0 for _, delay in waits)
     assert max(delay for _, delay in waits[10:]) > 3.0
 

@@ -11,7 +11,9 @@ import orjson
 
 from faden_agent.backend import MaintenanceHold
 from faden_agent.backoff import Backoff
-from faden_agent.workers.stream.link import Connection, Gate, LinkStatus
+from faden_agent.node.linkstatus import LinkStatus
+from faden_agent.protocol.link import LinkState
+from faden_agent.workers.stream.link import Gate
 
 
 def test_backoff_full_jitter_grows_to_max_and_stays_in_bounds():
@@ -41,11 +43,11 @@ def test_gate_holds_every_waiter_and_stop_releases(tmp_path):
 def test_status_file_is_private_and_tracks_state(tmp_path):
     path = tmp_path / "state" / "status.json"
     status = LinkStatus("http://b", path)
-    status.set_connection(Connection.BACKOFF, "connection refused")
+    status.set_connection(LinkState.BACKOFF, "connection refused")
     data = orjson.loads(path.read_bytes())
     assert data["state"] == "backoff" and data["last_error"] == "connection refused"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    status.set_connection(Connection.CONNECTED)
+    status.set_connection(LinkState.CONNECTED)
     status.contact()
     data = orjson.loads(path.read_bytes())
     assert data["state"] == "connected" and data["last_error"] == "connection refused"

@@ -18,8 +18,9 @@ from faden_agent.config import ConfigError
 from faden_agent.ipc import EnvelopeError, request
 from faden_agent.node import backend_accepts
 from faden_agent.node.cluster import write_peers
+from faden_agent.protocol.link import LinkState
 from faden_agent.workers.stream.expected import expectations
-from faden_agent.workers.stream.link import Connection, Link, LinkThread, RejoinNeeded
+from faden_agent.workers.stream.link import Link, LinkThread, RejoinNeeded
 from faden_agent.workers.stream.rotation import adopt_credential
 
 log = logging.getLogger(__name__)
@@ -41,20 +42,20 @@ class Downlink(LinkThread):
 
     def run(self) -> None:
         while self.gate.wait():
-            self.link_status.set_connection(Connection.CONNECTING)
+            self.link_status.set_connection(LinkState.CONNECTING)
             client = BackendClient(self.config, self.membership.credential)
             try:
                 self.follow(client)
             except BackendError as exc:
                 connection, delay = self.back_off(exc)
-                if connection == Connection.CREDENTIAL_REJECTED and self.token_set():
+                if connection == LinkState.CREDENTIAL_REJECTED and self.token_set():
                     raise RejoinNeeded(
                         f"the backend rejects the credential (HTTP {exc.status}) and a new "
                         "enrollment token is set: the stream worker restarts to enroll again"
                     ) from None
                 self.link_status.set_connection(connection, f"{exc}; reconnecting in {delay:.1f}s")
                 log.log(
-                    logging.ERROR if connection == Connection.CREDENTIAL_REJECTED else logging.WARNING,
+                    logging.ERROR if connection == LinkState.CREDENTIAL_REJECTED else logging.WARNING,
                     "downlink: %s; reconnecting in %.1fs",
                     exc,
                     delay,
@@ -74,7 +75,7 @@ class Downlink(LinkThread):
 
     def follow(self, client: BackendClient) -> None:
         stream = client.open_stream(self.cursor, self.config.stream_keepalive_sec)
-        self.link_status.set_connection(Connection.CONNECTED)
+        self.link_status.set_connection(LinkState.CONNECTED)
         self.connects += 1
         self.link_status.note(reconnects=self.connects - 1)
         self.link_status.contact()

@@ -16,6 +16,7 @@ from faden_agent.config import Config, ConfigError, env_name
 from faden_agent.disk.diskfull import DISK, is_disk_full, retry_when_full
 from faden_agent.ipc import Endpoints, EnvelopeError, request
 from faden_agent.node.fingerprint import fingerprint
+from faden_agent.node.linkstatus import LinkStatus
 from faden_agent.node.membership import (
     ENROLLMENT_ATTEMPT_FILE,
     Membership,
@@ -28,8 +29,9 @@ from faden_agent.node.membership import (
     supersede_membership,
     write_membership,
 )
+from faden_agent.protocol.link import LinkState
 from faden_agent.service.envfile import forget_token
-from faden_agent.workers.stream.link import Connection, Gate, LinkStatus, wait_after
+from faden_agent.workers.stream.link import Gate, wait_after
 
 log = logging.getLogger(__name__)
 ADOPT_ASK_TIMEOUT_S = 5.0
@@ -75,20 +77,20 @@ class Enrollment:
             try:
                 membership = self.attempt()
             except MembershipError as exc:
-                self.problem(Connection.STATE_ERROR, str(exc), self.config.reconnect_max_sec)
+                self.problem(LinkState.STATE_ERROR, str(exc), self.config.reconnect_max_sec)
             except ConfigError as exc:  # an unreadable token file
-                self.problem(Connection.CONFIG_ERROR, str(exc), self.config.reconnect_max_sec)
+                self.problem(LinkState.CONFIG_ERROR, str(exc), self.config.reconnect_max_sec)
             except BackendError as exc:
                 connection, delay = wait_after(exc, self.backoff, self.config.reconnect_max_sec)
                 advice = (
-                    "; mint a new token and set it, then restart" if connection == Connection.ENROLLMENT_REFUSED else ""
+                    "; mint a new token and set it, then restart" if connection == LinkState.ENROLLMENT_REFUSED else ""
                 )
                 self.problem(connection, f"enrollment failed: {exc}{advice}", delay)
             else:
                 if membership is not None:
                     return membership
                 self.problem(
-                    Connection.NOT_ENROLLED,
+                    LinkState.NOT_ENROLLED,
                     f"not enrolled: set {env_name('enrollment_token')} or {env_name('enrollment_token_file')}",
                     self.config.reconnect_max_sec,
                 )
@@ -137,7 +139,7 @@ class Enrollment:
         """Spend the token; with `replacing`, re-enroll that member (same agent id, new credential)."""
         if not self.gate.wait():
             return None
-        self.link_status.set_connection(Connection.ENROLLING)
+        self.link_status.set_connection(LinkState.ENROLLING)
         agent_id = replacing.agent_id if replacing else self.config.agent_id
         # On disk before the token is spent; a full disk waits here, the token unspent.
         attempt = retry_when_full(
@@ -239,7 +241,7 @@ class Enrollment:
     def _token_set(self) -> bool:
         return bool(self.config.enrollment_token or self.config.enrollment_token_file)
 
-    def problem(self, connection: Connection, message: str, wait_s: float) -> None:
+    def problem(self, connection: LinkState, message: str, wait_s: float) -> None:
         if message != self._last_problem:  # one line per distinct problem, not one per retry
             log.error("%s", message)
             self._last_problem = message

@@ -14,9 +14,11 @@ from typing import Any
 from faden_agent import __version__, protocol
 from faden_agent.backend import BackendClient, BackendError
 from faden_agent.ipc.control import LOOP_WAIT_S, Control
+from faden_agent.node import drainstate
 from faden_agent.node.fingerprint import fingerprint
+from faden_agent.protocol.link import LinkState
 from faden_agent.reports.outbox import make_record
-from faden_agent.workers.stream.link import Connection, Link, LinkThread
+from faden_agent.workers.stream.link import Link, LinkThread
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +69,7 @@ class HeartbeatSender(LinkThread):
         while (left := deadline - time.monotonic()) > 0:
             table = self.worker_table()
             started = bool(table.get("workers")) and all(w.get("state") != "STARTING" for w in table["workers"])
-            connected = self.link_status.connection == Connection.CONNECTED
+            connected = self.link_status.connection == LinkState.CONNECTED
             key = change_key(self.detail(table)) if started and connected else None
             if key is not None and key == last_key:
                 return
@@ -128,6 +130,7 @@ class HeartbeatSender(LinkThread):
             "supervisor": supervisor,
             "workers": [{k: w.get(k) for k in WORKER_FIELDS} for w in table.get("workers", [])],
             "connection": self.link_status.snapshot(),
+            "drain": drainstate.heartbeat_view(self.config.state_dir),  # cordoned, draining, drained
             # the first worker that cannot write its files: {"path", "error", "since", "paths"}
             "disk_full": next(
                 (

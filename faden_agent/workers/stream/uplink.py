@@ -16,7 +16,8 @@ from faden_agent import protocol
 from faden_agent.backend import BackendClient, BackendError, ProtocolError, RequestRejected
 from faden_agent.node import backend_accepts
 from faden_agent.protocol.inventory import ACCEPTS_GZIP
-from faden_agent.workers.stream.link import Connection, Link, LinkThread
+from faden_agent.protocol.link import LinkState
+from faden_agent.workers.stream.link import Link, LinkThread
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,7 @@ class Uplink(LinkThread):
                     connection, delay = self.back_off(exc)
                     # A rejected credential or maintenance is the downlink's to report in status.
                     log.log(
-                        logging.WARNING if connection == Connection.BACKOFF else logging.DEBUG,
+                        logging.WARNING if connection == LinkState.BACKOFF else logging.DEBUG,
                         "uplink: %s; retrying in %.1fs (%d records wait on disk)",
                         exc,
                         delay,

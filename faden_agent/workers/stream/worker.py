@@ -11,16 +11,16 @@ from typing import Any
 import zmq
 
 from faden_agent.backend import MaintenanceHold
-from faden_agent.cli.status import STATUS_FILE
 from faden_agent.disk.diskfull import retry_when_full
 from faden_agent.ipc import Channel, Message
 from faden_agent.node import backend_accepts
+from faden_agent.node.linkstatus import LinkStatus, status_path
 from faden_agent.reports.outbox import OUTBOX_FILE, Outbox
 from faden_agent.workers.base import Worker
 from faden_agent.workers.stream.downlink import Downlink
 from faden_agent.workers.stream.enroll import Enrollment
 from faden_agent.workers.stream.heartbeat import HeartbeatSender
-from faden_agent.workers.stream.link import Gate, Link, LinkStatus
+from faden_agent.workers.stream.link import Gate, Link
 from faden_agent.workers.stream.uplink import Uplink
 
 log = logging.getLogger(__name__)
@@ -31,7 +31,7 @@ class StreamWorker(Worker):
 
     def setup(self) -> None:
         self.pokes = Channel.bind(zmq.PULL, self.endpoints.reports_ready)
-        self.link_status = LinkStatus(self.config.backend_url, self.config.state_dir / STATUS_FILE)
+        self.link_status = LinkStatus(self.config.backend_url, status_path(self.config.state_dir))
         self.gate = Gate(self.stop_event, MaintenanceHold(self.config.runtime_dir))
         self.uplink: Uplink | None = None
         self.outbox_figures: dict[str, float] = {}  # depth and oldest record's age, for /metrics

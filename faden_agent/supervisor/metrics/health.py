@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from faden_agent.protocol.link import READY_LINK_STATES
+
 CORE_WORKERS = ("stream", "executor", "inventory", "logs")
-READY_LINK_STATES = ("connected", "maintenance")  # maintenance: waiting on the backend's Retry-After
 
 
 def readiness(table: dict[str, Any]) -> tuple[bool, str]:

@@ -1,0 +1,1 @@
+"""The supervisor's Prometheus endpoint: /metrics, /healthz, /readyz (docs/service.md)."""
