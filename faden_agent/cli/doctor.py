@@ -23,7 +23,7 @@ from faden_agent.config import Config, env_name, listen_host_port
 from faden_agent.disk.disklow import consumers, low_threshold
 from faden_agent.dockerclient import engine_url, make_client
 from faden_agent.errorline import error_line
-from faden_agent.http.tls import client_context
+from faden_agent.http.tls import client_context, trust_words
 
 if TYPE_CHECKING:
     from faden_agent.node.membership import Membership
@@ -140,9 +140,8 @@ class Doctor:
             return Check("backend tls", FAIL, "skipped: no TCP connection", "fix the connection first")
         if not self.config.verify_tls:
             return Check("backend tls", WARN, "certificate verification is off", f"set {env_name('verify_tls')}=true")
-        ca = self.config.ca_bundle
         context = client_context(self.config.tls_verify())  # what the agent's own connections trust
-        trust = f"CA bundle {ca}" if ca else "the public CA bundle (certifi)"
+        trust = trust_words(self.config.tls_verify())
         try:
             with socket.create_connection((self.host, self.port), timeout=self.timeout_s) as raw:
                 with context.wrap_socket(raw, server_hostname=self.host) as tls:
