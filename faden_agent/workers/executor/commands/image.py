@@ -17,7 +17,7 @@ from faden_agent.disk.diskspace import NoSpace, require_space
 from faden_agent.errorline import error_line
 from faden_agent.http.answerbody import AnswerUnread, read_json_object
 from faden_agent.ipc.control import ask_to_serve
-from faden_agent.peer.fetch import PeerFailure, Stopped, Transfer, check_space, tag_image
+from faden_agent.peer.fetch import PeerFailure, Stopped, Transfer, check_space, local_image, tag_image
 from faden_agent.peer.server import byte_limit, holder_stream
 from faden_agent.peer.tickets import Ticket, TicketBox
 from faden_agent.protocol import quote
@@ -221,9 +221,10 @@ def fetch_from_peers(
         raise CommandFailed("invalid_spec", "peers were given without image_id (the image they must deliver)")
     api = commands.ops.client.api
     with translated("fetching an image from peers", image=reference):
-        if _present(api, image_id):
-            tag_image(api, image_id, reference)
-            return {"image_id": image_id, "already_present": True}
+        present = local_image(api, image_id)
+        if present is not None:
+            tag_image(api, present, reference)
+            return {"image_id": image_id, "engine_image_id": present, "already_present": True}
         size = job.spec.get("size_bytes")
         limit = byte_limit(size) if size else commands.config.peer_fetch_max_bytes
         if size:
@@ -320,16 +321,6 @@ def image_relay(commands: Commands, job: Job) -> dict[str, Any]:
         "bytes_sent": sent,
         "message": f"relayed {spec['image_id'][:19]} through the backend",
     }
-
-
-def _present(api: Any, image_id: str) -> bool:
-    import docker
-
-    try:
-        api.inspect_image(image_id)
-        return True
-    except docker.errors.NotFound:
-        return False
 
 
 # --- the kinds
