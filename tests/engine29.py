@@ -20,12 +20,15 @@ from typing import Any
 
 import docker
 
+from tests.privateengine import docker_cli, with_path_prefix
 from tests.sharedtools import find_shared_tool
 
 TOOLS = find_shared_tool("docker29", "FADEN_TEST_DOCKER29_DIR")
 RUN_DOCKERD29 = TOOLS / "run-dockerd29.sh"
 VERSION = "29.1.5"
 READY_TIMEOUT_S = 90.0
+HOST_ENGINE = "unix:///var/run/docker.sock"  # the machine's 20.10, where the test image is built
+CLI_API_VERSION = "1.44"  # the 20.10 CLI speaks it well enough for the tests' commands
 STOP_TIMEOUT_S = 60.0
 # Bridges are chosen under this lock: picking a free /24 and making the bridge is one step.
 BRIDGE_LOCK = Path("/tmp/faden-engine29-bridges.lock")
@@ -72,8 +75,15 @@ def make_bridge(name: str) -> ipaddress.IPv4Network:
 class Engine29:
     """One Engine 29 under `root`: `.host` is its address (unix://root/docker.sock)."""
 
-    def __init__(self, root: Path, image: str | None = "faden-test/busybox:1", socket: Path | None = None):
+    def __init__(
+        self,
+        root: Path,
+        image: str | None = "faden-test/busybox:1",
+        socket: Path | None = None,
+        path_prefix: Path | None = None,
+    ):
         self.root = Path(root)
+        self.path_prefix = path_prefix  # a folder searched first for dockerd's helpers
         self.image = image
         self.socket = socket or self.root / "docker.sock"
         self.host = f"unix://{self.socket}"
@@ -101,13 +111,15 @@ class Engine29:
         self.root.mkdir(parents=True, exist_ok=True)
         if self.subnet is None:
             self.subnet = make_bridge(self.bridge)
-        argv = ["bash", str(RUN_DOCKERD29), str(self.root)]
+        # No userland proxy: Docker 29's docker-proxy is not among the shared daemons (and
+        # Debian's 20.10 one does not take its flags); a published port is still published.
+        argv = ["bash", str(RUN_DOCKERD29), str(self.root), "--", "--userland-proxy=false"]
         if self.socket != self.root / "docker.sock":
-            argv += ["--", "-H", self.host]  # dockerd takes the last -H: this socket, not root's
+            argv += ["-H", self.host]  # it listens on root's socket and on this one
         setpriv = shutil.which("setpriv")
         if setpriv:  # a test run that dies (killed, Ctrl-C) takes its engine with it
             argv = [setpriv, "--pdeathsig", "TERM", "--", *argv]
-        env = {**os.environ, "BRIDGE": self.bridge}
+        env = {**with_path_prefix(self.path_prefix), "BRIDGE": self.bridge}
         with open(self.root / "run.log", "ab") as log:
             self.proc = subprocess.Popen(
                 argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
@@ -139,9 +151,24 @@ class Engine29:
     def client(self, timeout_s: float = 60.0) -> docker.DockerClient:
         return docker.DockerClient(base_url=self.host, version="auto", timeout=timeout_s)
 
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def docker(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        """The machine's docker CLI (20.10, API 1.41 by default) at API 1.44, which this engine takes."""
+        return docker_cli(self.host, *args, check=check, api_version=CLI_API_VERSION)
+
     def load(self, image: str) -> None:
         """Copy `image` from the shared 20.10 engine: docker save there, load here."""
-        saved = subprocess.run(["docker", "save", image], capture_output=True, check=True, timeout=120).stdout
+        saved = subprocess.run(
+            ["docker", "-H", HOST_ENGINE, "save", image],
+            capture_output=True,
+            check=True,
+            timeout=120,
+            env={k: v for k, v in os.environ.items() if k != "DOCKER_API_VERSION"},
+        ).stdout
         with closing(self.client()) as client:
             client.images.load(saved)
             client.images.get(image)  # raises when the load did not name it

@@ -39,7 +39,16 @@ WATCH_S = 0.2  # how soon a stop or a stall shuts the socket
 PROGRESS_INTERVAL_S = 1.0
 KNOWN_REFUSALS = ("ticket_refused", "ticket_expired", "image_not_found")
 
-__all__ = ["NoSpace", "PeerFailure", "Stopped", "Transfer", "check_space", "held_chains", "tag_image"]
+__all__ = [
+    "NoSpace",
+    "PeerFailure",
+    "Stopped",
+    "Transfer",
+    "check_space",
+    "held_chains",
+    "local_image",
+    "tag_image",
+]
 
 
 # docker load unpacks the archive into a temporary directory of the data root, then into the
@@ -110,22 +119,29 @@ class Transfer:
                     # the peer's size is shown as progress only, never a bound
                     total = min(_number(headers.get("x-faden-bytes-total")), self.byte_limit)
                     verifier = ArchiveVerifier(
-                        self.image_id, self.reference, held, self.byte_limit, lambda n: self._on_bytes(source, n, total)
+                        self.image_id,
+                        self.reference,
+                        held,
+                        self.byte_limit,
+                        lambda n: self._on_bytes(source, n, total),
+                        engine_platform(self.api),
                     )
                     body = ChunkReader(wire.body(rfile, headers, source))
                     self._load(self._guarded(verifier.verified(body), source))
+                    loaded = loaded_image(self.api, verifier)
                 except Exception as exc:  # noqa: BLE001 - named by _cut_reason, as the cut stream's
                     raise self._cut_reason(source, exc) from None
         finally:
             sock.close()
         elapsed = time.monotonic() - started
         self._progress(source, self.figures["bytes_done"], total, elapsed)
-        tag_image(self.api, self.image_id, self.reference)
+        tag_image(self.api, loaded, self.reference)
         return {
             "image_id": self.image_id,
+            "engine_image_id": loaded,
             "source": source,
             "bytes_received": self.figures["bytes_done"],
-            "layers_received": len(verifier.layer_digests),
+            "layers_received": verifier.layers_received,
             "seconds": round(elapsed, 2),
         }
 
@@ -223,10 +239,6 @@ class Transfer:
             raise PeerFailure("peer_failed", f"docker load failed: {error_line(exc, 300, named=True)}") from None
         if self.cut is not None:
             raise self.cut
-        try:
-            self.api.inspect_image(self.image_id)
-        except docker.errors.NotFound:
-            raise PeerFailure("integrity_failed", f"the engine did not load {self.image_id}") from None
 
     def _progress(self, source: str, done: float, total: int, elapsed: float) -> None:
         self.on_progress(
@@ -238,6 +250,44 @@ class Transfer:
                 "rate_bps": int(done / elapsed) if elapsed > 0 else 0,
             }
         )
+
+
+def local_image(api: docker.APIClient, image_id: str) -> str | None:
+    """The local engine's id of the image `image_id` names, or None: the id itself (a config
+    digest on the classic store, a manifest or index digest on the containerd store), or a
+    classic-store image pulled by that manifest digest (its RepoDigests)."""
+    try:
+        return str(api.inspect_image(image_id)["Id"])
+    except docker.errors.NotFound:
+        pass
+    for image in api.images(all=True):
+        if any(str(d).endswith("@" + image_id) for d in image.get("RepoDigests") or ()):
+            return str(image["Id"])
+    return None
+
+
+def engine_platform(api: docker.APIClient) -> tuple[str, str]:
+    """The engine's (os, architecture): which manifest of an image index it runs."""
+    try:
+        version = api.version()
+        return str(version.get("Os") or "linux"), str(version.get("Arch") or "amd64")
+    except (docker.errors.DockerException, OSError):
+        return "linux", "amd64"
+
+
+def loaded_image(api: docker.APIClient, verifier: ArchiveVerifier) -> str:
+    """The id the engine gave the image just loaded: the one asked for, or what its store
+    names it by (the classic store: the config digest; the containerd store: the manifest
+    or index that index.json points to), holding exactly the layers verified."""
+    for candidate in verifier.engine_ids:
+        try:
+            details = api.inspect_image(candidate)
+        except docker.errors.NotFound:
+            continue
+        if list(details["RootFS"]["Layers"]) != verifier.diff_ids:
+            raise PeerFailure("integrity_failed", f"the engine holds {candidate[:19]} with other layers than loaded")
+        return str(details["Id"])
+    raise PeerFailure("integrity_failed", f"the engine did not load {verifier.image_id}")
 
 
 def fetch_path(address: str) -> str:

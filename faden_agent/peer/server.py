@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import ssl
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,15 +20,23 @@ from faden_agent import protocol
 from faden_agent.http.serve.server import BoundedHandler, BoundedServer, RouteLimits, ServerLimits
 from faden_agent.peer import probe
 from faden_agent.peer.archive import (
+    META_LIMIT,
     ChunkReader,
+    entries,
     held_prefix,
     strip_held_layers,
     v1_layer_ids,
 )
+from faden_agent.peer.oci import BLOB_PATH, kind_of
 from faden_agent.peer.tickets import PROBE_GRANT, TicketBox, TicketRefused, check_grant
 
 log = logging.getLogger(__name__)
 
+# The containerd store's layer files are read ahead of a transfer from its own save, within
+# LOOKAHEAD_S (under the receiver's 30 s wait for the answer), and remembered per image.
+LOOKAHEAD_S = 20.0
+LAYER_PATHS_KEPT = 256
+_LAYER_PATHS: dict[str, list[str]] = {}
 REQUEST_LIMIT = 4 << 20  # the held chains of a machine with thousands of images fit
 FRAME = 1 << 20
 
@@ -52,15 +61,80 @@ def holder_stream(api: docker.APIClient, image_id: str, held: set[str]) -> tuple
     size = int(details.get("Size") or 0)
     sizes = layer_sizes(api, image_id, len(diff_ids))
     skip = held_prefix(diff_ids, held)
-    skip_dirs = set(v1_layer_ids(diff_ids)[:skip])
+    skip_names = held_layer_files(api, image_id, diff_ids, skip, "Descriptor" in details)
     headers = {
         "Content-Type": "application/x-tar",
         "X-Faden-Image-Id": image_id,
         "X-Faden-Bytes-Total": str(sum(sizes[skip:]) if sizes else size),
         "X-Faden-Byte-Limit": str(byte_limit(size)),
-        "X-Faden-Layers-Sent": str(len(diff_ids) - len(skip_dirs)),
+        "X-Faden-Layers-Sent": str(len(diff_ids) - (skip if skip_names else 0)),
     }
-    return headers, strip_held_layers(ChunkReader(api.get_image(image_id, chunk_size=FRAME)), skip_dirs)
+    return headers, strip_held_layers(ChunkReader(api.get_image(image_id, chunk_size=FRAME)), skip_names)
+
+
+def held_layer_files(
+    api: docker.APIClient, image_id: str, diff_ids: list[str], skip: int, containerd_store: bool
+) -> set[str]:
+    """The archive files of the first `skip` layers (those the receiver holds), unless a
+    later layer is the same file: 20.10 names a layer's folder by its v1 id, the classic
+    store of 25+ its blob by the diff id; the containerd store names it by the digest of
+    the blob it holds (gzip'd when pulled), which only its own manifest.json tells."""
+    if not skip:
+        return set()
+    if containerd_store:
+        paths = saved_layer_paths(api, image_id)
+        if len(paths) != len(diff_ids):
+            return set()  # the full archive: the receiver checks it all the same
+        return set(paths[:skip]) - set(paths[skip:])
+    needed = set(diff_ids[skip:])  # 20.10 links a layer used twice to its first folder
+    v1 = v1_layer_ids(diff_ids) + [""]
+    return {
+        name
+        for i, diff_id in enumerate(diff_ids[:skip])
+        if diff_id not in needed
+        for name in (f"{v1[i]}/layer.tar", "blobs/sha256/" + diff_id.removeprefix("sha256:"))
+    }
+
+
+def saved_layer_paths(api: docker.APIClient, image_id: str, budget_s: float = LOOKAHEAD_S) -> list[str]:
+    """The layer files of the engine's own docker save of the image, base first: from the
+    manifest blob `image_id` names, or else manifest.json near the end, the layers skipped
+    over ([] past `budget_s`: the receiver's read waits 30 s for the answer's head).
+    Remembered per image id (content-addressed: never stale)."""
+    if image_id in _LAYER_PATHS:
+        return _LAYER_PATHS[image_id]
+    deadline = time.monotonic() + budget_s
+    chunks = api.get_image(image_id, chunk_size=FRAME)
+    paths: list[str] = []
+    try:
+        for member, data in entries(ChunkReader(_until(chunks, deadline))):
+            blob = BLOB_PATH.fullmatch(member.name)
+            if member.isfile() and member.size <= META_LIMIT and blob and "sha256:" + blob.group(1) == image_id:
+                document = orjson.loads(data.read(member.size))
+                if kind_of(document) == "manifest":  # else an index: manifest.json names its platform's
+                    paths = [
+                        "blobs/sha256/" + str(d.get("digest", "")).removeprefix("sha256:") for d in document["layers"]
+                    ]
+                    break
+            elif member.name == "manifest.json" and member.isfile() and member.size <= META_LIMIT:
+                paths = [str(p) for p in orjson.loads(data.read(member.size))[0]["Layers"]]
+                break
+    except (TimeoutError, orjson.JSONDecodeError, LookupError, TypeError, AttributeError) as exc:
+        log.info("no layer files of %s ahead of its save (%s): the whole archive is sent", image_id[:19], exc)
+        return []
+    finally:
+        chunks.close()
+    if len(_LAYER_PATHS) >= LAYER_PATHS_KEPT:
+        _LAYER_PATHS.pop(next(iter(_LAYER_PATHS)))
+    _LAYER_PATHS[image_id] = paths
+    return paths
+
+
+def _until(chunks: Iterator[bytes], deadline: float) -> Iterator[bytes]:
+    for chunk in chunks:
+        if time.monotonic() > deadline:
+            raise TimeoutError("the engine's save took too long to read ahead")
+        yield chunk
 
 
 class ChunkedWriter:

@@ -23,10 +23,12 @@ def free_port() -> int:
 
 
 def test_run_with_options_then_stop_start_restart_remove(executor_factory, prefix, docker_client, tmp_path):
-    agent, ex = executor_factory()
-    name, port = f"{prefix}-opts", free_port()
     host_dir = tmp_path / "data"
     host_dir.mkdir()
+    policy = tmp_path / "policy.json"
+    policy.write_text(f'{{"allow_bind": ["{host_dir}"]}}')  # bind sources are the host's to allow
+    agent, ex = executor_factory(policy_file=policy)
+    name, port = f"{prefix}-opts", free_port()
     (host_dir / "hello").write_text("from the host\n")
     spec = {
         "name": name,

@@ -12,6 +12,7 @@
  *   events, event.<n>.gpu / .type / .data (an append-only list of NVML events),
  *   gpu.<i>.<field>: see the functions below; gpu.<i>.lost: every call on it is GPU_IS_LOST;
  *   gpu.<i>.hang_ms.<function>, gpu.<i>.error.<function>. An absent field: NOT_SUPPORTED.
+ *   A lost GPU registered in an event set ends that set's waits with GPU_IS_LOST.
  * The file is stat'ed once per call (a real driver's ioctl), not once per key read.
  */
 #define _GNU_SOURCE
@@ -580,6 +581,23 @@ nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned *correctabl
     return NVML_SUCCESS;
 }
 
+typedef struct {
+    unsigned max, high, partial, low, none;
+} nvmlRowRemapperHistogramValues_t;
+
+nvmlReturn_t nvmlDeviceGetRowRemapperHistogram(nvmlDevice_t device, nvmlRowRemapperHistogramValues_t *values) {
+    DEVICE_ENTER("nvmlDeviceGetRowRemapperHistogram", device)
+    long long v[5];
+    static const char *const names[] = {"remap_histogram.max", "remap_histogram.high", "remap_histogram.partial",
+                                        "remap_histogram.low", "remap_histogram.none"};
+    if (!values) return NVML_ERROR_INVALID_ARGUMENT;
+    for (int i = 0; i < 5; i++)
+        if (!gpu_number((unsigned)gpu, names[i], &v[i])) return NVML_ERROR_NOT_SUPPORTED;
+    *values = (nvmlRowRemapperHistogramValues_t){(unsigned)v[0], (unsigned)v[1], (unsigned)v[2], (unsigned)v[3],
+                                                 (unsigned)v[4]};
+    return NVML_SUCCESS;
+}
+
 ONE_FIELD(nvmlDeviceGetCurrentClocksEventReasons, unsigned long long, "clocks_event_reasons")
 
 static int link_field(int gpu, unsigned link, const char *field, long long *out) {
@@ -649,7 +667,7 @@ static const struct {
     unsigned id;
     const char *field;
 } fields[] = {
-    {3, "ecc.corrected.volatile"}, {4, "ecc.uncorrected.volatile"}, {5, "ecc.corrected.aggregate"},
+    {1, "ecc_mode"}, {3, "ecc.corrected.volatile"}, {4, "ecc.uncorrected.volatile"}, {5, "ecc.corrected.aggregate"},
     {6, "ecc.uncorrected.aggregate"}, {29, "retired.sbe"}, {30, "retired.dbe"}, {31, "retired.pending"},
     {91, "nvlink.links"}, {94, "pcie.replay"}, {230, "recovery_action"},
 };
@@ -756,6 +774,9 @@ nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsi
         long long total = 0, v;
         if (!reload()) return NVML_ERROR_UNKNOWN;
         if (number("event_wait_error", &v)) return (nvmlReturn_t)v;
+        /* as NVML documents: a registered GPU that fell off the bus ends the wait */
+        for (int gpu = 0; gpu < MAX_GPUS; gpu++)
+            if (set->masks[gpu] && gpu_number((unsigned)gpu, "lost", &v) && v) return NVML_ERROR_GPU_IS_LOST;
         number("events", &total);
         while (set->delivered < total) {
             long long n = set->delivered++, gpu = -1, type = 0, payload = 0;

@@ -67,6 +67,7 @@ def healthy_gpu(index: int) -> dict[str, Any]:
         },
         "retired": {"sbe": 0, "dbe": 0, "pending": 0},
         "remap": {"correctable": 0, "uncorrectable": 0, "pending": 0, "failure": 0},
+        "remap_histogram": {"max": 640, "high": 0, "partial": 0, "low": 0, "none": 0},
         "clocks_event_reasons": 0,
         "nvlink": {
             "links": 2,

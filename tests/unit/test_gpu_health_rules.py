@@ -15,19 +15,45 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "inventory.md"
 
 def test_the_docs_show_the_code_table_verbatim():
     assert gpu_rules.markdown_table() in DOCS.read_text()
+    assert gpu_rules.xid_markdown_table() in DOCS.read_text()
     assert len({r.name for r in gpu_rules.RULES}) == len(gpu_rules.RULES)
+
+
+def test_the_xid_table_covers_the_catalogue_codes_with_an_action_each():
+    wanted = {13, 31, 43, 45, 48, 61, 62, 63, 64, 68, 69, 74, 79, 92, 94, 95, 109, 119, 120, 121, 140, 143, 154}
+    assert wanted <= set(gpu_rules.XIDS)
+    for code, xid in gpu_rules.XIDS.items():
+        # the verdict follows NVIDIA's immediate action: a reset or a reboot fails the GPU
+        if xid.nvidia in ("RESET_GPU", "RESTART_BM") and code != 63:
+            assert xid.verdict == "failed" and xid.action in ("reset needed", "reboot needed"), code
+        if xid.nvidia in ("RESTART_APP", "IGNORE") and xid.verdict == "ok":
+            assert xid.action in ("restart the app", "none"), code
+    assert gpu_rules.verdict({"recent_xids": [79]}) == (
+        "failed",
+        ["Xid 79: GPU has fallen off the bus (reboot needed)"],
+    )
+    assert gpu_rules.verdict({"recent_xids": [63]}) == ("degraded", ["Xid 63: row remapping pending (reset needed)"])
+    assert gpu_rules.verdict({"recent_xids": [13, 31, 43, 45, 68, 69, 109, 121]}) == ("ok", [])
 
 
 def test_each_rule_example_is_what_its_rule_says():
     # every row's example reason is produced by facts that meet only that rule
     facts_of = {
         "lost": {"lost": "GPU is lost"},
-        "missing": {"missing": True},
+        "hung": {"hung": "nvmlDeviceGetFieldValues"},
+        "missing": {"missing": "2026-12-03T04:00:00Z"},
         "xid_fatal": {"recent_xids": [79]},
         "remap_failure": {"remap_failure": True},
+        "retired_limit": {"retired_total": 64},
+        "remap_none_left": {"remap_none_left": 2},
+        "power_brake": {"power_brake": True},
+        "uncorrected_aggregate": {"uncorrected_aggregate": 3},
+        "ecc_off": {"ecc_off": True},
+        "persistence_off": {"persistence_off": True},
+        "mig_pending": {"mig_pending": True},
         "recovery_reset": {"recovery_action": "gpu_reset"},
         "fabric_failed": {"fabric": {"state": "completed", "status": "Unknown Error"}},
-        "xid_degrading": {"recent_xids": [74]},
+        "xid_degrading": {"recent_xids": [94]},
         "remap_pending": {"remap_pending": True},
         "retired_pending": {"retired_pending": True},
         "recovery_drain": {"recovery_action": "drain_p2p"},
@@ -49,7 +75,11 @@ def test_worst_verdict_wins_and_reasons_keep_the_table_order():
     facts = {"pcie_rising": True, "recent_xids": [13, 79, 79], "remap_pending": True}
     assert gpu_rules.verdict(facts) == (
         "failed",
-        ["Xid 79: GPU has fallen off the bus", "row remap pending: reset needed", "PCIe replays rising"],
+        [
+            "Xid 79: GPU has fallen off the bus (reboot needed)",
+            "row remap pending: reset needed",
+            "PCIe replays rising",
+        ],
     )
     # an application's Xid (13: graphics engine exception) is history, not a verdict
     assert gpu_rules.verdict({"recent_xids": [13, 31, 43]}) == ("ok", [])
@@ -67,6 +97,13 @@ def test_the_xid_log_keeps_the_last_n_and_wakes_once_per_kind():
     assert log.add("GPU-a", "double_bit_ecc", 0, 103.0) is True
     assert [(e["code"], e["at"]) for e in log.of("GPU-a")] == [(79, 101.0), (13, 102.0), (0, 103.0)]
     assert log.of("GPU-b") == [] and log.of(None) == []
+
+
+def test_a_repeat_after_its_hold_ran_out_wakes_the_probe_again():
+    log = XidLog(keep=4, hold_s=60.0)
+    assert log.add("GPU-a", "xid", 48, 100.0) is True
+    assert log.add("GPU-a", "xid", 48, 150.0) is False  # within the hold: the verdict stands
+    assert log.add("GPU-a", "xid", 48, 211.0) is True  # the hold of both ran out: news again
 
 
 def device(index, verdict, reasons=(), uuid=None):
@@ -108,10 +145,10 @@ def test_a_verdict_change_is_one_event_and_a_steady_one_none():
 
 def test_the_node_verdict_is_its_worst_gpu_with_reasons_by_index():
     devices = [device(0, "ok"), device(1, "degraded", ["PCIe replays rising"])]
-    missing = [device(2, "failed", ["GPU missing from NVML's device count"])]
+    missing = [device(2, "failed", ["GPU missing since 2026-12-03T04:00:00Z"])]
     assert node_health(devices, missing, None) == {
         "verdict": "failed",
-        "reasons": ["GPU 1: PCIe replays rising", "GPU 2: GPU missing from NVML's device count"],
+        "reasons": ["GPU 1: PCIe replays rising", "GPU 2: GPU missing since 2026-12-03T04:00:00Z"],
     }
     assert node_health([], [], "no NVIDIA driver loaded") == {
         "verdict": "failed",

@@ -69,6 +69,6 @@ def test_the_windows_open_and_close_on_time(tmp_path):
         [62, "degraded", ["PCIe replays rising"]],  # 0 -> 1 since the last round
         [662, "degraded", ["PCIe replays rising"]],
         [663, "ok", []],
-        [4263, "failed", ["Xid 79: GPU has fallen off the bus"]],
+        [4263, "failed", ["Xid 79: GPU has fallen off the bus (reboot needed)"]],
         [4264, "ok", []],
     ]

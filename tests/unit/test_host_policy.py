@@ -12,6 +12,7 @@ from faden_agent.workers.executor.host_policy import PolicyDenied, PolicyFileErr
 
 def config_for(tmp_path, policy=None):
     env = {
+        "FADEN_NODE_AGENT_RAY_LOG_DIR": str(tmp_path / "ray"),
         "FADEN_NODE_AGENT_STATE_PATH": str(tmp_path / "state" / "state.json"),
         "FADEN_NODE_AGENT_RUNTIME_DIR": str(tmp_path / "run"),
         "FADEN_NODE_AGENT_ENV_FILE": str(tmp_path / "conf" / "agent.env"),
@@ -34,24 +35,71 @@ def refusal(policy, spec) -> str:
     return str(caught.value)
 
 
-def test_the_defaults_refuse_the_host_s_keys_however_the_path_is_spelled(tmp_path):
-    policy = load_policy(config_for(tmp_path))
+# On an ordinary host these hand a root container the machine (issue 40): dockerd's
+# containerd, the system bus, systemd, the agent's own binary, every device, other logs.
+HOST_PATHS = (
+    "/run/docker",
+    "/run/containerd",
+    "/var/run/containerd",
+    "/run/dbus",
+    "/run/systemd",
+    "/usr",
+    "/usr/local/bin",
+    "/home",
+    "/dev",
+    "/var/log",
+    "/run/user",
+    "/proc/1/root",
+    "/tmp",
+)
+
+
+def test_the_defaults_allow_only_the_ray_directory_the_models_cache_and_dev_shm(tmp_path):
+    config = config_for(tmp_path)
+    policy = load_policy(config)
+    for source in HOST_PATHS:
+        message = refusal(policy, bind(source))
+        assert message.startswith("rule allow_bind: mounts[0].source"), message
+    assert "the host's policy file may name it" in refusal(policy, bind("/usr"))
+    config.ray_log_dir.mkdir(parents=True)
+    (config.ray_log_dir / "job").mkdir()
+    admitted = policy.admit({**bind("/dev/shm/"), "gpus": "all"})
+    assert admitted["mounts"][0]["source"] == "/dev/shm"  # Docker gets the resolved path
+    assert policy.admit(bind(f"{config.ray_log_dir}/../ray/job"))["mounts"][0]["source"] == str(
+        config.ray_log_dir / "job"
+    )
+
+
+def test_a_symlink_at_or_below_an_allowed_directory_is_refused_and_errors_are_refusals(tmp_path):
+    models = tmp_path / "models"
+    (models / "real").mkdir(parents=True)
+    (models / "link").symlink_to(models / "real")  # even one that stays inside
+    (models / "to-run").symlink_to("/run")
+    (tmp_path / "alias").symlink_to(models)
+    policy = load_policy(config_for(tmp_path, f'{{"allow_bind": ["{models}"]}}'))
+    assert "is a symlink inside an allowed directory" in refusal(policy, bind(str(models / "link")))
+    assert "is a symlink inside an allowed directory" in refusal(policy, bind(str(models / "to-run" / "docker")))
+    # a symlink above the allowed directory is the operator's (resolved, then judged)
+    assert policy.admit(bind(str(tmp_path / "alias" / "real")))["mounts"][0]["source"] == str(models / "real")
+    assert "cannot be read: No such file or directory" in refusal(policy, bind(str(models / "gone")))
+    assert "is not an absolute path" in refusal(policy, bind("models"))
+    assert "inside none of the allowed directories" in refusal(policy, bind(str(tmp_path)))  # holds one
+
+
+def test_protected_paths_narrow_what_a_policy_file_allows(tmp_path):
     (tmp_path / "state").mkdir()
-    (tmp_path / "to-etc").symlink_to("/etc")
-    (tmp_path / "to-sock").symlink_to("/var/run/docker.sock")
+    (tmp_path / "conf").mkdir()
+    policy = load_policy(config_for(tmp_path, '{"allow_bind": ["/"]}'))  # every symlink is then refused
     for source, protected in [
-        ("/", "/"),
-        ("/var/run/docker.sock", "/run/docker.sock"),
-        (str(tmp_path / "to-sock"), "/run/docker.sock"),  # a symlink to the socket
+        ("/", "/etc"),  # allowing / holds every protected path below it
+        ("/run/docker.sock", "/run/docker.sock"),
         ("/etc/", "/etc"),  # trailing slash
         ("/etc/passwd", "/etc"),  # inside
         ("/tmp/../etc", "/etc"),  # `..`
-        (str(tmp_path / "to-etc") + "/ssh", "/etc"),  # a symlinked parent
-        ("/root/.ssh", "/root"),
+        ("/root", "/root"),
         ("/var", "/var/lib/docker"),  # a parent of a protected path
         (str(tmp_path / "state"), str(tmp_path / "state")),  # the agent's own state
-        (str(tmp_path / "run" / "x"), str(tmp_path / "run")),  # and runtime directory
-        (str(tmp_path / "conf" / "agent.env"), str(tmp_path / "conf" / "agent.env")),  # may hold the token
+        (str(tmp_path / "conf"), str(tmp_path / "conf" / "agent.env")),  # may hold the token
         (str(tmp_path), str(tmp_path / "state")),  # the parent of all
     ]:
         message = refusal(policy, bind(source))
@@ -60,8 +108,11 @@ def test_the_defaults_refuse_the_host_s_keys_however_the_path_is_spelled(tmp_pat
 
 
 def test_the_defaults_admit_a_ray_and_vllm_shaped_container(tmp_path):
-    policy = load_policy(config_for(tmp_path))
-    policy.admit(
+    models = tmp_path / "mnt" / "models"
+    (models / "llama").mkdir(parents=True)
+    config = config_for(tmp_path, f'{{"allow_bind": ["/dev/shm", "{models}"]}}')
+    config.ray_log_dir.mkdir(parents=True)
+    load_policy(config).admit(
         {
             "gpus": "all",
             "network_mode": "host",
@@ -70,10 +121,9 @@ def test_the_defaults_admit_a_ray_and_vllm_shaped_container(tmp_path):
             "cap_add": ["IPC_LOCK", "CAP_SYS_NICE"],
             "devices": ["/dev/infiniband/uverbs0"],
             "mounts": [
-                {"type": "bind", "source": "/root/.cache/huggingface", "target": "/root/.cache/huggingface"},
-                {"type": "bind", "source": "/mnt/models/llama/", "target": "/models"},
+                {"type": "bind", "source": f"{models}/llama/", "target": "/models"},
                 {"type": "bind", "source": "/dev/shm", "target": "/dev/shm"},
-                {"type": "bind", "source": "/tmp/ray", "target": "/tmp/ray"},
+                {"type": "bind", "source": str(config.ray_log_dir), "target": "/tmp/ray"},
                 {"type": "volume", "source": "etc", "target": "/etc/x"},  # a named volume, not a host path
             ],
         }
@@ -91,18 +141,23 @@ def test_privileged_capabilities_and_devices_name_their_rule(tmp_path):
 
 
 def test_a_policy_file_widens_and_narrows(tmp_path):
+    (tmp_path / "srv" / "secrets").mkdir(parents=True)
     policy = load_policy(
         config_for(
             tmp_path,
-            '{"allow_bind": ["/var/run/docker.sock"], "capabilities": ["SYS_ADMIN"], "host_network": false,'
-            ' "protected_paths": ["/srv/secrets"], "privileged": true}',
+            f'{{"allow_bind": ["/var/run/docker.sock", "{tmp_path}/srv", "/var"], "capabilities": ["SYS_ADMIN"],'
+            f' "host_network": false, "protected_paths": ["{tmp_path}/srv/secrets"], "privileged": true}}',
         )
     )
     policy.admit({"privileged": True, "cap_add": ["SYS_ADMIN"], **bind("/run/docker.sock")})
     assert refusal(policy, {"network_mode": "host"}).startswith("rule host_network:")
     assert refusal(policy, {"cap_add": ["IPC_LOCK"]}).startswith("rule capabilities:")  # the list replaces
-    assert "the protected path /srv/secrets" in refusal(policy, bind("/srv/secrets/key"))
-    assert "the protected path /etc" in refusal(policy, bind("/etc"))  # built-ins stay protected
+    assert f"the protected path {tmp_path}/srv/secrets" in refusal(policy, bind(f"{tmp_path}/srv/secrets"))
+    assert "holds the protected path" in refusal(policy, bind(f"{tmp_path}/srv"))
+    (tmp_path / "srv" / "data").mkdir()
+    policy.admit(bind(f"{tmp_path}/srv/data"))
+    assert "the protected path /var/lib/docker" in refusal(policy, bind("/var/lib/docker"))  # built-ins stay
+    assert "rule allow_bind" in refusal(policy, bind("/dev/shm"))  # the list replaces the defaults
 
 
 @pytest.mark.parametrize(

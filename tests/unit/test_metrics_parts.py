@@ -40,12 +40,25 @@ def gpu_section(with_health: bool) -> dict:
     device = {
         "index": 0,
         "state": "ok",
+        "uuid": "GPU-0000-a",
+        "pci_bus_id": "00000000:17:00.0",
+        "name": "NVIDIA H100 80GB HBM3",
         "memory_total": 80 * 2**30,
         "usage": {"memory_used": 2**30, "memory_free": 79 * 2**30, "utilization_gpu": 37, "temperature_c": 61},
     }
     section = {"available": True, "devices": [device, {"index": 1, "state": "error", "error": "GPU is lost"}]}
     if with_health:
-        device["health"] = {"verdict": "degraded", "reasons": ["ecc_corrected_high"]}
+        device["health"] = {
+            "verdict": "degraded",
+            "reasons": ["ecc_corrected_high"],
+            "xid": [{"event": "xid", "code": 79, "at": 1.0}, {"event": "xid", "code": 79, "at": 2.0}],
+            "ecc_errors": {"uncorrected_volatile": 0, "uncorrected_aggregate": 3},
+            "retired_pages": {"single_bit": 1, "double_bit": 2, "pending": False},
+            "remapped_rows": {"correctable": 4, "uncorrectable": 5, "pending": False, "failure": False},
+            "nvlink": {"links": [], "errors": {"replay": 6, "recovery": 0, "crc_flit": 7, "crc_data": 0}},
+            "pcie": {"replay": 8, "width": 16},
+            "usage": {"ecc_corrected_volatile": 9, "clock_events_active_s": {"hw_slowdown": 12.5}},
+        }
         section["devices"][1]["health"] = {"verdict": "failed", "reasons": ["gpu_lost"]}
         section["health"] = {"verdict": "failed", "reasons": ["gpu 1: gpu_lost"]}
     return section
@@ -67,9 +80,33 @@ def test_gpu_health_verdicts_are_read_when_the_inventory_carries_them():
     assert value(samples, "faden_agent_gpu_health", gpu="1", verdict="failed") == 1
     assert value(samples, "faden_agent_node_gpu_health", verdict="failed") == 1
     assert value(samples, "faden_agent_gpu_utilization_ratio", gpu="0") == pytest.approx(0.37)
+    assert value(samples, "faden_agent_gpu_memory_size_bytes", gpu="0") == 80 * 2**30
+    # the old name, kept for one release
     assert value(samples, "faden_agent_gpu_memory_total_bytes", gpu="0") == 80 * 2**30
     assert value(samples, "faden_agent_gpu_memory_used_bytes", gpu="1") is None  # an errored GPU has no usage
     assert value(samples, "faden_agent_disk_free_bytes", path="/var/lib/faden", role="state") == 40
+
+
+def test_every_gpu_series_carries_the_uuid_and_gpu_info_names_it():
+    sections = {"gpu": gpu_section(with_health=True)}
+    samples = render(table_with({"gauges": gauges(sections, None)}))
+    info = samples["faden_agent_gpu_info"]
+    assert [s.labels for s in info] == [
+        {"gpu": "0", "uuid": "GPU-0000-a", "pci_bus_id": "00000000:17:00.0", "name": "NVIDIA H100 80GB HBM3"},
+        {"gpu": "1", "uuid": "", "pci_bus_id": "", "name": ""},
+    ]
+    gpu_series = [s for name, found in samples.items() if name.startswith("faden_agent_gpu_") for s in found]
+    assert gpu_series and all("uuid" in s.labels for s in gpu_series)
+    on_0 = {"gpu": "0", "uuid": "GPU-0000-a"}
+    assert value(samples, "faden_agent_gpu_health", verdict="degraded", **on_0) == 1
+    assert value(samples, "faden_agent_gpu_xid_errors_total", xid="79", **on_0) == 2
+    assert value(samples, "faden_agent_gpu_ecc_errors_total", kind="uncorrected_aggregate", **on_0) == 3
+    assert value(samples, "faden_agent_gpu_ecc_errors_total", kind="corrected_volatile", **on_0) == 9
+    assert value(samples, "faden_agent_gpu_retired_pages_total", cause="double_bit", **on_0) == 2
+    assert value(samples, "faden_agent_gpu_remapped_rows_total", kind="uncorrectable", **on_0) == 5
+    assert value(samples, "faden_agent_gpu_nvlink_errors_total", counter="crc_flit", **on_0) == 7
+    assert value(samples, "faden_agent_gpu_pcie_replays_total", **on_0) == 8
+    assert value(samples, "faden_agent_gpu_clock_event_active_seconds", event="hw_slowdown", **on_0) == 12.5
 
 
 def test_an_inventory_without_health_gives_gauges_and_no_verdict():
@@ -93,7 +130,7 @@ def test_wrong_types_in_a_status_leave_the_figure_out_not_the_scrape():
     )
     table["workers"].append({"name": "stream", "state": "RUNNING", "restarts": "x", "status": {"link": "?"}})
     samples = render(table)
-    assert value(samples, "faden_agent_gpu_memory_total_bytes", gpu="0") is None
+    assert value(samples, "faden_agent_gpu_memory_size_bytes", gpu="0") is None
     assert value(samples, "faden_agent_worker_restarts_total", worker="stream") == 0
     assert value(samples, "faden_agent_log_batches_total") is None
 

@@ -2,7 +2,7 @@
 
 families(table, usage) reads only what the supervisor already holds: worker rows with the
 status each worker last sent, and per-process CPU/memory. Labels come from bounded sets
-(worker, state, kind, reason, source, GPU index, watched path, peer node); never ids or text.
+(worker, state, kind, reason, source, GPU index/UUID, path, peer node); never other ids or text.
 """
 
 from __future__ import annotations
@@ -28,13 +28,17 @@ from faden_agent.supervisor.states import WorkerState
 P = "faden_agent_"
 GPU_VERDICTS = ("ok", "degraded", "failed")
 GPU_GAUGES = {
-    "memory_total": ("gpu_memory_total_bytes", "GPU memory in all"),
+    "memory_size": ("gpu_memory_size_bytes", "GPU memory in all"),
+    # the old name of gpu_memory_size_bytes (a gauge named like a counter's sum): kept for
+    # one release (docs/service.md), removed in the next
+    "memory_total": ("gpu_memory_total_bytes", "Deprecated: gpu_memory_size_bytes"),
     "memory_used": ("gpu_memory_used_bytes", "GPU memory in use"),
     "memory_free": ("gpu_memory_free_bytes", "GPU memory free"),
     "utilization_gpu": ("gpu_utilization_ratio", "GPU busy share of the last sample period (0..1)"),
     "temperature_c": ("gpu_temperature_celsius", "GPU temperature"),
     "power_draw_w": ("gpu_power_draw_watts", "GPU power draw"),
 }
+GPU_GAUGE_SOURCE = {"memory_size": "memory_total"}  # family key -> the gauges' figure
 MAX_PEERS = 64
 STATUS_SECTIONS = ("stream", "executor", "logs", "peer", "inventory")
 
@@ -334,23 +338,70 @@ def inventory(gauges: dict[str, Any]) -> Iterator[Family]:
 
 
 def gpus(gpu: dict[str, Any]) -> Iterator[Family]:
-    families_ = {key: GaugeMetricFamily(P + name, text, labels=["gpu"]) for key, (name, text) in GPU_GAUGES.items()}
-    verdict = GaugeMetricFamily(P + "gpu_health", "1 for each GPU's health verdict", labels=["gpu", "verdict"])
+    """Each GPU's series labelled by index and UUID (an index moves across reboots and driver
+    reorders; the UUID joins history), its names in gpu_info, its verdict and error counters."""
+    labels = ["gpu", "uuid"]
+    families_ = {key: GaugeMetricFamily(P + name, text, labels=labels) for key, (name, text) in GPU_GAUGES.items()}
+    info = InfoMetricFamily(P + "gpu", "Each GPU's UUID, PCI bus id and model", labels=["gpu"])
+    verdict = GaugeMetricFamily(P + "gpu_health", "1 for each GPU's health verdict", labels=[*labels, "verdict"])
     node = GaugeMetricFamily(P + "node_gpu_health", "1 for the node's GPU health verdict", labels=["verdict"])
+    errors = GpuErrorFamilies(labels)
     for device in gpu.get("devices") or []:
         device = _dict(device)
         index = str(device.get("index"))
+        gpu_labels = [index, str(device.get("uuid") or "")]
+        info.add_metric([index], {name: str(device.get(name) or "") for name in ("uuid", "pci_bus_id", "name")})
         for key, family in families_.items():
-            if (value := _num(device.get(key))) is not None:
-                family.add_metric([index], value / 100 if key == "utilization_gpu" else value)
+            if (value := _num(device.get(GPU_GAUGE_SOURCE.get(key, key)))) is not None:
+                family.add_metric(gpu_labels, value / 100 if key == "utilization_gpu" else value)
         if device.get("verdict") in GPU_VERDICTS:
             for name in GPU_VERDICTS:
-                verdict.add_metric([index, name], 1.0 if device["verdict"] == name else 0.0)
+                verdict.add_metric([*gpu_labels, name], 1.0 if device["verdict"] == name else 0.0)
+        errors.add(gpu_labels, _dict(device.get("errors")))
     if gpu.get("verdict") in GPU_VERDICTS:
         for name in GPU_VERDICTS:
             node.add_metric([name], 1.0 if gpu["verdict"] == name else 0.0)
+    yield info
     yield from families_.values()
     yield from (verdict, node)
+    yield from errors.families()
+
+
+class GpuErrorFamilies:
+    """The GPU error counters (gauges.gpu_errors): one family per kind, a label per part."""
+
+    def __init__(self, labels: list[str]):
+        self.xids = CounterMetricFamily(P + "gpu_xid_errors", "Xid events in the GPU's log", labels=[*labels, "xid"])
+        self.ecc = CounterMetricFamily(
+            P + "gpu_ecc_errors", "ECC errors by kind (NVML's counts)", labels=[*labels, "kind"]
+        )
+        self.retired = CounterMetricFamily(P + "gpu_retired_pages", "Pages retired by cause", labels=[*labels, "cause"])
+        self.remapped = CounterMetricFamily(P + "gpu_remapped_rows", "Rows remapped by kind", labels=[*labels, "kind"])
+        self.nvlink = CounterMetricFamily(
+            P + "gpu_nvlink_errors", "NVLink errors summed over links, by counter", labels=[*labels, "counter"]
+        )
+        self.pcie = CounterMetricFamily(P + "gpu_pcie_replays", "PCIe replays", labels=labels)
+        self.clock = GaugeMetricFamily(
+            P + "gpu_clock_event_active_seconds", "How long each clock event has been active", labels=[*labels, "event"]
+        )
+
+    def add(self, labels: list[str], errors: dict[str, Any]) -> None:
+        for family, key in (
+            (self.xids, "xid"),
+            (self.ecc, "ecc"),
+            (self.retired, "retired_pages"),
+            (self.remapped, "remapped_rows"),
+            (self.nvlink, "nvlink"),
+            (self.clock, "clock_events_s"),
+        ):
+            for part, count in _dict(errors.get(key)).items():
+                if (value := _num(count)) is not None:
+                    family.add_metric([*labels, str(part)[:32]], value)
+        if (value := _num(errors.get("pcie_replay"))) is not None:
+            self.pcie.add_metric(labels, value)
+
+    def families(self) -> Iterator[Family]:
+        yield from (self.xids, self.ecc, self.retired, self.remapped, self.nvlink, self.pcie, self.clock)
 
 
 def endpoint(dropped: Any) -> Iterator[Family]:

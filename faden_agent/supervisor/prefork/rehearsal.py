@@ -22,6 +22,8 @@ log = logging.getLogger(__name__)
 ROUNDS = 12  # past 3.11's warm-up (8 calls) and the first specializations
 TIMEOUT_S = 2.0
 MAX_BODY_BYTES = 64 * 1024  # the rehearsal's own bodies are tiny; anything else is not read
+# What an engine's /version says: the client's API version negotiation runs as in a worker.
+VERSION_BODY = b'{"Version": "rehearsal", "ApiVersion": "1.44", "MinAPIVersion": "1.24"}'
 
 
 class _Answers(BaseHTTPRequestHandler):
@@ -38,7 +40,8 @@ class _Answers(BaseHTTPRequestHandler):
             self.close_connection = True
             return
         self.rfile.read(int(length))
-        body = b"[]" if self.path.split("?")[0].endswith("/json") else b'{"ok": true}'
+        path = self.path.split("?")[0]
+        body = b"[]" if path.endswith("/json") else VERSION_BODY if path == "/version" else b'{"ok": true}'
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Api-Version", "1.44")
@@ -124,7 +127,7 @@ def rehearse_docker() -> int:
         os.chmod(path, 0o600)
         thread = _serve(server)
         try:
-            client = make_client(f"unix://{path}", timeout_s=TIMEOUT_S, version="1.44", max_pool_size=1)
+            client = make_client(f"unix://{path}", timeout_s=TIMEOUT_S, max_pool_size=1)
             try:
                 for _ in range(ROUNDS):
                     client.api.ping()

@@ -1,8 +1,8 @@
 """The host's say over what the backend may run (FADEN_NODE_AGENT_POLICY_FILE, docs/commands.md).
 
 Owns the defaults (fit for Ray and vLLM) and the check of a validated container spec: bind
-sources resolved (symlinks, `..`) before they are compared; a refusal names its rule. A
-policy file that cannot be used refuses every container it would have judged.
+sources only inside an allowed directory, resolved without symlinks below it, the resolved
+spec returned for Docker; a refusal (any error of the check too) names its rule.
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ from faden_agent.protocol import quote
 MAX_POLICY_BYTES = 64 * 1024
 DOCKER_SOCKETS = ("/var/run/docker.sock", "/run/docker.sock")
 PROTECTED_PATHS = ("/", "/etc", "/root", "/boot", "/proc", "/sys", "/var/lib/docker", *DOCKER_SOCKETS)
-ALLOW_BIND = ("/root/.cache/huggingface",)  # the model cache of a root-run vLLM or Ray
+# Besides the agent's own Ray log directory: the model cache of a root-run vLLM or Ray, and
+# the shared memory NCCL and Ray's object store use. Nothing else by default (docs/commands.md).
+ALLOW_BIND = ("/root/.cache/huggingface", "/dev/shm")
 CAPABILITIES = ("IPC_LOCK", "SYS_NICE", "SYS_PTRACE")  # pinned memory (RDMA), scheduling, py-spy
 DEVICES = ("/dev/nvidia*", "/dev/infiniband/*", "/dev/dri/*", "/dev/kfd")
 SWITCHES = {"privileged": False, "host_network": True, "host_ipc": True, "gpus": True}
@@ -42,13 +44,23 @@ class PolicyFileError(ValueError):
 class HostPolicy:
     protected_paths: tuple[str, ...] = PROTECTED_PATHS
     allow_bind: tuple[str, ...] = ALLOW_BIND
+    own_bind: tuple[str, ...] = ()  # the agent's Ray log directory: always allowed
     capabilities: tuple[str, ...] = CAPABILITIES
     devices: tuple[str, ...] = DEVICES
     switches: dict[str, bool] = field(default_factory=lambda: dict(SWITCHES))
     broken: str | None = None  # why the policy file is unusable: every container is refused
 
-    def admit(self, spec: dict[str, Any]) -> None:
-        """Raise PolicyDenied naming the rule a validated container spec breaks."""
+    def admit(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """The spec with each bind source replaced by its resolved path, for Docker; raise
+        PolicyDenied naming the rule it breaks (or why it could not be judged)."""
+        try:
+            return self._admit(spec)
+        except PolicyDenied:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a check that cannot finish admits nothing
+            raise PolicyDenied(f"rule check: the spec cannot be judged: {type(exc).__name__}: {exc}") from None
+
+    def _admit(self, spec: dict[str, Any]) -> dict[str, Any]:
         if self.broken is not None:
             raise PolicyDenied(f"rule policy_file: {self.broken}; no container is run until it is fixed")
         self._switch("privileged", bool(spec.get("privileged")), "privileged: true")
@@ -68,20 +80,33 @@ class HostPolicy:
                     f"rule devices: devices[{i}] {quote(device)} (resolved {host}) matches none of "
                     f"{', '.join(self.devices)}"
                 )
+        mounts = []
         for i, mount in enumerate(spec.get("mounts") or ()):
             if mount.get("type") == "bind":
-                self._bind(i, mount["source"])
+                mount = {**mount, "source": self._bind(i, mount["source"])}
+            mounts.append(mount)
+        return {**spec, "mounts": mounts} if "mounts" in spec else dict(spec)
 
     def _switch(self, rule: str, asked: bool, what: str) -> None:
         if asked and not self.switches[rule]:
             raise PolicyDenied(f"rule {rule}: {what} is not allowed on this host")
 
-    def _bind(self, i: int, source: str) -> None:
-        resolved = os.path.realpath(source)
-        if any(_within(resolved, os.path.realpath(allowed)) for allowed in self.allow_bind):
-            return
+    def _bind(self, i: int, source: str) -> str:
+        """The resolved source of mounts[i]; PolicyDenied unless it is inside an allowed directory."""
+        where = f"mounts[{i}].source {quote(source)}"
+        allowed = [os.path.realpath(a) for a in (*self.own_bind, *self.allow_bind)]
+        resolved = _resolve(source, allowed, where)
+        inside = [a for a in allowed if _within(resolved, a)]
+        if not inside:
+            raise PolicyDenied(
+                f"rule allow_bind: {where} (resolved {resolved}) is inside none of the allowed directories "
+                f"{', '.join(allowed) or '(none)'}; the host's policy file may name it"
+            )
+        nearest = max(inside, key=len)
         for protected in self.protected_paths:
             path = os.path.realpath(protected)
+            if _within(nearest, path):
+                continue  # an allowed directory at or inside a protected one is that exception
             if resolved == path or (path != "/" and _within(resolved, path)):
                 relation = "is" if resolved == path else "is inside"
             elif _within(path, resolved):
@@ -89,9 +114,37 @@ class HostPolicy:
             else:
                 continue
             raise PolicyDenied(
-                f"rule protected_paths: mounts[{i}].source {quote(source)} (resolved {resolved}) {relation} "
-                f"the protected path {path}"
+                f"rule protected_paths: {where} (resolved {resolved}) {relation} the protected path {path}"
             )
+        return resolved
+
+
+def _resolve(source: str, allowed: list[str], where: str) -> str:
+    """The real path of source, component by component; a symlink met at or below an allowed
+    directory is refused (a tenant may write there and re-point it before Docker mounts)."""
+    if not source.startswith("/"):
+        raise PolicyDenied(f"rule allow_bind: {where} is not an absolute path")
+    current = "/"
+    for name in source.split("/"):
+        if name in ("", "."):
+            continue
+        if name == "..":
+            current = os.path.dirname(current)
+            continue
+        candidate = os.path.join(current, name)
+        try:
+            if not stat.S_ISLNK(os.lstat(candidate).st_mode):
+                current = candidate
+                continue
+            if any(_within(candidate, a) for a in allowed):
+                raise PolicyDenied(
+                    f"rule allow_bind: {where}: {candidate} is a symlink inside an allowed directory; "
+                    "name the real path"
+                )
+            current = os.path.realpath(candidate, strict=True)
+        except OSError as exc:
+            raise PolicyDenied(f"rule allow_bind: {where}: {candidate} cannot be read: {exc.strerror or exc}") from None
+    return current
 
 
 def _within(path: str, parent: str) -> bool:
@@ -105,9 +158,10 @@ def load_policy(config: Config) -> HostPolicy:
     own = tuple(
         str(p) for p in (config.state_dir, config.runtime_dir, config.env_file, config.enrollment_token_file) if p
     )
+    ray = (str(config.ray_log_dir),) if config.ray_log_dir else ()
     path = config.policy_file
     if path is None:
-        return HostPolicy(protected_paths=PROTECTED_PATHS + own)
+        return HostPolicy(protected_paths=PROTECTED_PATHS + own, own_bind=ray)
     where = f"{env_name('policy_file')}={path}"
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO must not block
@@ -148,6 +202,7 @@ def load_policy(config: Config) -> HostPolicy:
         # protected paths are only ever added to: the built-in ones stay, allow_bind makes exceptions
         protected_paths=PROTECTED_PATHS + own + lists["protected_paths"],
         allow_bind=lists["allow_bind"] if "allow_bind" in data else ALLOW_BIND,
+        own_bind=ray,
         capabilities=tuple(c.upper().removeprefix("CAP_") for c in lists["capabilities"])
         if "capabilities" in data
         else CAPABILITIES,

@@ -58,7 +58,7 @@ class ExecutorWorker(Worker):
         if self.policy.broken:
             log.error("host policy: %s; every container.run is refused until it is fixed", self.policy.broken)
         self.ops = DockerOps(self.config)
-        self.frame = Commands(self.config, self.ops, self.journal, self.timeline)
+        self.frame = Commands(self.config, self.ops, self.journal, self.timeline, self.policy)
         self.scheduler = Scheduler(self.frame.execute, self.config.max_concurrent_pulls)
         self.frame.scheduler = self.scheduler
         self.engine_ok: bool | None = None

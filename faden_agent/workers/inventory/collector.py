@@ -14,7 +14,7 @@ from faden_agent.workers.inventory.gpu_health import HealthReader
 from faden_agent.workers.inventory.gpu_xids import XidLog
 from faden_agent.workers.inventory.host import probe_host
 from faden_agent.workers.inventory.network import probe_network
-from faden_agent.workers.inventory.probes import OK, Probe, run_probes
+from faden_agent.workers.inventory.probes import OK, OVERRUN, Probe, run_probes
 from faden_agent.workers.inventory.record import sections_from
 
 
@@ -43,12 +43,13 @@ class Collector:
         timeout = timeout_s or config.inventory_probe_timeout_sec
         self.last_good: dict[str, Any] = {}
         health = HealthReader(xids, config.gpu_throttle_sec, config.gpu_rising_sec, config.gpu_xid_hold_sec)
+        self.gpu = GpuProbe(nvml, health)
         self.probes = [
             Probe("host", lambda: probe_host(config), timeout),
             Probe("disks", lambda: self.probe_disks(config), timeout),
             Probe("network", probe_network, timeout),
             Probe("docker", DockerProbe(config.docker_host), timeout),
-            Probe("gpu", GpuProbe(nvml, health), timeout),
+            Probe("gpu", self.gpu, timeout),
         ]
         self.timeouts = {p.name: p.timeout_s for p in self.probes}
 
@@ -78,6 +79,9 @@ class Collector:
             # holds the old root and the next round sends a second full one.
             results["disks"] = run_probes([self.probe("disks")])["disks"]
             sections = sections_from(results, self.last_good, self.timeouts)
+        gpu = results.get("gpu")  # absent where a caller runs only some probes
+        if gpu is not None and gpu.status == OVERRUN:  # a hung NVML call is a verdict, not just stale data
+            sections["gpu"] = self.gpu.hung(self.last_good.get("gpu"))
         return sections
 
     def overrun(self) -> list[str]:

@@ -11,6 +11,8 @@ from typing import Any
 
 MAX_ITEMS = 64
 GPU_FIGURES = ("memory_used", "memory_free", "utilization_gpu", "temperature_c", "power_draw_w")
+GPU_NAMES = ("uuid", "pci_bus_id", "name")  # the info family's labels; uuid on every GPU series
+MAX_XID_CODES = 16  # the Xid log keeps 16 events per GPU: at most that many codes
 
 
 def _present(item: dict[str, Any]) -> dict[str, Any]:
@@ -31,10 +33,48 @@ def gpu_gauges(gpu: Any) -> dict[str, Any]:
         usage = device.get("usage") or {}
         entry = {"index": device["index"], "state": device.get("state"), "verdict": _verdict(device.get("health"))}
         entry["memory_total"] = device.get("memory_total")
+        entry.update({name: str(device[name])[:128] for name in GPU_NAMES if isinstance(device.get(name), str)})
         entry.update({name: usage.get(name) for name in GPU_FIGURES})
+        entry["errors"] = gpu_errors(device.get("health"))
         devices.append(_present(entry))
     node = {"available": bool(gpu.get("available")), "verdict": _verdict(gpu.get("health")), "devices": devices}
     return _present(node)
+
+
+def gpu_errors(health: Any) -> dict[str, Any] | None:
+    """The GPU's error counters for /metrics: Xids by code (in its log), ECC, retired pages,
+    remapped rows, NVLink and PCIe errors, and seconds each clock event has been active."""
+    if not isinstance(health, dict):
+        return None
+    xids: dict[str, int] = {}
+    for entry in health.get("xid") or []:
+        if isinstance(entry, dict) and entry.get("event") == "xid" and len(xids) < MAX_XID_CODES:
+            code = str(entry.get("code"))
+            xids[code] = xids.get(code, 0) + 1
+    usage = health.get("usage") or {}
+    ecc = health.get("ecc_errors") or {}
+    retired = health.get("retired_pages") or {}
+    remapped = health.get("remapped_rows") or {}
+    nvlink = (health.get("nvlink") or {}).get("errors") or {}
+    figures = {
+        "xid": xids,
+        "ecc": {
+            "uncorrected_volatile": ecc.get("uncorrected_volatile"),
+            "uncorrected_aggregate": ecc.get("uncorrected_aggregate"),
+            "corrected_volatile": usage.get("ecc_corrected_volatile"),
+            "corrected_aggregate": usage.get("ecc_corrected_aggregate"),
+        },
+        "retired_pages": {"single_bit": retired.get("single_bit"), "double_bit": retired.get("double_bit")},
+        "remapped_rows": {
+            "correctable": remapped.get("correctable"),
+            "uncorrectable": remapped.get("uncorrectable"),
+        },
+        "nvlink": dict(nvlink),
+        "pcie_replay": (health.get("pcie") or {}).get("replay"),
+        "clock_events_s": dict(usage.get("clock_events_active_s") or {}),
+    }
+    kept = {key: _present(value) if isinstance(value, dict) else value for key, value in figures.items()}
+    return {key: value for key, value in kept.items() if value not in (None, {})} or None
 
 
 def disk_gauges(disks: Any) -> list[dict[str, Any]]:

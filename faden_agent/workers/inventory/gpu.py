@@ -4,12 +4,15 @@ Notes (why, figures, history): docs/design-notes.md.
 
 from __future__ import annotations
 
+import copy
 import ctypes
 import importlib
 import os
+import time
 from collections.abc import Callable
 from typing import Any
 
+from faden_agent.workers.inventory.gpu_evidence import seen_at
 from faden_agent.workers.inventory.gpu_health import HealthReader, node_health
 
 REASON_NO_PYNVML = "pynvml (nvidia-ml-py) not installed"
@@ -37,13 +40,41 @@ def nvml_text(value: Any) -> Any:
     return value.decode(errors="replace") if isinstance(value, bytes) else value
 
 
+class TracedNvml:
+    """pynvml with each function call named while it runs (`calling`), so a call that never
+    returns can be named: "NVML call hung: <function>". About 1 us a call."""
+
+    def __init__(self, nvml: Any):
+        self._nvml = nvml
+        self.calling: str | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._nvml, name)
+        if name.startswith("nvml") and callable(value) and not isinstance(value, type):
+            value = self._traced(name, value)
+        setattr(self, name, value)  # found in the instance from now on
+        return value
+
+    def _traced(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any) -> Any:
+            self.calling = name
+            result = fn(*args)
+            self.calling = None  # not on an error: the next call names itself anyway
+            return result
+
+        return call
+
+
 class GpuProbe:
-    def __init__(self, nvml: Any = None, health: HealthReader | None = None):
+    def __init__(self, nvml: Any = None, health: HealthReader | None = None, clock: Callable[[], float] = time.time):
         """`nvml` is the pynvml module (imported on first use when None); tests pass a fake."""
-        self.nvml = nvml
+        self.nvml: Any = TracedNvml(nvml) if nvml is not None else None
         self.health = health or HealthReader()
+        self.clock = clock
         self._initialized = False
-        self._seen: dict[str, dict[str, Any]] = {}  # uuid -> index and bus id, of every GPU seen
+        # uuid -> index, bus id and when last seen, of every GPU seen (evidence.py keeps it)
+        self.seen: dict[str, dict[str, Any]] = {}
+        self._reading: int | None = None  # the GPU index being read, for a hung call
 
     # --- the probe
 
@@ -62,33 +93,39 @@ class GpuProbe:
         return system
 
     def _missing(self, devices: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """GPUs seen in an earlier round that NVML no longer counts."""
+        """GPUs seen in an earlier round (or run) that NVML no longer counts."""
+        now = self.clock()
         for device in devices:
-            if device.get("uuid"):
-                self._seen[device["uuid"]] = {"index": device["index"], "pci_bus_id": device.get("pci_bus_id")}
-        if len(devices) >= len(self._seen):
+            if device.get("uuid") and device["state"] == "ok":
+                self.seen[device["uuid"]] = {
+                    "index": device["index"],
+                    "pci_bus_id": device.get("pci_bus_id"),
+                    "at": seen_at(now),
+                }
+        if len(devices) >= len(self.seen):
             return []
         present = {d.get("uuid") for d in devices}
         # a GPU NVML still counts but cannot name (lost) is the one last seen at its index
         present |= {
-            u for u, seen in self._seen.items() for d in devices if not d.get("uuid") and d["index"] == seen["index"]
+            u for u, seen in self.seen.items() for d in devices if not d.get("uuid") and d["index"] == seen["index"]
         }
         return [
             {
                 "index": seen["index"],
                 "uuid": uuid,
                 "pci_bus_id": seen["pci_bus_id"],
-                "health": self.health.missing(uuid),
+                "health": self.health.missing(uuid, iso_time(seen.get("at"))),
             }
-            for uuid, seen in sorted(self._seen.items(), key=lambda item: item[1]["index"])
+            for uuid, seen in sorted(self.seen.items(), key=lambda item: item[1]["index"])
             if uuid not in present
         ]
 
     def _read(self) -> dict[str, Any]:
         if self.nvml is None:
-            self.nvml, reason = load_pynvml()
-            if self.nvml is None:
+            nvml, reason = load_pynvml()
+            if nvml is None:
                 return unavailable(reason or "pynvml did not load")
+            self.nvml = TracedNvml(nvml)
         nvml = self.nvml
         reason = self._init(nvml)
         if reason:
@@ -143,6 +180,13 @@ class GpuProbe:
     # --- one GPU
 
     def _device(self, index: int) -> dict[str, Any]:
+        self._reading = index
+        try:
+            return self._read_device(index)
+        finally:
+            self._reading = None
+
+    def _read_device(self, index: int) -> dict[str, Any]:
         nvml = self.nvml
         device: dict[str, Any] = {"index": index, "state": "ok"}
         try:
@@ -167,8 +211,34 @@ class GpuProbe:
             device["state"] = "error"
             device["error"] = str(exc)
             device.pop("usage", None)
+            device.update(self._last_seen_at(index, device))
             device["health"] = self.health.failed(device.get("uuid"), exc)
         return device
+
+    def _last_seen_at(self, index: int, device: dict[str, Any]) -> dict[str, Any]:
+        """A GPU NVML cannot name (lost): the uuid and bus id of the one last seen at its index."""
+        if device.get("uuid"):
+            return {}
+        for uuid, seen in self.seen.items():
+            if seen["index"] == index:
+                return {"uuid": uuid, "pci_bus_id": seen["pci_bus_id"]}
+        return {}
+
+    # --- a read that did not come back
+
+    def hung(self, last: dict[str, Any] | None) -> dict[str, Any]:
+        """The gpu section while a call of this probe hangs: the last good read, the GPU being
+        read `failed` ("NVML call hung: <function>"; the node when no GPU was being read), the
+        others judged again with the Xids logged since."""
+        function = (self.nvml.calling if self.nvml is not None else None) or "nvmlInit"
+        section = copy.deepcopy(last) if last else unavailable(f"NVML call hung: {function}")
+        reading = self._reading
+        for device in section.get("devices") or []:
+            hung = function if device["index"] == reading else None
+            device["health"] = self.health.stale(device.get("uuid"), device.get("health"), hung)
+        problem = f"NVML call hung: {function}" if reading is None else None
+        section["health"] = node_health(section.get("devices") or [], section.get("missing") or [], problem)
+        return section
 
     def _usage(self, handle: Any, memory: Any, ecc: dict[str, Any] | None) -> dict[str, Any]:
         nvml = self.nvml
@@ -256,6 +326,13 @@ def process_name(pid: int) -> str | None:
             return fh.read().strip() or None
     except OSError:
         return None  # gone, or in a PID namespace we cannot see
+
+
+def iso_time(at: float | None) -> str:
+    """1795991313.5 -> "2026-11-29T20:28:33Z" (unknown: "an earlier run")."""
+    if at is None:
+        return "an earlier run"
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
 
 
 def cuda_version(raw: int | None) -> str | None:

@@ -1,7 +1,7 @@
 """NVML error events as they happen: every error event type each GPU supports (Xid, ECC,
 retirement, ...) goes into the XidLog; one that can change a verdict calls `on_change` for a
-record now. No NVML, GPU or event support: the thread ends quietly. Its own nvmlInit; waits
-in WAIT_MS slices, so a hung wait holds only it.
+record now. A lost GPU is left out of the event set (the others' events go on) and tried
+again every RETRY_S. No NVML, GPU or event support: the thread ends quietly. Its own nvmlInit.
 """
 
 from __future__ import annotations
@@ -13,13 +13,17 @@ from collections.abc import Callable
 from typing import Any
 
 from faden_agent.workers.inventory.gpu import load_pynvml, nvml_text
+from faden_agent.workers.inventory.gpu_health import LOST_CODES
 from faden_agent.workers.inventory.gpu_xids import ERROR_EVENTS, XidLog, handle_key
 from faden_agent.workers.threads import start_daemon
 
 log = logging.getLogger(__name__)
 
+STOPPED, LOST, RETRY, NOTHING = "stopped", "lost", "retry", "nothing"  # how a watch ended
+
 WAIT_MS = 1000
 RETRY_S = 30.0
+LOST_PAUSE_S = 1.0  # before the set is built again after a wait ended on a lost GPU
 
 
 class GpuErrorWatcher:
@@ -34,6 +38,7 @@ class GpuErrorWatcher:
         self.nvml = nvml
         self.xids = xids or XidLog()
         self.watching = 0  # GPUs registered for events
+        self.lost: set[int] = set()  # GPU indexes left out of the set: lost at registration
         self._uuids: dict[int, str] = {}  # device handle -> UUID, for the events' device
         self.stop_event = stop_event or threading.Event()  # the worker's one stop event
         self.thread: threading.Thread | None = None
@@ -56,8 +61,13 @@ class GpuErrorWatcher:
                 log.debug("no GPU events: %s", exc)
                 return  # no library or no driver: nothing to watch
             try:
-                if not self._watch(nvml):
-                    return
+                while not self.stop_event.is_set():
+                    outcome = self._watch(nvml)
+                    if outcome == NOTHING:
+                        return
+                    if outcome == LOST:  # registered again at once, without the lost GPU
+                        self.on_change()
+                        self.stop_event.wait(LOST_PAUSE_S)
             except nvml.NVMLError as exc:
                 log.warning("GPU event wait failed (%s); a record follows, watching again in %.0f s", exc, RETRY_S)
                 self.on_change()  # the failure itself (e.g. "GPU is lost") is news
@@ -65,38 +75,58 @@ class GpuErrorWatcher:
                 self._shutdown(nvml)
             self.stop_event.wait(RETRY_S)
 
-    def _watch(self, nvml: Any) -> bool:
-        """Wait for events until stopped; False when no GPU supports them."""
+    def _watch(self, nvml: Any) -> str:
+        """Wait for events until stopped (STOPPED), a GPU is lost or a lost one is due to be
+        tried again (LOST, RETRY), or no GPU supports events (NOTHING)."""
         event_set = nvml.nvmlEventSetCreate()
         try:
-            self.watching = 0
-            for index in range(nvml.nvmlDeviceGetCount()):
-                handle = nvml.nvmlDeviceGetHandleByIndex(index)
-                mask = self._mask(nvml, handle)
-                if not mask:
-                    continue
-                try:
-                    nvml.nvmlDeviceRegisterEvents(handle, mask, event_set)
-                    self._uuids[handle_key(handle)] = nvml_text(nvml.nvmlDeviceGetUUID(handle))
-                    self.watching += 1
-                except nvml.NVMLError as exc:
-                    if exc.value != nvml.NVML_ERROR_NOT_SUPPORTED:
-                        raise
+            lost_before = set(self.lost)
+            self._register(nvml, event_set)
+            if self.lost - lost_before or (lost_before and not self.lost):
+                self.on_change()  # a GPU lost, or back: a record now
             if not self.watching:
-                return False
+                if not self.lost:
+                    return NOTHING
+                self.stop_event.wait(RETRY_S)
+                return RETRY
+            built = time.monotonic()
             wait = getattr(nvml, "nvmlEventSetWait_v2", None) or nvml.nvmlEventSetWait
             while not self.stop_event.is_set():
                 try:
                     data = wait(event_set, WAIT_MS)
                 except nvml.NVMLError as exc:
-                    if exc.value == nvml.NVML_ERROR_TIMEOUT:
-                        continue
-                    raise
+                    if exc.value in LOST_CODES:
+                        return LOST
+                    if exc.value != nvml.NVML_ERROR_TIMEOUT:
+                        raise
+                    if self.lost and time.monotonic() - built >= RETRY_S:
+                        return RETRY
+                    continue
                 if self._record(nvml, data):
                     self.on_change()
-            return True
+            return STOPPED
         finally:
             nvml.nvmlEventSetFree(event_set)
+
+    def _register(self, nvml: Any, event_set: Any) -> None:
+        """Every GPU that supports events in the set, but those NVML says are lost."""
+        self.watching = 0
+        self.lost = set()
+        for index in range(nvml.nvmlDeviceGetCount()):
+            try:
+                handle = nvml.nvmlDeviceGetHandleByIndex(index)
+                uuid = nvml_text(nvml.nvmlDeviceGetUUID(handle))
+                mask = self._mask(nvml, handle)
+                if not mask:
+                    continue
+                nvml.nvmlDeviceRegisterEvents(handle, mask, event_set)
+                self._uuids[handle_key(handle)] = uuid
+                self.watching += 1
+            except nvml.NVMLError as exc:
+                if exc.value in LOST_CODES:
+                    self.lost.add(index)
+                elif exc.value != nvml.NVML_ERROR_NOT_SUPPORTED:
+                    raise
 
     @staticmethod
     def _mask(nvml: Any, handle: Any) -> int:

@@ -18,6 +18,7 @@ LOST_CODES = (15, 16, 28)  # NVML_ERROR_GPU_IS_LOST, _RESET_REQUIRED, _GPU_NOT_F
 
 # nvml.h's field ids: one nvmlDeviceGetFieldValues call per GPU reads all counters.
 FIELDS = {
+    "ecc_current": 1,
     "ecc_corrected_volatile": 3,
     "ecc_uncorrected_volatile": 4,
     "ecc_corrected_aggregate": 5,
@@ -70,6 +71,8 @@ class _Track:
         self.link_totals: tuple[int | None, ...] = ()
         self.links = 0  # NVLink count of the last round: its states ride in the fields call
         self.pcie_max: tuple[Any, Any] | None = None
+        self.facts: dict[str, Any] = {}  # of the last good read: a verdict again without NVML
+        self.health: dict[str, Any] = {}
 
 
 class HealthReader:
@@ -104,6 +107,8 @@ class HealthReader:
         if mask is None:
             mask = call("nvmlDeviceGetCurrentClocksThrottleReasons")
         persistence = call("nvmlDeviceGetPersistenceMode")
+        mig = call("nvmlDeviceGetMigMode")
+        histogram = call("nvmlDeviceGetRowRemapperHistogram")
         if track.pcie_max is None:
             track.pcie_max = (call("nvmlDeviceGetMaxPcieLinkGeneration"), call("nvmlDeviceGetMaxPcieLinkWidth"))
         pcie = {
@@ -144,18 +149,27 @@ class HealthReader:
             recovery_action=health["recovery_action"],
             fabric=health["fabric"],
             throttled=[n for n in gpu_rules.THROTTLE_SLOWDOWNS if clock_events.get(n, 0) > self.throttle_s],
+            power_brake="hw_power_brake_slowdown" in clock_events,
+            retired_total=sum(v for v in (values["retired_single_bit"], values["retired_double_bit"]) if v),
+            uncorrected_aggregate=values["ecc_uncorrected_aggregate"],
+            remap_none_left=getattr(histogram, "none", None),
+            ecc_off=values["ecc_current"] == 0,
+            persistence_off=persistence == 0,
+            mig_pending=bool(mig) and mig[0] != mig[1],
             uncorrected_rising=self._rising(track, "ecc_uncorrected_volatile", values, now),
             pcie_rising=self._rising(track, "pcie_replay", values, now),
             nvlink_rising=[n for n in NVLINK_COUNTERS if self._rising(track, f"nvlink_{n}", values, now)],
         )
         health["verdict"], health["reasons"] = gpu_rules.verdict(facts)
+        track.facts = facts
         health["usage"] = {
             "ecc_corrected_volatile": values["ecc_corrected_volatile"],
             "ecc_corrected_aggregate": values["ecc_corrected_aggregate"],
             "pcie_gen": call("nvmlDeviceGetCurrPcieLinkGeneration"),
             "clock_events_active_s": clock_events,
         }
-        return _ordered(health)
+        track.health = _ordered(health)
+        return track.health
 
     def _fields(self, call: Callable[..., Any], track: _Track) -> dict[str, Any]:
         """Every counter, and each NVLink's state, in one nvmlDeviceGetFieldValues call (a
@@ -190,17 +204,20 @@ class HealthReader:
                 for link in range(links)
             }
             track.link_totals = totals
-        entries, down = [], []
+        entries, inactive = [], []
         for link, state in zip(range(links), values["link_states"] or [None] * links, strict=False):
             if state is None:  # a driver without the per-link state field
                 state = call("nvmlDeviceGetNvLinkState", link)
             active = state in LINK_UP if state is not None else None
             if active:
                 track.links_up.add(link)
-            elif link in track.links_up:
-                down.append(link)
+            elif active is False:
+                inactive.append(link)
             entries.append({"link": link, "active": active, "errors": track.link_errors.get(link)})
-        facts["nvlink_down"] = down
+        # down: seen up before (this run or, from the evidence file, an earlier one), or down
+        # while the GPU's other links are up (a GPU with no link up has no NVLink peers)
+        partly_up = len(inactive) < links
+        facts["nvlink_down"] = [link for link in inactive if link in track.links_up or partly_up]
         return {"links": entries, "errors": dict(zip(NVLINK_COUNTERS, totals, strict=True))}
 
     def _fabric(self, nvml: Any, call: Callable[..., Any]) -> dict[str, Any] | None:
@@ -239,6 +256,20 @@ class HealthReader:
         rose = track.rose_at.get(name)
         return rose is not None and now - rose <= self.rising_s
 
+    # --- what an earlier run saw (gpu_evidence.py)
+
+    def baselines(self) -> dict[str, dict[str, Any]]:
+        return {
+            uuid: {"counters": dict(t.counters), "rose_at": dict(t.rose_at), "links_up": sorted(t.links_up)}
+            for uuid, t in self._tracks.items()
+        }
+
+    def restore(self, uuid: str, saved: dict[str, Any]) -> None:
+        track = self._tracks.setdefault(uuid, _Track())
+        track.counters = {k: v for k, v in _dict(saved.get("counters")).items() if isinstance(v, int)}
+        track.rose_at = {k: v for k, v in _dict(saved.get("rose_at")).items() if isinstance(v, int | float)}
+        track.links_up = {n for n in saved.get("links_up") or () if isinstance(n, int)}
+
     # --- a GPU NVML fails on, or no longer counts
 
     def failed(self, uuid: str | None, exc: Any) -> dict[str, Any]:
@@ -253,9 +284,19 @@ class HealthReader:
         verdict, reasons = gpu_rules.verdict(facts)
         return {"verdict": verdict, "reasons": reasons, "xid": xids}
 
-    def missing(self, uuid: str) -> dict[str, Any]:
-        verdict, reasons = gpu_rules.verdict({"missing": True})
+    def missing(self, uuid: str, since: str) -> dict[str, Any]:
+        verdict, reasons = gpu_rules.verdict({"missing": since})
         return {"verdict": verdict, "reasons": reasons, "xid": self.xids.of(uuid)}
+
+    def stale(self, uuid: str | None, health: dict[str, Any] | None, hung: str | None) -> dict[str, Any]:
+        """The verdict of a GPU whose read did not come back: the facts of its last good read,
+        with the Xids logged since and, on the GPU whose call hangs, `hung` (its function)."""
+        track = self._tracks.get(uuid or "")
+        facts = dict(track.facts) if track else {}
+        facts["recent_xids"] = self._recent(self.xids.of(uuid), self.clock())
+        facts["hung"] = hung
+        verdict, reasons = gpu_rules.verdict(facts)
+        return {**(health or {}), "verdict": verdict, "reasons": reasons, "xid": self.xids.of(uuid)}
 
 
 def node_health(devices: list[dict[str, Any]], missing: list[dict[str, Any]], problem: str | None) -> dict[str, Any]:
@@ -270,6 +311,10 @@ def node_health(devices: list[dict[str, Any]], missing: list[dict[str, Any]], pr
         verdicts.append(gpu_rules.FAILED)
         reasons.append(problem)
     return {"verdict": gpu_rules.worst(verdicts), "reasons": reasons}
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def _link_states(links: int) -> list[tuple[int, int]]:

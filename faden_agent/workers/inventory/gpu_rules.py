@@ -16,25 +16,49 @@ DEGRADED = "degraded"
 FAILED = "failed"
 RANK = {OK: 0, DEGRADED: 1, FAILED: 2}
 
-# Xid codes with a verdict of their own (NVIDIA's Xid catalogue); any other Xid is kept
-# in the GPU's history but changes nothing: most are an application's fault.
-XID_FAILED = {
-    48: "double-bit ECC error",
-    64: "row remapping failure",
-    79: "GPU has fallen off the bus",
-    95: "uncontained ECC error",
-    119: "GSP RPC timeout",
-    120: "GSP error",
-    140: "unrecovered ECC error",
+
+@dataclass(frozen=True)
+class Xid:
+    meaning: str
+    nvidia: str  # NVIDIA's Xid catalogue, "Resolution Bucket (Immediate Action)"
+    verdict: str
+    action: str  # what an operator does: reset needed, reboot needed, drain, restart the app, none
+
+
+# NVIDIA's Xid catalogue (Ampere and later) for the codes a fleet meets; a code not here is
+# kept in the GPU's history and changes nothing. RESTART_APP and IGNORE codes are an
+# application's fault (the GPU stays ok); RESET_GPU fails the GPU until a reset, RESTART_BM
+# until a reboot; 154 says the driver's recovery action changed (the recovery_* rules read it).
+XIDS: dict[int, Xid] = {
+    13: Xid("graphics engine exception", "RESTART_APP", OK, "restart the app"),
+    31: Xid("GPU memory page fault", "RESTART_APP", OK, "restart the app"),
+    43: Xid("GPU stopped processing", "RESTART_APP", OK, "restart the app"),
+    45: Xid("preemptive cleanup after an earlier error", "IGNORE", OK, "none"),
+    48: Xid("double-bit ECC error", "RESET_GPU", FAILED, "reset needed"),
+    61: Xid("internal micro-controller breakpoint", "RESET_GPU", FAILED, "reset needed"),
+    62: Xid("internal micro-controller halt", "RESET_GPU", FAILED, "reset needed"),
+    63: Xid("row remapping pending", "RESET_GPU", DEGRADED, "reset needed"),
+    64: Xid("row remapping failure", "RESET_GPU", FAILED, "reset needed"),
+    68: Xid("video decoder exception", "RESTART_APP", OK, "restart the app"),
+    69: Xid("graphics engine class error", "RESTART_APP", OK, "restart the app"),
+    74: Xid("NVLink error", "RESET_GPU", FAILED, "reset needed"),
+    79: Xid("GPU has fallen off the bus", "RESTART_BM", FAILED, "reboot needed"),
+    92: Xid("high single-bit ECC error rate", "IGNORE", DEGRADED, "drain"),
+    94: Xid("contained ECC error", "RESTART_APP", DEGRADED, "drain"),
+    95: Xid("uncontained ECC error", "RESET_GPU", FAILED, "reset needed"),
+    109: Xid("context switch timeout", "RESTART_APP", OK, "restart the app"),
+    119: Xid("GSP RPC timeout", "RESET_GPU", FAILED, "reset needed"),
+    120: Xid("GSP error", "RESET_GPU", FAILED, "reset needed"),
+    121: Xid("C2C link corrected error", "IGNORE", OK, "none"),
+    140: Xid("unrecovered ECC error", "RESET_GPU", FAILED, "reset needed"),
+    143: Xid("GPU initialization failure", "RESET_GPU", FAILED, "reset needed"),
+    154: Xid("GPU recovery action changed", "XID_154_EVAL", DEGRADED, "as the recovery action says"),
 }
-XID_DEGRADED = {
-    63: "row remapping pending",
-    74: "NVLink error",
-    92: "high single-bit ECC error rate",
-    94: "contained ECC error",
-}
+XID_FAILED = {code: x.meaning for code, x in XIDS.items() if x.verdict == FAILED}
+XID_DEGRADED = {code: x.meaning for code, x in XIDS.items() if x.verdict == DEGRADED}
 RECOVERY_FAILED = ("gpu_reset", "node_reboot", "drain_and_reset", "bus_reset", "system_reboot")
-THROTTLE_SLOWDOWNS = ("hw_slowdown", "hw_thermal_slowdown", "sw_thermal_slowdown", "hw_power_brake_slowdown")
+THROTTLE_SLOWDOWNS = ("hw_slowdown", "hw_thermal_slowdown", "sw_thermal_slowdown")
+RETIRED_PAGES_LIMIT = 64  # the most pages NVIDIA's driver retires on one GPU: none are left after
 
 
 @dataclass(frozen=True)
@@ -49,14 +73,19 @@ class Rule:
 def _xids(table: dict[int, str]) -> Callable[[dict[str, Any]], list[str]]:
     def reasons(facts: dict[str, Any]) -> list[str]:
         codes = sorted({code for code in facts.get("recent_xids", ()) if code in table})
-        return [f"Xid {code}: {table[code]}" for code in codes]
+        return [xid_reason(code) for code in codes]
 
     return reasons
 
 
+def xid_reason(code: int) -> str:
+    xid = XIDS[code]
+    return f"Xid {code}: {xid.meaning} ({xid.action})"
+
+
 def _xid_list(table: dict[int, str]) -> str:
-    codes = ", ".join(f"{code} ({meaning})" for code, meaning in table.items())
-    return f"an Xid event within GPU_XID_HOLD_SEC: {codes}"
+    codes = ", ".join(str(code) for code in table)
+    return f"an Xid event within GPU_XID_HOLD_SEC: {codes} (the Xid table below)"
 
 
 def _flag(key: str, text: str) -> Callable[[dict[str, Any]], list[str]]:
@@ -105,18 +134,27 @@ RULES: tuple[Rule, ...] = (
         "GPU is lost",
     ),
     Rule(
+        "hung",
+        FAILED,
+        "an NVML call on this GPU (or, when NVML cannot tell, on the node) has not returned "
+        "within INVENTORY_PROBE_TIMEOUT_SEC",
+        lambda facts: [f"NVML call hung: {facts['hung']}"] if facts.get("hung") else [],
+        "NVML call hung: nvmlDeviceGetFieldValues",
+    ),
+    Rule(
         "missing",
         FAILED,
-        "a GPU seen earlier is no longer in NVML's device count",
-        _flag("missing", "GPU missing from NVML's device count"),
-        "GPU missing from NVML's device count",
+        "a GPU seen earlier (in this run or, from gpu-evidence.json, an earlier one) is no "
+        "longer in NVML's device count; the time it was last seen",
+        lambda facts: [f"GPU missing since {facts['missing']}"] if facts.get("missing") else [],
+        "GPU missing since 2026-12-03T04:00:00Z",
     ),
     Rule(
         "xid_fatal",
         FAILED,
         _xid_list(XID_FAILED),
         _xids(XID_FAILED),
-        "Xid 79: GPU has fallen off the bus",
+        "Xid 79: GPU has fallen off the bus (reboot needed)",
     ),
     Rule(
         "remap_failure",
@@ -124,6 +162,17 @@ RULES: tuple[Rule, ...] = (
         "remapped rows: failure",
         _flag("remap_failure", "row remapping failed"),
         "row remapping failed",
+    ),
+    Rule(
+        "retired_limit",
+        FAILED,
+        f"retired pages (single- and double-bit) at or over {RETIRED_PAGES_LIMIT}, the driver's limit",
+        lambda facts: (
+            [f"{facts['retired_total']} retired pages: at the driver's limit"]
+            if (facts.get("retired_total") or 0) >= RETIRED_PAGES_LIMIT
+            else []
+        ),
+        "64 retired pages: at the driver's limit",
     ),
     Rule(
         "recovery_reset",
@@ -144,7 +193,7 @@ RULES: tuple[Rule, ...] = (
         DEGRADED,
         _xid_list(XID_DEGRADED),
         _xids(XID_DEGRADED),
-        "Xid 74: NVLink error",
+        "Xid 94: contained ECC error (drain)",
     ),
     Rule(
         "remap_pending",
@@ -168,11 +217,40 @@ RULES: tuple[Rule, ...] = (
         "driver asks for recovery: drain_p2p",
     ),
     Rule(
+        "remap_none_left",
+        DEGRADED,
+        "the row remapper's bank histogram has banks with no spare row left",
+        lambda facts: (
+            [f"row remapping: {facts['remap_none_left']} banks with no spare row left"]
+            if facts.get("remap_none_left")
+            else []
+        ),
+        "row remapping: 2 banks with no spare row left",
+    ),
+    Rule(
         "throttled",
         DEGRADED,
         "clock event " + ", ".join(THROTTLE_SLOWDOWNS) + " active longer than GPU_THROTTLE_SEC",
         _listed("throttled", "{} active over the throttle limit"),
         "hw_thermal_slowdown active over the throttle limit",
+    ),
+    Rule(
+        "power_brake",
+        DEGRADED,
+        "clock event hw_power_brake_slowdown active (any length: the board's power brake is asserted)",
+        _flag("power_brake", "power brake slowdown active"),
+        "power brake slowdown active",
+    ),
+    Rule(
+        "uncorrected_aggregate",
+        DEGRADED,
+        "any uncorrected ECC error in the aggregate (lifetime) count",
+        lambda facts: (
+            [f"{facts['uncorrected_aggregate']} uncorrected ECC errors on record"]
+            if facts.get("uncorrected_aggregate")
+            else []
+        ),
+        "3 uncorrected ECC errors on record",
     ),
     Rule(
         "uncorrected_ecc",
@@ -191,7 +269,8 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "nvlink_down",
         DEGRADED,
-        "an NVLink link seen active earlier is down",
+        "an NVLink link seen active earlier (kept across restarts) is down, or at the first read a "
+        "link is down while others of the GPU are active",
         _listed("nvlink_down", "NVLink {} down"),
         "NVLink 3 down",
     ),
@@ -209,6 +288,21 @@ RULES: tuple[Rule, ...] = (
         "fabric state not_started or in_progress",
         _fabric_pending,
         "fabric not ready: in_progress",
+    ),
+    Rule("ecc_off", DEGRADED, "ECC mode off", _flag("ecc_off", "ECC mode off"), "ECC mode off"),
+    Rule(
+        "persistence_off",
+        DEGRADED,
+        "persistence mode off (the driver unloads between users: slow starts, lost state)",
+        _flag("persistence_off", "persistence mode off"),
+        "persistence mode off",
+    ),
+    Rule(
+        "mig_pending",
+        DEGRADED,
+        "a MIG mode change waits for a GPU reset",
+        _flag("mig_pending", "MIG mode change pending: reset needed"),
+        "MIG mode change pending: reset needed",
     ),
     Rule(
         "nvml_error",
@@ -234,6 +328,16 @@ def verdict(facts: dict[str, Any]) -> tuple[str, list[str]]:
 
 def worst(verdicts: list[str]) -> str:
     return max(verdicts, key=RANK.__getitem__, default=OK)
+
+
+def xid_markdown_table() -> str:
+    """The Xid table as docs/inventory.md shows it."""
+    lines = [
+        "| Xid | meaning | NVIDIA's immediate action | verdict | action |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    lines += [f"| {c} | {x.meaning} | `{x.nvidia}` | `{x.verdict}` | {x.action} |" for c, x in XIDS.items()]
+    return "\n".join(lines)
 
 
 def markdown_table() -> str:

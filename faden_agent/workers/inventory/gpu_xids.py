@@ -37,17 +37,18 @@ def handle_key(handle: Any) -> int:
 class XidLog:
     """The last XID_KEEP error events per GPU UUID, written by the event thread."""
 
-    def __init__(self, keep: int = XID_KEEP):
+    def __init__(self, keep: int = XID_KEEP, hold_s: float = 3600.0):
         self.keep = keep
+        self.hold_s = hold_s  # a repeat after this long is news again (GPU_XID_HOLD_SEC)
         self._lock = threading.Lock()
         self._events: dict[str, collections.deque[dict[str, Any]]] = {}
 
     def add(self, uuid: str, event: str, code: int, at: float) -> bool:
         """Keeps the event; True when it can change the GPU's verdict and is the first of
-        its kind and code in the log (a storm of one Xid wakes the probe once)."""
+        its kind and code within the hold (a storm of one Xid wakes the probe once)."""
         with self._lock:
             log = self._events.setdefault(uuid, collections.deque(maxlen=self.keep))
-            repeated = any(e["event"] == event and e["code"] == code for e in log)
+            repeated = any(e["event"] == event and e["code"] == code and at - e["at"] <= self.hold_s for e in log)
             log.append({"event": event, "code": code, "at": round(at, 3)})
         verdicts = event != "xid" or code in gpu_rules.XID_FAILED or code in gpu_rules.XID_DEGRADED
         return verdicts and not repeated
@@ -55,3 +56,20 @@ class XidLog:
     def of(self, uuid: str | None) -> list[dict[str, Any]]:
         with self._lock:
             return list(self._events.get(uuid or "", ()))
+
+    def snapshot(self) -> dict[str, list[dict[str, Any]]]:
+        with self._lock:
+            return {uuid: list(log) for uuid, log in self._events.items()}
+
+    def restore(self, uuid: str, events: list[Any]) -> None:
+        """A GPU's log as an earlier run kept it (gpu_evidence.py); malformed entries left out."""
+        kept = [
+            {"event": e["event"], "code": e["code"], "at": e["at"]}
+            for e in events
+            if isinstance(e, dict)
+            and isinstance(e.get("event"), str)
+            and isinstance(e.get("code"), int)
+            and isinstance(e.get("at"), int | float)
+        ]
+        with self._lock:
+            self._events[uuid] = collections.deque(kept[-self.keep :], maxlen=self.keep)

@@ -17,8 +17,9 @@ from faden_agent.workers.executor import specs
 from faden_agent.workers.executor.commands.frame import Commands
 from faden_agent.workers.executor.commands.image import PEER_OPTIONS, pull_or_fetch
 from faden_agent.workers.executor.docker_ops import Cancelled, CommandFailed
+from faden_agent.workers.executor.host_policy import PolicyDenied
 from faden_agent.workers.executor.kinds import COMMON, CommandKind, register
-from faden_agent.workers.executor.log_handoff import hand_over_logs
+from faden_agent.workers.executor.log_handoff import DRAIN_TIMEOUT_S, hand_over_logs
 from faden_agent.workers.executor.ray_logs import image_user, make_ray_log_dir
 from faden_agent.workers.executor.scheduler import Job
 
@@ -63,6 +64,9 @@ def _run(commands: Commands, job: Job, name_settled: bool) -> dict[str, Any]:
     if existing is not None:
         drain_and_remove(commands, existing, force=True)
     testhooks.pause("before_create", commands.config.runtime_dir)
+    # Judged again after the pull, and Docker gets the resolved sources: what a tenant
+    # re-pointed since the command arrived is refused, not mounted.
+    spec = _admitted(commands, spec)
     try:
         container = ops.create(spec, _labels(commands, job), _ray_mounts(commands, spec))
     except CommandFailed as failure:
@@ -74,6 +78,9 @@ def _run(commands: Commands, job: Job, name_settled: bool) -> dict[str, Any]:
         return _run(commands, job, name_settled=True)
     try:
         commands.check(job)
+        testhooks.pause("before_start", commands.config.runtime_dir)
+        if _admitted(commands, spec) != spec:  # Docker resolves the sources again at start
+            raise CommandFailed("policy_denied", f"{job.kind}: a bind source changed between create and start")
         ops.start(container)
         return _wait_running(commands, job, container, created_now=True)
     except CommandFailed as failure:
@@ -99,6 +106,7 @@ def container_stop(commands: Commands, job: Job) -> dict[str, Any]:
 
 def container_start(commands: Commands, job: Job) -> dict[str, Any]:
     container = _target(commands, job, "start")
+    _judge_again(commands, container)
     commands.ops.start(container)
     result = _wait_running(commands, job, container, created_now=False)
     return {**result, "created": False, "message": f"container {container.name} started"}
@@ -106,6 +114,7 @@ def container_start(commands: Commands, job: Job) -> dict[str, Any]:
 
 def container_restart(commands: Commands, job: Job) -> dict[str, Any]:
     container = _target(commands, job, "restart")
+    _judge_again(commands, container)
     commands.ops.restart(container, job.spec["timeout_s"])
     result = _wait_running(commands, job, container, created_now=False)
     return {**result, "created": False, "message": f"container {container.name} restarted"}
@@ -169,7 +178,12 @@ def _target(commands: Commands, job: Job, action: str) -> Any:
 
 
 def drain_and_remove(
-    commands: Commands, container: Any, force: bool, volumes: bool = False, timeout_s: int = STOP_TIMEOUT_S
+    commands: Commands,
+    container: Any,
+    force: bool,
+    volumes: bool = False,
+    timeout_s: int = STOP_TIMEOUT_S,
+    logs_wait_s: float = DRAIN_TIMEOUT_S,
 ) -> None:
     """Stop a running (or restarting) container first when forced, so the log worker can
     ship every line it printed up to the stop before the engine deletes its log file."""
@@ -177,7 +191,7 @@ def drain_and_remove(
     if force and (state.get("Running") or state.get("Restarting")):
         commands.ops.stop(container, timeout_s)
         commands.ops.reload(container)
-    hand_over_logs(commands.config, container)
+    hand_over_logs(commands.config, container, logs_wait_s)
     commands.ops.remove(container, force=force, volumes=volumes)
     commands.journal.forget(container.id)
 
@@ -195,6 +209,26 @@ def _await_name(commands: Commands, job: Job) -> None:
     while commands.ops.find(job.spec["name"]) is None and time.monotonic() < settle_until:
         commands.check(job)
         time.sleep(NAME_POLL_S)
+
+
+def _admitted(commands: Commands, spec: dict[str, Any], kind: str = "container.run") -> dict[str, Any]:
+    """The spec as the host policy admits it now (bind sources resolved)."""
+    try:
+        return commands.policy.admit(spec)
+    except PolicyDenied as exc:
+        raise CommandFailed(exc.reason, f"{kind}: {exc}") from None
+
+
+def _judge_again(commands: Commands, container: Any) -> None:
+    """Docker resolves bind sources at every start: those of a container the agent made
+    must still be what the policy admitted (an adopted one's are its operator's)."""
+    if (container.labels or {}).get(protocol.LABEL_MANAGED) != "true":
+        return
+    mounts = (container.attrs.get("HostConfig") or {}).get("Mounts") or []
+    binds = [{"type": "bind", "source": m.get("Source") or ""} for m in mounts if m.get("Type") == "bind"]
+    spec = {"mounts": binds}
+    if _admitted(commands, spec, f"container {container.name}") != spec:
+        raise CommandFailed("policy_denied", f"container {container.name}: a bind source is no longer its real path")
 
 
 def _ensure_image(commands: Commands, job: Job) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 from faden_agent import protocol
 from faden_agent.config import Config
 from faden_agent.workers.executor.docker_ops import Cancelled, CommandFailed, DockerOps
+from faden_agent.workers.executor.host_policy import HostPolicy
 from faden_agent.workers.executor.journal import Journal
 from faden_agent.workers.executor.scheduler import Job, Scheduler
 from faden_agent.workers.executor.timeline import Timeline
@@ -19,8 +20,9 @@ log = logging.getLogger(__name__)
 
 
 class Commands:
-    def __init__(self, config: Config, ops: DockerOps, journal: Journal, timeline: Timeline):
+    def __init__(self, config: Config, ops: DockerOps, journal: Journal, timeline: Timeline, policy: HostPolicy):
         self.config = config
+        self.policy = policy  # judged again right before Docker acts (container.py)
         self.ops = ops
         self.journal = journal
         self.timeline = timeline

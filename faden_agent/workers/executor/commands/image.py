@@ -17,7 +17,7 @@ from faden_agent.disk.diskspace import NoSpace, require_space
 from faden_agent.errorline import error_line
 from faden_agent.http.answerbody import AnswerUnread, read_json_object
 from faden_agent.ipc.control import ask_to_serve
-from faden_agent.peer.fetch import PeerFailure, Stopped, Transfer, check_space, tag_image
+from faden_agent.peer.fetch import PeerFailure, Stopped, Transfer, check_space, local_image, tag_image
 from faden_agent.peer.server import byte_limit, holder_stream
 from faden_agent.peer.tickets import Ticket, TicketBox
 from faden_agent.protocol import quote
@@ -128,10 +128,11 @@ def pull_or_fetch(commands: Commands, job: Job) -> dict[str, Any]:
 def _pull(commands: Commands, job: Job, image: str, auth: dict[str, str] | None) -> dict[str, Any]:
     assert commands.scheduler is not None
     slots = commands.scheduler.pull_slots
+    # Before a slot is taken: a registry that drips its answers holds its own pull, not the slots
+    check_pull_space(commands, job, image, auth)
     while not slots.acquire(timeout=0.2):
         commands.check(job)
     try:
-        check_pull_space(commands, image, auth)
         commands.progress(job, phase="pull", image=image, bytes_done=0, bytes_total=0, layers=0)
         return commands.ops.pull(
             image,
@@ -144,17 +145,20 @@ def _pull(commands: Commands, job: Job, image: str, auth: dict[str, str] | None)
         slots.release()
 
 
-def check_pull_space(commands: Commands, image: str, auth: dict[str, str] | None) -> None:
+def check_pull_space(commands: Commands, job: Job, image: str, auth: dict[str, str] | None) -> None:
     """no_space before the pull when the layers the engine lacks (the registry's sizes, this
-    platform's manifest) times PULL_SPACE_FACTOR do not fit its data root."""
+    platform's manifest) times PULL_SPACE_FACTOR do not fit its data root; the registry is
+    asked within one deadline, given up when the job stops."""
     factor = commands.config.pull_space_factor
     if factor <= 0:
         return
     api = commands.ops.client.api
     with translated(f"checking the space for {image}"):
-        missing = missing_bytes(api, image, auth)
-        if not missing:
-            return
+        missing = missing_bytes(api, image, auth, job.on_abort)
+    commands.check(job)
+    if not missing:
+        return
+    with translated(f"checking the space for {image}"):
         try:
             require_space(api, int(missing * factor), f"pulling {image} ({missing} bytes of layers to download)")
         except NoSpace as exc:
@@ -217,9 +221,10 @@ def fetch_from_peers(
         raise CommandFailed("invalid_spec", "peers were given without image_id (the image they must deliver)")
     api = commands.ops.client.api
     with translated("fetching an image from peers", image=reference):
-        if _present(api, image_id):
-            tag_image(api, image_id, reference)
-            return {"image_id": image_id, "already_present": True}
+        present = local_image(api, image_id)
+        if present is not None:
+            tag_image(api, present, reference)
+            return {"image_id": image_id, "engine_image_id": present, "already_present": True}
         size = job.spec.get("size_bytes")
         limit = byte_limit(size) if size else commands.config.peer_fetch_max_bytes
         if size:
@@ -316,16 +321,6 @@ def image_relay(commands: Commands, job: Job) -> dict[str, Any]:
         "bytes_sent": sent,
         "message": f"relayed {spec['image_id'][:19]} through the backend",
     }
-
-
-def _present(api: Any, image_id: str) -> bool:
-    import docker
-
-    try:
-        api.inspect_image(image_id)
-        return True
-    except docker.errors.NotFound:
-        return False
 
 
 # --- the kinds

@@ -31,6 +31,9 @@ FORGET_AFTER_S = 300.0
 READ_CHUNK = 256 * 1024
 READ_RATE_BYTES = 4 * 1024 * 1024  # per container and second (one second's worth may be saved up)
 MAX_OPEN_PER_CONTAINER = 128  # files tailed at once per container (Ray's own: ~3 per worker process)
+# Listing is paid from the container's read budget: a directory opened and each entry listed.
+LIST_DIR_COST = 4 * 1024
+LIST_ENTRY_COST = 256
 SESSION_PATH = ("logs", "serve")  # below each session_* directory (Ray's own files in logs/)
 RAY_OWN_SYMLINK = "session_latest"  # Ray's own link to the current session: expected, not followed
 _CONTAINER_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}\Z")  # Docker's names, bounded
@@ -64,7 +67,8 @@ class RayFileSource(Source):
         self.retention = Retention(self, None)  # the worker gives it the managed containers' names
         self.nul_bytes_skipped = 0
         self.closed_idle = 0  # files closed to make room for others (MAX_OPEN_PER_CONTAINER)
-        self.relist: set[tuple[str, ...]] = set()  # directories with files left unopened for room
+        self.relist: set[tuple[str, ...]] = set()  # directories with files left unopened: listed once there is room
+        self.deferred: set[tuple[str, ...]] = set()  # changed directories of a container in debt: listed once paid
         self.positions_quarantined = 0
         self.dirs_opened = 0
         self.ends = FileEnds(self.positions)
@@ -83,10 +87,10 @@ class RayFileSource(Source):
                 if list_again:
                     dirty = self.watch.take_dirty()
                     if dirty is not None:
-                        dirty |= self.relist
-                    self.relist = set()
+                        dirty |= self.deferred | self.relist_now()
+                    self.deferred = set()
                     if first or self.watch.polling or started >= self.full_at + RESCAN_S:
-                        dirty = None  # the full listing: the safety net for what no event told
+                        dirty, self.relist = None, set()  # the full listing: the safety net for what no event told
                     root_fd = self.open_root(full=dirty is None)
                     if root_fd is not None:
                         try:
@@ -114,8 +118,8 @@ class RayFileSource(Source):
         self.stop_event.wait(max(0.0, round_started + POLL_S - time.monotonic()))
         if self.stop_event.is_set() or self.watch.polling:
             return True
-        if self.relist:
-            return True  # files left unopened for room: try again now that others were read
+        if self.deferred or self.rooms(self.relist):
+            return True  # changes a debt held back, or files left unopened that now have room
         if more or any(not t.at_eof for t in self.tails.values()):
             return bool(self.watch.wait(0))  # data left to read: read on, listing only what changed
         if not self.root_watched:
@@ -141,6 +145,24 @@ class RayFileSource(Source):
         self.retention.container_removed(name)
         if self.watch is not None:
             self.watch.wake()
+
+    def has_room(self, container: str) -> bool:
+        """Whether a file of the container can be opened now: fewer are open than the bound,
+        or one of them is read to its end (close_idle makes room)."""
+        mine = [tail for tail in self.tails.values() if tail.container == container]
+        return len(mine) < MAX_OPEN_PER_CONTAINER or any(tail.read_all for tail in mine)
+
+    def rooms(self, dirs: set[tuple[str, ...]]) -> set[str]:
+        """The containers of `dirs` that have room for another file."""
+        return {container for container in {parts[0] for parts in dirs} if self.has_room(container)}
+
+    def relist_now(self) -> set[tuple[str, ...]]:
+        """The directories with files left unopened whose container has room now: listed
+        again this round; the others wait (for room, or the full listing)."""
+        rooms = self.rooms(self.relist)
+        now = {parts for parts in self.relist if parts[0] in rooms}
+        self.relist -= now
+        return now
 
     def check_retention(self) -> None:
         root_fd = _open_dir(self.config.ray_log_dir)
@@ -245,6 +267,10 @@ class RayFileSource(Source):
             except Refused as refused:
                 self.refusals.refuse((name,), refused.reason)
                 continue
+            if dirty is not None and not self.budget.take(name, 0, peek=True):
+                os.close(container_fd)  # in debt for listing: its changes wait until it is paid
+                self.deferred |= {parts for parts in dirty if parts[:1] == (name,)}
+                continue
             self.watch.watch_dir(container_fd, (name,))
             listed.add((name,))
             try:
@@ -275,6 +301,7 @@ class RayFileSource(Source):
                     self.refusals.refuse(here, refused.reason)
                     return
                 self.dirs_opened += 1
+                self.budget.charge(parts[0], LIST_DIR_COST)
                 fds.append(fd)
                 assert self.watch is not None
                 self.watch.watch_dir(fd, here)
@@ -294,6 +321,8 @@ class RayFileSource(Source):
             self.refusals.refuse(parts or ("",), refused.reason)
         except OSError as exc:
             log.warning("logs: cannot list %s (%s)", self.relpath(parts), exc)
+        if parts:  # below the agent's own directory: the container pays
+            self.budget.charge(parts[0], LIST_DIR_COST + LIST_ENTRY_COST * len(found))
         return sorted(found, key=lambda e: e.name)
 
     def open_log_files(self, parts: tuple[str, ...], dir_fd: int, device: int, first: bool, core: bool) -> set:
@@ -398,11 +427,7 @@ class RayFileSource(Source):
     def close_idle(self, container: str) -> bool:
         """Make room: close the container's least recently written file that is read to its
         end (its position stays; a full listing reopens it when it is written again)."""
-        idle = [
-            t
-            for t in self.tails.values()
-            if t.container == container and t.at_eof and not t.pending and t.joiner.deadline is None
-        ]
+        idle = [t for t in self.tails.values() if t.container == container and t.read_all]
         if not idle:
             return False
         tail = min(idle, key=lambda t: os.fstat(t.fd).st_mtime_ns)

@@ -15,6 +15,7 @@ from faden_agent.workers.logs.sources.ray.fileends import position_key
 
 # x.log, x.out, x.err; rotated away: x.log.N (Python's handler) or x.N.out (spdlog's)
 _LOG_NAME = re.compile(r"(?P<stem>.+?)(?:\.(?P<n1>\d{1,6}))?\.(?P<ext>log|out|err)(?:\.(?P<n2>\d{1,6}))?\Z")
+MAX_DEBT_S = 10.0  # a container's debt is paid back within this many seconds of its rate
 _RAY_TS = re.compile(rb"(?:[A-Z]+ +)?(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:[,.](\d{1,9}))?")
 
 
@@ -48,22 +49,32 @@ def rotation_of(name: str, core: bool) -> tuple[str, int] | None:
 
 
 class ReadBudget:
-    """Bytes each container may read now: `rate` per second, at most one second's worth saved."""
+    """Bytes each container may read now: `rate` per second, at most one second's worth saved.
+    Listing its directories is paid from it too (charge): a container in debt is neither read
+    nor listed again until the rate has paid the debt back."""
 
     def __init__(self, rate: int):
         self.rate = rate
         self.left: dict[str, tuple[float, float]] = {}  # container -> (bytes left, when)
 
-    def take(self, key: str, want: int, peek: bool = False) -> int:
-        """Up to `want` bytes granted now (with peek: how many could be, nothing taken)."""
+    def _now(self, key: str) -> tuple[float, float]:
         now = time.monotonic()
         left, at = self.left.get(key, (self.rate, now))
-        left = min(self.rate, left + (now - at) * self.rate)
+        return min(self.rate, left + (now - at) * self.rate), now
+
+    def take(self, key: str, want: int, peek: bool = False) -> int:
+        """Up to `want` bytes granted now (with peek: how many could be, nothing taken)."""
+        left, now = self._now(key)
         if peek:
-            return int(left)
-        grant = int(min(want, left))
+            return max(0, int(left))
+        grant = max(0, int(min(want, left)))
         self.left[key] = (left - grant, now)
         return grant
+
+    def charge(self, key: str, cost: int) -> None:
+        """Work already done for the container (a directory listed): may leave it in debt."""
+        left, now = self._now(key)
+        self.left[key] = (max(left - cost, -MAX_DEBT_S * self.rate), now)
 
     def refund(self, key: str, unused: int) -> None:
         left, at = self.left[key]
