@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import re
-import shutil
 import subprocess
 import threading
 import time
@@ -18,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from faden_agent.node.journalctl import journalctl_argv
 from faden_agent.workers.inventory.gpu_xids import XidLog
 
 log = logging.getLogger(__name__)
@@ -90,18 +90,12 @@ class KernelXidReader:
         self.last_error: str | None = None
 
     def argv(self) -> list[str]:
-        argv = ["journalctl", "--follow", "--all", "--output=json", "--no-pager", "--lines=all"]
-        argv += ["--output-fields=MESSAGE", "_TRANSPORT=kernel"]
+        options = ["--follow", "--all", "--output=json", "--no-pager", "--lines=all"]
+        options += ["--output-fields=MESSAGE", "_TRANSPORT=kernel"]
         if self.boot_id:
-            argv.append(f"_BOOT_ID={self.boot_id}")  # a reboot is the fix of a reboot-needed Xid
-        if self.journal_directory is not None:
-            argv.append(f"--directory={self.journal_directory}")
-        if self.cursor:
-            argv.append(f"--after-cursor={self.cursor}")
-        else:
-            argv.append(f"--since=@{int(time.time() - self.first_window_s)}")
-        setpriv = shutil.which("setpriv")
-        return [setpriv, "--pdeathsig", "KILL", "--", *argv] if setpriv else argv
+            options.append(f"_BOOT_ID={self.boot_id}")  # a reboot is the fix of a reboot-needed Xid
+        since = time.time() - self.first_window_s
+        return journalctl_argv(options, self.journal_directory, self.cursor, since)
 
     def run(self) -> None:
         """Follow until stopped; journalctl ending (or missing) is retried every RESTART_S."""
