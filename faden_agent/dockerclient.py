@@ -15,6 +15,8 @@ if TYPE_CHECKING:
     from faden_agent.dockernegotiation import EngineVersion
 
 DEFAULT_ENGINE_URL = "unix:///var/run/docker.sock"
+# /info's DriverStatus entry of an engine whose images live in containerd (Docker 29's default)
+CONTAINERD_STORE = ["driver-type", "io.containerd.snapshotter.v1"]
 
 
 def engine_url(docker_host: str | None) -> str:
@@ -44,3 +46,10 @@ def engine_version(client: docker.DockerClient) -> EngineVersion | None:
     if not isinstance(api, NegotiatingAPIClient):
         return None
     return api.engine or api.negotiate()
+
+
+def image_store(info: dict) -> str:
+    """ "containerd" (the containerd image store: images named by manifest digest, saved as
+    OCI layouts with gzip'd layers) or "classic" (the graph driver's own store), from /info."""
+    status = info.get("DriverStatus") or []
+    return "containerd" if CONTAINERD_STORE in [list(pair) for pair in status if isinstance(pair, list)] else "classic"

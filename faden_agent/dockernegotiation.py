@@ -71,6 +71,11 @@ def is_version_refusal(text: str) -> bool:
     return bool(_REFUSAL.search(text))
 
 
+def resendable(data: Any) -> bool:
+    """A request body that can be sent a second time (none, bytes, text)."""
+    return data is None or isinstance(data, (bytes, str))
+
+
 class NegotiatingAPIClient(docker.APIClient):
     """docker.APIClient whose version is negotiated on first use, in the calling thread."""
 
@@ -133,8 +138,8 @@ class NegotiatingAPIClient(docker.APIClient):
             return response
         used = self._raw_version
         self.forget()
-        if self.negotiate() is None or self._raw_version == used:
-            return response
+        if self.negotiate() is None or self._raw_version == used or not resendable(kwargs.get("data")):
+            return response  # a body read from a stream cannot be sent twice: the caller sees the refusal
         response.close()
         return send(self, url.replace(f"/v{used}/", f"/v{self._raw_version}/", 1), **kwargs)
 

@@ -1,7 +1,7 @@
 """Shared fixtures. Tests that need the Docker engine use the `docker_client` fixture (the
-`engine29` fixture: a real Engine 29 beside it): it skips when no engine answers, except
-under FADEN_TEST_REQUIRE_DOCKER=1 (set by .ci/run), where a missing engine fails the test
-so a broken install step cannot pass silently."""
+machine's engine, or a real Engine 29 under FADEN_TEST_ENGINE=29; `engine29`: one beside
+it): it skips when no engine answers, except under FADEN_TEST_REQUIRE_DOCKER=1 (set by
+.ci/run), where a missing engine fails the test so a broken install step cannot pass."""
 
 from __future__ import annotations
 
@@ -14,6 +14,9 @@ from tests.agentproc import AgentProcess, agent_env
 
 REGISTRY = os.environ.get("FADEN_TEST_REGISTRY", "127.0.0.1:5000")
 TEST_IMAGE = "faden-test/busybox:1"
+# The engine the Docker tests run against: "20.10" (the machine's own) or "29" (a real
+# Engine 29 of each test process; .ci/run runs a chosen set of modules so a second time).
+ENGINE_UNDER_TEST = os.environ.get("FADEN_TEST_ENGINE", "20.10")
 
 
 def require(what: str, reason: str) -> None:
@@ -50,7 +53,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session")
-def docker_client():
+def host_docker_client():
+    """The machine's own engine (Docker 20.10 in CI), where the test image is built."""
     import docker
 
     try:
@@ -66,6 +70,29 @@ def docker_client():
 
 
 @pytest.fixture(scope="session")
+def docker_client(host_docker_client, request):
+    """The engine under test: the machine's own, or under FADEN_TEST_ENGINE=29 a real Engine
+    29 (the `engine29` fixture), which DOCKER_HOST then names for this test process: the
+    agents it starts and the docker CLI (at API 1.44, which the 20.10 CLI speaks) go there."""
+    if ENGINE_UNDER_TEST != "29":
+        yield host_docker_client
+        return
+    from tests.engine29 import CLI_API_VERSION
+
+    engine = request.getfixturevalue("engine29")
+    saved = {key: os.environ.get(key) for key in ("DOCKER_HOST", "DOCKER_API_VERSION")}
+    os.environ.update(DOCKER_HOST=engine.host, DOCKER_API_VERSION=CLI_API_VERSION)
+    client = engine.client()
+    yield client
+    client.close()
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+@pytest.fixture(scope="session")
 def registry(docker_client) -> str:
     import requests
 
@@ -77,7 +104,7 @@ def registry(docker_client) -> str:
 
 
 @pytest.fixture(scope="session")
-def engine29(docker_client, tmp_path_factory):
+def engine29(host_docker_client, tmp_path_factory):
     """A real Docker Engine 29.1.5 holding the test image, one per test process (each xdist
     worker its own): tests/engine29.py. Missing pieces skip, or fail under .ci/run."""
     from tests.engine29 import Engine29, missing_piece

@@ -20,6 +20,7 @@ from typing import Any
 
 import docker
 
+from tests.privateengine import docker_cli, with_path_prefix
 from tests.sharedtools import find_shared_tool
 
 TOOLS = find_shared_tool("docker29", "FADEN_TEST_DOCKER29_DIR")
@@ -74,8 +75,15 @@ def make_bridge(name: str) -> ipaddress.IPv4Network:
 class Engine29:
     """One Engine 29 under `root`: `.host` is its address (unix://root/docker.sock)."""
 
-    def __init__(self, root: Path, image: str | None = "faden-test/busybox:1", socket: Path | None = None):
+    def __init__(
+        self,
+        root: Path,
+        image: str | None = "faden-test/busybox:1",
+        socket: Path | None = None,
+        path_prefix: Path | None = None,
+    ):
         self.root = Path(root)
+        self.path_prefix = path_prefix  # a folder searched first for dockerd's helpers
         self.image = image
         self.socket = socket or self.root / "docker.sock"
         self.host = f"unix://{self.socket}"
@@ -103,13 +111,15 @@ class Engine29:
         self.root.mkdir(parents=True, exist_ok=True)
         if self.subnet is None:
             self.subnet = make_bridge(self.bridge)
-        argv = ["bash", str(RUN_DOCKERD29), str(self.root)]
+        # No userland proxy: Docker 29's docker-proxy is not among the shared daemons (and
+        # Debian's 20.10 one does not take its flags); a published port is still published.
+        argv = ["bash", str(RUN_DOCKERD29), str(self.root), "--", "--userland-proxy=false"]
         if self.socket != self.root / "docker.sock":
-            argv += ["--", "-H", self.host]  # dockerd takes the last -H: this socket, not root's
+            argv += ["-H", self.host]  # it listens on root's socket and on this one
         setpriv = shutil.which("setpriv")
         if setpriv:  # a test run that dies (killed, Ctrl-C) takes its engine with it
             argv = [setpriv, "--pdeathsig", "TERM", "--", *argv]
-        env = {**os.environ, "BRIDGE": self.bridge}
+        env = {**with_path_prefix(self.path_prefix), "BRIDGE": self.bridge}
         with open(self.root / "run.log", "ab") as log:
             self.proc = subprocess.Popen(
                 argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
@@ -148,19 +158,16 @@ class Engine29:
 
     def docker(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         """The machine's docker CLI (20.10, API 1.41 by default) at API 1.44, which this engine takes."""
-        return subprocess.run(
-            ["docker", "-H", self.host, *args],
-            capture_output=True,
-            text=True,
-            check=check,
-            timeout=120,
-            env={**os.environ, "DOCKER_API_VERSION": CLI_API_VERSION},
-        )
+        return docker_cli(self.host, *args, check=check, api_version=CLI_API_VERSION)
 
     def load(self, image: str) -> None:
         """Copy `image` from the shared 20.10 engine: docker save there, load here."""
         saved = subprocess.run(
-            ["docker", "-H", HOST_ENGINE, "save", image], capture_output=True, check=True, timeout=120
+            ["docker", "-H", HOST_ENGINE, "save", image],
+            capture_output=True,
+            check=True,
+            timeout=120,
+            env={k: v for k, v in os.environ.items() if k != "DOCKER_API_VERSION"},
         ).stdout
         with closing(self.client()) as client:
             client.images.load(saved)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -37,9 +38,10 @@ class PrivateEngine:
     work keeps busy, an agent's Docker events, inventory changes and dockerd's CPU are then
     the agent's own (bench/footprint_bench.py), and its data root is not the default."""
 
-    def __init__(self, root: Path, image: str | None = None):
+    def __init__(self, root: Path, image: str | None = None, path_prefix: Path | None = None):
         self.root = root
         self.image = image
+        self.path_prefix = path_prefix  # a folder searched first for dockerd's helpers
         self.socket = root / "docker.sock"
         self.host = f"unix://{self.socket}"
         self.proc: subprocess.Popen | None = None
@@ -55,6 +57,7 @@ class PrivateEngine:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
+                env=with_path_prefix(self.path_prefix),
             )
         wait_for(lambda: self.docker("version", check=False).returncode == 0, 90, 0.2, "a private dockerd")
         if self.image:
@@ -82,6 +85,23 @@ class PrivateEngine:
         return self.proc.pid
 
     def docker(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            ["docker", "-H", self.host, *args], capture_output=True, text=True, check=check, timeout=120
-        )
+        return docker_cli(self.host, *args, check=check)
+
+
+def with_path_prefix(folder: Path | None) -> dict[str, str]:
+    """This process's environment, `folder` first on PATH when given."""
+    env = dict(os.environ)
+    if folder is not None:
+        env["PATH"] = f"{folder}:{env.get('PATH', '')}"
+    return env
+
+
+def docker_cli(host: str, *args: str, check: bool = True, api_version: str | None = None):
+    """The machine's docker CLI against the engine at `host`, at its own API version unless
+    one is named (a test run against Engine 29 names one in the environment: not here)."""
+    env = {k: v for k, v in os.environ.items() if k != "DOCKER_API_VERSION"}
+    if api_version:
+        env["DOCKER_API_VERSION"] = api_version
+    return subprocess.run(
+        ["docker", "-H", host, *args], capture_output=True, text=True, check=check, timeout=120, env=env
+    )

@@ -1,5 +1,6 @@
 """A private dockerd whose data root is a small tmpfs, reaching the shared registry at its
-usual address (a port into the engine's network namespace)."""
+usual address (a port into the engine's network namespace); under FADEN_TEST_ENGINE=29 a
+real Engine 29 whose whole folder (containerd's store too) is that tmpfs."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from tests.conftest import ENGINE_UNDER_TEST
+from tests.engine29 import Engine29
 from tests.netnsforward import NetnsForward
 from tests.privateengine import PrivateEngine
 
@@ -17,6 +20,17 @@ from tests.privateengine import PrivateEngine
 @contextmanager
 def small_engine(size: str, registry: str | None = None, image: str | None = None) -> Iterator[PrivateEngine]:
     root = Path(tempfile.mkdtemp(prefix="fx29-", dir="/tmp"))  # a short socket path
+    if ENGINE_UNDER_TEST == "29":
+        data = root / "engine"  # the 29 engine's images live in containerd's root beside dockerd's
+        data.mkdir(parents=True)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(data)], check=True)
+        try:
+            with Engine29(data, image) as engine29:  # on the host's network: 127.0.0.1:5000 as it is
+                yield engine29
+        finally:
+            subprocess.run(["umount", "-l", str(data)], check=False)
+            shutil.rmtree(root, ignore_errors=True)
+        return
     data = root / "engine" / "data"
     data.mkdir(parents=True)
     subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(data)], check=True)

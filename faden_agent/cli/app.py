@@ -251,6 +251,66 @@ def up(
         fail(str(exc))
 
 
+def _host_request(action: str, deadline: str | None, wait: str | None) -> None:
+    from faden_agent.cli import hostrequest as hr
+
+    config = load_installed()
+    try:
+        deadline_s = hr.parse_duration(deadline) if deadline is not None else None
+        wait_s = hr.parse_duration(wait) if wait is not None else hr.default_wait(action, deadline_s)
+    except hr.BadDuration as exc:
+        fail(str(exc), 2)
+    if not config.state_path.exists():
+        fail(f"this machine is not enrolled ({config.state_path} does not exist): nothing to ask", hr.EXIT_NOT_ENROLLED)
+    request_id = hr.send_request(config, action, deadline_s, wait_s)
+    typer.echo(f"{action}: asked the backend (request {request_id})")
+    answer = hr.await_answer(config, request_id, wait_s, typer.echo)
+    if answer is None:
+        kept = (
+            "the request stays queued and is sent when the link is back"
+            if action == "cordon"
+            else "the request expires unanswered"
+        )
+        fail(f"{action}: no answer from the backend within {wait_s:g}s; {kept}", hr.EXIT_PENDING)
+    code, lines = hr.outcome_lines(answer)
+    for line in lines:
+        typer.echo(line, err=code != hr.EXIT_DONE)
+    raise typer.Exit(code)
+
+
+WAIT_HELP = "How long to wait for the backend's answer (e.g. 30s, 5m); default 30s, a drain: its deadline + 60s."
+
+
+@app.command()
+def cordon(wait: str | None = typer.Option(None, "--wait", help=WAIT_HELP)) -> None:
+    """Ask the backend to place nothing new on this machine (running containers stay).
+
+    Exit 0 when cordoned, 1 when the backend's answer failed, 3 when not enrolled, 4 when no
+    answer came in time (the request stays queued and is sent when the link is back)."""
+    _host_request("cordon", None, wait)
+
+
+@app.command()
+def drain(
+    deadline: str | None = typer.Option(
+        None, "--deadline", help="Bound of the whole drain (e.g. 90s, 5m); default 5m."
+    ),
+    wait: str | None = typer.Option(None, "--wait", help=WAIT_HELP),
+) -> None:
+    """Ask the backend to drain this machine: cordon it, stop its managed containers (each with its
+    own grace; what still runs at the deadline is stopped hard), ship their last lines, remove them.
+
+    Exit 0 when drained, 1 when it failed (the reason is printed), 3 when not enrolled, 4 when no
+    answer came in time (the request then expires)."""
+    _host_request("drain", deadline, wait)
+
+
+@app.command()
+def uncordon(wait: str | None = typer.Option(None, "--wait", help=WAIT_HELP)) -> None:
+    """Ask the backend to make this machine schedulable again. Exit codes as `cordon`."""
+    _host_request("uncordon", None, wait)
+
+
 # The reference backend and its admin client (faden_agent/devbackend; typer only at import).
 from faden_agent.devbackend.cli import admin_app, dev_backend  # noqa: E402
 

@@ -21,9 +21,10 @@ from urllib.parse import urlsplit
 
 from faden_agent.config import Config, env_name, listen_host_port
 from faden_agent.disk.disklow import consumers, low_threshold
-from faden_agent.dockerclient import engine_url, make_client
+from faden_agent.dockerclient import engine_url, engine_version, image_store, make_client
 from faden_agent.errorline import error_line
 from faden_agent.http.tls import client_context
+from faden_agent.workers.executor.gpu import GPU_ADVICE, GPU_DRIVER_MISMATCH, GPU_DRIVER_NOT_LOADED, GPU_LOST
 
 if TYPE_CHECKING:
     from faden_agent.node.membership import Membership
@@ -32,6 +33,20 @@ OK, WARN, FAIL = "ok", "warn", "fail"
 CHECK_TIMEOUT_S = 5.0
 CLOCK_WARN_S, CLOCK_FAIL_S = 5.0, 60.0
 DISK_FAIL_BYTES = 200 * 2**20
+
+
+# NVML's answers at start that name a cause of the NVIDIA stack's (workers/executor/gpu.py).
+NVML_CAUSES = {18: GPU_DRIVER_MISMATCH, 9: GPU_DRIVER_NOT_LOADED}  # LIB_RM_VERSION_MISMATCH, DRIVER_NOT_LOADED
+NVML_ERROR_GPU_IS_LOST = 15
+
+
+def is_lost(pynvml: Any, index: int) -> bool:
+    """The GPU answers NVML with GPU_IS_LOST (fallen off the bus)."""
+    try:
+        pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(index))
+    except pynvml.NVMLError as exc:
+        return exc.value == NVML_ERROR_GPU_IS_LOST
+    return False
 
 
 @dataclass
@@ -264,6 +279,7 @@ class Doctor:
             client = make_client(self.config.docker_host, timeout_s=self.timeout_s)
             try:
                 info = client.info()
+                versions = engine_version(client)
             finally:
                 client.close()
         except Exception as exc:  # noqa: BLE001 - the SDK raises many types for one cause
@@ -273,7 +289,15 @@ class Doctor:
                 f"engine at {base_url} does not answer: {error_line(exc, 300, root=True)}",
                 f"start the Docker engine (systemctl start docker) or fix {env_name('docker_host')}",
             )
-        text = f"engine {info.get('ServerVersion', '?')} at {base_url}, {info.get('Containers', 0)} containers"
+        api = (
+            f"API {versions.api_in_use} (engine {versions.min_api_version}-{versions.api_version})"
+            if versions
+            else "API ?"
+        )
+        text = (
+            f"engine {info.get('ServerVersion', '?')} at {base_url}, {api}, {image_store(info)} image store, "
+            f"{info.get('Containers', 0)} containers"
+        )
         return Check("docker", OK, text), info
 
     def nvidia_runtime(self, docker_info: dict[str, Any] | None) -> Check:
@@ -302,13 +326,21 @@ class Doctor:
                 "install the NVIDIA driver if this machine has GPUs",
             )
         except pynvml.NVMLError as exc:
+            reason = NVML_CAUSES.get(exc.value)
+            if reason:
+                return Check("nvml", FAIL, f"NVML does not initialise ({reason}): {exc}", GPU_ADVICE[reason])
             return Check("nvml", FAIL, f"NVML does not initialise: {exc}", "check the driver (nvidia-smi)")
         try:
             count = pynvml.nvmlDeviceGetCount()
             driver = pynvml.nvmlSystemGetDriverVersion()
+            lost = [index for index in range(count) if is_lost(pynvml, index)]
         finally:
             pynvml.nvmlShutdown()
-        return Check("nvml", OK, f"{count} GPU(s), driver {driver.decode() if isinstance(driver, bytes) else driver}")
+        driver_text = driver.decode() if isinstance(driver, bytes) else driver
+        if lost:
+            which = ", ".join(str(index) for index in lost)
+            return Check("nvml", FAIL, f"{GPU_LOST}: GPU {which} of {count} is lost", GPU_ADVICE[GPU_LOST])
+        return Check("nvml", OK, f"{count} GPU(s), driver {driver_text}")
 
     # ------------------------------------------------------------------ logs
 

@@ -78,6 +78,17 @@ def send_command(req: Request, node_id: str) -> int:
     deadline = body.get("deadline")
     if deadline is not None and not isinstance(deadline, (int, float)):
         raise HttpError(400, "bad_body", "'deadline' must be epoch seconds")
+    drain = (req.backend.store.node(node_id) or {}).get("drain") or {}
+    if (
+        kind == "container.run"
+        and drain.get("state", protocol.SCHEDULABLE) != protocol.SCHEDULABLE
+        and not body.get("force")
+    ):
+        raise HttpError(
+            409,
+            "node_cordoned",
+            f"node {node_id} is {drain.get('state')}: nothing new is placed there (send force: true)",
+        )
     created = req.backend.store.add_command(node_id, kind, spec, command_id, deadline)
     if created["node_id"] != node_id:
         raise HttpError(409, "conflict", f"command id {command_id} belongs to another node")

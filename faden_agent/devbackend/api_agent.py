@@ -128,6 +128,8 @@ def uplink(req: Request) -> int:
         raise HttpError(400, "bad_body", "body needs a list 'records'")
     valid = [r for r in records if _valid_record(r)]
     acked = req.backend.store.store_records(node_id, valid)
+    if any(r["kind"] == protocol.HOST_REQUEST for r in valid):  # answered with a command (host_requests.py)
+        req.backend.notify_streams()
     # Malformed records are named back (when they have an id) so the agent can drop them.
     rejected = [
         r["id"] for r in records if not _valid_record(r) and isinstance(r, dict) and isinstance(r.get("id"), str)

@@ -108,14 +108,14 @@ def admin_nodes(
     ca_bundle: Path | None = CaOption,
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """List enrolled nodes: id, agent, version, heartbeats, worker states."""
+    """List enrolled nodes: id, agent, version, heartbeats, drain state, worker states."""
     import time
 
     nodes = _run(lambda: _client(url, admin_token, ca_bundle).nodes())
     if as_json:
         _echo_json(nodes)
         return
-    typer.echo(f"{'NODE':<18} {'AGENT':<20} {'VERSION':<9} {'LAST BEAT':>9} {'BEATS':>6}  WORKERS")
+    typer.echo(f"{'NODE':<18} {'AGENT':<20} {'VERSION':<9} {'LAST BEAT':>9} {'BEATS':>6} {'DRAIN':<11}  WORKERS")
     for node in nodes:
         age = f"{time.time() - node['last_heartbeat_at']:.0f}s" if node.get("last_heartbeat_at") else "-"
         workers = " ".join(f"{w['name']}={w['state']}" for w in node.get("workers") or [])
@@ -124,7 +124,7 @@ def admin_nodes(
             revoked += f" (agent version {node['available_version']} available)"
         typer.echo(
             f"{node['node_id']:<18} {str(node['agent_id']):<20} {str(node['version']):<9} {age:>9} "
-            f"{node['heartbeats']:>6}  {workers}{revoked}"
+            f"{node['heartbeats']:>6} {str((node.get('drain') or {}).get('state', '-')):<11}  {workers}{revoked}"
         )
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 
 from faden_agent import protocol
-from faden_agent.devbackend import clusters
+from faden_agent.devbackend import clusters, host_requests
 from faden_agent.protocol.inventory import apply_record  # the receiver's rule (docs/inventory.md)
 
 ENROLL_RETRY_WINDOW_S = 3600  # how long a spent token can be re-presented by the same attempt
@@ -383,6 +383,16 @@ class Store:
             )
         elif record["kind"] == protocol.TRAFFIC:
             clusters.store_traffic(self._db, node_id, record["data"], now)
+        elif record["kind"] == protocol.HOST_REQUEST:
+            command = host_requests.answer(record["data"], now)
+            if command is not None:  # the answer: a node.* command, id from the request (once)
+                kind, spec, command_id = command
+                self._db.execute(
+                    "INSERT OR IGNORE INTO commands (id, node_id, kind, spec, deadline, created_at)"
+                    " VALUES (?, ?, ?, ?, NULL, ?)",
+                    (command_id, node_id, kind, orjson.dumps(spec), now),
+                )
+                self._write_high_water(self.epoch, self._last_seq())
         elif record["kind"] == protocol.INVENTORY:
             row = self._db.execute("SELECT inventory FROM nodes WHERE node_id = ?", (node_id,)).fetchone()
             inventory = apply_record(_json(row[0]) if row else None, record["data"])
@@ -463,6 +473,8 @@ class Store:
                     "heartbeats": hb_count,
                     "uptime_s": heartbeat.get("uptime_s"),
                     "connection": heartbeat.get("connection"),
+                    # schedulable, cordoned, draining, drained (the node's own word, kept across restarts)
+                    "drain": heartbeat.get("drain") or {"state": protocol.SCHEDULABLE},
                     "workers": heartbeat.get("workers"),
                     "inventory_at": inv_at,
                     "fingerprint": fingerprint or facts.get("fingerprint"),

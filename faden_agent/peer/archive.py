@@ -288,20 +288,23 @@ class ArchiveVerifier:
         """A blob passed on while hashed (and, gzip'd, unpacked and hashed); kept in memory
         when small enough to be metadata, within META_KEPT_LIMIT for all of them."""
         digests = BlobDigests(self._inflated)
-        keep = member.size <= META_LIMIT and self.kept + member.size <= META_KEPT_LIMIT
+        # JSON only: small layers (a tar, a gzip) never use up what the metadata may keep
+        keep = [member.size <= META_LIMIT and self.kept + member.size <= META_KEPT_LIMIT]
         content = bytearray()
 
         def on_chunk(chunk: bytes) -> None:
             digests.update(chunk)
-            if keep:
+            if keep[0] and not content and not chunk[:64].lstrip().startswith((b"{", b"[")):
+                keep[0] = False
+            if keep[0]:
                 content.extend(chunk)
 
         yield from copy_entry(member, data, on_chunk)
         raw, plain, compression = digests.finish()
         if raw != digest:
             raise IntegrityError(f"blob {digest[:19]} hashes to {raw[:19]}: corrupted")
-        self.kept += member.size if keep else 0
-        self.blobs[digest] = Blob(member.size, plain, compression, bytes(content) if keep else None)
+        self.kept += len(content) if keep[0] else 0
+        self.blobs[digest] = Blob(member.size, plain, compression, bytes(content) if keep[0] else None)
 
     def _small(self, member: tarfile.TarInfo, data: Any) -> bytes:
         if member.size > META_LIMIT:

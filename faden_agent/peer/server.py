@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import ssl
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,10 +27,16 @@ from faden_agent.peer.archive import (
     strip_held_layers,
     v1_layer_ids,
 )
+from faden_agent.peer.oci import BLOB_PATH, kind_of
 from faden_agent.peer.tickets import PROBE_GRANT, TicketBox, TicketRefused, check_grant
 
 log = logging.getLogger(__name__)
 
+# The containerd store's layer files are read ahead of a transfer from its own save, within
+# LOOKAHEAD_S (under the receiver's 30 s wait for the answer), and remembered per image.
+LOOKAHEAD_S = 20.0
+LAYER_PATHS_KEPT = 256
+_LAYER_PATHS: dict[str, list[str]] = {}
 REQUEST_LIMIT = 4 << 20  # the held chains of a machine with thousands of images fit
 FRAME = 1 << 20
 
@@ -89,17 +96,45 @@ def held_layer_files(
     }
 
 
-def saved_layer_paths(api: docker.APIClient, image_id: str) -> list[str]:
-    """manifest.json's Layers of the engine's own docker save of the image (read through
-    once, the layers skipped; no API names a containerd-store layer's blob)."""
+def saved_layer_paths(api: docker.APIClient, image_id: str, budget_s: float = LOOKAHEAD_S) -> list[str]:
+    """The layer files of the engine's own docker save of the image, base first: from the
+    manifest blob `image_id` names, or else manifest.json near the end, the layers skipped
+    over ([] past `budget_s`: the receiver's read waits 30 s for the answer's head).
+    Remembered per image id (content-addressed: never stale)."""
+    if image_id in _LAYER_PATHS:
+        return _LAYER_PATHS[image_id]
+    deadline = time.monotonic() + budget_s
+    chunks = api.get_image(image_id, chunk_size=FRAME)
     paths: list[str] = []
-    for member, data in entries(ChunkReader(api.get_image(image_id, chunk_size=FRAME))):
-        if member.name == "manifest.json" and member.isfile() and member.size <= META_LIMIT:
-            try:
+    try:
+        for member, data in entries(ChunkReader(_until(chunks, deadline))):
+            blob = BLOB_PATH.fullmatch(member.name)
+            if member.isfile() and member.size <= META_LIMIT and blob and "sha256:" + blob.group(1) == image_id:
+                document = orjson.loads(data.read(member.size))
+                if kind_of(document) == "manifest":  # else an index: manifest.json names its platform's
+                    paths = [
+                        "blobs/sha256/" + str(d.get("digest", "")).removeprefix("sha256:") for d in document["layers"]
+                    ]
+                    break
+            elif member.name == "manifest.json" and member.isfile() and member.size <= META_LIMIT:
                 paths = [str(p) for p in orjson.loads(data.read(member.size))[0]["Layers"]]
-            except (orjson.JSONDecodeError, LookupError, TypeError):
-                return []
+                break
+    except (TimeoutError, orjson.JSONDecodeError, LookupError, TypeError, AttributeError) as exc:
+        log.info("no layer files of %s ahead of its save (%s): the whole archive is sent", image_id[:19], exc)
+        return []
+    finally:
+        chunks.close()
+    if len(_LAYER_PATHS) >= LAYER_PATHS_KEPT:
+        _LAYER_PATHS.pop(next(iter(_LAYER_PATHS)))
+    _LAYER_PATHS[image_id] = paths
     return paths
+
+
+def _until(chunks: Iterator[bytes], deadline: float) -> Iterator[bytes]:
+    for chunk in chunks:
+        if time.monotonic() > deadline:
+            raise TimeoutError("the engine's save took too long to read ahead")
+        yield chunk
 
 
 class ChunkedWriter:

@@ -14,7 +14,17 @@ INVENTORY = "inventory"
 TIMELINE = "timeline"
 EVENT = "event"
 TRAFFIC = "traffic"  # latest value: traffic to peer machines, NICs, RDMA ports (docs/protocol.md)
-RECORD_KINDS = (HEARTBEAT, INVENTORY, TIMELINE, EVENT, TRAFFIC)
+HOST_REQUEST = "host_request"  # an operator on the machine asks: cordon, drain, uncordon (docs/protocol.md)
+RECORD_KINDS = (HEARTBEAT, INVENTORY, TIMELINE, EVENT, TRAFFIC, HOST_REQUEST)
+
+# Drain states of a machine, in its heartbeat's `drain` (docs/commands.md, node.drain).
+SCHEDULABLE = "schedulable"
+CORDONED = "cordoned"  # nothing new is placed here; what runs stays
+DRAINING = "draining"  # cordoned, and the managed containers are being stopped
+DRAINED = "drained"  # cordoned, and the drain ended
+DRAIN_STATES = (SCHEDULABLE, CORDONED, DRAINING, DRAINED)
+HOST_ACTIONS = ("cordon", "drain", "uncordon")  # what a host request may ask
+SHUTTING_DOWN_EVENT = "node.shutting_down"  # the machine is going down (logind PrepareForShutdown)
 
 # Timeline states of a command.
 RECEIVED = "received"
@@ -141,6 +151,8 @@ COMMAND_KINDS = (
     "container.restart",
     "container.remove",
     "command.cancel",
+    "node.drain",
+    "node.undrain",
 )
 
 # Machine-readable reasons of terminal timeline states.
@@ -154,6 +166,12 @@ REASONS = (
     "docker_unavailable",
     "docker_permission",
     "gpu_runtime_missing",
+    # the NVIDIA container stack's other failures, by cause (issue 37)
+    "gpu_driver_mismatch",
+    "gpu_driver_not_loaded",
+    "gpu_lost",
+    "gpu_device_missing",
+    "gpu_runtime_failed",
     "conflict",
     "not_managed",
     "not_found",
@@ -182,6 +200,7 @@ REASONS = (
 TRAFFIC_CAPABILITY = "traffic.passive"  # sends traffic records (peers, NICs, RDMA ports)
 PEER_IMAGES_CAPABILITY = "images.peer"  # image.serve / image.fetch, a peer worker on PEER_PORT (issue 14)
 PROBE_CAPABILITY = "traffic.probe"  # traffic.serve / traffic.probe: active probes over the peer port (issue 15)
+DRAIN_CAPABILITY = "drain"  # node.drain / node.undrain, host requests, drain state in heartbeats
 CAPABILITIES = (
     "docker",
     "gpu",
@@ -192,6 +211,7 @@ CAPABILITIES = (
     TRAFFIC_CAPABILITY,
     PEER_IMAGES_CAPABILITY,
     PROBE_CAPABILITY,
+    DRAIN_CAPABILITY,
 )
 
 

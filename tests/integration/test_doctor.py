@@ -15,12 +15,20 @@ from pathlib import Path
 import orjson
 import pytest
 
+from faden_agent.workers.executor.gpu import GPU_ADVICE
 from tests.agentproc import AgentProcess
 from tests.backendproc import BackendProcess, agent_env_for
+from tests.conftest import ENGINE_UNDER_TEST
 from tests.integration.test_stream_tls_secrets import make_ca_and_server_cert, without_ca_overrides
+from tests.nvml.state import GpuState
 
 pytestmark = pytest.mark.docker
 
+# The engine's version, the API version in use with the engine's range, and its image store.
+ENGINE_LINE = {
+    "20.10": "API 1.41 (engine 1.12-1.41), classic image store",
+    "29": "API 1.45 (engine 1.44-1.52), containerd image store",
+}
 MUST_BE_OK = [
     "backend dns",
     "backend tcp",
@@ -72,6 +80,7 @@ def test_healthy_node_has_no_failure(enrolled):
     assert done.returncode == 0, done.stdout
     assert {name: checks[name]["status"] for name in MUST_BE_OK} == {name: "ok" for name in MUST_BE_OK}, done.stdout
     assert "verified with CA bundle" in checks["backend tls"]["detail"]
+    assert ENGINE_LINE[ENGINE_UNDER_TEST] in checks["docker"]["detail"], checks["docker"]
     assert checks["nvml"]["status"] == "warn"  # no GPU on this machine
     assert orjson.loads(done.stdout)["result"] in ("ok", "warn")
     text = doctor(env)
@@ -109,3 +118,23 @@ def test_doctor_never_prints_the_credential(enrolled):
     credential = orjson.loads(Path(env["FADEN_NODE_AGENT_STATE_PATH"]).read_bytes())["credential"]
     done = doctor(env, "--json")
     assert credential not in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(
+    ("setup", "reason"),
+    [
+        ({"init_error": 18}, "gpu_driver_mismatch"),  # NVML_ERROR_LIB_RM_VERSION_MISMATCH: driver upgraded
+        ({"init_error": 9}, "gpu_driver_not_loaded"),  # NVML_ERROR_DRIVER_NOT_LOADED
+        ({"lost": 1}, "gpu_lost"),  # GPU 1 fell off the bus: every call on it is GPU_IS_LOST
+    ],
+)
+def test_nvidia_driver_failures_are_named_by_cause_with_what_to_do(env, tmp_path, setup, reason):
+    gpus = GpuState(tmp_path / "nvml", count=2)
+    if "lost" in setup:
+        gpus.gpus[setup["lost"]]["lost"] = 1
+    else:
+        gpus.top.update(setup)
+    gpus.write()
+    check = by_name(doctor({**env, **gpus.env()}, "--json"))["nvml"]
+    assert (check["status"], check["hint"]) == ("fail", GPU_ADVICE[reason]), check
+    assert reason in check["detail"]

@@ -349,3 +349,51 @@ def test_metrics_name_every_gpu_by_uuid_with_its_verdict_and_xids(tmp_path, agen
     assert gpu_samples and all(s.labels.get("uuid") for s in gpu_samples)
     assert scrape.value("faden_agent_gpu_xid_errors_total", uuid=uuid_1, xid="79") == 1
     assert scrape.value("faden_agent_gpu_memory_size_bytes", gpu="0") == first["devices"][0]["memory_total"]
+
+
+def test_a_restart_keeps_the_evidence_and_a_gpu_gone_meanwhile_is_failed(tmp_path, agent_factory):
+    # The Xid log, the verdicts, the GPUs seen and the baselines live in gpu-evidence.json:
+    # after a restart an Xid seen before still fails its GPU (and is no second event), a
+    # link seen up and now down is down, and a GPU that vanished while the agent was down
+    # is failed "missing since <time>".
+    gpus = GpuState(tmp_path / "nvml", count=3)
+    agent, state_dir, first = start(tmp_path, agent_factory, gpus)
+    gpus.xid(0, 79)
+    wait_for(lambda: [e for e in health_events(state_dir) if e["index"] == 0], 10, what="the Xid's event")
+    evidence = state_dir / "gpu-evidence.json"
+    wait_for(lambda: evidence.exists() and b'"code":79' in evidence.read_bytes(), 10, what="the Xid kept on disk")
+    assert evidence.stat().st_mode & 0o777 == 0o600
+    agent.stop()
+    events_before = len(health_events(state_dir))
+
+    gpus.gpus[1]["nvlink"]["0"]["active"] = 0  # NVLink 0 goes down while the agent is away ...
+    gpus.gpus[1]["nvlink"]["1"]["active"] = 0  # ... and 1 too: only the evidence knows they were up
+    gpus.top["count"] = 2  # GPU 2 falls off while the agent is down
+    gpus.write()
+    agent_factory(agent.env).start()
+
+    def judged():
+        gpu = newest_gpu(state_dir)
+        return gpu.get("missing") and gpu["devices"][1]["health"]["verdict"] != "ok" and gpu
+
+    gpu = wait_for(judged, 30, what="a record after the restart with the evidence applied")
+    assert gpu["devices"][0]["health"]["reasons"] == ["Xid 79: GPU has fallen off the bus (reboot needed)"]
+    assert gpu["devices"][1]["health"]["reasons"] == ["NVLink 0 down", "NVLink 1 down"]
+    missing = gpu["missing"][0]
+    assert (missing["uuid"], missing["pci_bus_id"]) == (first["devices"][2]["uuid"], first["devices"][2]["pci_bus_id"])
+    assert missing["health"]["verdict"] == "failed"
+    assert missing["health"]["reasons"][0].startswith("GPU missing since 20")
+    new = health_events(state_dir)[events_before:]
+    assert sorted((e["index"], e["old"], e["new"]) for e in new) == [(1, "ok", "degraded"), (2, "ok", "failed")]
+
+
+def test_a_corrupt_evidence_file_is_moved_aside_and_reported(tmp_path, agent_factory):
+    gpus = GpuState(tmp_path / "nvml", count=1)
+    state_dir = tmp_path / "state"
+    state_dir.mkdir(mode=0o700)
+    (state_dir / "gpu-evidence.json").write_text('{"version": 1, "gpus": {"GPU-x": {"index": "zero"}}}')
+    _, state_dir, first = start(tmp_path, agent_factory, gpus)
+    assert first["health"]["verdict"] == "ok"
+    quarantined = [e for e in records(state_dir, protocol.EVENT) if e.get("type") == "agent.file_quarantined"]
+    assert quarantined and quarantined[0]["file"] == "GPU evidence" and "has no index" in quarantined[0]["error"]
+    assert list(state_dir.glob("gpu-evidence.json.corrupt-*"))

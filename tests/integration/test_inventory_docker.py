@@ -16,11 +16,12 @@ import pytest
 
 from faden_agent import protocol
 from faden_agent.config import load_config
+from faden_agent.dockernegotiation import CLIENT_MAX_API
 from faden_agent.workers.inventory.changes import DockerChangeWatcher, is_change
 from faden_agent.workers.inventory.collector import Collector, DockerProbe
 from faden_agent.workers.inventory.record import content_hash
 from tests.agentproc import wait_for
-from tests.conftest import TEST_IMAGE
+from tests.conftest import ENGINE_UNDER_TEST, TEST_IMAGE
 from tests.privateengine import PrivateEngine
 
 pytestmark = pytest.mark.docker
@@ -50,7 +51,14 @@ def test_engine_facts(docker_client):
     section = DockerProbe(None)()
     version = docker_client.version()
     info = docker_client.info()
-    assert section["engine_version"] == version["Version"] and section["api_version"] == version["ApiVersion"]
+    assert section["engine_version"] == version["Version"]
+    # the version in use: the highest both sides speak; and the engine's own range
+    assert section["api_version"] == min(
+        version["ApiVersion"], CLIENT_MAX_API, key=lambda v: tuple(map(int, v.split(".")))
+    )
+    assert (section["engine_api_min"], section["engine_api_max"]) == (version["MinAPIVersion"], version["ApiVersion"])
+    store = "containerd" if ["driver-type", "io.containerd.snapshotter.v1"] in info["DriverStatus"] else "classic"
+    assert section["image_store"] == store == {"20.10": "classic", "29": "containerd"}[ENGINE_UNDER_TEST]
     assert section["storage_driver"] == info["Driver"] and section["data_root"] == info["DockerRootDir"]
     assert section["runtimes"] == sorted(info["Runtimes"])
     assert section["nvidia_runtime"] is ("nvidia" in info["Runtimes"])
@@ -63,8 +71,15 @@ def test_images_appear_and_disappear(docker_client, unique):
     assert not any(reference in i["references"] for i in probe()["images"])
     test_image.tag(reference)
     entry = next(i for i in probe()["images"] if reference in i["references"])
-    assert entry["id"] == test_image.id and entry["size"] == test_image.attrs["Size"]
+    # the listing's size: on the containerd store (Engine 29) content and unpacked snapshot
+    # together, more than the inspected image's own Size
+    listed = next(i for i in docker_client.api.images() if i["Id"] == test_image.id)
+    assert entry["id"] == test_image.id and entry["size"] == listed["Size"] >= test_image.attrs["Size"]
     assert TEST_IMAGE in entry["references"]
+    # what an id is: the config digest on the classic store (never a manifest's digest), the
+    # manifest's digest on the containerd store (the one its own RepoDigests name)
+    named_by_manifest = any(d.endswith("@" + entry["id"]) for d in entry["digests"])
+    assert named_by_manifest is (ENGINE_UNDER_TEST == "29"), entry
     # the layer list a backend compares to choose a peer holder (issue 14)
     assert entry["layers"] == test_image.attrs["RootFS"]["Layers"] and entry["layers"]
     assert all(layer.startswith("sha256:") for layer in entry["layers"])

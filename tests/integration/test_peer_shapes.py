@@ -22,7 +22,7 @@ import pytest
 from faden_agent.peer.archive import chain_ids
 from faden_agent.peer.fetch import PeerFailure, Transfer, held_chains, local_image
 from faden_agent.peer.oci import ZSTD_MAGIC
-from faden_agent.peer.server import PeerServer
+from faden_agent.peer.server import PeerServer, saved_layer_paths
 from faden_agent.peer.tickets import Ticket, TicketBox, ticket_hash
 from tests.conftest import TEST_IMAGE
 from tests.hostilepeer import honest, scripted
@@ -180,3 +180,17 @@ def test_an_image_is_found_by_the_id_either_engine_gives_it(engines, registry):
     assert local_image(engines["29"], manifest_id) == manifest_id
     assert local_image(engines["20.10"], manifest_id) == config_id == local_image(engines["20.10"], config_id)
     assert local_image(engines["29"], config_id) is None
+
+
+def test_the_containerd_holder_reads_its_layer_files_ahead_within_a_bound(engines, busybox_save, made):
+    """Which blob holds which layer only the 29's own save says: read ahead once (stopping
+    at the manifest blob), remembered; past the bound the whole archive is sent instead."""
+    holder = engines["29"]
+    archive, _, _ = unique_image(busybox_save)
+    layout, image_id = containerd_layout(archive, name=f"faden-shapes/ahead-{uuid.uuid4().hex[:8]}:1", nested=False)
+    holder.load_image(layout)
+    made(holder, image_id)
+    assert saved_layer_paths(holder, image_id, budget_s=0.0) == []
+    paths = saved_layer_paths(holder, image_id)
+    assert len(paths) == 2 and all(p.startswith("blobs/sha256/") for p in paths)
+    assert saved_layer_paths(holder, image_id, budget_s=0.0) == paths  # remembered

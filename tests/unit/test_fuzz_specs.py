@@ -63,6 +63,8 @@ VALID = {
         "max_bytes": 1 << 20,
         "round_trips": 10,
     },
+    "node.drain": {"containers": ["c1", "c2"], "stop": True, "remove": True, "request_id": "r-1", "deadline_s": 30},
+    "node.undrain": {"request_id": "r-1"},
 }
 assert set(VALID) == set(protocol.COMMAND_KINDS)
 # Nested places where one field can go wrong while the rest stays valid.

@@ -245,3 +245,12 @@ def test_the_classic_layout_must_point_manifest_json_at_the_config_asked_for():
     entry[0]["Config"] = "blobs/sha256/" + "ef" * 32
     with pytest.raises(IntegrityError, match="manifest.json names config"):
         verify(retar(archive, replace={"manifest.json": orjson.dumps(entry)}), image_id)
+
+
+def test_many_small_layers_leave_room_for_the_metadata():
+    """Blobs are sorted by digest, so the config may come last: layers under the metadata
+    bound (a tar, a gzip) are never kept, however many there are (6 x 3 MiB here, over the
+    16 MiB that metadata may keep)."""
+    v1 = synthetic_v1([write_tar([(f"l{i}", os.urandom(3 << 20))]) for i in range(6)])
+    _, verifier = verify(classic_layout(v1), digest_of(read_v1(v1)[0]))
+    assert verifier.layers_received == 6 and verifier.kept < 1 << 20

@@ -22,7 +22,7 @@ from faden_agent.dockerclient import make_client
 from faden_agent.errorline import error_line
 from faden_agent.failure import Failure
 from faden_agent.workers.executor import docker_errors
-from faden_agent.workers.executor.gpu import device_requests, is_gpu_runtime_missing
+from faden_agent.workers.executor.gpu import GPU_ADVICE, device_requests, gpu_failure
 
 PROGRESS_INTERVAL_S = 1.0
 CAPPED_LOG_DRIVERS = ("json-file", "local")  # the drivers that take max-size and max-file
@@ -69,11 +69,10 @@ def translated(what: str, not_found: str = "not_found", image: str | None = None
         raise CommandFailed(*docker_errors.failure(what, _engine_text(exc), not_found, image)) from None
     except APIError as exc:
         text = _engine_text(exc)
-        if is_gpu_runtime_missing(text):
+        gpu_reason = gpu_failure(text)
+        if gpu_reason:
             raise CommandFailed(
-                "gpu_runtime_missing",
-                f"{what}: GPUs were requested but this machine's Docker engine "
-                f"has no NVIDIA container runtime ({text})",
+                gpu_reason, f"{what}: GPUs were requested but {GPU_ADVICE[gpu_reason]} ({text})"
             ) from None
         if exc.status_code == 409:
             raise CommandFailed("conflict", f"{what}: {text}") from None

@@ -19,8 +19,8 @@ ASK_INTERVAL_S = 0.05
 log = logging.getLogger(__name__)
 
 
-def hand_over_logs(config: Config, container: Any) -> bool:
-    """Wait (bounded) until the container's lines are shipped; whether they are."""
+def hand_over_logs(config: Config, container: Any, wait_s: float = DRAIN_TIMEOUT_S) -> bool:
+    """Wait (at most `wait_s`) until the container's lines are shipped; whether they are."""
     state = container.attrs.get("State") or {}
     if state.get("Running"):
         return False
@@ -29,7 +29,7 @@ def hand_over_logs(config: Config, container: Any) -> bool:
     if not endpoints.socket_path(address).exists():
         return False  # no log worker (an executor-only agent): nothing to wait for
     started = time.monotonic()
-    deadline = started + DRAIN_TIMEOUT_S
+    deadline = started + wait_s
     while True:
         left = deadline - time.monotonic()
         body = {"container_id": container.id, "started_at": state.get("StartedAt")}
@@ -41,6 +41,6 @@ def hand_over_logs(config: Config, container: Any) -> bool:
             log.info("logs of %s shipped (%.2fs) before its removal", container.name, time.monotonic() - started)
             return True
         if time.monotonic() + ASK_INTERVAL_S >= deadline:
-            log.warning("logs of %s not all shipped after %.0fs; removing it anyway", container.name, DRAIN_TIMEOUT_S)
+            log.warning("logs of %s not all shipped after %.1fs; removing it anyway", container.name, wait_s)
             return False
         time.sleep(ASK_INTERVAL_S)

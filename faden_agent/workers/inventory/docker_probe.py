@@ -1,6 +1,7 @@
-"""The Docker engine as the backend needs to see it: engine and API version, storage,
-runtimes (is the NVIDIA runtime there?), the images present, and the containers this
-agent manages (by label) with their state, image and GPU assignment."""
+"""The Docker engine as the backend needs to see it: engine version, the API version in use
+and the engine's range, image store, storage, runtimes (is the NVIDIA runtime there?), the
+images present (ids as the engine names them: docs/commands.md "Docker engines"), and the
+containers this agent manages (by label) with their state, image and GPU assignment."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 import docker
 
 from faden_agent import protocol
+from faden_agent.dockerclient import engine_version, image_store
 from faden_agent.protocol.container import describe
 
 # A stuck engine leaves the probe's thread blocked until this socket timeout; the probe's
@@ -22,9 +24,13 @@ def probe_docker(client: docker.DockerClient) -> dict[str, Any]:
     version = api.version()
     info = api.info()
     runtimes = sorted((info.get("Runtimes") or {}).keys())
+    negotiated = engine_version(client)
     return {
         "engine_version": version.get("Version"),
-        "api_version": version.get("ApiVersion"),
+        "api_version": negotiated.api_in_use if negotiated else None,
+        "engine_api_min": version.get("MinAPIVersion"),
+        "engine_api_max": version.get("ApiVersion"),
+        "image_store": image_store(info),
         "storage_driver": info.get("Driver"),
         "data_root": info.get("DockerRootDir"),
         "cgroup_version": info.get("CgroupVersion"),

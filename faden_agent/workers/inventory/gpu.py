@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from faden_agent.workers.inventory.gpu_evidence import seen_at
 from faden_agent.workers.inventory.gpu_health import HealthReader, node_health
 
 REASON_NO_PYNVML = "pynvml (nvidia-ml-py) not installed"
@@ -72,7 +73,7 @@ class GpuProbe:
         self.clock = clock
         self._initialized = False
         # uuid -> index, bus id and when last seen, of every GPU seen (evidence.py keeps it)
-        self._seen: dict[str, dict[str, Any]] = {}
+        self.seen: dict[str, dict[str, Any]] = {}
         self._reading: int | None = None  # the GPU index being read, for a hung call
 
     # --- the probe
@@ -96,17 +97,17 @@ class GpuProbe:
         now = self.clock()
         for device in devices:
             if device.get("uuid") and device["state"] == "ok":
-                self._seen[device["uuid"]] = {
+                self.seen[device["uuid"]] = {
                     "index": device["index"],
                     "pci_bus_id": device.get("pci_bus_id"),
-                    "at": now,
+                    "at": seen_at(now),
                 }
-        if len(devices) >= len(self._seen):
+        if len(devices) >= len(self.seen):
             return []
         present = {d.get("uuid") for d in devices}
         # a GPU NVML still counts but cannot name (lost) is the one last seen at its index
         present |= {
-            u for u, seen in self._seen.items() for d in devices if not d.get("uuid") and d["index"] == seen["index"]
+            u for u, seen in self.seen.items() for d in devices if not d.get("uuid") and d["index"] == seen["index"]
         }
         return [
             {
@@ -115,7 +116,7 @@ class GpuProbe:
                 "pci_bus_id": seen["pci_bus_id"],
                 "health": self.health.missing(uuid, iso_time(seen.get("at"))),
             }
-            for uuid, seen in sorted(self._seen.items(), key=lambda item: item[1]["index"])
+            for uuid, seen in sorted(self.seen.items(), key=lambda item: item[1]["index"])
             if uuid not in present
         ]
 
@@ -218,7 +219,7 @@ class GpuProbe:
         """A GPU NVML cannot name (lost): the uuid and bus id of the one last seen at its index."""
         if device.get("uuid"):
             return {}
-        for uuid, seen in self._seen.items():
+        for uuid, seen in self.seen.items():
             if seen["index"] == index:
                 return {"uuid": uuid, "pci_bus_id": seen["pci_bus_id"]}
         return {}

@@ -12,7 +12,7 @@ HEALTH_CHANGED = "gpu.health_changed"
 
 class HealthChanges:
     def __init__(self) -> None:
-        self._verdicts: dict[str, str] = {}
+        self.verdicts: dict[str, str] = {}
 
     def events(self, gpu: dict[str, Any] | None, now: float) -> list[dict[str, Any]]:
         """The events the gpu section calls for; remembers its verdicts."""
@@ -22,8 +22,8 @@ class HealthChanges:
             if not health:
                 continue
             key = device.get("uuid") or f"index:{device['index']}"
-            old, new = self._verdicts.get(key), health["verdict"]
-            self._verdicts[key] = new
+            old, new = self.verdicts.get(key), health["verdict"]
+            self.verdicts[key] = new
             if old == new or (old is None and new == "ok"):
                 continue
             found.append(

@@ -256,6 +256,20 @@ class HealthReader:
         rose = track.rose_at.get(name)
         return rose is not None and now - rose <= self.rising_s
 
+    # --- what an earlier run saw (gpu_evidence.py)
+
+    def baselines(self) -> dict[str, dict[str, Any]]:
+        return {
+            uuid: {"counters": dict(t.counters), "rose_at": dict(t.rose_at), "links_up": sorted(t.links_up)}
+            for uuid, t in self._tracks.items()
+        }
+
+    def restore(self, uuid: str, saved: dict[str, Any]) -> None:
+        track = self._tracks.setdefault(uuid, _Track())
+        track.counters = {k: v for k, v in _dict(saved.get("counters")).items() if isinstance(v, int)}
+        track.rose_at = {k: v for k, v in _dict(saved.get("rose_at")).items() if isinstance(v, int | float)}
+        track.links_up = {n for n in saved.get("links_up") or () if isinstance(n, int)}
+
     # --- a GPU NVML fails on, or no longer counts
 
     def failed(self, uuid: str | None, exc: Any) -> dict[str, Any]:
@@ -297,6 +311,10 @@ def node_health(devices: list[dict[str, Any]], missing: list[dict[str, Any]], pr
         verdicts.append(gpu_rules.FAILED)
         reasons.append(problem)
     return {"verdict": gpu_rules.worst(verdicts), "reasons": reasons}
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def _link_states(links: int) -> list[tuple[int, int]]:

@@ -56,3 +56,20 @@ class XidLog:
     def of(self, uuid: str | None) -> list[dict[str, Any]]:
         with self._lock:
             return list(self._events.get(uuid or "", ()))
+
+    def snapshot(self) -> dict[str, list[dict[str, Any]]]:
+        with self._lock:
+            return {uuid: list(log) for uuid, log in self._events.items()}
+
+    def restore(self, uuid: str, events: list[Any]) -> None:
+        """A GPU's log as an earlier run kept it (gpu_evidence.py); malformed entries left out."""
+        kept = [
+            {"event": e["event"], "code": e["code"], "at": e["at"]}
+            for e in events
+            if isinstance(e, dict)
+            and isinstance(e.get("event"), str)
+            and isinstance(e.get("code"), int)
+            and isinstance(e.get("at"), int | float)
+        ]
+        with self._lock:
+            self._events[uuid] = collections.deque(kept[-self.keep :], maxlen=self.keep)

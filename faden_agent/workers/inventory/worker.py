@@ -10,8 +10,10 @@ import time
 from typing import Any
 
 from faden_agent import protocol
+from faden_agent.disk.files import quarantine_record_id
 from faden_agent.reports.producer import Reports
 from faden_agent.workers.base import Worker
+from faden_agent.workers.inventory import gpu_evidence
 from faden_agent.workers.inventory.changes import DockerChangeWatcher
 from faden_agent.workers.inventory.collector import Collector
 from faden_agent.workers.inventory.disk_events import DiskWatch
@@ -46,6 +48,8 @@ class InventoryReporter:
         self.last: dict[str, Any] | None = None
         self.gpu_changes = HealthChanges()
         self.sections: dict[str, Any] | None = None  # the last collected, for gauges (ps, /metrics)
+        self.evidence: gpu_evidence.Evidence | None = None  # GPU evidence kept across restarts
+        self.kernel_cursor: str | None = None
 
     def report(self) -> dict[str, Any] | None:
         """The record handed to the outbox; None when nothing was due (record.py)."""
@@ -55,6 +59,9 @@ class InventoryReporter:
                 self.reports.put(protocol.EVENT, event, record_id=disk_record_id(event))
         for event in self.gpu_changes.events(sections.get("gpu"), time.time()):
             self.reports.put(protocol.EVENT, event, record_id=event_id(event))
+        if self.evidence is not None:  # after the events: a restart never repeats one
+            gpus = gpu_evidence.gather(self.collector.gpu, self.gpu_changes.verdicts)
+            self.evidence.save(gpus, self.kernel_cursor)
         data = self.emitter.build(sections)
         self.cycles += 1
         if data is None:
@@ -81,6 +88,7 @@ class InventoryWorker(Worker):
             RecordEmitter(usage_refresh_s=self.config.inventory_usage_sec),
             DiskWatch(self.config),
         )
+        self._restore_gpu_evidence()
         self._changed = threading.Event()
         self.watchers: list[DockerChangeWatcher | GpuErrorWatcher] = [
             DockerChangeWatcher(self.config.docker_host, self._changed.set, stop_event=self.stop_event),
@@ -90,6 +98,14 @@ class InventoryWorker(Worker):
         for watcher in self.watchers:
             watcher.start(self.start_thread)
         self._start_traffic()
+
+    def _restore_gpu_evidence(self) -> None:
+        """What an earlier run saw of the GPUs: Xids, verdicts, GPUs seen, baselines."""
+        evidence = self.reporter.evidence = gpu_evidence.Evidence(self.config.state_dir)
+        if evidence.quarantined:
+            self.reports.put(protocol.EVENT, evidence.quarantined, record_id=quarantine_record_id(evidence.quarantined))
+        gpu_evidence.restore(evidence, self.collector.gpu, self.reporter.gpu_changes.verdicts)
+        self.reporter.kernel_cursor = evidence.kernel_cursor
 
     def _start_traffic(self) -> None:
         """Traffic to peer machines, NICs, RDMA ports (traffic/report.py): a sampling thread,

@@ -14,6 +14,7 @@ from typing import Any
 from faden_agent import __version__, protocol
 from faden_agent.backend import BackendClient, BackendError
 from faden_agent.ipc.control import LOOP_WAIT_S, Control
+from faden_agent.node import drainstate
 from faden_agent.node.fingerprint import fingerprint
 from faden_agent.protocol.link import LinkState
 from faden_agent.reports.outbox import make_record
@@ -129,6 +130,7 @@ class HeartbeatSender(LinkThread):
             "supervisor": supervisor,
             "workers": [{k: w.get(k) for k in WORKER_FIELDS} for w in table.get("workers", [])],
             "connection": self.link_status.snapshot(),
+            "drain": drainstate.heartbeat_view(self.config.state_dir),  # cordoned, draining, drained
             # the first worker that cannot write its files: {"path", "error", "since", "paths"}
             "disk_full": next(
                 (

@@ -5,7 +5,7 @@ Notes (why, figures, history): docs/design-notes.md.
 """
 
 from faden_agent import protocol
-from faden_agent.workers.executor.commands import command, container, image, traffic  # noqa: F401 - each registers its kinds
+from faden_agent.workers.executor.commands import command, container, image, node, traffic  # noqa: F401 - each registers its kinds
 from faden_agent.workers.executor.commands.frame import Commands
 from faden_agent.workers.executor.kinds import KINDS
 

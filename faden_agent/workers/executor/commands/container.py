@@ -19,7 +19,7 @@ from faden_agent.workers.executor.commands.image import PEER_OPTIONS, pull_or_fe
 from faden_agent.workers.executor.docker_ops import Cancelled, CommandFailed
 from faden_agent.workers.executor.host_policy import PolicyDenied
 from faden_agent.workers.executor.kinds import COMMON, CommandKind, register
-from faden_agent.workers.executor.log_handoff import hand_over_logs
+from faden_agent.workers.executor.log_handoff import DRAIN_TIMEOUT_S, hand_over_logs
 from faden_agent.workers.executor.ray_logs import image_user, make_ray_log_dir
 from faden_agent.workers.executor.scheduler import Job
 
@@ -178,7 +178,12 @@ def _target(commands: Commands, job: Job, action: str) -> Any:
 
 
 def drain_and_remove(
-    commands: Commands, container: Any, force: bool, volumes: bool = False, timeout_s: int = STOP_TIMEOUT_S
+    commands: Commands,
+    container: Any,
+    force: bool,
+    volumes: bool = False,
+    timeout_s: int = STOP_TIMEOUT_S,
+    logs_wait_s: float = DRAIN_TIMEOUT_S,
 ) -> None:
     """Stop a running (or restarting) container first when forced, so the log worker can
     ship every line it printed up to the stop before the engine deletes its log file."""
@@ -186,7 +191,7 @@ def drain_and_remove(
     if force and (state.get("Running") or state.get("Restarting")):
         commands.ops.stop(container, timeout_s)
         commands.ops.reload(container)
-    hand_over_logs(commands.config, container)
+    hand_over_logs(commands.config, container, logs_wait_s)
     commands.ops.remove(container, force=force, volumes=volumes)
     commands.journal.forget(container.id)
 

@@ -1,0 +1,114 @@
+"""`faden-agent cordon|drain|uncordon`: a host request put in the agent's outbox (the stream
+worker sends it over its own link), then the backend's answer awaited: the node.* command it
+sends, its progress and outcome as the executor records them (node/drainstate.py).
+Exit codes: EXIT_DONE, EXIT_FAILED (the answer's reason), EXIT_NOT_ENROLLED, EXIT_PENDING.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from faden_agent import protocol
+from faden_agent.config import Config
+from faden_agent.node import drainstate
+from faden_agent.node.linkstatus import read_link_status
+
+EXIT_DONE = 0
+EXIT_FAILED = 1  # the backend's command failed or was rejected: the reason is printed
+EXIT_NOT_ENROLLED = 3  # no node identity here: nothing to ask with
+EXIT_PENDING = 4  # no answer in time: a cordon stays queued (sent when the link is back); drain/uncordon expire
+POLL_S = 0.2
+ANSWER_SLACK_S = 60.0  # a drain's answer may come this long after its deadline (link, queue, removals)
+QUICK_WAIT_S = 30.0  # cordon and uncordon: how long the CLI waits for the backend by default
+DRAIN_DEADLINE_S = 300.0
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+class BadDuration(ValueError):
+    pass
+
+
+def parse_duration(text: str) -> float:
+    """'90', '90s', '5m', '1.5h', '500ms' -> seconds; BadDuration names the value otherwise."""
+    match = _DURATION.match(text or "")
+    if not match or float(match.group(1)) <= 0:
+        raise BadDuration(f"{protocol.quote(text, 40)} is no duration: use e.g. 90s, 5m or 1h")
+    return float(match.group(1)) * _UNITS[match.group(2)]
+
+
+def send_request(config: Config, action: str, deadline_s: float | None, wait_s: float) -> str:
+    """Put the host request in the outbox (durable; the stream worker is woken); its id."""
+    from faden_agent.reports.producer import Reports
+
+    request_id = uuid.uuid4().hex
+    data: dict[str, Any] = {"action": action, "request_id": request_id, "requested_at": time.time()}
+    if deadline_s is not None:
+        data["deadline_s"] = deadline_s
+    if action != "cordon":  # a drain or uncordon nobody waits for any more must not run later
+        data["expires_at"] = time.time() + wait_s
+    reports = Reports(config)
+    try:
+        reports.put(protocol.HOST_REQUEST, data, record_id=f"hr:{request_id}")
+    finally:
+        reports.close()
+    return request_id
+
+
+def await_answer(config: Config, request_id: str, wait_s: float, say: Callable[[str], None]) -> dict[str, Any] | None:
+    """Print the drain's progress until the answer to `request_id` is recorded; None after `wait_s`."""
+    until = time.monotonic() + wait_s
+    shown: dict[str, Any] = {}
+    link_said = False
+    while time.monotonic() < until:
+        data = drainstate.read(config.state_dir)
+        answer = (data.get("answers") or {}).get(request_id)
+        if data.get("request_id") == request_id:
+            _show_progress(data, shown, say)
+        if answer is not None:
+            return answer
+        if not link_said and (problem := link_problem(config)):
+            say(f"the link to the backend is not up ({problem}); waiting")
+            link_said = True
+        time.sleep(POLL_S)
+    return None
+
+
+def _show_progress(data: dict[str, Any], shown: dict[str, Any], say: Callable[[str], None]) -> None:
+    if shown.get("") != data.get("state"):
+        shown[""] = data.get("state")
+        say(f"machine: {data.get('state')}")
+    for name, phase in sorted((data.get("containers") or {}).items()):
+        if shown.get(name) != phase:
+            shown[name] = phase
+            say(f"  {name}: {phase}")
+
+
+def link_problem(config: Config) -> str | None:
+    """The link's state when it is not connected (the stream worker's status file), else None."""
+    status = read_link_status(config.state_dir)
+    if status is None:
+        return "no status yet"
+    if status.get("state") == "connected":
+        return None
+    error = status.get("last_error")
+    return f"{status.get('state')}: {error}" if error else str(status.get("state"))
+
+
+def outcome_lines(answer: dict[str, Any]) -> tuple[int, list[str]]:
+    """The exit code and the lines that say the backend's answer."""
+    result = answer.get("result") or {}
+    if answer.get("state") != protocol.SUCCEEDED:
+        return EXIT_FAILED, [f"failed ({answer.get('reason')}): {answer.get('message')}"]
+    lines = [str(answer.get("message"))]
+    for name, outcome in sorted((result.get("containers") or {}).items()):
+        lines.append(f"  {name}: {outcome.get('how')} (exit code {outcome.get('exit_code')})")
+    return EXIT_DONE, lines
+
+
+def default_wait(action: str, deadline_s: float | None) -> float:
+    return (deadline_s or DRAIN_DEADLINE_S) + ANSWER_SLACK_S if action == "drain" else QUICK_WAIT_S
