@@ -7,7 +7,6 @@ from __future__ import annotations
 import fcntl
 import logging
 import re
-import shutil
 import subprocess
 import tempfile
 import threading
@@ -17,6 +16,7 @@ from typing import IO
 import orjson
 
 from faden_agent.config import Config
+from faden_agent.node.journalctl import journalctl_argv
 from faden_agent.workers.logs.backlog import Backlog
 from faden_agent.workers.logs.entry import MAX_LINE_BYTES, Entry, Labels, clean_line
 from faden_agent.workers.logs.labels import DEFAULT_LEVEL, LEVELS, LabelMaker, level_from_priority
@@ -170,19 +170,13 @@ class JournaldSource(Source):
     def argv(self, output: str = "export", follow: bool = True) -> list[str]:
         # --lines=all: with --follow, journalctl otherwise prints only the last 10 entries
         # after the cursor (systemd 252), silently skipping the rest.
-        argv = ["journalctl", "--all", f"--output={output}", "--no-pager", "--lines=all"]
+        options = ["--all", f"--output={output}", "--no-pager", "--lines=all"]
         if follow:
-            argv.insert(1, "--follow")
+            options.insert(0, "--follow")
         if self.output_fields:
-            argv.append(f"--output-fields={OUTPUT_FIELDS}")
-        if self.config.journal_directory is not None:
-            argv.append(f"--directory={self.config.journal_directory}")
-        if self.cursor:
-            argv.append(f"--after-cursor={self.cursor}")
-        else:
-            argv.append(f"--since=@{int(time.time()) - FIRST_START_WINDOW_S}")
-        setpriv = shutil.which("setpriv")
-        return [setpriv, "--pdeathsig", "KILL", "--", *argv] if setpriv else argv
+            options.append(f"--output-fields={OUTPUT_FIELDS}")
+        since = int(time.time()) - FIRST_START_WINDOW_S
+        return journalctl_argv(options, self.config.journal_directory, self.cursor, since)
 
     def follow(self) -> None:
         while not self.stop_event.is_set():
