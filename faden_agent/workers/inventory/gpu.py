@@ -14,6 +14,7 @@ from typing import Any
 
 from faden_agent.workers.inventory.gpu_evidence import seen_at
 from faden_agent.workers.inventory.gpu_health import HealthReader, node_health
+from faden_agent.workers.inventory.kernel_xids import bus_key
 
 REASON_NO_PYNVML = "pynvml (nvidia-ml-py) not installed"
 REASON_NO_LIBRARY = "NVML library not found"
@@ -90,7 +91,17 @@ class GpuProbe:
             else None
         )
         system["health"] = node_health(devices, missing, problem)
+        switches = self.health.xids.switches()
+        if switches:
+            system["nvswitches"] = switches
         return system
+
+    def uuid_of_bus(self, key: tuple[int, int, int]) -> str | None:
+        """The GPU seen at that PCI address (kernel_xids.py's bus_key), if any."""
+        for uuid, seen in list(self.seen.items()):
+            if bus_key(seen.get("pci_bus_id")) == key:
+                return uuid
+        return None
 
     def _missing(self, devices: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """GPUs seen in an earlier round (or run) that NVML no longer counts."""
