@@ -16,6 +16,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from faden_agent.dockernegotiation import CLIENT_MAX_API
 from faden_agent.workers.executor.gpu import GPU_ADVICE
 from tests.agentproc import AgentProcess
 from tests.backendproc import BackendProcess, agent_env_for
@@ -28,7 +29,7 @@ pytestmark = pytest.mark.docker
 # The engine's version, the API version in use with the engine's range, and its image store.
 ENGINE_LINE = {
     "20.10": "API 1.41 (engine 1.12-1.41), classic image store",
-    "29": "API 1.45 (engine 1.44-1.52), containerd image store",
+    "29": f"API {CLIENT_MAX_API} (engine 1.44-1.52), containerd image store",
 }
 MUST_BE_OK = [
     "backend dns",
