@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from faden_agent.cli.doctor_gpus import gpu_lines
 from faden_agent.config import Config, env_name, listen_host_port
 from faden_agent.disk.disklow import consumers, low_threshold
 from faden_agent.dockerclient import engine_url, engine_version, image_store, make_client
@@ -82,6 +83,7 @@ class Doctor:
         docker_info = self.step(self.docker)
         self.step(self.nvidia_runtime, docker_info)
         self.step(self.nvml)
+        self.step(self.gpus)
         self.step(self.journald)
         self.step(self.log_path, log_target)
         self.step(self.disk_state)
@@ -340,6 +342,11 @@ class Doctor:
             which = ", ".join(str(index) for index in lost)
             return Check("nvml", FAIL, f"{GPU_LOST}: GPU {which} of {count} is lost", GPU_ADVICE[GPU_LOST])
         return Check("nvml", OK, f"{count} GPU(s), driver {driver_text}")
+
+    def gpus(self) -> None:
+        """One line per GPU and one for the versions (doctor_gpus.py)."""
+        for name, status, detail, hint in gpu_lines(self.config, self.timeout_s):
+            self.checks.append(Check(name, status, detail, hint))
 
     # ------------------------------------------------------------------ logs
 
