@@ -14,6 +14,7 @@ from faden_agent.devbackend.builds import served_version
 from faden_agent.devbackend.loki_relay import forward_to_loki
 from faden_agent.devbackend.store import TokenRefused
 from faden_agent.devbackend.web import HttpError, Request, Route, route
+from faden_agent.protocol.inventory import ACCEPTS_CHANGES, ACCEPTS_GZIP
 
 log = logging.getLogger("faden_agent.devbackend")
 
@@ -67,6 +68,7 @@ def stream(req: Request) -> int:
         "epoch": backend.store.epoch,
         "high_seq": backend.store.high_seq(),
         "expected": _expected(backend, node_id),
+        "accepts": [ACCEPTS_CHANGES, ACCEPTS_GZIP],  # what this backend understands (docs/protocol.md)
     }
     _write_line(req, hello)
     rotation = backend.store.pending_credentials.get(node_id)
@@ -78,6 +80,9 @@ def stream(req: Request) -> int:
         if peers_sent_at != backend.cluster_generation:
             peers_sent_at = backend.cluster_generation
             _write_line(req, backend.store.peers_message(node_id))
+        if node_id in backend.store.inventory_behind:  # the agent's next inventory record is full
+            backend.store.inventory_behind.discard(node_id)
+            _write_line(req, {"type": "inventory.full"})
         if faults.drop_generation != generation or faults.maintenance_retry_after is not None:
             req.connection.shutdown(2)  # abrupt: like a crashed server or a cut link
             return 200

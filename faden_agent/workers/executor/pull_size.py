@@ -1,17 +1,24 @@
 """What a pull will download: the image's manifest for this engine's platform, asked of the
 registry directly, and the compressed size of the layers the engine does not hold yet.
-Every answer is read with a size and time cap; whatever fails (no answer, refused, an odd
-manifest) gives None, and the pull goes on to meet the engine's own verdict."""
+All requests share one deadline and an abort (sockets shut); every answer is size-capped;
+whatever fails (no answer, refused, an odd manifest) gives None: the engine's verdict follows."""
 
 from __future__ import annotations
 
 import ipaddress
 import re
+import socket
+import threading
+import time
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
 import requests
 from docker.utils import parse_repository_tag
+from requests.adapters import HTTPAdapter
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 from faden_agent.http.answerbody import AnswerUnread, read_json_object
 from faden_agent.peer.archive import held_prefix
@@ -21,6 +28,7 @@ from faden_agent.workers.executor.docker_errors import registry_of
 MAX_LAYER_BYTES = 1 << 50
 MAX_ANSWER_BYTES = 4 << 20  # a manifest, an index or an image config
 ANSWER_DEADLINE_S = 20.0
+CHECK_DEADLINE_S = 20.0  # every request of one check together: a dripping head included
 TIMEOUT = (5, 10)
 INDEX_TYPES = (
     "application/vnd.docker.distribution.manifest.list.v2+json",
@@ -37,21 +45,116 @@ class Unknown(Exception):
     """The registry did not tell (reachable or not): the size stays unknown."""
 
 
-def missing_bytes(api: Any, image: str, auth: dict[str, str] | None) -> int | None:
-    """Compressed bytes of the layers of `image` the engine lacks; None when unknown."""
-    try:
-        info = api.info()
-        registry = _Registry(image, auth, _insecure(info, registry_of(image)))
-        manifest = registry.manifest(registry.reference)
-        if manifest.get("mediaType") in INDEX_TYPES or "manifests" in manifest:
-            manifest = registry.manifest(_platform_digest(manifest, info))
-        layers = [_layer_size(layer["size"]) for layer in manifest["layers"]]
-        diff_ids = [str(d) for d in registry.blob(manifest["config"]["digest"])["rootfs"]["diff_ids"]]
-    except (Unknown, AnswerUnread, requests.RequestException, AttributeError, KeyError, TypeError, ValueError):
-        return None  # AttributeError: an entry that is no object
+def missing_bytes(
+    api: Any,
+    image: str,
+    auth: dict[str, str] | None,
+    on_abort: Callable[[Callable[[], None]], None] | None = None,
+    deadline_s: float = CHECK_DEADLINE_S,
+) -> int | None:
+    """Compressed bytes of the layers of `image` the engine lacks; None when unknown, past
+    deadline_s, or when the hook registered with on_abort (cancel, the command's deadline) runs."""
+    with _Budget(deadline_s) as budget:
+        if on_abort is not None:
+            on_abort(budget.abort)
+        try:
+            info = api.info()
+            registry = _Registry(image, auth, _insecure(info, registry_of(image)), budget)
+            manifest = registry.manifest(registry.reference)
+            if manifest.get("mediaType") in INDEX_TYPES or "manifests" in manifest:
+                manifest = registry.manifest(_platform_digest(manifest, info))
+            layers = [_layer_size(layer["size"]) for layer in manifest["layers"]]
+            diff_ids = [str(d) for d in registry.blob(manifest["config"]["digest"])["rootfs"]["diff_ids"]]
+        except (Unknown, AnswerUnread, requests.RequestException, AttributeError, KeyError, TypeError, ValueError):
+            return None  # AttributeError: an entry that is no object
     if len(diff_ids) != len(layers):
         return None
     return sum(layers[held_prefix(diff_ids, held_chains(api)) :])
+
+
+class _Budget:
+    """One deadline and one abort for every request of a check: at either, the sockets it
+    opened are shut, which ends a read that per-read timeouts never end (a dripping head)."""
+
+    def __init__(self, deadline_s: float):
+        self.give_up = time.monotonic() + deadline_s
+        self.aborted = False
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(deadline_s, self.abort)
+        self._timer.daemon = True
+        self.session = requests.Session()
+        adapter = _TrackingAdapter(self._track)
+        self.session.mount("http://", adapter)
+        self.session.mount("https://", adapter)
+
+    def __enter__(self) -> _Budget:
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._timer.cancel()
+        self.session.close()
+
+    def abort(self) -> None:
+        with self._lock:
+            self.aborted = True
+            sockets, self._sockets = self._sockets, []
+        for sock in sockets:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # already closed
+
+    def left(self) -> float:
+        """Seconds left for the next request; Unknown when none are."""
+        left = self.give_up - time.monotonic()
+        if self.aborted or left <= 0:
+            raise Unknown("the size check was given up (its deadline, or the command's end)")
+        return left
+
+    def _track(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._sockets.append(sock)
+            aborted = self.aborted
+        if aborted:
+            self.abort()
+
+
+class _TrackingAdapter(HTTPAdapter):
+    """requests' adapter whose connections report each socket they open."""
+
+    def __init__(self, track: Callable[[socket.socket], None]):
+        self._pools = _tracking_pools(track)
+        super().__init__()
+
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = self._pools
+
+    def proxy_manager_for(self, proxy: str, **kwargs: Any) -> Any:
+        manager = super().proxy_manager_for(proxy, **kwargs)
+        manager.pool_classes_by_scheme = self._pools
+        return manager
+
+
+def _tracking_pools(track: Callable[[socket.socket], None]) -> dict[str, type]:
+    class Plain(HTTPConnection):
+        def _new_conn(self) -> socket.socket:
+            sock = super()._new_conn()
+            track(sock)
+            return sock
+
+    class Tls(HTTPSConnection):
+        def _new_conn(self) -> socket.socket:
+            sock = super()._new_conn()
+            track(sock)
+            return sock
+
+    return {
+        "http": type("PlainPool", (HTTPConnectionPool,), {"ConnectionCls": Plain}),
+        "https": type("TlsPool", (HTTPSConnectionPool,), {"ConnectionCls": Tls}),
+    }
 
 
 def _layer_size(value: Any) -> int:
@@ -90,7 +193,8 @@ def _platform_digest(index: dict[str, Any], info: dict[str, Any]) -> str:
 class _Registry:
     """One repository of one registry, token or basic authentication as it asks."""
 
-    def __init__(self, image: str, auth: dict[str, str] | None, insecure: bool):
+    def __init__(self, image: str, auth: dict[str, str] | None, insecure: bool, budget: _Budget):
+        self.budget = budget
         repository, reference = parse_repository_tag(image)
         host = registry_of(image)
         path = repository[len(host) + 1 :] if repository.startswith(host + "/") else repository
@@ -135,10 +239,15 @@ class _Registry:
         with response:
             if response.status_code != 200:
                 raise Unknown(f"HTTP {response.status_code}")
-            return read_json_object(response, MAX_ANSWER_BYTES, ANSWER_DEADLINE_S)
+            return read_json_object(response, MAX_ANSWER_BYTES, min(ANSWER_DEADLINE_S, self.budget.left()))
 
     def _request(self, url: str, headers: dict[str, str]) -> requests.Response:
-        return requests.get(url, headers={**headers, **self.headers}, stream=True, timeout=TIMEOUT, verify=self.verify)
+        return self._get_from(url, headers={**headers, **self.headers}, verify=self.verify)
+
+    def _get_from(self, url: str, verify: bool, **kwargs: Any) -> requests.Response:
+        left = self.budget.left()
+        timeout = (min(TIMEOUT[0], left), min(TIMEOUT[1], left))
+        return self.budget.session.get(url, stream=True, timeout=timeout, verify=verify, **kwargs)
 
     def _authorization(self, challenge: str) -> dict[str, str]:
         fields = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
@@ -153,12 +262,12 @@ class _Registry:
         realm = urlsplit(fields["realm"])
         if realm.scheme != "https" and realm.netloc != self.host:
             basic = None  # credentials go in clear text only to the registry itself
-        with requests.get(
-            fields["realm"], params=params, auth=basic, stream=True, timeout=TIMEOUT, verify=self.verify
-        ) as response:
+        # An insecure registry's leniency is for its own host: a realm elsewhere shows a certificate
+        verify = self.verify or realm.netloc != self.host
+        with self._get_from(fields["realm"], verify, params=params, auth=basic) as response:
             if response.status_code != 200:
                 raise Unknown(f"the token service answered HTTP {response.status_code}")
-            answer = read_json_object(response, MAX_ANSWER_BYTES, ANSWER_DEADLINE_S)
+            answer = read_json_object(response, MAX_ANSWER_BYTES, min(ANSWER_DEADLINE_S, self.budget.left()))
         token = answer.get("token") or answer.get("access_token")
         if not isinstance(token, str):
             raise Unknown("the token service gave no token")

@@ -128,10 +128,11 @@ def pull_or_fetch(commands: Commands, job: Job) -> dict[str, Any]:
 def _pull(commands: Commands, job: Job, image: str, auth: dict[str, str] | None) -> dict[str, Any]:
     assert commands.scheduler is not None
     slots = commands.scheduler.pull_slots
+    # Before a slot is taken: a registry that drips its answers holds its own pull, not the slots
+    check_pull_space(commands, job, image, auth)
     while not slots.acquire(timeout=0.2):
         commands.check(job)
     try:
-        check_pull_space(commands, image, auth)
         commands.progress(job, phase="pull", image=image, bytes_done=0, bytes_total=0, layers=0)
         return commands.ops.pull(
             image,
@@ -144,17 +145,20 @@ def _pull(commands: Commands, job: Job, image: str, auth: dict[str, str] | None)
         slots.release()
 
 
-def check_pull_space(commands: Commands, image: str, auth: dict[str, str] | None) -> None:
+def check_pull_space(commands: Commands, job: Job, image: str, auth: dict[str, str] | None) -> None:
     """no_space before the pull when the layers the engine lacks (the registry's sizes, this
-    platform's manifest) times PULL_SPACE_FACTOR do not fit its data root."""
+    platform's manifest) times PULL_SPACE_FACTOR do not fit its data root; the registry is
+    asked within one deadline, given up when the job stops."""
     factor = commands.config.pull_space_factor
     if factor <= 0:
         return
     api = commands.ops.client.api
     with translated(f"checking the space for {image}"):
-        missing = missing_bytes(api, image, auth)
-        if not missing:
-            return
+        missing = missing_bytes(api, image, auth, job.on_abort)
+    commands.check(job)
+    if not missing:
+        return
+    with translated(f"checking the space for {image}"):
         try:
             require_space(api, int(missing * factor), f"pulling {image} ({missing} bytes of layers to download)")
         except NoSpace as exc:
