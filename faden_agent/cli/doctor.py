@@ -19,11 +19,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from faden_agent.cli.doctor_gpus import gpu_lines
 from faden_agent.config import Config, env_name, listen_host_port
 from faden_agent.disk.disklow import consumers, low_threshold
 from faden_agent.dockerclient import engine_url, engine_version, image_store, make_client
 from faden_agent.errorline import error_line
-from faden_agent.http.tls import client_context
+from faden_agent.http.tls import client_context, trust_words
 from faden_agent.workers.executor.gpu import GPU_ADVICE, GPU_DRIVER_MISMATCH, GPU_DRIVER_NOT_LOADED, GPU_LOST
 
 if TYPE_CHECKING:
@@ -82,6 +83,7 @@ class Doctor:
         docker_info = self.step(self.docker)
         self.step(self.nvidia_runtime, docker_info)
         self.step(self.nvml)
+        self.step(self.gpus)
         self.step(self.journald)
         self.step(self.log_path, log_target)
         self.step(self.disk_state)
@@ -155,9 +157,8 @@ class Doctor:
             return Check("backend tls", FAIL, "skipped: no TCP connection", "fix the connection first")
         if not self.config.verify_tls:
             return Check("backend tls", WARN, "certificate verification is off", f"set {env_name('verify_tls')}=true")
-        ca = self.config.ca_bundle
         context = client_context(self.config.tls_verify())  # what the agent's own connections trust
-        trust = f"CA bundle {ca}" if ca else "the public CA bundle (certifi)"
+        trust = trust_words(self.config.tls_verify())
         try:
             with socket.create_connection((self.host, self.port), timeout=self.timeout_s) as raw:
                 with context.wrap_socket(raw, server_hostname=self.host) as tls:
@@ -341,6 +342,11 @@ class Doctor:
             which = ", ".join(str(index) for index in lost)
             return Check("nvml", FAIL, f"{GPU_LOST}: GPU {which} of {count} is lost", GPU_ADVICE[GPU_LOST])
         return Check("nvml", OK, f"{count} GPU(s), driver {driver_text}")
+
+    def gpus(self) -> None:
+        """One line per GPU and one for the versions (doctor_gpus.py)."""
+        for name, status, detail, hint in gpu_lines(self.config, self.timeout_s):
+            self.checks.append(Check(name, status, detail, hint))
 
     # ------------------------------------------------------------------ logs
 

@@ -15,6 +15,7 @@ from faden_agent.devbackend.loki_relay import forward_to_loki
 from faden_agent.devbackend.rotation import Contested
 from faden_agent.devbackend.store import TokenRefused
 from faden_agent.devbackend.web import HttpError, Request, Route, route
+from faden_agent.protocol.inventory import ACCEPTS_CHANGES, ACCEPTS_GZIP
 
 log = logging.getLogger("faden_agent.devbackend")
 
@@ -72,6 +73,7 @@ def stream(req: Request) -> int:
         "epoch": backend.store.epoch,
         "high_seq": backend.store.high_seq(),
         "expected": _expected(backend, node_id),
+        "accepts": [ACCEPTS_CHANGES, ACCEPTS_GZIP],  # what this backend understands (docs/protocol.md)
     }
     _write_line(req, hello)
     if rotation is not None:
@@ -82,6 +84,9 @@ def stream(req: Request) -> int:
         if peers_sent_at != backend.cluster_generation:
             peers_sent_at = backend.cluster_generation
             _write_line(req, backend.store.peers_message(node_id))
+        if node_id in backend.store.inventory_behind:  # the agent's next inventory record is full
+            backend.store.inventory_behind.discard(node_id)
+            _write_line(req, {"type": "inventory.full"})
         if faults.drop_generation != generation or faults.maintenance_retry_after is not None:
             req.connection.shutdown(2)  # abrupt: like a crashed server or a cut link
             return 200

@@ -21,7 +21,7 @@ import orjson
 
 from faden_agent import protocol
 from faden_agent.devbackend import clusters, host_requests, rotation
-from faden_agent.protocol.inventory import apply_record  # the receiver's rule (docs/inventory.md)
+from faden_agent.protocol.inventory import receive  # the receiver's rule (docs/inventory.md)
 
 ENROLL_RETRY_WINDOW_S = 3600  # how long a spent token can be re-presented by the same attempt
 
@@ -129,6 +129,9 @@ class Store:
         # lost with the process, the old credential stays valid and a rotation is asked again.
         self.pending_credentials: dict[str, str] = {}
         self._delivered_on: dict[str, socket.socket] = {}  # node id -> the one stream it went to
+        # nodes whose inventory record did not fit what is held: memory only (a restart
+        # forgets it; the node's next changes record does not fit either and asks again).
+        self.inventory_behind: set[str] = set()
         self.path.chmod(0o600)
         self.epoch = self._check_epoch()
 
@@ -445,11 +448,14 @@ class Store:
                 self._write_high_water(self.epoch, self._last_seq())
         elif record["kind"] == protocol.INVENTORY:
             row = self._db.execute("SELECT inventory FROM nodes WHERE node_id = ?", (node_id,)).fetchone()
-            inventory = apply_record(_json(row[0]) if row else None, record["data"])
-            if inventory is not None:  # None: an unchanged record of a full one we do not hold
+            received = receive(_json(row[0]) if row else None, record["data"])
+            if received.behind:  # the stream asks the agent for a full record
+                self.inventory_behind.add(node_id)
+            if received.held is not None:  # None: a record of a state we do not hold
+                self.inventory_behind.discard(node_id)
                 self._db.execute(
                     "UPDATE nodes SET inventory = ?, inventory_at = ? WHERE node_id = ?",
-                    (orjson.dumps(inventory), now, node_id),
+                    (orjson.dumps(received.held), now, node_id),
                 )
 
     # ------------------------------------------------------------------ clusters (clusters.py)

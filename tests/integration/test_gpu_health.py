@@ -18,9 +18,11 @@ import pytest
 from faden_agent import protocol
 from faden_agent.reports.outbox import Outbox
 from faden_agent.workers.inventory import gpu_rules
+from faden_agent.workers.inventory.kernel_xids import this_boot
 from faden_agent.workers.inventory.record import without_usage
 from tests.agentproc import AgentProcess, agent_env, wait_for
 from tests.backendproc import agent_env_for, backend  # noqa: F401 - the fixture
+from tests.journalfiles import JournalWriter
 from tests.metricsclient import get
 from tests.nvml.state import GpuState
 
@@ -98,9 +100,10 @@ def test_every_rule_drives_its_verdict_and_event(tmp_path, agent_factory):
     assert first["available"] and first["health"] == {"verdict": "ok", "reasons": []}
     assert all(d["health"]["verdict"] == "ok" for d in first["devices"])
     healthy = first["devices"][0]["health"]
-    assert healthy["nvlink"]["links"][0] == {
-        "link": 0,
-        "active": True,
+    assert healthy["nvlink"] == {  # the wire form: one list per field (wire_form.py)
+        "links": 2,
+        "active": [True, True],
+        "link_errors": {"replay": [0, 0], "recovery": [0, 0], "crc_flit": [0, 0], "crc_data": [0, 0]},
         "errors": {"replay": 0, "recovery": 0, "crc_flit": 0, "crc_data": 0},
     }
     assert healthy["fabric"] == {"state": "completed", "status": None, "clique_id": 1}
@@ -397,3 +400,37 @@ def test_a_corrupt_evidence_file_is_moved_aside_and_reported(tmp_path, agent_fac
     quarantined = [e for e in records(state_dir, protocol.EVENT) if e.get("type") == "agent.file_quarantined"]
     assert quarantined and quarantined[0]["file"] == "GPU evidence" and "has no index" in quarantined[0]["error"]
     assert list(state_dir.glob("gpu-evidence.json.corrupt-*"))
+
+
+def kernel_line(writer, text):
+    writer.append([writer.entry(text, 3, _TRANSPORT="kernel", SYSLOG_IDENTIFIER="kernel")])
+
+
+def test_the_kernels_xid_lines_are_verdicts_even_those_written_while_the_agent_was_down(tmp_path, agent_factory):
+    # Real journal files (systemd-journal-remote): the inventory worker follows their kernel
+    # transport after a cursor kept in gpu-evidence.json.
+    journal = JournalWriter(tmp_path / "journal")
+    journal.boot_id = this_boot()  # only this boot's kernel lines count: a reboot fixed the rest
+    kernel_line(journal, "usb 1-1: new high-speed USB device")
+    gpus = GpuState(tmp_path / "nvml", count=2)
+    agent, state_dir, first = start(tmp_path, agent_factory, gpus, journal_directory=tmp_path / "journal")
+    kernel_line(journal, "NVRM: Xid (PCI:0000:18:00): 79, pid=1896, name=python3, GPU has fallen off the bus.")
+    event = wait_for(lambda: health_events(state_dir), 10, what="the kernel Xid's event")[0]
+    assert (event["index"], event["uuid"], event["new"]) == (1, first["devices"][1]["uuid"], "failed")
+    assert event["reasons"] == ["Xid 79: GPU has fallen off the bus (reboot needed)"]
+    gpus.xid(1, 79)  # NVML's event of the same Xid: one entry in the log
+    wait_for(lambda: b"kernel" in (state_dir / "gpu-evidence.json").read_bytes(), 10, what="the cursor saved")
+    agent.stop()
+
+    # while the agent is down: an Xid 48 on GPU 0, and a line of an older boot (no verdict)
+    old_boot = JournalWriter(tmp_path / "journal", name="old.journal")
+    kernel_line(old_boot, "NVRM: Xid (PCI:0000:17:00): 95, pid=1, Uncontained")
+    kernel_line(journal, "NVRM: Xid (PCI:0000:17:00): 48, pid=2, name=python3, DBE (0x1)")
+    agent_factory(agent.env).start()
+    gpu = wait_for(
+        lambda: newest_gpu(state_dir)["devices"][0]["health"]["verdict"] == "failed" and newest_gpu(state_dir),
+        15,
+        what="GPU 0 failed by the Xid written while the agent was down",
+    )
+    assert gpu["devices"][0]["health"]["reasons"] == ["Xid 48: double-bit ECC error (reset needed)"]
+    assert [(x["code"], x["source"]) for x in gpu["devices"][1]["health"]["xid"]] == [(79, "kernel")]

@@ -17,9 +17,10 @@ from faden_agent.config import load_config
 from faden_agent.workers.logs.backlog import Backlog
 from faden_agent.workers.logs.labels import LabelMaker
 from faden_agent.workers.logs.positions import Positions
+from faden_agent.workers.logs.sources.managed import ManagedNames
 from faden_agent.workers.logs.sources.ray import refusals
 from faden_agent.workers.logs.sources.ray import source as files
-from faden_agent.workers.logs.sources.ray.source import RayFileSource
+from faden_agent.workers.logs.sources.ray.source import RaySource
 
 
 class Collector:
@@ -47,7 +48,7 @@ def start_source(tmp_path: Path, ray_dir: Path):
         {}, agent_id="a", advertise_host="h", state_path=tmp_path / "state" / "s.json", ray_log_dir=ray_dir
     )
     backlog, positions, stop = Backlog(max_lines=50), Positions(config.state_dir), threading.Event()
-    source = RayFileSource(config, backlog, positions, LabelMaker(config), stop)
+    source = RaySource(config, backlog, positions, LabelMaker(config), stop, ManagedNames())
     source.start()
     return source, Collector(backlog, positions), stop
 

@@ -11,9 +11,10 @@ from faden_agent.config import load_config
 from faden_agent.workers.logs.backlog import Backlog
 from faden_agent.workers.logs.labels import LabelMaker
 from faden_agent.workers.logs.positions import Positions
+from faden_agent.workers.logs.sources.managed import ManagedNames
 from faden_agent.workers.logs.sources.ray import retention
 from faden_agent.workers.logs.sources.ray import source as files
-from faden_agent.workers.logs.sources.ray.source import RayFileSource
+from faden_agent.workers.logs.sources.ray.source import RaySource
 from tests.agentproc import wait_for
 from tests.integration.test_logs_files import Collector, serve_dir
 
@@ -36,8 +37,9 @@ def start(tmp_path, live: set[str], collector=Collector, **settings):
         **settings,
     )
     backlog, positions, stop = Backlog(max_lines=1000), Positions(config.state_dir), threading.Event()
-    source = RayFileSource(config, backlog, positions, LabelMaker(config), stop)
-    source.retention.live_containers = lambda: set(live)
+    managed = ManagedNames()
+    managed.listed({name: name for name in live})  # id -> name: the names stand for the ids here
+    source = RaySource(config, backlog, positions, LabelMaker(config), stop, managed)
     source.start()
     return source, collector(backlog, positions), stop
 

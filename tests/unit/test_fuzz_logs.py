@@ -27,7 +27,7 @@ from faden_agent.workers.logs.loki import (
     names_single_lines,
 )
 from faden_agent.workers.logs.positions import Positions
-from faden_agent.workers.logs.sources.journald.source import JournalSource
+from faden_agent.workers.logs.sources.journald.source import JournaldSource
 from tests.unit.conftest import FUZZ_CREDENTIAL
 from tests.unit.test_fuzz_backend import header_text, json_values, retry_afters
 
@@ -157,7 +157,7 @@ records = st.fixed_dictionaries(
 
 @pytest.fixture(scope="module")
 def journal(scripted_config, tmp_path_factory):
-    return JournalSource(
+    return JournaldSource(
         scripted_config,
         Backlog(),
         Positions(tmp_path_factory.mktemp("positions")),

@@ -18,6 +18,7 @@ from faden_agent.workers.logs.labels import LINE_LEVELS, LabelMaker, file_kind, 
 from faden_agent.workers.logs.loki import encode, refused_count
 from faden_agent.workers.logs.positions import Positions
 from faden_agent.workers.logs.sources.journald.source import field_text
+from faden_agent.workers.logs.sources.managed import ManagedNames
 from faden_agent.workers.logs.sources.ray.tail import parse_ray_ts_ns
 from faden_agent.workers.logs.stamps import parse_rfc3339_ns
 
@@ -266,11 +267,13 @@ class RecordedLog:
 
 
 def test_container_lines_sharing_a_nanosecond_stamp_are_all_shipped(tmp_path):
-    from faden_agent.workers.logs.sources.containers.source import ContainerFollower, ContainerSource
+    from faden_agent.workers.logs.sources.containers.source import ContainerFollower, ContainersSource
 
     config = load_config({"FADEN_NODE_AGENT_STATE_PATH": str(tmp_path / "state.json")})
     backlog = Backlog()
-    source = ContainerSource(config, backlog, Positions(tmp_path), LabelMaker(config), threading.Event())
+    source = ContainersSource(
+        config, backlog, Positions(tmp_path), LabelMaker(config), threading.Event(), ManagedNames()
+    )
     stamp = b"2026-11-29T23:00:00.000000005Z "
     follower = ContainerFollower(
         source,

@@ -79,7 +79,8 @@ class Collector:
             # holds the old root and the next round sends a second full one.
             results["disks"] = run_probes([self.probe("disks")])["disks"]
             sections = sections_from(results, self.last_good, self.timeouts)
-        if results["gpu"].status == OVERRUN:  # a hung NVML call is a verdict, not just stale data
+        gpu = results.get("gpu")  # absent where a caller runs only some probes
+        if gpu is not None and gpu.status == OVERRUN:  # a hung NVML call is a verdict, not just stale data
             sections["gpu"] = self.gpu.hung(self.last_good.get("gpu"))
         return sections
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from faden_agent.workers.inventory.gpu_evidence import seen_at
 from faden_agent.workers.inventory.gpu_health import HealthReader, node_health
+from faden_agent.workers.inventory.kernel_xids import bus_key
 
 REASON_NO_PYNVML = "pynvml (nvidia-ml-py) not installed"
 REASON_NO_LIBRARY = "NVML library not found"
@@ -90,7 +91,17 @@ class GpuProbe:
             else None
         )
         system["health"] = node_health(devices, missing, problem)
+        switches = self.health.xids.switches()
+        if switches:
+            system["nvswitches"] = switches
         return system
+
+    def uuid_of_bus(self, key: tuple[int, int, int]) -> str | None:
+        """The GPU seen at that PCI address (kernel_xids.py's bus_key), if any."""
+        for uuid, seen in list(self.seen.items()):
+            if bus_key(seen.get("pci_bus_id")) == key:
+                return uuid
+        return None
 
     def _missing(self, devices: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """GPUs seen in an earlier round (or run) that NVML no longer counts."""
@@ -226,11 +237,19 @@ class GpuProbe:
 
     # --- a read that did not come back
 
+    def hung_call(self) -> str:
+        """The NVML function a call of this probe is in (nvmlInit before any was named)."""
+        return (self.nvml.calling if self.nvml is not None else None) or "nvmlInit"
+
+    def hung_gpu(self) -> int | None:
+        """The index of the GPU being read, if any."""
+        return self._reading
+
     def hung(self, last: dict[str, Any] | None) -> dict[str, Any]:
         """The gpu section while a call of this probe hangs: the last good read, the GPU being
         read `failed` ("NVML call hung: <function>"; the node when no GPU was being read), the
         others judged again with the Xids logged since."""
-        function = (self.nvml.calling if self.nvml is not None else None) or "nvmlInit"
+        function = self.hung_call()
         section = copy.deepcopy(last) if last else unavailable(f"NVML call hung: {function}")
         reading = self._reading
         for device in section.get("devices") or []:

@@ -1,5 +1,6 @@
-"""NVML error events as they are kept: the last XID_KEEP per GPU UUID with their times,
-written by the event thread (gpu_events.py) and read by the health read (gpu_health.py).
+"""Error events as they are kept: the last XID_KEEP per GPU UUID with their times and
+source, written by NVML's event thread (gpu_events.py) and the kernel log's reader
+(kernel_xids.py; one Xid seen by both is kept once), read by the health read (gpu_health.py).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 from faden_agent.workers.inventory import gpu_rules
 
 XID_KEEP = 16  # last Xid events kept per GPU
+SAME_XID_S = 10.0  # NVML's event and the kernel's line of one Xid are this close in time
 
 # The error events of NVML's event set, by the pynvml name of their type bit.
 ERROR_EVENTS = {
@@ -43,13 +45,18 @@ class XidLog:
         self._lock = threading.Lock()
         self._events: dict[str, collections.deque[dict[str, Any]]] = {}
 
-    def add(self, uuid: str, event: str, code: int, at: float) -> bool:
+    def add(self, uuid: str, event: str, code: int, at: float, source: str = "nvml") -> bool:
         """Keeps the event; True when it can change the GPU's verdict and is the first of
-        its kind and code within the hold (a storm of one Xid wakes the probe once)."""
+        its kind and code within the hold (a storm of one Xid wakes the probe once). The
+        same Xid from the other source, or the same line read again, is not kept twice."""
+        at = round(at, 3)
         with self._lock:
             log = self._events.setdefault(uuid, collections.deque(maxlen=self.keep))
-            repeated = any(e["event"] == event and e["code"] == code and at - e["at"] <= self.hold_s for e in log)
-            log.append({"event": event, "code": code, "at": round(at, 3)})
+            same = [e for e in log if e["event"] == event and e["code"] == code]
+            if any(e["at"] == at or (e.get("source") != source and abs(at - e["at"]) <= SAME_XID_S) for e in same):
+                return False
+            repeated = any(at - e["at"] <= self.hold_s for e in same)
+            log.append({"event": event, "code": code, "at": at, "source": source})
         verdicts = event != "xid" or code in gpu_rules.XID_FAILED or code in gpu_rules.XID_DEGRADED
         return verdicts and not repeated
 
@@ -61,10 +68,16 @@ class XidLog:
         with self._lock:
             return {uuid: list(log) for uuid, log in self._events.items()}
 
+    def switches(self) -> list[dict[str, Any]]:
+        """NVSwitch SXid logs (kernel_xids.py keys them "nvswitch:<bus>")."""
+        with self._lock:
+            found = [(uuid, list(log)) for uuid, log in self._events.items() if uuid.startswith("nvswitch:")]
+        return [{"pci_bus_id": uuid.partition(":")[2], "sxid": log} for uuid, log in sorted(found)]
+
     def restore(self, uuid: str, events: list[Any]) -> None:
         """A GPU's log as an earlier run kept it (gpu_evidence.py); malformed entries left out."""
         kept = [
-            {"event": e["event"], "code": e["code"], "at": e["at"]}
+            {"event": e["event"], "code": e["code"], "at": e["at"], "source": str(e.get("source", "nvml"))[:16]}
             for e in events
             if isinstance(e, dict)
             and isinstance(e.get("event"), str)

@@ -7,10 +7,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from faden_agent import protocol
 from faden_agent.disk.files import quarantine_record_id
+from faden_agent.node import backend_accepts
+from faden_agent.node.backend_accepts import BackendAccepts
+from faden_agent.protocol.inventory import ACCEPTS_CHANGES
 from faden_agent.reports.producer import Reports
 from faden_agent.workers.base import Worker
 from faden_agent.workers.inventory import gpu_evidence
@@ -22,8 +26,10 @@ from faden_agent.workers.inventory.gauges import gauges
 from faden_agent.workers.inventory.gpu_changes import HealthChanges, event_id
 from faden_agent.workers.inventory.gpu_events import GpuErrorWatcher
 from faden_agent.workers.inventory.gpu_xids import XidLog
-from faden_agent.workers.inventory.record import FULL, RecordEmitter, full_record_id
+from faden_agent.workers.inventory.kernel_xids import KernelXidReader
+from faden_agent.workers.inventory.record import UNCHANGED, RecordEmitter, full_record_id
 from faden_agent.workers.inventory.traffic.report import TrafficReporter
+from faden_agent.workers.inventory.wire_form import wire_form
 
 log = logging.getLogger(__name__)
 
@@ -39,17 +45,20 @@ class InventoryReporter:
         reports: Reports,
         emitter: RecordEmitter | None = None,
         disk_watch: DiskWatch | None = None,
+        accepts: Callable[[], BackendAccepts] = BackendAccepts,
     ):
         self.collector = collector
         self.reports = reports
         self.emitter = emitter or RecordEmitter()
         self.disk_watch = disk_watch
+        self.accepts = accepts  # what the backend said it accepts, and whether it asked for a full record
         self.cycles = 0
+        self.sent: dict[str, int] = {}  # records handed to the outbox, by type
         self.last: dict[str, Any] | None = None
         self.gpu_changes = HealthChanges()
         self.sections: dict[str, Any] | None = None  # the last collected, for gauges (ps, /metrics)
         self.evidence: gpu_evidence.Evidence | None = None  # GPU evidence kept across restarts
-        self.kernel_cursor: str | None = None
+        self.kernel: KernelXidReader | None = None  # its cursor is saved with the evidence
 
     def report(self) -> dict[str, Any] | None:
         """The record handed to the outbox; None when nothing was due (record.py)."""
@@ -61,16 +70,21 @@ class InventoryReporter:
             self.reports.put(protocol.EVENT, event, record_id=event_id(event))
         if self.evidence is not None:  # after the events: a restart never repeats one
             gpus = gpu_evidence.gather(self.collector.gpu, self.gpu_changes.verdicts)
-            self.evidence.save(gpus, self.kernel_cursor)
-        data = self.emitter.build(sections)
+            self.evidence.save(gpus, self.kernel.cursor if self.kernel else None)
+        heard = self.accepts()
+        self.emitter.changes = ACCEPTS_CHANGES in heard.accepts
+        if heard.full_requested_at > (self.emitter.last_full_at or 0.0):
+            self.emitter.full_wanted = True
+        data = self.emitter.build(wire_form(sections))
         self.cycles += 1
         if data is None:
             return None
-        if data["type"] == FULL:
+        if data["type"] != UNCHANGED:  # full and changes records form a chain: none may be lost
             self.reports.put(protocol.INVENTORY, data, record_id=full_record_id(data))
         else:
             self.reports.put_latest(protocol.INVENTORY, data)
         self.emitter.sent(data)  # only once it is in the outbox
+        self.sent[data["type"]] = self.sent.get(data["type"], 0) + 1
         self.last = data
         return data
 
@@ -87,9 +101,11 @@ class InventoryWorker(Worker):
             self.reports,
             RecordEmitter(usage_refresh_s=self.config.inventory_usage_sec),
             DiskWatch(self.config),
+            lambda: backend_accepts.read(self.config.state_dir),
         )
-        self._restore_gpu_evidence()
         self._changed = threading.Event()
+        self._kernel_started = False
+        self._restore_gpu_evidence()
         self.watchers: list[DockerChangeWatcher | GpuErrorWatcher] = [
             DockerChangeWatcher(self.config.docker_host, self._changed.set, stop_event=self.stop_event),
             GpuErrorWatcher(self._changed.set, stop_event=self.stop_event, xids=xids),
@@ -99,13 +115,30 @@ class InventoryWorker(Worker):
             watcher.start(self.start_thread)
         self._start_traffic()
 
+    def _start_kernel_xids(self) -> None:
+        """The kernel's Xid lines, once a GPU was ever seen (its bus id places them): none
+        on a machine without NVIDIA GPUs. The inventory worker reads them itself, not the
+        log worker: the Xid log lives here, and Loki being down must not delay a verdict."""
+        kernel = self.reporter.kernel
+        if kernel is not None and not self._kernel_started and self.collector.gpu.seen:
+            self._kernel_started = True
+            self.start_thread("inventory-kernel-xids", kernel.run, finite=True)
+
     def _restore_gpu_evidence(self) -> None:
         """What an earlier run saw of the GPUs: Xids, verdicts, GPUs seen, baselines."""
         evidence = self.reporter.evidence = gpu_evidence.Evidence(self.config.state_dir)
         if evidence.quarantined:
             self.reports.put(protocol.EVENT, evidence.quarantined, record_id=quarantine_record_id(evidence.quarantined))
         gpu_evidence.restore(evidence, self.collector.gpu, self.reporter.gpu_changes.verdicts)
-        self.reporter.kernel_cursor = evidence.kernel_cursor
+        self.reporter.kernel = KernelXidReader(
+            self.collector.gpu.health.xids,
+            self.collector.gpu.uuid_of_bus,
+            self._changed.set,
+            self.stop_event,
+            evidence.kernel_cursor,
+            self.config.journal_directory,
+            self.config.gpu_xid_hold_sec,
+        )
 
     def _start_traffic(self) -> None:
         """Traffic to peer machines, NICs, RDMA ports (traffic/report.py): a sampling thread,
@@ -129,6 +162,7 @@ class InventoryWorker(Worker):
                     log.debug("inventory %s record %s", data["type"], data["hash"])
             except Exception:  # e.g. the outbox disk is full: try again next time
                 log.exception("inventory cycle failed")
+            self._start_kernel_xids()
             if self._changed.wait(self.config.inventory_interval_sec):
                 self.stop_event.wait(SETTLE_S)
                 self._changed.clear()
@@ -137,18 +171,30 @@ class InventoryWorker(Worker):
         last = self.reporter.last
         return {
             "cycles": self.reporter.cycles,
-            "last_record": last["type"] if last else None,
+            # counts and the form in use, not the last record's type: a string that flips
+            # every round would make every heartbeat carry the whole detail
+            "records": dict(self.reporter.sent),
+            "form": "changes" if self.reporter.emitter.changes else "full",
             "last_age_s": round(time.time() - last["collected_at"], 1) if last else None,
             "overrun": self.collector.overrun(),
             "traffic_samples": self.traffic.samples,
             "traffic_records": self.traffic.sent,
+            "kernel_xids": self._kernel_status(),
             "gauges": gauges(self.reporter.sections, self.traffic.last_sample),
         }
+
+    def _kernel_status(self) -> dict[str, Any] | None:
+        kernel = self.reporter.kernel
+        if kernel is None or not self._kernel_started:
+            return None
+        return {"read": kernel.read, "unplaced": kernel.unplaced, "error": kernel.last_error}
 
     def teardown(self) -> None:
         self._changed.set()
         for watcher in self.watchers:
             watcher.stop()
+        if self.reporter.kernel is not None:
+            self.reporter.kernel.stop()  # ends its journalctl
         self.traffic.stop()  # its listener blocks in the kernel until woken
         self.join_threads()
         self.reports.close()

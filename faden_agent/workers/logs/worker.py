@@ -21,9 +21,11 @@ from faden_agent.workers.logs.labels import LabelMaker
 from faden_agent.workers.logs.positions import Positions
 from faden_agent.workers.logs.report import report_event
 from faden_agent.workers.logs.shipper import Shipper
-from faden_agent.workers.logs.sources.containers.source import ContainerSource
-from faden_agent.workers.logs.sources.journald.source import JournalSource
-from faden_agent.workers.logs.sources.ray.source import RayFileSource
+from faden_agent.workers.logs.sources import Source
+from faden_agent.workers.logs.sources.containers.source import ContainersSource
+from faden_agent.workers.logs.sources.journald.source import JournaldSource
+from faden_agent.workers.logs.sources.managed import ManagedNames
+from faden_agent.workers.logs.sources.ray.source import RaySource
 
 log = logging.getLogger(__name__)
 
@@ -42,16 +44,10 @@ class LogsWorker(Worker):
             report_event(self.config, self.positions.quarantined, quarantine_record_id(self.positions.quarantined))
         self.shipper = Shipper(self.config, self.backlog, self.positions, self.stop_event)
         labels = LabelMaker(self.config)
-        self.containers = ContainerSource(self.config, self.backlog, self.positions, labels, self.stop_event)
-        self.sources = [
-            JournalSource(self.config, self.backlog, self.positions, labels, self.stop_event),
-            self.containers,
-            RayFileSource(self.config, self.backlog, self.positions, labels, self.stop_event),
-        ]
-        ray_files = self.sources[2]
-        assert isinstance(ray_files, RayFileSource)
-        ray_files.retention.live_containers = self.containers.names_present
-        self.containers.on_removed = ray_files.container_removed
+        managed = ManagedNames()  # listed by the containers source; the Ray source's retention reads it
+        shared = (self.config, self.backlog, self.positions, labels, self.stop_event)
+        self.containers = ContainersSource(*shared, managed)
+        self.sources: list[Source] = [JournaldSource(*shared), self.containers, RaySource(*shared, managed)]
         self.start_thread("logs-shipper", self.shipper.run)
         for source in self.sources:
             source.start(self.start_thread)

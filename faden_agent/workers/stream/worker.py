@@ -13,6 +13,7 @@ import zmq
 from faden_agent.backend import MaintenanceHold
 from faden_agent.disk.diskfull import retry_when_full
 from faden_agent.ipc import Channel, Message
+from faden_agent.node import backend_accepts
 from faden_agent.node.linkstatus import LinkStatus, status_path
 from faden_agent.reports.outbox import OUTBOX_FILE, Outbox
 from faden_agent.workers.base import Worker
@@ -52,6 +53,7 @@ class StreamWorker(Worker):
         shared = Link(
             self.config, membership, self.outbox, self.link_status, self.gate, self.stop_event, self.endpoints
         )
+        backend_accepts.forget(self.config.state_dir)  # until this run's first hello says
         self.uplink = Uplink(shared)
         for part in (Downlink(shared), self.uplink, HeartbeatSender(shared)):
             self.start_thread(part.name, part.run)

@@ -11,6 +11,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from faden_agent.config import Config
 from faden_agent.errorline import error_line
@@ -25,8 +26,22 @@ FIRST_START_WINDOW_S = 3600
 RETRY_S = 5.0  # pause before a failed reader starts again
 ROTATED_BEFORE_READ = "rotated_before_read"  # a loss reason: gone (vacuumed, rotated away) before it was read
 LOSS_REPORT_S = 60.0  # losses found more often are summed into one event per reason this often
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A source's wire kind (its status, counts and loss events say `source: <name>`) and the
+    prefix of its stored position keys: both stay as they are, stated here only."""
+
+    name: str
+    key_prefix: str  # a key is "<key_prefix>" or "<key_prefix>:..."
+
+
+JOURNALD = Kind("journal", "journal")
+CONTAINERS = Kind("containers", "container")  # keys "container:<id>:<stream>"
+RAY = Kind("ray-serve", "file")  # keys "file:<device>:<inode>"
 # The source (kind) of an entry's position key: what the shipper's counts are kept per.
-KIND_OF_KEY = {"journal": "journal", "container": "containers", "file": "ray-serve"}
+KIND_OF_KEY = {kind.key_prefix: kind.name for kind in (JOURNALD, CONTAINERS, RAY)}
 
 
 def source_kind(key: str) -> str:

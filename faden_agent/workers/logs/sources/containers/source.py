@@ -10,14 +10,18 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
 
 from faden_agent import protocol
+from faden_agent.config import Config
 from faden_agent.dockerclient import make_client
+from faden_agent.workers.logs.backlog import Backlog
 from faden_agent.workers.logs.entry import MAX_LINE_BYTES, Entry, clean_line
+from faden_agent.workers.logs.labels import LabelMaker
 from faden_agent.workers.logs.multiline import Joined, Joiner
+from faden_agent.workers.logs.positions import Positions
 from faden_agent.workers.logs.report import report_event
-from faden_agent.workers.logs.sources import FIRST_START_WINDOW_S, ROTATED_BEFORE_READ, Source
+from faden_agent.workers.logs.sources import CONTAINERS, FIRST_START_WINDOW_S, ROTATED_BEFORE_READ, Source
+from faden_agent.workers.logs.sources.managed import ManagedNames
 from faden_agent.workers.logs.stamps import parse_rfc3339_ns
 
 RESCAN_S = 60.0  # a full listing besides the events: a safety net for an event lost on a reconnect
@@ -85,11 +89,24 @@ def docker_client(config):
     return make_client(config.docker_host, timeout_s=max(30.0, config.request_timeout_sec), max_pool_size=64)
 
 
-class ContainerSource(Source):
-    kind = "containers"
+def position_key(container_id: str, stream: str) -> str:
+    return f"{CONTAINERS.key_prefix}:{container_id}:{stream}"
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+
+class ContainersSource(Source):
+    kind = CONTAINERS.name
+
+    def __init__(
+        self,
+        config: Config,
+        backlog: Backlog,
+        positions: Positions,
+        labels: LabelMaker,
+        stop_event: threading.Event,
+        managed: ManagedNames,
+    ) -> None:
+        super().__init__(config, backlog, positions, labels, stop_event)
+        self.managed = managed
         self.followers: dict[str, ContainerFollower] = {}
         self.read_upto: dict[str, int] = {}  # key -> timestamp of the last line read (this process)
         self.queued_upto: dict[str, int] = {}  # key -> position of the last entry put in the backlog
@@ -101,8 +118,6 @@ class ContainerSource(Source):
         self.unreadable: set[str] = set()  # container ids whose log driver cannot be read back
         self.not_followed: set[str] = set()  # asked to drain, but not ours to follow (or gone)
         self.events_seen = 0
-        self.names: dict[str, str] | None = None  # managed container id -> name; None until listed
-        self.on_removed: Callable[[str], None] | None = None  # told the name of a destroyed one
         self.held = threading.Event()  # a follower holds a joined entry: the flusher has work
         self.flusher: threading.Thread | None = None
 
@@ -212,7 +227,7 @@ class ContainerSource(Source):
         self.ensure_followers(container)
         if action in WAKE_ACTIONS:
             for stream in STREAMS:
-                follower = self.followers.get(f"container:{container.id}:{stream}")
+                follower = self.followers.get(position_key(container.id, stream))
                 if follower is not None:
                     follower.wake.set()
 
@@ -221,12 +236,11 @@ class ContainerSource(Source):
         containers = client.containers.list(
             all=True, filters={"label": f"{protocol.LABEL_MANAGED}=true"}, ignore_removed=True
         )  # removed while listing: skip it
-        present = {f"container:{c.id}:{stream}" for c in containers for stream in STREAMS}
-        with self.lock:
-            self.names = {c.id: c.name for c in containers}
+        present = {position_key(c.id, stream) for c in containers for stream in STREAMS}
+        self.managed.listed({c.id: c.name for c in containers})
         for container in containers:
             self.ensure_followers(container)
-        for key in self.positions.keys("container:"):
+        for key in self.positions.keys(f"{CONTAINERS.key_prefix}:"):
             if key not in present:
                 self.positions.forget(key)  # the container is gone; so is its log
         for key in [k for k in self.followers if k not in present and not self.followers[k].is_alive()]:
@@ -234,15 +248,8 @@ class ContainerSource(Source):
             self.read_upto.pop(key, None)
             self.queued_upto.pop(key, None)
 
-    def names_present(self) -> set[str] | None:
-        """Names of the managed containers that exist (None until the first listing)."""
-        with self.lock:
-            return None if self.names is None else set(self.names.values())
-
     def ensure_followers(self, container) -> None:
-        with self.lock:
-            if self.names is not None:
-                self.names[container.id] = container.name
+        self.managed.seen(container.id, container.name)
         if container.id in self.unreadable:
             return
         driver = ((container.attrs.get("HostConfig") or {}).get("LogConfig") or {}).get("Type")
@@ -250,7 +257,7 @@ class ContainerSource(Source):
             self.report_unreadable(container, f"log driver {driver!r} keeps no log to read back")
             return
         for stream in STREAMS:
-            key = f"container:{container.id}:{stream}"
+            key = position_key(container.id, stream)
             follower = self.followers.get(key)
             if follower is None or not follower.is_alive():
                 self.followers[key] = follower = ContainerFollower(self, container, stream, key)
@@ -258,12 +265,9 @@ class ContainerSource(Source):
                 follower.thread = self.start_thread(follower.name, follower.run, critical=False)
 
     def forget(self, container_id: str) -> None:
-        with self.lock:
-            name = self.names.pop(container_id, None) if self.names is not None else None
-        if name is not None and self.on_removed is not None:
-            self.on_removed(name)
+        self.managed.removed(container_id)
         for stream in STREAMS:
-            key = f"container:{container_id}:{stream}"
+            key = position_key(container_id, stream)
             self.positions.forget(key)
             follower = self.followers.get(key)
             if follower is not None and not follower.is_alive():
@@ -298,7 +302,7 @@ class ContainerSource(Source):
         if container_id in self.unreadable or container_id in self.not_followed:
             return True
         for stream in STREAMS:
-            key = f"container:{container_id}:{stream}"
+            key = position_key(container_id, stream)
             follower = self.followers.get(key)
             if follower is None:
                 self.want(container_id)
@@ -344,7 +348,7 @@ class ContainerSource(Source):
 
 
 class ContainerFollower:
-    def __init__(self, source: ContainerSource, container, stream: str, key: str):
+    def __init__(self, source: ContainersSource, container, stream: str, key: str):
         self.name = f"logs-{container.name}-{stream}"
         self.thread: threading.Thread | None = None
         self.source = source

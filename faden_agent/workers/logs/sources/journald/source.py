@@ -7,21 +7,25 @@ from __future__ import annotations
 import fcntl
 import logging
 import re
-import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from typing import IO
 
 import orjson
 
+from faden_agent.config import Config
+from faden_agent.node.journalctl import journalctl_argv
+from faden_agent.workers.logs.backlog import Backlog
 from faden_agent.workers.logs.entry import MAX_LINE_BYTES, Entry, Labels, clean_line
-from faden_agent.workers.logs.labels import DEFAULT_LEVEL, LEVELS, level_from_priority
-from faden_agent.workers.logs.sources import FIRST_START_WINDOW_S, ROTATED_BEFORE_READ, Source
+from faden_agent.workers.logs.labels import DEFAULT_LEVEL, LEVELS, LabelMaker, level_from_priority
+from faden_agent.workers.logs.positions import Positions
+from faden_agent.workers.logs.sources import FIRST_START_WINDOW_S, JOURNALD, ROTATED_BEFORE_READ, Source
 from faden_agent.workers.logs.sources.journald.export import ExportParser, Record, Shaped, text_fields
 from faden_agent.workers.logs.sources.journald.seqnums import SeqnumGaps
 
-POSITION_KEY = "journal"
+POSITION_KEY = JOURNALD.key_prefix  # one key: the cursor
 # One journalctl JSON line, read in at most this much (a 64 KiB binary MESSAGE is about
 # 256 KiB of JSON as an array of byte values): a larger entry is shipped from its head,
 # marked, and the rest of its line is read and dropped in pieces of this size.
@@ -137,11 +141,13 @@ def _grow_pipe(stream: IO[bytes]) -> None:
         pass
 
 
-class JournalSource(Source):
-    kind = "journal"
+class JournaldSource(Source):
+    kind = JOURNALD.name
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(
+        self, config: Config, backlog: Backlog, positions: Positions, labels: LabelMaker, stop_event: threading.Event
+    ) -> None:
+        super().__init__(config, backlog, positions, labels, stop_event)
         stored = self.positions.get(POSITION_KEY)
         self.cursor: str | None = stored if isinstance(stored, str) else None  # last cursor read
         self.proc: subprocess.Popen | None = None
@@ -152,7 +158,9 @@ class JournalSource(Source):
         self.entries_cut = 0  # entries over MAX_ENTRY_BYTES, shipped from their head
         self.output_fields = True  # journalctl >= 236 prints only the fields we ship
         self._last_ts_ns = 0
-        self._streams = {str(i).encode(): self.labels.system(level) for i, level in enumerate(LEVELS)}
+        self._streams: dict[bytes | None, Labels] = {
+            str(i).encode(): self.labels.system(level) for i, level in enumerate(LEVELS)
+        }
         self._default_stream = self.labels.system(DEFAULT_LEVEL)
         self._metadata: dict[tuple[bytes | None, ...], tuple[dict[str, str] | None, int]] = {}
         self._shapes: dict[bytes, tuple[Labels, dict[str, str] | None, int]] = {}
@@ -162,19 +170,13 @@ class JournalSource(Source):
     def argv(self, output: str = "export", follow: bool = True) -> list[str]:
         # --lines=all: with --follow, journalctl otherwise prints only the last 10 entries
         # after the cursor (systemd 252), silently skipping the rest.
-        argv = ["journalctl", "--all", f"--output={output}", "--no-pager", "--lines=all"]
+        options = ["--all", f"--output={output}", "--no-pager", "--lines=all"]
         if follow:
-            argv.insert(1, "--follow")
+            options.insert(0, "--follow")
         if self.output_fields:
-            argv.append(f"--output-fields={OUTPUT_FIELDS}")
-        if self.config.journal_directory is not None:
-            argv.append(f"--directory={self.config.journal_directory}")
-        if self.cursor:
-            argv.append(f"--after-cursor={self.cursor}")
-        else:
-            argv.append(f"--since=@{int(time.time()) - FIRST_START_WINDOW_S}")
-        setpriv = shutil.which("setpriv")
-        return [setpriv, "--pdeathsig", "KILL", "--", *argv] if setpriv else argv
+            options.append(f"--output-fields={OUTPUT_FIELDS}")
+        since = int(time.time()) - FIRST_START_WINDOW_S
+        return journalctl_argv(options, self.config.journal_directory, self.cursor, since)
 
     def follow(self) -> None:
         while not self.stop_event.is_set():

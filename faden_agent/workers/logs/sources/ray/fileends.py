@@ -10,16 +10,18 @@ import os
 import stat
 
 from faden_agent.workers.logs.positions import Positions
+from faden_agent.workers.logs.sources import RAY
 
-END_PREFIX = "file-end:"  # beside "file:<dev>:<ino>", the position of the same file
+END_PREFIX = "file-end:"  # beside "file:<dev>:<ino>" (RAY.key_prefix), the position of the same file
+KEY_PREFIX = RAY.key_prefix + ":"
 
 
 def position_key(ident: tuple[int, int]) -> str:
-    return f"file:{ident[0]}:{ident[1]}"
+    return f"{KEY_PREFIX}{ident[0]}:{ident[1]}"
 
 
 def end_key(key: str) -> str:
-    return END_PREFIX + key.removeprefix("file:")
+    return END_PREFIX + key.removeprefix(KEY_PREFIX)
 
 
 class FileEnds:
@@ -73,5 +75,5 @@ class FileEnds:
     def forget_orphans(self) -> None:
         """Ends whose position went (a file forgotten elsewhere)."""
         for key in self.positions.keys(END_PREFIX):
-            if self.positions.get("file:" + key.removeprefix(END_PREFIX)) is None:
+            if self.positions.get(KEY_PREFIX + key.removeprefix(END_PREFIX)) is None:
                 self.positions.forget(key)

@@ -9,14 +9,20 @@ import errno
 import logging
 import os
 import re
+import threading
 import time
 
+from faden_agent.config import Config
+from faden_agent.workers.logs.backlog import Backlog
 from faden_agent.workers.logs.entry import MAX_LINE_BYTES, Entry, clean_line
+from faden_agent.workers.logs.labels import LabelMaker
 from faden_agent.workers.logs.multiline import Joined, Joiner
+from faden_agent.workers.logs.positions import Positions
 from faden_agent.workers.logs.report import report_event
-from faden_agent.workers.logs.sources import FIRST_START_WINDOW_S, ROTATED_BEFORE_READ, Source
+from faden_agent.workers.logs.sources import FIRST_START_WINDOW_S, RAY, ROTATED_BEFORE_READ, Source
+from faden_agent.workers.logs.sources.managed import ManagedNames
 from faden_agent.workers.logs.sources.ray import mount
-from faden_agent.workers.logs.sources.ray.fileends import FileEnds, position_key
+from faden_agent.workers.logs.sources.ray.fileends import KEY_PREFIX, FileEnds, position_key
 from faden_agent.workers.logs.sources.ray.inotify import TreeWatch
 from faden_agent.workers.logs.sources.ray.mount import Refused, safe_name
 from faden_agent.workers.logs.sources.ray.refusals import Refusals
@@ -47,11 +53,19 @@ def _open_dir(path: str | os.PathLike[str]) -> int | None:
         return None
 
 
-class RayFileSource(Source):
-    kind = "ray-serve"
+class RaySource(Source):
+    kind = RAY.name
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(
+        self,
+        config: Config,
+        backlog: Backlog,
+        positions: Positions,
+        labels: LabelMaker,
+        stop_event: threading.Event,
+        managed: ManagedNames,
+    ) -> None:
+        super().__init__(config, backlog, positions, labels, stop_event)
         self.tails: dict[tuple[int, int], Tail] = {}
         # Files read to their end (or skipped): ident -> (mtime then, last seen in a scan).
         self.finished: dict[tuple[int, int], tuple[int, float]] = {}
@@ -64,7 +78,8 @@ class RayFileSource(Source):
         self.full_at = 0.0  # the last full listing (monotonic)
         self.known_dirs: set[tuple[str, ...]] = set()  # directories listed (a change lists one again)
         self.scans = {"full": 0, "partial": 0}
-        self.retention = Retention(self, None)  # the worker gives it the managed containers' names
+        self.retention = Retention(self, managed.present)
+        managed.when_removed(self.container_removed)
         self.nul_bytes_skipped = 0
         self.closed_idle = 0  # files closed to make room for others (MAX_OPEN_PER_CONTAINER)
         self.relist: set[tuple[str, ...]] = set()  # directories with files left unopened: listed once there is room
@@ -228,7 +243,7 @@ class RayFileSource(Source):
             self.finished = kept
         if first:
             keys = {position_key(ident) for ident in present}
-            gone = [key for key in self.positions.keys("file:") if key not in keys]
+            gone = [key for key in self.positions.keys(KEY_PREFIX) if key not in keys]
             lost = sum(self.ends.gone(key) for key in gone)  # each position forgotten: its file is gone
             self.ends.forget_orphans()
             if lost:  # how many lines each held past its position, nobody can say now
