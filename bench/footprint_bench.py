@@ -29,6 +29,9 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -402,6 +405,54 @@ def remove_prefixed(engine: PrivateEngine, prefix: str) -> None:
         engine.docker("rm", "-f", *ids, check=False)
 
 
+# ---------------------------------------------------------------- the rig
+
+
+@dataclass
+class Rig:
+    backend: BackendProcess
+    engine: PrivateEngine
+    loki: LokiReceiver
+    proxy: CountingProxy
+    journal: JournalWriter
+    env: dict[str, str]
+    agent: AgentProcess
+    node: str
+
+
+@contextmanager
+def metered_agent(root: Path, extra_env: dict[str, str] | None = None) -> Iterator[Rig]:
+    """An idle production agent (start_idle) on a private engine, shipping a journal to a
+    Loki receiver, its backend behind a counting proxy; everything stopped afterwards."""
+    journal = JournalWriter(root / "journal")
+    journal.append([journal.entry("bench seed")])
+    backend = BackendProcess(root / "backend", root / "backend.log").start()
+    url = urlsplit(backend.url)
+    try:
+        with (
+            PrivateEngine(root / "engine", image=IMAGE) as engine,
+            LokiReceiver() as loki,
+            CountingProxy(url.hostname, url.port) as proxy,
+        ):
+            env = production_env(
+                backend,
+                root,
+                backend_url=proxy.url,
+                loki_url=loki.url,
+                journal_directory=journal.directory,
+                docker_host=engine.host,
+            )
+            env.update(extra_env or {})
+            agent, node = start_idle(env, backend, root / "agent.log")
+            try:
+                yield Rig(backend, engine, loki, proxy, journal, env, agent, node)
+            finally:
+                agent.stop()
+                agent.kill()
+    finally:
+        backend.stop()
+
+
 # ---------------------------------------------------------------- the run
 
 
@@ -410,47 +461,26 @@ def measure(
 ) -> dict[str, Any]:
     results: dict[str, Any] = {"python": ".".join(map(str, sys.version_info[:3]))}
     prefix = f"fxfoot-{uuid.uuid4().hex[:6]}"
-    journal = JournalWriter(root / "journal")
-    journal.append([journal.entry("bench seed")])
-    backend = BackendProcess(root / "backend", root / "backend.log").start()
-    url = urlsplit(backend.url)
-    with (
-        PrivateEngine(root / "engine", image=IMAGE) as engine,
-        LokiReceiver() as loki,
-        CountingProxy(url.hostname, url.port) as proxy,
-    ):
-        env = production_env(
-            backend,
-            root,
-            backend_url=proxy.url,
-            loki_url=loki.url,
-            journal_directory=journal.directory,
-            docker_host=engine.host,
-        )
-        agent, node = start_idle(env, backend, root / "agent.log")
-        try:
-            results["memory"] = memory(agent)
+    with metered_agent(root) as rig:
+        backend, engine, proxy, env, agent, node = rig.backend, rig.engine, rig.proxy, rig.env, rig.agent, rig.node
+        results["memory"] = memory(agent)
+        since = time.time()
+        results["idle_0"] = idle_window(agent, proxy, window_s, engine.pid)
+        results["idle_0"]["detail_beats"] = detail_beats(backend, node, since, time.time())
+        results["memory_after_idle"] = memory(agent)
+        if containers:
+            start_managed(backend, node, prefix, containers, ray)
+            time.sleep(10)  # the log worker found them, the inventory counted them
             since = time.time()
-            results["idle_0"] = idle_window(agent, proxy, window_s, engine.pid)
-            results["idle_0"]["detail_beats"] = detail_beats(backend, node, since, time.time())
-            results["memory_after_idle"] = memory(agent)
-            if containers:
-                start_managed(backend, node, prefix, containers, ray)
-                time.sleep(10)  # the log worker found them, the inventory counted them
-                since = time.time()
-                results[f"idle_{containers}"] = idle_window(agent, proxy, window_s, engine.pid)
-                results[f"idle_{containers}"]["detail_beats"] = detail_beats(backend, node, since, time.time())
-                results["memory_with_containers"] = memory(agent)
-                remove_prefixed(engine, prefix)
-            if runs:
-                results["command"] = command_round_trips(backend, node, engine, prefix, runs)
-            agent.stop()
-            results["memory_by_python"] = memory_by_python(env, root, backend, node, binary)
-            results["memory_over_tls"] = memory_over_tls(root, loki.url, journal, engine.host)
-        finally:
-            agent.stop()
-            agent.kill()
-            backend.stop()
+            results[f"idle_{containers}"] = idle_window(agent, proxy, window_s, engine.pid)
+            results[f"idle_{containers}"]["detail_beats"] = detail_beats(backend, node, since, time.time())
+            results["memory_with_containers"] = memory(agent)
+            remove_prefixed(engine, prefix)
+        if runs:
+            results["command"] = command_round_trips(backend, node, engine, prefix, runs)
+        agent.stop()
+        results["memory_by_python"] = memory_by_python(env, root, backend, node, binary)
+        results["memory_over_tls"] = memory_over_tls(root, rig.loki.url, rig.journal, engine.host)
     packages = imported_packages()
     results["packages"] = packages
     results["package_private_kib"] = package_costs(packages["workers"] + ["zmq", "orjson", "psutil"])

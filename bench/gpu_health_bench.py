@@ -1,6 +1,7 @@
-"""GPU health read cost: CPU per round of 8 GPUs with the health read vs the plain read.
+"""GPU health read cost: CPU per round of 8 GPUs with the health read vs the plain read;
+the kernel Xid reader's idle CPU (its journalctl and thread, over --idle-s seconds).
 
-    python3 bench/gpu_health_bench.py [--gpus 8] [--rounds 200] [--json OUT.json]
+    python3 bench/gpu_health_bench.py [--gpus 8] [--rounds 200] [--idle-s 10] [--json OUT.json]
 
 Same run, real pynvml, the tests' C libnvidia-ml.so.1 (built with cc); this thread's CPU.
 """
@@ -8,9 +9,12 @@ Same run, real pynvml, the tests' C libnvidia-ml.so.1 (built with cc); this thre
 from __future__ import annotations
 
 import argparse
+import os
+import resource
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -20,6 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.output import emit
 from faden_agent.workers.inventory.gpu import GpuProbe
 from faden_agent.workers.inventory.gpu_health import HealthReader
+from faden_agent.workers.inventory.gpu_xids import XidLog
+from faden_agent.workers.inventory.kernel_xids import KernelXidReader, this_boot
+from tests.journalfiles import JournalWriter
 from tests.nvml.state import GpuState, load_in_process
 
 
@@ -107,13 +114,65 @@ def measure(gpus: int, rounds: int) -> dict[str, Any]:
     }
 
 
+def process_cpu_s(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def own_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def kernel_log_idle(idle_s: float) -> dict[str, Any]:
+    """The kernel Xid reader following a real journal file (systemd-journal-remote) that
+    holds 1000 kernel lines, then idle: CPU of its journalctl and of this process (whose
+    main thread only sleeps) per second, against this process sleeping without it."""
+    with tempfile.TemporaryDirectory() as tmp:
+        journal = JournalWriter(Path(tmp) / "journal")
+        journal.boot_id = this_boot() or journal.boot_id
+        journal.append(
+            [journal.entry(f"usb 1-{n}: new device", 6, _TRANSPORT="kernel") for n in range(999)]
+            + [journal.entry("NVRM: Xid (PCI:0000:17:00): 13, pid=1, Graphics Exception", 3, _TRANSPORT="kernel")]
+        )
+        before = own_cpu_s()
+        time.sleep(idle_s)
+        baseline = own_cpu_s() - before
+        stop = threading.Event()
+        reader = KernelXidReader(XidLog(), lambda key: "GPU-a", lambda: None, stop, journal_directory=journal.directory)
+        thread = threading.Thread(target=reader.run, daemon=True)
+        started = time.monotonic()
+        thread.start()
+        while reader.read < 1 and time.monotonic() - started < 30:  # the backlog is read
+            time.sleep(0.05)
+        catch_up_s = time.monotonic() - started
+        time.sleep(1.0)  # settled
+        proc = reader.proc
+        assert proc is not None
+        journalctl_before, own_before = process_cpu_s(proc.pid), own_cpu_s()
+        time.sleep(idle_s)
+        journalctl_cpu = process_cpu_s(proc.pid) - journalctl_before
+        own_cpu = own_cpu_s() - own_before
+        reader.stop()
+        thread.join(5)
+    return {
+        "kernel_log_catch_up_s_1000_lines": round(catch_up_s, 3),
+        "kernel_log_idle_s": idle_s,
+        "kernel_log_idle_journalctl_cpu_ms_per_s": round(journalctl_cpu * 1000 / idle_s, 3),
+        "kernel_log_idle_reader_cpu_ms_per_s": round(max(0.0, own_cpu - baseline) * 1000 / idle_s, 3),
+        "sleeping_process_cpu_ms_per_s": round(baseline * 1000 / idle_s, 3),
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=200)
+    parser.add_argument("--idle-s", type=float, default=10.0)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    emit(measure(args.gpus, args.rounds), args.json)
+    emit({**measure(args.gpus, args.rounds), **kernel_log_idle(args.idle_s)}, args.json)
     return 0
 
 

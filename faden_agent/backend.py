@@ -74,6 +74,7 @@ class ProtocolError(BackendError):
 DEFAULT_MAINTENANCE_WAIT_S = 30.0
 MAX_ANSWER_BYTES = 4 << 20  # an uplink answer lists at most a batch's ids; enrollment is a few lines
 DETAIL_BYTES = 64 << 10  # of a refusal, only its first line is shown
+UPLINK_GZIP_MIN = 512  # smaller bodies gain less than gzip's own 20 bytes and the header
 
 
 def _detail(reply: requests.Response, deadline_s: float) -> str:
@@ -182,7 +183,7 @@ class BackendClient:
         if status in (401, 403) and auth:
             raise CredentialRejected(
                 f"{where}: the backend rejected this node's credential ({detail or 'no detail'}); "
-                "the machine was removed or its credential revoked",
+                "the machine was removed or its credential revoked: enroll it again with a new token",
                 status,
             )
         if status in (408, 429) or status >= 500:
@@ -225,16 +226,16 @@ class BackendClient:
         )  # what DownlinkStream inflates
         return DownlinkStream(reply)
 
-    def post_reports(self, records: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
-        """Send one batch; returns (acked ids, ids the backend rejected as malformed)."""
-        reply = self._request(
-            "POST",
-            protocol.UPLINK_PATH,
-            data=orjson.dumps({"records": records}),
-            headers={"Content-Type": "application/json"},
-        )
-        body = self._json(reply)
-        acked, rejected = body.get("acked"), body.get("rejected") or []
+    def post_reports(self, records: list[dict[str, Any]], gzip: bool = False) -> tuple[list[str], list[str]]:
+        """Send one batch; returns (acked ids, ids the backend rejected as malformed). `gzip`:
+        the backend accepts gzip bodies; a body of at least UPLINK_GZIP_MIN bytes goes gzipped."""
+        data = orjson.dumps({"records": records})
+        headers = {"Content-Type": "application/json"}
+        if gzip and len(data) >= UPLINK_GZIP_MIN:
+            data = gzip_module.compress(data, compresslevel=6)
+            headers["Content-Encoding"] = "gzip"
+        answer = self._json(self._request("POST", protocol.UPLINK_PATH, data=data, headers=headers))
+        acked, rejected = answer.get("acked"), answer.get("rejected") or []
         if not isinstance(acked, list) or not isinstance(rejected, list):
             raise ProtocolError("uplink answer lacks an 'acked' list")
         return [str(i) for i in acked], [str(i) for i in rejected]

@@ -416,14 +416,14 @@ class Config:
     verify_tls: bool = setting(
         "true",
         _bool,
-        "Verify the TLS certificates of the backend, Loki and peers (against the public CA bundle the agent"
-        " carries, certifi's, unless `CA_BUNDLE` is set)",
+        "Verify the TLS certificates of the backend, Loki and peers (against the system's trust store, or the"
+        " public CA bundle the agent carries, certifi's, where the host has none; `CA_BUNDLE` overrides both)",
     )
     ca_bundle: Path | None = setting(
         None,
         _optional_path,
-        "PEM file of CA certificates to trust (private CAs); requests' `REQUESTS_CA_BUNDLE` and `CURL_CA_BUNDLE`"
-        " are not read",
+        "PEM file of CA certificates to trust instead of the system's store (private CAs); requests'"
+        " `REQUESTS_CA_BUNDLE` and `CURL_CA_BUNDLE` are not read",
     )
     loki_url: str | None = setting(None, _optional_url, "Loki base URL; unset: ask the backend where to push")
     log_batch_size: int = setting("1000", _positive_int, "Most lines in one Loki push (and about 1 MiB)")

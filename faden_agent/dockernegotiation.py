@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -40,14 +41,6 @@ class EngineVersion:
     api_version: str  # the engine's newest
     min_api_version: str  # the engine's oldest
     api_in_use: str
-
-    def as_dict(self) -> dict[str, str]:
-        return {
-            "engine_version": self.version,
-            "api_version": self.api_in_use,
-            "engine_api_max": self.api_version,
-            "engine_api_min": self.min_api_version,
-        }
 
 
 def choose_api_version(engine_max: str, engine_min: str) -> str:
@@ -83,6 +76,7 @@ class NegotiatingAPIClient(docker.APIClient):
         self._lock = threading.Lock()
         self._raw_version = UNNEGOTIATED_API
         self._engine: EngineVersion | None = None
+        self._retry_at = 0.0  # after an engine that did not answer: not before this (monotonic)
         self._ready = False  # the SDK's __init__ reads _version: no request from there
         kwargs["version"] = UNNEGOTIATED_API
         super().__init__(*args, **kwargs)
@@ -90,7 +84,8 @@ class NegotiatingAPIClient(docker.APIClient):
 
     @property
     def _version(self) -> str:
-        if self._ready and self._engine is None:
+        # One request reads _version several times: a hung engine costs one bounded wait, not one each.
+        if self._ready and self._engine is None and time.monotonic() >= self._retry_at:
             self.negotiate()
         return self._raw_version
 
@@ -107,13 +102,14 @@ class NegotiatingAPIClient(docker.APIClient):
         """Read /version (bounded) and choose. An engine that does not answer leaves the
         client unnegotiated (the request that follows reports the engine's failure)."""
         with self._lock:
+            timeout = min(NEGOTIATE_TIMEOUT_S, self.timeout) if self.timeout else NEGOTIATE_TIMEOUT_S
             try:
-                timeout = min(NEGOTIATE_TIMEOUT_S, self.timeout) if self.timeout else NEGOTIATE_TIMEOUT_S
                 response = docker.APIClient._get(self, self._url("/version", versioned_api=False), timeout=timeout)
                 answer = self._result(response, json=True)
             except (requests.exceptions.RequestException, DockerException, ValueError):
-                return None
+                answer = None
             if not isinstance(answer, dict) or not isinstance(answer.get("ApiVersion"), str):
+                self._retry_at = time.monotonic() + timeout
                 return None
             engine_max = answer["ApiVersion"]
             engine_min = answer.get("MinAPIVersion")
@@ -127,6 +123,7 @@ class NegotiatingAPIClient(docker.APIClient):
     def forget(self) -> None:
         """Negotiate again on the next request."""
         self._engine = None
+        self._retry_at = 0.0
 
     def _again_if_refused(self, send: Callable[..., requests.Response], url: str, **kwargs: Any) -> requests.Response:
         try:

@@ -30,6 +30,7 @@ def require(what: str, reason: str) -> None:
 # The unit tests, short, fill in at the end.
 LONG_FIRST = (
     "test_systemd_e2e.py",
+    "test_systemd_conventions.py",
     "test_readme_newcomer.py",
     "test_standalone_binary.py",
     "test_logs_container_lifecycle.py",

@@ -34,6 +34,8 @@ STOP_TIMEOUT_S = 60.0
 BRIDGE_LOCK = Path("/tmp/faden-engine29-bridges.lock")
 # 198.19.0.0/16, half of the benchmarking range: 198.18.x is where people make theirs by hand.
 SUBNETS = ipaddress.ip_network("198.19.0.0/16")
+BRIDGE_PREFIX = "f29"
+OWNER_ALIAS = "faden-engine29-pid-"  # + the pid of the test process that made the bridge
 
 
 def missing_piece() -> str | None:
@@ -56,16 +58,43 @@ def networks_in_use() -> list[ipaddress.IPv4Network]:
     return nets
 
 
+def remove_stale_bridges() -> None:
+    """The bridges of test processes that died before removing theirs (a killed run): each
+    names its owner's pid in its alias."""
+    for link in Path("/sys/class/net").glob(f"{BRIDGE_PREFIX}*"):
+        try:
+            alias = (link / "ifalias").read_text().strip()
+        except OSError:
+            continue
+        if alias.startswith(OWNER_ALIAS) and alias[len(OWNER_ALIAS) :].isdigit():
+            if not pid_alive(int(alias[len(OWNER_ALIAS) :])):
+                subprocess.run(["ip", "link", "del", link.name], capture_output=True, timeout=10)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def make_bridge(name: str) -> ipaddress.IPv4Network:
     """A bridge `name` with the first /24 of SUBNETS that no interface of this host is on."""
     BRIDGE_LOCK.touch(exist_ok=True)
     with open(BRIDGE_LOCK) as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        remove_stale_bridges()
         used = networks_in_use()
         for net in SUBNETS.subnets(new_prefix=24):
             if not any(net.overlaps(other) for other in used):
                 gateway = f"{next(net.hosts())}/{net.prefixlen}"
                 subprocess.run(["ip", "link", "add", name, "type", "bridge"], check=True, timeout=10)
+                subprocess.run(
+                    ["ip", "link", "set", name, "alias", f"{OWNER_ALIAS}{os.getpid()}"], check=True, timeout=10
+                )
                 subprocess.run(["ip", "addr", "add", gateway, "dev", name], check=True, timeout=10)
                 subprocess.run(["ip", "link", "set", name, "up"], check=True, timeout=10)
                 return net
@@ -87,7 +116,7 @@ class Engine29:
         self.image = image
         self.socket = socket or self.root / "docker.sock"
         self.host = f"unix://{self.socket}"
-        self.bridge = f"f29{uuid.uuid4().hex[:10]}"  # 13 chars: Linux allows 15
+        self.bridge = f"{BRIDGE_PREFIX}{uuid.uuid4().hex[:10]}"  # 13 chars: Linux allows 15
         self.subnet: ipaddress.IPv4Network | None = None
         self.proc: subprocess.Popen | None = None
 

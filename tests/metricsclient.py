@@ -4,6 +4,8 @@ text parser (never string matching)."""
 from __future__ import annotations
 
 import http.client
+import shutil
+import subprocess
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -53,3 +55,15 @@ def get(agent: AgentProcess, path: str = "/metrics", accept: str | None = None, 
 
 def value_of(agent: AgentProcess, name: str, **labels: str) -> float | None:
     return get(agent).value(name, **labels)
+
+
+def promtool_check(body: bytes) -> str:
+    """`promtool check metrics` (Debian's prometheus package, tests/infra/start-services.sh)
+    over a scrape: its findings, "" when it passes."""
+    from tests.conftest import require
+
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        require("promtool", "it is not installed (tests/infra/start-services.sh installs it)")
+    done = subprocess.run([str(promtool), "check", "metrics"], input=body, capture_output=True, timeout=30)
+    return "" if done.returncode == 0 else (done.stdout + done.stderr).decode()

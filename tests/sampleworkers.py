@@ -13,6 +13,20 @@ class CrashAtStartWorker(Worker):
         raise RuntimeError("this worker crashes at start on purpose")
 
 
+class EnvironmentWorker(Worker):
+    """Writes the environment a program it starts sees (as a container tool would) to
+    $FADEN_TEST_ENV_DUMP."""
+
+    def setup(self) -> None:
+        import os
+        import subprocess
+
+        seen = subprocess.run(["env"], capture_output=True, text=True, check=True).stdout
+        with open(os.environ["FADEN_TEST_ENV_DUMP"] + ".tmp", "w") as out:
+            out.write(seen)
+        os.rename(os.environ["FADEN_TEST_ENV_DUMP"] + ".tmp", os.environ["FADEN_TEST_ENV_DUMP"])
+
+
 class IgnoresSigtermWorker(Worker):
     """A worker that does not stop when asked, to exercise the stop bound."""
 

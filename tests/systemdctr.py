@@ -69,13 +69,25 @@ def agent_build(version: str | None = None, dist: Path | None = None) -> Path:
 
 
 class SystemdContainer:
-    def __init__(self, image: str, name: str | None = None):
+    def __init__(self, image: str, name: str | None = None, extra_args: list[str] | None = None):
+        """extra_args: more `docker run` options (e.g. a host directory at the same path)."""
         self.image = image
         self.name = name or CONTAINER_PREFIX + uuid.uuid4().hex[:8]
+        self.extra_args = list(extra_args or [])
 
     def __enter__(self) -> SystemdContainer:
         subprocess.run(
-            ["docker", "run", "-d", "--name", self.name, *RUN_FLAGS, self.image, "/lib/systemd/systemd"],
+            [
+                "docker",
+                "run",
+                "-d",
+                "--name",
+                self.name,
+                *RUN_FLAGS,
+                *self.extra_args,
+                self.image,
+                "/lib/systemd/systemd",
+            ],
             check=True,
             capture_output=True,
             timeout=60,

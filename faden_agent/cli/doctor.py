@@ -19,11 +19,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from faden_agent.cli.doctor_gpus import gpu_lines
 from faden_agent.config import Config, env_name, listen_host_port
 from faden_agent.disk.disklow import consumers, low_threshold
 from faden_agent.dockerclient import engine_url, engine_version, image_store, make_client
 from faden_agent.errorline import error_line
-from faden_agent.http.tls import client_context
+from faden_agent.http.tls import client_context, trust_words
 from faden_agent.workers.executor.gpu import GPU_ADVICE, GPU_DRIVER_MISMATCH, GPU_DRIVER_NOT_LOADED, GPU_LOST
 
 if TYPE_CHECKING:
@@ -82,12 +83,14 @@ class Doctor:
         docker_info = self.step(self.docker)
         self.step(self.nvidia_runtime, docker_info)
         self.step(self.nvml)
+        self.step(self.gpus)
         self.step(self.journald)
         self.step(self.log_path, log_target)
         self.step(self.disk_state)
         self.step(self.disk_docker, docker_info)
         self.step(self.disk_ray_logs)
         self.step(self.service)
+        self.step(self.shutdown_inhibitor)
         self.step(self.metrics_endpoint)
         return self.checks
 
@@ -155,9 +158,8 @@ class Doctor:
             return Check("backend tls", FAIL, "skipped: no TCP connection", "fix the connection first")
         if not self.config.verify_tls:
             return Check("backend tls", WARN, "certificate verification is off", f"set {env_name('verify_tls')}=true")
-        ca = self.config.ca_bundle
         context = client_context(self.config.tls_verify())  # what the agent's own connections trust
-        trust = f"CA bundle {ca}" if ca else "the public CA bundle (certifi)"
+        trust = trust_words(self.config.tls_verify())
         try:
             with socket.create_connection((self.host, self.port), timeout=self.timeout_s) as raw:
                 with context.wrap_socket(raw, server_hostname=self.host) as tls:
@@ -342,6 +344,11 @@ class Doctor:
             return Check("nvml", FAIL, f"{GPU_LOST}: GPU {which} of {count} is lost", GPU_ADVICE[GPU_LOST])
         return Check("nvml", OK, f"{count} GPU(s), driver {driver_text}")
 
+    def gpus(self) -> None:
+        """One line per GPU and one for the versions (doctor_gpus.py)."""
+        for name, status, detail, hint in gpu_lines(self.config, self.timeout_s):
+            self.checks.append(Check(name, status, detail, hint))
+
     # ------------------------------------------------------------------ logs
 
     def journald(self) -> Check:
@@ -417,6 +424,26 @@ class Doctor:
         if not Path(root).exists():
             return Check("disk (docker)", WARN, f"Docker's data root {root} is not visible from here")
         return _disk_check("disk (docker)", Path(root), self.config)
+
+    def shutdown_inhibitor(self) -> Check:
+        """Whether logind answers on the system bus (the supervisor's delay inhibitor)."""
+        from faden_agent.ipc.dbusconn import Bus, DbusError, system_bus_address
+        from faden_agent.supervisor.shutdown import logind_delay_s
+
+        try:
+            bus = Bus(system_bus_address(), min(self.timeout_s, 2.0))
+            try:
+                delay = logind_delay_s(bus)
+            finally:
+                bus.close()
+        except DbusError as exc:
+            return Check(
+                "shutdown",
+                WARN,
+                f"no logind on the system bus ({exc}): a shutdown is not delayed to report it; the agent goes on",
+                "normal in a container or on a minimal host; elsewhere check systemd-logind and dbus",
+            )
+        return Check("shutdown", OK, f"logind answers: a shutdown waits up to {delay:g}s for the agent to report it")
 
     def service(self) -> Check:
         from faden_agent.service import service_state

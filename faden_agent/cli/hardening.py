@@ -15,6 +15,7 @@ import resource
 from pathlib import Path
 
 from faden_agent.config import VARIABLES, env_name
+from faden_agent.proctitle import unset_environ
 
 log = logging.getLogger(__name__)
 
@@ -23,10 +24,8 @@ SECRET_VARIABLES = tuple(v.field for v in VARIABLES if v.secret)
 
 
 def drop_secrets_from_environ() -> None:
-    for field in SECRET_VARIABLES:
-        name = env_name(field)
-        if os.environ.pop(name, None) is not None:
-            _blank_initial_value(name)
+    for name in unset_environ(*(env_name(field) for field in SECRET_VARIABLES)):
+        _blank_initial_value(name)
 
 
 def _blank_initial_value(name: str) -> None:

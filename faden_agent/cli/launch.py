@@ -36,7 +36,11 @@ def run_agent() -> int:
 
 
 def complain(message: str, code: int) -> int:
-    print(f"faden-agent: {message}", file=sys.stderr, flush=True)
+    import logging
+
+    from faden_agent.logsetup import journal_prefix
+
+    print(f"{journal_prefix(logging.ERROR)}faden-agent: {message}", file=sys.stderr, flush=True)
     return code
 
 

@@ -12,8 +12,10 @@ import orjson
 from faden_agent import protocol
 from faden_agent.devbackend.builds import served_version
 from faden_agent.devbackend.loki_relay import forward_to_loki
+from faden_agent.devbackend.rotation import Contested
 from faden_agent.devbackend.store import TokenRefused
 from faden_agent.devbackend.web import HttpError, Request, Route, route
+from faden_agent.protocol.inventory import ACCEPTS_CHANGES, ACCEPTS_GZIP
 
 log = logging.getLogger("faden_agent.devbackend")
 
@@ -39,7 +41,7 @@ def enroll(req: Request) -> int:
 
 
 def stream(req: Request) -> int:
-    node_id = req.require_node()
+    node_id = req.require_node(stream=True)
     backend = req.backend
     try:
         after = int(req.query.get("after", "0"))
@@ -47,6 +49,10 @@ def stream(req: Request) -> int:
     except ValueError:
         raise HttpError(400, "bad_query", "after must be an integer and keepalive a number") from None
     keepalive = min(max(keepalive, KEEPALIVE_RANGE[0]), KEEPALIVE_RANGE[1])
+    try:  # the next credential (docs/protocol.md, Credential rotation): to one stream only
+        rotation = backend.store.credential_for_stream(node_id, req.connection)
+    except Contested as exc:
+        raise HttpError(401, "shared_identity", str(exc)) from None
     faults = backend.faults
     generation = faults.drop_generation
     req.send_response(200)
@@ -67,10 +73,10 @@ def stream(req: Request) -> int:
         "epoch": backend.store.epoch,
         "high_seq": backend.store.high_seq(),
         "expected": _expected(backend, node_id),
+        "accepts": [ACCEPTS_CHANGES, ACCEPTS_GZIP],  # what this backend understands (docs/protocol.md)
     }
     _write_line(req, hello)
-    rotation = backend.store.pending_credentials.get(node_id)
-    if rotation is not None:  # the next credential (docs/protocol.md, Credential rotation)
+    if rotation is not None:
         _write_line(req, {"type": "credential", "credential": rotation})
     last_write = time.monotonic()
     peers_sent_at = None  # the cluster generation the last `peers` message reflects
@@ -78,6 +84,9 @@ def stream(req: Request) -> int:
         if peers_sent_at != backend.cluster_generation:
             peers_sent_at = backend.cluster_generation
             _write_line(req, backend.store.peers_message(node_id))
+        if node_id in backend.store.inventory_behind:  # the agent's next inventory record is full
+            backend.store.inventory_behind.discard(node_id)
+            _write_line(req, {"type": "inventory.full"})
         if faults.drop_generation != generation or faults.maintenance_retry_after is not None:
             req.connection.shutdown(2)  # abrupt: like a crashed server or a cut link
             return 200

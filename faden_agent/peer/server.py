@@ -17,6 +17,7 @@ import docker
 import orjson
 
 from faden_agent import protocol
+from faden_agent.dockerclient import image_store
 from faden_agent.http.serve.server import BoundedHandler, BoundedServer, RouteLimits, ServerLimits
 from faden_agent.peer import probe
 from faden_agent.peer.archive import (
@@ -61,7 +62,9 @@ def holder_stream(api: docker.APIClient, image_id: str, held: set[str]) -> tuple
     size = int(details.get("Size") or 0)
     sizes = layer_sizes(api, image_id, len(diff_ids))
     skip = held_prefix(diff_ids, held)
-    skip_names = held_layer_files(api, image_id, diff_ids, skip, "Descriptor" in details)
+    # the containerd store's layer files need its image store known (Descriptor: API 1.48+)
+    containerd = skip > 0 and ("Descriptor" in details or image_store(api.info()) == "containerd")
+    skip_names = held_layer_files(api, image_id, diff_ids, skip, containerd)
     headers = {
         "Content-Type": "application/x-tar",
         "X-Faden-Image-Id": image_id,

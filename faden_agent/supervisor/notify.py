@@ -1,7 +1,8 @@
 """systemd's notify protocol, spoken directly: one datagram to $NOTIFY_SOCKET.
 
-READY=1 once the workers run, WATCHDOG=1 from the supervisor loop while it is healthy,
-STOPPING=1 on shutdown, STATUS= for `systemctl status`. A no-op outside systemd.
+READY=1 once the workers run, WATCHDOG=1 from the supervisor loop while healthy, STOPPING=1
+on shutdown, STATUS= for `systemctl status`; a no-op outside systemd. Made from the process
+environment, it takes the variables out of it (NotifyAccess=main): workers never inherit them.
 """
 
 from __future__ import annotations
@@ -10,10 +11,16 @@ import os
 import socket
 from collections.abc import Mapping
 
+from faden_agent.proctitle import unset_environ
+
+NOTIFY_VARIABLES = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
+
 
 class SystemdNotifier:
     def __init__(self, environ: Mapping[str, str] | None = None):
-        env = os.environ if environ is None else environ
+        env = dict(os.environ) if environ is None else environ
+        if environ is None:  # NotifyAccess=main: only this process may speak to systemd
+            unset_environ(*NOTIFY_VARIABLES)
         address = env.get("NOTIFY_SOCKET") or None
         if address and address.startswith("@"):
             address = "\0" + address[1:]  # abstract namespace

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import orjson
 import pytest
 
+from faden_agent.dockernegotiation import CLIENT_MAX_API
 from faden_agent.workers.executor.gpu import GPU_ADVICE
 from tests.agentproc import AgentProcess
 from tests.backendproc import BackendProcess, agent_env_for
@@ -27,7 +29,7 @@ pytestmark = pytest.mark.docker
 # The engine's version, the API version in use with the engine's range, and its image store.
 ENGINE_LINE = {
     "20.10": "API 1.41 (engine 1.12-1.41), classic image store",
-    "29": "API 1.45 (engine 1.44-1.52), containerd image store",
+    "29": f"API {CLIENT_MAX_API} (engine 1.44-1.52), containerd image store",
 }
 MUST_BE_OK = [
     "backend dns",
@@ -138,3 +140,28 @@ def test_nvidia_driver_failures_are_named_by_cause_with_what_to_do(env, tmp_path
     check = by_name(doctor({**env, **gpus.env()}, "--json"))["nvml"]
     assert (check["status"], check["hint"]) == ("fail", GPU_ADVICE[reason]), check
     assert reason in check["detail"]
+
+
+def test_the_gpu_section_names_each_gpu_its_verdict_and_what_to_do(env, tmp_path):
+    gpus = GpuState(tmp_path / "nvml", count=2)
+    gpus.gpus[1]["remap"]["pending"] = 1
+    gpus.gpus[1]["persistence"] = 0
+    gpus.gpus[1]["fabric"]["state"] = 2  # in progress: the fabric manager has not finished
+    gpus.write()
+    checks = by_name(doctor({**env, **gpus.env()}, "--json"))
+    assert checks["gpu driver"]["detail"] == "driver 550.54.15, NVML 12.550.54.15, CUDA 12.4"
+    zero, one = checks["gpu 0"], checks["gpu 1"]
+    assert zero["status"] == "ok" and zero["detail"] == (
+        "NVIDIA H100 80GB HBM3 GPU-00000000-fake 00000000:17:00.0: ok; persistence on, fabric manager completed"
+    )
+    assert one["status"] == "warn" and "row remap pending: reset needed" in one["detail"]
+    assert "persistence mode off" in one["detail"] and "fabric manager in_progress" in one["detail"]
+    assert one["hint"].startswith("reset needed")
+
+    gpus.gpus[1]["hang_ms"] = {"nvmlDeviceGetFieldValues": 30_000}  # a driver that stopped answering
+    gpus.write()
+    started = time.monotonic()
+    done = doctor({**env, **gpus.env()}, "--json")
+    hung = by_name(done)["gpus"]
+    assert hung["status"] == "fail" and hung["detail"].startswith("NVML call hung on GPU 1: nvmlDeviceGetFieldValues")
+    assert time.monotonic() - started < 25  # bounded by the check's timeout, not the hang

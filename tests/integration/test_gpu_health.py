@@ -100,9 +100,10 @@ def test_every_rule_drives_its_verdict_and_event(tmp_path, agent_factory):
     assert first["available"] and first["health"] == {"verdict": "ok", "reasons": []}
     assert all(d["health"]["verdict"] == "ok" for d in first["devices"])
     healthy = first["devices"][0]["health"]
-    assert healthy["nvlink"]["links"][0] == {
-        "link": 0,
-        "active": True,
+    assert healthy["nvlink"] == {  # the wire form: one list per field (wire_form.py)
+        "links": 2,
+        "active": [True, True],
+        "link_errors": {"replay": [0, 0], "recovery": [0, 0], "crc_flit": [0, 0], "crc_data": [0, 0]},
         "errors": {"replay": 0, "recovery": 0, "crc_flit": 0, "crc_data": 0},
     }
     assert healthy["fabric"] == {"state": "completed", "status": None, "clique_id": 1}

@@ -20,7 +20,7 @@ from tests.agentproc import AgentProcess, agent_env, wait_for
 from tests.backendproc import agent_on_backend, backend, free_port  # noqa: F401
 from tests.journalfiles import JournalWriter
 from tests.lokireceiver import LokiReceiver
-from tests.metricsclient import endpoint, get, value_of
+from tests.metricsclient import endpoint, get, promtool_check, value_of
 
 FAMILIES = {
     "faden_agent_build_info": "gauge",
@@ -132,6 +132,8 @@ def test_every_family_is_there_and_a_killed_worker_counts_a_restart(backend, age
     assert after.value("faden_agent_worker_last_exit", worker="executor", cause="signal_SIGKILL") == 1
     wait_for(lambda: state_of(get(agent), "executor") == "RUNNING", 15, what="executor RUNNING again")
     assert value_of(agent, "faden_agent_worker_restarts_total", worker="stream") == 0
+    # Prometheus' own linter over this real scrape (names, units, counter suffixes, HELP).
+    assert promtool_check(get(agent).body) == ""
 
 
 def test_a_backend_outage_shows_in_the_link_the_outbox_and_readyz(backend, agent_on_backend):

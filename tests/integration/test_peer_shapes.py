@@ -24,6 +24,7 @@ from faden_agent.peer.fetch import PeerFailure, Transfer, held_chains, local_ima
 from faden_agent.peer.oci import ZSTD_MAGIC
 from faden_agent.peer.server import PeerServer, saved_layer_paths
 from faden_agent.peer.tickets import Ticket, TicketBox, ticket_hash
+from tests.backendproc import agent_on_backend, backend, free_port  # noqa: F401
 from tests.conftest import TEST_IMAGE
 from tests.hostilepeer import honest, scripted
 from tests.imageshapes import classic_layout, containerd_layout, stacked_image
@@ -194,3 +195,39 @@ def test_the_containerd_holder_reads_its_layer_files_ahead_within_a_bound(engine
     paths = saved_layer_paths(holder, image_id)
     assert len(paths) == 2 and all(p.startswith("blobs/sha256/") for p in paths)
     assert saved_layer_paths(holder, image_id, budget_s=0.0) == paths  # remembered
+
+
+def test_real_agents_on_20_10_and_29_serve_each_other(engines, engine29, busybox_save, made, agent_on_backend, backend):
+    """The whole path between two real agents, one on each engine: image.serve on the holder
+    (its peer worker, on demand), image.fetch on the receiver, both directions; each gets
+    the image under its own engine's id, the held busybox base left out."""
+    agents = {}
+    for name, host in (("20.10", None), ("29", engine29.host)):
+        port = free_port()
+        engine = {"docker_host": host} if host else {}
+        agent, node = agent_on_backend(advertise_host="127.0.0.1", peer_port=port, **engine)
+        agents[name] = (node["node_id"], f"http://127.0.0.1:{port}")
+    archive, config_id, marker = unique_image(busybox_save)
+    layout, index_id = containerd_layout(archive, name=f"faden-shapes/agents-{uuid.uuid4().hex[:8]}:1")
+    engines["29"].load_image(layout)
+    made(engines["29"], index_id)
+    other, other_id, other_marker = unique_image(busybox_save)
+    engines["20.10"].load_image(other)
+    made(engines["20.10"], other_id)
+    for holder, receiver, image_id, want in (("29", "20.10", index_id, config_id), ("20.10", "29", other_id, None)):
+        ticket = "agents-" + uuid.uuid4().hex
+        spec = {"image_id": image_id, "receiver": "127.0.0.1", "ttl_s": 120, "ticket_sha256": ticket_hash(ticket)}
+        served = backend.wait_command(backend.send_command(agents[holder][0], "image.serve", spec), timeout_s=60)
+        assert served["state"] == "succeeded", served
+        fetch = {
+            "image_id": image_id,
+            "image": f"faden-shapes/by-agents-{receiver}:1",
+            "peers": [{"address": agents[holder][1], "ticket": ticket}],
+        }
+        done = backend.wait_command(backend.send_command(agents[receiver][0], "image.fetch", fetch), timeout_s=120)
+        result = next(t for t in reversed(done["timeline"]) if t["state"] == done["state"]).get("result") or {}
+        assert done["state"] == "succeeded", done["timeline"]
+        made(engines[receiver], result["engine_image_id"])
+        assert result["layers_received"] == 1, result  # the busybox base left out
+        assert result["engine_image_id"] == (want or result["engine_image_id"]), result
+        runs_with(engines[receiver], fetch["image"], marker if holder == "29" else other_marker)

@@ -157,6 +157,33 @@ def test_real_supervisor_sends_ready_watchdog_and_stopping(listener, tmp_path):
             proc.wait()
 
 
+def test_only_the_supervisor_keeps_the_notify_socket(listener, tmp_path):
+    """NotifyAccess=main: the workers (and what they start) never inherit NOTIFY_SOCKET or
+    the watchdog's variables, while the supervisor still notifies."""
+    sock, path = listener
+    dump = tmp_path / "seen.env"
+    # First in the environment block, as systemd may put it: unsetting it must not cost the titles.
+    env = {"NOTIFY_SOCKET": path, **agent_env(tmp_path), "WATCHDOG_USEC": "400000", "FADEN_TEST_ENV_DUMP": str(dump)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", supervisor_code({"env": "tests.sampleworkers:EnvironmentWorker"})],
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        while "READY=1" not in receive(sock):
+            pass
+        names = {line.split("=", 1)[0] for line in wait_for(dump.exists) and dump.read_text().splitlines()}
+        assert not names & {"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"}, names
+        assert "FADEN_NODE_AGENT_RUNTIME_DIR" in names  # the rest is inherited
+        assert receive(sock) == ["WATCHDOG=1"]  # the supervisor itself still speaks
+        assert Path(f"/proc/{proc.pid}/cmdline").read_text().startswith("faden-agent: supervisor")  # its title
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 def test_ready_is_sent_while_one_worker_crash_loops(listener, tmp_path):
     """systemd must not restart the whole agent because one worker cannot start."""
     sock, path = listener

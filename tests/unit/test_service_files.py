@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import stat
 import sys
 from pathlib import Path
@@ -46,11 +47,16 @@ def test_the_packaged_template_is_the_one_unit_file_in_deploy_systemd():
 def test_system_unit_has_notify_watchdog_restart_and_hardening(tmp_path):
     text = render_unit(paths_in(tmp_path), ["/usr/local/bin/faden-agent"])
     d = directives(text)
-    assert not [line for line in text.splitlines() if "@" in line and not line.startswith("#")]  # all filled
-    assert d["Type"] == ["notify"] and d["NotifyAccess"] == ["all"]
+    assert not re.search(r"^[^#].*@[A-Z_]+@", text, re.M)  # all filled (`@mount` is a system call set)
+    assert d["Type"] == ["notify"] and d["NotifyAccess"] == ["main"]  # only the supervisor notifies
     assert d["ExecStart"] == ["/usr/local/bin/faden-agent run"]
     assert d["EnvironmentFile"] == [f"-{tmp_path}/etc/agent.env"]
     assert d["Restart"] == ["always"] and d["KillMode"] == ["mixed"]
+    assert d["RestartPreventExitStatus"] == ["2"]  # a bad setting: restarting cannot fix it
+    assert d["ProtectKernelLogs"] == ["yes"] and d["ProtectSystem"] == ["yes"]
+    assert d["SystemCallFilter"][0].startswith("~@") and d["SystemCallErrorNumber"] == ["EPERM"]
+    kept = set(d["CapabilityBoundingSet"][0].split())
+    assert "CAP_CHOWN" in kept and not kept & {"CAP_SYS_ADMIN", "CAP_NET_ADMIN", "CAP_SYS_MODULE", "CAP_SETUID"}
     assert int(d["WatchdogSec"][0]) > 0 and int(d["RestartSec"][0]) > 0
     # Longer than the supervisor's own orderly-stop bound (STOP_TIMEOUT_SEC, 10 s by default).
     assert int(d["TimeoutStopSec"][0]) > 10
@@ -62,10 +68,11 @@ def test_system_unit_has_notify_watchdog_restart_and_hardening(tmp_path):
 
 def test_user_unit_drops_what_a_user_manager_cannot_do(tmp_path):
     d = directives(render_unit(paths_in(tmp_path, "user"), ["/home/u/.local/bin/faden-agent"]))
-    for system_only in ("StateDirectory", "PrivateTmp", "ProtectHome", "ProtectKernelModules"):
+    system_only_options = ("StateDirectory", "PrivateTmp", "ProtectHome", "ProtectKernelModules", "ProtectKernelLogs")
+    for system_only in (*system_only_options, "CapabilityBoundingSet", "ProtectSystem"):
         assert system_only not in d
     assert d["WantedBy"] == ["default.target"]
-    assert d["NoNewPrivileges"] == ["yes"]
+    assert d["NoNewPrivileges"] == ["yes"] and "SystemCallFilter" in d  # a user manager can filter
 
 
 def test_exec_start_quotes_spaces_and_escapes_percent(tmp_path):

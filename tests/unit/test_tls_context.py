@@ -6,6 +6,7 @@ Against a real TLS server on loopback whose certificate a private CA signed."""
 from __future__ import annotations
 
 import http.server
+import os
 import ssl
 import threading
 
@@ -159,3 +160,58 @@ def test_requests_ca_variables_do_not_change_the_trust(https_server, counted, mo
     monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(other_ca))  # would not
     assert tls.session_for(ca).get(url, verify=ca, timeout=5).status_code == 200
     assert tls.client_context(ca).cert_store_stats()["x509_ca"] == 1  # still the private CA alone
+
+
+@pytest.fixture
+def system_store_with(tmp_path, https_server):
+    """A copy of this machine's system store with the test CA added (the real one is shared: never touched)."""
+    _url, ca = https_server
+    real = next((path for path in tls.SYSTEM_BUNDLES if os.path.isfile(path)), None)
+    store = tmp_path / "ca-certificates.crt"
+    store.write_bytes((open(real, "rb").read() if real else b"") + b"\n" + open(ca, "rb").read())
+    return store
+
+
+@pytest.fixture
+def no_store_variables(monkeypatch):
+    for name in ("SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_a_ca_only_in_the_system_store_is_trusted_with_no_variable_set(
+    https_server, counted, system_store_with, monkeypatch, no_store_variables
+):
+    url, _ca = https_server
+    monkeypatch.setattr(tls, "SYSTEM_BUNDLES", ("/nonexistent/bundle.crt", str(system_store_with)))
+    assert load_config({"FADEN_NODE_AGENT_BACKEND_URL": url, "FADEN_NODE_AGENT_HOST": "n"}).tls_verify() is True
+    assert tls.session_for(True).get(url, verify=True, timeout=5).text == "hello"
+    assert tls.trust_words(True) == f"the system's trust store ({system_store_with})"
+
+
+def test_ssl_cert_file_names_the_system_store_as_openssl_reads_it(
+    https_server, counted, system_store_with, monkeypatch, no_store_variables
+):
+    url, _ca = https_server
+    monkeypatch.setattr(tls, "SYSTEM_BUNDLES", ())
+    monkeypatch.setenv("SSL_CERT_FILE", str(system_store_with))
+    assert tls.session_for(True).get(url, verify=True, timeout=5).text == "hello"
+
+
+def test_the_variable_overrides_the_system_store(https_server, counted, system_store_with, monkeypatch, tmp_path):
+    url, _ca = https_server
+    monkeypatch.setattr(tls, "SYSTEM_BUNDLES", (str(system_store_with),))
+    (tmp_path / "other").mkdir()
+    other_ca, _, _ = make_ca_and_server_cert(tmp_path / "other")
+    with pytest.raises(requests.exceptions.SSLError):  # CA_BUNDLE alone is trusted, not the store beside it
+        tls.session_for(str(other_ca)).get(url, verify=str(other_ca), timeout=5)
+
+
+def test_certifi_where_the_host_has_no_store(https_server, counted, monkeypatch, tmp_path, no_store_variables):
+    url, _ca = https_server
+    monkeypatch.setattr(tls, "SYSTEM_BUNDLES", (str(tmp_path / "none.crt"),))
+    monkeypatch.setattr(tls, "SYSTEM_DIRS", (str(tmp_path),))
+    assert tls.system_store() is None and tls.trust_words(True) == "the public CA bundle (certifi)"
+    context = tls.client_context(True)
+    assert context.cert_store_stats()["x509_ca"] > 50  # certifi's public roots
+    with pytest.raises(requests.exceptions.SSLError):
+        tls.session_for(True).get(url, verify=True, timeout=5)

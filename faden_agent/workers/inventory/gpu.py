@@ -237,11 +237,19 @@ class GpuProbe:
 
     # --- a read that did not come back
 
+    def hung_call(self) -> str:
+        """The NVML function a call of this probe is in (nvmlInit before any was named)."""
+        return (self.nvml.calling if self.nvml is not None else None) or "nvmlInit"
+
+    def hung_gpu(self) -> int | None:
+        """The index of the GPU being read, if any."""
+        return self._reading
+
     def hung(self, last: dict[str, Any] | None) -> dict[str, Any]:
         """The gpu section while a call of this probe hangs: the last good read, the GPU being
         read `failed` ("NVML call hung: <function>"; the node when no GPU was being read), the
         others judged again with the Xids logged since."""
-        function = (self.nvml.calling if self.nvml is not None else None) or "nvmlInit"
+        function = self.hung_call()
         section = copy.deepcopy(last) if last else unavailable(f"NVML call hung: {function}")
         reading = self._reading
         for device in section.get("devices") or []:

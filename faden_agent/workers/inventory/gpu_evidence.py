@@ -23,8 +23,10 @@ log = logging.getLogger(__name__)
 
 
 class Evidence:
-    def __init__(self, state_dir: Path):
+    def __init__(self, state_dir: Path, read_only: bool = False):
+        """read_only (doctor): a corrupt file is left where it is, for the agent to report."""
         self.path = Path(state_dir) / EVIDENCE_FILE
+        self.read_only = read_only
         self.quarantined: dict[str, Any] | None = None  # the event when a corrupt file was moved aside
         self.gpus: dict[str, dict[str, Any]] = {}  # uuid -> what evidence() below writes
         self.kernel_cursor: str | None = None
@@ -50,6 +52,8 @@ class Evidence:
             self.kernel_cursor = data.get("kernel_cursor")
             return
         error = error or "not an object"
+        if self.read_only:
+            return
         self.quarantined = quarantine_event("GPU evidence", self.path, quarantine(self.path), error)
         log.error("%s", self.quarantined["message"])
 

@@ -4,45 +4,101 @@ Notes (why, figures, history): docs/design-notes.md.
 
 from __future__ import annotations
 
-import hashlib
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
-import orjson
-
-from faden_agent.protocol.inventory import FULL, UNCHANGED, USAGE
+from faden_agent.protocol.inventory import (
+    CHANGES,
+    FULL,
+    MAX_DEPTH,
+    UNCHANGED,
+    USAGE,
+    content,
+    content_hash,
+    without_usage,
+)
+from faden_agent.workers.inventory.gauge_rules import moved
 from faden_agent.workers.inventory.probes import OK, ProbeResult
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: NVLink links in the compact form (wire_form.py)
 SECTIONS = ("host", "disks", "network", "docker", "gpu")
 FULL_REFRESH_S = 3600.0
 
 
-def without_usage(value: Any) -> Any:
-    """The value with every "usage" object left out, at any depth."""
-    if isinstance(value, dict):
-        return {k: without_usage(v) for k, v in value.items() if k != USAGE}
-    if isinstance(value, list):
-        return [without_usage(v) for v in value]
-    return value
-
-
-def only_usage(value: Any) -> Any:
+def usage_shape(value: Any, keep: Callable[[tuple[Any, ...], str, Any], bool] | None = None, path: tuple = ()) -> Any:
     """The "usage" objects alone, in the shape of the full record: dicts by key, lists by
-    position (aligned with the full record of the same hash); None where there is none."""
+    position (aligned with the full record of the same hash); None where there is none.
+    `keep(path, name, value)` picks the gauges (all when None)."""
     if isinstance(value, dict):
-        out = {k: (v if k == USAGE else only_usage(v)) for k, v in value.items()}
-        out = {k: v for k, v in out.items() if v is not None}
+        out = {}
+        for key, item in value.items():
+            if key == USAGE and isinstance(item, dict):
+                picked = {n: g for n, g in item.items() if keep is None or keep(path, n, g)}
+                if picked or keep is None:
+                    out[key] = picked
+            elif key == USAGE:
+                out[key] = item
+            else:
+                inner = usage_shape(item, keep, (*path, key))
+                if inner is not None:
+                    out[key] = inner
         return out or None
     if isinstance(value, list):
-        items = [only_usage(v) for v in value]
+        items = [usage_shape(v, keep, (*path, i)) for i, v in enumerate(value)]
         return items if any(i is not None for i in items) else None
     return None
 
 
-def content_hash(sections: dict[str, Any]) -> str:
-    canonical = orjson.dumps(without_usage(sections), option=orjson.OPT_SORT_KEYS)
-    return hashlib.sha256(canonical).hexdigest()[:32]
+def only_usage(value: Any) -> Any:
+    return usage_shape(value)
+
+
+def gauges_in(value: Any, path: tuple = ()) -> Iterator[tuple[tuple[Any, ...], Any]]:
+    """((path..., gauge name), value) of every gauge in a record or a usage shape."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key == USAGE and isinstance(item, dict):
+                for name, gauge in item.items():
+                    yield (*path, name), gauge
+            elif key != USAGE:
+                yield from gauges_in(item, (*path, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from gauges_in(item, (*path, index))
+
+
+def diff(old: Any, new: Any, path: tuple = ()) -> tuple[list[list[Any]], list[list[Any]]]:
+    """(paths to set, paths to remove) that turn `old` into `new` (both without usage): dicts
+    are followed by key and lists of equal length by position, down to MAX_DEPTH; below
+    that, or where the shape differs, the part is replaced whole."""
+    sets: list[list[Any]] = []
+    unsets: list[list[Any]] = []
+    if old == new:
+        return sets, unsets
+    if len(path) < MAX_DEPTH and isinstance(old, dict) and isinstance(new, dict):
+        for key, value in new.items():
+            if key not in old:
+                sets.append([*path, key])
+            else:
+                more_sets, more_unsets = diff(old[key], value, (*path, key))
+                sets += more_sets
+                unsets += more_unsets
+        unsets += [[*path, key] for key in old if key not in new]
+    elif path and len(path) < MAX_DEPTH and isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        for index, (a, b) in enumerate(zip(old, new, strict=True)):
+            more_sets, more_unsets = diff(a, b, (*path, index))
+            sets += more_sets
+            unsets += more_unsets
+    else:
+        sets.append(list(path))
+    return sets, unsets
+
+
+def value_at(record: Any, path: list[Any]) -> Any:
+    for step in path:
+        record = record[step]
+    return record
 
 
 def sections_from(
@@ -65,32 +121,68 @@ def sections_from(
 
 
 class RecordEmitter:
-    """Decides full or unchanged; remembers only what was actually handed to the outbox."""
+    """Decides full, changes or unchanged, and which gauges go; remembers only what was
+    actually handed to the outbox. `changes` (the backend accepts changes records and
+    partial gauges) is set each round from what the backend said; without it, the previous
+    protocol: a full record on every change, an unchanged one with every gauge."""
 
     def __init__(self, full_refresh_s: float = FULL_REFRESH_S, usage_refresh_s: float = 0.0):
         self.full_refresh_s = full_refresh_s
-        self.usage_refresh_s = usage_refresh_s
+        self.usage_refresh_s = usage_refresh_s  # also the gauge age
+        self.changes = False
+        self.full_wanted = False  # the backend asked for a full record
         self.last_hash: str | None = None
-        self._last_full_at: float | None = None
+        self.last_full_at: float | None = None
         self._last_sent_at: float | None = None
+        self._held: dict[str, Any] | None = None  # the content the receiver holds after our last record
+        self._built: dict[str, Any] | None = None
+        self._gauges: dict[tuple[Any, ...], tuple[Any, float]] = {}  # (path, name) -> (value sent, when)
 
     def build(self, sections: dict[str, Any], now: float | None = None) -> dict[str, Any] | None:
-        """The record to send, or None: unchanged, and the gauges are not due yet."""
+        """The record to send, or None: unchanged, and no gauge is due."""
         now = time.time() if now is None else now
+        self._built = sections
         digest = content_hash(sections)
         head = {"schema": SCHEMA_VERSION, "hash": digest, "collected_at": now}
-        due = self._last_full_at is None or now - self._last_full_at >= self.full_refresh_s
-        if digest != self.last_hash or due:
+        due = self.last_full_at is None or now - self.last_full_at >= self.full_refresh_s or self.full_wanted
+        if due or self._held is None or (digest != self.last_hash and not self.changes):
             return {**head, "type": FULL, **sections}
-        if self._last_sent_at is not None and now - self._last_sent_at < self.usage_refresh_s:
-            return None
-        return {**head, "type": UNCHANGED, USAGE: only_usage(sections) or {}}
+        if not self.changes:
+            if self._last_sent_at is not None and now - self._last_sent_at < self.usage_refresh_s:
+                return None
+            return {**head, "type": UNCHANGED, USAGE: only_usage(sections) or {}}
+        gauges = usage_shape(sections, lambda path, name, value: self._gauge_due((*path, name), value, now))
+        if digest != self.last_hash:
+            sets, unsets = diff(without_usage(self._held), without_usage(sections))
+            record = {**head, "type": CHANGES, "base": self.last_hash}
+            record["set"] = [[path, value_at(sections, path)] for path in sets]
+            record["unset"] = unsets
+            return {**record, USAGE: gauges} if gauges else record
+        return {**head, "type": UNCHANGED, USAGE: gauges} if gauges else None
+
+    def _gauge_due(self, key: tuple[Any, ...], value: Any, now: float) -> bool:
+        sent = self._gauges.get(key)
+        return sent is None or now - sent[1] >= self.usage_refresh_s or moved(str(key[-1]), sent[0], value)
 
     def sent(self, data: dict[str, Any]) -> None:
+        now = data["collected_at"]
         self.last_hash = data["hash"]
-        self._last_sent_at = data["collected_at"]
+        self._last_sent_at = now
         if data["type"] == FULL:
-            self._last_full_at = data["collected_at"]
+            self.last_full_at = now
+            self.full_wanted = False
+            self._held = content(data)
+            self._gauges = {}
+            self._note_gauges(gauges_in(self._held), now)
+        elif data["type"] == CHANGES and self._built is not None:
+            self._held = self._built  # the receiver's content now hashes as ours
+        for path, value in data.get("set") or ():
+            self._note_gauges(gauges_in(value, tuple(path)), now)
+        self._note_gauges(gauges_in(data.get(USAGE) or {}), now)
+
+    def _note_gauges(self, gauges: Iterator[tuple[tuple[Any, ...], Any]], now: float) -> None:
+        for key, value in gauges:
+            self._gauges[key] = (value, now)
 
 
 def full_record_id(data: dict[str, Any]) -> str:

@@ -7,10 +7,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from faden_agent import protocol
 from faden_agent.disk.files import quarantine_record_id
+from faden_agent.node import backend_accepts
+from faden_agent.node.backend_accepts import BackendAccepts
+from faden_agent.protocol.inventory import ACCEPTS_CHANGES
 from faden_agent.reports.producer import Reports
 from faden_agent.workers.base import Worker
 from faden_agent.workers.inventory import gpu_evidence
@@ -23,8 +27,9 @@ from faden_agent.workers.inventory.gpu_changes import HealthChanges, event_id
 from faden_agent.workers.inventory.gpu_events import GpuErrorWatcher
 from faden_agent.workers.inventory.gpu_xids import XidLog
 from faden_agent.workers.inventory.kernel_xids import KernelXidReader
-from faden_agent.workers.inventory.record import FULL, RecordEmitter, full_record_id
+from faden_agent.workers.inventory.record import UNCHANGED, RecordEmitter, full_record_id
 from faden_agent.workers.inventory.traffic.report import TrafficReporter
+from faden_agent.workers.inventory.wire_form import wire_form
 
 log = logging.getLogger(__name__)
 
@@ -40,12 +45,15 @@ class InventoryReporter:
         reports: Reports,
         emitter: RecordEmitter | None = None,
         disk_watch: DiskWatch | None = None,
+        accepts: Callable[[], BackendAccepts] = BackendAccepts,
     ):
         self.collector = collector
         self.reports = reports
         self.emitter = emitter or RecordEmitter()
         self.disk_watch = disk_watch
+        self.accepts = accepts  # what the backend said it accepts, and whether it asked for a full record
         self.cycles = 0
+        self.sent: dict[str, int] = {}  # records handed to the outbox, by type
         self.last: dict[str, Any] | None = None
         self.gpu_changes = HealthChanges()
         self.sections: dict[str, Any] | None = None  # the last collected, for gauges (ps, /metrics)
@@ -63,15 +71,20 @@ class InventoryReporter:
         if self.evidence is not None:  # after the events: a restart never repeats one
             gpus = gpu_evidence.gather(self.collector.gpu, self.gpu_changes.verdicts)
             self.evidence.save(gpus, self.kernel.cursor if self.kernel else None)
-        data = self.emitter.build(sections)
+        heard = self.accepts()
+        self.emitter.changes = ACCEPTS_CHANGES in heard.accepts
+        if heard.full_requested_at > (self.emitter.last_full_at or 0.0):
+            self.emitter.full_wanted = True
+        data = self.emitter.build(wire_form(sections))
         self.cycles += 1
         if data is None:
             return None
-        if data["type"] == FULL:
+        if data["type"] != UNCHANGED:  # full and changes records form a chain: none may be lost
             self.reports.put(protocol.INVENTORY, data, record_id=full_record_id(data))
         else:
             self.reports.put_latest(protocol.INVENTORY, data)
         self.emitter.sent(data)  # only once it is in the outbox
+        self.sent[data["type"]] = self.sent.get(data["type"], 0) + 1
         self.last = data
         return data
 
@@ -88,6 +101,7 @@ class InventoryWorker(Worker):
             self.reports,
             RecordEmitter(usage_refresh_s=self.config.inventory_usage_sec),
             DiskWatch(self.config),
+            lambda: backend_accepts.read(self.config.state_dir),
         )
         self._changed = threading.Event()
         self._kernel_started = False
@@ -157,7 +171,10 @@ class InventoryWorker(Worker):
         last = self.reporter.last
         return {
             "cycles": self.reporter.cycles,
-            "last_record": last["type"] if last else None,
+            # counts and the form in use, not the last record's type: a string that flips
+            # every round would make every heartbeat carry the whole detail
+            "records": dict(self.reporter.sent),
+            "form": "changes" if self.reporter.emitter.changes else "full",
             "last_age_s": round(time.time() - last["collected_at"], 1) if last else None,
             "overrun": self.collector.overrun(),
             "traffic_samples": self.traffic.samples,

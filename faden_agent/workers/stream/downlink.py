@@ -16,6 +16,7 @@ from faden_agent import protocol
 from faden_agent.backend import BackendClient, BackendError
 from faden_agent.config import ConfigError
 from faden_agent.ipc import EnvelopeError, request
+from faden_agent.node import backend_accepts
 from faden_agent.node.cluster import write_peers
 from faden_agent.protocol.link import LinkState
 from faden_agent.workers.stream.expected import expectations
@@ -87,6 +88,7 @@ class Downlink(LinkThread):
             self.link_status.contact()
             if message["type"] == "hello":
                 self.link_status.note(**expectations(message.get("expected")))
+                backend_accepts.heard_hello(self.config.state_dir, message.get("accepts"))
             if message["type"] == "hello" and not (
                 self.same_epoch(message.get("epoch")) and self.backend_not_behind(message.get("high_seq"))
             ):
@@ -98,6 +100,8 @@ class Downlink(LinkThread):
                 adopt_credential(self.config, self.membership, message)
             elif message["type"] == "peers":  # the cluster's other machines, for the traffic view
                 write_peers(self.config.state_dir, message)
+            elif message["type"] == "inventory.full":  # the backend fell behind: the next record is full
+                backend_accepts.full_requested(self.config.state_dir)
             # "keepalive" only proves the stream is alive; unknown types are skipped so a
             # newer backend can add some.
 

@@ -1,0 +1,191 @@
+"""Wire bytes from a GPU machine to the backend (issue 41): a real agent on the C-level NVML
+(tests/nvml) with 1, 8 and 16 GPUs of 18 NVLinks, production intervals, counted through
+bench/counting_proxy.py; idle (GPU gauges moving like a serving GPU's: utilisation and power
+change every round) and with a managed container started and removed every minute.
+
+    sudo python3 bench/inventory_wire_bench.py [--gpus 1 8 16] [--window 600] [--events-window 300]
+
+Prints up bytes/s by path and record kind, and the bytes each container start or removal
+adds over the idle rate. Every figure is a rate over its window: a shorter window gives the
+same rate once it holds several inventory rounds (60 s) and gauge ages (300 s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sqlite3
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench import executor_bench
+from bench.counting_proxy import CountingProxy
+from bench.footprint_bench import metered_agent
+from faden_agent import protocol
+from tests.nvml.state import GiB, GpuState
+from tests.privateengine import PrivateEngine
+
+LINKS = 18
+MOVE_EVERY_S = 20.0  # the gauges move three times per 60 s inventory round
+EVENT_EVERY_S = 60.0
+IMAGE = executor_bench.IMAGE
+
+
+def serving_gpus(directory: Path, count: int) -> GpuState:
+    state = GpuState(directory, count=count)
+    for gpu in state.gpus:
+        gpu["nvlink"] = {
+            "links": LINKS,
+            **{str(n): {"active": 1, "replay": 0, "recovery": 0, "crc_flit": 0, "crc_data": 0} for n in range(LINKS)},
+        }
+        gpu["compute"] = {"count": 1, "0": {"pid": 1, "used": 70 * GiB}}
+        gpu["memory_used"] = 72 * GiB
+    state.write()
+    return state
+
+
+def move_gauges(state: GpuState, stop: threading.Event, rng: random.Random) -> None:
+    """A serving GPU: utilisation and power jump every move, temperature and memory drift."""
+    while not stop.wait(MOVE_EVERY_S):
+        for gpu in state.gpus:
+            gpu["util_gpu"] = rng.randint(20, 100)
+            gpu["util_memory"] = rng.randint(10, 60)
+            gpu["power_mw"] = rng.randint(250_000, 690_000)
+            gpu["temperature"] = min(85, max(40, gpu["temperature"] + rng.randint(-2, 2)))
+            gpu["memory_used"] = min(79 * GiB, max(60 * GiB, gpu["memory_used"] + rng.randint(-1, 1) * GiB // 4))
+        state.write()
+
+
+def up_bytes(snapshot: dict[str, dict[str, int]]) -> dict[str, int]:
+    return {path: row["up"] for path, row in snapshot.items()}
+
+
+def rates(before: dict[str, int], after: dict[str, int], seconds: float) -> dict[str, float]:
+    return {k: round((after.get(k, 0) - before.get(k, 0)) / seconds, 2) for k in sorted(after) if after.get(k, 0)}
+
+
+def wire_total(snapshot: dict[str, int]) -> int:
+    """Bytes on the wire: the paths' heads and bodies (the kind rows are inside the uplink's)."""
+    return sum(v for k, v in snapshot.items() if " kind=" not in k)
+
+
+def window(proxy: CountingProxy, seconds: float, during: Any = None) -> dict[str, Any]:
+    before = up_bytes(proxy.snapshot())
+    events = during(seconds) if during else 0
+    if not during:
+        time.sleep(seconds)
+    after = up_bytes(proxy.snapshot())
+    total = wire_total(after) - wire_total(before)
+    return {
+        "seconds": seconds,
+        "up_bytes": total,
+        "up_bytes_per_s": round(total / seconds, 2),
+        "by_path_per_s": rates(before, after, seconds),
+        "events": events,
+    }
+
+
+def container_churn(engine: PrivateEngine, prefix: str):
+    """Every EVENT_EVERY_S: a managed container started, removed half a period later."""
+
+    def run(seconds: float) -> int:
+        events, end, n = 0, time.monotonic() + seconds, 0
+        while time.monotonic() + EVENT_EVERY_S <= end + 1:
+            name = f"{prefix}-{n}"
+            engine.docker(
+                "run", "-d", "--name", name, "--label", f"{protocol.LABEL_MANAGED}=true", IMAGE, "sleep", "600"
+            )
+            time.sleep(EVENT_EVERY_S / 2)
+            engine.docker("rm", "-f", name)
+            time.sleep(EVENT_EVERY_S / 2)
+            events, n = events + 2, n + 1
+        time.sleep(max(0.0, end - time.monotonic()))
+        return events
+
+    return run
+
+
+def stored_records(root: Path, since: float) -> dict[str, Any]:
+    """What the backend stored since `since`: per kind (and inventory type) count and JSON
+    bytes; detail heartbeats; the paths the changes records set (what moved)."""
+    db = sqlite3.connect(root / "backend" / "backend.sqlite")
+    try:
+        rows = db.execute("SELECT kind, data FROM records WHERE received_at >= ?", (since,)).fetchall()
+    finally:
+        db.close()
+    out: dict[str, Any] = {"paths": {}}
+    for kind, raw in rows:
+        data = json.loads(raw)
+        key = f"{kind}.{data.get('type')}" if kind == protocol.INVENTORY else kind
+        if kind == protocol.HEARTBEAT and "workers" in data:
+            key = "heartbeat.detail"
+        count, size = out.get(key, (0, 0))
+        out[key] = (count + 1, size + len(raw))
+        for path, _ in data.get("set") or ():
+            name = ".".join(map(str, path))
+            out["paths"][name] = out["paths"].get(name, 0) + 1
+    return out
+
+
+def measure(gpus: int, idle_s: float, events_s: float, root: Path) -> dict[str, Any]:
+    state = serving_gpus(root / "nvml", gpus)
+    stop = threading.Event()
+    mover = threading.Thread(target=move_gauges, args=(state, stop, random.Random(gpus)), daemon=True)
+    result: dict[str, Any] = {"gpus": gpus, "links": LINKS}
+    with metered_agent(root, state.env()) as rig:
+        try:
+            mover.start()
+            view = rig.backend.inventory(rig.node)["inventory"]
+            result["full_record_bytes"] = len(json.dumps(view, separators=(",", ":")))
+            since = time.time()
+            result["idle"] = window(rig.proxy, idle_s)
+            result["idle"]["records"] = stored_records(root, since)
+            if events_s:
+                since = time.time()
+                churn = window(rig.proxy, events_s, container_churn(rig.engine, f"fxwire-{uuid.uuid4().hex[:6]}"))
+                churn["records"] = stored_records(root, since)
+                extra = churn["up_bytes"] - result["idle"]["up_bytes_per_s"] * events_s
+                churn["bytes_per_event_over_idle"] = round(extra / max(churn["events"], 1))
+                result["container_every_minute"] = churn
+        finally:
+            stop.set()
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gpus", type=int, nargs="+", default=[1, 8, 16])
+    parser.add_argument("--window", type=float, default=600.0, help="idle seconds per GPU count")
+    parser.add_argument("--events-window", type=float, default=300.0, help="seconds of container churn (0: none)")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    results = []
+    for count in args.gpus:
+        with tempfile.TemporaryDirectory(prefix="fxwire-") as tmp:
+            result = measure(count, args.window, args.events_window, Path(tmp))
+        results.append(result)
+        idle, churn = result["idle"], result.get("container_every_minute")
+        line = f"{count:3d} GPUs x {LINKS} links: idle {idle['up_bytes_per_s']:.1f} B/s over {idle['seconds']:.0f} s"
+        if churn:
+            line += f"; churn {churn['up_bytes_per_s']:.1f} B/s, {churn['bytes_per_event_over_idle']} B per event"
+        print(line, flush=True)
+        print("   idle by path (B/s):", json.dumps(idle["by_path_per_s"]), flush=True)
+        print("   idle records stored (count, JSON bytes):", json.dumps(idle["records"]), flush=True)
+        if churn:
+            print("   churn by path (B/s):", json.dumps(churn["by_path_per_s"]), flush=True)
+            print("   churn records stored (count, JSON bytes):", json.dumps(churn["records"]), flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
