@@ -57,12 +57,17 @@ fi
 # names another place, e.g. the aarch64 build's cache); the sources come from this checkout.
 lock_id=$(cat $locks | sha256sum | cut -c1-16)
 venv="${FADEN_AGENT_BUILD_VENV:-$repo/build/venv-$arch-$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')}"
+# Builds into other output directories (the upgrade test's) share it: made under a lock of its own.
+mkdir -p "$(dirname "$venv")"
+exec 8>"$venv.lock"
+flock 8
 if [ "$(cat "$venv/.lock-id" 2>/dev/null)" != "$lock_id" ] || [ ! -x "$venv/bin/python" ]; then
   "$PYTHON" -m venv --clear "$venv"  # --clear, not rm: the aarch64 build's venv is a mount point
   "$venv/bin/python" -m pip install -q --disable-pip-version-check --require-hashes --no-deps $(printf -- '-r %s ' $locks)
   "$venv/bin/python" -m pip check >/dev/null || { "$venv/bin/python" -m pip check >&2; echo "build.sh: the lock files are incomplete: run packaging/lock.sh" >&2; exit 1; }
   echo "$lock_id" >"$venv/.lock-id"
 fi
+flock -u 8
 PYTHON=$venv/bin/python
 # Each bundled package's metadata goes in too: the binary's versions can be read back
 # (tests/integration/test_standalone_binary.py compares them with the lock).
