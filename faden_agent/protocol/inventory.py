@@ -85,17 +85,44 @@ def _put(held: Any, path: list[Any], value: Any, remove: bool) -> bool:
     return False
 
 
+def _splice(held: Any, entry: Any) -> bool:
+    """[path, start, remove, items]: the list at `path` gets `items` in place of its
+    `remove` items from `start` on (an item added, removed or replaced in a list)."""
+    if not (isinstance(entry, list) and len(entry) == 4 and isinstance(entry[3], list)):
+        return False
+    path, start, remove, items = entry
+    if not isinstance(path, list) or not 1 <= len(path) < MAX_DEPTH:
+        return False
+    target = held
+    for step in path:
+        if isinstance(target, dict) and isinstance(step, str) and step in target:
+            target = target[step]
+        elif isinstance(target, list) and type(step) is int and 0 <= step < len(target):
+            target = target[step]
+        else:
+            return False
+    if not isinstance(target, list) or type(start) is not int or type(remove) is not int:
+        return False
+    if not (0 <= start <= len(target) and 0 <= remove <= len(target) - start):
+        return False
+    target[start : start + remove] = items
+    return True
+
+
 def apply_changes(held: dict[str, Any], data: dict[str, Any]) -> dict[str, Any] | None:
     """The held record with the changes of `data` in place; None when they do not fit it."""
     changed = orjson.loads(orjson.dumps(held))  # a deep copy: a failed apply leaves `held` as it was
-    sets, unsets = data.get("set") or [], data.get("unset") or []
-    if not isinstance(sets, list) or not isinstance(unsets, list):
+    sets, unsets, splices = data.get("set") or [], data.get("unset") or [], data.get("splice") or []
+    if not all(isinstance(part, list) for part in (sets, unsets, splices)):
         return None
     for entry in sets:
         if not (isinstance(entry, list) and len(entry) == 2 and _put(changed, entry[0], entry[1], remove=False)):
             return None
     for path in unsets:
         if not _put(changed, path, None, remove=True):
+            return None
+    for entry in splices:
+        if not _splice(changed, entry):
             return None
     if content_hash(changed) != data.get("hash"):
         return None
