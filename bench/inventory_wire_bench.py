@@ -5,7 +5,7 @@ change every round) and with a managed container started and removed every minut
 
     sudo python3 bench/inventory_wire_bench.py [--gpus 1 8 16] [--window 600] [--events-window 300]
 
-It runs in a network namespace of its own with 9 dummy NICs (--host-network: not).
+It runs in a network namespace of its own with 10 NICs (veth pairs) (--host-network: not).
 
 Prints up bytes/s by path and record kind, and the bytes each container start or removal
 adds over the idle rate. Every figure is a rate over its window: a shorter window gives the
@@ -166,14 +166,15 @@ def measure(gpus: int, idle_s: float, events_s: float, root: Path) -> dict[str, 
 
 def own_network(nics: int) -> None:
     """Runs the rest of this bench in a network namespace of its own (re-executed under
-    `unshare --net`), with loopback and `nics` dummy interfaces (an eth0 and the RDMA NICs of
-    a GPU machine): the shared VM's interfaces and traffic belong to other work, which would
+    `unshare --net`), with loopback and `nics` interfaces (veth pairs standing for an eth0
+    and the RDMA NICs of a GPU machine): the shared VM's interfaces and traffic belong to other work, which would
     make every round a change of the `network` section and a traffic record."""
     if os.environ.get("FXWIRE_NETNS") == "1":
         subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
-        for n in range(nics):
-            name = "eth0" if n == 0 else f"ibp{n}s0"
-            subprocess.run(["ip", "link", "add", name, "type", "dummy"], check=True)
+        names = ["eth0", *(f"ibp{n}s0" for n in range(1, nics))]
+        for a, b in zip(names[::2], names[1::2], strict=False):  # veth pairs: no dummy module here
+            subprocess.run(["ip", "link", "add", a, "type", "veth", "peer", "name", b], check=True)
+        for n, name in enumerate(names[: len(names) // 2 * 2]):
             subprocess.run(["ip", "addr", "add", f"10.{n}.0.7/16", "dev", name], check=True)
             subprocess.run(["ip", "link", "set", name, "up"], check=True)
         return
@@ -187,7 +188,7 @@ def main() -> int:
     parser.add_argument("--window", type=float, default=600.0, help="idle seconds per GPU count")
     parser.add_argument("--events-window", type=float, default=300.0, help="seconds of container churn (0: none)")
     parser.add_argument("--json", type=Path)
-    parser.add_argument("--nics", type=int, default=9, help="dummy NICs in the bench's own network namespace")
+    parser.add_argument("--nics", type=int, default=10, help="NICs of its own network namespace (veth pairs)")
     parser.add_argument("--host-network", action="store_true", help="on the machine's own interfaces instead")
     args = parser.parse_args()
     if not args.host_network:
