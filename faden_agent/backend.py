@@ -185,7 +185,7 @@ class BackendClient:
         if status in (401, 403) and auth:
             raise CredentialRejected(
                 f"{where}: the backend rejected this node's credential ({detail or 'no detail'}); "
-                "the machine was removed or its credential revoked",
+                "the machine was removed or its credential revoked: enroll it again with a new token",
                 status,
             )
         if status in (408, 429) or status >= 500:
