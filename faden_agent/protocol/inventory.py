@@ -60,19 +60,26 @@ def merge_usage(full: Any, usage: Any) -> Any:
     return full
 
 
-def _put(held: Any, path: list[Any], value: Any, remove: bool) -> bool:
+_NOWHERE = object()
+
+
+def _at(held: Any, steps: list[Any]) -> Any:
+    """The part of `held` at `steps` (keys of objects, positions in lists), or _NOWHERE."""
+    for step in steps:
+        if isinstance(held, dict) and isinstance(step, str) and step in held:
+            held = held[step]
+        elif isinstance(held, list) and type(step) is int and 0 <= step < len(held):
+            held = held[step]
+        else:
+            return _NOWHERE
+    return held
+
+
+def _put(held: Any, path: Any, value: Any, remove: bool) -> bool:
     """Sets (or removes) the value at `path` inside `held`, in place; False: no such place."""
     if not isinstance(path, list) or not 1 <= len(path) <= MAX_DEPTH:
         return False
-    parent = held
-    for step in path[:-1]:
-        if isinstance(parent, dict) and isinstance(step, str) and step in parent:
-            parent = parent[step]
-        elif isinstance(parent, list) and type(step) is int and 0 <= step < len(parent):
-            parent = parent[step]
-        else:
-            return False
-    last = path[-1]
+    parent, last = _at(held, path[:-1]), path[-1]
     if isinstance(parent, dict) and isinstance(last, str):
         if remove:
             parent.pop(last, None)
@@ -93,14 +100,7 @@ def _splice(held: Any, entry: Any) -> bool:
     path, start, remove, items = entry
     if not isinstance(path, list) or not 1 <= len(path) < MAX_DEPTH:
         return False
-    target = held
-    for step in path:
-        if isinstance(target, dict) and isinstance(step, str) and step in target:
-            target = target[step]
-        elif isinstance(target, list) and type(step) is int and 0 <= step < len(target):
-            target = target[step]
-        else:
-            return False
+    target = _at(held, path)
     if not isinstance(target, list) or type(start) is not int or type(remove) is not int:
         return False
     if not (0 <= start <= len(target) and 0 <= remove <= len(target) - start):
