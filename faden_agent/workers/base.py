@@ -43,6 +43,7 @@ class Worker:
         self.config = config
         self.endpoints = Endpoints(config.runtime_dir)
         self.stop_requested = False
+        self._alive_asked = False  # alive_now(): a thread has news for ps
         self.started_at = time.time()
         self._supervisor: Channel | None = None
         self._wakeup_r, self._wakeup_w = os.pipe()
@@ -105,7 +106,8 @@ class Worker:
             if self.worker_threads.failure is not None:
                 return self._fail_for_thread()
             now = time.monotonic()
-            if now >= next_alive:
+            if now >= next_alive or self._alive_asked:
+                self._alive_asked = False
                 self.tell_alive()
                 next_alive = now + self.config.worker_liveness_sec
             if now >= next_tick:
@@ -187,6 +189,11 @@ class Worker:
         body = {"name": self.name, "pid": os.getpid(), "status": status, "sent_mono": time.monotonic()}
         assert self._supervisor is not None
         self._supervisor.send("alive", body, block=False)
+
+    def alive_now(self) -> None:
+        """From any thread: the next "alive" message (with the status) goes at once."""
+        self._alive_asked = True
+        self._wake()
 
     def request_stop(self, *_: Any) -> None:
         self.stop_requested = True  # the loop sets the stop event itself: no lock in a signal handler

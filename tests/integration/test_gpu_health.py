@@ -23,7 +23,7 @@ from faden_agent.workers.inventory.record import without_usage
 from tests.agentproc import AgentProcess, agent_env, wait_for
 from tests.backendproc import agent_env_for, backend  # noqa: F401 - the fixture
 from tests.journalfiles import JournalWriter
-from tests.metricsclient import get
+from tests.metricsclient import get, promtool_check
 from tests.nvml.state import GpuState
 
 pytestmark = pytest.mark.docker
@@ -352,6 +352,7 @@ def test_metrics_name_every_gpu_by_uuid_with_its_verdict_and_xids(tmp_path, agen
     assert gpu_samples and all(s.labels.get("uuid") for s in gpu_samples)
     assert scrape.value("faden_agent_gpu_xid_errors_total", uuid=uuid_1, xid="79") == 1
     assert scrape.value("faden_agent_gpu_memory_size_bytes", gpu="0") == first["devices"][0]["memory_total"]
+    assert promtool_check(scrape.body) == ""  # Prometheus' linter over a scrape with every GPU family
 
 
 def test_a_restart_keeps_the_evidence_and_a_gpu_gone_meanwhile_is_failed(tmp_path, agent_factory):

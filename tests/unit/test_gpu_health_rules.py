@@ -95,8 +95,18 @@ def test_the_xid_log_keeps_the_last_n_and_wakes_once_per_kind():
     assert log.add("GPU-a", "xid", 79, 101.0) is False  # a repeat: the next interval shows it
     assert log.add("GPU-a", "xid", 13, 102.0) is False  # no rule for Xid 13: no record now
     assert log.add("GPU-a", "double_bit_ecc", 0, 103.0) is True
-    assert [(e["code"], e["at"]) for e in log.of("GPU-a")] == [(79, 101.0), (13, 102.0), (0, 103.0)]
+    # full: the Xid that changes nothing (13) goes first
+    assert [(e["code"], e["at"]) for e in log.of("GPU-a")] == [(79, 100.0), (79, 101.0), (0, 103.0)]
     assert log.of("GPU-b") == [] and log.of(None) == []
+
+
+def test_a_storm_of_application_xids_never_pushes_out_a_fatal_one():
+    log = XidLog(keep=4)
+    log.add("GPU-a", "xid", 13, 1.0)
+    log.add("GPU-a", "xid", 48, 2.0)
+    for n in range(100):
+        log.add("GPU-a", "xid", 13, 3.0 + n)
+    assert [(e["code"], e["at"]) for e in log.of("GPU-a")] == [(48, 2.0), (13, 100.0), (13, 101.0), (13, 102.0)]
 
 
 def test_a_repeat_after_its_hold_ran_out_wakes_the_probe_again():

@@ -1,7 +1,7 @@
 """NVML error events as they happen: every error event type each GPU supports (Xid, ECC,
 retirement, ...) goes into the XidLog; one that can change a verdict calls `on_change` for a
-record now. A lost GPU is left out of the event set (the others' events go on) and tried
-again every RETRY_S. No NVML, GPU or event support: the thread ends quietly. Its own nvmlInit.
+record now. A lost GPU is left out of the event set (the others' events go on) and put
+back once it answers again. No NVML, GPU or event support: the thread ends quietly.
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ class GpuErrorWatcher:
                         return LOST
                     if exc.value != nvml.NVML_ERROR_TIMEOUT:
                         raise
-                    if self.lost and time.monotonic() - built >= RETRY_S:
+                    if self.lost and (time.monotonic() - built >= RETRY_S or self._answers(nvml)):
                         return RETRY
                     continue
                 if self._record(nvml, data):
@@ -107,6 +107,16 @@ class GpuErrorWatcher:
             return STOPPED
         finally:
             nvml.nvmlEventSetFree(event_set)
+
+    def _answers(self, nvml: Any) -> bool:
+        """A lost GPU answers again (one cheap call each, once per WAIT_MS): register it now."""
+        for index in self.lost:
+            try:
+                nvml.nvmlDeviceGetUUID(nvml.nvmlDeviceGetHandleByIndex(index))
+                return True
+            except nvml.NVMLError:
+                continue
+        return False
 
     def _register(self, nvml: Any, event_set: Any) -> None:
         """Every GPU that supports events in the set, but those NVML says are lost."""

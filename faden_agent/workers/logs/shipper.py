@@ -135,6 +135,11 @@ class Shipper:
             self.unreported += due  # what could not be reported: tried again next interval
         self.reported_at = time.monotonic()
 
+    def in_flight(self) -> int:
+        """Lines in pushes Loki has not accepted yet."""
+        with self._done:
+            return sum(len(p.batch) for p in self._in_flight)
+
     def source_counts(self) -> dict[str, dict[str, int]]:
         """Per source kind: lines Loki stored (lines_shipped) and refused for good (lines_refused)."""
         with self._done:

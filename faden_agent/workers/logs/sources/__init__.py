@@ -51,16 +51,26 @@ def source_kind(key: str) -> str:
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class Shared:
+    """What the worker gives every source: the settings, the backlog it feeds, the positions it
+    resumes from, the label maker and the worker's stop event."""
+
+    config: Config
+    backlog: Backlog
+    positions: Positions
+    labels: LabelMaker
+    stop_event: threading.Event
+
+
 class Source:
-    def __init__(
-        self, config: Config, backlog: Backlog, positions: Positions, labels: LabelMaker, stop_event: threading.Event
-    ):
+    def __init__(self, shared: Shared) -> None:
         self.name = f"logs-{self.kind}"
-        self.config = config
-        self.backlog = backlog
-        self.positions = positions
-        self.labels = labels
-        self.stop_event = stop_event
+        self.config = shared.config
+        self.backlog = shared.backlog
+        self.positions = shared.positions
+        self.labels = shared.labels
+        self.stop_event = shared.stop_event
         self.lines_read = 0  # every line accounted for: taken into the backlog, or known lost
         self.lines_lost = 0
         self._unreported: dict[tuple[str, bool], int] = {}  # (reason, at_least) -> lines
