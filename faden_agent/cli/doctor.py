@@ -1,6 +1,4 @@
-"""`faden-agent doctor`: one line per check (ok / warn / fail) and what to do about it.
-Notes (why, figures, history): docs/design-notes.md.
-"""
+"""`faden-agent doctor`: one line per check (ok / warn / fail) and what to do about it."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """The reference backend's HTTP plumbing: the request handler every API module's actions get
 (reading bounded bodies, answering JSON, the admin and node guards), HttpError, and route(),
 which turns a protocol.py path template into a route-table entry.
-Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """The holder's side of a peer transfer: an HTTP(S) server on ADVERTISE_HOST:
 PEER_PORT, run by the peer worker only, so a long transfer never delays a heartbeat or a
 command.
-Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,6 +1,4 @@
-"""The supervisor loop, after gunicorn's arbiter: one loop of small verb-named steps.
-Notes (why, figures, history): docs/design-notes.md.
-"""
+"""The supervisor loop, after gunicorn's arbiter: one loop of small verb-named steps."""
 
 from __future__ import annotations
 

@@ -2,7 +2,6 @@
 (setup, channels, handle, tick, status, teardown). The main thread tells the supervisor it
 is alive, so a stuck loop falls silent and is replaced; blocking work belongs in threads
 started with start_thread(), and a critical thread that dies ends the worker (THREAD_DIED_EXIT).
-Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

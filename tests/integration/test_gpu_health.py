@@ -31,7 +31,7 @@ pytestmark = pytest.mark.docker
 # rule -> (how the GPU shows it, the reason the record and the event must name)
 FAULTS = {
     "xid_fatal": (None, "Xid 79: GPU has fallen off the bus (reboot needed)"),
-    "xid_degrading": (None, "Xid 94: contained ECC error (drain)"),
+    "xid_degrading": (None, "Xid 94: contained ECC error (reset needed, when convenient)"),
     "remap_failure": (lambda g: g["remap"].update(failure=1), "row remapping failed"),
     "retired_limit": (lambda g: g["retired"].update(sbe=40, dbe=24), "64 retired pages: at the driver's limit"),
     "remap_none_left": (

@@ -1,6 +1,4 @@
-"""Docker events of managed containers -> event records for the backend.
-Notes (why, figures, history): docs/design-notes.md.
-"""
+"""Docker events of managed containers -> event records for the backend."""
 
 from __future__ import annotations
 

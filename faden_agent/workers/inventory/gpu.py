@@ -1,6 +1,4 @@
-"""GPUs through NVML (pynvml): the driver, and per GPU what placement needs.
-Notes (why, figures, history): docs/design-notes.md.
-"""
+"""GPUs through NVML (pynvml): the driver, and per GPU what placement needs."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""One inventory record from the probes' results, and when to send it in full.
-Notes (why, figures, history): docs/design-notes.md.
-"""
+"""One inventory record from the probes' results, and when to send it in full."""
 
 from __future__ import annotations
 

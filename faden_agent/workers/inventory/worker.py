@@ -1,6 +1,4 @@
-"""Inventory worker: what this machine is and has, reported to the backend.
-Notes (why, figures, history): docs/design-notes.md.
-"""
+"""Inventory worker: what this machine is and has, reported to the backend."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""The shipping thread: backlog -> batches -> Loki -> positions.
-Notes (why, figures, history): docs/design-notes.md.
-"""
+"""The shipping thread: backlog -> batches -> Loki -> positions."""
 
 from __future__ import annotations
 

@@ -2,7 +2,6 @@
 Its inputs: journald, managed containers' logs, Ray log files (one reader thread each);
 the executor's `drain` questions and the stream worker's `flush` (a shutdown) on its REP socket.
 Its output: Loki pushes from one shipping thread; losses reported as events via Reports.
-Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """The peer worker: serves images to peer machines of the cluster (docs/protocol.md
 "Images from peers"). Its own process, so a long transfer never delays a heartbeat or a
 command; it touches nothing but the Docker engine (docker save) and its listening socket.
-Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
 """Heartbeats: every HEARTBEAT_INTERVAL_SEC on a fixed grid, sent directly (not queued
 behind a backlog).
-Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
 """Uplink: the stream worker's thread that drains the durable outbox to the backend
 in batches (BackendClient.post_reports, POST /api/agent/v1/uplink).
-Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

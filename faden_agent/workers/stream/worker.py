@@ -1,6 +1,4 @@
-"""Stream worker: owns the backend link (docs/protocol.md).
-Notes (why, figures, history): docs/design-notes.md.
-"""
+"""Stream worker: owns the backend link (docs/protocol.md)."""
 
 from __future__ import annotations
 

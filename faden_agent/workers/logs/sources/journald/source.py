@@ -1,6 +1,4 @@
-"""System logs: journald through `journalctl --follow --all --output=export`.
-Notes (why, figures, history): docs/design-notes.md.
-"""
+"""System logs: journald through `journalctl --follow --all --output=export`."""
 
 from __future__ import annotations
 
