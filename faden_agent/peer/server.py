@@ -316,13 +316,13 @@ class _Handler(BoundedHandler):
         self.close_connection = True
         if (self.headers.get("Upgrade") or "").strip() != probe.UPGRADE:
             return self._refuse(400, "bad_request", f"a probe needs Upgrade: {probe.UPGRADE}")
+        try:  # the ticket first: a flood without one never holds a probe slot
+            self.peer.tickets.take(self._ticket(), PROBE_GRANT, self.client_address[0])
+        except TicketRefused as refused:
+            return self._refuse(401, refused.reason, refused.message)
         if not self.peer.probe_slot():
             return self._refuse(503, "peer_busy", f"{probe.MAX_SESSIONS} probes are running here")
         try:
-            try:
-                self.peer.tickets.take(self._ticket(), PROBE_GRANT, self.client_address[0])
-            except TicketRefused as refused:
-                return self._refuse(401, refused.reason, refused.message)
             self.send_response(101)
             self.send_header("Connection", "Upgrade")
             self.send_header("Upgrade", probe.UPGRADE)
