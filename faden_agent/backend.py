@@ -135,6 +135,8 @@ class BackendClient:
         if self.verify is False:
             _warn_unverified_once(self.base_url)
         self.session.headers["User-Agent"] = f"faden-agent/{__version__}"
+        for default in ("Accept", "Connection"):  # */* and keep-alive are HTTP/1.1's own: 37 bytes a request
+            self.session.headers.pop(default, None)
         if credential:
             self.session.headers["Authorization"] = f"Bearer {credential}"
 
@@ -183,7 +185,7 @@ class BackendClient:
         if status in (401, 403) and auth:
             raise CredentialRejected(
                 f"{where}: the backend rejected this node's credential ({detail or 'no detail'}); "
-                "the machine was removed or its credential revoked",
+                "the machine was removed or its credential revoked: enroll it again with a new token",
                 status,
             )
         if status in (408, 429) or status >= 500:

@@ -1,6 +1,4 @@
-"""A wait in the kernel on one descriptor that another thread can end.
-Notes (why, figures, history): docs/design-notes.md.
-"""
+"""A wait in the kernel on one descriptor that another thread can end."""
 
 from __future__ import annotations
 

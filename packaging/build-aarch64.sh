@@ -7,9 +7,10 @@
 #   bash packaging/build-aarch64.sh            # -> dist/faden-agent-linux-aarch64 (+ .sha256)
 #   FADEN_AGENT_DIST=/some/dir FADEN_AGENT_BUILD_VERSION=... work as for build.sh.
 #
-# The agent's dependencies are pinned to the versions installed here (a constraints file
-# from `pip freeze`), so both architectures bundle the same ones. A virtual environment and
-# pip's cache are kept in /var/tmp between builds (installing under emulation is slow).
+# build.sh installs the lock files (packaging/requirements.lock, build-tools.lock: every
+# wheel's hash, aarch64's included), so both architectures bundle the same versions. Its
+# virtual environment and pip's cache are kept in /var/tmp between builds (installing under
+# emulation is slow).
 # pip trusts this machine's CA bundle (a TLS-inspecting proxy's CA, where there is one).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -22,12 +23,10 @@ cache="${FADEN_AGENT_ARM64_CACHE:-/var/tmp/faden-arm64-build}"
 mkdir -p "$cache/pip" "$cache/venv"
 
 image=$(bash tests/infra/build-arm64-image.sh)
-python3 -m pip freeze --exclude-editable 2>/dev/null | grep -E '^[A-Za-z0-9_.-]+==' >"$cache/constraints.txt"
 
 # The sources travel as a copy (pip and PyInstaller write next to them); dist/ is shared.
 docker run --rm --network host \
   -v "$repo:/src:ro" -v "$dist:/out" -v "$cache/pip:/root/.cache/pip" -v "$cache/venv:/opt/venv" \
-  -v "$cache/constraints.txt:/constraints.txt:ro" \
   -v /etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro \
   -e PIP_CERT=/etc/ssl/certs/ca-certificates.crt \
   -e FADEN_AGENT_BUILD_VERSION="${FADEN_AGENT_BUILD_VERSION:-}" -e FADEN_AGENT_REBUILD="${FADEN_AGENT_REBUILD:-0}" \
@@ -35,12 +34,9 @@ docker run --rm --network host \
     [ "$(uname -m)" = aarch64 ] || { echo "build-aarch64.sh: the build root runs as $(uname -m)" >&2; exit 1; }
     mkdir /build
     tar -C /src --exclude=./.git --exclude=./dist --exclude=./build --exclude="*.egg-info" --exclude=__pycache__ -cf - . | tar -C /build -xf -
-    [ -x /opt/venv/bin/python ] || python3 -m venv /opt/venv
-    deps=$(/opt/venv/bin/python -c "import tomllib; print(\" \".join(tomllib.load(open(\"/build/pyproject.toml\", \"rb\"))[\"project\"][\"dependencies\"]))")
-    nice -n 10 /opt/venv/bin/pip install -q --disable-pip-version-check -c /constraints.txt pyinstaller $deps
     cd /build
     [ -n "$FADEN_AGENT_BUILD_VERSION" ] || unset FADEN_AGENT_BUILD_VERSION
     # Niced: an emulated build takes every cycle it gets (a niceness set outside does not
     # reach processes that the Docker engine starts).
-    PYTHONPATH=/build PYTHON=/opt/venv/bin/python FADEN_AGENT_DIST=/out nice -n 10 bash packaging/build.sh
+    PYTHON=python3 FADEN_AGENT_BUILD_VENV=/opt/venv FADEN_AGENT_DIST=/out nice -n 10 bash packaging/build.sh
   '

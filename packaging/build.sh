@@ -16,7 +16,8 @@ repo=$(dirname "$here")
 cd "$repo"
 
 # The interpreter decides the binary's memory (packaging/pick-python.sh): the active venv's
-# (.ci/run makes one with that choice), else the pick.
+# (.ci/run makes one with that choice), else the pick. Only its interpreter is used: the
+# packages come from the lock files (below).
 if [ -z "${PYTHON:-}" ]; then
   if [ -n "${VIRTUAL_ENV:-}" ]; then PYTHON=$VIRTUAL_ENV/bin/python; else PYTHON=$(sh "$here/pick-python.sh"); fi
 fi
@@ -40,8 +41,9 @@ exec 9>"$dist/.$name.lock"
 flock 9
 
 # Fingerprint of everything that goes into the binary: skip the build when unchanged.
+locks="packaging/requirements.lock packaging/build-tools.lock"
 fingerprint=$( { echo "$version"; "$PYTHON" --version; \
-  find faden_agent packaging/entry.py packaging/build.sh packaging/launcher.sh pyproject.toml -name '*.py' -o -name '*.sh' -o -name '*.toml' \
+  find faden_agent packaging/entry.py packaging/build.sh packaging/launcher.sh pyproject.toml $locks -name '*.py' -o -name '*.sh' -o -name '*.toml' -o -name '*.lock' \
   | LC_ALL=C sort | xargs sha256sum; } | sha256sum | cut -d' ' -f1)
 stamp="$dist/.$name.fingerprint"
 if [ "${FADEN_AGENT_REBUILD:-0}" != 1 ] && [ -x "$dist/$name" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$fingerprint" ]; then
@@ -49,11 +51,27 @@ if [ "${FADEN_AGENT_REBUILD:-0}" != 1 ] && [ -x "$dist/$name" ] && [ -f "$stamp"
   exit 0
 fi
 
-# PyInstaller is a build-time tool only: it is not a dependency of the agent.
-"$PYTHON" -m PyInstaller --version >/dev/null 2>&1 || "$PYTHON" -m pip install -q 'pyinstaller>=6.3'
-# The agent's own dependencies must be importable to be bundled.
-"$PYTHON" -c 'import cramjam, docker, orjson, psutil, pynvml, requests, setproctitle, typer, zmq' 2>/dev/null \
-  || "$PYTHON" -m pip install -q -e .
+# The build's own venv holds exactly the lock files' packages, hash-checked (packaging/lock.sh
+# writes them): the agent's dependencies as bundled, and PyInstaller (a build tool, not a
+# dependency). One per interpreter and lock content, kept between builds (FADEN_AGENT_BUILD_VENV
+# names another place, e.g. the aarch64 build's cache); the sources come from this checkout.
+lock_id=$(cat $locks | sha256sum | cut -c1-16)
+venv="${FADEN_AGENT_BUILD_VENV:-$repo/build/venv-$arch-$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')}"
+# Builds into other output directories (the upgrade test's) share it: made under a lock of its own.
+mkdir -p "$(dirname "$venv")"
+exec 8>"$venv.lock"
+flock 8
+if [ "$(cat "$venv/.lock-id" 2>/dev/null)" != "$lock_id" ] || [ ! -x "$venv/bin/python" ]; then
+  "$PYTHON" -m venv --clear "$venv"  # --clear, not rm: the aarch64 build's venv is a mount point
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check --require-hashes --no-deps $(printf -- '-r %s ' $locks)
+  "$venv/bin/python" -m pip check >/dev/null || { "$venv/bin/python" -m pip check >&2; echo "build.sh: the lock files are incomplete: run packaging/lock.sh" >&2; exit 1; }
+  echo "$lock_id" >"$venv/.lock-id"
+fi
+flock -u 8
+PYTHON=$venv/bin/python
+# Each bundled package's metadata goes in too: the binary's versions can be read back
+# (tests/integration/test_standalone_binary.py compares them with the lock).
+bundled=$(grep -E '^[A-Za-z0-9]' packaging/requirements.lock | cut -d= -f1)
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/faden-build.XXXXXX")
 trap 'rm -rf "$work"' EXIT
@@ -84,6 +102,8 @@ EXCLUDES="tkinter _tkinter pytest _pytest hypothesis numpy pandas scipy cryptogr
   --hidden-import cramjam \
   --hidden-import psutil \
   --hidden-import setproctitle \
+  --paths "$repo" \
+  $(printf -- '--copy-metadata %s ' $bundled) \
   $(printf -- '--exclude-module %s ' $EXCLUDES) \
   packaging/entry.py
 

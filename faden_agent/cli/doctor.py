@@ -1,6 +1,4 @@
-"""`faden-agent doctor`: one line per check (ok / warn / fail) and what to do about it.
-Notes (why, figures, history): docs/design-notes.md.
-"""
+"""`faden-agent doctor`: one line per check (ok / warn / fail) and what to do about it."""
 
 from __future__ import annotations
 
@@ -90,6 +88,7 @@ class Doctor:
         self.step(self.disk_docker, docker_info)
         self.step(self.disk_ray_logs)
         self.step(self.service)
+        self.step(self.shutdown_inhibitor)
         self.step(self.metrics_endpoint)
         return self.checks
 
@@ -423,6 +422,26 @@ class Doctor:
         if not Path(root).exists():
             return Check("disk (docker)", WARN, f"Docker's data root {root} is not visible from here")
         return _disk_check("disk (docker)", Path(root), self.config)
+
+    def shutdown_inhibitor(self) -> Check:
+        """Whether logind answers on the system bus (the supervisor's delay inhibitor)."""
+        from faden_agent.ipc.dbusconn import Bus, DbusError, system_bus_address
+        from faden_agent.supervisor.shutdown import logind_delay_s
+
+        try:
+            bus = Bus(system_bus_address(), min(self.timeout_s, 2.0))
+            try:
+                delay = logind_delay_s(bus)
+            finally:
+                bus.close()
+        except DbusError as exc:
+            return Check(
+                "shutdown",
+                WARN,
+                f"no logind on the system bus ({exc}): a shutdown is not delayed to report it; the agent goes on",
+                "normal in a container or on a minimal host; elsewhere check systemd-logind and dbus",
+            )
+        return Check("shutdown", OK, f"logind answers: a shutdown waits up to {delay:g}s for the agent to report it")
 
     def service(self) -> Check:
         from faden_agent.service import service_state

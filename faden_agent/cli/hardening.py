@@ -2,7 +2,6 @@
 
 The enrollment token leaves the environment (exec'd children and /proc/PID/environ never see
 it) and core dumps are off (RLIMIT_CORE 0, PR_SET_DUMPABLE 0): a dump would hold the credential.
-Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

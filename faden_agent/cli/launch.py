@@ -1,6 +1,4 @@
-"""The `faden-agent` entry point (and `python -m faden_agent`, the service's command).
-Notes (why, figures, history): docs/design-notes.md.
-"""
+"""The `faden-agent` entry point (and `python -m faden_agent`, the service's command)."""
 
 from __future__ import annotations
 

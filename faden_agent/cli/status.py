@@ -1,6 +1,4 @@
-"""What `faden-agent status` reports: membership and the backend link, never a secret.
-Notes (why, figures, history): docs/design-notes.md.
-"""
+"""What `faden-agent status` reports: membership and the backend link, never a secret."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """The reference backend's admin API (docs/protocol.md, "Admin API"): enrollment tokens,
 nodes, commands, the nodes' records, clusters with their traffic and fan-outs, the request
 log. Fault switches: faults.py; image relays: api_relay.py.
-Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

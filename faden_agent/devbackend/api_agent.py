@@ -12,6 +12,7 @@ import orjson
 from faden_agent import protocol
 from faden_agent.devbackend.builds import served_version
 from faden_agent.devbackend.loki_relay import forward_to_loki
+from faden_agent.devbackend.rotation import Contested
 from faden_agent.devbackend.store import TokenRefused
 from faden_agent.devbackend.web import HttpError, Request, Route, route
 from faden_agent.protocol.inventory import ACCEPTS_CHANGES, ACCEPTS_GZIP
@@ -40,7 +41,7 @@ def enroll(req: Request) -> int:
 
 
 def stream(req: Request) -> int:
-    node_id = req.require_node()
+    node_id = req.require_node(stream=True)
     backend = req.backend
     try:
         after = int(req.query.get("after", "0"))
@@ -48,6 +49,10 @@ def stream(req: Request) -> int:
     except ValueError:
         raise HttpError(400, "bad_query", "after must be an integer and keepalive a number") from None
     keepalive = min(max(keepalive, KEEPALIVE_RANGE[0]), KEEPALIVE_RANGE[1])
+    try:  # the next credential (docs/protocol.md, Credential rotation): to one stream only
+        rotation = backend.store.credential_for_stream(node_id, req.connection)
+    except Contested as exc:
+        raise HttpError(401, "shared_identity", str(exc)) from None
     faults = backend.faults
     generation = faults.drop_generation
     req.send_response(200)
@@ -71,8 +76,7 @@ def stream(req: Request) -> int:
         "accepts": [ACCEPTS_CHANGES, ACCEPTS_GZIP],  # what this backend understands (docs/protocol.md)
     }
     _write_line(req, hello)
-    rotation = backend.store.pending_credentials.get(node_id)
-    if rotation is not None:  # the next credential (docs/protocol.md, Credential rotation)
+    if rotation is not None:
         _write_line(req, {"type": "credential", "credential": rotation})
     last_write = time.monotonic()
     peers_sent_at = None  # the cluster generation the last `peers` message reflects

@@ -1,6 +1,4 @@
-"""The agent builds this backend serves (its --downloads directory), and "agent version available".
-Notes (why, figures, history): docs/design-notes.md.
-"""
+"""The agent builds this backend serves (its --downloads directory), and "agent version available"."""
 
 from __future__ import annotations
 

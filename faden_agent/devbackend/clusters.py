@@ -2,7 +2,6 @@
 peers each agent is told about (downlink `peers`), and the latest traffic record of each
 machine, read back as the cluster's traffic matrix (docs/protocol.md, "Traffic record"),
 beside the latest active probe of each pair (traffic.probe results, "Active probes").
-Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

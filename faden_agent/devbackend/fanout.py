@@ -1,6 +1,4 @@
-"""Fan-out of one image to every machine of a cluster, in the reference backend.
-Notes (why, figures, history): docs/design-notes.md.
-"""
+"""Fan-out of one image to every machine of a cluster, in the reference backend."""
 
 from __future__ import annotations
 

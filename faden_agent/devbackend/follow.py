@@ -1,6 +1,4 @@
-"""`faden-agent admin command ID --follow`: a command's timeline for a human, as it happens.
-Notes (why, figures, history): docs/design-notes.md.
-"""
+"""`faden-agent admin command ID --follow`: a command's timeline for a human, as it happens."""
 
 from __future__ import annotations
 

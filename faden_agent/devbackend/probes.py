@@ -1,6 +1,5 @@
 """Probe rounds in the reference backend: measure the cluster's reachability and
 bandwidth matrix with `traffic.probe`, every machine against every other.
-Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

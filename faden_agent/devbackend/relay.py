@@ -1,6 +1,5 @@
 """Relay of one image stream through the reference backend, for peers that cannot reach each
 other: both sides connect outbound.
-Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """The reference backend's HTTP server: the route tables of its API modules joined, and
 make_server. Standard library only (plus orjson), so it runs anywhere Python does; the agent
 itself never imports this package.
-Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
+import socket
 import sqlite3
 import threading
 import time
@@ -19,7 +20,7 @@ from typing import Any
 import orjson
 
 from faden_agent import protocol
-from faden_agent.devbackend import clusters, host_requests
+from faden_agent.devbackend import clusters, host_requests, rotation
 from faden_agent.protocol.inventory import receive  # the receiver's rule (docs/inventory.md)
 
 ENROLL_RETRY_WINDOW_S = 3600  # how long a spent token can be re-presented by the same attempt
@@ -123,9 +124,11 @@ class Store:
             self._db.execute("ALTER TABLE tokens ADD COLUMN attempt_hash TEXT")
         if "pending_credential_hash" not in {row[1] for row in self._db.execute("PRAGMA table_info(nodes)")}:
             self._db.execute("ALTER TABLE nodes ADD COLUMN pending_credential_hash TEXT")
+        rotation.migrate(self._db)
         # node id -> the credential a rotation is delivering: memory only (the file keeps hashes);
         # lost with the process, the old credential stays valid and a rotation is asked again.
         self.pending_credentials: dict[str, str] = {}
+        self._delivered_on: dict[str, socket.socket] = {}  # node id -> the one stream it went to
         # nodes whose inventory record did not fit what is held: memory only (a restart
         # forgets it; the node's next changes record does not fit either and asks again).
         self.inventory_behind: set[str] = set()
@@ -235,37 +238,84 @@ class Store:
         row = self._db.execute("SELECT last_seen_at, revoked FROM nodes WHERE node_id = ?", (node_id,)).fetchone()
         return row is not None and row[0] is None and not row[1]
 
-    def node_for_credential(self, credential: str) -> tuple[str, bool] | None:
-        """(node_id, revoked) of the credential, or None when unknown. The first request with
-        a rotation's new credential confirms it: from then on the old one is refused."""
+    def node_for_credential(self, credential: str, stream: bool = False) -> tuple[str, bool] | None:
+        """(node_id, revoked) of the credential, or None when unknown; rotation.Contested when
+        its node is contested (or this use contests it). The first request with a rotation's
+        new credential confirms it: from then on the old one is refused."""
         hashed = secret_hash(credential)
         with self._lock:
-            row = self._db.execute("SELECT node_id, revoked FROM nodes WHERE credential_hash = ?", (hashed,)).fetchone()
+            row = self._db.execute(
+                "SELECT node_id, revoked, contested_at FROM nodes WHERE credential_hash = ?", (hashed,)
+            ).fetchone()
             if row is None:
                 row = self._db.execute(
-                    "SELECT node_id, revoked FROM nodes WHERE pending_credential_hash = ?", (hashed,)
+                    "SELECT node_id, revoked, contested_at, credential_hash FROM nodes"
+                    " WHERE pending_credential_hash = ?",
+                    (hashed,),
                 ).fetchone()
                 if row is not None:
+                    rotation.retire(self._db, row[0], row[3], "replaced")
                     self._db.execute(
                         "UPDATE nodes SET credential_hash = ?, pending_credential_hash = NULL WHERE node_id = ?",
                         (hashed, row[0]),
                     )
                     self.pending_credentials.pop(row[0], None)
-            if row is not None and not row[1]:
+                    self._delivered_on.pop(row[0], None)
+            if row is None:
+                contested = rotation.contest_if_retired(self._db, hashed, stream)
+                if contested is None:
+                    return None
+                self._contest(contested)
+                raise rotation.Contested()
+            if row[2] is not None:
+                raise rotation.Contested()
+            if not row[1]:
                 self._db.execute("UPDATE nodes SET last_seen_at = ? WHERE node_id = ?", (time.time(), row[0]))
-        return (row[0], bool(row[1])) if row else None
+        return (row[0], bool(row[1]))
+
+    def credential_for_stream(self, node_id: str, sock: socket.socket) -> str | None:
+        """The pending credential for the stream just opened on sock (None when no rotation
+        is pending). It goes to one stream only: another asking while that one is open is a
+        second machine (rotation.Contested); once that one has ended unused, it is withdrawn
+        and a fresh one goes to this stream."""
+        with self._lock:
+            pending = self.pending_credentials.get(node_id)
+            if pending is None:
+                return None
+            first = self._delivered_on.get(node_id)
+            if first is not None and first is not sock:
+                if rotation.still_open(first):
+                    self._contest(node_id)
+                    raise rotation.Contested()
+                rotation.retire(self._db, node_id, secret_hash(pending), "withdrawn")
+                pending = rotation.new_credential()
+                self._db.execute(
+                    "UPDATE nodes SET pending_credential_hash = ? WHERE node_id = ?", (secret_hash(pending), node_id)
+                )
+                self.pending_credentials[node_id] = pending
+            self._delivered_on[node_id] = sock
+            return pending
+
+    def _contest(self, node_id: str) -> None:
+        pending = self.pending_credentials.pop(node_id, None)
+        if pending is not None:  # its use says why it is refused
+            rotation.retire(self._db, node_id, secret_hash(pending), "withdrawn")
+        rotation.contest(self._db, node_id)
+        self._delivered_on.pop(node_id, None)
 
     def rotate_credential(self, node_id: str) -> bool:
         """Issue the node's next credential (delivered on its stream); the current one stays
-        valid until the new one is used. False when no such node."""
-        credential = "fdn_cred_" + secrets.token_urlsafe(32)
+        valid until the new one is used. False when no such node (or revoked, or contested)."""
+        credential = rotation.new_credential()
         with self._lock:
             cur = self._db.execute(
-                "UPDATE nodes SET pending_credential_hash = ? WHERE node_id = ? AND revoked = 0",
+                "UPDATE nodes SET pending_credential_hash = ? WHERE node_id = ? AND revoked = 0"
+                " AND contested_at IS NULL",
                 (secret_hash(credential), node_id),
             )
             if cur.rowcount:
                 self.pending_credentials[node_id] = credential
+                self._delivered_on.pop(node_id, None)
         return cur.rowcount > 0
 
     def credential_rotating(self, node_id: str) -> bool:
@@ -457,6 +507,7 @@ class Store:
             ).fetchall()
             identities = {row[0]: self._fingerprints(row[0]) for row in rows}
             rotating = dict(self._db.execute("SELECT node_id, pending_credential_hash IS NOT NULL FROM nodes"))
+            contested = dict(self._db.execute("SELECT node_id, contested_at FROM nodes"))
         out = []
         for node_id, revoked, enrolled_at, facts, seen, hb_at, hb_count, heartbeat, inv_at in rows:
             facts = _json(facts)
@@ -484,7 +535,8 @@ class Store:
                     "workers": heartbeat.get("workers"),
                     "inventory_at": inv_at,
                     "fingerprint": fingerprint or facts.get("fingerprint"),
-                    "shared_identity": shared,
+                    "shared_identity": shared or contested.get(node_id) is not None,
+                    "identity_contested_at": contested.get(node_id),
                     "credential_rotating": bool(rotating.get(node_id)),
                 }
             )

@@ -1,6 +1,4 @@
-"""`faden-agent admin traffic CLUSTER`: the cluster's traffic matrix as a table.
-Notes (why, figures, history): docs/design-notes.md.
-"""
+"""`faden-agent admin traffic CLUSTER`: the cluster's traffic matrix as a table."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""`faden-agent up` without a backend URL: the embedded reference backend for trying the agent.
-Notes (why, figures, history): docs/design-notes.md.
-"""
+"""`faden-agent up` without a backend URL: the embedded reference backend for trying the agent."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """The reference backend's HTTP plumbing: the request handler every API module's actions get
 (reading bounded bodies, answering JSON, the admin and node guards), HttpError, and route(),
 which turns a protocol.py path template into a route-table entry.
-Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -18,6 +17,7 @@ from urllib.parse import parse_qs, urlsplit
 import orjson
 
 from faden_agent import protocol
+from faden_agent.devbackend.rotation import Contested
 from faden_agent.http.serve.server import BoundedHandler
 
 if TYPE_CHECKING:
@@ -178,13 +178,16 @@ class Request(BoundedHandler):
         if not hmac.compare_digest(given.encode(), self.backend.admin_token.encode()):
             raise HttpError(401, "unauthorized", "admin token missing or wrong")
 
-    def require_node(self) -> str:
-        """The node id of the request's credential; 401 unknown, 403 revoked."""
+    def require_node(self, stream: bool = False) -> str:
+        """The node id of the request's credential; 401 unknown or contested, 403 revoked."""
         self.backend.faults.refuse_in_maintenance()
         credential = self.bearer()
         if not credential:
             raise HttpError(401, "unauthorized", "no credential")
-        found = self.backend.store.node_for_credential(credential)
+        try:
+            found = self.backend.store.node_for_credential(credential, stream)
+        except Contested as exc:
+            raise HttpError(401, "shared_identity", str(exc)) from None
         if found is None:
             raise HttpError(401, "unauthorized", "unknown credential")
         node_id, revoked = found

@@ -2,7 +2,7 @@
 
 Every write of the agent's files goes through retry_when_full: a thread waits and retries,
 a worker's main loop gets DiskFull at once; the process's DISK state names the path until a
-write succeeds again. Nothing is lost or sent twice. Notes: docs/design-notes.md.
+write succeeds again. Nothing is lost or sent twice.
 """
 
 from __future__ import annotations

@@ -1,6 +1,4 @@
-"""One way to open the agent's private SQLite files (outbox, command journal).
-Notes (why, figures, history): docs/design-notes.md.
-"""
+"""One way to open the agent's private SQLite files (outbox, command journal)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""The leading members of a JSON object whose text is too long to parse whole.
-Notes (why, figures, history): docs/design-notes.md.
-"""
+"""The leading members of a JSON object whose text is too long to parse whole."""
 
 from __future__ import annotations
 

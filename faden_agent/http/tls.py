@@ -1,7 +1,7 @@
 """The client TLS context: one per trust setting and process, shared by every connection
 the agent opens (requests' sessions through SharedContextAdapter, and its own sockets).
 Trust: CA_BUNDLE when set, else the system's store (SSL_CERT_FILE/SSL_CERT_DIR, else the
-distributions' bundle), else certifi's. Notes: docs/design-notes.md.
+distributions' bundle), else certifi's.
 """
 
 from __future__ import annotations

@@ -2,7 +2,6 @@
 downlink message `peers`): kept in a small file in the state directory, so the traffic
 sampler (inventory worker) reads what the downlink (stream worker) wrote, across restarts
 of either.
-Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
 """This machine's membership (node id, credential, backend URL) and the file that keeps it:
 FADEN_NODE_AGENT_STATE_PATH, called "the state file" in operator docs and messages.
-Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

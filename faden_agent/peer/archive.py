@@ -1,6 +1,5 @@
 """Image archives between peers: the `docker save` tar stream, read and written
 entry by entry, never held whole.
-Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The OCI image layout of `docker save` on Engine 25+ (classic store and containerd store):
 blobs named by their sha256, an image found from an id that names its config, its manifest
 or an index of manifests; a layer blob's uncompressed sha256 (its diff id) computed as it
-streams past. Notes (why, shapes): docs/design-notes.md.
+streams past.
 """
 
 from __future__ import annotations

@@ -1,6 +1,4 @@
-"""Active probes between peer machines: the wire form and the answering side.
-Notes (why, figures, history): docs/design-notes.md.
-"""
+"""Active probes between peer machines: the wire form and the answering side."""
 
 from __future__ import annotations
 

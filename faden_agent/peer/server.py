@@ -1,7 +1,6 @@
 """The holder's side of a peer transfer: an HTTP(S) server on ADVERTISE_HOST:
 PEER_PORT, run by the peer worker only, so a long transfer never delays a heartbeat or a
 command.
-Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -317,13 +316,13 @@ class _Handler(BoundedHandler):
         self.close_connection = True
         if (self.headers.get("Upgrade") or "").strip() != probe.UPGRADE:
             return self._refuse(400, "bad_request", f"a probe needs Upgrade: {probe.UPGRADE}")
+        try:  # the ticket first: a flood without one never holds a probe slot
+            self.peer.tickets.take(self._ticket(), PROBE_GRANT, self.client_address[0])
+        except TicketRefused as refused:
+            return self._refuse(401, refused.reason, refused.message)
         if not self.peer.probe_slot():
             return self._refuse(503, "peer_busy", f"{probe.MAX_SESSIONS} probes are running here")
         try:
-            try:
-                self.peer.tickets.take(self._ticket(), PROBE_GRANT, self.client_address[0])
-            except TicketRefused as refused:
-                return self._refuse(401, refused.reason, refused.message)
             self.send_response(101)
             self.send_header("Connection", "Upgrade")
             self.send_header("Upgrade", probe.UPGRADE)

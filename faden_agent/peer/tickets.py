@@ -1,6 +1,4 @@
-"""One-time tickets for serving an image to one receiver.
-Notes (why, figures, history): docs/design-notes.md.
-"""
+"""One-time tickets for serving an image to one receiver."""
 
 from __future__ import annotations
 

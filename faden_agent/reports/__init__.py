@@ -1,3 +1,1 @@
-"""The report path: what a worker reports reaches the backend, durably.
-Notes (why, figures, history): docs/design-notes.md.
-"""
+"""The report path: what a worker reports reaches the backend, durably."""

@@ -2,7 +2,7 @@
 
 Producers put records into one SQLite file (WAL); the stream worker's Uplink sends and acks
 them. A record is on disk before put returns; every id is unique so a resend dedups. Its meta
-table is the cursor store (CURSOR_KEYS). Notes (why, figures, history): docs/design-notes.md.
+table is the cursor store (CURSOR_KEYS).
 """
 
 from __future__ import annotations

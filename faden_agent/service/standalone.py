@@ -1,6 +1,4 @@
-"""The standalone binary's unpacked builds (packaging/launcher.sh unpacks, this keeps order).
-Notes (why, figures, history): docs/design-notes.md.
-"""
+"""The standalone binary's unpacked builds (packaging/launcher.sh unpacks, this keeps order)."""
 
 from __future__ import annotations
 

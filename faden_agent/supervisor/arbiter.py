@@ -1,6 +1,4 @@
-"""The supervisor loop, after gunicorn's arbiter: one loop of small verb-named steps.
-Notes (why, figures, history): docs/design-notes.md.
-"""
+"""The supervisor loop, after gunicorn's arbiter: one loop of small verb-named steps."""
 
 from __future__ import annotations
 
@@ -21,6 +19,7 @@ import zmq
 from faden_agent import __version__
 from faden_agent.config import Config
 from faden_agent.ipc import Channel, Endpoints, EnvelopeError, ensure_runtime_dir
+from faden_agent.ipc.dbusconn import system_bus_address
 from faden_agent.proctitle import set_title
 from faden_agent.supervisor import lock
 from faden_agent.supervisor.metrics.endpoint import MetricsEndpoint
@@ -28,6 +27,7 @@ from faden_agent.supervisor.notify import SystemdNotifier
 from faden_agent.supervisor.peer_demand import PeerDemand
 from faden_agent.supervisor.policy import RestartPolicy
 from faden_agent.supervisor.prefork import prepare_to_fork
+from faden_agent.supervisor.shutdown import ShutdownDelay
 from faden_agent.supervisor.states import WorkerProcess, WorkerState
 from faden_agent.supervisor.table import ResourceSampler, worker_row
 from faden_agent.workers import WORKERS
@@ -105,6 +105,7 @@ class Supervisor:
         self._last_dormant_check = 0.0
         self._resources: dict[int, tuple[int | None, float | None]] = {}
         self.metrics = MetricsEndpoint(config, self.scrape_table, self.pids)
+        self._stream_push: Channel | None = None
 
     # ------------------------------------------------------------------ main loop
 
@@ -119,6 +120,7 @@ class Supervisor:
                 pass
             self.reap_workers()
             self.murder_hung_workers()
+            self.release_shutdown_inhibitor()
             self.notify_systemd()
         self.shutdown()
         return 0
@@ -143,6 +145,9 @@ class Supervisor:
         self.poller.register(self.liveness.socket, zmq.POLLIN)
         self.poller.register(self._wakeup_r, zmq.POLLIN)
         self.metrics.open(self.poller)  # an address it cannot bind is shown by ps, never fatal
+        self.shutdown_delay = ShutdownDelay.start(system_bus_address(), self.tell_stream_shutting_down)
+        if self.shutdown_delay.fileno is not None:
+            self.poller.register(self.shutdown_delay.fileno, zmq.POLLIN)
 
     def next_wake_mono(self) -> float:
         """When the next thing is due: a restart, a kill after the dump grace, a worker's hang
@@ -162,6 +167,8 @@ class Supervisor:
             due.append(self._last_dormant_check + DORMANT_CHECK_S)
         if (deadline := self.metrics.next_deadline()) is not None:
             due.append(deadline)
+        if (release := self.shutdown_delay.due()) is not None:
+            due.append(release)
         return min(due)
 
     def hang_deadline(self, worker: WorkerProcess) -> float | None:
@@ -209,6 +216,7 @@ class Supervisor:
             gc.freeze()
             signal.signal(signal.SIGTERM, signal.SIG_DFL)  # until the worker installs its own
             self.metrics.forget_in_child()
+            self.shutdown_delay.forget_in_child()  # else logind waits for the workers' copies too
             worker_main(worker.name, worker.target, self.config, parent)
         if worker.state != WorkerState.STOPPED:
             worker.restarts += 1
@@ -230,8 +238,9 @@ class Supervisor:
     def wait_for_events(self, timeout_s: float) -> bool:
         """Waits, then does what woke it; True when only the metrics endpoint's sockets did."""
         # "alive" messages wake the loop only while a worker waits for its first one.
+        # ... and while a shutdown waits for the stream worker to say it is done.
         starting = any(w.state == WorkerState.STARTING for w in self.workers.values())
-        self.poller.register(self.liveness.socket, zmq.POLLIN if starting else 0)
+        self.poller.register(self.liveness.socket, zmq.POLLIN if starting or self.shutdown_delay.waiting else 0)
         try:
             # Rounded up: waking a millisecond early would find nothing due and turn the loop twice.
             events = dict(self.poller.poll(math.ceil(timeout_s * 1000)))
@@ -244,6 +253,11 @@ class Supervisor:
         self.drain_liveness()  # before reaping (a "thread_died" names the exit) and before `ps`
         if self.control.socket in events:
             self.answer_control()
+        bus = self.shutdown_delay.fileno
+        if bus is not None and bus in events:
+            self.shutdown_delay.on_bus()
+            if self.shutdown_delay.fileno is None:  # the bus is gone
+                self.poller.unregister(bus)
         ours = {fd for fd in events if isinstance(fd, int) and fd != self._wakeup_r}
         self.metrics.serve(ours)  # also closes expired ones
         return bool(events) and len(ours) == len(events)
@@ -318,6 +332,16 @@ class Supervisor:
             self.control.send("start", {"name": name, "state": self.workers[name].state.value})
         else:
             self.control.send("error", {"message": f"unknown request {op!r}"})
+
+    def tell_stream_shutting_down(self, body: dict[str, float]) -> None:
+        """The machine goes down: the stream worker reports it and says when all is sent."""
+        if self._stream_push is None:  # kept open: a close at once would drop the message (linger 0)
+            self._stream_push = Channel.connect(zmq.PUSH, self.endpoints.reports_ready, hwm=10)
+        self._stream_push.send("shutting_down", body, block=False)
+
+    def release_shutdown_inhibitor(self) -> None:
+        stream = self.workers.get("stream")
+        self.shutdown_delay.release_when_done(stream.status if stream is not None else None)
 
     def reap_workers(self) -> None:
         while True:
@@ -455,6 +479,7 @@ class Supervisor:
     def shutdown(self) -> None:
         log.info("stopping %d workers (bound %gs)", len(self.workers), self.config.stop_timeout_sec)
         self.notifier.stopping()
+        self.shutdown_delay.close()  # a stop in order: nothing left to delay a shutdown for
         for worker in self.workers.values():
             if worker.pid is not None:
                 worker.state = WorkerState.STOPPING
@@ -478,6 +503,8 @@ class Supervisor:
 
     def close_sockets(self) -> None:
         self.metrics.close()
+        if self._stream_push is not None:
+            self._stream_push.close()
         for channel, address in ((self.control, self.endpoints.control), (self.liveness, self.endpoints.liveness)):
             channel.close()
             Path(self.endpoints.socket_path(address)).unlink(missing_ok=True)

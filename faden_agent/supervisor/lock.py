@@ -1,6 +1,4 @@
-"""One agent per state directory (and per runtime directory).
-Notes (why, figures, history): docs/design-notes.md.
-"""
+"""One agent per state directory (and per runtime directory)."""
 
 from __future__ import annotations
 

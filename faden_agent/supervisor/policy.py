@@ -1,7 +1,6 @@
 """When a failed worker may start again: exponential backoff with jitter, and a
 restart-intensity limit (Erlang/OTP): more than `max_restarts` exits within `window_s`
 makes the worker FATAL, retried after `fatal_retry_s` (a host agent never gives up).
-Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,6 +1,4 @@
-"""Each worker's explicit state, after supervisord's state machine.
-Notes (why, figures, history): docs/design-notes.md.
-"""
+"""Each worker's explicit state, after supervisord's state machine."""
 
 from __future__ import annotations
 

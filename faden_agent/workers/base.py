@@ -2,7 +2,6 @@
 (setup, channels, handle, tick, status, teardown). The main thread tells the supervisor it
 is alive, so a stuck loop falls silent and is replaced; blocking work belongs in threads
 started with start_thread(), and a critical thread that dies ends the worker (THREAD_DIED_EXIT).
-Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -43,6 +42,7 @@ class Worker:
         self.config = config
         self.endpoints = Endpoints(config.runtime_dir)
         self.stop_requested = False
+        self._alive_asked = False  # alive_now(): a thread has news for ps
         self.started_at = time.time()
         self._supervisor: Channel | None = None
         self._wakeup_r, self._wakeup_w = os.pipe()
@@ -105,7 +105,8 @@ class Worker:
             if self.worker_threads.failure is not None:
                 return self._fail_for_thread()
             now = time.monotonic()
-            if now >= next_alive:
+            if now >= next_alive or self._alive_asked:
+                self._alive_asked = False
                 self.tell_alive()
                 next_alive = now + self.config.worker_liveness_sec
             if now >= next_tick:
@@ -187,6 +188,11 @@ class Worker:
         body = {"name": self.name, "pid": os.getpid(), "status": status, "sent_mono": time.monotonic()}
         assert self._supervisor is not None
         self._supervisor.send("alive", body, block=False)
+
+    def alive_now(self) -> None:
+        """From any thread: the next "alive" message (with the status) goes at once."""
+        self._alive_asked = True
+        self._wake()
 
     def request_stop(self, *_: Any) -> None:
         self.stop_requested = True  # the loop sets the stop event itself: no lock in a signal handler

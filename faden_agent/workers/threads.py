@@ -2,7 +2,7 @@
 
 A critical thread that raises, or returns unless `finite`, fails the whole worker (it stops
 saying it is alive and exits); a non-critical one only logs. One stop event and one join
-deadline for all of them. Notes (why, figures, history): docs/design-notes.md.
+deadline for all of them.
 """
 
 from __future__ import annotations

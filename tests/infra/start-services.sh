@@ -21,6 +21,7 @@ command -v ip >/dev/null || need_pkgs+=(iproute2)  # network namespaces: the clu
 command -v cc >/dev/null || need_pkgs+=(gcc libc6-dev)  # the tests' C libnvidia-ml.so.1 (tests/nvml)
 command -v runc >/dev/null || need_pkgs+=(runc)  # Docker Engine 29 of the tests (tests/engine29.py); docker.io brings it
 command -v xz >/dev/null || need_pkgs+=(xz-utils)  # unpacks Engine 29's daemons (../shared/tools/docker29)
+command -v dbus-daemon >/dev/null || need_pkgs+=(dbus)  # a private system bus with a stand-in logind (tests/systembus.py)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   echo "installing: ${need_pkgs[*]}"
   apt-get update -qq
@@ -35,7 +36,7 @@ if ! command -v promtool >/dev/null; then
     && dpkg-deb -x prometheus_*.deb root && ln -sf "$STATE/prometheus-deb/root/usr/bin/promtool" /usr/local/bin/promtool)
 fi
 
-for tool in /lib/systemd/systemd-journal-remote journalctl debootstrap dockerd docker-registry /bin/busybox ip cc runc xz promtool; do
+for tool in /lib/systemd/systemd-journal-remote journalctl debootstrap dockerd docker-registry /bin/busybox ip cc runc xz promtool dbus-daemon; do
   command -v "$tool" >/dev/null || { echo "missing after install: $tool" >&2; exit 1; }
 done
 

@@ -23,7 +23,7 @@ from faden_agent.workers.inventory.record import without_usage
 from tests.agentproc import AgentProcess, agent_env, wait_for
 from tests.backendproc import agent_env_for, backend  # noqa: F401 - the fixture
 from tests.journalfiles import JournalWriter
-from tests.metricsclient import get
+from tests.metricsclient import get, promtool_check
 from tests.nvml.state import GpuState
 
 pytestmark = pytest.mark.docker
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.docker
 # rule -> (how the GPU shows it, the reason the record and the event must name)
 FAULTS = {
     "xid_fatal": (None, "Xid 79: GPU has fallen off the bus (reboot needed)"),
-    "xid_degrading": (None, "Xid 94: contained ECC error (drain)"),
+    "xid_degrading": (None, "Xid 94: contained ECC error (reset needed, when convenient)"),
     "remap_failure": (lambda g: g["remap"].update(failure=1), "row remapping failed"),
     "retired_limit": (lambda g: g["retired"].update(sbe=40, dbe=24), "64 retired pages: at the driver's limit"),
     "remap_none_left": (
@@ -352,6 +352,7 @@ def test_metrics_name_every_gpu_by_uuid_with_its_verdict_and_xids(tmp_path, agen
     assert gpu_samples and all(s.labels.get("uuid") for s in gpu_samples)
     assert scrape.value("faden_agent_gpu_xid_errors_total", uuid=uuid_1, xid="79") == 1
     assert scrape.value("faden_agent_gpu_memory_size_bytes", gpu="0") == first["devices"][0]["memory_total"]
+    assert promtool_check(scrape.body) == ""  # Prometheus' linter over a scrape with every GPU family
 
 
 def test_a_restart_keeps_the_evidence_and_a_gpu_gone_meanwhile_is_failed(tmp_path, agent_factory):
@@ -418,6 +419,10 @@ def test_the_kernels_xid_lines_are_verdicts_even_those_written_while_the_agent_w
     event = wait_for(lambda: health_events(state_dir), 10, what="the kernel Xid's event")[0]
     assert (event["index"], event["uuid"], event["new"]) == (1, first["devices"][1]["uuid"], "failed")
     assert event["reasons"] == ["Xid 79: GPU has fallen off the bus (reboot needed)"]
+    kernel_line(journal, "nvidia-nvswitch2: SXid (PCI:0000:c1:00.0): 20034, Fatal, Link 44 LTSSM Fault Up")
+    gpu = wait_for(lambda: newest_gpu(state_dir).get("nvswitches") and newest_gpu(state_dir), 10, what="the SXid")
+    assert [(s["pci_bus_id"], [x["code"] for x in s["sxid"]]) for s in gpu["nvswitches"]] == [("0000:c1:00", [20034])]
+    assert "NVSwitch 0000:c1:00: SXid 20034 (fatal): fabric reset needed" in gpu["health"]["reasons"]
     gpus.xid(1, 79)  # NVML's event of the same Xid: one entry in the log
     wait_for(lambda: b"kernel" in (state_dir / "gpu-evidence.json").read_bytes(), 10, what="the cursor saved")
     agent.stop()

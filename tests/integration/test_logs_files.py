@@ -17,10 +17,12 @@ from faden_agent.config import load_config
 from faden_agent.workers.logs.backlog import Backlog
 from faden_agent.workers.logs.labels import LabelMaker
 from faden_agent.workers.logs.positions import Positions
+from faden_agent.workers.logs.sources import Shared
 from faden_agent.workers.logs.sources.managed import ManagedNames
-from faden_agent.workers.logs.sources.ray import refusals
+from faden_agent.workers.logs.sources.ray import refusals, tailing, tree
 from faden_agent.workers.logs.sources.ray import source as files
 from faden_agent.workers.logs.sources.ray.source import RaySource
+from faden_agent.workers.threads import start_daemon
 
 
 class Collector:
@@ -48,7 +50,7 @@ def start_source(tmp_path: Path, ray_dir: Path):
         {}, agent_id="a", advertise_host="h", state_path=tmp_path / "state" / "s.json", ray_log_dir=ray_dir
     )
     backlog, positions, stop = Backlog(max_lines=50), Positions(config.state_dir), threading.Event()
-    source = RaySource(config, backlog, positions, LabelMaker(config), stop, ManagedNames())
+    source = RaySource(Shared(config, backlog, positions, LabelMaker(config), stop, start_daemon), ManagedNames())
     source.start()
     return source, Collector(backlog, positions), stop
 
@@ -126,7 +128,7 @@ def test_a_file_truncated_past_lines_seen_unread_is_a_loss_unless_its_copy_is_fo
     least 1, and the file is read again from its start. Copied first to a name followed
     (logrotate's copytruncate, x.log.1), they come from the copy: no loss."""
     reports = _loss_reports(monkeypatch)
-    monkeypatch.setattr(files, "READ_RATE_BYTES", 2000)
+    monkeypatch.setattr(tailing, "READ_RATE_BYTES", 2000)
     ray_dir = tmp_path / "ray"
     log_file = serve_dir(ray_dir) / "controller_12.log"
     log_file.write_text("".join(f"INFO 2024-05-01 10:00:00,000 controller 12 -- line {i:04d}\n" for i in range(120)))
@@ -271,10 +273,8 @@ def test_a_ray_directory_made_just_before_its_parent_is_watched_is_found(tmp_pat
     """The directory appears after the source's first try to open it and before the watch on
     its parent is in place, so no event tells of it (CI once waited for the 60 s rescan):
     the source tries again once the parent is watched."""
-    from faden_agent.workers.logs.sources.ray import source as files
-
     ray_dir = tmp_path / "ray"
-    real_open_dir = files._open_dir
+    real_open_dir = tree.open_own_dir
 
     def made_in_between(path):
         fd = real_open_dir(path)
@@ -282,7 +282,7 @@ def test_a_ray_directory_made_just_before_its_parent_is_watched_is_found(tmp_pat
             (serve_dir(ray_dir) / "replica.log").write_text("INFO 2024-01-01 00:00:01,000 first\n")
         return fd
 
-    monkeypatch.setattr(files, "_open_dir", made_in_between)
+    monkeypatch.setattr(tree, "open_own_dir", made_in_between)
     source, collector, stop = start_source(tmp_path, ray_dir)
     try:
         collector.wait(1, timeout_s=10)
@@ -435,7 +435,7 @@ def test_more_files_than_the_open_bound_are_all_shipped_closing_idle_ones(tmp_pa
     """Ray keeps ~3 files per worker process: past the open-file bound, files read to their
     end are closed to make room (before: the rest were refused, never shipped); one written
     again is reopened by the full listing where it was, nothing read twice."""
-    monkeypatch.setattr(files, "MAX_OPEN_PER_CONTAINER", 4)
+    monkeypatch.setattr(tailing, "MAX_OPEN_PER_CONTAINER", 4)
     monkeypatch.setattr(files, "RESCAN_S", 1.0)
     ray_dir = tmp_path / "ray"
     logs = serve_dir(ray_dir).parent

@@ -14,8 +14,10 @@ from faden_agent.config import load_config
 from faden_agent.workers.logs.backlog import Backlog
 from faden_agent.workers.logs.labels import LabelMaker
 from faden_agent.workers.logs.positions import Positions
+from faden_agent.workers.logs.sources import Shared
 from faden_agent.workers.logs.sources.containers.source import ContainersSource
 from faden_agent.workers.logs.sources.managed import ManagedNames
+from faden_agent.workers.threads import start_daemon
 
 
 def switches(thread: threading.Thread) -> int:
@@ -29,7 +31,9 @@ def switches(thread: threading.Thread) -> int:
 def test_the_container_source_sleeps_until_something_happens_and_stops_at_once(tmp_path, docker_client):
     config = load_config({}, agent_id="a", advertise_host="h", state_path=tmp_path / "state" / "s.json")
     stop = threading.Event()
-    source = ContainersSource(config, Backlog(), Positions(config.state_dir), LabelMaker(config), stop, ManagedNames())
+    source = ContainersSource(
+        Shared(config, Backlog(), Positions(config.state_dir), LabelMaker(config), stop, start_daemon), ManagedNames()
+    )
     source.start()
     try:
         time.sleep(3.0)  # the listing at start is done

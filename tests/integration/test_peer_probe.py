@@ -220,3 +220,27 @@ def test_a_stopped_probe_ends_at_once_even_when_the_peer_is_silent():
     assert [type(e) for e in outcome] == [Stopped], outcome
     assert time.monotonic() - started < 4  # the connect timeout alone is 5 s
     silent.close()
+
+
+def test_the_ticket_is_judged_before_a_probe_slot_is_taken(peer):
+    """Every slot held by an honest session: a probe without a ticket is refused for its
+    ticket (so a flood of them never holds a slot an honest probe needs), one with a ticket is busy."""
+    held = []
+    for i in range(probe.MAX_SESSIONS):
+        conn = socket.create_connection(("127.0.0.1", peer.port), timeout=10)
+        conn.sendall(
+            f"POST {probe.PATH} HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: {probe.UPGRADE}\r\n"
+            f"Authorization: Bearer {grant(peer, str(i))}\r\nContent-Length: 0\r\n\r\n".encode()
+        )
+        assert conn.recv(12) == b"HTTP/1.1 101"
+        held.append(conn)  # upgraded, then silent: the session holds its slot
+    try:
+        wait_for(lambda: peer.status()["probes_active"] == probe.MAX_SESSIONS, 10, what="every probe slot taken")
+        with pytest.raises(ProbeFailed) as flood:
+            run(peer, "z" * 32)
+        with pytest.raises(ProbeFailed) as honest:
+            run(peer, grant(peer, "h"))
+        assert (flood.value.reason, honest.value.reason) == ("ticket_refused", "peer_busy")
+    finally:
+        for conn in held:
+            conn.close()

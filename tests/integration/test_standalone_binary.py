@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import signal
 import subprocess
 from pathlib import Path
@@ -16,7 +17,7 @@ import pytest
 from faden_agent import __version__
 from faden_agent.devbackend.builds import build_version
 from tests.agentproc import AgentProcess, agent_env, wait_for
-from tests.systemdctr import agent_build
+from tests.systemdctr import REPO, agent_build
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +36,32 @@ def builds_in(cache: Path) -> list[str]:
 
 def test_the_build_says_its_version_in_its_header(binary):
     assert build_version(binary) == __version__
+
+
+def normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()  # PEP 503
+
+
+def locked_versions(lock: Path) -> dict[str, str]:
+    """name -> version of a pip-compile lock file."""
+    pins = re.findall(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^ \\]+)", lock.read_text(), re.M)
+    return {normalized(name): version for name, version in pins}
+
+
+def test_the_binary_bundles_exactly_the_lock_files_versions(binary, tmp_path):
+    """The release is built from packaging/requirements.lock: every package the lock pins is
+    in the binary at that version (build.sh copies each one's metadata), nothing else is."""
+    cache = tmp_path / "cache"
+    assert launch(binary, cache, "--version").returncode == 0
+    (build,) = builds_in(cache)
+    bundled = {}
+    for info in (cache / build).rglob("*.dist-info"):
+        metadata = (info / "METADATA").read_text(errors="replace")
+        name = re.search(r"^Name: (.+)$", metadata, re.M).group(1).strip()
+        bundled[normalized(name)] = re.search(r"^Version: (.+)$", metadata, re.M).group(1).strip()
+    locked = locked_versions(REPO / "packaging/requirements.lock")
+    assert {"docker", "requests", "pyzmq", "nvidia-ml-py"} <= set(locked)
+    assert bundled == locked
 
 
 def test_first_start_unpacks_once_into_a_private_cache_later_starts_reuse_it(binary, tmp_path):

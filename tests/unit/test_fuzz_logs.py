@@ -27,7 +27,9 @@ from faden_agent.workers.logs.loki import (
     names_single_lines,
 )
 from faden_agent.workers.logs.positions import Positions
+from faden_agent.workers.logs.sources import Shared
 from faden_agent.workers.logs.sources.journald.source import JournaldSource
+from faden_agent.workers.threads import start_daemon
 from tests.unit.conftest import FUZZ_CREDENTIAL
 from tests.unit.test_fuzz_backend import header_text, json_values, retry_afters
 
@@ -158,11 +160,14 @@ records = st.fixed_dictionaries(
 @pytest.fixture(scope="module")
 def journal(scripted_config, tmp_path_factory):
     return JournaldSource(
-        scripted_config,
-        Backlog(),
-        Positions(tmp_path_factory.mktemp("positions")),
-        LabelMaker(scripted_config),
-        threading.Event(),
+        Shared(
+            scripted_config,
+            Backlog(),
+            Positions(tmp_path_factory.mktemp("positions")),
+            LabelMaker(scripted_config),
+            threading.Event(),
+            start_daemon,
+        )
     )
 
 

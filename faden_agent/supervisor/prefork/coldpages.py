@@ -1,6 +1,4 @@
-"""Library pages the supervisor touched only to start, handed back before it forks.
-Notes (why, figures, history): docs/design-notes.md.
-"""
+"""Library pages the supervisor touched only to start, handed back before it forks."""
 
 from __future__ import annotations
 

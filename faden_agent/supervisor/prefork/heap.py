@@ -1,6 +1,4 @@
-"""The C heap (glibc's malloc) before the supervisor forks (PSS of the whole tree).
-Notes (why, figures, history): docs/design-notes.md.
-"""
+"""The C heap (glibc's malloc) before the supervisor forks (PSS of the whole tree)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """Marks the supervisor's objects immortal before it forks, so the workers' reference
 counting stops copying the pages they share (PSS of the whole tree).
-Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,6 +1,4 @@
-"""A rehearsal of the workers' common calls in the supervisor, before it forks.
-Notes (why, figures, history): docs/design-notes.md.
-"""
+"""A rehearsal of the workers' common calls in the supervisor, before it forks."""
 
 from __future__ import annotations
 

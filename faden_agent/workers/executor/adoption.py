@@ -1,6 +1,5 @@
 """On start: find the containers the agent manages (label, or adopted explicitly) and report
 them, so a restarted or reinstalled agent picks up what is already running.
-Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """The failures a newcomer meets first, told apart from the engine's raw text, each with what
 to do (docs/commands.md, "Failure reasons"): registry_unreachable, image_not_found,
 docker_permission. Only the engine's texts are read, matched loosely (lowercase fragments).
-Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,6 +1,4 @@
-"""The Docker SDK calls of the executor, each bounded, each failure -> CommandFailed(reason).
-Notes (why, figures, history): docs/design-notes.md.
-"""
+"""The Docker SDK calls of the executor, each bounded, each failure -> CommandFailed(reason)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""The command kind record and the registry: everything the executor knows about a kind.
-Notes (why, figures, history): docs/design-notes.md.
-"""
+"""The command kind record and the registry: everything the executor knows about a kind."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """Before the executor removes a stopped managed container (container.remove, or a
 container.run that replaces it), the log worker reads the container's remaining lines and
 Loki accepts them: removing a crashed container never loses its last words.
-Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
 """The host directory a managed Ray container writes its logs into (mounted at
 protocol.RAY_LOG_MOUNT): writable by the container's user, not by everybody.
-Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,6 +1,4 @@
-"""Reconciliation: what happened to the managed containers while nobody watched.
-Notes (why, figures, history): docs/design-notes.md.
-"""
+"""Reconciliation: what happened to the managed containers while nobody watched."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """The checks of spec keys: bad input -> one SpecError line naming the key, quoting at most
 protocol.QUOTE_BYTES of the value. Which keys each kind takes is in its family module, commands/<family>.py.
-Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

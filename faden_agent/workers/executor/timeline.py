@@ -1,6 +1,4 @@
-"""Timeline records of commands, with deterministic ids so every re-emission dedups.
-Notes (why, figures, history): docs/design-notes.md.
-"""
+"""Timeline records of commands, with deterministic ids so every re-emission dedups."""
 
 from __future__ import annotations
 

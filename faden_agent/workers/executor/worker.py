@@ -1,6 +1,4 @@
-"""The executor worker's loop.
-Notes (why, figures, history): docs/design-notes.md.
-"""
+"""The executor worker's loop."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """NVML error events as they happen: every error event type each GPU supports (Xid, ECC,
 retirement, ...) goes into the XidLog; one that can change a verdict calls `on_change` for a
-record now. A lost GPU is left out of the event set (the others' events go on) and tried
-again every RETRY_S. No NVML, GPU or event support: the thread ends quietly. Its own nvmlInit.
+record now. A lost GPU is left out of the event set (the others' events go on) and put
+back once it answers again. No NVML, GPU or event support: the thread ends quietly.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from typing import Any
 from faden_agent.workers.inventory.gpu import load_pynvml, nvml_text
 from faden_agent.workers.inventory.gpu_health import LOST_CODES
 from faden_agent.workers.inventory.gpu_xids import ERROR_EVENTS, XidLog, handle_key
-from faden_agent.workers.threads import start_daemon
 
 log = logging.getLogger(__name__)
 
@@ -30,20 +29,20 @@ class GpuErrorWatcher:
     def __init__(
         self,
         on_change: Callable[[], None],
+        stop_event: threading.Event,  # the worker's one stop event
         nvml: Any = None,
-        stop_event: threading.Event | None = None,
         xids: XidLog | None = None,
-    ):
+    ) -> None:
         self.on_change = on_change
         self.nvml = nvml
         self.xids = xids or XidLog()
         self.watching = 0  # GPUs registered for events
         self.lost: set[int] = set()  # GPU indexes left out of the set: lost at registration
         self._uuids: dict[int, str] = {}  # device handle -> UUID, for the events' device
-        self.stop_event = stop_event or threading.Event()  # the worker's one stop event
+        self.stop_event = stop_event
         self.thread: threading.Thread | None = None
 
-    def start(self, start_thread: Callable[..., threading.Thread] = start_daemon) -> None:
+    def start(self, start_thread: Callable[..., threading.Thread]) -> None:
         # Finite: with no NVML, no GPU or no GPU that supports events it ends quietly.
         self.thread = start_thread("inventory-gpu-events", self._run, finite=True)
 
@@ -99,7 +98,7 @@ class GpuErrorWatcher:
                         return LOST
                     if exc.value != nvml.NVML_ERROR_TIMEOUT:
                         raise
-                    if self.lost and time.monotonic() - built >= RETRY_S:
+                    if self.lost and (time.monotonic() - built >= RETRY_S or self._answers(nvml)):
                         return RETRY
                     continue
                 if self._record(nvml, data):
@@ -107,6 +106,16 @@ class GpuErrorWatcher:
             return STOPPED
         finally:
             nvml.nvmlEventSetFree(event_set)
+
+    def _answers(self, nvml: Any) -> bool:
+        """A lost GPU answers again (one cheap call each, once per WAIT_MS): register it now."""
+        for index in self.lost:
+            try:
+                nvml.nvmlDeviceGetUUID(nvml.nvmlDeviceGetHandleByIndex(index))
+                return True
+            except nvml.NVMLError:
+                continue
+        return False
 
     def _register(self, nvml: Any, event_set: Any) -> None:
         """Every GPU that supports events in the set, but those NVML says are lost."""

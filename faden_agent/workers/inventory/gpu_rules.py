@@ -25,34 +25,39 @@ class Xid:
     action: str  # what an operator does: reset needed, reboot needed, drain, restart the app, none
 
 
-# NVIDIA's Xid catalogue (Ampere and later) for the codes a fleet meets; a code not here is
-# kept in the GPU's history and changes nothing. RESTART_APP and IGNORE codes are an
-# application's fault (the GPU stays ok); RESET_GPU fails the GPU until a reset, RESTART_BM
-# until a reboot; 154 says the driver's recovery action changed (the recovery_* rules read it).
+# NVIDIA's Xid catalogue (Ampere and later: docs.nvidia.com/deploy/xid-errors), its
+# "Resolution Bucket (Immediate Action)" per code, for the codes a fleet meets; a code not
+# here is kept in the GPU's history and changes nothing. RESTART_APP and IGNORE codes are an
+# application's fault or a consequence of another Xid (the GPU stays ok; 94 asks for a
+# reset when convenient: degraded); RESET_GPU and the 48/NVLink workflows ("a GPU reset or
+# node reboot is needed") fail the GPU until a reset, RESTART_BM until a reboot. 154 only
+# says the driver's recovery action changed: the recovery_* rules read the action itself.
 XIDS: dict[int, Xid] = {
     13: Xid("graphics engine exception", "RESTART_APP", OK, "restart the app"),
     31: Xid("GPU memory page fault", "RESTART_APP", OK, "restart the app"),
-    43: Xid("GPU stopped processing", "RESTART_APP", OK, "restart the app"),
-    45: Xid("preemptive cleanup after an earlier error", "IGNORE", OK, "none"),
-    48: Xid("double-bit ECC error", "RESET_GPU", FAILED, "reset needed"),
-    61: Xid("internal micro-controller breakpoint", "RESET_GPU", FAILED, "reset needed"),
+    43: Xid("GPU stopped processing (an application's fault)", "IGNORE", OK, "none"),
+    45: Xid("preemptive cleanup after an earlier error", "WORKFLOW_XID_45", OK, "none (follow the other Xid)"),
+    46: Xid("GPU stopped processing", "RESET_GPU", FAILED, "reset needed"),
+    48: Xid("double-bit ECC error", "WORKFLOW_XID_48", FAILED, "reset needed"),
+    61: Xid("internal micro-controller breakpoint", "CONTACT_SUPPORT (unused on Ampere+)", DEGRADED, "reset needed"),
     62: Xid("internal micro-controller halt", "RESET_GPU", FAILED, "reset needed"),
-    63: Xid("row remapping pending", "RESET_GPU", DEGRADED, "reset needed"),
+    63: Xid("row remapping event", "IGNORE", OK, "none (remapped_rows.pending says when a reset is due)"),
     64: Xid("row remapping failure", "RESET_GPU", FAILED, "reset needed"),
     68: Xid("video decoder exception", "RESTART_APP", OK, "restart the app"),
     69: Xid("graphics engine class error", "RESTART_APP", OK, "restart the app"),
-    74: Xid("NVLink error", "RESET_GPU", FAILED, "reset needed"),
+    74: Xid("NVLink error", "WORKFLOW_NVLINK_ERR", FAILED, "reset needed"),
     79: Xid("GPU has fallen off the bus", "RESTART_BM", FAILED, "reboot needed"),
-    92: Xid("high single-bit ECC error rate", "IGNORE", DEGRADED, "drain"),
-    94: Xid("contained ECC error", "RESTART_APP", DEGRADED, "drain"),
+    92: Xid("high single-bit ECC error rate", "IGNORE", OK, "none"),
+    94: Xid("contained ECC error", "RESTART_APP", DEGRADED, "reset needed, when convenient"),
     95: Xid("uncontained ECC error", "RESET_GPU", FAILED, "reset needed"),
-    109: Xid("context switch timeout", "RESTART_APP", OK, "restart the app"),
+    109: Xid("context switch timeout", "RESET_GPU", FAILED, "reset needed"),
     119: Xid("GSP RPC timeout", "RESET_GPU", FAILED, "reset needed"),
     120: Xid("GSP error", "RESET_GPU", FAILED, "reset needed"),
     121: Xid("C2C link corrected error", "IGNORE", OK, "none"),
     140: Xid("unrecovered ECC error", "RESET_GPU", FAILED, "reset needed"),
     143: Xid("GPU initialization failure", "RESET_GPU", FAILED, "reset needed"),
-    154: Xid("GPU recovery action changed", "XID_154_EVAL", DEGRADED, "as the recovery action says"),
+    154: Xid("GPU recovery action changed", "XID_154", DEGRADED, "as the recovery action says"),
+    158: Xid("GPU fatal timeout", "RESET_GPU", FAILED, "reset needed"),
 }
 XID_FAILED = {code: x.meaning for code, x in XIDS.items() if x.verdict == FAILED}
 XID_DEGRADED = {code: x.meaning for code, x in XIDS.items() if x.verdict == DEGRADED}
@@ -193,7 +198,7 @@ RULES: tuple[Rule, ...] = (
         DEGRADED,
         _xid_list(XID_DEGRADED),
         _xids(XID_DEGRADED),
-        "Xid 94: contained ECC error (drain)",
+        "Xid 94: contained ECC error (reset needed, when convenient)",
     ),
     Rule(
         "remap_pending",

@@ -28,6 +28,11 @@ ERROR_EVENTS = {
 }
 
 
+def counts(event: str, code: int) -> bool:
+    """The event can change a verdict (an Xid of the table's, or another error event)."""
+    return event != "xid" or code in gpu_rules.XID_FAILED or code in gpu_rules.XID_DEGRADED
+
+
 def handle_key(handle: Any) -> int:
     """The same number for the same device handle, whichever thread got it."""
     try:
@@ -37,7 +42,8 @@ def handle_key(handle: Any) -> int:
 
 
 class XidLog:
-    """The last XID_KEEP error events per GPU UUID, written by the event thread."""
+    """The last XID_KEEP error events per GPU UUID (when full, the oldest that cannot change
+    a verdict goes first), written by the event threads."""
 
     def __init__(self, keep: int = XID_KEEP, hold_s: float = 3600.0):
         self.keep = keep
@@ -51,14 +57,15 @@ class XidLog:
         same Xid from the other source, or the same line read again, is not kept twice."""
         at = round(at, 3)
         with self._lock:
-            log = self._events.setdefault(uuid, collections.deque(maxlen=self.keep))
+            log = self._events.setdefault(uuid, collections.deque())
             same = [e for e in log if e["event"] == event and e["code"] == code]
             if any(e["at"] == at or (e.get("source") != source and abs(at - e["at"]) <= SAME_XID_S) for e in same):
                 return False
             repeated = any(at - e["at"] <= self.hold_s for e in same)
+            if len(log) >= self.keep:  # a storm of application Xids must not push out a fatal one
+                log.remove(next((e for e in log if not counts(e["event"], e["code"])), log[0]))
             log.append({"event": event, "code": code, "at": at, "source": source})
-        verdicts = event != "xid" or code in gpu_rules.XID_FAILED or code in gpu_rules.XID_DEGRADED
-        return verdicts and not repeated
+        return counts(event, code) and not repeated
 
     def of(self, uuid: str | None) -> list[dict[str, Any]]:
         with self._lock:
@@ -85,4 +92,4 @@ class XidLog:
             and isinstance(e.get("at"), int | float)
         ]
         with self._lock:
-            self._events[uuid] = collections.deque(kept[-self.keep :], maxlen=self.keep)
+            self._events[uuid] = collections.deque(kept[-self.keep :])

@@ -1,7 +1,6 @@
 """Run probes with a timeout each, in their own threads, so one stuck call (a hung NVML
 driver, a dockerd that stopped answering, a dead NFS mount) is reported as "overrun" and
 never delays the other probes or the worker's loop.
-Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -32,6 +32,7 @@ class Backlog:
         self._bytes = 0
         self._cond = threading.Condition()
         self.closed = False
+        self.hurried = False  # the machine goes down: every line is taken at once, no lingering
         self.blocked_puts = 0  # how many puts had to wait: the "stopped reading" counter
         # What the waiting taker needs before it wants to be woken (one wake-up per batch,
         # not per line: waking the shipper for every line costs more than the line).
@@ -113,7 +114,13 @@ class Backlog:
         deadline = self._items[0][0] + linger_s
         self._want_lines, self._want_bytes = min(max_lines, self.max_lines), max_bytes
         try:
-            while len(self._items) < max_lines and self._bytes < max_bytes and not self.closed and not self._full():
+            while (
+                len(self._items) < max_lines
+                and self._bytes < max_bytes
+                and not self.closed
+                and not self.hurried
+                and not self._full()
+            ):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
@@ -141,6 +148,12 @@ class Backlog:
     def close(self) -> None:
         with self._cond:
             self.closed = True
+            self._cond.notify_all()
+
+    def hurry(self) -> None:
+        """From now on a batch is cut as soon as lines are there (the machine shuts down)."""
+        with self._cond:
+            self.hurried = True
             self._cond.notify_all()
 
     def __len__(self) -> int:

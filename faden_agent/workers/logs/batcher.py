@@ -1,6 +1,4 @@
-"""Cuts the backlog into push batches.
-Notes (why, figures, history): docs/design-notes.md.
-"""
+"""Cuts the backlog into push batches."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""Where pushes go: Loki directly, or whatever the backend names.
-Notes (why, figures, history): docs/design-notes.md.
-"""
+"""Where pushes go: Loki directly, or whatever the backend names."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""One keep-alive HTTP/1.1 connection for Loki pushes: POST a body, read a short answer.
-Notes (why, figures, history): docs/design-notes.md.
-"""
+"""One keep-alive HTTP/1.1 connection for Loki pushes: POST a body, read a short answer."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 A position moves only once Loki accepted the batch holding it, so a crash re-reads (exact
 duplicates Loki drops) and never loses a line; a full disk keeps them in memory until a
-later save succeeds. Notes (why, figures, history): docs/design-notes.md.
+later save succeeds.
 """
 
 from __future__ import annotations

@@ -1,6 +1,4 @@
-"""The shipping thread: backlog -> batches -> Loki -> positions.
-Notes (why, figures, history): docs/design-notes.md.
-"""
+"""The shipping thread: backlog -> batches -> Loki -> positions."""
 
 from __future__ import annotations
 
@@ -134,6 +132,11 @@ class Shipper:
         with self._done:
             self.unreported += due  # what could not be reported: tried again next interval
         self.reported_at = time.monotonic()
+
+    def in_flight(self) -> int:
+        """Lines in pushes Loki has not accepted yet."""
+        with self._done:
+            return sum(len(p.batch) for p in self._in_flight)
 
     def source_counts(self) -> dict[str, dict[str, int]]:
         """Per source kind: lines Loki stored (lines_shipped) and refused for good (lines_refused)."""

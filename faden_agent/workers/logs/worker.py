@@ -1,8 +1,7 @@
 """The log shipper worker. Its loop: "alive" to the supervisor and a quick health check of each reader.
 Its inputs: journald, managed containers' logs, Ray log files (one reader thread each);
-the executor's `drain` questions on its REP socket (before it removes a container).
+the executor's `drain` questions and the stream worker's `flush` (a shutdown) on its REP socket.
 Its output: Loki pushes from one shipping thread; losses reported as events via Reports.
-Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ from faden_agent.workers.logs.labels import LabelMaker
 from faden_agent.workers.logs.positions import Positions
 from faden_agent.workers.logs.report import report_event
 from faden_agent.workers.logs.shipper import Shipper
-from faden_agent.workers.logs.sources import Source
+from faden_agent.workers.logs.sources import Shared, Source
 from faden_agent.workers.logs.sources.containers.source import ContainersSource
 from faden_agent.workers.logs.sources.journald.source import JournaldSource
 from faden_agent.workers.logs.sources.managed import ManagedNames
@@ -45,12 +44,12 @@ class LogsWorker(Worker):
         self.shipper = Shipper(self.config, self.backlog, self.positions, self.stop_event)
         labels = LabelMaker(self.config)
         managed = ManagedNames()  # listed by the containers source; the Ray source's retention reads it
-        shared = (self.config, self.backlog, self.positions, labels, self.stop_event)
-        self.containers = ContainersSource(*shared, managed)
-        self.sources: list[Source] = [JournaldSource(*shared), self.containers, RaySource(*shared, managed)]
+        shared = Shared(self.config, self.backlog, self.positions, labels, self.stop_event, self.start_thread)
+        self.containers = ContainersSource(shared, managed)
+        self.sources: list[Source] = [JournaldSource(shared), self.containers, RaySource(shared, managed)]
         self.start_thread("logs-shipper", self.shipper.run)
         for source in self.sources:
-            source.start(self.start_thread)
+            source.start()
 
     def channels(self) -> list[Channel]:
         self.requests = Channel.bind(zmq.REP, self.endpoints.logs)
@@ -60,6 +59,10 @@ class LogsWorker(Worker):
         """`drain` {"container_id", "started_at"?}: whether that stopped container's lines
         (of its run that started then) are all shipped (answered at once; the executor asks
         again until true or its deadline)."""
+        if message.type == "flush":  # the machine goes down: ship at once; how many lines are still to go
+            self.backlog.hurry()
+            channel.send("flush", {"pending": len(self.backlog) + self.shipper.in_flight()})
+            return
         body = message.body if isinstance(message.body, dict) else {}
         container_id, started_at = body.get("container_id"), body.get("started_at")
         if message.type != "drain" or not isinstance(container_id, str) or len(container_id) > 128:

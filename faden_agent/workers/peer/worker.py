@@ -1,7 +1,6 @@
 """The peer worker: serves images to peer machines of the cluster (docs/protocol.md
 "Images from peers"). Its own process, so a long transfer never delays a heartbeat or a
 command; it touches nothing but the Docker engine (docker save) and its listening socket.
-Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -27,6 +26,7 @@ class PeerWorker(Worker):
         self.server: PeerServer | None = None
         self.error: str | None = None
         self.misconfigured = False  # a setting no retry can fix (set by _listen): not retried
+        self.tick_error: str | None = None  # the last tick's refusal (EMFILE), None once one passes
         self._local = threading.local()
 
     def _docker(self) -> Any:
@@ -59,13 +59,25 @@ class PeerWorker(Worker):
         self.start_thread("peer-serve", self.server.serve)
 
     def tick(self) -> None:
-        if self.server is None and not self.misconfigured:
-            self._listen()
-        self.tickets.expire()
+        try:
+            if self.server is None and not self.misconfigured:
+                self._listen()
+            self.tickets.expire()
+        except OSError as exc:  # EMFILE while a flood holds every descriptor: this round, not the worker
+            error = f"tick refused: {exc.strerror or exc}; tried again in {self.tick_interval_s:g} s"
+            if error != self.tick_error:
+                log.warning("%s", error)
+            self.tick_error = error
+        else:
+            self.tick_error = None
 
     def status(self) -> dict[str, Any]:
         server = self.server
-        listening = {"listening": server is not None, "port": self.config.peer_port, "error": self.error}
+        listening = {
+            "listening": server is not None,
+            "port": self.config.peer_port,
+            "error": self.error or self.tick_error,
+        }
         return {**listening, **(server.status() if server else {})}
 
     def teardown(self) -> None:

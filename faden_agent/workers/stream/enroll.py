@@ -1,6 +1,4 @@
-"""Enrollment: load the state file, or enroll once with the one-time token and write it.
-Notes (why, figures, history): docs/design-notes.md.
-"""
+"""Enrollment: load the state file, or enroll once with the one-time token and write it."""
 
 from __future__ import annotations
 

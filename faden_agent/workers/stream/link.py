@@ -1,7 +1,7 @@
 """What the stream worker's threads share about the backend link: the Gate (the one maintenance
 hold and a rejected credential's slow retry), wait_after (the one map from a failed exchange to a
 state and a wait) and Link/LinkThread, what every link thread is given (its LinkStatus too:
-node/linkstatus.py). Notes: docs/design-notes.md.
+node/linkstatus.py).
 """
 
 from __future__ import annotations

@@ -1,6 +1,4 @@
-"""Stream worker: owns the backend link (docs/protocol.md).
-Notes (why, figures, history): docs/design-notes.md.
-"""
+"""Stream worker: owns the backend link (docs/protocol.md)."""
 
 from __future__ import annotations
 
@@ -21,6 +19,7 @@ from faden_agent.workers.stream.downlink import Downlink
 from faden_agent.workers.stream.enroll import Enrollment
 from faden_agent.workers.stream.heartbeat import HeartbeatSender
 from faden_agent.workers.stream.link import Gate, Link
+from faden_agent.workers.stream.shutdown import report_shutdown
 from faden_agent.workers.stream.uplink import Uplink
 
 log = logging.getLogger(__name__)
@@ -35,6 +34,7 @@ class StreamWorker(Worker):
         self.gate = Gate(self.stop_event, MaintenanceHold(self.config.runtime_dir))
         self.uplink: Uplink | None = None
         self.outbox_figures: dict[str, float] = {}  # depth and oldest record's age, for /metrics
+        self.shutdown: str | None = None  # "reporting", then "ready": the machine goes down
         self.start_thread("membership", self.start_link, finite=True)
 
     def start_link(self) -> None:
@@ -63,8 +63,19 @@ class StreamWorker(Worker):
         return [self.pokes]
 
     def handle(self, channel: Channel, message: Message) -> None:
+        if message.type == "shutting_down" and self.shutdown is None:  # from the supervisor (logind)
+            until = (message.body or {}).get("until_mono") if isinstance(message.body, dict) else None
+            self.shutdown = "reporting"
+            self.start_thread("shutdown", self.report_shutdown, float(until or time.monotonic() + 4), finite=True)
         if self.uplink is not None:
             self.uplink.poke()
+
+    def report_shutdown(self, until_mono: float) -> None:
+        poke = self.uplink.poke if self.uplink is not None else lambda: None
+        report_shutdown(self.config, getattr(self, "outbox", None), poke, until_mono, self.stop_event)
+        self.link_status.note(shutting_down=True)  # the heartbeats after this one say so
+        self.shutdown = "ready"
+        self.alive_now()  # the supervisor waits for this status to release the inhibitor
 
     def status(self) -> dict[str, Any]:
         status: dict[str, Any] = {"link": self.link_status.snapshot()}
@@ -75,6 +86,8 @@ class StreamWorker(Worker):
             self.outbox_figures = {"records": records, "oldest_age_s": time.time() - oldest if oldest else 0.0}
         if self.outbox_figures:
             status["outbox"] = self.outbox_figures
+        if self.shutdown is not None:
+            status["shutdown"] = self.shutdown
         return status
 
     def teardown(self) -> None:

@@ -1,7 +1,6 @@
 """Every command kind, one module per family: kind `family.verb` lives in `family.py`
 (container.run in container.py, image.fetch in image.py), which holds its handlers and
 registers its CommandKinds (kinds.py). A new family is a new module here, imported below.
-Notes (why, figures, history): docs/design-notes.md.
 """
 
 from faden_agent import protocol

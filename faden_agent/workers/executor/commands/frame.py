@@ -1,6 +1,4 @@
-"""The frame around every command kind. Runs in scheduler threads (inline kinds: in the loop).
-Notes (why, figures, history): docs/design-notes.md.
-"""
+"""The frame around every command kind. Runs in scheduler threads (inline kinds: in the loop)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""The traffic.* kinds (docs/commands.md): active probes between peer machines.
-Notes (why, figures, history): docs/design-notes.md.
-"""
+"""The traffic.* kinds (docs/commands.md): active probes between peer machines."""
 
 from __future__ import annotations
 

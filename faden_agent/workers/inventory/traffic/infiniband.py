@@ -1,6 +1,4 @@
-"""InfiniBand / RoCE ports from sysfs: <root>/class/infiniband/<device>/ports/<n>/.
-Notes (why, figures, history): docs/design-notes.md.
-"""
+"""InfiniBand / RoCE ports from sysfs: <root>/class/infiniband/<device>/ports/<n>/."""
 
 from __future__ import annotations
 

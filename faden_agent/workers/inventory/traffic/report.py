@@ -1,6 +1,5 @@
 """The traffic record: what this machine sends to each peer machine of its cluster, its
 NICs and its InfiniBand/RoCE ports (docs/protocol.md, "Traffic record").
-Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,6 +1,4 @@
-"""TCP sockets from the kernel's sock_diag netlink interface, in pure Python.
-Notes (why, figures, history): docs/design-notes.md.
-"""
+"""TCP sockets from the kernel's sock_diag netlink interface, in pure Python."""
 
 from __future__ import annotations
 

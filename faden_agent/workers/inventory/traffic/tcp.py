@@ -1,6 +1,4 @@
-"""Per-peer TCP accounting from sock_diag: bytes each way, connections, RTT, retransmits.
-Notes (why, figures, history): docs/design-notes.md.
-"""
+"""Per-peer TCP accounting from sock_diag: bytes each way, connections, RTT, retransmits."""
 
 from __future__ import annotations
 

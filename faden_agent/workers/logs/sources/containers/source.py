@@ -12,15 +12,11 @@ import threading
 import time
 
 from faden_agent import protocol
-from faden_agent.config import Config
 from faden_agent.dockerclient import make_client
-from faden_agent.workers.logs.backlog import Backlog
 from faden_agent.workers.logs.entry import MAX_LINE_BYTES, Entry, clean_line
-from faden_agent.workers.logs.labels import LabelMaker
 from faden_agent.workers.logs.multiline import Joined, Joiner
-from faden_agent.workers.logs.positions import Positions
 from faden_agent.workers.logs.report import report_event
-from faden_agent.workers.logs.sources import CONTAINERS, FIRST_START_WINDOW_S, ROTATED_BEFORE_READ, Source
+from faden_agent.workers.logs.sources import CONTAINERS, FIRST_START_WINDOW_S, ROTATED_BEFORE_READ, Shared, Source
 from faden_agent.workers.logs.sources.managed import ManagedNames
 from faden_agent.workers.logs.stamps import parse_rfc3339_ns
 
@@ -96,16 +92,8 @@ def position_key(container_id: str, stream: str) -> str:
 class ContainersSource(Source):
     kind = CONTAINERS.name
 
-    def __init__(
-        self,
-        config: Config,
-        backlog: Backlog,
-        positions: Positions,
-        labels: LabelMaker,
-        stop_event: threading.Event,
-        managed: ManagedNames,
-    ) -> None:
-        super().__init__(config, backlog, positions, labels, stop_event)
+    def __init__(self, shared: Shared, managed: ManagedNames) -> None:
+        super().__init__(shared)
         self.managed = managed
         self.followers: dict[str, ContainerFollower] = {}
         self.read_upto: dict[str, int] = {}  # key -> timestamp of the last line read (this process)

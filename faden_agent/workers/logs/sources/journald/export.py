@@ -1,6 +1,4 @@
-"""journalctl's export format (`--output=export`), parsed a block at a time.
-Notes (why, figures, history): docs/design-notes.md.
-"""
+"""journalctl's export format (`--output=export`), parsed a block at a time."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""System logs: journald through `journalctl --follow --all --output=export`.
-Notes (why, figures, history): docs/design-notes.md.
-"""
+"""System logs: journald through `journalctl --follow --all --output=export`."""
 
 from __future__ import annotations
 
@@ -9,19 +7,15 @@ import logging
 import re
 import subprocess
 import tempfile
-import threading
 import time
 from typing import IO
 
 import orjson
 
-from faden_agent.config import Config
 from faden_agent.node.journalctl import journalctl_argv
-from faden_agent.workers.logs.backlog import Backlog
 from faden_agent.workers.logs.entry import MAX_LINE_BYTES, Entry, Labels, clean_line
-from faden_agent.workers.logs.labels import DEFAULT_LEVEL, LEVELS, LabelMaker, level_from_priority
-from faden_agent.workers.logs.positions import Positions
-from faden_agent.workers.logs.sources import FIRST_START_WINDOW_S, JOURNALD, ROTATED_BEFORE_READ, Source
+from faden_agent.workers.logs.labels import DEFAULT_LEVEL, LEVELS, level_from_priority
+from faden_agent.workers.logs.sources import FIRST_START_WINDOW_S, JOURNALD, ROTATED_BEFORE_READ, Shared, Source
 from faden_agent.workers.logs.sources.journald.export import ExportParser, Record, Shaped, text_fields
 from faden_agent.workers.logs.sources.journald.seqnums import SeqnumGaps
 
@@ -144,10 +138,8 @@ def _grow_pipe(stream: IO[bytes]) -> None:
 class JournaldSource(Source):
     kind = JOURNALD.name
 
-    def __init__(
-        self, config: Config, backlog: Backlog, positions: Positions, labels: LabelMaker, stop_event: threading.Event
-    ) -> None:
-        super().__init__(config, backlog, positions, labels, stop_event)
+    def __init__(self, shared: Shared) -> None:
+        super().__init__(shared)
         stored = self.positions.get(POSITION_KEY)
         self.cursor: str | None = stored if isinstance(stored, str) else None  # last cursor read
         self.proc: subprocess.Popen | None = None

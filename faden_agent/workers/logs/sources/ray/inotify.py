@@ -1,6 +1,5 @@
 """inotify through libc (ctypes): the Ray log source waits in the kernel for a change instead
 of listing its directories twice a second.
-Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
 """Opening files inside a directory that a container controls (the Ray log mount), safely by
 construction.
-Notes (why, figures, history): docs/design-notes.md.
 """
 
 from __future__ import annotations
