@@ -5,6 +5,8 @@ change every round) and with a managed container started and removed every minut
 
     sudo python3 bench/inventory_wire_bench.py [--gpus 1 8 16] [--window 600] [--events-window 300]
 
+It runs in a network namespace of its own with 10 NICs (veth pairs) (--host-network: not).
+
 Prints up bytes/s by path and record kind, and the bytes each container start or removal
 adds over the idle rate. Every figure is a rate over its window: a shorter window gives the
 same rate once it holds several inventory rounds (60 s) and gauge ages (300 s).
@@ -14,8 +16,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import sqlite3
+import subprocess
 import sys
 import tempfile
 import threading
@@ -160,13 +164,35 @@ def measure(gpus: int, idle_s: float, events_s: float, root: Path) -> dict[str, 
     return result
 
 
+def own_network(nics: int) -> None:
+    """Runs the rest of this bench in a network namespace of its own (re-executed under
+    `unshare --net`), with loopback and `nics` interfaces (veth pairs standing for an eth0
+    and the RDMA NICs of a GPU machine): the shared VM's interfaces and traffic belong to other work, which would
+    make every round a change of the `network` section and a traffic record."""
+    if os.environ.get("FXWIRE_NETNS") == "1":
+        subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+        names = ["eth0", *(f"ibp{n}s0" for n in range(1, nics))]
+        for a, b in zip(names[::2], names[1::2], strict=False):  # veth pairs: no dummy module here
+            subprocess.run(["ip", "link", "add", a, "type", "veth", "peer", "name", b], check=True)
+        for n, name in enumerate(names[: len(names) // 2 * 2]):
+            subprocess.run(["ip", "addr", "add", f"10.{n}.0.7/16", "dev", name], check=True)
+            subprocess.run(["ip", "link", "set", name, "up"], check=True)
+        return
+    argv = ["unshare", "--net", "--", sys.executable, *sys.argv]
+    os.execvpe("unshare", argv, {**os.environ, "FXWIRE_NETNS": "1"})
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gpus", type=int, nargs="+", default=[1, 8, 16])
     parser.add_argument("--window", type=float, default=600.0, help="idle seconds per GPU count")
     parser.add_argument("--events-window", type=float, default=300.0, help="seconds of container churn (0: none)")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--nics", type=int, default=10, help="NICs of its own network namespace (veth pairs)")
+    parser.add_argument("--host-network", action="store_true", help="on the machine's own interfaces instead")
     args = parser.parse_args()
+    if not args.host_network:
+        own_network(args.nics)
     results = []
     for count in args.gpus:
         with tempfile.TemporaryDirectory(prefix="fxwire-") as tmp:

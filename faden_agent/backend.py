@@ -135,6 +135,8 @@ class BackendClient:
         if self.verify is False:
             _warn_unverified_once(self.base_url)
         self.session.headers["User-Agent"] = f"faden-agent/{__version__}"
+        for default in ("Accept", "Connection"):  # */* and keep-alive are HTTP/1.1's own: 37 bytes a request
+            self.session.headers.pop(default, None)
         if credential:
             self.session.headers["Authorization"] = f"Bearer {credential}"
 

@@ -376,8 +376,8 @@ class Config:
     inventory_usage_sec: float = setting(
         "300",
         _positive_float,
-        "Longest time between inventory records when nothing but gauges (load, memory, utilization) moved; a"
-        " change is sent at the next interval",
+        "Gauge age: a gauge (load, memory, utilization, power, ...) that moved less than its threshold is sent"
+        " again once its last value is this old (docs/inventory.md, Gauges); a change goes at the next interval",
     )
     inventory_probe_timeout_sec: float = setting(
         "10",

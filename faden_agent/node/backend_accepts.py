@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from faden_agent.disk.files import replace_file_if_changed
+from faden_agent.protocol.inventory import ACCEPTS_GZIP
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,11 @@ def read(state_dir: Path) -> BackendAccepts:
         return BackendAccepts(names, float(asked) if isinstance(asked, int | float) else 0.0)
     except (OSError, ValueError, KeyError, TypeError):
         return BackendAccepts()
+
+
+def gzip_accepted(state_dir: Path) -> bool:
+    """Whether the backend takes gzip uplink bodies (what the uplink and heartbeats ask)."""
+    return ACCEPTS_GZIP in read(state_dir).accepts
 
 
 def _write(state_dir: Path, accepts: BackendAccepts) -> None:

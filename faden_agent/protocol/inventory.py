@@ -60,19 +60,26 @@ def merge_usage(full: Any, usage: Any) -> Any:
     return full
 
 
-def _put(held: Any, path: list[Any], value: Any, remove: bool) -> bool:
+_NOWHERE = object()
+
+
+def _at(held: Any, steps: list[Any]) -> Any:
+    """The part of `held` at `steps` (keys of objects, positions in lists), or _NOWHERE."""
+    for step in steps:
+        if isinstance(held, dict) and isinstance(step, str) and step in held:
+            held = held[step]
+        elif isinstance(held, list) and type(step) is int and 0 <= step < len(held):
+            held = held[step]
+        else:
+            return _NOWHERE
+    return held
+
+
+def _put(held: Any, path: Any, value: Any, remove: bool) -> bool:
     """Sets (or removes) the value at `path` inside `held`, in place; False: no such place."""
     if not isinstance(path, list) or not 1 <= len(path) <= MAX_DEPTH:
         return False
-    parent = held
-    for step in path[:-1]:
-        if isinstance(parent, dict) and isinstance(step, str) and step in parent:
-            parent = parent[step]
-        elif isinstance(parent, list) and type(step) is int and 0 <= step < len(parent):
-            parent = parent[step]
-        else:
-            return False
-    last = path[-1]
+    parent, last = _at(held, path[:-1]), path[-1]
     if isinstance(parent, dict) and isinstance(last, str):
         if remove:
             parent.pop(last, None)
@@ -85,17 +92,37 @@ def _put(held: Any, path: list[Any], value: Any, remove: bool) -> bool:
     return False
 
 
+def _splice(held: Any, entry: Any) -> bool:
+    """[path, start, remove, items]: the list at `path` gets `items` in place of its
+    `remove` items from `start` on (an item added, removed or replaced in a list)."""
+    if not (isinstance(entry, list) and len(entry) == 4 and isinstance(entry[3], list)):
+        return False
+    path, start, remove, items = entry
+    if not isinstance(path, list) or not 1 <= len(path) < MAX_DEPTH:
+        return False
+    target = _at(held, path)
+    if not isinstance(target, list) or type(start) is not int or type(remove) is not int:
+        return False
+    if not (0 <= start <= len(target) and 0 <= remove <= len(target) - start):
+        return False
+    target[start : start + remove] = items
+    return True
+
+
 def apply_changes(held: dict[str, Any], data: dict[str, Any]) -> dict[str, Any] | None:
     """The held record with the changes of `data` in place; None when they do not fit it."""
     changed = orjson.loads(orjson.dumps(held))  # a deep copy: a failed apply leaves `held` as it was
-    sets, unsets = data.get("set") or [], data.get("unset") or []
-    if not isinstance(sets, list) or not isinstance(unsets, list):
+    sets, unsets, splices = data.get("set") or [], data.get("unset") or [], data.get("splice") or []
+    if not all(isinstance(part, list) for part in (sets, unsets, splices)):
         return None
     for entry in sets:
         if not (isinstance(entry, list) and len(entry) == 2 and _put(changed, entry[0], entry[1], remove=False)):
             return None
     for path in unsets:
         if not _put(changed, path, None, remove=True):
+            return None
+    for entry in splices:
+        if not _splice(changed, entry):
             return None
     if content_hash(changed) != data.get("hash"):
         return None

@@ -419,6 +419,10 @@ def test_the_kernels_xid_lines_are_verdicts_even_those_written_while_the_agent_w
     event = wait_for(lambda: health_events(state_dir), 10, what="the kernel Xid's event")[0]
     assert (event["index"], event["uuid"], event["new"]) == (1, first["devices"][1]["uuid"], "failed")
     assert event["reasons"] == ["Xid 79: GPU has fallen off the bus (reboot needed)"]
+    kernel_line(journal, "nvidia-nvswitch2: SXid (PCI:0000:c1:00.0): 20034, Fatal, Link 44 LTSSM Fault Up")
+    gpu = wait_for(lambda: newest_gpu(state_dir).get("nvswitches") and newest_gpu(state_dir), 10, what="the SXid")
+    assert [(s["pci_bus_id"], [x["code"] for x in s["sxid"]]) for s in gpu["nvswitches"]] == [("0000:c1:00", [20034])]
+    assert "NVSwitch 0000:c1:00: SXid 20034 (fatal): fabric reset needed" in gpu["health"]["reasons"]
     gpus.xid(1, 79)  # NVML's event of the same Xid: one entry in the log
     wait_for(lambda: b"kernel" in (state_dir / "gpu-evidence.json").read_bytes(), 10, what="the cursor saved")
     agent.stop()

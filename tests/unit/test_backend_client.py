@@ -226,3 +226,24 @@ def test_proxy_environment_is_honoured(tmp_path, monkeypatch):
         assert len(_RecordingProxy.seen) == 1
     finally:
         proxy.shutdown()
+
+
+def test_a_batch_of_512_bytes_or_more_goes_gzipped_when_asked_and_arrives_whole(server, tmp_path):
+    backend, _ = server
+    _, client, reply = enrolled(server, tmp_path)
+    sent: list[tuple[str | None, int, str | None]] = []
+
+    def note(response, *args, **kwargs):
+        headers = response.request.headers
+        sent.append((headers.get("Content-Encoding"), len(response.request.body), headers.get("Accept")))
+
+    client.session.hooks["response"].append(note)
+    big = make_record(protocol.EVENT, {"type": "x", "blob": "GPU-0 nvlink " * 500})
+    small = make_record(protocol.EVENT, {"type": "y"})
+    assert client.post_reports([big], gzip=True)[0] == [big["id"]]
+    assert client.post_reports([small], gzip=True)[0] == [small["id"]]
+    assert client.post_reports([dict(big, id="plain")])[0] == ["plain"]  # a backend of the previous version
+    assert [(encoding, size < 1000) for encoding, size, _ in sent] == [("gzip", True), (None, True), (None, False)]
+    assert {accept for _, _, accept in sent} == {None}  # HTTP/1.1's defaults are not spelled out
+    stored = {r["id"]: r["data"] for r in backend.store.records(reply["node_id"], protocol.EVENT)}
+    assert stored[big["id"]]["blob"] == big["data"]["blob"]

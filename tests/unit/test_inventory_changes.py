@@ -55,7 +55,7 @@ def machine(gpus: int = 4) -> dict:
 
 def mutate(sections: dict, rng: random.Random, step: int) -> None:
     """One random change of a fact somewhere, sometimes with gauges moving."""
-    choice = rng.randrange(8)
+    choice = rng.randrange(9)
     docker, devices = sections["docker"], sections["gpu"]["devices"]
     if choice == 0 and len(docker["containers"]) < 12:
         docker["containers"].append({"name": f"c{step}", "state": "running", "gpus": None})
@@ -76,10 +76,15 @@ def mutate(sections: dict, rng: random.Random, step: int) -> None:
             devices[-1].pop("error")
         else:
             devices[-1]["error"] = "GPU is lost"
+    elif choice == 7 and len(devices) > 3:  # a GPU leaves NVML's count: the ones after it move up
+        devices.pop(1)
+    elif choice == 7:
+        device = {"index": 9, "uuid": f"GPU-{step}", "health": {"verdict": "ok", "reasons": []}}
+        devices.insert(1, {**device, "usage": {"utilization_gpu": rng.randint(0, 100), "power_draw_w": 1.0}})
     else:
         docker["images"] = docker["images"][-4:] + [{"id": f"sha256:{step}", "layers": [f"l{step}"]}]
     for device in devices:
-        if rng.random() < 0.5:
+        if rng.random() < 0.5 and "usage" in device:
             device["usage"]["utilization_gpu"] = rng.randint(0, 100)
             device["usage"]["power_draw_w"] = float(rng.randint(100, 700))
 
@@ -106,6 +111,7 @@ def test_a_thousand_random_changes_leave_the_backend_holding_what_a_full_record_
     emitter = RecordEmitter(full_refresh_s=10**9, usage_refresh_s=AGE_S)
     emitter.changes = True
     kinds: dict[str, int] = {}
+    splices = 0
     for step in range(1001):
         if step:
             mutate(sections, rng, step)
@@ -114,6 +120,7 @@ def test_a_thousand_random_changes_leave_the_backend_holding_what_a_full_record_
         if data is None:
             continue
         kinds[data["type"]] = kinds.get(data["type"], 0) + 1
+        splices += len(data.get("splice") or ())
         deliver(store, node_id, data)
         emitter.sent(data)
         view = held(store, node_id)
@@ -121,13 +128,14 @@ def test_a_thousand_random_changes_leave_the_backend_holding_what_a_full_record_
         assert view["hash"] == content_hash(sections) and not store.inventory_behind
         assert without_usage(content(view)) == without_usage(truth), f"step {step}"
         assert_gauges_close(content(view), truth)
-    assert kinds[FULL] == 1 and kinds[CHANGES] > 800, kinds
+    assert kinds[FULL] == 1 and kinds[CHANGES] > 800 and splices > 100, (kinds, splices)
 
 
 def assert_gauges_close(view: dict, truth: dict) -> None:
     """Every gauge the console sees is within its threshold of the truth (a changes record
     carries the whole part it replaces; the rest waits for its threshold or age)."""
     for device, real in zip(view["gpu"]["devices"], truth["gpu"]["devices"], strict=True):
+        assert device.get("uuid") == real.get("uuid")
         for name, value in real.get("usage", {}).items():
             assert not gauge_rules.moved(name, device["usage"][name], value), (name, device["usage"][name], value)
 
@@ -137,21 +145,23 @@ def test_a_changes_record_carries_only_what_changed_and_a_receiver_that_fell_beh
     sections = machine(gpus=8)
     emitter = RecordEmitter(full_refresh_s=10**9, usage_refresh_s=AGE_S)
     emitter.changes = True
+    containers = sections["docker"]["containers"]
+    containers += [{"name": f"vllm-{n}", "state": "running", "labels": {"x": "y" * 300}} for n in range(20)]
     first = emitter.build(clone(sections), now=0.0)
     emitter.sent(first)
-    sections["docker"]["containers"].append({"name": "ray-head", "state": "running"})
+    containers.insert(1, {"name": "ray-head", "state": "running"})  # one container among 20: one item goes
     change = emitter.build(clone(sections), now=60.0)
     assert change["type"] == CHANGES and change["base"] == first["hash"] and change["hash"] == content_hash(sections)
-    assert change["set"] == [[["docker", "containers"], [{"name": "ray-head", "state": "running"}]]]
-    assert len(orjson.dumps(change)) < 400
+    assert change["splice"] == [[["docker", "containers"], 1, 0, [{"name": "ray-head", "state": "running"}]]]
+    assert "set" not in change and len(orjson.dumps(change)) < 300
 
     # This backend never got the full record: it cannot place the change, and asks.
     deliver(store, node_id, change)
     assert store.inventory(node_id)["inventory"] is None and node_id in store.inventory_behind
     deliver(store, node_id, first)
     assert node_id not in store.inventory_behind
-    deliver(store, node_id, dict(change, id="again", collected_at=61.0))
-    assert held(store, node_id)["docker"]["containers"] == [{"name": "ray-head", "state": "running"}]
+    deliver(store, node_id, dict(change, collected_at=61.0))
+    assert held(store, node_id)["docker"]["containers"] == containers
 
     # A change that does not hash to what it claims (a receiver holding something else) is refused.
     forged = dict(change, base=change["hash"], set=[[["host", "kernel"], "7.0"]], collected_at=62.0)

@@ -26,6 +26,7 @@ from faden_agent.workers.inventory.gpu import (
 )
 from faden_agent.workers.inventory.gpu_events import GpuErrorWatcher
 from faden_agent.workers.inventory.probes import OVERRUN, Probe
+from faden_agent.workers.threads import start_daemon
 
 GiB = 1024**3
 
@@ -287,8 +288,10 @@ import sys
 from faden_agent.workers.inventory.gpu import GpuProbe
 from faden_agent.workers.inventory.gpu_events import GpuErrorWatcher
 print(GpuProbe()()["reason"])
-watcher = GpuErrorWatcher(lambda: None)
-watcher.start()
+import threading
+from faden_agent.workers.threads import start_daemon
+watcher = GpuErrorWatcher(lambda: None, threading.Event())
+watcher.start(start_daemon)
 watcher.thread.join(10)
 print(watcher.thread.is_alive(), "pynvml" in sys.modules)
 """
@@ -343,8 +346,8 @@ def test_a_hanging_nvml_call_is_reported_as_overrun_without_piling_up_threads():
 
 def watch(fake: FakeNvml) -> tuple[GpuErrorWatcher, threading.Event]:
     seen = threading.Event()
-    watcher = GpuErrorWatcher(seen.set, nvml=fake)
-    watcher.start()
+    watcher = GpuErrorWatcher(seen.set, threading.Event(), nvml=fake)
+    watcher.start(start_daemon)
     return watcher, seen
 
 

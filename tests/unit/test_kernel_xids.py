@@ -28,9 +28,14 @@ def test_the_driver_line_forms_are_read():
     assert parse("NVRM: GPU at 0000:01:00.0 has fallen off the bus.") == ("xid", "0000:01:00", 79)
     assert parse("NVRM: GPU 0000:2b:00.0: GPU has fallen off the bus.") == ("xid", "0000:2b:00", 79)
     assert parse("nvidia-nvswitch3: SXid (PCI:0000:c1:00.0): 20034, Fatal, Link 44 LTSSM Fault Up") == (
-        "sxid",
+        "sxid_fatal",
         "0000:c1:00",
         20034,
+    )
+    assert parse("nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 12028, Non-fatal, Link 32 egress error") == (
+        "sxid",
+        "0000:05:00",
+        12028,
     )
     for other in ("usb 1-1: new device", "NVRM: loading NVIDIA UNIX x86_64 Kernel Module", "Xid 79 said a user", ""):
         assert parse(other) is None

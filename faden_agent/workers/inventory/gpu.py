@@ -88,10 +88,10 @@ class GpuProbe:
             if system["reason"] not in (None, REASON_NO_LIBRARY, REASON_NO_PYNVML, REASON_NO_GPU)
             else None
         )
-        system["health"] = node_health(devices, missing, problem)
         switches = self.health.xids.switches()
         if switches:
             system["nvswitches"] = switches
+        system["health"] = node_health(devices, missing, problem, self.health.switch_reasons(switches))
         return system
 
     def uuid_of_bus(self, key: tuple[int, int, int]) -> str | None:

@@ -256,6 +256,16 @@ class HealthReader:
         rose = track.rose_at.get(name)
         return rose is not None and now - rose <= self.rising_s
 
+    def switch_reasons(self, switches: list[dict[str, Any]]) -> list[str]:
+        """A fatal SXid within the Xid hold, per NVSwitch: the NVLink fabric needs a reset."""
+        now = self.clock()
+        return [
+            f"NVSwitch {switch['pci_bus_id']}: SXid {entry['code']} (fatal): fabric reset needed"
+            for switch in switches
+            for entry in switch["sxid"]
+            if entry["event"] == "sxid_fatal" and now - entry["at"] <= self.xid_hold_s
+        ]
+
     # --- what an earlier run saw (gpu_evidence.py)
 
     def baselines(self) -> dict[str, dict[str, Any]]:
@@ -299,9 +309,15 @@ class HealthReader:
         return {**(health or {}), "verdict": verdict, "reasons": reasons, "xid": self.xids.of(uuid)}
 
 
-def node_health(devices: list[dict[str, Any]], missing: list[dict[str, Any]], problem: str | None) -> dict[str, Any]:
+def node_health(
+    devices: list[dict[str, Any]],
+    missing: list[dict[str, Any]],
+    problem: str | None,
+    degrading: list[str] | None = None,
+) -> dict[str, Any]:
     """The node's verdict: its worst GPU's, with each GPU's reasons named by index; `problem`
-    (NVML unusable on a machine with an NVIDIA library and driver problem) fails it."""
+    (NVML unusable on a machine with an NVIDIA library and driver problem) fails it;
+    `degrading` (a fatal NVSwitch SXid) degrades it."""
     verdicts, reasons = [], []
     for device in [*devices, *missing]:
         health = device.get("health") or {}
@@ -310,6 +326,9 @@ def node_health(devices: list[dict[str, Any]], missing: list[dict[str, Any]], pr
     if problem:
         verdicts.append(gpu_rules.FAILED)
         reasons.append(problem)
+    if degrading:
+        verdicts.append(gpu_rules.DEGRADED)
+        reasons += degrading
     return {"verdict": gpu_rules.worst(verdicts), "reasons": reasons}
 
 

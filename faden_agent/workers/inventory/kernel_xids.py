@@ -28,6 +28,7 @@ BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 XID = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9A-Fa-f]+:[0-9A-Fa-f]+:[0-9A-Fa-f]+)(?:\.[0-9A-Fa-f])?\): (\d+)")
 FALLEN = re.compile(r"NVRM: GPU (?:at )?(?:PCI:)?([0-9A-Fa-f]+:[0-9A-Fa-f]+:[0-9A-Fa-f]+)\S*:? .*fallen off the bus")
 SXID = re.compile(r"SXid \((?:PCI:)?([0-9A-Fa-f]+:[0-9A-Fa-f]+:[0-9A-Fa-f]+)(?:\.[0-9A-Fa-f])?\): (\d+)")
+FATAL = re.compile(r"^, Fatal\b", re.IGNORECASE)  # "..: 20034, Fatal, Link 44 ..." (else Non-fatal)
 FALLEN_XID = 79
 
 
@@ -51,7 +52,8 @@ def parse(message: str) -> tuple[str, str, int] | None:
     if found := FALLEN.search(message):
         return "xid", found.group(1), FALLEN_XID
     if found := SXID.search(message):
-        return "sxid", found.group(1), int(found.group(2))
+        fatal = FATAL.search(message[found.end() :]) is not None
+        return "sxid_fatal" if fatal else "sxid", found.group(1), int(found.group(2))
     return None
 
 
@@ -156,7 +158,7 @@ class KernelXidReader:
         kind, bus, code = found
         self.read += 1
         key = bus_key(bus)
-        uuid: str | None = f"nvswitch:{bus}" if kind == "sxid" else self.uuid_of_bus(key) if key else None
+        uuid: str | None = f"nvswitch:{bus}" if kind.startswith("sxid") else self.uuid_of_bus(key) if key else None
         if uuid is None:
             self.unplaced += 1
             return

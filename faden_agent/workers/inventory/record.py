@@ -66,31 +66,57 @@ def gauges_in(value: Any, path: tuple = ()) -> Iterator[tuple[tuple[Any, ...], A
             yield from gauges_in(item, (*path, index))
 
 
-def diff(old: Any, new: Any, path: tuple = ()) -> tuple[list[list[Any]], list[list[Any]]]:
-    """(paths to set, paths to remove) that turn `old` into `new` (both without usage): dicts
-    are followed by key and lists of equal length by position, down to MAX_DEPTH; below
-    that, or where the shape differs, the part is replaced whole."""
-    sets: list[list[Any]] = []
-    unsets: list[list[Any]] = []
-    if old == new:
-        return sets, unsets
-    if len(path) < MAX_DEPTH and isinstance(old, dict) and isinstance(new, dict):
-        for key, value in new.items():
-            if key not in old:
-                sets.append([*path, key])
-            else:
-                more_sets, more_unsets = diff(old[key], value, (*path, key))
-                sets += more_sets
-                unsets += more_unsets
-        unsets += [[*path, key] for key in old if key not in new]
-    elif path and len(path) < MAX_DEPTH and isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
-        for index, (a, b) in enumerate(zip(old, new, strict=True)):
-            more_sets, more_unsets = diff(a, b, (*path, index))
-            sets += more_sets
-            unsets += more_unsets
-    else:
-        sets.append(list(path))
-    return sets, unsets
+class Diff:
+    """What turns one record's content into another's (both without usage): paths to set,
+    paths to remove, and list splices. Objects are followed by key and lists by position,
+    down to MAX_DEPTH; a list whose length changed becomes one splice (the run between its
+    equal head and tail); below MAX_DEPTH, or where the kind differs, a part is set whole."""
+
+    def __init__(self, old: Any, new: Any):
+        self.sets: list[list[Any]] = []
+        self.unsets: list[list[Any]] = []
+        self.splices: list[tuple[list[Any], int, int, int]] = []  # path, start, removed, end in new
+        self._walk(old, new, ())
+
+    def _walk(self, old: Any, new: Any, path: tuple[Any, ...]) -> None:
+        if old == new:
+            return
+        deeper = len(path) < MAX_DEPTH
+        if deeper and isinstance(old, dict) and isinstance(new, dict):
+            for key, value in new.items():
+                if key in old:
+                    self._walk(old[key], value, (*path, key))
+                else:
+                    self.sets.append([*path, key])
+            self.unsets += [[*path, key] for key in old if key not in new]
+        elif deeper and path and isinstance(old, list) and isinstance(new, list):
+            if len(old) == len(new):
+                for index, (a, b) in enumerate(zip(old, new, strict=True)):
+                    self._walk(a, b, (*path, index))
+                return
+            head = 0
+            while head < min(len(old), len(new)) and old[head] == new[head]:
+                head += 1
+            tail = 0
+            while tail < min(len(old), len(new)) - head and old[-1 - tail] == new[-1 - tail]:
+                tail += 1
+            self.splices.append((list(path), head, len(old) - head - tail, len(new) - tail))
+        else:
+            self.sets.append(list(path))
+
+    def record(self, sections: dict[str, Any]) -> dict[str, Any]:
+        """The `set`, `unset` and `splice` of a changes record, values from `sections`."""
+        out: dict[str, Any] = {}
+        if self.sets:
+            out["set"] = [[path, value_at(sections, path)] for path in self.sets]
+        if self.unsets:
+            out["unset"] = self.unsets
+        if self.splices:
+            out["splice"] = [
+                [path, start, removed, value_at(sections, path)[start:end]]
+                for path, start, removed, end in self.splices
+            ]
+        return out
 
 
 def value_at(record: Any, path: list[Any]) -> Any:
@@ -149,18 +175,22 @@ class RecordEmitter:
             if self._last_sent_at is not None and now - self._last_sent_at < self.usage_refresh_s:
                 return None
             return {**head, "type": UNCHANGED, USAGE: only_usage(sections) or {}}
-        gauges = usage_shape(sections, lambda path, name, value: self._gauge_due((*path, name), value, now))
+        parts: dict[str, Any] = {}
         if digest != self.last_hash:
-            sets, unsets = diff(without_usage(self._held), without_usage(sections))
-            record = {**head, "type": CHANGES, "base": self.last_hash}
-            record["set"] = [[path, value_at(sections, path)] for path in sets]
-            record["unset"] = unsets
+            parts = Diff(without_usage(self._held), without_usage(sections)).record(sections)
+        sent = self._gauges
+        for path, start, removed, items in parts.get("splice", ()):
+            sent = spliced(sent, tuple(path), start, removed, len(items))  # compare items where they are now
+        gauges = usage_shape(
+            sections, lambda path, name, value: self._gauge_due(sent.get((*path, name)), name, value, now)
+        )
+        if parts:
+            record = {**head, "type": CHANGES, "base": self.last_hash, **parts}
             return {**record, USAGE: gauges} if gauges else record
         return {**head, "type": UNCHANGED, USAGE: gauges} if gauges else None
 
-    def _gauge_due(self, key: tuple[Any, ...], value: Any, now: float) -> bool:
-        sent = self._gauges.get(key)
-        return sent is None or now - sent[1] >= self.usage_refresh_s or moved(str(key[-1]), sent[0], value)
+    def _gauge_due(self, sent: tuple[Any, float] | None, name: str, value: Any, now: float) -> bool:
+        return sent is None or now - sent[1] >= self.usage_refresh_s or moved(name, sent[0], value)
 
     def sent(self, data: dict[str, Any]) -> None:
         now = data["collected_at"]
@@ -176,11 +206,30 @@ class RecordEmitter:
             self._held = self._built  # the receiver's content now hashes as ours
         for path, value in data.get("set") or ():
             self._note_gauges(gauges_in(value, tuple(path)), now)
+        for path, start, removed, items in data.get("splice") or ():
+            self._gauges = spliced(self._gauges, tuple(path), start, removed, len(items))
+            for index, item in enumerate(items, start):
+                self._note_gauges(gauges_in(item, (*path, index)), now)
         self._note_gauges(gauges_in(data.get(USAGE) or {}), now)
 
     def _note_gauges(self, gauges: Iterator[tuple[tuple[Any, ...], Any]], now: float) -> None:
         for key, value in gauges:
             self._gauges[key] = (value, now)
+
+
+def spliced(
+    gauges: dict[tuple[Any, ...], Any], path: tuple[Any, ...], start: int, removed: int, added: int
+) -> dict[tuple[Any, ...], Any]:
+    """The gauges sent, after a splice of the list at `path`: those of the items it removed
+    are gone, those after it moved with their items."""
+    depth, out = len(path), {}
+    for key, sent in gauges.items():
+        index = key[depth] if len(key) > depth and key[:depth] == path else None
+        if type(index) is not int or index < start:
+            out[key] = sent
+        elif index >= start + removed:
+            out[(*path, index + added - removed, *key[depth + 1 :])] = sent
+    return out
 
 
 def full_record_id(data: dict[str, Any]) -> str:

@@ -105,8 +105,8 @@ class InventoryWorker(Worker):
         self._kernel_started = False
         self._restore_gpu_evidence()
         self.watchers: list[DockerChangeWatcher | GpuErrorWatcher] = [
-            DockerChangeWatcher(self.config.docker_host, self._changed.set, stop_event=self.stop_event),
-            GpuErrorWatcher(self._changed.set, stop_event=self.stop_event, xids=xids),
+            DockerChangeWatcher(self.config.docker_host, self._changed.set, self.stop_event),
+            GpuErrorWatcher(self._changed.set, self.stop_event, xids=xids),
         ]
         self.start_thread("inventory-collect", self._collect_loop)
         for watcher in self.watchers:

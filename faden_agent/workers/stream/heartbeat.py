@@ -13,7 +13,7 @@ from typing import Any
 from faden_agent import __version__, protocol
 from faden_agent.backend import BackendClient, BackendError
 from faden_agent.ipc.control import LOOP_WAIT_S, Control
-from faden_agent.node import drainstate
+from faden_agent.node import backend_accepts, drainstate
 from faden_agent.node.fingerprint import fingerprint
 from faden_agent.protocol.link import LinkState
 from faden_agent.reports.outbox import make_record
@@ -82,7 +82,7 @@ class HeartbeatSender(LinkThread):
         if self.gate.remaining() > 0:  # another thread was told to wait while we asked `ps`
             return
         try:
-            client.post_reports([record])
+            client.post_reports([record], gzip=backend_accepts.gzip_accepted(self.config.state_dir))  # a detail
         except BackendError as exc:
             # Latest-value: no retry of this beat; the next one waits for the gate the
             # failure may have closed (the fixed grid, not the backoff, paces heartbeats).

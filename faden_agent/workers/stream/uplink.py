@@ -14,7 +14,6 @@ import orjson
 from faden_agent import protocol
 from faden_agent.backend import BackendClient, BackendError, ProtocolError, RequestRejected
 from faden_agent.node import backend_accepts
-from faden_agent.protocol.inventory import ACCEPTS_GZIP
 from faden_agent.protocol.link import LinkState
 from faden_agent.workers.stream.link import Link, LinkThread
 
@@ -75,8 +74,7 @@ class Uplink(LinkThread):
         """Send and ack one batch; a 413 splits it in halves, down to one record, which is
         then sent as a stub: one record the backend will not take never blocks the rest."""
         try:
-            gzip = ACCEPTS_GZIP in backend_accepts.read(self.config.state_dir).accepts
-            acked, rejected = client.post_reports(batch, gzip=gzip)
+            acked, rejected = client.post_reports(batch, gzip=backend_accepts.gzip_accepted(self.config.state_dir))
         except RequestRejected as exc:
             if exc.status != 413:
                 raise

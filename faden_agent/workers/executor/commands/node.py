@@ -124,7 +124,7 @@ def _targets(commands: Commands, names: list[str] | None) -> tuple[list[Any], li
     found = {
         c.name: c
         for c in managed_containers(commands.ops, commands.journal)
-        if c.id in adopted or (c.labels or {}).get(protocol.LABEL_AGENT_ID, agent_id) == agent_id
+        if c.id in adopted or (c.labels or {}).get(protocol.LABEL_AGENT_ID) == agent_id
     }
     if names is None:
         return [found[n] for n in sorted(found)], []
