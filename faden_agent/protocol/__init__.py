@@ -285,6 +285,8 @@ LABEL_COMMAND_ID = "io.fadenstack.command-id"
 LABEL_CLUSTER = "io.fadenstack.cluster"
 LABEL_WORKLOAD = "io.fadenstack.workload"
 LABEL_RAY = "io.fadenstack.ray"  # "true": a Ray container whose logs dir is on the host
+LABEL_METRICS_PORT = "io.fadenstack.metrics-port"  # the spec's metrics_port: scraped for progress
+LABEL_METRICS_PATH = "io.fadenstack.metrics-path"  # the spec's metrics_path (default /metrics)
 
 # Ray containers get <RAY_LOG_DIR>/<container name>/ mounted here; Ray Serve then writes
 # <RAY_LOG_DIR>/<container name>/session_*/logs/serve/*.log on the host.

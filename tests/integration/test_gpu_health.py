@@ -370,6 +370,7 @@ def test_a_restart_keeps_the_evidence_and_a_gpu_gone_meanwhile_is_failed(tmp_pat
     agent.stop()
     events_before = len(health_events(state_dir))
 
+    gpus.gpus[0]["ecc"]["uncorrected"]["volatile"] = 2  # rose while away: the baseline says so
     gpus.gpus[1]["nvlink"]["0"]["active"] = 0  # NVLink 0 goes down while the agent is away ...
     gpus.gpus[1]["nvlink"]["1"]["active"] = 0  # ... and 1 too: only the evidence knows they were up
     gpus.top["count"] = 2  # GPU 2 falls off while the agent is down
@@ -381,7 +382,11 @@ def test_a_restart_keeps_the_evidence_and_a_gpu_gone_meanwhile_is_failed(tmp_pat
         return gpu.get("missing") and gpu["devices"][1]["health"]["verdict"] != "ok" and gpu
 
     gpu = wait_for(judged, 30, what="a record after the restart with the evidence applied")
-    assert gpu["devices"][0]["health"]["reasons"] == ["Xid 79: GPU has fallen off the bus (reboot needed)"]
+    assert gpu["devices"][0]["health"]["reasons"] == [
+        "Xid 79: GPU has fallen off the bus (reboot needed)",
+        "uncorrected ECC errors rising",
+    ]
+    assert gpu["devices"][0]["health"]["usage"]["xid_totals"] == {"79": 1}  # the counter survives too
     assert gpu["devices"][1]["health"]["reasons"] == ["NVLink 0 down", "NVLink 1 down"]
     missing = gpu["missing"][0]
     assert (missing["uuid"], missing["pci_bus_id"]) == (first["devices"][2]["uuid"], first["devices"][2]["pci_bus_id"])

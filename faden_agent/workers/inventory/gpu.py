@@ -250,11 +250,14 @@ class GpuProbe:
         function = self.hung_call()
         section = copy.deepcopy(last) if last else unavailable(f"NVML call hung: {function}")
         reading = self._reading
-        for device in section.get("devices") or []:
+        devices = section.get("devices") or []
+        for device in devices:
             hung = function if device["index"] == reading else None
             device["health"] = self.health.stale(device.get("uuid"), device.get("health"), hung)
-        problem = f"NVML call hung: {function}" if reading is None else None
-        section["health"] = node_health(section.get("devices") or [], section.get("missing") or [], problem)
+        # the node's own: no GPU being read, or one the last good read did not have
+        on_node = reading is None or all(device["index"] != reading for device in devices)
+        problem = f"NVML call hung: {function}" + (f" (GPU {reading})" if reading is not None else "")
+        section["health"] = node_health(devices, section.get("missing") or [], problem if on_node else None)
         return section
 
     def _usage(self, handle: Any, memory: Any, ecc: dict[str, Any] | None) -> dict[str, Any]:
