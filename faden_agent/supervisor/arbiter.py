@@ -321,7 +321,7 @@ class Supervisor:
         if op == "ps":
             self.sample_resources()
             self.control.send("ps", self.table())
-        elif op == "start":  # a dormant worker is needed now (ipc/control.py ask_to_serve)
+        elif op == "start":  # a dormant worker is needed now (executor/peer_start.py)
             body = message.body if message is not None else None
             name = str(body.get("name") if isinstance(body, dict) else None)
             if name not in self.workers:

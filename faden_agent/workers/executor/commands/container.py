@@ -251,6 +251,10 @@ def _labels(commands: Commands, job: Job) -> dict[str, str]:
         labels[protocol.LABEL_WORKLOAD] = spec["workload"]
     if spec["ray"]:
         labels[protocol.LABEL_RAY] = "true"
+    if spec["metrics_port"]:  # the inventory scrapes it for forward progress (workloads/watcher.py)
+        labels[protocol.LABEL_METRICS_PORT] = str(spec["metrics_port"])
+        if spec["metrics_path"]:
+            labels[protocol.LABEL_METRICS_PATH] = spec["metrics_path"]
     return labels
 
 
@@ -345,6 +349,8 @@ RUN_OPTIONS: dict[str, tuple[specs.Check, Any]] = {
     "cluster": (specs.string, None),
     "workload": (specs.string, None),
     "ray": (specs.boolean, False),
+    "metrics_port": (specs.port, None),
+    "metrics_path": (specs.url_path, None),
     "auth": (specs.auth, None),
     "pull": (specs.choice("missing", "always", "never"), "missing"),
     "replace": (specs.boolean, False),
