@@ -99,6 +99,7 @@ class Transfer:
     should_stop: Callable[[], bool]
     byte_limit: int
     on_abort: Callable[[Callable[[], None]], None] = lambda hook: None
+    on_written: Callable[[int], None] = lambda size: None  # may raise NoSpace: the transfer stops
     figures: dict[str, Any] = field(default_factory=dict)
 
     def run(self, peer: dict[str, str]) -> dict[str, Any]:
@@ -199,6 +200,7 @@ class Transfer:
             for chunk in chunks:
                 if self.should_stop():
                     raise Stopped()
+                self.on_written(len(chunk))
                 yield chunk
         except Exception as exc:  # noqa: BLE001 - tarfile's errors of a malformed stream too
             self.cut = self._cut_reason(source, exc)
@@ -211,7 +213,7 @@ class Transfer:
             return Stopped()
         if self.watchdog.reason:
             return PeerFailure("peer_failed", f"peer {source} {self.watchdog.reason}")
-        if isinstance(exc, (PeerFailure, Stopped)):
+        if isinstance(exc, (PeerFailure, Stopped, NoSpace)):
             return exc
         if isinstance(exc, IntegrityError):
             return PeerFailure("integrity_failed", f"peer {source}: {exc}")

@@ -135,25 +135,7 @@ def _short_repr(value: dict | list, limit: int) -> str:
     return f"<a {kind} of {len(value)} items>"
 
 
-# Command kinds the executor knows.
-COMMAND_KINDS = (
-    "image.pull",
-    "image.remove",
-    "image.prune",
-    "image.serve",
-    "image.fetch",
-    "image.relay",
-    "traffic.serve",
-    "traffic.probe",
-    "container.run",
-    "container.stop",
-    "container.start",
-    "container.restart",
-    "container.remove",
-    "command.cancel",
-    "node.drain",
-    "node.undrain",
-)
+# Command kinds: the executor's registry (workers/executor/commands/) is the one list; docs/commands.md.
 
 # Machine-readable reasons of terminal timeline states.
 REASONS = (

@@ -7,7 +7,6 @@ import math
 import time
 from typing import Any
 
-from faden_agent.ipc.control import ask_to_serve
 from faden_agent.peer import probe_client
 from faden_agent.peer.probe import LIMITS
 from faden_agent.peer.probe_client import Bounds, Probe, ProbeFailed
@@ -19,6 +18,7 @@ from faden_agent.workers.executor.commands.image import peers as image_peers
 from faden_agent.workers.executor.commands.image import sha256_hex
 from faden_agent.workers.executor.docker_ops import Cancelled
 from faden_agent.workers.executor.kinds import COMMON, CommandKind, register
+from faden_agent.workers.executor.peer_start import ask_to_serve
 from faden_agent.workers.executor.scheduler import Job
 from faden_agent.workers.executor.specs import Check, SpecError
 
