@@ -18,7 +18,7 @@ from docker.utils.json_stream import json_stream
 from faden_agent.config import Config
 from faden_agent.dockerclient import make_client
 from faden_agent.errorline import error_line
-from faden_agent.failure import Failure
+from faden_agent.failure import Cancelled, Failure
 from faden_agent.workers.executor import docker_errors
 from faden_agent.workers.executor.gpu import GPU_ADVICE, device_requests, gpu_failure
 
@@ -30,10 +30,6 @@ class CommandFailed(Failure):
     def __init__(self, reason: str, message: str, **result: Any):
         super().__init__(reason, message)
         self.result = result
-
-
-class Cancelled(Exception):
-    """The command was cancelled (command.cancel) or abandoned at its deadline."""
 
 
 def _engine_text(exc: APIError) -> str:
