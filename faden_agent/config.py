@@ -397,6 +397,18 @@ class Config:
     gpu_xid_hold_sec: float = setting(
         "3600", _positive_float, "How long an Xid error counts towards its GPU's verdict after it happened"
     )
+    workload_scrape_sec: float = setting(
+        "15",
+        _positive_float,
+        "How often the metrics port of each managed container whose spec names one (`metrics_port`) is scraped,"
+        " one container at a time ([docs/commands.md](docs/commands.md#forward-progress-of-serving-containers))",
+    )
+    workload_stall_sec: float = setting(
+        "120",
+        _positive_float,
+        "A serving container with requests running or waiting whose token counter has not moved this long is"
+        " reported `workload.stalled` (idle is no stall)",
+    )
     traffic_interval_sec: float = setting(
         "10",
         _positive_float,

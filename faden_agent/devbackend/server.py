@@ -20,12 +20,18 @@ ROUTES: list[Route] = [*api_agent.ROUTES, *api_relay.ROUTES, *downloads.ROUTES, 
 # Every agent's stream holds a worker for as long as it is open: room for a test cluster's.
 LIMITS = ServerLimits(workers=256, backlog=256, max_waiting=4096, first_line_s=10.0, idle_s=60.0, keepalive_s=60.0)
 BODY = RouteLimits(head_s=10.0, body_bytes=MAX_BODY_BYTES, body_s=60.0)
+# Enrollment is unauthenticated: 576 heads that never finished their bodies held every
+# worker for the 60 s of BODY (every request 503); its facts fit in a few KiB, sent at once.
+ENROLL = RouteLimits(head_s=10.0, body_bytes=256 << 10, body_s=3.0)
 RELAY_UPLOAD = RouteLimits(head_s=10.0, body_bytes=None, body_s=3600.0, chunked=True)  # an image, chunked
 _RELAY_STREAM = re.compile(re.sub(r"\{\w+\}", r"[^/]+", protocol.RELAY_STREAM_PATH))
 
 
 def route_limits(method: str, path: str) -> RouteLimits:
-    return RELAY_UPLOAD if _RELAY_STREAM.fullmatch(path.split("?", 1)[0]) else BODY
+    path = path.split("?", 1)[0]
+    if path == protocol.ENROLL_PATH:
+        return ENROLL
+    return RELAY_UPLOAD if _RELAY_STREAM.fullmatch(path) else BODY
 
 
 def make_server(

@@ -20,6 +20,7 @@ import orjson
 from faden_agent import protocol
 from faden_agent.disk.diskspace import NoSpace, require_space
 from faden_agent.errorline import error_line
+from faden_agent.failure import Stopped
 from faden_agent.peer import wire
 from faden_agent.peer.archive import (
     ArchiveVerifier,
@@ -54,10 +55,6 @@ __all__ = [
 # docker load unpacks the archive into a temporary directory of the data root, then into the
 # layer store: about twice what crosses the wire (plus diskspace's margin).
 SPACE_FACTOR = 2
-
-
-class Stopped(Exception):
-    """should_stop() said so (cancelled, deadline): the load is cut, nothing is kept."""
 
 
 def check_space(api: docker.APIClient, size: int) -> None:
@@ -99,6 +96,7 @@ class Transfer:
     should_stop: Callable[[], bool]
     byte_limit: int
     on_abort: Callable[[Callable[[], None]], None] = lambda hook: None
+    on_written: Callable[[int], None] = lambda size: None  # may raise NoSpace: the transfer stops
     figures: dict[str, Any] = field(default_factory=dict)
 
     def run(self, peer: dict[str, str]) -> dict[str, Any]:
@@ -199,6 +197,7 @@ class Transfer:
             for chunk in chunks:
                 if self.should_stop():
                     raise Stopped()
+                self.on_written(len(chunk))
                 yield chunk
         except Exception as exc:  # noqa: BLE001 - tarfile's errors of a malformed stream too
             self.cut = self._cut_reason(source, exc)
@@ -211,7 +210,7 @@ class Transfer:
             return Stopped()
         if self.watchdog.reason:
             return PeerFailure("peer_failed", f"peer {source} {self.watchdog.reason}")
-        if isinstance(exc, (PeerFailure, Stopped)):
+        if isinstance(exc, (PeerFailure, Stopped, NoSpace)):
             return exc
         if isinstance(exc, IntegrityError):
             return PeerFailure("integrity_failed", f"peer {source}: {exc}")

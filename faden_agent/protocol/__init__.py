@@ -135,25 +135,7 @@ def _short_repr(value: dict | list, limit: int) -> str:
     return f"<a {kind} of {len(value)} items>"
 
 
-# Command kinds the executor knows.
-COMMAND_KINDS = (
-    "image.pull",
-    "image.remove",
-    "image.prune",
-    "image.serve",
-    "image.fetch",
-    "image.relay",
-    "traffic.serve",
-    "traffic.probe",
-    "container.run",
-    "container.stop",
-    "container.start",
-    "container.restart",
-    "container.remove",
-    "command.cancel",
-    "node.drain",
-    "node.undrain",
-)
+# Command kinds: the executor's registry (workers/executor/commands/) is the one list; docs/commands.md.
 
 # Machine-readable reasons of terminal timeline states.
 REASONS = (
@@ -280,11 +262,14 @@ def _value_name(value: object) -> str:
 # Labels on every container the agent creates (the executor sets them; inventory and the
 # log shipper find managed containers by them).
 LABEL_MANAGED = "io.fadenstack.managed"  # "true"
+MANAGED_FILTER = {"label": f"{LABEL_MANAGED}=true"}  # Docker's filter: the one listing of managed containers
 LABEL_AGENT_ID = "io.fadenstack.agent-id"
 LABEL_COMMAND_ID = "io.fadenstack.command-id"
 LABEL_CLUSTER = "io.fadenstack.cluster"
 LABEL_WORKLOAD = "io.fadenstack.workload"
 LABEL_RAY = "io.fadenstack.ray"  # "true": a Ray container whose logs dir is on the host
+LABEL_METRICS_PORT = "io.fadenstack.metrics-port"  # the spec's metrics_port: scraped for progress
+LABEL_METRICS_PATH = "io.fadenstack.metrics-path"  # the spec's metrics_path (default /metrics)
 
 # Ray containers get <RAY_LOG_DIR>/<container name>/ mounted here; Ray Serve then writes
 # <RAY_LOG_DIR>/<container name>/session_*/logs/serve/*.log on the host.

@@ -46,7 +46,7 @@ RESOURCE_SAMPLE_S = 2.0  # `ps` asked more often than this gets the last sample
 # deadlines wake the loop every ~8 s). Asked-for starts: at once.
 DORMANT_CHECK_S = 10.0
 MAX_SLEEP_S = 30.0  # a safety net: everything due has its own time
-LIVE_STATES = (WorkerState.STARTING, WorkerState.RUNNING, WorkerState.STOPPING)
+LIVE_STATES = (WorkerState.STARTING, WorkerState.RUNNING, WorkerState.HUNG, WorkerState.STOPPING)
 
 
 def describe_status(status: int) -> str:
@@ -221,7 +221,7 @@ class Supervisor:
         if worker.state != WorkerState.STOPPED:
             worker.restarts += 1
         worker.pid = pid
-        worker.state = WorkerState.STARTING
+        worker.change_state(WorkerState.STARTING)
         worker.started_at = time.time()
         worker.started_mono = time.monotonic()
         worker.last_alive_mono = None
@@ -299,7 +299,7 @@ class Supervisor:
             worker.last_alive_mono = sent_mono(body)
             worker.status = body.get("status") or {}
             if worker.state == WorkerState.STARTING:
-                worker.state = WorkerState.RUNNING
+                worker.change_state(WorkerState.RUNNING)
                 worker.fatal_streak = 0
                 log.info("worker %s is RUNNING (pid %d)", worker.name, worker.pid)
 
@@ -307,7 +307,7 @@ class Supervisor:
         """A critical thread of the worker died; the worker exits now (base.py). Until it is
         reaped it is STOPPING, and its exit will name the thread and the error."""
         worker.failure = f"thread {str(body.get('thread'))[:40]} died: {str(body.get('error'))[:200]}"
-        worker.state = WorkerState.STOPPING
+        worker.change_state(WorkerState.STOPPING)
         worker.last_alive_mono = sent_mono(body)  # the hang timer now bounds its exit
         log.error("worker %s (pid %s): %s", worker.name, worker.pid, worker.failure)
 
@@ -321,7 +321,7 @@ class Supervisor:
         if op == "ps":
             self.sample_resources()
             self.control.send("ps", self.table())
-        elif op == "start":  # a dormant worker is needed now (ipc/control.py ask_to_serve)
+        elif op == "start":  # a dormant worker is needed now (executor/peer_start.py)
             body = message.body if message is not None else None
             name = str(body.get("name") if isinstance(body, dict) else None)
             if name not in self.workers:
@@ -377,11 +377,11 @@ class Supervisor:
         worker.kill_at_mono = None
         now = time.monotonic()
         if self.stop_requested:
-            worker.state = WorkerState.EXITED
+            worker.change_state(WorkerState.EXITED)
             return
         worker.exit_times.append(now)
         if self.policy.is_fatal(worker.exit_times, now):
-            worker.state = WorkerState.FATAL
+            worker.change_state(WorkerState.FATAL)
             worker.fatal_streak += 1
             worker.next_start_mono = now + self.policy.fatal_retry_s
             log.error(
@@ -394,7 +394,7 @@ class Supervisor:
             )
         else:
             delay = self.policy.backoff(worker.exit_times, now)
-            worker.state = WorkerState.BACKOFF
+            worker.change_state(WorkerState.BACKOFF)
             worker.next_start_mono = now + delay
             log.warning("worker %s exited (%s); restarting in %.2fs", worker.name, exit_text, delay)
 
@@ -417,6 +417,8 @@ class Supervisor:
                     now - deadline + self.config.worker_hang_timeout_sec,
                 )
                 worker.kill_at_mono = now + HUNG_DUMP_GRACE_S
+                if worker.state != WorkerState.STOPPING:  # a worker on its way out stays so
+                    worker.change_state(WorkerState.HUNG)
                 self._kill(worker.pid, signal.SIGUSR1)  # faulthandler writes every thread's stack
                 self._kill(worker.pid, signal.SIGCONT)  # a stopped process must run to dump
 
@@ -482,11 +484,11 @@ class Supervisor:
         self.shutdown_delay.close()  # a stop in order: nothing left to delay a shutdown for
         for worker in self.workers.values():
             if worker.pid is not None:
-                worker.state = WorkerState.STOPPING
+                worker.change_state(WorkerState.STOPPING)
                 self._kill(worker.pid, signal.SIGTERM)
                 self._kill(worker.pid, signal.SIGCONT)  # a stopped worker cannot act on SIGTERM
             elif worker.state != WorkerState.EXITED:
-                worker.state = WorkerState.STOPPED
+                worker.change_state(WorkerState.STOPPED)
         deadline = time.monotonic() + self.config.stop_timeout_sec
         while any(w.pid is not None for w in self.workers.values()):
             if self.kill_now or time.monotonic() >= deadline:

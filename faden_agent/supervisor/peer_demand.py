@@ -1,6 +1,6 @@
 """When the peer worker runs: with PEER_START=on_demand the supervisor starts it once this
 machine is in a cluster (peers.json names one), a probe or image ticket waits in the ticket box,
-or the executor asks (ipc/control.py ask_to_serve). Once started it is never stopped; a crash
+or the executor asks (executor/peer_start.py). Once started it is never stopped; a crash
 restarts it like any worker.
 """
 

@@ -11,9 +11,8 @@ import sys
 import orjson
 import pytest
 
-from faden_agent import protocol
-from faden_agent.reports.outbox import Outbox
 from tests.agentproc import agent_env, wait_for
+from tests.outboxevents import outbox_events
 from tests.sampleworkers import supervisor_argv
 
 pytestmark = pytest.mark.docker
@@ -23,12 +22,7 @@ MiB = 1 << 20
 
 
 def disk_events(state_dir):
-    outbox = Outbox(state_dir)
-    try:
-        rows = outbox.pending(100_000)
-    finally:
-        outbox.close()
-    return [r for r in rows if r["kind"] == protocol.EVENT and r["data"]["type"].startswith("disk.")]
+    return outbox_events(state_dir, "disk.")
 
 
 @pytest.fixture

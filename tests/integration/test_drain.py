@@ -23,8 +23,10 @@ from tests.lokiproc import LokiProcess
 
 # Each prints numbered lines to stdout and to /c/<name> (what Loki must hold); `polite` ends
 # on SIGTERM after a last line, `stubborn` ignores it.
-LOOP = 'i=0; while true; do i=$((i+1)); echo "$N line $i" | tee -a /c/$N; sleep 0.02; done'
-POLITE = 'trap "echo $N bye | tee -a /c/$N; exit 0" TERM; ' + LOOP
+# stdout first, then the file: a line in the file was printed (a kill between the two
+# writes leaves a printed line out of the file, never the other way round).
+LOOP = 'i=0; while true; do i=$((i+1)); echo "$N line $i"; echo "$N line $i" >> /c/$N; sleep 0.02; done'
+POLITE = 'trap "echo $N bye; echo $N bye >> /c/$N; exit 0" TERM; ' + LOOP
 STUBBORN = 'trap "" TERM; ' + LOOP
 DRAIN_DEADLINE_S = 8.0
 
@@ -128,22 +130,17 @@ def test_a_cordon_outlives_agent_and_backend_restarts_and_uncordon_ends_it(backe
         with pytest.raises(AdminError, match="cordoned"):  # the backend places nothing there
             backend.send_command(node["node_id"], "container.run", {"name": "x", "image": TEST_IMAGE})
 
+        assert protocol.DRAIN_CAPABILITY in backend.admin.node(node["node_id"])["capabilities"]
+        before = {h["data"]["pid"] for h in backend.heartbeats(node["node_id"]) if h["data"].get("pid")}
         agent.stop()
         agent.start()
-        pid = agent.pid
-        beat = wait_for(
-            lambda: (
-                next((h for h in reversed(backend.heartbeats(node["node_id"])) if h["data"].get("pid")), None)
-                if any(
-                    h["data"].get("pid") and h["data"].get("drain") for h in backend.heartbeats(node["node_id"])[-3:]
-                )
-                else None
-            ),
-            20,
-            what="a detailed beat after the restart",
-        )
+
+        def detail_of_the_new_agent() -> dict[str, Any] | None:
+            beats = backend.heartbeats(node["node_id"])
+            return next((h for h in beats if h["data"].get("pid") and h["data"]["pid"] not in before), None)
+
+        beat = wait_for(detail_of_the_new_agent, 20, what="the first detailed beat after the restart")
         assert beat["data"]["drain"]["state"] == protocol.CORDONED, beat
-        assert pid
 
         backend.restart()
         assert drain_state(backend, node["node_id"]) == protocol.CORDONED  # kept by the backend itself
@@ -189,3 +186,16 @@ def test_drain_refuses_a_bad_deadline_with_one_line(tmp_path):
     )
     assert done.returncode == 2
     assert "'soon' is no duration" in done.stderr
+
+
+def test_a_drain_that_fails_exits_1_with_the_reason(backend, tmp_path):  # noqa: F811
+    agent, env = start_agent(backend, tmp_path / "agent", docker_host=f"unix://{tmp_path / 'no-engine.sock'}")
+    node = backend.wait_node(env["FADEN_NODE_AGENT_AGENT_ID"])
+    try:
+        done = cli(env, "drain", "--deadline", "10s")
+        assert done.returncode == 1, (done.stdout, done.stderr)
+        assert "failed (docker_unavailable)" in done.stderr, done.stderr
+        # cordoned all the same: nothing new goes to a machine whose drain failed
+        wait_for(lambda: drain_state(backend, node["node_id"]) == protocol.CORDONED, 10, what="cordoned")
+    finally:
+        agent.stop()

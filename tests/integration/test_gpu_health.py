@@ -7,6 +7,8 @@ heartbeat; a driver that is not loaded is a reason, not a crash."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -370,6 +372,7 @@ def test_a_restart_keeps_the_evidence_and_a_gpu_gone_meanwhile_is_failed(tmp_pat
     agent.stop()
     events_before = len(health_events(state_dir))
 
+    gpus.gpus[0]["ecc"]["uncorrected"]["volatile"] = 2  # rose while away: the baseline says so
     gpus.gpus[1]["nvlink"]["0"]["active"] = 0  # NVLink 0 goes down while the agent is away ...
     gpus.gpus[1]["nvlink"]["1"]["active"] = 0  # ... and 1 too: only the evidence knows they were up
     gpus.top["count"] = 2  # GPU 2 falls off while the agent is down
@@ -381,7 +384,11 @@ def test_a_restart_keeps_the_evidence_and_a_gpu_gone_meanwhile_is_failed(tmp_pat
         return gpu.get("missing") and gpu["devices"][1]["health"]["verdict"] != "ok" and gpu
 
     gpu = wait_for(judged, 30, what="a record after the restart with the evidence applied")
-    assert gpu["devices"][0]["health"]["reasons"] == ["Xid 79: GPU has fallen off the bus (reboot needed)"]
+    assert gpu["devices"][0]["health"]["reasons"] == [
+        "Xid 79: GPU has fallen off the bus (reboot needed)",
+        "uncorrected ECC errors rising",
+    ]
+    assert gpu["devices"][0]["health"]["usage"]["xid_totals"] == {"79": 1}  # the counter survives too
     assert gpu["devices"][1]["health"]["reasons"] == ["NVLink 0 down", "NVLink 1 down"]
     missing = gpu["missing"][0]
     assert (missing["uuid"], missing["pci_bus_id"]) == (first["devices"][2]["uuid"], first["devices"][2]["pci_bus_id"])
@@ -439,3 +446,28 @@ def test_the_kernels_xid_lines_are_verdicts_even_those_written_while_the_agent_w
     )
     assert gpu["devices"][0]["health"]["reasons"] == ["Xid 48: double-bit ECC error (reset needed)"]
     assert [(x["code"], x["source"]) for x in gpu["devices"][1]["health"]["xid"]] == [(79, "kernel")]
+
+
+def test_an_inventory_worker_killed_during_a_fault_keeps_the_verdict_and_says_it_once(tmp_path, agent_factory):
+    gpus = GpuState(tmp_path / "nvml", count=2)
+    agent, state_dir, first = start(tmp_path, agent_factory, gpus)
+    gpus.gpus[1]["lost"] = 1
+    gpus.write()
+    wait_for(lambda: [e for e in health_events(state_dir) if e["index"] == 1], 15, what="the lost GPU's event")
+    evidence = state_dir / "gpu-evidence.json"
+    wait_for(lambda: b'"verdict":"failed"' in evidence.read_bytes(), 10, what="the verdict kept on disk")
+    before = agent.workers()["inventory"]
+    os.kill(before["pid"], signal.SIGKILL)
+    wait_for(
+        lambda: (w := agent.workers()["inventory"])["restarts"] == 1 and w["state"] == "RUNNING",
+        30,
+        what="the inventory worker restarted",
+    )
+    records_before = len(records(state_dir, protocol.INVENTORY))
+    gpu = wait_for(
+        lambda: len(records(state_dir, protocol.INVENTORY)) > records_before + 1 and newest_gpu(state_dir),
+        20,
+        what="records from the new worker",
+    )
+    assert gpu["devices"][1]["health"]["reasons"] == ["GPU is lost"]
+    assert [(e["index"], e["new"]) for e in health_events(state_dir)] == [(1, "failed")]  # not said twice

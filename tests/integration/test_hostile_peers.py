@@ -238,3 +238,35 @@ def test_traffic_probe_gives_up_on_a_stalling_peer_within_its_bound(executor_fac
     print(f"{entry['reason']}: {entry['message']} after {took:.1f} s")
     assert entry["reason"] == "timeout"
     assert took < 7 + 3
+
+
+def test_a_fetch_without_size_bytes_stops_no_space_at_the_margin(executor_factory, peers):
+    """A peer streams an endless layer into a 400 MiB data root; the command told no size:
+    the receiver reads the free space again as the engine writes and stops at the margin,
+    long before the disk is full (the engine's own `no space left on device` came at 0)."""
+    import threading
+
+    from faden_agent.disk.diskspace import SPACE_MARGIN
+    from tests.smallengine import free_bytes, small_engine
+
+    def script(peer: ScriptedPeer, handler: BaseHTTPRequestHandler) -> None:
+        peer.head(handler, ABSENT_IMAGE)
+        peer.stream(handler, endless_layer())
+
+    peer = peers(script)
+    with small_engine("400m") as engine:
+        lowest = [free_bytes(engine)]
+        done_event = threading.Event()
+
+        def sample() -> None:
+            while not done_event.wait(0.05):
+                lowest.append(min(lowest[-1], free_bytes(engine)))
+
+        threading.Thread(target=sample, daemon=True).start()
+        _, ex = executor_factory(docker_host=engine.host)
+        done = ex.run("fetch-unsized", "image.fetch", fetch_spec(ABSENT_IMAGE, peer.url), timeout_s=120)
+        done_event.set()
+    print(f"{outcome(done)}; lowest free {lowest[-1] / MiB:.0f} MiB, the peer sent {peer.sent / MiB:.0f} MiB")
+    assert (done["state"], done["reason"]) == (protocol.FAILED, "no_space"), outcome(done)
+    assert "margin" in done["message"] and done["free_bytes"] < SPACE_MARGIN
+    assert lowest[-1] > SPACE_MARGIN // 2  # stopped near the margin, not at a full disk

@@ -20,6 +20,7 @@ from faden_agent.dockernegotiation import CLIENT_MAX_API
 from faden_agent.workers.inventory.changes import DockerChangeWatcher, is_change
 from faden_agent.workers.inventory.collector import Collector, DockerProbe
 from faden_agent.workers.inventory.record import content_hash
+from faden_agent.workers.threads import start_daemon
 from tests.agentproc import wait_for
 from tests.conftest import ENGINE_UNDER_TEST, TEST_IMAGE
 from tests.privateengine import PrivateEngine
@@ -132,8 +133,8 @@ def test_real_events_of_managed_containers_and_images_are_changes_others_not(doc
 
 def test_the_watcher_calls_back_on_a_managed_container(docker_client, unique):
     seen = threading.Event()
-    watcher = DockerChangeWatcher(None, seen.set)
-    watcher.start()
+    watcher = DockerChangeWatcher(None, seen.set, threading.Event())
+    watcher.start(start_daemon)
     try:
         wait_for(lambda: watcher._stream is not None, 10, what="the events stream")
         managed(docker_client, f"{unique}-w").remove()

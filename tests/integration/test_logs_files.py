@@ -22,6 +22,7 @@ from faden_agent.workers.logs.sources.managed import ManagedNames
 from faden_agent.workers.logs.sources.ray import refusals, tailing, tree
 from faden_agent.workers.logs.sources.ray import source as files
 from faden_agent.workers.logs.sources.ray.source import RaySource
+from faden_agent.workers.threads import start_daemon
 
 
 class Collector:
@@ -49,7 +50,7 @@ def start_source(tmp_path: Path, ray_dir: Path):
         {}, agent_id="a", advertise_host="h", state_path=tmp_path / "state" / "s.json", ray_log_dir=ray_dir
     )
     backlog, positions, stop = Backlog(max_lines=50), Positions(config.state_dir), threading.Event()
-    source = RaySource(Shared(config, backlog, positions, LabelMaker(config), stop), ManagedNames())
+    source = RaySource(Shared(config, backlog, positions, LabelMaker(config), stop, start_daemon), ManagedNames())
     source.start()
     return source, Collector(backlog, positions), stop
 

@@ -17,6 +17,7 @@ from faden_agent.workers.logs.positions import Positions
 from faden_agent.workers.logs.sources import Shared
 from faden_agent.workers.logs.sources.containers.source import ContainersSource
 from faden_agent.workers.logs.sources.managed import ManagedNames
+from faden_agent.workers.threads import start_daemon
 
 
 def switches(thread: threading.Thread) -> int:
@@ -31,7 +32,7 @@ def test_the_container_source_sleeps_until_something_happens_and_stops_at_once(t
     config = load_config({}, agent_id="a", advertise_host="h", state_path=tmp_path / "state" / "s.json")
     stop = threading.Event()
     source = ContainersSource(
-        Shared(config, Backlog(), Positions(config.state_dir), LabelMaker(config), stop), ManagedNames()
+        Shared(config, Backlog(), Positions(config.state_dir), LabelMaker(config), stop, start_daemon), ManagedNames()
     )
     source.start()
     try:

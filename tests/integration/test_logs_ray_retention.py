@@ -16,6 +16,7 @@ from faden_agent.workers.logs.sources.managed import ManagedNames
 from faden_agent.workers.logs.sources.ray import retention
 from faden_agent.workers.logs.sources.ray import source as files
 from faden_agent.workers.logs.sources.ray.source import RaySource
+from faden_agent.workers.threads import start_daemon
 from tests.agentproc import wait_for
 from tests.integration.test_logs_files import Collector, serve_dir
 
@@ -40,7 +41,7 @@ def start(tmp_path, live: set[str], collector=Collector, **settings):
     backlog, positions, stop = Backlog(max_lines=1000), Positions(config.state_dir), threading.Event()
     managed = ManagedNames()
     managed.listed({name: name for name in live})  # id -> name: the names stand for the ids here
-    source = RaySource(Shared(config, backlog, positions, LabelMaker(config), stop), managed)
+    source = RaySource(Shared(config, backlog, positions, LabelMaker(config), stop, start_daemon), managed)
     source.start()
     return source, collector(backlog, positions), stop
 

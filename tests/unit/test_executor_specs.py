@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from faden_agent import protocol
-from faden_agent.workers.executor.commands import KINDS
+from faden_agent.workers.executor.commands import COMMAND_KINDS, KINDS
 from faden_agent.workers.executor.specs import SpecError
 
 
@@ -96,7 +96,7 @@ json_values = st.recursive(
 
 @settings(max_examples=300, deadline=None)
 @given(
-    kind=st.sampled_from(protocol.COMMAND_KINDS),
+    kind=st.sampled_from(COMMAND_KINDS),
     spec=st.dictionaries(
         st.sampled_from(
             [

@@ -29,6 +29,7 @@ from faden_agent.workers.logs.loki import (
 from faden_agent.workers.logs.positions import Positions
 from faden_agent.workers.logs.sources import Shared
 from faden_agent.workers.logs.sources.journald.source import JournaldSource
+from faden_agent.workers.threads import start_daemon
 from tests.unit.conftest import FUZZ_CREDENTIAL
 from tests.unit.test_fuzz_backend import header_text, json_values, retry_afters
 
@@ -165,6 +166,7 @@ def journal(scripted_config, tmp_path_factory):
             Positions(tmp_path_factory.mktemp("positions")),
             LabelMaker(scripted_config),
             threading.Event(),
+            start_daemon,
         )
     )
 

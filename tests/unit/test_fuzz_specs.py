@@ -13,8 +13,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from faden_agent import protocol
-from faden_agent.workers.executor.commands import KINDS
+from faden_agent.workers.executor.commands import COMMAND_KINDS, KINDS
 from faden_agent.workers.executor.specs import SpecError
 from tests.unit.test_fuzz_backend import json_values
 
@@ -66,7 +65,7 @@ VALID = {
     "node.drain": {"containers": ["c1", "c2"], "stop": True, "remove": True, "request_id": "r-1", "deadline_s": 30},
     "node.undrain": {"request_id": "r-1"},
 }
-assert set(VALID) == set(protocol.COMMAND_KINDS)
+assert set(VALID) == set(COMMAND_KINDS)
 # Nested places where one field can go wrong while the rest stays valid.
 NESTED = {
     "mounts": lambda v: [{"type": "bind", "source": "/tmp", "target": "/x", "read_only": v}],

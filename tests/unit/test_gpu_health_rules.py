@@ -109,6 +109,19 @@ def test_a_storm_of_application_xids_never_pushes_out_a_fatal_one():
     assert [(e["code"], e["at"]) for e in log.of("GPU-a")] == [(48, 2.0), (13, 100.0), (13, 101.0), (13, 102.0)]
 
 
+def test_xid_totals_only_grow_and_survive_a_restore():
+    log = XidLog(keep=2)
+    for n in range(5):
+        log.add("GPU-a", "xid", 13, float(n))
+    log.add("GPU-a", "xid", 13, 4.0)  # the same line again: not counted twice
+    log.add("GPU-a", "double_bit_ecc", 0, 9.0)  # not an Xid
+    assert log.totals("GPU-a") == {"13": 5} and len(log.of("GPU-a")) == 2
+    again = XidLog()
+    again.restore_totals("GPU-a", {"13": 5, "x": 1, "48": -1, "79": "2"})
+    again.add("GPU-a", "xid", 13, 20.0)
+    assert again.totals("GPU-a") == {"13": 6}
+
+
 def test_a_repeat_after_its_hold_ran_out_wakes_the_probe_again():
     log = XidLog(keep=4, hold_s=60.0)
     assert log.add("GPU-a", "xid", 48, 100.0) is True

@@ -26,6 +26,7 @@ from faden_agent.workers.inventory.gpu import (
 )
 from faden_agent.workers.inventory.gpu_events import GpuErrorWatcher
 from faden_agent.workers.inventory.probes import OVERRUN, Probe
+from faden_agent.workers.threads import start_daemon
 
 GiB = 1024**3
 
@@ -203,7 +204,13 @@ def test_two_gpus_report_every_field():
         "mig": {"enabled": False, "pending": False, "devices": []},
         "ecc": {"enabled": True, "uncorrected_volatile": 0, "uncorrected_aggregate": 0},
         "processes": [
-            {"pid": 1, "name": first["processes"][0]["name"], "types": ["compute"], "usage": {"used_memory": 4 * GiB}}
+            {
+                "pid": 1,
+                "name": first["processes"][0]["name"],
+                "container_id": None,  # pid 1 here is in no Docker container
+                "types": ["compute"],
+                "usage": {"used_memory": 4 * GiB},
+            }
         ],
         "usage": {
             "memory_used": 2 * GiB,
@@ -287,8 +294,10 @@ import sys
 from faden_agent.workers.inventory.gpu import GpuProbe
 from faden_agent.workers.inventory.gpu_events import GpuErrorWatcher
 print(GpuProbe()()["reason"])
-watcher = GpuErrorWatcher(lambda: None)
-watcher.start()
+import threading
+from faden_agent.workers.threads import start_daemon
+watcher = GpuErrorWatcher(lambda: None, threading.Event())
+watcher.start(start_daemon)
 watcher.thread.join(10)
 print(watcher.thread.is_alive(), "pynvml" in sys.modules)
 """
@@ -343,8 +352,8 @@ def test_a_hanging_nvml_call_is_reported_as_overrun_without_piling_up_threads():
 
 def watch(fake: FakeNvml) -> tuple[GpuErrorWatcher, threading.Event]:
     seen = threading.Event()
-    watcher = GpuErrorWatcher(seen.set, nvml=fake)
-    watcher.start()
+    watcher = GpuErrorWatcher(seen.set, threading.Event(), nvml=fake)
+    watcher.start(start_daemon)
     return watcher, seen
 
 

@@ -18,6 +18,7 @@ from faden_agent.workers.logs.positions import Positions
 from faden_agent.workers.logs.sources import Shared
 from faden_agent.workers.logs.sources.journald.export import ExportParser
 from faden_agent.workers.logs.sources.journald.source import JournaldSource
+from faden_agent.workers.threads import start_daemon
 from tests.journalfiles import JOURNAL_REMOTE, JournalWriter
 
 pytestmark = pytest.mark.skipif(not __import__("os").path.exists(JOURNAL_REMOTE), reason="no systemd-journal-remote")
@@ -54,7 +55,9 @@ def journal(tmp_path_factory):
 @pytest.fixture
 def source(tmp_path):
     config = load_config({}, loki_url="http://127.0.0.1:9", state_path=tmp_path / "state.json")
-    return JournaldSource(Shared(config, Backlog(), Positions(tmp_path), LabelMaker(config), threading.Event()))
+    return JournaldSource(
+        Shared(config, Backlog(), Positions(tmp_path), LabelMaker(config), threading.Event(), start_daemon)
+    )
 
 
 @pytest.mark.parametrize("piece", [1, 7, 100, 4096, 1 << 20])
@@ -139,5 +142,7 @@ def test_a_stored_cursor_of_another_type_starts_without_one(tmp_path, stored):
     positions.advance({"journal": stored})
     positions.save(force=True)
     config = load_config({}, loki_url="http://127.0.0.1:9", state_path=tmp_path / "state.json")
-    source = JournaldSource(Shared(config, Backlog(), Positions(tmp_path), LabelMaker(config), threading.Event()))
+    source = JournaldSource(
+        Shared(config, Backlog(), Positions(tmp_path), LabelMaker(config), threading.Event(), start_daemon)
+    )
     assert source.cursor is None

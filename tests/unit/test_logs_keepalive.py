@@ -146,3 +146,36 @@ def test_tls_is_verified_with_the_configured_ca_and_refused_without_it(tmp_path)
         post(system_cas)
     system_cas.close()
     server.close()
+
+
+@pytest.mark.parametrize(
+    "drip",
+    [
+        b"HTTP/1.1 200 OK\r\nX-Slow: " + b"x" * 200,  # a head a byte at a time
+        b"HTTP/1.1 100 Continue\r\n\r\n" * 20,  # 1xx heads without end
+    ],
+)
+def test_one_deadline_holds_a_dripping_or_endless_answer(drip):
+    """Each byte comes well within the socket timeout: only the push's one deadline ends it
+    (the server closes after all its bytes, 4 s and more: an unbounded read meets that end)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)
+            for byte in drip:
+                try:
+                    conn.sendall(bytes([byte]))
+                except OSError:
+                    return  # the client gave up
+                threading.Event().wait(0.02)
+
+    threading.Thread(target=serve, daemon=True).start()
+    conn = KeepAliveConnection("127.0.0.1", listener.getsockname()[1], None, timeout_s=1.0)
+    try:
+        with pytest.raises(TimeoutError):  # not the end of the bytes, 4 s and more later
+            conn.post("/loki/api/v1/push", {}, b"{}", 1024)
+    finally:
+        conn.close()
+        listener.close()

@@ -22,6 +22,7 @@ from faden_agent.workers.logs.sources.journald.source import field_text
 from faden_agent.workers.logs.sources.managed import ManagedNames
 from faden_agent.workers.logs.sources.ray.tail import parse_ray_ts_ns
 from faden_agent.workers.logs.stamps import parse_rfc3339_ns
+from faden_agent.workers.threads import start_daemon
 
 
 def entry(i: int, stream=(("job", "x"),), size: int = 0) -> Entry:
@@ -273,7 +274,8 @@ def test_container_lines_sharing_a_nanosecond_stamp_are_all_shipped(tmp_path):
     config = load_config({"FADEN_NODE_AGENT_STATE_PATH": str(tmp_path / "state.json")})
     backlog = Backlog()
     source = ContainersSource(
-        Shared(config, backlog, Positions(tmp_path), LabelMaker(config), threading.Event()), ManagedNames()
+        Shared(config, backlog, Positions(tmp_path), LabelMaker(config), threading.Event(), start_daemon),
+        ManagedNames(),
     )
     stamp = b"2026-11-29T23:00:00.000000005Z "
     follower = ContainerFollower(

@@ -57,7 +57,11 @@ def gpu_section(with_health: bool) -> dict:
             "remapped_rows": {"correctable": 4, "uncorrectable": 5, "pending": False, "failure": False},
             "nvlink": {"links": [], "errors": {"replay": 6, "recovery": 0, "crc_flit": 7, "crc_data": 0}},
             "pcie": {"replay": 8, "width": 16},
-            "usage": {"ecc_corrected_volatile": 9, "clock_events_active_s": {"hw_slowdown": 12.5}},
+            "usage": {
+                "ecc_corrected_volatile": 9,
+                "clock_events_active_s": {"hw_slowdown": 12.5},
+                "xid_totals": {"79": 2},  # ever seen: the log above keeps only the last 16
+            },
         }
         section["devices"][1]["health"] = {"verdict": "failed", "reasons": ["gpu_lost"]}
         section["health"] = {"verdict": "failed", "reasons": ["gpu 1: gpu_lost"]}

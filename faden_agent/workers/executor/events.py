@@ -13,7 +13,6 @@ from faden_agent.backoff import Backoff
 from faden_agent.reports.producer import Reports
 from faden_agent.workers.executor.docker_ops import DockerOps
 from faden_agent.workers.executor.reconcile import Seen, reconcile, snapshot
-from faden_agent.workers.threads import start_daemon
 
 log = logging.getLogger(__name__)
 
@@ -55,17 +54,17 @@ class EventWatcher:
         ops: DockerOps,
         reports: Reports,
         is_adopted: Callable[[str], bool],
-        stop_event: threading.Event | None = None,
-    ):
+        stop_event: threading.Event,
+    ) -> None:
         self.ops = ops
         self.reports = reports
         self.meta = reports.outbox
         self.is_adopted = is_adopted
-        self.stop_event = stop_event or threading.Event()
+        self.stop_event = stop_event
         self.connected = False
         self.seen = Seen(self.meta)
 
-    def start(self, start_thread: Callable[..., threading.Thread] = start_daemon) -> None:
+    def start(self, start_thread: Callable[..., threading.Thread]) -> None:
         if self.meta.get_meta(SINCE_KEY) is None:
             self.meta.set_meta(SINCE_KEY, f"{time.time():.9f}")  # first start: from now on
         start_thread("docker-events", self._loop)
@@ -109,8 +108,7 @@ class EventWatcher:
         raise ConnectionError("the event stream ended")
 
     def _reconcile(self, replayed: dict[str, dict[str, list[int]]]) -> None:
-        label = f"{protocol.LABEL_MANAGED}=true"
-        containers = {c.id: c for c in self.ops.managed_containers(label)}
+        containers = {c.id: c for c in self.ops.managed_containers()}
         for container_id in self.seen.snapshots:
             if container_id not in containers and self.is_adopted(container_id):
                 adopted = self.ops.find(container_id)

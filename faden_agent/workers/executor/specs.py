@@ -131,6 +131,19 @@ def ports(key: str, value: Any) -> dict[str, Any]:
     return out
 
 
+def port(key: str, value: Any) -> int:
+    if not _int64(value) or not 0 < value < 65536:
+        raise SpecError(f"{quote(key)} must be a port from 1 to 65535, got {quote(value)}")
+    return value
+
+
+def url_path(key: str, value: Any) -> str:
+    string(key, value)
+    if not value.startswith("/") or len(value) > 256 or any(c.isspace() or ord(c) < 32 for c in value):
+        raise SpecError(f"{quote(key)} must be a URL path like '/metrics' (at most 256 characters), got {quote(value)}")
+    return value
+
+
 def mounts(key: str, value: Any) -> list[dict[str, Any]]:
     if not isinstance(value, list):
         raise SpecError(f"{quote(key)} must be a list of {{type, source, target, read_only}}, got {quote(value)}")

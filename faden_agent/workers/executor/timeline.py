@@ -8,13 +8,14 @@ from faden_agent import protocol, testhooks
 from faden_agent.disk.diskfull import DiskFull
 from faden_agent.reports.producer import Reports
 from faden_agent.workers.executor.journal import Entry, Journal
+from faden_agent.workers.executor.kinds import KINDS
 
 PROGRESS_STEPS_PER_ATTEMPT = 1_000_000
 
 
 def known_kind(kind: str) -> str:
-    """The kind as a metric label: one of the protocol's kinds, else "other"."""
-    return kind if kind in protocol.COMMAND_KINDS else "other"
+    """The kind as a metric label: one of the registered kinds, else "other"."""
+    return kind if kind in KINDS else "other"
 
 
 def _count(counts: dict[str, int], key: str) -> None:

@@ -13,7 +13,6 @@ from typing import Any
 from faden_agent import protocol
 from faden_agent.backoff import Backoff
 from faden_agent.dockerclient import make_client
-from faden_agent.workers.threads import start_daemon
 
 log = logging.getLogger(__name__)
 
@@ -48,16 +47,14 @@ def is_change(event: dict[str, Any]) -> bool:
 
 
 class DockerChangeWatcher:
-    def __init__(
-        self, docker_host: str | None, on_change: Callable[[], None], stop_event: threading.Event | None = None
-    ):
+    def __init__(self, docker_host: str | None, on_change: Callable[[], None], stop_event: threading.Event) -> None:
         self.docker_host = docker_host
         self.on_change = on_change
-        self.stop_event = stop_event or threading.Event()  # the worker's one stop event
+        self.stop_event = stop_event  # the worker's one stop event
         self._stream: Any = None
         self.thread: threading.Thread | None = None
 
-    def start(self, start_thread: Callable[..., threading.Thread] = start_daemon) -> None:
+    def start(self, start_thread: Callable[..., threading.Thread]) -> None:
         self.thread = start_thread("inventory-docker-events", self._run)
 
     def stop(self) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 MAX_ITEMS = 64
 GPU_FIGURES = ("memory_used", "memory_free", "utilization_gpu", "temperature_c", "power_draw_w")
 GPU_NAMES = ("uuid", "pci_bus_id", "name")  # the info family's labels; uuid on every GPU series
-MAX_XID_CODES = 16  # the Xid log keeps 16 events per GPU: at most that many codes
+MAX_XID_CODES = 64  # Xid codes counted per GPU (gpu_xids.MAX_CODES)
 
 
 def _present(item: dict[str, Any]) -> dict[str, Any]:
@@ -46,12 +46,9 @@ def gpu_errors(health: Any) -> dict[str, Any] | None:
     remapped rows, NVLink and PCIe errors, and seconds each clock event has been active."""
     if not isinstance(health, dict):
         return None
-    xids: dict[str, int] = {}
-    for entry in health.get("xid") or []:
-        if isinstance(entry, dict) and entry.get("event") == "xid" and len(xids) < MAX_XID_CODES:
-            code = str(entry.get("code"))
-            xids[code] = xids.get(code, 0) + 1
     usage = health.get("usage") or {}
+    totals = usage.get("xid_totals")
+    xids = dict(list(totals.items())[:MAX_XID_CODES]) if isinstance(totals, dict) else {}
     ecc = health.get("ecc_errors") or {}
     retired = health.get("retired_pages") or {}
     remapped = health.get("remapped_rows") or {}
@@ -99,9 +96,21 @@ def peer_gauges(traffic: Any) -> list[dict[str, Any]]:
     return out
 
 
+def container_gpu_gauges(docker: Any) -> list[dict[str, Any]]:
+    """Per managed container and GPU: memory used and SM utilisation (gpu_containers.py)."""
+    out = []
+    containers = docker.get("containers") if isinstance(docker, dict) else None
+    for container in containers if isinstance(containers, list) else []:
+        for use in ((container.get("usage") or {}).get("gpus") or []) if isinstance(container, dict) else []:
+            figures = {key: use.get(key) for key in ("index", "uuid", "used_memory", "utilization_sm")}
+            out.append(_present({"container": str(container.get("name"))[:128], **figures}))
+    return out[:MAX_ITEMS]
+
+
 def gauges(sections: dict[str, Any] | None, traffic: dict[str, Any] | None) -> dict[str, Any]:
     sections = sections or {}
     return {
+        "containers_gpu": container_gpu_gauges(sections.get("docker")),
         "gpu": gpu_gauges(sections.get("gpu")),
         "disks": disk_gauges(sections.get("disks")),
         "peers": peer_gauges(traffic),

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from faden_agent.workers.inventory.gpu_containers import container_of_pid
 from faden_agent.workers.inventory.gpu_evidence import seen_at
 from faden_agent.workers.inventory.gpu_health import HealthReader, node_health
 from faden_agent.workers.inventory.kernel_xids import bus_key
@@ -250,11 +251,14 @@ class GpuProbe:
         function = self.hung_call()
         section = copy.deepcopy(last) if last else unavailable(f"NVML call hung: {function}")
         reading = self._reading
-        for device in section.get("devices") or []:
+        devices = section.get("devices") or []
+        for device in devices:
             hung = function if device["index"] == reading else None
             device["health"] = self.health.stale(device.get("uuid"), device.get("health"), hung)
-        problem = f"NVML call hung: {function}" if reading is None else None
-        section["health"] = node_health(section.get("devices") or [], section.get("missing") or [], problem)
+        # the node's own: no GPU being read, or one the last good read did not have
+        on_node = reading is None or all(device["index"] != reading for device in devices)
+        problem = f"NVML call hung: {function}" + (f" (GPU {reading})" if reading is not None else "")
+        section["health"] = node_health(devices, section.get("missing") or [], problem if on_node else None)
         return section
 
     def _usage(self, handle: Any, memory: Any, ecc: dict[str, Any] | None) -> dict[str, Any]:
@@ -328,11 +332,32 @@ class GpuProbe:
             ("graphics", nvml.nvmlDeviceGetGraphicsRunningProcesses),
         ):
             for proc in self._optional(fn, handle) or ():
-                entry = found.setdefault(proc.pid, {"pid": proc.pid, "name": process_name(proc.pid), "types": []})
+                entry = found.setdefault(
+                    proc.pid,
+                    {
+                        "pid": proc.pid,
+                        "name": process_name(proc.pid),
+                        "container_id": container_of_pid(proc.pid),
+                        "types": [],
+                    },
+                )
                 entry["types"].append(kind)
                 used = getattr(proc, "usedGpuMemory", None)
                 entry["usage"] = {"used_memory": used if isinstance(used, int) else None}
+        for pid, sm in self._process_utilization(handle).items():
+            if pid in found:
+                found[pid]["usage"]["utilization_sm"] = sm
         return [found[pid] for pid in sorted(found)]
+
+    def _process_utilization(self, handle: Any) -> dict[int, int]:
+        """pid -> SM utilisation (%) of NVML's per-process samples; none where the GPU keeps
+        none, or no process ran since (the driver answers NOT_FOUND then)."""
+        nvml = self.nvml
+        try:
+            samples = nvml.nvmlDeviceGetProcessUtilization(handle, 0)
+        except (nvml.NVMLError, AttributeError):
+            return {}
+        return {s.pid: s.smUtil for s in samples or () if isinstance(getattr(s, "smUtil", None), int)}
 
 
 def process_name(pid: int) -> str | None:

@@ -15,7 +15,6 @@ from typing import Any
 from faden_agent.workers.inventory.gpu import load_pynvml, nvml_text
 from faden_agent.workers.inventory.gpu_health import LOST_CODES
 from faden_agent.workers.inventory.gpu_xids import ERROR_EVENTS, XidLog, handle_key
-from faden_agent.workers.threads import start_daemon
 
 log = logging.getLogger(__name__)
 
@@ -30,20 +29,20 @@ class GpuErrorWatcher:
     def __init__(
         self,
         on_change: Callable[[], None],
+        stop_event: threading.Event,  # the worker's one stop event
         nvml: Any = None,
-        stop_event: threading.Event | None = None,
         xids: XidLog | None = None,
-    ):
+    ) -> None:
         self.on_change = on_change
         self.nvml = nvml
         self.xids = xids or XidLog()
         self.watching = 0  # GPUs registered for events
         self.lost: set[int] = set()  # GPU indexes left out of the set: lost at registration
         self._uuids: dict[int, str] = {}  # device handle -> UUID, for the events' device
-        self.stop_event = stop_event or threading.Event()  # the worker's one stop event
+        self.stop_event = stop_event
         self.thread: threading.Thread | None = None
 
-    def start(self, start_thread: Callable[..., threading.Thread] = start_daemon) -> None:
+    def start(self, start_thread: Callable[..., threading.Thread]) -> None:
         # Finite: with no NVML, no GPU or no GPU that supports events it ends quietly.
         self.thread = start_thread("inventory-gpu-events", self._run, finite=True)
 

@@ -1,5 +1,5 @@
 """GPU evidence that survives restarts (gpu-evidence.json in the state directory): per GPU
-ever seen its index, bus id and when last seen, its last verdict, its Xid log and counter
+ever seen its index, bus id and when last seen, its last verdict, its Xid log and totals, counter
 baselines; the kernel log's cursor. Written atomically (0600) only when it changed; bounded
 (MAX_GPUS, MAX_BYTES); a corrupt file is moved aside, reported, and started afresh.
 """
@@ -103,6 +103,7 @@ def gather(probe: Any, verdicts: dict[str, str]) -> dict[str, dict[str, Any]]:
             "seen_at": seen.get("at"),
             "verdict": verdicts.get(uuid),
             "xid": logged.get(uuid, []),
+            "xid_totals": probe.health.xids.totals(uuid),
             **baselines.get(uuid, {}),
         }
         for uuid, seen in probe.seen.items()
@@ -116,4 +117,5 @@ def restore(evidence: Evidence, probe: Any, verdicts: dict[str, str]) -> None:
         if gpu.get("verdict") in ("ok", "degraded", "failed"):
             verdicts[uuid] = gpu["verdict"]
         probe.health.xids.restore(uuid, gpu.get("xid") or [])
+        probe.health.xids.restore_totals(uuid, gpu.get("xid_totals"))
         probe.health.restore(uuid, gpu)

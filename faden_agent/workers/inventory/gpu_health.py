@@ -167,6 +167,7 @@ class HealthReader:
             "ecc_corrected_aggregate": values["ecc_corrected_aggregate"],
             "pcie_gen": call("nvmlDeviceGetCurrPcieLinkGeneration"),
             "clock_events_active_s": clock_events,
+            "xid_totals": self.xids.totals(uuid),  # a counter: under usage, out of the hash
         }
         track.health = _ordered(health)
         return track.health

@@ -13,6 +13,7 @@ from typing import Any
 from faden_agent.workers.inventory import gpu_rules
 
 XID_KEEP = 16  # last Xid events kept per GPU
+MAX_CODES = 64  # distinct Xid codes counted per GPU (the catalogue has about 170)
 SAME_XID_S = 10.0  # NVML's event and the kernel's line of one Xid are this close in time
 
 # The error events of NVML's event set, by the pynvml name of their type bit.
@@ -50,6 +51,7 @@ class XidLog:
         self.hold_s = hold_s  # a repeat after this long is news again (GPU_XID_HOLD_SEC)
         self._lock = threading.Lock()
         self._events: dict[str, collections.deque[dict[str, Any]]] = {}
+        self._totals: dict[str, dict[int, int]] = {}  # Xids seen per code: /metrics' counter
 
     def add(self, uuid: str, event: str, code: int, at: float, source: str = "nvml") -> bool:
         """Keeps the event; True when it can change the GPU's verdict and is the first of
@@ -65,7 +67,21 @@ class XidLog:
             if len(log) >= self.keep:  # a storm of application Xids must not push out a fatal one
                 log.remove(next((e for e in log if not counts(e["event"], e["code"])), log[0]))
             log.append({"event": event, "code": code, "at": at, "source": source})
+            totals = self._totals.setdefault(uuid, {})
+            if event == "xid" and (code in totals or len(totals) < MAX_CODES):
+                totals[code] = totals.get(code, 0) + 1
         return counts(event, code) and not repeated
+
+    def totals(self, uuid: str | None) -> dict[str, int]:
+        """Xids seen on the GPU per code, ever (kept across restarts): never decreases."""
+        with self._lock:
+            return {str(code): n for code, n in sorted(self._totals.get(uuid or "", {}).items())}
+
+    def restore_totals(self, uuid: str, totals: Any) -> None:
+        found = totals.items() if isinstance(totals, dict) else ()
+        kept = {int(c): n for c, n in found if str(c).isdigit() and isinstance(n, int) and n >= 0}
+        with self._lock:
+            self._totals[uuid] = dict(list(kept.items())[:MAX_CODES])
 
     def of(self, uuid: str | None) -> list[dict[str, Any]]:
         with self._lock:

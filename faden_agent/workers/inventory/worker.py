@@ -10,6 +10,7 @@ from typing import Any
 
 from faden_agent import protocol
 from faden_agent.disk.files import quarantine_record_id
+from faden_agent.dockerclient import make_client
 from faden_agent.node import backend_accepts
 from faden_agent.node.backend_accepts import BackendAccepts
 from faden_agent.protocol.inventory import ACCEPTS_CHANGES
@@ -28,9 +29,11 @@ from faden_agent.workers.inventory.kernel_xids import KernelXidReader
 from faden_agent.workers.inventory.record import UNCHANGED, RecordEmitter, full_record_id
 from faden_agent.workers.inventory.traffic.report import TrafficReporter
 from faden_agent.workers.inventory.wire_form import wire_form
+from faden_agent.workers.inventory.workloads.watcher import FILTERS, WorkloadWatcher
 
 log = logging.getLogger(__name__)
 
+SCRAPE_LIST_TIMEOUT_S = 30  # listing the containers to scrape; a stuck engine delays only that thread
 SETTLE_S = 1.0  # a burst of events (create, start, ...) becomes one record
 
 
@@ -105,13 +108,14 @@ class InventoryWorker(Worker):
         self._kernel_started = False
         self._restore_gpu_evidence()
         self.watchers: list[DockerChangeWatcher | GpuErrorWatcher] = [
-            DockerChangeWatcher(self.config.docker_host, self._changed.set, stop_event=self.stop_event),
-            GpuErrorWatcher(self._changed.set, stop_event=self.stop_event, xids=xids),
+            DockerChangeWatcher(self.config.docker_host, self._changed.set, self.stop_event),
+            GpuErrorWatcher(self._changed.set, self.stop_event, xids=xids),
         ]
         self.start_thread("inventory-collect", self._collect_loop)
         for watcher in self.watchers:
             watcher.start(self.start_thread)
         self._start_traffic()
+        self._start_workloads()
 
     def _start_kernel_xids(self) -> None:
         """The kernel's Xid lines, once a GPU was ever seen (its bus id places them): none
@@ -152,6 +156,25 @@ class InventoryWorker(Worker):
             self.start_thread("inventory-tcp-closed", self.traffic.listen, self.stop_event, finite=True)
         self.start_thread("inventory-traffic", self.traffic.run, self.stop_event, self.config.traffic_interval_sec)
 
+    def _start_workloads(self) -> None:
+        """Forward progress of the managed serving containers (workloads/watcher.py): here,
+        not in the executor, whose threads may block only on dockerd; scraping is a periodic
+        observation like the other probes, and its status reaches /metrics the same way."""
+        client: list[Any] = []
+
+        def list_containers() -> list[dict[str, Any]]:
+            if not client:
+                client.append(make_client(self.config.docker_host, timeout_s=SCRAPE_LIST_TIMEOUT_S))
+            return client[0].api.containers(filters=FILTERS)
+
+        self.workloads = WorkloadWatcher(
+            list_containers,
+            lambda data, record_id: self.reports.put(protocol.EVENT, data, record_id=record_id),
+            self.config.workload_scrape_sec,
+            self.config.workload_stall_sec,
+        )
+        self.start_thread("inventory-workloads", self.workloads.run, self.stop_event)
+
     def _collect_loop(self) -> None:
         while not self.stop_event.is_set():
             try:
@@ -179,6 +202,7 @@ class InventoryWorker(Worker):
             "traffic_records": self.traffic.sent,
             "kernel_xids": self._kernel_status(),
             "gauges": gauges(self.reporter.sections, self.traffic.last_sample),
+            "workloads": self.workloads.status(),
         }
 
     def _kernel_status(self) -> dict[str, Any] | None:

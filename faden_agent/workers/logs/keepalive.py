@@ -1,10 +1,11 @@
-"""One keep-alive HTTP/1.1 connection for Loki pushes: POST a body, read a short answer."""
+"""One keep-alive HTTP/1.1 connection for Loki pushes: POST a body, read a short answer,
+the whole exchange (connect, body, 1xx heads, answer) within one deadline per push."""
 
 from __future__ import annotations
 
-import io
 import socket
 import ssl
+import time
 from typing import NamedTuple
 
 MAX_LINE_BYTES = 65536  # one status or header line
@@ -22,6 +23,43 @@ class Reply(NamedTuple):
     reusable: bool  # read to its end and the server keeps the connection open
 
 
+class _Reader:
+    """Buffered reads of a socket that end at a deadline however the bytes drip in (a
+    socket timeout bounds one recv only; a head sent a byte at a time never ends)."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        self.buffer = bytearray()
+        self.deadline = float("inf")  # time.monotonic(); set for each push
+
+    def _fill(self) -> bool:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("no whole answer before the push's deadline")
+        self.sock.settimeout(left)
+        chunk = self.sock.recv(65536)
+        self.buffer += chunk
+        return bool(chunk)
+
+    def readline(self, limit: int) -> bytes:
+        """Up to and including the next newline, at most limit bytes; b"" at the end."""
+        while True:
+            end = self.buffer.find(b"\n", 0, limit)
+            if end >= 0 or len(self.buffer) >= limit or not self._fill():
+                size = end + 1 if end >= 0 else min(limit, len(self.buffer))
+                line = bytes(self.buffer[:size])
+                del self.buffer[:size]
+                return line
+
+    def read(self, size: int) -> bytes:
+        """size bytes, fewer when the connection ends first."""
+        while len(self.buffer) < size and self._fill():
+            pass
+        data = bytes(self.buffer[:size])
+        del self.buffer[:size]
+        return data
+
+
 class KeepAliveConnection:
     def __init__(self, host: str, port: int | None, tls: ssl.SSLContext | None, timeout_s: float):
         self.host = host
@@ -31,17 +69,24 @@ class KeepAliveConnection:
         name = f"[{host}]" if ":" in host else host  # an IPv6 literal
         self._host_line = f"Host: {name}{'' if port is None else f':{port}'}\r\n".encode()
         self._sock: socket.socket | None = None
-        self._file: io.BufferedReader | None = None
+        self._file: _Reader | None = None
 
     def post(self, path: str, headers: dict[str, str], body: bytes, limit: int) -> Reply:
         """Send one request (connecting first if needed) and read its answer, the body up to
-        limit + 1 bytes. Raises OSError (ConnectionError when a kept-alive connection turns
-        out closed) or BadAnswer; the caller closes the connection then."""
+        limit + 1 bytes, all within timeout_s. Raises OSError (TimeoutError past it,
+        ConnectionError when a kept-alive connection turns out closed) or BadAnswer; the
+        caller closes the connection then."""
+        deadline = time.monotonic() + self.timeout_s
         if self._sock is None:
             self._connect()
         assert self._sock is not None and self._file is not None
+        self._file.deadline = deadline
         head = f"POST {path} HTTP/1.1\r\n".encode() + self._host_line
         head += "".join(f"{name}: {value}\r\n" for name, value in headers.items()).encode("latin-1")
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("connected only after the push's deadline")
+        self._sock.settimeout(left)  # sendall: the whole of it within what is left
         self._sock.sendall(head + b"Content-Length: %d\r\n\r\n" % len(body) + body)
         while True:
             version, status, answer_headers = self._read_head()
@@ -52,8 +97,6 @@ class KeepAliveConnection:
         return Reply(status, answer_headers, body, complete and keep)
 
     def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
         if self._sock is not None:
             self._sock.close()
         self._sock = self._file = None
@@ -67,7 +110,7 @@ class KeepAliveConnection:
         except BaseException:
             sock.close()
             raise
-        self._sock, self._file = sock, sock.makefile("rb")
+        self._sock, self._file = sock, _Reader(sock)
 
     def _line(self) -> bytes:
         assert self._file is not None

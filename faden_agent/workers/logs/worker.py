@@ -44,12 +44,12 @@ class LogsWorker(Worker):
         self.shipper = Shipper(self.config, self.backlog, self.positions, self.stop_event)
         labels = LabelMaker(self.config)
         managed = ManagedNames()  # listed by the containers source; the Ray source's retention reads it
-        shared = Shared(self.config, self.backlog, self.positions, labels, self.stop_event)
+        shared = Shared(self.config, self.backlog, self.positions, labels, self.stop_event, self.start_thread)
         self.containers = ContainersSource(shared, managed)
         self.sources: list[Source] = [JournaldSource(shared), self.containers, RaySource(shared, managed)]
         self.start_thread("logs-shipper", self.shipper.run)
         for source in self.sources:
-            source.start(self.start_thread)
+            source.start()
 
     def channels(self) -> list[Channel]:
         self.requests = Channel.bind(zmq.REP, self.endpoints.logs)

@@ -3,11 +3,10 @@
 registers its CommandKinds (kinds.py). A new family is a new module here, imported below.
 """
 
-from faden_agent import protocol
 from faden_agent.workers.executor.commands import command, container, image, node, traffic  # noqa: F401 - each registers its kinds
 from faden_agent.workers.executor.commands.frame import Commands
 from faden_agent.workers.executor.kinds import KINDS
 
-assert set(KINDS) == set(protocol.COMMAND_KINDS), "protocol.COMMAND_KINDS and the registered kinds disagree"
+COMMAND_KINDS = tuple(KINDS)  # every kind a family module registered, in their order
 
-__all__ = ["KINDS", "Commands"]
+__all__ = ["COMMAND_KINDS", "KINDS", "Commands"]

@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from faden_agent import protocol, testhooks
+from faden_agent.failure import Cancelled
 from faden_agent.workers.executor import specs
 from faden_agent.workers.executor.commands.frame import Commands
 from faden_agent.workers.executor.commands.image import PEER_OPTIONS, pull_or_fetch
-from faden_agent.workers.executor.docker_ops import Cancelled, CommandFailed
+from faden_agent.workers.executor.docker_ops import CommandFailed
 from faden_agent.workers.executor.host_policy import PolicyDenied
 from faden_agent.workers.executor.kinds import COMMON, CommandKind, register
 from faden_agent.workers.executor.log_handoff import DRAIN_TIMEOUT_S, hand_over_logs
@@ -251,6 +252,10 @@ def _labels(commands: Commands, job: Job) -> dict[str, str]:
         labels[protocol.LABEL_WORKLOAD] = spec["workload"]
     if spec["ray"]:
         labels[protocol.LABEL_RAY] = "true"
+    if spec["metrics_port"]:  # the inventory scrapes it for forward progress (workloads/watcher.py)
+        labels[protocol.LABEL_METRICS_PORT] = str(spec["metrics_port"])
+        if spec["metrics_path"]:
+            labels[protocol.LABEL_METRICS_PATH] = spec["metrics_path"]
     return labels
 
 
@@ -345,6 +350,8 @@ RUN_OPTIONS: dict[str, tuple[specs.Check, Any]] = {
     "cluster": (specs.string, None),
     "workload": (specs.string, None),
     "ray": (specs.boolean, False),
+    "metrics_port": (specs.port, None),
+    "metrics_path": (specs.url_path, None),
     "auth": (specs.auth, None),
     "pull": (specs.choice("missing", "always", "never"), "missing"),
     "replace": (specs.boolean, False),

@@ -13,18 +13,19 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from faden_agent import protocol
-from faden_agent.disk.diskspace import NoSpace, require_space
+from faden_agent.disk.diskspace import NoSpace, SpaceWatch, require_space
 from faden_agent.errorline import error_line
+from faden_agent.failure import Cancelled, Stopped
 from faden_agent.http.answerbody import AnswerUnread, read_json_object
-from faden_agent.ipc.control import ask_to_serve
-from faden_agent.peer.fetch import PeerFailure, Stopped, Transfer, check_space, local_image, tag_image
+from faden_agent.peer.fetch import PeerFailure, Transfer, check_space, local_image, tag_image
 from faden_agent.peer.server import byte_limit, holder_stream
 from faden_agent.peer.tickets import Ticket, TicketBox
 from faden_agent.protocol import quote
 from faden_agent.workers.executor import specs
 from faden_agent.workers.executor.commands.frame import Commands
-from faden_agent.workers.executor.docker_ops import Cancelled, CommandFailed, translated
+from faden_agent.workers.executor.docker_ops import CommandFailed, translated
 from faden_agent.workers.executor.kinds import COMMON, CommandKind, register
+from faden_agent.workers.executor.peer_start import ask_to_serve
 from faden_agent.workers.executor.prune import prune
 from faden_agent.workers.executor.pull_size import missing_bytes
 from faden_agent.workers.executor.scheduler import Job
@@ -232,6 +233,7 @@ def fetch_from_peers(
                 check_space(api, size)
             except NoSpace as exc:
                 raise no_space(exc) from None
+        watch = SpaceWatch(api, f"fetching {image_id[:19]} from peers")  # a size told can still be wrong
         failures: list[PeerFailure] = []
         for peer in sources:
             commands.check(job)
@@ -244,9 +246,12 @@ def fetch_from_peers(
                 job.should_stop,
                 limit,
                 job.on_abort,
+                watch.wrote,
             )
             try:
                 delivered = transfer.run(peer)
+            except NoSpace as exc:  # no other peer changes that
+                raise no_space(exc) from None
             except PeerFailure as failure:  # whatever it was, the next peer is tried
                 log.warning("command %s: %s", job.id, failure.message)
                 failures.append(failure)

@@ -70,8 +70,9 @@ def _undrain(commands: Commands, job: Job) -> dict[str, Any]:
 def _drain(commands: Commands, job: Job) -> dict[str, Any]:
     spec, state_dir = job.spec, commands.config.state_dir
     request_id = spec.get("request_id")
+    # Cordoned first: a drain that fails (the engine down) leaves a machine nothing is placed on.
+    drainstate.update(state_dir, state=protocol.CORDONED, command_id=job.id, request_id=request_id, containers={})
     if not spec["stop"]:
-        drainstate.update(state_dir, state=protocol.CORDONED, command_id=job.id, request_id=request_id, containers={})
         return {"state": protocol.CORDONED, "message": "cordoned: nothing new is placed here; containers keep running"}
     targets, absent = _targets(commands, spec["containers"])
     phases = {c.name: "stopping" for c in targets}

@@ -19,7 +19,6 @@ from faden_agent.workers.logs.backlog import Backlog
 from faden_agent.workers.logs.labels import LabelMaker
 from faden_agent.workers.logs.positions import Positions
 from faden_agent.workers.logs.report import report_event
-from faden_agent.workers.threads import start_daemon
 
 # With no stored position a source starts this far back, not at the start of history.
 FIRST_START_WINDOW_S = 3600
@@ -54,13 +53,14 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class Shared:
     """What the worker gives every source: the settings, the backlog it feeds, the positions it
-    resumes from, the label maker and the worker's stop event."""
+    resumes from, the label maker, the worker's stop event and its thread starter."""
 
     config: Config
     backlog: Backlog
     positions: Positions
     labels: LabelMaker
     stop_event: threading.Event
+    start_thread: Callable[..., threading.Thread]  # the worker's supervised starter (workers/threads.py)
 
 
 class Source:
@@ -77,16 +77,14 @@ class Source:
         self._reported_at = -LOSS_REPORT_S  # the first loss is reported at once
         self._loss_lock = threading.Lock()  # readers count, the worker's loop reports
         self.last_error = ""
-        self.start_thread: Callable[..., threading.Thread] = start_daemon
+        self.start_thread = shared.start_thread  # for the reader, and for threads of its own
         self.thread: threading.Thread | None = None
 
     kind = "source"
 
-    def start(self, start_thread: Callable[..., threading.Thread] = start_daemon) -> None:
-        """Run the reader on a thread; the worker passes its supervised starter (which the
-        reader also uses for threads of its own)."""
-        self.start_thread = start_thread
-        self.thread = start_thread(self.name, self.run)
+    def start(self) -> None:
+        """Run the reader on a thread of its own."""
+        self.thread = self.start_thread(self.name, self.run)
 
     def run(self) -> None:
         while not self.stop_event.is_set():

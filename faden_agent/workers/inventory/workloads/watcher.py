@@ -1,0 +1,133 @@
+"""The inventory's thread that scrapes managed serving containers: every WORKLOAD_SCRAPE_SEC
+it lists the managed containers labelled with a metrics port, scrapes them one at a time
+(scrape.py), reports workload.stalled / workload.recovered (progress.py), and keeps each
+one's scrape state and endpoint for status, /metrics and Prometheus discovery."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from faden_agent import protocol
+from faden_agent.workers.inventory.workloads.progress import Progress
+from faden_agent.workers.inventory.workloads.scrape import ScrapeFailed, scrape
+
+log = logging.getLogger(__name__)
+
+SCRAPE_TIMEOUT_S = 5.0  # each scrape's whole exchange; a round of N hung endpoints takes N times it
+MAX_CONTAINERS = 64
+MAX_PATH = 256
+FILTERS = {"label": [f"{protocol.LABEL_MANAGED}=true", protocol.LABEL_METRICS_PORT]}
+
+Emit = Callable[[dict[str, Any], str], Any]  # (event data, record id)
+
+
+def endpoint(summary: dict[str, Any]) -> tuple[str, int, str] | str:
+    """(host, port, path) of a container from Docker's list entry, or why there is none."""
+    labels = summary.get("Labels") or {}
+    port_text = labels.get(protocol.LABEL_METRICS_PORT, "")
+    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        return f"label {protocol.LABEL_METRICS_PORT} is not a port: {port_text[:20]!r}"
+    path = labels.get(protocol.LABEL_METRICS_PATH) or "/metrics"
+    if not path.startswith("/") or len(path) > MAX_PATH or any(c.isspace() or ord(c) < 32 for c in path):
+        return f"label {protocol.LABEL_METRICS_PATH} is not a URL path"
+    if (summary.get("HostConfig") or {}).get("NetworkMode") == "host":
+        return "127.0.0.1", int(port_text), path
+    networks = (summary.get("NetworkSettings") or {}).get("Networks") or {}
+    address = next((n.get("IPAddress") for n in networks.values() if isinstance(n, dict) and n.get("IPAddress")), None)
+    if not address:
+        return "the container has no IP address (not running, or no network)"
+    return address, int(port_text), path
+
+
+class WorkloadWatcher:
+    def __init__(
+        self, list_containers: Callable[[], list[dict[str, Any]]], emit: Emit, interval_s: float, stall_s: float
+    ):
+        self.list_containers = list_containers
+        self.emit = emit
+        self.interval_s = interval_s
+        self.stall_s = stall_s
+        self.progress: dict[str, Progress] = {}
+        self.state: dict[str, dict[str, Any]] = {}  # by container id: name, labels, endpoint, scrape outcome
+        self.rounds = 0
+        self.list_error: str | None = None
+
+    def run(self, stop_event: threading.Event) -> None:
+        while not stop_event.is_set():
+            started = time.monotonic()
+            self.round()
+            stop_event.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
+
+    def round(self) -> None:
+        try:
+            summaries = self.list_containers()[:MAX_CONTAINERS]
+            self.list_error = None
+        except Exception as exc:  # noqa: BLE001 - the engine is away: keep the state, try next round
+            self.list_error = f"{type(exc).__name__}: {str(exc)[:200]}"
+            return
+        present = {s["Id"] for s in summaries if s.get("Id")}
+        for gone in set(self.state) - present:
+            self.state.pop(gone, None)
+            self.progress.pop(gone, None)
+        for summary in summaries:
+            if summary.get("Id"):
+                self._scrape_one(summary)
+        self.rounds += 1
+
+    def _scrape_one(self, summary: dict[str, Any]) -> None:
+        container_id = summary["Id"]
+        labels = summary.get("Labels") or {}
+        names = summary.get("Names") or ["/" + container_id[:12]]
+        entry = self.state.setdefault(container_id, {})
+        entry.update(
+            name=names[0].lstrip("/"),
+            cluster=labels.get(protocol.LABEL_CLUSTER),
+            workload=labels.get(protocol.LABEL_WORKLOAD),
+        )
+        target = endpoint(summary)
+        if isinstance(target, str):
+            self._failed(entry, "no_endpoint", target)
+            return
+        host, port, path = target
+        entry["endpoint"] = {"address": f"{host}:{port}", "path": path}
+        try:
+            samples = scrape(host, port, path, min(SCRAPE_TIMEOUT_S, self.interval_s))
+        except ScrapeFailed as exc:
+            self._failed(entry, exc.reason, str(exc))
+            return
+        entry.update(scrape="ok", message=None)
+        progress = self.progress.setdefault(container_id, Progress(self.stall_s))
+        now = time.time()
+        change = progress.update(samples, now)
+        entry.update(engine=progress.last["engine"], in_flight=progress.last["in_flight"])
+        entry["stalled"] = progress.stalled_since is not None
+        if change is not None:
+            kind, details = change
+            data = {
+                "type": kind,
+                "container_id": container_id,
+                "name": entry["name"],
+                "cluster": entry["cluster"],
+                "workload": entry["workload"],
+                "time": now,
+                **details,
+            }
+            log.warning("%s: %s (%s)", entry["name"], kind, details)
+            self.emit(data, f"wl:{container_id}:{kind}:{int(now * 1e9)}")
+
+    def _failed(self, entry: dict[str, Any], reason: str, message: str) -> None:
+        if entry.get("scrape") != reason:
+            log.warning("metrics of %s: %s (%s)", entry["name"], reason, message)
+        entry.update(scrape=reason, message=message[:300])
+
+    def status(self) -> dict[str, Any]:
+        """For the worker's status: each container's scrape outcome and whether it is stalled."""
+        containers = {
+            entry["name"]: {k: entry.get(k) for k in ("scrape", "message", "engine", "stalled", "endpoint")}
+            for entry in self.state.values()
+        }
+        return {"rounds": self.rounds, "list_error": self.list_error, "containers": containers}
