@@ -82,6 +82,10 @@ def test_prepare_for_shutdown_reports_ships_and_releases_the_inhibitor(
             )
 
         wait_for(beat_after_event, 10, what="a heartbeat that says the machine goes down")
+        logind.prepare_for_shutdown(False)  # cancelled after all: the agent holds a new inhibitor
+        again = wait_for(lambda: logind.held(), 5, what="the inhibitor taken again")[0]
+        assert again is not inhibitor and again.mode == "delay"
+        wait_for(lambda: "shutdown" not in agent.workers()["stream"]["status"], 5, what="the stream worker reset")
         agent.stop()  # systemd's SIGTERM once the inhibitor is released
         beats = backend.heartbeats(node["node_id"])
         assert events[0]["received_at"] < beats[-1]["received_at"]  # reported before the last heartbeat
