@@ -333,11 +333,11 @@ class Supervisor:
         else:
             self.control.send("error", {"message": f"unknown request {op!r}"})
 
-    def tell_stream_shutting_down(self, body: dict[str, float]) -> None:
-        """The machine goes down: the stream worker reports it and says when all is sent."""
+    def tell_stream_shutting_down(self, kind: str, body: dict[str, float]) -> None:
+        """The machine goes down (or not after all): the stream worker reports it and says when all is sent."""
         if self._stream_push is None:  # kept open: a close at once would drop the message (linger 0)
             self._stream_push = Channel.connect(zmq.PUSH, self.endpoints.reports_ready, hwm=10)
-        self._stream_push.send("shutting_down", body, block=False)
+        self._stream_push.send(kind, body, block=False)
 
     def release_shutdown_inhibitor(self) -> None:
         stream = self.workers.get("stream")

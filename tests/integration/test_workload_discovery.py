@@ -13,10 +13,10 @@ import pytest
 import requests
 
 from faden_agent import protocol
-from tests.agentproc import agent_env, free_port, wait_for
 from tests.conftest import TEST_IMAGE, require
-from tests.metricsclient import endpoint
-from tests.sampleworkers import supervisor_argv
+from tests.support.agentproc import agent_env, free_port, wait_for
+from tests.support.metricsclient import endpoint
+from tests.support.sampleworkers import supervisor_argv
 
 pytestmark = pytest.mark.docker
 
