@@ -13,11 +13,10 @@ from typing import Any
 import orjson
 
 from faden_agent.disk.files import quarantine, quarantine_event, replace_file_if_changed
+from faden_agent.node.gpu_faults import EVIDENCE_FILE, MAX_BYTES
 
-EVIDENCE_FILE = "gpu-evidence.json"
 VERSION = 1
 MAX_GPUS = 64
-MAX_BYTES = 1 << 20  # 64 GPUs of 16 Xids and a few counters are about 100 KiB
 SEEN_GRAIN_S = 60  # "last seen" to the minute: a quiet GPU does not rewrite the file each round
 log = logging.getLogger(__name__)
 
