@@ -19,16 +19,16 @@ command -v journalctl >/dev/null || need_pkgs+=(systemd)
 command -v ethtool >/dev/null || need_pkgs+=(ethtool)  # the cluster rig's delay line (tests/cluster)
 command -v ip >/dev/null || need_pkgs+=(iproute2)  # network namespaces: the cluster rig, the bridge test
 command -v cc >/dev/null || need_pkgs+=(gcc libc6-dev)  # the tests' C libnvidia-ml.so.1 (tests/nvml)
-command -v runc >/dev/null || need_pkgs+=(runc)  # Docker Engine 29 of the tests (tests/engine29.py); docker.io brings it
+command -v runc >/dev/null || need_pkgs+=(runc)  # Docker Engine 29 of the tests (tests/support/engine29.py); docker.io brings it
 command -v xz >/dev/null || need_pkgs+=(xz-utils)  # unpacks Engine 29's daemons (../shared/tools/docker29)
-command -v dbus-daemon >/dev/null || need_pkgs+=(dbus)  # a private system bus with a stand-in logind (tests/systembus.py)
+command -v dbus-daemon >/dev/null || need_pkgs+=(dbus)  # a private system bus with a stand-in logind (tests/support/systembus.py)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   echo "installing: ${need_pkgs[*]}"
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
 fi
 
-# promtool (`promtool check metrics` over a real agent's scrape: tests/metricsclient.py), from
+# promtool (`promtool check metrics` over a real agent's scrape: tests/support/metricsclient.py), from
 # Debian's prometheus package, unpacked only: installing it would start a Prometheus server.
 if ! command -v promtool >/dev/null; then
   rm -rf "$STATE/prometheus-deb" && mkdir -p "$STATE/prometheus-deb"
