@@ -7,6 +7,7 @@ The caller (store.py) holds the store's lock and passes its connection.
 from __future__ import annotations
 
 import secrets
+import select
 import socket
 import sqlite3
 import time
@@ -65,10 +66,11 @@ def contest(db: sqlite3.Connection, node_id: str) -> None:
 
 
 def still_open(sock: socket.socket) -> bool:
-    """Whether the peer of a stream's socket is still there (no FIN, not closed here)."""
-    try:
-        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != b""
-    except BlockingIOError:
-        return True
-    except OSError:
+    """Whether the peer of a stream's socket is still there (no FIN, not closed here); by
+    poll, so a TLS socket (which refuses MSG_PEEK) is judged alike."""
+    fd = sock.fileno()
+    if fd < 0:
         return False
+    poller = select.poll()
+    poller.register(fd, select.POLLRDHUP)  # POLLHUP and POLLERR are reported anyway
+    return not poller.poll(0)

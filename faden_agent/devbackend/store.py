@@ -405,6 +405,25 @@ class Store:
                 raise
         return acked
 
+    def _note_drain(self, node_id: str, data: dict[str, Any]) -> None:
+        """A node.* command that succeeded: its drain state is the node's now (its next detailed
+        heartbeat, which says the same, may come an interval later)."""
+        result = data.get("result")
+        if data.get("state") != protocol.SUCCEEDED or not isinstance(result, dict):
+            return
+        if result.get("state") not in protocol.DRAIN_STATES:
+            return
+        command = self._db.execute(
+            "SELECT kind FROM commands WHERE id = ? AND node_id = ?", (data.get("command_id"), node_id)
+        ).fetchone()
+        if command is None or command[0] not in ("node.drain", "node.undrain"):
+            return
+        row = self._db.execute("SELECT heartbeat FROM nodes WHERE node_id = ?", (node_id,)).fetchone()
+        heartbeat = (_json(row[0]) or {}) if row else {}
+        drain = {"state": result["state"], "command_id": data["command_id"]}
+        heartbeat["drain"] = {**(heartbeat.get("drain") or {}), **drain}
+        self._db.execute("UPDATE nodes SET heartbeat = ? WHERE node_id = ?", (orjson.dumps(heartbeat), node_id))
+
     def _note_fingerprint(self, node_id: str, fingerprint: Any, now: float) -> None:
         if isinstance(fingerprint, str) and 0 < len(fingerprint) <= 128:
             self._db.execute(
@@ -436,6 +455,8 @@ class Store:
             )
         elif record["kind"] == protocol.TRAFFIC:
             clusters.store_traffic(self._db, node_id, record["data"], now)
+        elif record["kind"] == protocol.TIMELINE:
+            self._note_drain(node_id, record["data"])
         elif record["kind"] == protocol.HOST_REQUEST:
             command = host_requests.answer(record["data"], now)
             if command is not None:  # the answer: a node.* command, id from the request (once)

@@ -15,7 +15,6 @@ from faden_agent.config import Config
 from faden_agent.dockerclient import make_client
 
 MAX_ENTRIES = 200_000  # files counted under the Ray log directory before giving up
-MANAGED_FILTER = {"label": f"{protocol.LABEL_MANAGED}=true"}
 
 
 def low_threshold(total: int, config: Config) -> int:
@@ -66,7 +65,7 @@ def _docker_consumers(config: Config) -> list[dict[str, Any]]:
         api = client.api
         images = {"what": "images", "bytes": int(api.df().get("LayersSize") or 0), "path": api.info()["DockerRootDir"]}
         logs = 0
-        for summary in api.containers(all=True, filters=MANAGED_FILTER):
+        for summary in api.containers(all=True, filters=protocol.MANAGED_FILTER):
             log_path = api.inspect_container(summary["Id"]).get("LogPath")
             if log_path:
                 logs += sum(_size(p) for p in Path(log_path).parent.glob(Path(log_path).name + "*"))

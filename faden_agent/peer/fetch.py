@@ -20,6 +20,7 @@ import orjson
 from faden_agent import protocol
 from faden_agent.disk.diskspace import NoSpace, require_space
 from faden_agent.errorline import error_line
+from faden_agent.failure import Stopped
 from faden_agent.peer import wire
 from faden_agent.peer.archive import (
     ArchiveVerifier,
@@ -54,10 +55,6 @@ __all__ = [
 # docker load unpacks the archive into a temporary directory of the data root, then into the
 # layer store: about twice what crosses the wire (plus diskspace's margin).
 SPACE_FACTOR = 2
-
-
-class Stopped(Exception):
-    """should_stop() said so (cancelled, deadline): the load is cut, nothing is kept."""
 
 
 def check_space(api: docker.APIClient, size: int) -> None:

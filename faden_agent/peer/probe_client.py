@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 from urllib.parse import urlsplit
 
+from faden_agent.failure import Stopped
 from faden_agent.peer import probe, wire
 from faden_agent.peer.watchdog import Watchdog
 from faden_agent.peer.wire import PeerFailure
@@ -33,10 +34,6 @@ class Bounds:
     duration_s: float  # per phase: round trips, upload, download
     max_bytes: int  # per direction
     round_trips: int
-
-
-class Stopped(Exception):
-    """should_stop() said so (cancelled, deadline)."""
 
 
 def percentile(ordered: list[float], q: float) -> float:

@@ -262,6 +262,7 @@ def _value_name(value: object) -> str:
 # Labels on every container the agent creates (the executor sets them; inventory and the
 # log shipper find managed containers by them).
 LABEL_MANAGED = "io.fadenstack.managed"  # "true"
+MANAGED_FILTER = {"label": f"{LABEL_MANAGED}=true"}  # Docker's filter: the one listing of managed containers
 LABEL_AGENT_ID = "io.fadenstack.agent-id"
 LABEL_COMMAND_ID = "io.fadenstack.command-id"
 LABEL_CLUSTER = "io.fadenstack.cluster"

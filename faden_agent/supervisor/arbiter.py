@@ -46,7 +46,7 @@ RESOURCE_SAMPLE_S = 2.0  # `ps` asked more often than this gets the last sample
 # deadlines wake the loop every ~8 s). Asked-for starts: at once.
 DORMANT_CHECK_S = 10.0
 MAX_SLEEP_S = 30.0  # a safety net: everything due has its own time
-LIVE_STATES = (WorkerState.STARTING, WorkerState.RUNNING, WorkerState.STOPPING)
+LIVE_STATES = (WorkerState.STARTING, WorkerState.RUNNING, WorkerState.HUNG, WorkerState.STOPPING)
 
 
 def describe_status(status: int) -> str:
@@ -221,7 +221,7 @@ class Supervisor:
         if worker.state != WorkerState.STOPPED:
             worker.restarts += 1
         worker.pid = pid
-        worker.state = WorkerState.STARTING
+        worker.change_state(WorkerState.STARTING)
         worker.started_at = time.time()
         worker.started_mono = time.monotonic()
         worker.last_alive_mono = None
@@ -299,7 +299,7 @@ class Supervisor:
             worker.last_alive_mono = sent_mono(body)
             worker.status = body.get("status") or {}
             if worker.state == WorkerState.STARTING:
-                worker.state = WorkerState.RUNNING
+                worker.change_state(WorkerState.RUNNING)
                 worker.fatal_streak = 0
                 log.info("worker %s is RUNNING (pid %d)", worker.name, worker.pid)
 
@@ -307,7 +307,7 @@ class Supervisor:
         """A critical thread of the worker died; the worker exits now (base.py). Until it is
         reaped it is STOPPING, and its exit will name the thread and the error."""
         worker.failure = f"thread {str(body.get('thread'))[:40]} died: {str(body.get('error'))[:200]}"
-        worker.state = WorkerState.STOPPING
+        worker.change_state(WorkerState.STOPPING)
         worker.last_alive_mono = sent_mono(body)  # the hang timer now bounds its exit
         log.error("worker %s (pid %s): %s", worker.name, worker.pid, worker.failure)
 
@@ -333,11 +333,11 @@ class Supervisor:
         else:
             self.control.send("error", {"message": f"unknown request {op!r}"})
 
-    def tell_stream_shutting_down(self, body: dict[str, float]) -> None:
-        """The machine goes down: the stream worker reports it and says when all is sent."""
+    def tell_stream_shutting_down(self, kind: str, body: dict[str, float]) -> None:
+        """The machine goes down (or not after all): the stream worker reports it and says when all is sent."""
         if self._stream_push is None:  # kept open: a close at once would drop the message (linger 0)
             self._stream_push = Channel.connect(zmq.PUSH, self.endpoints.reports_ready, hwm=10)
-        self._stream_push.send("shutting_down", body, block=False)
+        self._stream_push.send(kind, body, block=False)
 
     def release_shutdown_inhibitor(self) -> None:
         stream = self.workers.get("stream")
@@ -377,11 +377,11 @@ class Supervisor:
         worker.kill_at_mono = None
         now = time.monotonic()
         if self.stop_requested:
-            worker.state = WorkerState.EXITED
+            worker.change_state(WorkerState.EXITED)
             return
         worker.exit_times.append(now)
         if self.policy.is_fatal(worker.exit_times, now):
-            worker.state = WorkerState.FATAL
+            worker.change_state(WorkerState.FATAL)
             worker.fatal_streak += 1
             worker.next_start_mono = now + self.policy.fatal_retry_s
             log.error(
@@ -394,7 +394,7 @@ class Supervisor:
             )
         else:
             delay = self.policy.backoff(worker.exit_times, now)
-            worker.state = WorkerState.BACKOFF
+            worker.change_state(WorkerState.BACKOFF)
             worker.next_start_mono = now + delay
             log.warning("worker %s exited (%s); restarting in %.2fs", worker.name, exit_text, delay)
 
@@ -417,6 +417,8 @@ class Supervisor:
                     now - deadline + self.config.worker_hang_timeout_sec,
                 )
                 worker.kill_at_mono = now + HUNG_DUMP_GRACE_S
+                if worker.state != WorkerState.STOPPING:  # a worker on its way out stays so
+                    worker.change_state(WorkerState.HUNG)
                 self._kill(worker.pid, signal.SIGUSR1)  # faulthandler writes every thread's stack
                 self._kill(worker.pid, signal.SIGCONT)  # a stopped process must run to dump
 
@@ -482,11 +484,11 @@ class Supervisor:
         self.shutdown_delay.close()  # a stop in order: nothing left to delay a shutdown for
         for worker in self.workers.values():
             if worker.pid is not None:
-                worker.state = WorkerState.STOPPING
+                worker.change_state(WorkerState.STOPPING)
                 self._kill(worker.pid, signal.SIGTERM)
                 self._kill(worker.pid, signal.SIGCONT)  # a stopped worker cannot act on SIGTERM
             elif worker.state != WorkerState.EXITED:
-                worker.state = WorkerState.STOPPED
+                worker.change_state(WorkerState.STOPPED)
         deadline = time.monotonic() + self.config.stop_timeout_sec
         while any(w.pid is not None for w in self.workers.values()):
             if self.kill_now or time.monotonic() >= deadline:

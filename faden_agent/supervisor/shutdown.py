@@ -107,14 +107,14 @@ class ShutdownDelay:
     poller, a PrepareForShutdown handled when it is readable, the release when the stream
     worker says it is done (its status `shutdown: "ready"`) or at the latest in time."""
 
-    def __init__(self, watch: ShutdownWatch | None, tell_stream: Callable[[dict[str, float]], None]):
+    def __init__(self, watch: ShutdownWatch | None, tell_stream: Callable[[str, dict[str, float]], None]):
         self.watch = watch
         self.tell_stream = tell_stream
         self.release_at: float | None = None  # time.monotonic(); set while a shutdown waits on us
         self.announced_at: float | None = None
 
     @classmethod
-    def start(cls, address: str, tell_stream: Callable[[dict[str, float]], None]) -> ShutdownDelay:
+    def start(cls, address: str, tell_stream: Callable[[str, dict[str, float]], None]) -> ShutdownDelay:
         try:
             watch = ShutdownWatch.open(address)
         except DbusError as exc:
@@ -136,10 +136,11 @@ class ShutdownDelay:
         assert self.watch is not None
         try:
             announced = self.watch.announced()
-            if announced is False and self.watch.fd is None:  # the shutdown was cancelled
-                log.info("the shutdown was cancelled: taking the inhibitor again")
+            if announced is False and (self.release_at is not None or self.watch.fd is None):
+                log.warning("the shutdown was cancelled: holding the inhibitor again")
                 self.release_at = None
                 self.watch.take()
+                self.tell_stream("shutdown_cancelled", {})
         except DbusError as exc:
             log.warning("the system bus connection failed (%s): a shutdown is no longer delayed", exc)
             self.close()
@@ -151,7 +152,7 @@ class ShutdownDelay:
             log.warning(
                 "the machine is shutting down: reporting it (inhibitor released within %.1fs)", self.release_at - now
             )
-            self.tell_stream({"until_mono": self.release_at})
+            self.tell_stream("shutting_down", {"until_mono": self.release_at})
 
     def release_when_done(self, stream_status: dict[str, object] | None) -> None:
         if self.release_at is None or self.watch is None or self.watch.fd is None:

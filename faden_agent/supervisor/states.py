@@ -1,4 +1,5 @@
-"""Each worker's explicit state, after supervisord's state machine."""
+"""Each worker's explicit state, after supervisord's state machine: one guarded door
+(WorkerProcess.change_state) that refuses a transition the table below does not allow."""
 
 from __future__ import annotations
 
@@ -13,10 +14,29 @@ class WorkerState(enum.StrEnum):
     STOPPED = "STOPPED"
     STARTING = "STARTING"
     RUNNING = "RUNNING"
+    HUNG = "HUNG"  # silent past the hang timeout: its traceback dumped, SIGKILL due
     BACKOFF = "BACKOFF"
     STOPPING = "STOPPING"
     EXITED = "EXITED"
     FATAL = "FATAL"
+
+
+S = WorkerState
+EXITS = {S.EXITED, S.BACKOFF, S.FATAL}  # where a reaped worker goes
+ALLOWED: dict[WorkerState, set[WorkerState]] = {
+    S.STOPPED: {S.STARTING, S.STOPPED},
+    S.STARTING: {S.RUNNING, S.HUNG, S.STOPPING, *EXITS},
+    S.RUNNING: {S.HUNG, S.STOPPING, *EXITS},
+    S.HUNG: {S.STOPPING, *EXITS},
+    S.STOPPING: {S.STOPPING, *EXITS},
+    S.BACKOFF: {S.STARTING, S.STOPPED},
+    S.EXITED: {S.STARTING},
+    S.FATAL: {S.STARTING, S.STOPPED},
+}
+
+
+class StateError(RuntimeError):
+    """A transition the state table does not allow: a bug in the supervisor, said loudly."""
 
 
 @dataclass
@@ -36,6 +56,12 @@ class WorkerProcess:
     kill_at_mono: float | None = None  # set when found hung: SIGKILL after the dump grace
     fatal_streak: int = 0  # times it went FATAL since it last ran: 2 = its FATAL retry failed too
     failure: str | None = None  # "thread downlink died: OSError: ...", told by the worker before it exits
+
+    def change_state(self, new: WorkerState) -> None:
+        """The one door for state changes (supervisord's change_state + _assertInState)."""
+        if new not in ALLOWED[self.state]:
+            raise StateError(f"worker {self.name}: {self.state} -> {new} is not a transition")
+        self.state = new
 
     def uptime(self, now_wall: float | None = None) -> float | None:
         if self.pid is None or self.started_at is None:

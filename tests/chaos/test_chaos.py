@@ -7,7 +7,8 @@ the end, each with its own message.
     FADEN_CHAOS_SEED=random ...     a fresh seed, printed
 
 The seed is printed (and named in every failure) so a run can be replayed. A few minutes
-by default; FADEN_CHAOS_SECONDS asks for longer.
+by default; FADEN_CHAOS_SECONDS asks for longer. Faults include hostile peers, a registry
+that drips its answers and a tenant's hostile Ray log tree (issue 40).
 """
 
 from __future__ import annotations
@@ -35,14 +36,15 @@ from faden_agent import protocol
 from faden_agent.peer.tickets import TICKET_DIR
 from faden_agent.peer.wire import PeerFailure
 from faden_agent.reports.outbox import Outbox
-from tests import hostilepeer
-from tests.agentproc import AgentProcess, pid_alive, wait_for
-from tests.backendproc import BackendProcess, agent_env_for, free_port
 from tests.conftest import TEST_IMAGE
-from tests.dockerd import restart_dockerd, sigcont_dockerd, sigstop_dockerd
-from tests.journalfiles import JournalWriter
-from tests.lokireceiver import LokiReceiver
-from tests.peerreceiver import SlowReceiver, fetch_archive_members, serve_ticket
+from tests.support import hostilepeer
+from tests.support.agentproc import AgentProcess, pid_alive, wait_for
+from tests.support.backendproc import BackendProcess, agent_env_for, free_port
+from tests.support.dockerd import restart_dockerd, sigcont_dockerd, sigstop_dockerd
+from tests.support.hostileregistry import DrippingRegistry
+from tests.support.journalfiles import JournalWriter
+from tests.support.lokireceiver import LokiReceiver
+from tests.support.peerreceiver import SlowReceiver, fetch_archive_members, serve_ticket
 
 pytestmark = [pytest.mark.docker, pytest.mark.serial]
 
@@ -73,6 +75,7 @@ HOSTILE_MODES = ("drip", "lying_size", "redirect", "another_image", "endless")
 HOSTILE_DEADLINE_S = {"drip": 10}  # a drip is cut by the deadline; the others move on to the honest peer
 FETCH_DEADLINE_S = 30
 DEADLINE_SLACK_S = 3.0
+HONEST_PULL_START_S = 5.0  # an honest pull beside three dripping ones (0.11 s when measured alone)
 
 
 @dataclass
@@ -92,6 +95,8 @@ class Chaos:
     creates: collections.Counter = field(default_factory=collections.Counter)
     peer_kills: list[dict[str, Any]] = field(default_factory=list)
     hostile_fetches: list[dict[str, Any]] = field(default_factory=list)
+    hostile_registries: list[dict[str, Any]] = field(default_factory=list)
+    tenant_trees: list[dict[str, Any]] = field(default_factory=list)
     peak_pss_mib: float = 0.0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -327,13 +332,16 @@ class Run:
                     self.rotate_credential,
                     self.state_disk_full,
                     self.kill_peer_mid_transfer,
+                    self.hostile_registry,
+                    self.hostile_tenant_tree,
                 )
             ],
             *[(self.hostile_peer_fetch, (mode,)) for mode in HOSTILE_MODES],
         ]
         everything = list(plan)
         # worker faults are cheap: more of them; the hostile peers together weigh as one fault
-        weights = [3] * 8 + [1, 1, 1, 1, 1, 1, 1, 0.4, 1, 1, 1] + [1 / len(HOSTILE_MODES)] * len(HOSTILE_MODES)
+        singles = [1, 1, 1, 1, 1, 1, 1, 0.4, 1, 1, 1, 0.5, 0.5]  # the hostile registry and tree cost ~15 s
+        weights = [3] * 8 + singles + [1 / len(HOSTILE_MODES)] * len(HOSTILE_MODES)
         rng.shuffle(plan)
         while (plan or time.monotonic() < until) and not self.stop.is_set():  # every fault runs once
             fault, args = plan.pop() if plan else rng.choices(everything, weights)[0]
@@ -496,6 +504,59 @@ class Run:
         finally:
             for peer in (hostile, good, target):
                 peer.close()
+            fault.end = time.time()
+
+    def hostile_registry(self, rng: random.Random) -> None:
+        """Three pulls from a registry that drips its answer heads, then an honest one: the
+        honest pull starts at once (the size checks hold no pull slot), every pull ends by
+        its deadline, the executor lives (issue 40)."""
+        fault = self._window("hostile_registry")
+        registry = DrippingRegistry()
+        record: dict[str, Any] = {"hostile": [], "executor_before": self.worker_row("executor")}
+        self.chaos.hostile_registries.append(record)
+        try:
+            for i in range(3):
+                cid = self.send("image.pull", {"image": f"{registry.host}/chaos/drip:{i}", "deadline_s": 25})
+                if cid:
+                    record["hostile"].append(cid)
+            self.stop.wait(1.0)
+            record["honest"] = self.send("image.pull", {"image": f"{self.registry}/faden/busybox:1", "deadline_s": 40})
+            if record["honest"]:
+                try:
+                    self.backend.wait_command(record["honest"], timeout_s=45)
+                except AssertionError:
+                    pass  # named by check_hostile_registries
+            record["executor_after"] = self.worker_row("executor")
+        finally:
+            registry.close()
+            fault.end = time.time()
+
+    def hostile_tenant_tree(self, rng: random.Random) -> None:
+        """A Ray container whose log directory holds a hostile tree (many sessions, a deep
+        chain, a symlink to /, a FIFO) for a few seconds: the logs worker lives and its
+        Ray reader follows the container (issue 40); the container is then removed."""
+        fault = self._window("hostile_tenant_tree")
+        name = f"{self.tag}-tree"
+        tree = (
+            "cd /tmp/ray && for s in $(seq 200); do mkdir -p session_$s/logs; "
+            "for f in 1 2 3 4 5; do echo x > session_$s/logs/w$f.log; done; done; "
+            "d=deep; for i in $(seq 200); do d=$d/d; done; mkdir -p $d; "
+            "ln -s / session_1/logs/root; mkfifo session_2/logs/fifo.log; sleep 300"
+        )
+        record: dict[str, Any] = {"logs_before": self.worker_row("logs")}
+        self.chaos.tenant_trees.append(record)
+        try:
+            spec = {"name": name, "image": TEST_IMAGE, "command": ["sh", "-c", tree], "ray": True, "deadline_s": 40}
+            record["run"] = self.send("container.run", spec)
+            self.stop.wait(rng.uniform(3.0, 8.0))
+            record["logs_after"] = self.worker_row("logs")
+            record["remove"] = self.send("container.remove", {"name": name, "force": True})
+            if record["remove"]:
+                try:
+                    self.backend.wait_command(record["remove"], timeout_s=60)
+                except AssertionError:
+                    pass  # check_tenant_trees names it
+        finally:
             fault.end = time.time()
 
     def stall_stream(self, rng: random.Random) -> None:
@@ -697,6 +758,8 @@ def settle_and_check(run: Run) -> None:
 
     check_peer_kills(run)  # 7
     check_hostile_fetches(run)  # 8
+    check_hostile_registries(run)  # 9
+    check_tenant_trees(run)  # 10
 
     faults = collections.Counter(f.kind for f in chaos.faults)
     print(f"chaos: commands={len(chaos.commands)} outcomes={dict(sorted(outcomes.items()))}")
@@ -793,3 +856,39 @@ def check_hostile_fetches(run: Run) -> None:
             chaos.fail(f"{what} ended {end['state']}, yet the image on the engine: {fetch['wanted_on_engine']}")
         if fetch["redirected_to"]:
             chaos.fail(f"{what}: the redirect was followed ({fetch['redirected_to']} request(s) at its target)")
+
+
+def check_hostile_registries(run: Run) -> None:
+    """9. Beside three pulls from a dripping registry, the honest pull started within a few
+    seconds and succeeded; each dripping pull ended by its deadline (issue 40)."""
+    chaos = run.chaos
+    for record in chaos.hostile_registries:
+        if not record.get("honest"):
+            continue  # the backend was down when it was sent
+        timeline = run.backend.command(record["honest"])["timeline"]
+        received = timeline[0]["ts"]
+        pulled = [r for r in timeline if r["state"] == protocol.PROGRESS and r.get("phase") == "pull"]
+        end = next((r for r in timeline if r["state"] in protocol.TERMINAL_STATES), None)
+        if not pulled or pulled[0]["ts"] - received > HONEST_PULL_START_S:
+            chaos.fail(f"honest pull {record['honest']} beside a dripping registry did not start in time: {timeline}")
+        if end is None or end["state"] != protocol.SUCCEEDED:
+            chaos.fail(f"honest pull {record['honest']} beside a dripping registry ended {end}")
+        for cid in record["hostile"]:
+            timeline = run.backend.command(cid)["timeline"]
+            end = next((r for r in timeline if r["state"] in protocol.TERMINAL_STATES), None)
+            if end is None or end["ts"] - timeline[0]["ts"] > 25 + DEADLINE_SLACK_S:
+                chaos.fail(f"dripping pull {cid} did not end by its 25 s deadline: {end}")
+
+
+def check_tenant_trees(run: Run) -> None:
+    """10. A Ray container with a hostile log tree ran and was removed; the logs worker lived."""
+    chaos = run.chaos
+    for record in chaos.tenant_trees:
+        for key in ("run", "remove"):
+            cid = record.get(key)
+            state = run.backend.command(cid)["state"] if cid else None
+            if cid and state not in (protocol.SUCCEEDED, protocol.FAILED):
+                chaos.fail(f"the hostile tree's container.{key} {cid} ended {state}")
+        before, after = record.get("logs_before"), record.get("logs_after")
+        if before and after and after["state"] != "RUNNING":
+            chaos.fail(f"the logs worker is not running after a hostile Ray tree: {after}")

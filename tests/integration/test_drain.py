@@ -15,11 +15,11 @@ import pytest
 
 from faden_agent import protocol
 from faden_agent.devbackend.admin import AdminError
-from tests.agentproc import AgentProcess, wait_for
-from tests.backendproc import BackendProcess, agent_env_for, backend  # noqa: F401 - fixture
 from tests.conftest import TEST_IMAGE
-from tests.executorproc import prefix, remove_containers  # noqa: F401 - fixture
-from tests.lokiproc import LokiProcess
+from tests.support.agentproc import AgentProcess, wait_for
+from tests.support.backendproc import BackendProcess, agent_env_for, backend  # noqa: F401 - fixture
+from tests.support.executorproc import prefix, remove_containers  # noqa: F401 - fixture
+from tests.support.lokiproc import LokiProcess
 
 # Each prints numbered lines to stdout and to /c/<name> (what Loki must hold); `polite` ends
 # on SIGTERM after a last line, `stubborn` ignores it.

@@ -22,11 +22,11 @@ from faden_agent.reports.outbox import Outbox
 from faden_agent.workers.inventory import gpu_rules
 from faden_agent.workers.inventory.kernel_xids import this_boot
 from faden_agent.workers.inventory.record import without_usage
-from tests.agentproc import AgentProcess, agent_env, wait_for
-from tests.backendproc import agent_env_for, backend  # noqa: F401 - the fixture
-from tests.journalfiles import JournalWriter
-from tests.metricsclient import get, promtool_check
 from tests.nvml.state import GpuState
+from tests.support.agentproc import AgentProcess, agent_env, wait_for
+from tests.support.backendproc import agent_env_for, backend  # noqa: F401 - the fixture
+from tests.support.journalfiles import JournalWriter
+from tests.support.metricsclient import get, promtool_check
 
 pytestmark = pytest.mark.docker
 

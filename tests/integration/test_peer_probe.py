@@ -15,9 +15,9 @@ from faden_agent.peer import probe
 from faden_agent.peer.probe_client import Bounds, Probe, ProbeFailed
 from faden_agent.peer.server import PeerServer
 from faden_agent.peer.tickets import PROBE_GRANT, Ticket, TicketBox, ticket_hash
-from tests.agentproc import wait_for
-from tests.backendproc import free_port
-from tests.selfsigned import self_signed
+from tests.support.agentproc import wait_for
+from tests.support.backendproc import free_port
+from tests.support.selfsigned import self_signed
 
 MiB = 1 << 20
 
@@ -190,7 +190,7 @@ def test_a_probe_over_https_with_the_operators_certificate(tmp_path):
 def test_a_stopped_probe_ends_at_once_even_when_the_peer_is_silent():
     """Cancel or deadline: the job's abort hook shuts the socket, so a probe blocked on a
     silent peer ends now (Stopped), not after its timeout."""
-    from faden_agent.peer.probe_client import Stopped
+    from faden_agent.failure import Stopped
 
     silent = socket.create_server(("127.0.0.1", 0))
     hooks, stop = [], threading.Event()

@@ -1,5 +1,5 @@
 """A machine that shuts down says so: the real agent on a private system bus (the real
-dbus-daemon) with a stand-in logind (tests/systembus.py) takes a delay inhibitor; on
+dbus-daemon) with a stand-in logind (tests/support/systembus.py) takes a delay inhibitor; on
 PrepareForShutdown(true) `node.shutting_down` reaches the real reference backend, a
 container's last lines (held back by a 30 s batching wait) are shipped, the outbox drains and
 the inhibitor's fd is closed within InhibitDelayMaxSec; the heartbeats after it say so."""
@@ -12,11 +12,11 @@ import sys
 import pytest
 
 from faden_agent import protocol
-from tests.agentproc import AgentProcess, wait_for
-from tests.backendproc import agent_env_for, backend  # noqa: F401 - fixture
 from tests.conftest import TEST_IMAGE
-from tests.executorproc import prefix, remove_containers  # noqa: F401 - fixture
-from tests.systembus import PrivateSystemBus, StandInLogind
+from tests.support.agentproc import AgentProcess, wait_for
+from tests.support.backendproc import agent_env_for, backend  # noqa: F401 - fixture
+from tests.support.executorproc import prefix, remove_containers  # noqa: F401 - fixture
+from tests.support.systembus import PrivateSystemBus, StandInLogind
 
 DELAY_MAX_S = 5.0
 LINES = 300
@@ -82,6 +82,10 @@ def test_prepare_for_shutdown_reports_ships_and_releases_the_inhibitor(
             )
 
         wait_for(beat_after_event, 10, what="a heartbeat that says the machine goes down")
+        logind.prepare_for_shutdown(False)  # cancelled after all: the agent holds a new inhibitor
+        again = wait_for(lambda: logind.held(), 5, what="the inhibitor taken again")[0]
+        assert again is not inhibitor and again.mode == "delay"
+        wait_for(lambda: "shutdown" not in agent.workers()["stream"]["status"], 5, what="the stream worker reset")
         agent.stop()  # systemd's SIGTERM once the inhibitor is released
         beats = backend.heartbeats(node["node_id"])
         assert events[0]["received_at"] < beats[-1]["received_at"]  # reported before the last heartbeat

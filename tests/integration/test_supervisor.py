@@ -11,12 +11,12 @@ import subprocess
 import sys
 import time
 
-from tests.agentproc import AgentProcess, agent_env, pid_alive, wait_for
-from tests.sampleworkers import supervisor_argv
+from tests.support.agentproc import AgentProcess, agent_env, pid_alive, wait_for
+from tests.support.sampleworkers import supervisor_argv
 
-STEADY = "tests.sampleworkers:SteadyWorker"
-CRASHER = "tests.sampleworkers:CrashAtStartWorker"
-STUBBORN = "tests.sampleworkers:IgnoresSigtermWorker"
+STEADY = "tests.support.sampleworkers:SteadyWorker"
+CRASHER = "tests.support.sampleworkers:CrashAtStartWorker"
+STUBBORN = "tests.support.sampleworkers:IgnoresSigtermWorker"
 WORKER_NAMES = ("stream", "executor", "inventory", "logs")
 
 

@@ -527,6 +527,37 @@ nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsig
     return processes(device, "nvmlDeviceGetGraphicsRunningProcesses_v3", "graphics", count, infos);
 }
 
+typedef struct {
+    unsigned pid;
+    unsigned long long timeStamp;
+    unsigned smUtil, memUtil, encUtil, decUtil;
+} nvmlProcessUtilizationSample_t;
+
+/* Per-process samples from "util.N.{pid,sm,mem}"; none -> NVML_ERROR_NOT_FOUND, as the real
+ * driver answers when no process ran since lastSeen. */
+nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t *samples,
+                                             unsigned *count, unsigned long long lastSeen) {
+    DEVICE_ENTER("nvmlDeviceGetProcessUtilization", device)
+    (void)lastSeen;
+    char field[NAME_LEN];
+    long long n = 0;
+    gpu_number((unsigned)gpu, "util.count", &n);
+    if (n == 0) return *count = 0, NVML_ERROR_NOT_FOUND;
+    if (!samples || *count < (unsigned)n) return *count = (unsigned)n, NVML_ERROR_INSUFFICIENT_SIZE;
+    for (long long i = 0; i < n; i++) {
+        long long pid = 0, sm = 0, mem = 0;
+        snprintf(field, sizeof field, "util.%lld.pid", i);
+        gpu_number((unsigned)gpu, field, &pid);
+        snprintf(field, sizeof field, "util.%lld.sm", i);
+        gpu_number((unsigned)gpu, field, &sm);
+        snprintf(field, sizeof field, "util.%lld.mem", i);
+        gpu_number((unsigned)gpu, field, &mem);
+        samples[i] = (nvmlProcessUtilizationSample_t){(unsigned)pid, 1, (unsigned)sm, (unsigned)mem, 0, 0};
+    }
+    *count = (unsigned)n;
+    return NVML_SUCCESS;
+}
+
 /* ---- health */
 
 nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t device, unsigned *current, unsigned *pending) {

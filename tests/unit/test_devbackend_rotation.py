@@ -6,11 +6,15 @@ stand for the streams' connections."""
 from __future__ import annotations
 
 import socket
+import ssl
+import threading
 
 import pytest
 
-from faden_agent.devbackend.rotation import Contested
+from faden_agent.devbackend.rotation import Contested, still_open
 from faden_agent.devbackend.store import Store
+from tests.support.agentproc import wait_for
+from tests.support.selfsigned import self_signed
 
 
 @pytest.fixture
@@ -79,3 +83,29 @@ def test_a_clone_that_confirmed_first_is_caught_by_the_machine_s_next_stream(sto
             store.node_for_credential(old, stream=True)
     with pytest.raises(Contested):
         store.node_for_credential(taken)
+
+
+def test_a_tls_stream_is_judged_open_or_ended_too(tmp_path):
+    """The backend's stream sockets are TLS sockets when it serves https: they refuse the
+    MSG_PEEK a plain socket takes; the liveness check must judge them all the same."""
+    cert, key = self_signed(tmp_path)
+    server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_context.load_cert_chain(cert, key)
+    client_context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    client_context.check_hostname, client_context.verify_mode = False, ssl.CERT_NONE
+    listener = socket.create_server(("127.0.0.1", 0))
+    clients: list[ssl.SSLSocket] = []
+    handshake = threading.Thread(
+        target=lambda: clients.append(client_context.wrap_socket(socket.create_connection(listener.getsockname())))
+    )
+    handshake.start()
+    served = server_context.wrap_socket(listener.accept()[0], server_side=True)
+    handshake.join()
+    try:
+        assert still_open(served)
+        clients[0].close()  # the agent's process ended: its kernel sends FIN
+        wait_for(lambda: not still_open(served), 5, interval_s=0.01, what="the ended TLS stream seen as ended")
+    finally:
+        served.close()
+        listener.close()
+    assert not still_open(served)  # closed here too

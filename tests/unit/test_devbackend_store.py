@@ -102,3 +102,29 @@ def test_a_lean_heartbeat_keeps_the_detail_of_the_last_full_one(store):
     changed = [{**workers[0], "state": "BACKOFF", "pid": None, "restarts": 1}]
     store.store_records(node_id, [record(protocol.HEARTBEAT, {**full, "beat": 2, "workers": changed}, "hb:2")])
     assert store.nodes()[0]["workers"] == changed
+
+
+def test_host_requests_are_answered_once_and_a_node_command_sets_the_drain_state(store):
+    node_id = node(store)
+    assert store.node(node_id)["drain"] == {"state": protocol.SCHEDULABLE}
+    request = {"action": "drain", "request_id": "r1", "deadline_s": 30, "expires_at": 2e9}
+    store.store_records(node_id, [record(protocol.HOST_REQUEST, request, "hr:r1")])
+    store.store_records(node_id, [record(protocol.HOST_REQUEST, request, "hr:r1")])  # a resend
+    commands = store.commands_after(node_id, 0)
+    assert [(c["id"], c["kind"], c["spec"]) for c in commands] == [
+        ("host-r1", "node.drain", {"request_id": "r1", "stop": True, "deadline_s": 30.0})
+    ]
+    expired = {"action": "uncordon", "request_id": "r2", "expires_at": 1.0}
+    hostile = {"action": "reboot", "request_id": "r3"}
+    late = [record(protocol.HOST_REQUEST, d, f"hr:{d['request_id']}") for d in (expired, hostile)]
+    store.store_records(node_id, late)
+    assert len(store.commands_after(node_id, 0)) == 1  # neither an expired nor an unknown action is answered
+
+    done = protocol.timeline_data("host-r1", protocol.SUCCEEDED, reason="ok", message="", result={"state": "drained"})
+    store.store_records(node_id, [record(protocol.TIMELINE, done, "tl:host-r1:succeeded:0")])
+    assert store.node(node_id)["drain"]["state"] == protocol.DRAINED  # before the node's next detailed beat
+    other = store.add_command(node_id, "container.stop", {"name": "x"}, "c-9", None)
+    said = {"state": protocol.CORDONED}
+    fake = protocol.timeline_data(other["id"], protocol.SUCCEEDED, reason="ok", message="", result=said)
+    store.store_records(node_id, [record(protocol.TIMELINE, fake, "tl:c-9:succeeded:0")])
+    assert store.node(node_id)["drain"]["state"] == protocol.DRAINED  # only node.* commands say it

@@ -204,7 +204,13 @@ def test_two_gpus_report_every_field():
         "mig": {"enabled": False, "pending": False, "devices": []},
         "ecc": {"enabled": True, "uncorrected_volatile": 0, "uncorrected_aggregate": 0},
         "processes": [
-            {"pid": 1, "name": first["processes"][0]["name"], "types": ["compute"], "usage": {"used_memory": 4 * GiB}}
+            {
+                "pid": 1,
+                "name": first["processes"][0]["name"],
+                "container_id": None,  # pid 1 here is in no Docker container
+                "types": ["compute"],
+                "usage": {"used_memory": 4 * GiB},
+            }
         ],
         "usage": {
             "memory_used": 2 * GiB,

@@ -333,7 +333,7 @@ def test_the_protobuf_body_decodes_to_every_entry_as_loki_reads_it():
     with quotes, backslashes and newlines, timestamps from 0 to past 2**62 ns, lines with
     multi-byte characters and NULs, metadata or the detail in the line."""
     from faden_agent.workers.logs.lokiproto import ProtoEncoder
-    from tests.lokiprotodecode import decode_push
+    from tests.support.lokiprotodecode import decode_push
 
     labels = (("agent_id", 'we"ird\\x\n\t\x00\r'), ("job", "node-agent"))
     detail = {"unit": "u é", "pid": "1"}

@@ -194,6 +194,8 @@ def test_a_record_is_sent_only_when_it_changed_beyond_the_thresholds():
     assert not changed(_record(0.0, rtt=10.0), _record(0.0, rtt=10.8))
     assert changed(_record(0.0, rtt=10.0), _record(0.0, rtt=20.0))
     assert changed(_record(0.0), _record(0.0, connections=2))
+    counted = [dict(_record(0.0), not_measured=[f"sockets in {n} other network namespaces"]) for n in (3, 4)]
+    assert not changed(*counted) and changed(_record(0.0), counted[0])  # the count moves; the note comes
 
 
 def _sample(tcp_rate: float, rdma_rate: float | None, at: float) -> dict:

@@ -314,6 +314,7 @@ def peer(status: dict[str, Any], executor: dict[str, Any]) -> Iterator[Family]:
 
 def inventory(gauges: dict[str, Any]) -> Iterator[Family]:
     yield from gpus(_dict(gauges.get("gpu")))
+    yield from container_gpus(gauges.get("containers_gpu") or [])
     free = GaugeMetricFamily(P + "disk_free_bytes", "Free bytes per watched path", labels=["path", "role"])
     size = GaugeMetricFamily(P + "disk_size_bytes", "Size of each watched path's file system", labels=["path", "role"])
     for disk in gauges.get("disks") or []:
@@ -335,6 +336,23 @@ def inventory(gauges: dict[str, Any]) -> Iterator[Family]:
             if (value := _num(item.get(key))) is not None:
                 family.add_metric(label, value * scale)
     yield from (sent, received, rtt)
+
+
+def container_gpus(items: list[Any]) -> Iterator[Family]:
+    """GPU use of each managed container (a bounded set: the agent's own containers)."""
+    labels = ["container", "gpu", "uuid"]
+    memory = GaugeMetricFamily(P + "container_gpu_memory_used_bytes", "GPU memory of its processes", labels=labels)
+    busy = GaugeMetricFamily(
+        P + "container_gpu_utilization_ratio", "SM share of its processes (NVML's per-process samples)", labels=labels
+    )
+    for item in items[:MAX_PEERS]:
+        item = _dict(item)
+        item_labels = [str(item.get("container"))[:128], str(item.get("index")), str(item.get("uuid") or "")]
+        if (value := _num(item.get("used_memory"))) is not None:
+            memory.add_metric(item_labels, value)
+        if (value := _num(item.get("utilization_sm"))) is not None:
+            busy.add_metric(item_labels, value / 100)
+    yield from (memory, busy)
 
 
 def gpus(gpu: dict[str, Any]) -> Iterator[Family]:

@@ -37,7 +37,7 @@ def container_summary(container: Any) -> dict[str, Any]:
 
 
 def managed_containers(ops: DockerOps, journal: Journal) -> list[Any]:
-    found = {c.id: c for c in ops.managed_containers(f"{protocol.LABEL_MANAGED}=true")}
+    found = {c.id: c for c in ops.managed_containers()}
     for container_id in journal.adopted_ids() - set(found):
         container = ops.find(container_id)
         if container is None:

@@ -15,10 +15,11 @@ from docker.types import LogConfig, Mount, Ulimit
 from docker.utils import parse_repository_tag
 from docker.utils.json_stream import json_stream
 
+from faden_agent import protocol
 from faden_agent.config import Config
 from faden_agent.dockerclient import make_client
 from faden_agent.errorline import error_line
-from faden_agent.failure import Failure
+from faden_agent.failure import Cancelled, Failure
 from faden_agent.workers.executor import docker_errors
 from faden_agent.workers.executor.gpu import GPU_ADVICE, device_requests, gpu_failure
 
@@ -30,10 +31,6 @@ class CommandFailed(Failure):
     def __init__(self, reason: str, message: str, **result: Any):
         super().__init__(reason, message)
         self.result = result
-
-
-class Cancelled(Exception):
-    """The command was cancelled (command.cancel) or abandoned at its deadline."""
 
 
 def _engine_text(exc: APIError) -> str:
@@ -227,9 +224,9 @@ class DockerOps:
                 return None
         return container if name in (container.name, container.id) else None
 
-    def managed_containers(self, label: str) -> list:
+    def managed_containers(self) -> list:
         with translated("listing managed containers"):
-            return self.client.containers.list(all=True, filters={"label": label})
+            return self.client.containers.list(all=True, filters=protocol.MANAGED_FILTER)
 
     def create(self, spec: dict[str, Any], labels: dict[str, str], extra_mounts: list[dict[str, Any]]):
         kwargs: dict[str, Any] = {

@@ -108,8 +108,7 @@ class EventWatcher:
         raise ConnectionError("the event stream ended")
 
     def _reconcile(self, replayed: dict[str, dict[str, list[int]]]) -> None:
-        label = f"{protocol.LABEL_MANAGED}=true"
-        containers = {c.id: c for c in self.ops.managed_containers(label)}
+        containers = {c.id: c for c in self.ops.managed_containers()}
         for container_id in self.seen.snapshots:
             if container_id not in containers and self.is_adopted(container_id):
                 adopted = self.ops.find(container_id)

@@ -10,6 +10,7 @@ from faden_agent.dockerclient import make_client
 from faden_agent.workers.inventory import docker_probe
 from faden_agent.workers.inventory.disks import probe_disks
 from faden_agent.workers.inventory.gpu import GpuProbe
+from faden_agent.workers.inventory.gpu_containers import add_container_gpu_use
 from faden_agent.workers.inventory.gpu_health import HealthReader
 from faden_agent.workers.inventory.gpu_xids import XidLog
 from faden_agent.workers.inventory.host import probe_host
@@ -79,6 +80,7 @@ class Collector:
             # holds the old root and the next round sends a second full one.
             results["disks"] = run_probes([self.probe("disks")])["disks"]
             sections = sections_from(results, self.last_good, self.timeouts)
+        add_container_gpu_use(sections)
         gpu = results.get("gpu")  # absent where a caller runs only some probes
         if gpu is not None and gpu.status == OVERRUN:  # a hung NVML call is a verdict, not just stale data
             sections["gpu"] = self.gpu.hung(self.last_good.get("gpu"))

@@ -16,7 +16,6 @@ from faden_agent.protocol.container import describe
 # A stuck engine leaves the probe's thread blocked until this socket timeout; the probe's
 # own (shorter) timeout reports the overrun long before (see probes.py).
 CLIENT_TIMEOUT_S = 60
-MANAGED_FILTER = {"label": f"{protocol.LABEL_MANAGED}=true"}
 
 
 def probe_docker(client: docker.DockerClient) -> dict[str, Any]:
@@ -71,7 +70,7 @@ def image_layers(api: docker.APIClient, image_id: str) -> list[str] | None:
 
 def managed_containers(api: docker.APIClient) -> list[dict[str, Any]]:
     found = []
-    for summary in api.containers(all=True, filters=MANAGED_FILTER):
+    for summary in api.containers(all=True, filters=protocol.MANAGED_FILTER):
         try:
             details = api.inspect_container(summary["Id"])
         except docker.errors.NotFound:

@@ -96,9 +96,21 @@ def peer_gauges(traffic: Any) -> list[dict[str, Any]]:
     return out
 
 
+def container_gpu_gauges(docker: Any) -> list[dict[str, Any]]:
+    """Per managed container and GPU: memory used and SM utilisation (gpu_containers.py)."""
+    out = []
+    containers = docker.get("containers") if isinstance(docker, dict) else None
+    for container in containers if isinstance(containers, list) else []:
+        for use in ((container.get("usage") or {}).get("gpus") or []) if isinstance(container, dict) else []:
+            figures = {key: use.get(key) for key in ("index", "uuid", "used_memory", "utilization_sm")}
+            out.append(_present({"container": str(container.get("name"))[:128], **figures}))
+    return out[:MAX_ITEMS]
+
+
 def gauges(sections: dict[str, Any] | None, traffic: dict[str, Any] | None) -> dict[str, Any]:
     sections = sections or {}
     return {
+        "containers_gpu": container_gpu_gauges(sections.get("docker")),
         "gpu": gpu_gauges(sections.get("gpu")),
         "disks": disk_gauges(sections.get("disks")),
         "peers": peer_gauges(traffic),

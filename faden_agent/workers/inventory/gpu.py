@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from faden_agent.workers.inventory.gpu_containers import container_of_pid
 from faden_agent.workers.inventory.gpu_evidence import seen_at
 from faden_agent.workers.inventory.gpu_health import HealthReader, node_health
 from faden_agent.workers.inventory.kernel_xids import bus_key
@@ -331,11 +332,32 @@ class GpuProbe:
             ("graphics", nvml.nvmlDeviceGetGraphicsRunningProcesses),
         ):
             for proc in self._optional(fn, handle) or ():
-                entry = found.setdefault(proc.pid, {"pid": proc.pid, "name": process_name(proc.pid), "types": []})
+                entry = found.setdefault(
+                    proc.pid,
+                    {
+                        "pid": proc.pid,
+                        "name": process_name(proc.pid),
+                        "container_id": container_of_pid(proc.pid),
+                        "types": [],
+                    },
+                )
                 entry["types"].append(kind)
                 used = getattr(proc, "usedGpuMemory", None)
                 entry["usage"] = {"used_memory": used if isinstance(used, int) else None}
+        for pid, sm in self._process_utilization(handle).items():
+            if pid in found:
+                found[pid]["usage"]["utilization_sm"] = sm
         return [found[pid] for pid in sorted(found)]
+
+    def _process_utilization(self, handle: Any) -> dict[int, int]:
+        """pid -> SM utilisation (%) of NVML's per-process samples; none where the GPU keeps
+        none, or no process ran since (the driver answers NOT_FOUND then)."""
+        nvml = self.nvml
+        try:
+            samples = nvml.nvmlDeviceGetProcessUtilization(handle, 0)
+        except (nvml.NVMLError, AttributeError):
+            return {}
+        return {s.pid: s.smUtil for s in samples or () if isinstance(getattr(s, "smUtil", None), int)}
 
 
 def process_name(pid: int) -> str | None:

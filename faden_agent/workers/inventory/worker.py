@@ -172,6 +172,7 @@ class InventoryWorker(Worker):
             lambda data, record_id: self.reports.put(protocol.EVENT, data, record_id=record_id),
             self.config.workload_scrape_sec,
             self.config.workload_stall_sec,
+            self.config.advertise_host or self.config.host,
         )
         self.start_thread("inventory-workloads", self.workloads.run, self.stop_event)
 

@@ -127,7 +127,7 @@ class HeartbeatSender(LinkThread):
             "fingerprint": fingerprint(self.config.sysfs_root),
             "interval_sec": self.config.heartbeat_interval_sec,
             "supervisor": supervisor,
-            "workers": [{k: w.get(k) for k in WORKER_FIELDS} for w in table.get("workers", [])],
+            "workers": [_row(w) for w in table.get("workers", [])],
             "connection": self.link_status.snapshot(),
             "drain": drainstate.heartbeat_view(self.config.state_dir),  # cordoned, draining, drained
             # the first worker that cannot write its files: {"path", "error", "since", "paths"}
@@ -162,6 +162,17 @@ def change_key(detail: dict[str, Any]) -> Any:
     ]
     rest = {k: v for k, v in detail.items() if k not in ("workers", "supervisor")}
     return (tuple(rows), states_only(rest), (detail.get("supervisor") or {}).get("pid"))
+
+
+def _row(worker: dict[str, Any]) -> dict[str, Any]:
+    """A worker's row as the backend gets it: its status without `gauges`, the figures the
+    supervisor's /metrics reads (per GPU, disk, peer: 8.7 KB of a detail beat for 8 GPUs;
+    the backend has them from the inventory and traffic records, issue 41)."""
+    row = {k: worker.get(k) for k in WORKER_FIELDS}
+    status = row.get("status")
+    if isinstance(status, dict) and "gauges" in status:
+        row["status"] = {k: v for k, v in status.items() if k != "gauges"}
+    return row
 
 
 def detail_changes(old: dict[str, Any] | None, new: dict[str, Any]) -> list[str]:

@@ -42,8 +42,10 @@ def report_shutdown(
     if outbox is None:  # not a member yet: there is no backend to tell
         return True
     boot = boot_id()
-    event = {"type": protocol.SHUTTING_DOWN_EVENT, "at": time.time(), "boot_id": boot}
-    outbox.put(protocol.EVENT, event, record_id=f"ev:shutdown:{boot}")
+    at = time.time()
+    event = {"type": protocol.SHUTTING_DOWN_EVENT, "at": at, "boot_id": boot}
+    # The time in the id too: a shutdown cancelled, then another, is reported twice.
+    outbox.put(protocol.EVENT, event, record_id=f"ev:shutdown:{boot}:{int(at * 1000)}")
     poke_uplink()
     # A line may wait in a multiline join this long for its continuation before it is queued.
     settle = config.log_multiline_wait_sec + 0.1 if config.log_multiline else 0.0

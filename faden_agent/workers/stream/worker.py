@@ -67,6 +67,9 @@ class StreamWorker(Worker):
             until = (message.body or {}).get("until_mono") if isinstance(message.body, dict) else None
             self.shutdown = "reporting"
             self.start_thread("shutdown", self.report_shutdown, float(until or time.monotonic() + 4), finite=True)
+        elif message.type == "shutdown_cancelled" and self.shutdown == "ready":
+            self.shutdown = None
+            self.link_status.note(shutting_down=False)
         if self.uplink is not None:
             self.uplink.poke()
 

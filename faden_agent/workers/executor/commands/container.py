@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from faden_agent import protocol, testhooks
+from faden_agent.failure import Cancelled
 from faden_agent.workers.executor import specs
 from faden_agent.workers.executor.commands.frame import Commands
 from faden_agent.workers.executor.commands.image import PEER_OPTIONS, pull_or_fetch
-from faden_agent.workers.executor.docker_ops import Cancelled, CommandFailed
+from faden_agent.workers.executor.docker_ops import CommandFailed
 from faden_agent.workers.executor.host_policy import PolicyDenied
 from faden_agent.workers.executor.kinds import COMMON, CommandKind, register
 from faden_agent.workers.executor.log_handoff import DRAIN_TIMEOUT_S, hand_over_logs

@@ -15,14 +15,15 @@ from urllib.parse import urlsplit
 from faden_agent import protocol
 from faden_agent.disk.diskspace import NoSpace, SpaceWatch, require_space
 from faden_agent.errorline import error_line
+from faden_agent.failure import Cancelled, Stopped
 from faden_agent.http.answerbody import AnswerUnread, read_json_object
-from faden_agent.peer.fetch import PeerFailure, Stopped, Transfer, check_space, local_image, tag_image
+from faden_agent.peer.fetch import PeerFailure, Transfer, check_space, local_image, tag_image
 from faden_agent.peer.server import byte_limit, holder_stream
 from faden_agent.peer.tickets import Ticket, TicketBox
 from faden_agent.protocol import quote
 from faden_agent.workers.executor import specs
 from faden_agent.workers.executor.commands.frame import Commands
-from faden_agent.workers.executor.docker_ops import Cancelled, CommandFailed, translated
+from faden_agent.workers.executor.docker_ops import CommandFailed, translated
 from faden_agent.workers.executor.kinds import COMMON, CommandKind, register
 from faden_agent.workers.executor.peer_start import ask_to_serve
 from faden_agent.workers.executor.prune import prune

@@ -7,7 +7,7 @@ import math
 import time
 from typing import Any
 
-from faden_agent.peer import probe_client
+from faden_agent.failure import Cancelled, Stopped
 from faden_agent.peer.probe import LIMITS
 from faden_agent.peer.probe_client import Bounds, Probe, ProbeFailed
 from faden_agent.peer.tickets import PROBE_GRANT, Ticket, TicketBox
@@ -16,7 +16,6 @@ from faden_agent.workers.executor import specs
 from faden_agent.workers.executor.commands.frame import Commands
 from faden_agent.workers.executor.commands.image import peers as image_peers
 from faden_agent.workers.executor.commands.image import sha256_hex
-from faden_agent.workers.executor.docker_ops import Cancelled
 from faden_agent.workers.executor.kinds import COMMON, CommandKind, register
 from faden_agent.workers.executor.peer_start import ask_to_serve
 from faden_agent.workers.executor.scheduler import Job
@@ -141,7 +140,7 @@ def probe_one(peer: dict[str, str], bounds: Bounds, verify: bool | str, job: Job
     except ProbeFailed as failure:
         log.warning("probe of %s: %s", peer["machine"], failure.message)
         entry.update(reason=failure.reason, message=failure.message)
-    except probe_client.Stopped:
+    except Stopped:
         raise Cancelled() from None
     return {**entry, **attempt.figures}
 

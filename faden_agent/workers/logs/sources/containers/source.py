@@ -119,7 +119,7 @@ class ContainersSource(Source):
             events = client.api.events(
                 since=f"{since:.9f}",
                 decode=True,
-                filters={"type": "container", "label": f"{protocol.LABEL_MANAGED}=true"},
+                filters={"type": "container", **protocol.MANAGED_FILTER},
             )
             reader = self.start_thread("logs-docker-events", self.read_events, events, critical=False)
             self.refresh(client)
@@ -222,7 +222,7 @@ class ContainersSource(Source):
     def refresh(self, client) -> None:
         """The full listing: at start, and now and then in case an event was lost."""
         containers = client.containers.list(
-            all=True, filters={"label": f"{protocol.LABEL_MANAGED}=true"}, ignore_removed=True
+            all=True, filters=protocol.MANAGED_FILTER, ignore_removed=True
         )  # removed while listing: skip it
         present = {position_key(c.id, stream) for c in containers for stream in STREAMS}
         self.managed.listed({c.id: c.name for c in containers})
