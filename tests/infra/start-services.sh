@@ -28,15 +28,18 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
 fi
 
-# promtool (`promtool check metrics` over a real agent's scrape: tests/support/metricsclient.py), from
-# Debian's prometheus package, unpacked only: installing it would start a Prometheus server.
-if ! command -v promtool >/dev/null; then
+# promtool (`promtool check metrics` over a real agent's scrape: tests/support/metricsclient.py) and the
+# Prometheus server (tests/integration/test_workload_discovery.py runs one), from Debian's
+# prometheus package, unpacked only: installing it would start a Prometheus server.
+if ! command -v promtool >/dev/null || ! command -v prometheus >/dev/null; then
   rm -rf "$STATE/prometheus-deb" && mkdir -p "$STATE/prometheus-deb"
   (cd "$STATE/prometheus-deb" && { apt-get download prometheus >/dev/null 2>&1 || { apt-get update -qq && apt-get download prometheus >/dev/null 2>&1; }; } \
-    && dpkg-deb -x prometheus_*.deb root && ln -sf "$STATE/prometheus-deb/root/usr/bin/promtool" /usr/local/bin/promtool)
+    && dpkg-deb -x prometheus_*.deb root \
+    && { command -v promtool >/dev/null || ln -sf "$STATE/prometheus-deb/root/usr/bin/promtool" /usr/local/bin/promtool; } \
+    && ln -sf "$STATE/prometheus-deb/root/usr/bin/prometheus" /usr/local/bin/prometheus)
 fi
 
-for tool in /lib/systemd/systemd-journal-remote journalctl debootstrap dockerd docker-registry /bin/busybox ip cc runc xz promtool dbus-daemon; do
+for tool in /lib/systemd/systemd-journal-remote journalctl debootstrap dockerd docker-registry /bin/busybox ip cc runc xz promtool prometheus dbus-daemon; do
   command -v "$tool" >/dev/null || { echo "missing after install: $tool" >&2; exit 1; }
 done
 

@@ -127,6 +127,7 @@ def test_a_cordon_outlives_agent_and_backend_restarts_and_uncordon_ends_it(backe
         assert done.returncode == 0, (done.stdout, done.stderr)
         assert "cordoned" in done.stdout
         wait_for(lambda: drain_state(backend, node["node_id"]) == protocol.CORDONED, 10, what="cordoned")
+        assert "drain:         cordoned since" in cli(env, "status").stdout
         with pytest.raises(AdminError, match="cordoned"):  # the backend places nothing there
             backend.send_command(node["node_id"], "container.run", {"name": "x", "image": TEST_IMAGE})
 

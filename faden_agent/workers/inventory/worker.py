@@ -172,6 +172,7 @@ class InventoryWorker(Worker):
             lambda data, record_id: self.reports.put(protocol.EVENT, data, record_id=record_id),
             self.config.workload_scrape_sec,
             self.config.workload_stall_sec,
+            self.config.advertise_host or self.config.host,
         )
         self.start_thread("inventory-workloads", self.workloads.run, self.stop_event)
 
@@ -201,9 +202,15 @@ class InventoryWorker(Worker):
             "traffic_samples": self.traffic.samples,
             "traffic_records": self.traffic.sent,
             "kernel_xids": self._kernel_status(),
+            "gpu_events": self._gpu_events_status(),
             "gauges": gauges(self.reporter.sections, self.traffic.last_sample),
             "workloads": self.workloads.status(),
         }
+
+    def _gpu_events_status(self) -> dict[str, Any]:
+        """GPUs in NVML's event set, and those left out as lost (ps, tests)."""
+        watcher = next(w for w in self.watchers if isinstance(w, GpuErrorWatcher))
+        return {"watching": watcher.watching, "lost": sorted(watcher.lost)}
 
     def _kernel_status(self) -> dict[str, Any] | None:
         kernel = self.reporter.kernel
