@@ -200,3 +200,15 @@ def test_a_drain_that_fails_exits_1_with_the_reason(backend, tmp_path):  # noqa:
         wait_for(lambda: drain_state(backend, node["node_id"]) == protocol.CORDONED, 10, what="cordoned")
     finally:
         agent.stop()
+
+
+def test_an_outbox_that_cannot_be_written_is_one_line(tmp_path):
+    state = tmp_path / "state"
+    (state / "outbox.sqlite").mkdir(parents=True)  # not a database: the request cannot be queued
+    (state / "state.json").write_text("{}")
+    env = {"PATH": "/usr/bin:/bin", "FADEN_NODE_AGENT_STATE_PATH": str(state / "state.json")}
+    env["FADEN_NODE_AGENT_RUNTIME_DIR"] = str(tmp_path / "run")
+    done = cli(env, "cordon", "--wait", "1s")
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1 and "cannot write the agent's outbox" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
