@@ -74,6 +74,7 @@ def test_sigstopped_worker_is_detected_dumped_and_replaced(tmp_path):
         replaced_after = time.monotonic() - stopped_at
         assert not pid_alive(victim)
         assert rows["inventory"]["last_exit"].startswith("killed: hung")
+        assert rows["inventory"]["exit_cause"] == "hung"
         # documented bound: hang timeout + 0.5 s dump grace + restart backoff + one heartbeat
         assert replaced_after < 1.5 + 0.5 + 2 + 3
         log = agent.log_text()

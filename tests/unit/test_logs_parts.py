@@ -402,3 +402,11 @@ def test_a_slow_positions_write_never_holds_the_shippers_counts(tmp_path, monkey
     finally:
         release.set()
         completing.join(10)
+
+
+def test_the_log_target_says_whether_it_knows_where_to_push(tmp_path):
+    from faden_agent.workers.logs.destinations import make_target
+
+    asking = make_target(load_config({"FADEN_NODE_AGENT_STATE_PATH": str(tmp_path / "state.json")}))
+    direct = make_target(load_config({"FADEN_NODE_AGENT_LOKI_URL": "http://127.0.0.1:9"}))
+    assert (asking.resolved, direct.resolved) == (False, True)
