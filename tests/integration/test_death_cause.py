@@ -1,7 +1,8 @@
 """Deaths with their cause in a real agent (inventory + executor workers, the C-level NVML):
 a container on GPU 2 killed 5 s after an Xid 79 on GPU 2 dies `suspected: hardware` with
 that Xid; a container on GPU 0 dying then is `application`, with its exit code and its last
-stderr lines. The GPU evidence is the inventory's own file (gpu-evidence.json)."""
+stderr lines; one on GPU 3 dying after GPU 3 turned degraded is `hardware` with that change.
+The GPU evidence is the inventory's own file (gpu-evidence.json)."""
 
 from __future__ import annotations
 
@@ -58,6 +59,7 @@ def test_a_death_after_an_xid_on_its_gpu_is_hardware_another_is_application(tmp_
     wait_for(lambda: len(read_gpus(state_dir)) == 4, 30, 0.2, "the inventory's GPU evidence")
     on_gpu2 = on_gpu(2, "CUDA error: an illegal memory access was encountered")
     on_gpu0 = on_gpu(0, "ValueError: the prompt is too long")
+    on_gpu3 = on_gpu(3, "NCCL error: unhandled system error")
     uuid2 = gpus.gpus[2]["uuid"]
 
     gpus.xid(2, 79)
@@ -72,9 +74,10 @@ def test_a_death_after_an_xid_on_its_gpu_is_hardware_another_is_application(tmp_
     died = wait_for(lambda: death_of(on_gpu2), 30, 0.1, "the death of the container on GPU 2")
     assert died["gpus"] == [{"index": 2, "uuid": uuid2}]
     assert died["suspected"] == "hardware", died
-    (evidence,) = died["evidence"]
-    assert (evidence["index"], evidence["uuid"], evidence["code"]) == (2, uuid2, 79)
-    assert 4 <= evidence["before_s"] <= 10, evidence
+    xid, verdict = died["evidence"]  # the Xid, and the verdict it caused
+    assert (xid["event"], xid["index"], xid["uuid"], xid["code"]) == ("xid", 2, uuid2, 79)
+    assert 4 <= xid["before_s"] <= 10, xid
+    assert (verdict["event"], verdict["new"], verdict["uuid"]) == ("verdict", "failed", uuid2)
 
     on_gpu0.kill()
     died = wait_for(lambda: death_of(on_gpu0), 30, 0.1, "the death of the container on GPU 0")
@@ -82,3 +85,14 @@ def test_a_death_after_an_xid_on_its_gpu_is_hardware_another_is_application(tmp_
     assert died["suspected"] == "application" and died["exit_code"] == 137, died
     assert died["last_errors"] == ["ValueError: the prompt is too long"]
     assert "evidence" not in died
+
+    gpus.gpus[3]["nvlink"]["0"]["active"] = 0  # NVLink 0 down: GPU 3 degraded, no Xid
+    gpus.write()
+    uuid3 = gpus.gpus[3]["uuid"]
+    wait_for(lambda: (read_gpus(state_dir).get(uuid3) or {}).get("verdict_change"), 30, 0.1, "GPU 3's verdict change")
+    on_gpu3.kill()
+    died = wait_for(lambda: death_of(on_gpu3), 30, 0.1, "the death of the container on GPU 3")
+    assert died["suspected"] == "hardware", died
+    (evidence,) = died["evidence"]
+    assert (evidence["event"], evidence["old"], evidence["new"]) == ("verdict", "ok", "degraded")
+    assert evidence["reasons"] == ["NVLink 0 down"] and evidence["uuid"] == uuid3

@@ -70,3 +70,15 @@ def test_which_events_get_a_cause():
     assert wants_cause({"type": "container.health_status", "health": "unhealthy"})
     assert not wants_cause({"type": "container.health_status", "health": "healthy"})
     assert not wants_cause({"type": "container.start"})
+
+
+def test_a_verdict_turned_failed_within_the_window_is_hardware(tmp_path):
+    change = {"old": "ok", "new": "failed", "reasons": ["NVLink 0 down"], "at": 990.0}
+    write(tmp_path, {"GPU-a": {"index": 0, "xid": [], "verdict_change": change}})
+    died = {"type": "container.die", "time": 1000.0, "exit_code": 1}
+    found = cause(died, attrs(["NVIDIA_VISIBLE_DEVICES=0"]), lambda: [], tmp_path, 60)
+    assert found["suspected"] == "hardware"
+    assert found["evidence"] == [{"index": 0, "uuid": "GPU-a", "event": "verdict", **change, "before_s": 10.0}]
+    back_to_ok = {**change, "old": "failed", "new": "ok"}
+    write(tmp_path, {"GPU-a": {"index": 0, "xid": [], "verdict_change": back_to_ok}})
+    assert cause(died, attrs(["NVIDIA_VISIBLE_DEVICES=0"]), lambda: [], tmp_path, 60)["suspected"] == "application"

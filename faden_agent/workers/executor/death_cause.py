@@ -1,7 +1,7 @@
 """The cause of a container's death, OOM or unhealthy state: its GPUs (device requests or
 NVIDIA_VISIBLE_DEVICES, placed by the inventory's GPU evidence) and, when one of them had an
-Xid within WORKLOAD_FAULT_WINDOW_SEC before, `suspected: "hardware"` with those Xids; else
-`"application"` with the exit code and the container's last stderr lines."""
+Xid or turned degraded/failed within WORKLOAD_FAULT_WINDOW_SEC before, `suspected: "hardware"`
+with that evidence; else `"application"` with the exit code and the last stderr lines."""
 
 from __future__ import annotations
 
@@ -54,10 +54,15 @@ def cause(
     at = float(data.get("time") or 0)
     evidence = []
     for gpu in gpus:
-        for xid in (known.get(gpu["uuid"] or "") or {}).get("xid") or []:
-            xid_at = xid.get("at") if isinstance(xid, dict) else None
-            if isinstance(xid_at, (int, float)) and at - window_s <= xid_at <= at + 1:
-                evidence.append({"index": gpu["index"], "uuid": gpu["uuid"], **xid, "before_s": round(at - xid_at, 1)})
+        kept = known.get(gpu["uuid"] or "") or {}
+        change = kept.get("verdict_change")
+        worse = [{"event": "verdict", **change}] if isinstance(change, dict) and change.get("new") != "ok" else []
+        for fault in [*(kept.get("xid") or []), *worse]:
+            fault_at = fault.get("at") if isinstance(fault, dict) else None
+            if isinstance(fault_at, (int, float)) and at - window_s <= fault_at <= at + 1:
+                evidence.append(
+                    {"index": gpu["index"], "uuid": gpu["uuid"], **fault, "before_s": round(at - fault_at, 1)}
+                )
     if evidence:
         return {"gpus": gpus, "suspected": "hardware", "evidence": evidence}
     state = (attrs or {}).get("State") or {}

@@ -90,9 +90,13 @@ def problem(data: Any) -> str | None:
     return None
 
 
-def gather(probe: Any, verdicts: dict[str, str]) -> dict[str, dict[str, Any]]:
+def gather(
+    probe: Any, verdicts: dict[str, str], changes: dict[str, dict[str, Any]] | None = None
+) -> dict[str, dict[str, Any]]:
     """The evidence of every GPU seen: from the probe (GpuProbe), its health reader and Xid
-    log, and the last verdicts (HealthChanges)."""
+    log, the last verdicts and verdict changes (HealthChanges; the executor's death causes
+    read the changes, executor/death_cause.py)."""
+    changes = changes or {}
     baselines = probe.health.baselines()
     logged = probe.health.xids.snapshot()
     return {
@@ -101,6 +105,7 @@ def gather(probe: Any, verdicts: dict[str, str]) -> dict[str, dict[str, Any]]:
             "pci_bus_id": seen.get("pci_bus_id"),
             "seen_at": seen.get("at"),
             "verdict": verdicts.get(uuid),
+            "verdict_change": changes.get(uuid),
             "xid": logged.get(uuid, []),
             "xid_totals": probe.health.xids.totals(uuid),
             **baselines.get(uuid, {}),
@@ -109,9 +114,13 @@ def gather(probe: Any, verdicts: dict[str, str]) -> dict[str, dict[str, Any]]:
     }
 
 
-def restore(evidence: Evidence, probe: Any, verdicts: dict[str, str]) -> None:
+def restore(
+    evidence: Evidence, probe: Any, verdicts: dict[str, str], changes: dict[str, dict[str, Any]] | None = None
+) -> None:
     """Everything gather() kept, back where it lives (at the worker's start)."""
     for uuid, gpu in evidence.gpus.items():
+        if changes is not None and isinstance(gpu.get("verdict_change"), dict):
+            changes[uuid] = gpu["verdict_change"]
         probe.seen[uuid] = {"index": gpu["index"], "pci_bus_id": gpu.get("pci_bus_id"), "at": gpu.get("seen_at")}
         if gpu.get("verdict") in ("ok", "degraded", "failed"):
             verdicts[uuid] = gpu["verdict"]

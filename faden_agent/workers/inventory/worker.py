@@ -70,7 +70,7 @@ class InventoryReporter:
         for event in self.gpu_changes.events(sections.get("gpu"), time.time()):
             self.reports.put(protocol.EVENT, event, record_id=event_id(event))
         if self.evidence is not None:  # after the events: a restart never repeats one
-            gpus = gpu_evidence.gather(self.collector.gpu, self.gpu_changes.verdicts)
+            gpus = gpu_evidence.gather(self.collector.gpu, self.gpu_changes.verdicts, self.gpu_changes.changes)
             self.evidence.save(gpus, self.kernel.cursor if self.kernel else None)
         heard = self.accepts()
         self.emitter.changes = ACCEPTS_CHANGES in heard.accepts
@@ -131,7 +131,8 @@ class InventoryWorker(Worker):
         evidence = self.reporter.evidence = gpu_evidence.Evidence(self.config.state_dir)
         if evidence.quarantined:
             self.reports.put(protocol.EVENT, evidence.quarantined, record_id=quarantine_record_id(evidence.quarantined))
-        gpu_evidence.restore(evidence, self.collector.gpu, self.reporter.gpu_changes.verdicts)
+        changes = self.reporter.gpu_changes
+        gpu_evidence.restore(evidence, self.collector.gpu, changes.verdicts, changes.changes)
         self.reporter.kernel = KernelXidReader(
             self.collector.gpu.health.xids,
             self.collector.gpu.uuid_of_bus,
