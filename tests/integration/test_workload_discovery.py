@@ -81,7 +81,12 @@ def test_prometheus_discovers_and_scrapes_a_serving_container(tmp_path, agent_fa
         agent = agent_factory(env, argv=INVENTORY_ONLY).start()
         host, port = endpoint(agent)
         sd_url = f"http://{host}:{port}/sd/workloads"
-        groups = wait_for(lambda: requests.get(sd_url, timeout=5).json(), 30, 0.2, "a discovered container")
+
+        def discovered():  # tests beside this one run containers on the same engine: only ours
+            groups = requests.get(sd_url, timeout=5).json()
+            return [g for g in groups if g["labels"]["container"] == name]
+
+        groups = wait_for(discovered, 30, 0.2, "a discovered container")
         container.reload()
         address = container.attrs["NetworkSettings"]["IPAddress"]
         assert groups == [
@@ -101,7 +106,8 @@ def test_prometheus_discovers_and_scrapes_a_serving_container(tmp_path, agent_fa
 
         def scraped():
             try:
-                answer = requests.get(f"{base}/api/v1/query", params={"query": "vllm:num_requests_running"}, timeout=5)
+                query = {"query": f'vllm:num_requests_running{{container="{name}"}}'}
+                answer = requests.get(f"{base}/api/v1/query", params=query, timeout=5)
             except requests.ConnectionError:
                 return None
             result = answer.json()["data"]["result"]

@@ -27,8 +27,9 @@ STALL_S = 3
 HTTPD = ["busybox", "httpd", "-f", "-p", "8000", "-h", "/www"]
 
 
-def workload_events(state_dir):
-    return [row["data"] for row in outbox_events(state_dir, "workload.")]
+def workload_events(state_dir, names):
+    """Of these containers only: tests beside this one run containers on the same engine."""
+    return [row["data"] for row in outbox_events(state_dir, "workload.") if row["data"]["name"] in names]
 
 
 def write_metrics(www, running, waiting, tokens):
@@ -83,10 +84,10 @@ def test_stall_and_recovery_of_a_stand_in_vllm(tmp_path, agent_factory, serving)
     for tokens in range(1, 2 * (STALL_S + SCRAPE_S) + 1):  # busy and advancing: no event
         write_metrics(www, 1, 2, tokens * 10)
         time.sleep(0.5)
-    assert workload_events(state_dir) == []
+    assert workload_events(state_dir, [name]) == []
 
     frozen_at = time.time()  # busy, frozen from here
-    (stalled,) = wait_for(lambda: workload_events(state_dir), STALL_S + 20, 0.1, "workload.stalled")
+    (stalled,) = wait_for(lambda: workload_events(state_dir, [name]), STALL_S + 20, 0.1, "workload.stalled")
     late = stalled["time"] - frozen_at
     print(f"stalled reported {late:.1f} s after the counter froze (limit {STALL_S} s + one scrape {SCRAPE_S} s)")
     assert stalled["type"] == "workload.stalled" and stalled["name"] == name and stalled["cluster"] == "c1"
@@ -97,12 +98,12 @@ def test_stall_and_recovery_of_a_stand_in_vllm(tmp_path, agent_factory, serving)
     wait_for(stalled_metric, 10, 0.2, "workload_stalled 1 in /metrics")
 
     write_metrics(www, 1, 2, 10_000)  # moving again
-    events = wait_for(lambda: workload_events(state_dir)[1:], 20, 0.1, "workload.recovered")
+    events = wait_for(lambda: workload_events(state_dir, [name])[1:], 20, 0.1, "workload.recovered")
     assert events[0]["type"] == "workload.recovered" and events[0]["recovered_by"] == "progress"
 
     write_metrics(www, 0, 0, 10_000)  # idle and frozen: no stall
     time.sleep(STALL_S + 3 * SCRAPE_S)
-    assert [e["type"] for e in workload_events(state_dir)] == ["workload.stalled", "workload.recovered"]
+    assert [e["type"] for e in workload_events(state_dir, [name])] == ["workload.stalled", "workload.recovered"]
     assert (agent.workers()["inventory"]["restarts"]) == 0
 
 
@@ -136,7 +137,7 @@ def test_hanging_huge_and_garbage_endpoints_end_as_reasons(tmp_path, agent_facto
     inventory = agent.workers()["inventory"]
     assert inventory["state"] == "RUNNING" and inventory["restarts"] == 0
     assert inventory["rss_bytes"] < 150 << 20, inventory  # a 1 GB answer is never held
-    assert workload_events(tmp_path / "state") == []
+    assert workload_events(tmp_path / "state", list(names.values())) == []
     scrape = get(agent)
     for outcome, name in names.items():
         assert scrape.value("faden_agent_workload_scrape", container=name, outcome=outcome) == 1
