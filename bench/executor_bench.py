@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import docker
 
 from faden_agent import protocol
-from tests.agentproc import AgentProcess
-from tests.backendproc import BackendProcess, agent_env_for
+from tests.support.agentproc import AgentProcess
+from tests.support.backendproc import BackendProcess, agent_env_for
 
 IMAGE = "faden-test/busybox:1"
 POLL_S = 0.005

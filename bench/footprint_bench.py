@@ -43,11 +43,11 @@ import psutil
 from bench import executor_bench, interpreters
 from bench.counting_proxy import CountingProxy
 from faden_agent.workers.stream.heartbeat import detail_changes
-from tests.agentproc import AgentProcess, wait_for
-from tests.backendproc import BackendProcess, agent_env_for
-from tests.journalfiles import JournalWriter
-from tests.lokireceiver import LokiReceiver
-from tests.privateengine import PrivateEngine
+from tests.support.agentproc import AgentProcess, wait_for
+from tests.support.backendproc import BackendProcess, agent_env_for
+from tests.support.journalfiles import JournalWriter
+from tests.support.lokireceiver import LokiReceiver
+from tests.support.privateengine import PrivateEngine
 
 SETTLE_S = 0.2  # the executor's settle check after a start (commands/container.py)
 # settings the test helpers shorten, left to the agent's own defaults here

@@ -26,8 +26,8 @@ from faden_agent.workers.inventory.gpu import GpuProbe
 from faden_agent.workers.inventory.gpu_health import HealthReader
 from faden_agent.workers.inventory.gpu_xids import XidLog
 from faden_agent.workers.inventory.kernel_xids import KernelXidReader, this_boot
-from tests.journalfiles import JournalWriter
 from tests.nvml.state import GpuState, load_in_process
+from tests.support.journalfiles import JournalWriter
 
 
 class PlainReader(HealthReader):

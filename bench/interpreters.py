@@ -3,7 +3,7 @@ of the bench's own (bench/.venvs/cpython-X.Y, made once, then reused), so one be
 measure the same agent on each (issue 16: CPython 3.12 and 3.13 have immortal objects,
 which the supervisor uses before forking; 3.11 has none).
 
-The interpreters are found by tests/pythons.py.
+The interpreters are found by tests/support/pythons.py.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.pythons import cpythons, version_of  # noqa: F401 - cpythons: the bench's entry
+from tests.support.pythons import cpythons, version_of  # noqa: F401 - cpythons: the bench's entry
 
 REPO = Path(__file__).resolve().parents[1]
 VENVS = REPO / "bench" / ".venvs"

@@ -35,7 +35,7 @@ from bench.counting_proxy import CountingProxy
 from bench.footprint_bench import metered_agent
 from faden_agent import protocol
 from tests.nvml.state import GiB, GpuState
-from tests.privateengine import PrivateEngine
+from tests.support.privateengine import PrivateEngine
 
 LINKS = 18
 MOVE_EVERY_S = 20.0  # the gauges move three times per 60 s inventory round

@@ -4,7 +4,7 @@ Builds a journal file of N entries (systemd-journal-remote), then measures, one 
 other on the same file:
   1. `journalctl --directory=D --output=json --all` alone, to /dev/null;
   2. the real agent (`faden-agent run`, log worker, default settings unless --batch-sizes)
-     shipping it into the project's receiver (tests/lokireceiver.py, in this process);
+     shipping it into the project's receiver (tests/support/lokireceiver.py, in this process);
   3. the same agent shipping it into a real Loki 3.4.6 (../shared/tools/loki), at defaults
      and at LOG_BATCH_SIZE=100 (the default before 1000);
   4. Promtail 2.8.0 (its journald target) shipping it into the same real Loki;
@@ -33,10 +33,10 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.agentproc import AgentProcess, agent_env, wait_for
-from tests.journalfiles import JournalWriter
-from tests.lokiproc import TOOLS, LokiProcess, count
-from tests.lokireceiver import LokiReceiver
+from tests.support.agentproc import AgentProcess, agent_env, wait_for
+from tests.support.journalfiles import JournalWriter
+from tests.support.lokiproc import TOOLS, LokiProcess, count
+from tests.support.lokireceiver import LokiReceiver
 
 LINE_PREFIX = "bench line "
 RECEIVED_METRIC = "loki_distributor_lines_received_total"

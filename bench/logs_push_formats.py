@@ -28,7 +28,7 @@ from faden_agent.config import load_config
 from faden_agent.workers.logs import targets
 from faden_agent.workers.logs.entry import Entry
 from faden_agent.workers.logs.loki import MAX_PUSHES_IN_FLIGHT, Pusher
-from tests.lokiproc import LokiProcess, count
+from tests.support.lokiproc import LokiProcess, count
 
 METADATA = {"unit": "bench.service", "syslog_identifier": "bench", "pid": "4242", "boot_id": "0" * 32}
 NO_RATE_LIMIT = [

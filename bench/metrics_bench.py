@@ -24,8 +24,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.footprint_bench import counters, memory, named_tree, production_env, start_idle
-from tests.backendproc import BackendProcess
-from tests.metricsclient import endpoint
+from tests.support.backendproc import BackendProcess
+from tests.support.metricsclient import endpoint
 
 REQUESTS = 500
 

@@ -34,8 +34,8 @@ PFN_MASK = (1 << 55) - 1
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.supervisor_bench import pss_kib  # noqa: E402
-from tests.agentproc import AgentProcess, agent_env  # noqa: E402
-from tests.systemdctr import agent_build  # noqa: E402
+from tests.support.agentproc import AgentProcess, agent_env  # noqa: E402
+from tests.support.systemdctr import agent_build  # noqa: E402
 
 
 def tree_resident_kib(pids: list[int]) -> int:

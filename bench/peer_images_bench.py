@@ -150,7 +150,7 @@ def fan_out(sizes: tuple[int, ...], machines: int = 4) -> dict:
     """Fan-out through the reference backend vs every target fetching from one holder at once."""
     import math
 
-    from tests.agentproc import wait_for
+    from tests.support.agentproc import wait_for
 
     with Rig(machines) as rig:
         holder, targets = rig.machine(1), rig.machines[1:]

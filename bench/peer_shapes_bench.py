@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: t
 
 from bench.output import emit
 from faden_agent.peer.archive import ArchiveVerifier, ChunkReader
-from tests.imageshapes import classic_layout, containerd_layout, digest_of, read_v1, synthetic_v1, write_tar
+from tests.support.imageshapes import classic_layout, containerd_layout, digest_of, read_v1, synthetic_v1, write_tar
 
 
 def layer(megabytes: int) -> bytes:

@@ -53,10 +53,10 @@ from bench import (
     stream_bench,
     supervisor_bench,
 )
-from tests.agentproc import AgentProcess, wait_for
-from tests.backendproc import BackendProcess, agent_env_for
-from tests.journalfiles import JournalWriter
-from tests.lokireceiver import LokiReceiver
+from tests.support.agentproc import AgentProcess, wait_for
+from tests.support.backendproc import BackendProcess, agent_env_for
+from tests.support.journalfiles import JournalWriter
+from tests.support.lokireceiver import LokiReceiver
 
 HEARTBEAT_S = 1.0
 
@@ -340,7 +340,7 @@ def footprint_section(table: Table, results: dict, args: argparse.Namespace, roo
     """Issue 16's figures at the production intervals (bench/footprint_bench.py)."""
     binary = None
     if args.with_binary:  # the same enrolled agent restarted as the binary, beside each CPython
-        from tests.systemdctr import agent_build
+        from tests.support.systemdctr import agent_build
 
         binary = agent_build()
     fp = results["footprint"] = footprint_bench.measure(

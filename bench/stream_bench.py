@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from faden_agent import protocol
 from faden_agent.config import load_config
 from faden_agent.reports.producer import Reports
-from tests.agentproc import AgentProcess, wait_for
-from tests.backendproc import BackendProcess, agent_env_for
+from tests.support.agentproc import AgentProcess, wait_for
+from tests.support.backendproc import BackendProcess, agent_env_for
 
 
 def percentile(values: list[float], q: float) -> float:

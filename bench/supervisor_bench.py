@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.agentproc import AgentProcess, agent_env, wait_for
+from tests.support.agentproc import AgentProcess, agent_env, wait_for
 
 
 def pss_kib(pid: int) -> int:

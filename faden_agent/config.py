@@ -409,6 +409,12 @@ class Config:
         "A serving container with requests running or waiting whose token counter has not moved this long is"
         " reported `workload.stalled` (idle is no stall)",
     )
+    workload_fault_window_sec: float = setting(
+        "300",
+        _positive_float,
+        "A container death, OOM or unhealthy event is `suspected: hardware` when one of its GPUs had an Xid"
+        " this long before it, else `application` ([docs/commands.md](docs/commands.md#events))",
+    )
     traffic_interval_sec: float = setting(
         "10",
         _positive_float,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.agentproc import AgentProcess, agent_env
+from tests.support.agentproc import AgentProcess, agent_env
 
 REGISTRY = os.environ.get("FADEN_TEST_REGISTRY", "127.0.0.1:5000")
 TEST_IMAGE = "faden-test/busybox:1"
@@ -78,7 +78,7 @@ def docker_client(host_docker_client, request):
     if ENGINE_UNDER_TEST != "29":
         yield host_docker_client
         return
-    from tests.engine29 import CLI_API_VERSION
+    from tests.support.engine29 import CLI_API_VERSION
 
     engine = request.getfixturevalue("engine29")
     saved = {key: os.environ.get(key) for key in ("DOCKER_HOST", "DOCKER_API_VERSION")}
@@ -107,8 +107,8 @@ def registry(docker_client) -> str:
 @pytest.fixture(scope="session")
 def engine29(host_docker_client, tmp_path_factory):
     """A real Docker Engine 29.1.5 holding the test image, one per test process (each xdist
-    worker its own): tests/engine29.py. Missing pieces skip, or fail under .ci/run."""
-    from tests.engine29 import Engine29, missing_piece
+    worker its own): tests/support/engine29.py. Missing pieces skip, or fail under .ci/run."""
+    from tests.support.engine29 import Engine29, missing_piece
 
     why = missing_piece()
     if why:

@@ -262,7 +262,10 @@ def _host_request(action: str, deadline: str | None, wait: str | None) -> None:
         fail(str(exc), 2)
     if not config.state_path.exists():
         fail(f"this machine is not enrolled ({config.state_path} does not exist): nothing to ask", hr.EXIT_NOT_ENROLLED)
-    request_id = hr.send_request(config, action, deadline_s, wait_s)
+    try:
+        request_id = hr.send_request(config, action, deadline_s, wait_s)
+    except hr.RequestNotQueued as exc:
+        fail(f"{action}: {exc}")
     typer.echo(f"{action}: asked the backend (request {request_id})")
     answer = hr.await_answer(config, request_id, wait_s, typer.echo)
     if answer is None:

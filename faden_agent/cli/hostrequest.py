@@ -7,6 +7,7 @@ Exit codes: EXIT_DONE, EXIT_FAILED (the answer's reason), EXIT_NOT_ENROLLED, EXI
 from __future__ import annotations
 
 import re
+import sqlite3
 import time
 import uuid
 from collections.abc import Callable
@@ -33,6 +34,10 @@ class BadDuration(ValueError):
     pass
 
 
+class RequestNotQueued(Exception):
+    pass
+
+
 def parse_duration(text: str) -> float:
     """'90', '90s', '5m', '1.5h', '500ms' -> seconds; BadDuration names the value otherwise."""
     match = _DURATION.match(text or "")
@@ -51,11 +56,16 @@ def send_request(config: Config, action: str, deadline_s: float | None, wait_s: 
         data["deadline_s"] = deadline_s
     if action != "cordon":  # a drain or uncordon nobody waits for any more must not run later
         data["expires_at"] = time.time() + wait_s
-    reports = Reports(config)
     try:
-        reports.put(protocol.HOST_REQUEST, data, record_id=f"hr:{request_id}")
-    finally:
-        reports.close()
+        reports = Reports(config)
+        try:
+            reports.put(protocol.HOST_REQUEST, data, record_id=f"hr:{request_id}")
+        finally:
+            reports.close()
+    except (OSError, sqlite3.Error) as exc:
+        raise RequestNotQueued(
+            f"cannot write the agent's outbox in {config.state_dir}: {exc} (run this as the agent's user)"
+        ) from None
     return request_id
 
 

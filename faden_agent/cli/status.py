@@ -7,6 +7,7 @@ from typing import Any
 
 from faden_agent.config import Config
 from faden_agent.ipc import control
+from faden_agent.node import drainstate
 from faden_agent.node.linkstatus import read_link_status
 from faden_agent.node.membership import MembershipError, load_membership
 
@@ -31,6 +32,7 @@ def collect_status(config: Config) -> dict[str, Any]:
         "running_version": None,  # the stream worker's, from the last `hello` (workers/stream/expected.py)
         "expected_version": None,  # what the backend said it expects; None: it did not say
         "missing_capabilities": [],  # what the backend expects and this build lacks
+        "drain": drainstate.heartbeat_view(config.state_dir),  # schedulable, cordoned, draining, drained
     }
     try:
         membership = load_membership(config.state_path)
@@ -112,6 +114,10 @@ def format_status(status: dict[str, Any]) -> str:
         f"last error:    {status['last_error'] or '-'}"
         + (f" at {_when(status['last_error_at'])}" if status.get("last_error_at") else ""),
     ]
+    drain = status.get("drain") or {}
+    if drain.get("state") not in (None, "schedulable"):
+        since = _when(drain.get("since"))
+        lines.append(f"drain:         {drain['state']} since {since} (`faden-agent uncordon` ends it)")
     if status.get("running_version"):
         expected = status.get("expected_version")
         differs = expected and expected != status["running_version"]

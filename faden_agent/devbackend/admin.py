@@ -1,6 +1,6 @@
 """A small client of the reference backend's admin API (docs/protocol.md, "Admin API").
 
-Used by `faden-agent admin ...` and by the tests (tests/backendproc.py).
+Used by `faden-agent admin ...` and by the tests (tests/support/backendproc.py).
 """
 
 from __future__ import annotations

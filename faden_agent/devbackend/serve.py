@@ -44,7 +44,7 @@ def serve(
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    # The first line tells scripts (and tests/backendproc.py) where we listen.
+    # The first line tells scripts (and tests/support/backendproc.py) where we listen.
     print(f"faden dev-backend listening on {scheme}://{bound_host}:{bound_port} data={data_dir}", flush=True)
     try:
         server.serve_forever(poll_interval=0.2)

@@ -59,6 +59,22 @@ def describe_status(status: int) -> str:
     return f"exit {os.WEXITSTATUS(status)}"
 
 
+def exit_cause(status: int, hung: bool, thread_died: bool) -> str:
+    """The cause of an exit as a bounded word (/metrics' worker_last_exit): hung, thread_died,
+    signal_<NAME>, exit_<code>; never read back from the exit's text."""
+    if hung:
+        return "hung"
+    if thread_died:
+        return "thread_died"
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        try:
+            return f"signal_{signal.Signals(sig).name}"
+        except ValueError:
+            return f"signal_{sig}"
+    return f"exit_{os.WEXITSTATUS(status)}"
+
+
 def sent_mono(body: dict[str, Any]) -> float:
     """When a liveness message was sent (CLOCK_MONOTONIC is one clock for every process of
     the machine), at the latest now: read late, it still times a hang from its sending."""
@@ -366,6 +382,7 @@ class Supervisor:
                 self.drain_liveness()
 
     def record_exit(self, worker: WorkerProcess, status: int) -> None:
+        worker.exit_cause = exit_cause(status, worker.kill_at_mono is not None, bool(worker.failure))
         exit_text = describe_status(status)
         if worker.kill_at_mono is not None:
             exit_text = f"killed: hung ({exit_text})"
@@ -535,6 +552,7 @@ class Supervisor:
                     "state": w.state.value,
                     "restarts": w.restarts,
                     "last_exit": w.last_exit,
+                    "exit_cause": w.exit_cause,
                     "alive_age_s": round(age, 3) if age is not None else None,
                     "status": w.status,
                 }

@@ -49,7 +49,8 @@ class WorkerProcess:
     started_mono: float | None = None
     last_alive_mono: float | None = None  # when its last "alive" message came
     restarts: int = 0
-    last_exit: str | None = None  # "exit 1", "signal SIGKILL", "killed: hung"
+    last_exit: str | None = None  # "exit 1", "signal SIGKILL", "killed: hung": for people
+    exit_cause: str = "none"  # the same as a bounded word: hung, thread_died, signal_<NAME>, exit_<code>
     next_start_mono: float = 0.0
     exit_times: collections.deque = field(default_factory=lambda: collections.deque(maxlen=256))
     status: dict[str, Any] = field(default_factory=dict)  # the worker's own fields, from its "alive" messages

@@ -46,6 +46,7 @@ def worker_row(worker: WorkerProcess, resources: tuple[int | None, float | None]
         "uptime_s": round(uptime, 3) if uptime is not None else None,
         "restarts": worker.restarts,
         "last_exit": worker.last_exit,
+        "exit_cause": worker.exit_cause,
         "alive_age_s": round(age, 3) if age is not None else None,
         "heartbeat_age_s": round(age, 3) if age is not None else None,  # its old name, sent for one release
         "rss_bytes": rss,

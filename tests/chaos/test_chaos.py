@@ -36,15 +36,15 @@ from faden_agent import protocol
 from faden_agent.peer.tickets import TICKET_DIR
 from faden_agent.peer.wire import PeerFailure
 from faden_agent.reports.outbox import Outbox
-from tests import hostilepeer
-from tests.agentproc import AgentProcess, pid_alive, wait_for
-from tests.backendproc import BackendProcess, agent_env_for, free_port
 from tests.conftest import TEST_IMAGE
-from tests.dockerd import restart_dockerd, sigcont_dockerd, sigstop_dockerd
-from tests.hostileregistry import DrippingRegistry
-from tests.journalfiles import JournalWriter
-from tests.lokireceiver import LokiReceiver
-from tests.peerreceiver import SlowReceiver, fetch_archive_members, serve_ticket
+from tests.support import hostilepeer
+from tests.support.agentproc import AgentProcess, pid_alive, wait_for
+from tests.support.backendproc import BackendProcess, agent_env_for, free_port
+from tests.support.dockerd import restart_dockerd, sigcont_dockerd, sigstop_dockerd
+from tests.support.hostileregistry import DrippingRegistry
+from tests.support.journalfiles import JournalWriter
+from tests.support.lokireceiver import LokiReceiver
+from tests.support.peerreceiver import SlowReceiver, fetch_archive_members, serve_ticket
 
 pytestmark = [pytest.mark.docker, pytest.mark.serial]
 

@@ -22,9 +22,9 @@ from typing import Any
 import pynvml
 import pytest
 
-from tests.agentproc import AgentProcess, wait_for
-from tests.backendproc import agent_env_for, backend  # noqa: F401 - the fixture
 from tests.nvml.state import GpuState
+from tests.support.agentproc import AgentProcess, wait_for
+from tests.support.backendproc import agent_env_for, backend  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.docker
 

@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from faden_agent.config import VARIABLES
-from tests.agentproc import AgentProcess, agent_env, wait_for
-from tests.privateengine import dockerd_argv
+from tests.support.agentproc import AgentProcess, agent_env, wait_for
+from tests.support.privateengine import dockerd_argv
 
 log = logging.getLogger(__name__)
 # agent_env gives each test agent a free peer port; a rig machine keeps the product's default
@@ -136,7 +136,7 @@ class Rig:
         self.agent_argv = agent_argv or {}
         self.base_dir = base_dir
         self.machines: list[Machine] = []
-        self.backend = None  # tests.backendproc.BackendProcess
+        self.backend = None  # tests.support.backendproc.BackendProcess
         self._lock_fd: int | None = None
         self._delay_lines: dict[int, Any] = {}
 
@@ -222,7 +222,7 @@ class Rig:
         wait_for(answers, 90, interval_s=0.5, what=f"dockerd of machine {machine.index}")
 
     def start_backend(self) -> None:
-        from tests.backendproc import BackendProcess
+        from tests.support.backendproc import BackendProcess
 
         assert self.base_dir is not None
         self.backend = BackendProcess(self.base_dir / "backend", self.base_dir / "backend.log", host=BRIDGE_ADDRESS)

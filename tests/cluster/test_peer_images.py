@@ -27,8 +27,8 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from faden_agent import protocol
-from tests.agentproc import wait_for
 from tests.cluster.rig import BRIDGE_ADDRESS, TEST_IMAGE, Machine, Rig
+from tests.support.agentproc import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.docker]
 

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from faden_agent import protocol
-from tests.agentproc import wait_for
 from tests.cluster.conftest import require_rig
 from tests.cluster.rig import Rig
+from tests.support.agentproc import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.docker]
 

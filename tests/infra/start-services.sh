@@ -19,24 +19,27 @@ command -v journalctl >/dev/null || need_pkgs+=(systemd)
 command -v ethtool >/dev/null || need_pkgs+=(ethtool)  # the cluster rig's delay line (tests/cluster)
 command -v ip >/dev/null || need_pkgs+=(iproute2)  # network namespaces: the cluster rig, the bridge test
 command -v cc >/dev/null || need_pkgs+=(gcc libc6-dev)  # the tests' C libnvidia-ml.so.1 (tests/nvml)
-command -v runc >/dev/null || need_pkgs+=(runc)  # Docker Engine 29 of the tests (tests/engine29.py); docker.io brings it
+command -v runc >/dev/null || need_pkgs+=(runc)  # Docker Engine 29 of the tests (tests/support/engine29.py); docker.io brings it
 command -v xz >/dev/null || need_pkgs+=(xz-utils)  # unpacks Engine 29's daemons (../shared/tools/docker29)
-command -v dbus-daemon >/dev/null || need_pkgs+=(dbus)  # a private system bus with a stand-in logind (tests/systembus.py)
+command -v dbus-daemon >/dev/null || need_pkgs+=(dbus)  # a private system bus with a stand-in logind (tests/support/systembus.py)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   echo "installing: ${need_pkgs[*]}"
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
 fi
 
-# promtool (`promtool check metrics` over a real agent's scrape: tests/metricsclient.py), from
-# Debian's prometheus package, unpacked only: installing it would start a Prometheus server.
-if ! command -v promtool >/dev/null; then
+# promtool (`promtool check metrics` over a real agent's scrape: tests/support/metricsclient.py) and the
+# Prometheus server (tests/integration/test_workload_discovery.py runs one), from Debian's
+# prometheus package, unpacked only: installing it would start a Prometheus server.
+if ! command -v promtool >/dev/null || ! command -v prometheus >/dev/null; then
   rm -rf "$STATE/prometheus-deb" && mkdir -p "$STATE/prometheus-deb"
   (cd "$STATE/prometheus-deb" && { apt-get download prometheus >/dev/null 2>&1 || { apt-get update -qq && apt-get download prometheus >/dev/null 2>&1; }; } \
-    && dpkg-deb -x prometheus_*.deb root && ln -sf "$STATE/prometheus-deb/root/usr/bin/promtool" /usr/local/bin/promtool)
+    && dpkg-deb -x prometheus_*.deb root \
+    && { command -v promtool >/dev/null || ln -sf "$STATE/prometheus-deb/root/usr/bin/promtool" /usr/local/bin/promtool; } \
+    && ln -sf "$STATE/prometheus-deb/root/usr/bin/prometheus" /usr/local/bin/prometheus)
 fi
 
-for tool in /lib/systemd/systemd-journal-remote journalctl debootstrap dockerd docker-registry /bin/busybox ip cc runc xz promtool dbus-daemon; do
+for tool in /lib/systemd/systemd-journal-remote journalctl debootstrap dockerd docker-registry /bin/busybox ip cc runc xz promtool prometheus dbus-daemon; do
   command -v "$tool" >/dev/null || { echo "missing after install: $tool" >&2; exit 1; }
 done
 

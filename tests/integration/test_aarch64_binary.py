@@ -20,7 +20,7 @@ import requests
 
 from faden_agent import __version__
 from faden_agent.devbackend.builds import build_version, served_version
-from tests.backendproc import BackendProcess
+from tests.support.backendproc import BackendProcess
 
 REPO = Path(__file__).resolve().parents[2]
 BINARY = REPO / "dist" / "faden-agent-linux-aarch64"

@@ -16,8 +16,8 @@ import time
 
 import pytest
 
-from tests.backendproc import agent_on_backend, backend  # noqa: F401
-from tests.executorproc import big_image  # noqa: F401
+from tests.support.backendproc import agent_on_backend, backend  # noqa: F401
+from tests.support.executorproc import big_image  # noqa: F401
 
 pytestmark = pytest.mark.docker
 

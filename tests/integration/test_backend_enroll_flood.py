@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 import requests
 
 from faden_agent import protocol
-from tests.backendproc import backend  # noqa: F401
+from tests.support.backendproc import backend  # noqa: F401
 
 HEADS = 576
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import TEST_IMAGE
-from tests.executorproc import executor_factory, prefix  # noqa: F401
-from tests.smallengine import small_engine
+from tests.support.executorproc import executor_factory, prefix  # noqa: F401
+from tests.support.smallengine import small_engine
 
 pytestmark = pytest.mark.docker
 

@@ -8,8 +8,8 @@ from faden_agent.config import load_config
 from faden_agent.reports.outbox import OUTBOX_FILE
 from faden_agent.workers.executor.journal import JOURNAL_FILE
 from faden_agent.workers.logs.positions import POSITIONS_FILE
-from tests.agentproc import AgentProcess, wait_for
-from tests.backendproc import agent_env_for, backend  # noqa: F401
+from tests.support.agentproc import AgentProcess, wait_for
+from tests.support.backendproc import agent_env_for, backend  # noqa: F401
 
 GARBAGE = b"\x00\xffnot sqlite at all" * 500
 

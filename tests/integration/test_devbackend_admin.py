@@ -14,8 +14,8 @@ import requests
 
 from faden_agent.backend import BackendClient, RequestRejected
 from faden_agent.config import load_config
-from tests.backendproc import BackendProcess, agent_env_for, agent_on_backend, backend  # noqa: F401
-from tests.lokireceiver import LokiReceiver
+from tests.support.backendproc import BackendProcess, agent_env_for, agent_on_backend, backend  # noqa: F401
+from tests.support.lokireceiver import LokiReceiver
 
 
 def admin_cli(backend, *args: str) -> str:
@@ -94,9 +94,9 @@ def test_log_pushes_are_forwarded_to_loki(tmp_path):
 def test_up_runs_the_agent_against_the_embedded_backend(tmp_path):
     import signal
 
-    from tests.agentproc import AgentProcess, agent_env, wait_for
-    from tests.backendproc import free_port
     from tests.integration.test_stream_enroll import agent_status
+    from tests.support.agentproc import AgentProcess, agent_env, wait_for
+    from tests.support.backendproc import free_port
 
     port = free_port()
     env = agent_env(tmp_path, heartbeat_interval_sec=1, reconnect_min_sec=0.2, reconnect_max_sec=1)

@@ -15,8 +15,8 @@ import zlib
 import pytest
 
 from faden_agent import protocol
-from tests.agentproc import peak_rss_mib
-from tests.backendproc import backend  # noqa: F401
+from tests.support.agentproc import peak_rss_mib
+from tests.support.backendproc import backend  # noqa: F401
 
 MIB = 1024 * 1024
 

@@ -15,9 +15,9 @@ import pytest
 
 from faden_agent import protocol
 from faden_agent.node.membership import enrollment_attempt_id
-from tests.agentproc import AgentProcess, wait_for
-from tests.backendproc import agent_env_for, backend  # noqa: F401
-from tests.journalfiles import JournalWriter
+from tests.support.agentproc import AgentProcess, wait_for
+from tests.support.backendproc import agent_env_for, backend  # noqa: F401
+from tests.support.journalfiles import JournalWriter
 
 UNKNOWN_KIND = "no.such.kind"  # rejected by the executor: a real timeline without Docker work
 PAD = "x" * 60_000  # a spec big enough that journaling it must grow the files

@@ -11,9 +11,9 @@ import sys
 import orjson
 import pytest
 
-from tests.agentproc import agent_env, wait_for
-from tests.outboxevents import outbox_events
-from tests.sampleworkers import supervisor_argv
+from tests.support.agentproc import agent_env, wait_for
+from tests.support.outboxevents import outbox_events
+from tests.support.sampleworkers import supervisor_argv
 
 pytestmark = pytest.mark.docker
 

@@ -18,11 +18,11 @@ import pytest
 
 from faden_agent.dockernegotiation import CLIENT_MAX_API
 from faden_agent.workers.executor.gpu import GPU_ADVICE
-from tests.agentproc import AgentProcess
-from tests.backendproc import BackendProcess, agent_env_for
 from tests.conftest import ENGINE_UNDER_TEST
 from tests.integration.test_stream_tls_secrets import make_ca_and_server_cert, without_ca_overrides
 from tests.nvml.state import GpuState
+from tests.support.agentproc import AgentProcess
+from tests.support.backendproc import BackendProcess, agent_env_for
 
 pytestmark = pytest.mark.docker
 

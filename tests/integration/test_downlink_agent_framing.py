@@ -13,9 +13,9 @@ import orjson
 import pytest
 
 from faden_agent import protocol
-from tests.agentproc import AgentProcess, agent_env, peak_rss_mib, wait_for
-from tests.sampleworkers import supervisor_argv
-from tests.scriptedhttp import StreamingHTTP
+from tests.support.agentproc import AgentProcess, agent_env, peak_rss_mib, wait_for
+from tests.support.sampleworkers import supervisor_argv
+from tests.support.scriptedhttp import StreamingHTTP
 
 pytestmark = pytest.mark.docker
 

@@ -11,10 +11,10 @@ import pytest
 
 from faden_agent import protocol
 from faden_agent.backend import MAX_STREAM_LINE
-from tests.agentproc import wait_for
-from tests.backendproc import agent_on_backend, backend  # noqa: F401
 from tests.conftest import TEST_IMAGE
-from tests.executorproc import prefix  # noqa: F401
+from tests.support.agentproc import wait_for
+from tests.support.backendproc import agent_on_backend, backend  # noqa: F401
+from tests.support.executorproc import prefix  # noqa: F401
 
 pytestmark = pytest.mark.docker
 

@@ -15,11 +15,11 @@ import pytest
 
 from faden_agent import protocol
 from faden_agent.devbackend.admin import AdminError
-from tests.agentproc import AgentProcess, wait_for
-from tests.backendproc import BackendProcess, agent_env_for, backend  # noqa: F401 - fixture
 from tests.conftest import TEST_IMAGE
-from tests.executorproc import prefix, remove_containers  # noqa: F401 - fixture
-from tests.lokiproc import LokiProcess
+from tests.support.agentproc import AgentProcess, wait_for
+from tests.support.backendproc import BackendProcess, agent_env_for, backend  # noqa: F401 - fixture
+from tests.support.executorproc import prefix, remove_containers  # noqa: F401 - fixture
+from tests.support.lokiproc import LokiProcess
 
 # Each prints numbered lines to stdout and to /c/<name> (what Loki must hold); `polite` ends
 # on SIGTERM after a last line, `stubborn` ignores it.
@@ -127,6 +127,7 @@ def test_a_cordon_outlives_agent_and_backend_restarts_and_uncordon_ends_it(backe
         assert done.returncode == 0, (done.stdout, done.stderr)
         assert "cordoned" in done.stdout
         wait_for(lambda: drain_state(backend, node["node_id"]) == protocol.CORDONED, 10, what="cordoned")
+        assert "drain:         cordoned since" in cli(env, "status").stdout
         with pytest.raises(AdminError, match="cordoned"):  # the backend places nothing there
             backend.send_command(node["node_id"], "container.run", {"name": "x", "image": TEST_IMAGE})
 
@@ -199,3 +200,15 @@ def test_a_drain_that_fails_exits_1_with_the_reason(backend, tmp_path):  # noqa:
         wait_for(lambda: drain_state(backend, node["node_id"]) == protocol.CORDONED, 10, what="cordoned")
     finally:
         agent.stop()
+
+
+def test_an_outbox_that_cannot_be_written_is_one_line(tmp_path):
+    state = tmp_path / "state"
+    (state / "outbox.sqlite").mkdir(parents=True)  # not a database: the request cannot be queued
+    (state / "state.json").write_text("{}")
+    env = {"PATH": "/usr/bin:/bin", "FADEN_NODE_AGENT_STATE_PATH": str(state / "state.json")}
+    env["FADEN_NODE_AGENT_RUNTIME_DIR"] = str(tmp_path / "run")
+    done = cli(env, "cordon", "--wait", "1s")
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1 and "cannot write the agent's outbox" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr

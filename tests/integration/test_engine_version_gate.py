@@ -1,6 +1,6 @@
 """API versions no real engine here speaks, and an engine upgraded while the agent stays
 connected: a gate in front of the shared engine answers for a range of its own
-(tests/versiongate.py), and changes it mid-run."""
+(tests/support/versiongate.py), and changes it mid-run."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 from faden_agent.dockerclient import engine_version, make_client
 from faden_agent.dockernegotiation import CLIENT_MAX_API, EngineTooOld
 from tests.conftest import TEST_IMAGE
-from tests.executorproc import executor_factory, prefix  # noqa: F401
-from tests.versiongate import VersionGate
+from tests.support.executorproc import executor_factory, prefix  # noqa: F401
+from tests.support.versiongate import VersionGate
 
 pytestmark = pytest.mark.docker
 

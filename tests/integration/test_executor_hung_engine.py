@@ -10,11 +10,11 @@ import time
 
 import pytest
 
-from tests.agentproc import wait_for
-from tests.backendproc import agent_on_backend, backend  # noqa: F401
 from tests.conftest import TEST_IMAGE
-from tests.dockerd import dockerd_pid
-from tests.executorproc import prefix  # noqa: F401
+from tests.support.agentproc import wait_for
+from tests.support.backendproc import agent_on_backend, backend  # noqa: F401
+from tests.support.dockerd import dockerd_pid
+from tests.support.executorproc import prefix  # noqa: F401
 
 pytestmark = [pytest.mark.docker, pytest.mark.serial]
 

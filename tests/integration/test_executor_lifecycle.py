@@ -9,9 +9,9 @@ import socket
 import pytest
 
 from faden_agent import protocol
-from tests.agentproc import wait_for
 from tests.conftest import TEST_IMAGE
-from tests.executorproc import executor_factory, executor_pid, prefix  # noqa: F401
+from tests.support.agentproc import wait_for
+from tests.support.executorproc import executor_factory, executor_pid, prefix  # noqa: F401
 
 pytestmark = pytest.mark.docker
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import TEST_IMAGE
-from tests.executorproc import executor_factory, prefix  # noqa: F401
+from tests.support.executorproc import executor_factory, prefix  # noqa: F401
 
 pytestmark = pytest.mark.docker
 

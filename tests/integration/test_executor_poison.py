@@ -11,10 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from faden_agent import protocol
-from tests.agentproc import wait_for
 from tests.conftest import TEST_IMAGE
-from tests.executorproc import executor_factory, executor_pid, prefix  # noqa: F401
-from tests.smallengine import small_engine
+from tests.support.agentproc import wait_for
+from tests.support.executorproc import executor_factory, executor_pid, prefix  # noqa: F401
+from tests.support.smallengine import small_engine
 from tests.unit.test_fuzz_specs import mutated
 
 pytestmark = pytest.mark.docker

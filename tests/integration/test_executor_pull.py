@@ -7,9 +7,9 @@ import itertools
 import pytest
 
 from faden_agent import protocol
-from tests.agentproc import wait_for
-from tests.executorproc import big_image, executor_factory, prefix  # noqa: F401
-from tests.silentserver import SilentServer
+from tests.support.agentproc import wait_for
+from tests.support.executorproc import big_image, executor_factory, prefix  # noqa: F401
+from tests.support.silentserver import SilentServer
 
 pytestmark = pytest.mark.docker
 

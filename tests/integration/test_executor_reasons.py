@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.agentproc import AgentProcess, agent_env
-from tests.executorproc import EXECUTOR_ONLY, ExecutorClient, executor_factory, prefix  # noqa: F401
+from tests.support.agentproc import AgentProcess, agent_env
+from tests.support.executorproc import EXECUTOR_ONLY, ExecutorClient, executor_factory, prefix  # noqa: F401
 
 pytestmark = pytest.mark.docker
 

@@ -11,13 +11,13 @@ import uuid
 import pytest
 
 from faden_agent import protocol
-from tests.agentproc import wait_for
 from tests.conftest import TEST_IMAGE
-from tests.executorproc import executor_factory, prefix, remove_containers  # noqa: F401
 from tests.integration.test_logs_agent import assert_only_exact_duplicates
 from tests.integration.test_logs_bounded import text
-from tests.journalfiles import JournalWriter
-from tests.lokireceiver import LokiReceiver
+from tests.support.agentproc import wait_for
+from tests.support.executorproc import executor_factory, prefix, remove_containers  # noqa: F401
+from tests.support.journalfiles import JournalWriter
+from tests.support.lokireceiver import LokiReceiver
 
 pytestmark = pytest.mark.docker
 DOCKER_EVENTS_KEPT = 256  # dockerd's in-memory event log (daemon/events: eventsLimit)

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from faden_agent import protocol
-from tests.agentproc import wait_for
 from tests.conftest import TEST_IMAGE
-from tests.executorproc import big_image, executor_factory, executor_pid, prefix  # noqa: F401
+from tests.support.agentproc import wait_for
+from tests.support.executorproc import big_image, executor_factory, executor_pid, prefix  # noqa: F401
 
 pytestmark = pytest.mark.docker
 

@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from tests.agentproc import wait_for
 from tests.conftest import TEST_IMAGE
-from tests.executorproc import executor_factory, prefix, remove_containers  # noqa: F401
 from tests.integration.test_logs_container_lifecycle import agent, lines_of, loki, managed  # noqa: F401
+from tests.support.agentproc import wait_for
+from tests.support.executorproc import executor_factory, prefix, remove_containers  # noqa: F401
 
 pytestmark = pytest.mark.docker
 

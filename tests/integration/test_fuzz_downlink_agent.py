@@ -22,8 +22,8 @@ import pytest
 
 from faden_agent import protocol
 from faden_agent.backend import MAX_STREAM_LINE
-from tests.agentproc import AgentProcess, agent_env, wait_for
-from tests.scriptedhttp import LocalHTTP, reply_json
+from tests.support.agentproc import AgentProcess, agent_env, wait_for
+from tests.support.scriptedhttp import LocalHTTP, reply_json
 
 SEED = 8
 U64 = 2**64 - 1

@@ -22,11 +22,11 @@ from faden_agent.reports.outbox import Outbox
 from faden_agent.workers.inventory import gpu_rules
 from faden_agent.workers.inventory.kernel_xids import this_boot
 from faden_agent.workers.inventory.record import without_usage
-from tests.agentproc import AgentProcess, agent_env, wait_for
-from tests.backendproc import agent_env_for, backend  # noqa: F401 - the fixture
-from tests.journalfiles import JournalWriter
-from tests.metricsclient import get, promtool_check
 from tests.nvml.state import GpuState
+from tests.support.agentproc import AgentProcess, agent_env, wait_for
+from tests.support.backendproc import agent_env_for, backend  # noqa: F401 - the fixture
+from tests.support.journalfiles import JournalWriter
+from tests.support.metricsclient import get, promtool_check
 
 pytestmark = pytest.mark.docker
 
@@ -127,8 +127,14 @@ def test_every_rule_drives_its_verdict_and_event(tmp_path, agent_factory):
         return found if len(found) == len(names) else None
 
     events = wait_for(every_event, 30, what="a gpu.health_changed event for every rule")
-    # the round's record follows its events
-    gpu = wait_for(lambda: newest_gpu(state_dir)["health"]["verdict"] == "failed" and newest_gpu(state_dir), 5)
+
+    # the round's record follows its events (written after them: wait for the one of that round)
+    def settled():
+        gpu = newest_gpu(state_dir)
+        verdicts = [d["health"]["verdict"] for d in gpu["devices"]]
+        return verdicts == [VERDICT_OF[name] for name in names] and gpu
+
+    gpu = wait_for(settled, 10, what="the record of every rule's round")
     for index, name in enumerate(names):
         reason, verdict = FAULTS[name][1], VERDICT_OF[name]
         device = gpu["devices"][index]
@@ -216,7 +222,13 @@ def test_a_lost_gpu_and_a_vanished_one_fail_alone(tmp_path, agent_factory):
         "new": "failed",
         "reasons": ["GPU is lost"],
     }
-    # the other GPUs' events go on without it (no interval round for a minute)
+    # the other GPUs' events go on without it (no interval round for a minute): once the
+    # event set is built again without the lost GPU (an Xid before that is NVML's to drop)
+    wait_for(
+        lambda: agent.workers()["inventory"]["status"].get("gpu_events") == {"watching": 2, "lost": [1]},
+        10,
+        what="the event set without the lost GPU",
+    )
     gpus.xid(0, 48)
     xid = wait_for(lambda: [e for e in health_events(state_dir) if e["index"] == 0], 5, what="GPU 0's Xid")[0]
     assert xid["reasons"] == ["Xid 48: double-bit ECC error (reset needed)"]
@@ -255,7 +267,7 @@ def test_a_hung_nvml_call_fails_its_gpu_and_holds_no_heartbeat(tmp_path, agent_f
     gpus.gpus[1]["hang_ms"] = {}  # the next calls answer; the hung one returns when its 12 s end
     gpus.write()
     gpus.xid(0, 79)  # during the hang: still a verdict (the Xid log is judged without NVML)
-    xid = wait_for(lambda: [e for e in health_events(state_dir) if e["index"] == 0], 5, what="GPU 0's Xid")[0]
+    xid = wait_for(lambda: [e for e in health_events(state_dir) if e["index"] == 0], 10, what="GPU 0's Xid")[0]
     assert xid["new"] == "failed" and xid["reasons"] == ["Xid 79: GPU has fallen off the bus (reboot needed)"]
     record = [r for r in records(state_dir, protocol.INVENTORY) if r["type"] == "full"][-1]
     assert record["probes"]["gpu"]["status"] == "overrun" and record["probes"]["host"]["status"] == "ok"
@@ -456,18 +468,13 @@ def test_an_inventory_worker_killed_during_a_fault_keeps_the_verdict_and_says_it
     wait_for(lambda: [e for e in health_events(state_dir) if e["index"] == 1], 15, what="the lost GPU's event")
     evidence = state_dir / "gpu-evidence.json"
     wait_for(lambda: b'"verdict":"failed"' in evidence.read_bytes(), 10, what="the verdict kept on disk")
-    before = agent.workers()["inventory"]
-    os.kill(before["pid"], signal.SIGKILL)
-    wait_for(
-        lambda: (w := agent.workers()["inventory"])["restarts"] == 1 and w["state"] == "RUNNING",
-        30,
-        what="the inventory worker restarted",
-    )
-    records_before = len(records(state_dir, protocol.INVENTORY))
-    gpu = wait_for(
-        lambda: len(records(state_dir, protocol.INVENTORY)) > records_before + 1 and newest_gpu(state_dir),
-        20,
-        what="records from the new worker",
-    )
+
+    def full_records():
+        return [r for r in records(state_dir, protocol.INVENTORY) if r["type"] == "full"]
+
+    full_before = len(full_records())  # a new worker's first record is a full one
+    os.kill(agent.workers()["inventory"]["pid"], signal.SIGKILL)
+    wait_for(lambda: agent.workers()["inventory"]["restarts"] == 1, 30, what="the inventory worker restarted")
+    gpu = wait_for(lambda: full_records()[full_before:] and newest_gpu(state_dir), 30, what="the new worker's record")
     assert gpu["devices"][1]["health"]["reasons"] == ["GPU is lost"]
     assert [(e["index"], e["new"]) for e in health_events(state_dir)] == [(1, "failed")]  # not said twice

@@ -13,12 +13,12 @@ import uuid
 import pytest
 
 from faden_agent import protocol
-from tests.agentproc import agent_env, wait_for
 from tests.conftest import TEST_IMAGE
-from tests.metricsclient import get
 from tests.nvml.state import GiB, GpuState
-from tests.outboxevents import outbox_rows
-from tests.sampleworkers import supervisor_argv
+from tests.support.agentproc import agent_env, wait_for
+from tests.support.metricsclient import get
+from tests.support.outboxevents import outbox_rows
+from tests.support.sampleworkers import supervisor_argv
 
 pytestmark = pytest.mark.docker
 

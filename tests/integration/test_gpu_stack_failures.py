@@ -13,9 +13,9 @@ import pytest
 
 from faden_agent.workers.executor.gpu import GPU_ADVICE
 from tests.conftest import TEST_IMAGE, require
-from tests.engine29 import Engine29, missing_piece
-from tests.executorproc import executor_factory, prefix  # noqa: F401
-from tests.privateengine import PrivateEngine
+from tests.support.engine29 import Engine29, missing_piece
+from tests.support.executorproc import executor_factory, prefix  # noqa: F401
+from tests.support.privateengine import PrivateEngine
 
 pytestmark = pytest.mark.docker
 

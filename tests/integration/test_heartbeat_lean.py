@@ -9,8 +9,8 @@ import signal
 import time
 
 from faden_agent.workers.stream.heartbeat import detail_changes
-from tests.agentproc import wait_for
-from tests.backendproc import agent_on_backend, backend  # noqa: F401
+from tests.support.agentproc import wait_for
+from tests.support.backendproc import agent_on_backend, backend  # noqa: F401
 
 FULL_S = 4.0
 

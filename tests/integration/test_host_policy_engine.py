@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.agentproc import agent_env, wait_for
 from tests.conftest import TEST_IMAGE
-from tests.executorproc import executor_factory, prefix  # noqa: F401
+from tests.support.agentproc import agent_env, wait_for
+from tests.support.executorproc import executor_factory, prefix  # noqa: F401
 from tests.unit.test_host_policy import HOST_PATHS
 
 pytestmark = pytest.mark.docker

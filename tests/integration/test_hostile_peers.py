@@ -1,5 +1,5 @@
 """image.fetch and traffic.probe against hostile peers: small real HTTP servers that speak the
-peer protocol wrongly on purpose (tests/hostilepeer.py), and a real executor with the real
+peer protocol wrongly on purpose (tests/support/hostilepeer.py), and a real executor with the real
 engine receiving. Nothing the peer says is trusted (peer/fetch.py, peer/wire.py)."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import pytest
 
 from faden_agent import protocol
 from faden_agent.peer.probe import frame
-from tests.agentproc import peak_rss_mib
-from tests.executorproc import executor_factory, executor_pid  # noqa: F401
-from tests.hostilepeer import (
+from tests.support.agentproc import peak_rss_mib
+from tests.support.executorproc import executor_factory, executor_pid  # noqa: F401
+from tests.support.hostilepeer import (
     HEX,
     MiB,
     Script,
@@ -247,7 +247,7 @@ def test_a_fetch_without_size_bytes_stops_no_space_at_the_margin(executor_factor
     import threading
 
     from faden_agent.disk.diskspace import SPACE_MARGIN
-    from tests.smallengine import free_bytes, small_engine
+    from tests.support.smallengine import free_bytes, small_engine
 
     def script(peer: ScriptedPeer, handler: BaseHTTPRequestHandler) -> None:
         peer.head(handler, ABSENT_IMAGE)

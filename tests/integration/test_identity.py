@@ -17,10 +17,10 @@ from faden_agent import protocol
 from faden_agent.cli.status import collect_status, format_status
 from faden_agent.config import load_config
 from faden_agent.node.membership import load_membership
-from tests.agentproc import AgentProcess, wait_for
-from tests.backendproc import agent_env_for, agent_on_backend, backend  # noqa: F401
 from tests.conftest import TEST_IMAGE
-from tests.executorproc import prefix  # noqa: F401
+from tests.support.agentproc import AgentProcess, wait_for
+from tests.support.backendproc import agent_env_for, agent_on_backend, backend  # noqa: F401
+from tests.support.executorproc import prefix  # noqa: F401
 
 
 def accepted(backend, credential: str) -> int:

@@ -8,9 +8,9 @@ import uuid
 import pytest
 
 from tests.conftest import TEST_IMAGE
-from tests.executorproc import executor_factory, prefix  # noqa: F401
-from tests.privateengine import PrivateEngine
-from tests.smallengine import free_bytes, small_engine
+from tests.support.executorproc import executor_factory, prefix  # noqa: F401
+from tests.support.privateengine import PrivateEngine
+from tests.support.smallengine import free_bytes, small_engine
 
 pytestmark = pytest.mark.docker
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.scriptedhttp import LocalHTTP
+from tests.support.scriptedhttp import LocalHTTP
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "packaging/install.sh"

@@ -10,8 +10,8 @@ import pytest
 
 from faden_agent import protocol
 from faden_agent.reports.outbox import Outbox
-from tests.agentproc import agent_env, wait_for
-from tests.silentserver import SilentServer
+from tests.support.agentproc import agent_env, wait_for
+from tests.support.silentserver import SilentServer
 
 pytestmark = pytest.mark.docker
 

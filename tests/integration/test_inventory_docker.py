@@ -21,9 +21,9 @@ from faden_agent.workers.inventory.changes import DockerChangeWatcher, is_change
 from faden_agent.workers.inventory.collector import Collector, DockerProbe
 from faden_agent.workers.inventory.record import content_hash
 from faden_agent.workers.threads import start_daemon
-from tests.agentproc import wait_for
 from tests.conftest import ENGINE_UNDER_TEST, TEST_IMAGE
-from tests.privateengine import PrivateEngine
+from tests.support.agentproc import wait_for
+from tests.support.privateengine import PrivateEngine
 
 pytestmark = pytest.mark.docker
 

@@ -11,9 +11,9 @@ import sqlite3
 import orjson
 import pytest
 
-from tests.agentproc import AgentProcess, wait_for
-from tests.backendproc import agent_env_for, backend  # noqa: F401 - the fixture
 from tests.nvml.state import GpuState
+from tests.support.agentproc import AgentProcess, wait_for
+from tests.support.backendproc import agent_env_for, backend  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.docker
 

@@ -10,8 +10,8 @@ import uuid
 import orjson
 import pytest
 
-from tests.agentproc import wait_for
-from tests.executorproc import executor_factory, prefix  # noqa: F401
+from tests.support.agentproc import wait_for
+from tests.support.executorproc import executor_factory, prefix  # noqa: F401
 
 pytestmark = pytest.mark.docker
 

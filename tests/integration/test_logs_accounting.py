@@ -15,13 +15,13 @@ from pathlib import Path
 import docker
 
 from faden_agent.reports.outbox import Outbox
-from tests.agentproc import AgentProcess, agent_env, wait_for
 from tests.conftest import TEST_IMAGE
-from tests.executorproc import prefix  # noqa: F401 - fixture
-from tests.journalfiles import JournalWriter
-from tests.lokireceiver import LokiReceiver
-from tests.privateengine import PrivateEngine
-from tests.smallengine import small_engine
+from tests.support.agentproc import AgentProcess, agent_env, wait_for
+from tests.support.executorproc import prefix  # noqa: F401 - fixture
+from tests.support.journalfiles import JournalWriter
+from tests.support.lokireceiver import LokiReceiver
+from tests.support.privateengine import PrivateEngine
+from tests.support.smallengine import small_engine
 
 TAIL_ENTRY_SEQNUM = 160  # offset in a journal file's header (systemd's Header struct)
 SEQNUM_ID = slice(64, 80)

@@ -20,10 +20,10 @@ import pytest
 
 from faden_agent.workers.logs.entry import MAX_LINE_BYTES, TRUNCATION_MARKER
 from faden_agent.workers.logs.loki import MAX_PUSHES_IN_FLIGHT
-from tests.agentproc import AgentProcess, agent_env, wait_for
-from tests.journalfiles import JournalWriter
-from tests.lokiproc import LOKI_OWN_LABELS, LokiProcess, count, real_loki  # noqa: F401 - fixture
-from tests.lokireceiver import LokiReceiver
+from tests.support.agentproc import AgentProcess, agent_env, wait_for
+from tests.support.journalfiles import JournalWriter
+from tests.support.lokiproc import LOKI_OWN_LABELS, LokiProcess, count, real_loki  # noqa: F401 - fixture
+from tests.support.lokireceiver import LokiReceiver
 
 INDEX_LABELS = {"job", "host", "agent_id", "container", "level"}
 LOGFMT_PAIR = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|\S*)')

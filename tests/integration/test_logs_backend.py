@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.agentproc import wait_for
-from tests.backendproc import BackendProcess, agent_on_backend, backend  # noqa: F401 - fixtures
-from tests.journalfiles import JournalWriter
-from tests.lokireceiver import LokiReceiver
+from tests.support.agentproc import wait_for
+from tests.support.backendproc import BackendProcess, agent_on_backend, backend  # noqa: F401 - fixtures
+from tests.support.journalfiles import JournalWriter
+from tests.support.lokireceiver import LokiReceiver
 
 
 def journal_with(tmp_path: Path, lines: list[str]) -> JournalWriter:
@@ -50,8 +50,8 @@ def test_the_backend_can_name_a_loki_to_push_to_directly(tmp_path):
     with LokiReceiver() as loki:
         server = BackendProcess(tmp_path / "backend", tmp_path / "backend.log", loki_url=loki.url).start()
         try:
-            from tests.agentproc import AgentProcess
-            from tests.backendproc import agent_env_for
+            from tests.support.agentproc import AgentProcess
+            from tests.support.backendproc import agent_env_for
 
             journal = journal_with(tmp_path, ["to the named loki"])
             env = agent_env_for(server, tmp_path, journal_directory=journal.directory, log_flush_interval_sec=0.2)

@@ -12,8 +12,8 @@ import psutil
 import pytest
 
 from tests.integration.test_logs_agent import RSS_BOUND_BYTES, logs_pid, start_agent, system_lines
-from tests.journalfiles import JournalWriter
-from tests.lokireceiver import LokiReceiver
+from tests.support.journalfiles import JournalWriter
+from tests.support.lokireceiver import LokiReceiver
 
 
 class PeakRss:

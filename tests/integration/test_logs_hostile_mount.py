@@ -14,11 +14,11 @@ import pytest
 
 from faden_agent import protocol
 from tests.conftest import TEST_IMAGE
-from tests.executorproc import executor_factory, prefix, remove_containers  # noqa: F401
 from tests.integration.test_logs_agent import RSS_BOUND_BYTES, logs_pid
 from tests.integration.test_logs_bounded import PeakRss, text
-from tests.journalfiles import JournalWriter
-from tests.lokireceiver import LokiReceiver
+from tests.support.executorproc import executor_factory, prefix, remove_containers  # noqa: F401
+from tests.support.journalfiles import JournalWriter
+from tests.support.lokireceiver import LokiReceiver
 
 pytestmark = pytest.mark.docker
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.agentproc import AgentProcess, agent_env, wait_for
-from tests.journalfiles import JournalWriter
+from tests.support.agentproc import AgentProcess, agent_env, wait_for
+from tests.support.journalfiles import JournalWriter
 
 
 def thread_nices(pid: int) -> set[int]:

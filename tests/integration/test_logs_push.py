@@ -14,8 +14,8 @@ from faden_agent.config import load_config
 from faden_agent.workers.logs.destinations import DirectLoki
 from faden_agent.workers.logs.entry import Entry
 from faden_agent.workers.logs.loki import RATE_LIMITED_MIN_S, RATE_LIMITED_SPLIT_AFTER, Pusher
-from tests.lokiproc import VERSIONS, LokiProcess, real_loki  # noqa: F401 - fixture
-from tests.lokireceiver import LokiReceiver
+from tests.support.lokiproc import VERSIONS, LokiProcess, real_loki  # noqa: F401 - fixture
+from tests.support.lokireceiver import LokiReceiver
 
 STREAM = (("job", "node-agent"), ("level", "info"))
 

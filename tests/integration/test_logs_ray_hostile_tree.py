@@ -10,10 +10,10 @@ import os
 import time
 from pathlib import Path
 
-from tests.agentproc import wait_for
 from tests.integration.test_logs_agent import logs_pid, start_agent
-from tests.journalfiles import JournalWriter
-from tests.lokireceiver import LokiReceiver
+from tests.support.agentproc import wait_for
+from tests.support.journalfiles import JournalWriter
+from tests.support.lokireceiver import LokiReceiver
 
 SESSIONS, FILES, CHAIN, SUBDIRS = 1000, 10, 500, 10_000
 SETTLE_S, WINDOW_S = 5.0, 20.0

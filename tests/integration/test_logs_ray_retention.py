@@ -17,8 +17,8 @@ from faden_agent.workers.logs.sources.ray import retention
 from faden_agent.workers.logs.sources.ray import source as files
 from faden_agent.workers.logs.sources.ray.source import RaySource
 from faden_agent.workers.threads import start_daemon
-from tests.agentproc import wait_for
 from tests.integration.test_logs_files import Collector, serve_dir
+from tests.support.agentproc import wait_for
 
 
 class Holder(Collector):

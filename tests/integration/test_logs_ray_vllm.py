@@ -12,11 +12,11 @@ import uuid
 import pytest
 
 from faden_agent import protocol
-from tests.agentproc import wait_for
 from tests.conftest import TEST_IMAGE
 from tests.integration.test_logs_agent import start_agent
-from tests.journalfiles import JournalWriter
-from tests.lokiproc import LOKI_OWN_LABELS, real_loki  # noqa: F401 - fixture
+from tests.support.agentproc import wait_for
+from tests.support.journalfiles import JournalWriter
+from tests.support.lokiproc import LOKI_OWN_LABELS, real_loki  # noqa: F401 - fixture
 
 ENGINE = "(EngineCore_0 pid=412) ERROR 12-02 10:00:05 [core.py:586] "
 STDOUT = [
@@ -187,7 +187,7 @@ def test_rays_own_log_files_arrive_under_fixed_kinds(tmp_path, real_loki):
 def test_a_removed_containers_ray_logs_go_once_shipped_and_a_live_ones_stay(tmp_path, docker_client):
     """The real agent: the container source tells the Ray reader of Docker's destroy; the
     directory goes once its lines are in Loki, a live container's stays."""
-    from tests.lokireceiver import LokiReceiver
+    from tests.support.lokireceiver import LokiReceiver
 
     agent_id = f"rr-{uuid.uuid4().hex[:8]}"
     gone, live = (f"faden-logs-ret-{uuid.uuid4().hex[:8]}" for _ in range(2))

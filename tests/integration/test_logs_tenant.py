@@ -13,10 +13,10 @@ from faden_agent.config import ConfigError, load_config
 from faden_agent.workers.logs.destinations import DirectLoki
 from faden_agent.workers.logs.entry import Entry
 from faden_agent.workers.logs.loki import Pusher
-from tests.agentproc import AgentProcess, wait_for
-from tests.backendproc import BackendProcess, agent_env_for
-from tests.journalfiles import JournalWriter
-from tests.lokiproc import VERSIONS, LokiProcess
+from tests.support.agentproc import AgentProcess, wait_for
+from tests.support.backendproc import BackendProcess, agent_env_for
+from tests.support.journalfiles import JournalWriter
+from tests.support.lokiproc import VERSIONS, LokiProcess
 
 DETAIL = {"unit": "gpu-burn.service", "pid": "7"}
 

@@ -16,11 +16,11 @@ import time
 import orjson
 import pytest
 
-from tests.agentproc import AgentProcess, agent_env, wait_for
-from tests.backendproc import agent_on_backend, backend, free_port  # noqa: F401
-from tests.journalfiles import JournalWriter
-from tests.lokireceiver import LokiReceiver
-from tests.metricsclient import endpoint, get, promtool_check, value_of
+from tests.support.agentproc import AgentProcess, agent_env, wait_for
+from tests.support.backendproc import agent_on_backend, backend, free_port  # noqa: F401
+from tests.support.journalfiles import JournalWriter
+from tests.support.lokireceiver import LokiReceiver
+from tests.support.metricsclient import endpoint, get, promtool_check, value_of
 
 FAMILIES = {
     "faden_agent_build_info": "gauge",

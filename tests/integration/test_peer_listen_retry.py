@@ -8,8 +8,8 @@ import socket
 import time
 
 from faden_agent.workers.peer.worker import PeerWorker
-from tests.agentproc import AgentProcess, agent_env, wait_for
-from tests.sampleworkers import supervisor_argv
+from tests.support.agentproc import AgentProcess, agent_env, wait_for
+from tests.support.sampleworkers import supervisor_argv
 
 PEER_ONLY = supervisor_argv({"peer": "faden_agent.workers.peer.worker:PeerWorker"})
 

@@ -18,9 +18,9 @@ from pathlib import Path
 from faden_agent import protocol
 from faden_agent.peer.server import PeerServer
 from faden_agent.peer.tickets import TicketBox
-from tests.agentproc import wait_for
-from tests.backendproc import agent_on_backend, backend, free_port  # noqa: F401
-from tests.executorproc import executor_factory  # noqa: F401
+from tests.support.agentproc import wait_for
+from tests.support.backendproc import agent_on_backend, backend, free_port  # noqa: F401
+from tests.support.executorproc import executor_factory  # noqa: F401
 
 IMAGE_ID = "sha256:" + "ab" * 32
 

@@ -21,10 +21,10 @@ from faden_agent.peer import probe
 from faden_agent.peer.probe_client import Bounds, Probe
 from faden_agent.peer.server import PeerServer
 from faden_agent.peer.tickets import PROBE_GRANT, Ticket, TicketBox, ticket_hash
-from tests.agentproc import wait_for
-from tests.backendproc import agent_on_backend, backend, free_port  # noqa: F401
-from tests.peerreceiver import fetch, serve_ticket
-from tests.selfsigned import self_signed
+from tests.support.agentproc import wait_for
+from tests.support.backendproc import agent_on_backend, backend, free_port  # noqa: F401
+from tests.support.peerreceiver import fetch, serve_ticket
+from tests.support.selfsigned import self_signed
 
 HALF_OPEN = 5_000
 UNFINISHED = 200
@@ -254,7 +254,7 @@ def test_drip_fed_probe_sessions_free_their_slots_at_the_wall_bound(tmp_path):
 def test_the_reference_backend_serves_beside_half_open_and_idle_tls_connections(tmp_path, many_descriptors):
     """The reference backend uses the same server: 2,000 half-open connections hold no thread
     each, and an idle TLS connection does not stop its answers."""
-    from tests.backendproc import BackendProcess
+    from tests.support.backendproc import BackendProcess
 
     cert, key = self_signed(tmp_path)
     process = BackendProcess(tmp_path / "data", tmp_path / "backend.log", tls_cert=cert, tls_key=key)

@@ -15,9 +15,9 @@ from faden_agent.peer import probe
 from faden_agent.peer.probe_client import Bounds, Probe, ProbeFailed
 from faden_agent.peer.server import PeerServer
 from faden_agent.peer.tickets import PROBE_GRANT, Ticket, TicketBox, ticket_hash
-from tests.agentproc import wait_for
-from tests.backendproc import free_port
-from tests.selfsigned import self_signed
+from tests.support.agentproc import wait_for
+from tests.support.backendproc import free_port
+from tests.support.selfsigned import self_signed
 
 MiB = 1 << 20
 

@@ -1,7 +1,7 @@
 """Peer transfers of every `docker save` shape between real engines (issue 37 items 3, 6):
 the 20.10 engine's own shape, the containerd store's of a real Engine 29 (gzip'd layers;
 index.json to a manifest or to a nested index; the image named by that digest), and the
-25-28 classic store's layout (made by tests/imageshapes.py: no engine here writes it).
+25-28 classic store's layout (made by tests/support/imageshapes.py: no engine here writes it).
 The real PeerServer holds, the real Transfer receives; each receiver holds the busybox base
 layer, which the holder leaves out, and runs the image it got."""
 
@@ -24,10 +24,10 @@ from faden_agent.peer.fetch import PeerFailure, Transfer, held_chains, local_ima
 from faden_agent.peer.oci import ZSTD_MAGIC
 from faden_agent.peer.server import PeerServer, saved_layer_paths
 from faden_agent.peer.tickets import Ticket, TicketBox, ticket_hash
-from tests.backendproc import agent_on_backend, backend, free_port  # noqa: F401
 from tests.conftest import TEST_IMAGE
-from tests.hostilepeer import honest, scripted
-from tests.imageshapes import classic_layout, containerd_layout, stacked_image
+from tests.support.backendproc import agent_on_backend, backend, free_port  # noqa: F401
+from tests.support.hostilepeer import honest, scripted
+from tests.support.imageshapes import classic_layout, containerd_layout, stacked_image
 
 pytestmark = pytest.mark.docker
 

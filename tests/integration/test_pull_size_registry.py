@@ -12,7 +12,7 @@ import pytest
 
 from faden_agent.workers.executor.pull_size import INDEX_TYPES, MANIFEST_TYPES, missing_bytes
 from tests.conftest import TEST_IMAGE
-from tests.scriptedhttp import Reply, Request, ScriptedHTTP
+from tests.support.scriptedhttp import Reply, Request, ScriptedHTTP
 
 pytestmark = pytest.mark.docker
 

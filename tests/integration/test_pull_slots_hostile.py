@@ -12,11 +12,11 @@ import time
 import pytest
 
 from faden_agent.workers.executor.pull_size import missing_bytes
-from tests.agentproc import wait_for
-from tests.executorproc import executor_factory, prefix  # noqa: F401
-from tests.hostileregistry import DrippingRegistry
-from tests.scriptedhttp import ScriptedHTTP
-from tests.selfsigned import self_signed
+from tests.support.agentproc import wait_for
+from tests.support.executorproc import executor_factory, prefix  # noqa: F401
+from tests.support.hostileregistry import DrippingRegistry
+from tests.support.scriptedhttp import ScriptedHTTP
+from tests.support.selfsigned import self_signed
 
 pytestmark = pytest.mark.docker
 

@@ -8,10 +8,10 @@ import fcntl
 import docker
 import pytest
 
-from tests.agentproc import wait_for
-from tests.executorproc import ensure_random_image, executor_factory, prefix  # noqa: F401
-from tests.privateengine import PrivateEngine
-from tests.smallengine import small_engine, used_bytes
+from tests.support.agentproc import wait_for
+from tests.support.executorproc import ensure_random_image, executor_factory, prefix  # noqa: F401
+from tests.support.privateengine import PrivateEngine
+from tests.support.smallengine import small_engine, used_bytes
 
 pytestmark = pytest.mark.docker
 

@@ -21,8 +21,8 @@ import uuid
 
 import pytest
 
-from tests.agentproc import wait_for
-from tests.newcomer import python_image, readme_first_command, source_tar, wheelhouse
+from tests.support.agentproc import wait_for
+from tests.support.newcomer import python_image, readme_first_command, source_tar, wheelhouse
 
 pytestmark = pytest.mark.docker
 

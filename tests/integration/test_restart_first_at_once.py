@@ -8,10 +8,10 @@ import os
 import re
 import signal
 
-from tests.agentproc import AgentProcess, agent_env, wait_for
-from tests.sampleworkers import supervisor_argv
+from tests.support.agentproc import AgentProcess, agent_env, wait_for
+from tests.support.sampleworkers import supervisor_argv
 
-STEADY = "tests.sampleworkers:SteadyWorker"
+STEADY = "tests.support.sampleworkers:SteadyWorker"
 
 
 def delays(log: str, name: str) -> list[float]:

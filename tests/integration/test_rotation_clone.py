@@ -14,9 +14,9 @@ from faden_agent import protocol
 from faden_agent.cli.status import collect_status
 from faden_agent.config import load_config
 from faden_agent.node.membership import load_membership
-from tests.agentproc import wait_for
-from tests.backendproc import agent_on_backend, backend  # noqa: F401
 from tests.integration.test_identity import accepted
+from tests.support.agentproc import wait_for
+from tests.support.backendproc import agent_on_backend, backend  # noqa: F401
 
 
 class PollingClone:

@@ -19,10 +19,10 @@ from pathlib import Path
 import psutil
 
 from faden_agent.service.envfile import read_env, write_env
-from tests.agentproc import AgentProcess, wait_for
-from tests.backendproc import agent_env_for, backend  # noqa: F401
-from tests.journalfiles import JournalWriter
-from tests.lokireceiver import LokiReceiver
+from tests.support.agentproc import AgentProcess, wait_for
+from tests.support.backendproc import agent_env_for, backend  # noqa: F401
+from tests.support.journalfiles import JournalWriter
+from tests.support.lokireceiver import LokiReceiver
 
 PASSWORD = "pw-" + "7f3a9c1e5b"
 TOKEN_VAR = "FADEN_NODE_AGENT_ENROLLMENT_TOKEN"

@@ -1,5 +1,5 @@
 """A machine that shuts down says so: the real agent on a private system bus (the real
-dbus-daemon) with a stand-in logind (tests/systembus.py) takes a delay inhibitor; on
+dbus-daemon) with a stand-in logind (tests/support/systembus.py) takes a delay inhibitor; on
 PrepareForShutdown(true) `node.shutting_down` reaches the real reference backend, a
 container's last lines (held back by a 30 s batching wait) are shipped, the outbox drains and
 the inhibitor's fd is closed within InhibitDelayMaxSec; the heartbeats after it say so."""
@@ -12,11 +12,11 @@ import sys
 import pytest
 
 from faden_agent import protocol
-from tests.agentproc import AgentProcess, wait_for
-from tests.backendproc import agent_env_for, backend  # noqa: F401 - fixture
 from tests.conftest import TEST_IMAGE
-from tests.executorproc import prefix, remove_containers  # noqa: F401 - fixture
-from tests.systembus import PrivateSystemBus, StandInLogind
+from tests.support.agentproc import AgentProcess, wait_for
+from tests.support.backendproc import agent_env_for, backend  # noqa: F401 - fixture
+from tests.support.executorproc import prefix, remove_containers  # noqa: F401 - fixture
+from tests.support.systembus import PrivateSystemBus, StandInLogind
 
 DELAY_MAX_S = 5.0
 LINES = 300

@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tests.agentproc import AgentProcess, agent_env
+from tests.support.agentproc import AgentProcess, agent_env
 
 
 def test_a_second_run_on_the_same_state_refuses_and_leaves_the_first_untouched(tmp_path):

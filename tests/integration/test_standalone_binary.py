@@ -16,8 +16,8 @@ import pytest
 
 from faden_agent import __version__
 from faden_agent.devbackend.builds import build_version
-from tests.agentproc import AgentProcess, agent_env, wait_for
-from tests.systemdctr import REPO, agent_build
+from tests.support.agentproc import AgentProcess, agent_env, wait_for
+from tests.support.systemdctr import REPO, agent_build
 
 
 @pytest.fixture(scope="module")

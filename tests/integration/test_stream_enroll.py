@@ -10,8 +10,8 @@ import sys
 import orjson
 
 from faden_agent import protocol
-from tests.agentproc import AgentProcess, wait_for
-from tests.backendproc import agent_env_for, agent_on_backend, backend  # noqa: F401
+from tests.support.agentproc import AgentProcess, wait_for
+from tests.support.backendproc import agent_env_for, agent_on_backend, backend  # noqa: F401
 
 
 def agent_status(env: dict[str, str]) -> dict:

@@ -14,9 +14,9 @@ from faden_agent import protocol
 from faden_agent.config import load_config
 from faden_agent.reports.outbox import Outbox
 from faden_agent.reports.producer import Reports
-from tests.agentproc import pid_alive, wait_for
-from tests.backendproc import agent_on_backend, backend  # noqa: F401
 from tests.integration.test_stream_enroll import agent_status
+from tests.support.agentproc import pid_alive, wait_for
+from tests.support.backendproc import agent_on_backend, backend  # noqa: F401
 
 UNKNOWN_KIND = "no.such.kind"  # rejected by the executor: a real timeline without Docker work
 

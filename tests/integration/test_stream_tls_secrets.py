@@ -18,9 +18,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from tests.agentproc import AgentProcess, wait_for
-from tests.backendproc import BackendProcess, agent_env_for, agent_on_backend, backend  # noqa: F401
 from tests.integration.test_stream_enroll import agent_status
+from tests.support.agentproc import AgentProcess, wait_for
+from tests.support.backendproc import BackendProcess, agent_env_for, agent_on_backend, backend  # noqa: F401
 
 
 def _name(common_name: str) -> x509.Name:

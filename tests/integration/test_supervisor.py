@@ -11,12 +11,12 @@ import subprocess
 import sys
 import time
 
-from tests.agentproc import AgentProcess, agent_env, pid_alive, wait_for
-from tests.sampleworkers import supervisor_argv
+from tests.support.agentproc import AgentProcess, agent_env, pid_alive, wait_for
+from tests.support.sampleworkers import supervisor_argv
 
-STEADY = "tests.sampleworkers:SteadyWorker"
-CRASHER = "tests.sampleworkers:CrashAtStartWorker"
-STUBBORN = "tests.sampleworkers:IgnoresSigtermWorker"
+STEADY = "tests.support.sampleworkers:SteadyWorker"
+CRASHER = "tests.support.sampleworkers:CrashAtStartWorker"
+STUBBORN = "tests.support.sampleworkers:IgnoresSigtermWorker"
 WORKER_NAMES = ("stream", "executor", "inventory", "logs")
 
 
@@ -74,6 +74,7 @@ def test_sigstopped_worker_is_detected_dumped_and_replaced(tmp_path):
         replaced_after = time.monotonic() - stopped_at
         assert not pid_alive(victim)
         assert rows["inventory"]["last_exit"].startswith("killed: hung")
+        assert rows["inventory"]["exit_cause"] == "hung"
         # documented bound: hang timeout + 0.5 s dump grace + restart backoff + one heartbeat
         assert replaced_after < 1.5 + 0.5 + 2 + 3
         log = agent.log_text()

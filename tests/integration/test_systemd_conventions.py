@@ -15,8 +15,6 @@ import orjson
 import pytest
 
 from faden_agent import protocol
-from tests.agentproc import wait_for
-from tests.backendproc import AdminError, BackendProcess
 from tests.conftest import TEST_IMAGE
 from tests.integration.test_stream_tls_secrets import make_ca_and_server_cert
 from tests.integration.test_systemd_e2e import (  # noqa: F401  (fixtures)
@@ -27,9 +25,11 @@ from tests.integration.test_systemd_e2e import (  # noqa: F401  (fixtures)
     offer,
     run_install_line,
 )
-from tests.lokireceiver import LokiReceiver
 from tests.nvml.state import GpuState
-from tests.systemdctr import REPO, SystemdContainer
+from tests.support.agentproc import wait_for
+from tests.support.backendproc import AdminError, BackendProcess
+from tests.support.lokireceiver import LokiReceiver
+from tests.support.systemdctr import REPO, SystemdContainer
 
 pytestmark = [pytest.mark.docker, pytest.mark.systemd]
 

@@ -21,10 +21,10 @@ import orjson
 import pytest
 
 from faden_agent import __version__, protocol
-from tests.agentproc import wait_for
-from tests.backendproc import BackendProcess, free_port
 from tests.conftest import TEST_IMAGE
-from tests.systemdctr import REPO, SystemdContainer, agent_build, systemd_image
+from tests.support.agentproc import wait_for
+from tests.support.backendproc import BackendProcess, free_port
+from tests.support.systemdctr import REPO, SystemdContainer, agent_build, systemd_image
 
 pytestmark = [pytest.mark.docker, pytest.mark.systemd]
 

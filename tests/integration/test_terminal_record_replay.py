@@ -8,9 +8,9 @@ import pytest
 from faden_agent import protocol
 from faden_agent.config import load_config
 from faden_agent.workers.executor.journal import Journal
-from tests.agentproc import AgentProcess, wait_for
-from tests.backendproc import agent_env_for, backend  # noqa: F401
-from tests.executorproc import prefix  # noqa: F401
+from tests.support.agentproc import AgentProcess, wait_for
+from tests.support.backendproc import agent_env_for, backend  # noqa: F401
+from tests.support.executorproc import prefix  # noqa: F401
 
 pytestmark = pytest.mark.docker
 

@@ -10,8 +10,8 @@ import time
 from faden_agent import protocol
 from faden_agent.config import load_config
 from faden_agent.reports.producer import Reports
-from tests.agentproc import wait_for
-from tests.backendproc import agent_on_backend, backend  # noqa: F401
+from tests.support.agentproc import wait_for
+from tests.support.backendproc import agent_on_backend, backend  # noqa: F401
 
 KIB = 1024
 

@@ -12,11 +12,11 @@ import time
 
 import pytest
 
-from tests.agentproc import agent_env
-from tests.sampleworkers import supervisor_argv
+from tests.support.agentproc import agent_env
+from tests.support.sampleworkers import supervisor_argv
 
-STEADY = "tests.sampleworkers:SteadyWorker"
-CRASHER = "tests.sampleworkers:CrashAtStartWorker"
+STEADY = "tests.support.sampleworkers:SteadyWorker"
+CRASHER = "tests.support.sampleworkers:CrashAtStartWorker"
 
 
 @pytest.fixture

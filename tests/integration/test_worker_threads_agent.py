@@ -5,8 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tests.agentproc import AgentProcess, wait_for
-from tests.backendproc import agent_env_for, backend  # noqa: F401
+from tests.support.agentproc import AgentProcess, wait_for
+from tests.support.backendproc import agent_env_for, backend  # noqa: F401
 
 HOOK_ERROR = "thread downlink died: RuntimeError: made to die by the test hook THREAD_DIES"
 

@@ -13,10 +13,10 @@ import uuid
 import pytest
 
 from faden_agent import protocol
-from tests.agentproc import agent_env, wait_for
 from tests.conftest import TEST_IMAGE
-from tests.outboxevents import outbox_events
-from tests.sampleworkers import supervisor_argv
+from tests.support.agentproc import agent_env, wait_for
+from tests.support.outboxevents import outbox_events
+from tests.support.sampleworkers import supervisor_argv
 
 pytestmark = pytest.mark.docker
 

@@ -6,7 +6,7 @@ import pytest
 
 from faden_agent.backend import BackendClient
 from faden_agent.config import Config, load_config
-from tests.scriptedhttp import ScriptedHTTP
+from tests.support.scriptedhttp import ScriptedHTTP
 
 FUZZ_CREDENTIAL = "fuzz-credential"  # must never show up in an error message
 

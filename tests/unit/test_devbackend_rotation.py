@@ -13,8 +13,8 @@ import pytest
 
 from faden_agent.devbackend.rotation import Contested, still_open
 from faden_agent.devbackend.store import Store
-from tests.agentproc import wait_for
-from tests.selfsigned import self_signed
+from tests.support.agentproc import wait_for
+from tests.support.selfsigned import self_signed
 
 
 @pytest.fixture

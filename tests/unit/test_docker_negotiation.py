@@ -14,8 +14,8 @@ from faden_agent.dockernegotiation import (
     choose_api_version,
     is_version_refusal,
 )
-from tests.agentproc import wait_for
-from tests.silentserver import SilentServer
+from tests.support.agentproc import wait_for
+from tests.support.silentserver import SilentServer
 
 # What Docker 29.1.5 and 20.10.24 answer to a request in a version they do not speak.
 TOO_OLD_29 = (

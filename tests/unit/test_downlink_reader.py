@@ -13,7 +13,7 @@ import pytest
 from faden_agent.backend import MAX_STREAM_LINE, BackendClient, ProtocolError
 from faden_agent.config import load_config
 from faden_agent.workers.stream.downlink import parse_command
-from tests.scriptedhttp import StreamingHTTP
+from tests.support.scriptedhttp import StreamingHTTP
 
 FRAMINGS = [
     ("chunked", False),

@@ -14,7 +14,7 @@ import pytest
 
 from faden_agent.supervisor.prefork import immortal
 from tests.conftest import require
-from tests.pythons import cpythons
+from tests.support.pythons import cpythons
 
 REPO = Path(__file__).resolve().parents[2]
 MODULE = REPO / "faden_agent" / "supervisor" / "prefork" / "immortal.py"

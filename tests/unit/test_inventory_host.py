@@ -18,7 +18,7 @@ from faden_agent.workers.inventory.disks import probe_disks
 from faden_agent.workers.inventory.host import probe_host
 from faden_agent.workers.inventory.network import probe_network
 from faden_agent.workers.inventory.record import content_hash
-from tests.agentproc import wait_for
+from tests.support.agentproc import wait_for
 
 GiB = 1024**3
 

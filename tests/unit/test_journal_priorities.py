@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.agentproc import agent_env
+from tests.support.agentproc import agent_env
 
 LOGS = textwrap.dedent(
     """

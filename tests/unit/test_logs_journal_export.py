@@ -19,7 +19,7 @@ from faden_agent.workers.logs.sources import Shared
 from faden_agent.workers.logs.sources.journald.export import ExportParser
 from faden_agent.workers.logs.sources.journald.source import JournaldSource
 from faden_agent.workers.threads import start_daemon
-from tests.journalfiles import JOURNAL_REMOTE, JournalWriter
+from tests.support.journalfiles import JOURNAL_REMOTE, JournalWriter
 
 pytestmark = pytest.mark.skipif(not __import__("os").path.exists(JOURNAL_REMOTE), reason="no systemd-journal-remote")
 

@@ -333,7 +333,7 @@ def test_the_protobuf_body_decodes_to_every_entry_as_loki_reads_it():
     with quotes, backslashes and newlines, timestamps from 0 to past 2**62 ns, lines with
     multi-byte characters and NULs, metadata or the detail in the line."""
     from faden_agent.workers.logs.lokiproto import ProtoEncoder
-    from tests.lokiprotodecode import decode_push
+    from tests.support.lokiprotodecode import decode_push
 
     labels = (("agent_id", 'we"ird\\x\n\t\x00\r'), ("job", "node-agent"))
     detail = {"unit": "u é", "pid": "1"}
@@ -402,3 +402,11 @@ def test_a_slow_positions_write_never_holds_the_shippers_counts(tmp_path, monkey
     finally:
         release.set()
         completing.join(10)
+
+
+def test_the_log_target_says_whether_it_knows_where_to_push(tmp_path):
+    from faden_agent.workers.logs.destinations import make_target
+
+    asking = make_target(load_config({"FADEN_NODE_AGENT_STATE_PATH": str(tmp_path / "state.json")}))
+    direct = make_target(load_config({"FADEN_NODE_AGENT_LOKI_URL": "http://127.0.0.1:9"}))
+    assert (asking.resolved, direct.resolved) == (False, True)

@@ -158,17 +158,31 @@ def test_commands_by_kind_state_and_reason_and_fetch_outcomes():
 @pytest.mark.parametrize(
     "text, cause",
     [
-        (None, "none"),
-        ("signal SIGKILL", "signal_SIGKILL"),
-        ("exit 3: thread downlink died: OSError: x", "thread_died"),
-        ("killed: hung (signal SIGKILL)", "hung"),
-        ("exit 1", "exit_1"),
-        ("exit 1000000", "other"),
-        ("signal " + "A" * 500, "other"),
+        ("none", "none"),
+        ("signal_SIGKILL", "signal_SIGKILL"),
+        ("thread_died", "thread_died"),
+        ("hung", "hung"),
+        ("exit_1", "exit_1"),
+        ("exit_1000000", "other"),
+        ("signal_" + "A" * 500, "other"),
+        ("killed: hung (signal SIGKILL)", "other"),  # a sentence is never read for a label
+        (None, "other"),
     ],
 )
 def test_exit_causes_are_a_bounded_set(text, cause):
     assert exit_cause(text) == cause
+
+
+def test_the_supervisor_names_each_exit_cause_from_the_status_not_its_text():
+    import signal
+
+    from faden_agent.supervisor.arbiter import exit_cause as cause_of
+
+    killed = signal.SIGKILL  # a wait status of a process killed by SIGKILL is the signal number
+    assert cause_of(killed, hung=True, thread_died=False) == "hung"
+    assert cause_of(3 << 8, hung=False, thread_died=True) == "thread_died"
+    assert cause_of(killed, hung=False, thread_died=False) == "signal_SIGKILL"
+    assert cause_of(3 << 8, hung=False, thread_died=False) == "exit_3"
 
 
 def running(link_state: str, **changes: str) -> dict:
@@ -269,6 +283,7 @@ def full_table() -> dict:
     sections = {"gpu": gpu_section(with_health=True), "disks": [{"paths": ["/x"], "roles": ["state"], "total": 9}]}
     logs = {
         "target": "http://loki (asking where to push)",
+        "target_state": "resolving",
         "lines_shipped": 3,
         "push_seconds": Histogram().snapshot(),
         "push_retries_by_status": {"429": 2},
@@ -282,6 +297,7 @@ def full_table() -> dict:
                 "state": "RUNNING",
                 "restarts": 1,
                 "last_exit": "signal SIGKILL",
+                "exit_cause": "signal_SIGKILL",
                 "alive_age_s": 0.5,
                 "status": {"gauges": gauges(sections, None)},
             },
@@ -371,7 +387,7 @@ def test_worker_standing_and_memory_sections_follow_a_restart_and_a_new_pss():
     table = full_table()
     samples_of(text_0_0_4(families(table, {"logs": (1.0, 10, 20)}, reuse)))
     logs_row = next(w for w in table["workers"] if w["name"] == "logs")
-    logs_row.update(state="RUNNING", restarts=4, last_exit="exit 3", alive_age_s=2.0)
+    logs_row.update(state="RUNNING", restarts=4, last_exit="exit 3", exit_cause="exit_3", alive_age_s=2.0)
     samples = samples_of(text_0_0_4(families(table, {"logs": (1.5, 10, 30)}, reuse)))
     assert samples[("faden_agent_worker_state", (("state", "RUNNING"), ("worker", "logs")))] == 1
     assert samples[("faden_agent_worker_state", (("state", "FATAL"), ("worker", "logs")))] == 0
@@ -430,3 +446,17 @@ def test_process_usage_is_read_again_only_after_its_interval_or_when_the_process
         sleeper.kill()
         sleeper.wait()
         usage.close()
+
+
+def test_every_family_the_endpoint_writes_is_in_the_docs_table():
+    """The other way round: a family added to the code and not to docs/service.md fails here."""
+    from pathlib import Path
+
+    docs = (Path(__file__).parents[2] / "docs" / "service.md").read_text()
+    written = {f.name.removeprefix("faden_agent_") for f in families(full_table(), {"supervisor": (1.0, 1, 1)})}
+
+    def documented(name: str) -> bool:  # `name`, `name_total`, `name_info`, or with its labels `name{...}`
+        return any(f"`{name}{end}{close}" in docs for end in ("", "_total", "_info") for close in "`{")
+
+    undocumented = {name for name in written if not documented(name)}
+    assert undocumented == set()

@@ -23,7 +23,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from faden_agent.supervisor.notify import SystemdNotifier
-from tests.agentproc import agent_env, wait_for
+from tests.support.agentproc import agent_env, wait_for
 
 
 @pytest.fixture
@@ -165,7 +165,7 @@ def test_only_the_supervisor_keeps_the_notify_socket(listener, tmp_path):
     # First in the environment block, as systemd may put it: unsetting it must not cost the titles.
     env = {"NOTIFY_SOCKET": path, **agent_env(tmp_path), "WATCHDOG_USEC": "400000", "FADEN_TEST_ENV_DUMP": str(dump)}
     proc = subprocess.Popen(
-        [sys.executable, "-c", supervisor_code({"env": "tests.sampleworkers:EnvironmentWorker"})],
+        [sys.executable, "-c", supervisor_code({"env": "tests.support.sampleworkers:EnvironmentWorker"})],
         env=env,
         start_new_session=True,
         stdout=subprocess.DEVNULL,
@@ -189,7 +189,7 @@ def test_ready_is_sent_while_one_worker_crash_loops(listener, tmp_path):
     sock, path = listener
     env = agent_env(tmp_path, restart_max=100)
     env.update(NOTIFY_SOCKET=path)
-    message = ready_message(sock, env, supervisor_code({"broken": "tests.sampleworkers:CrashAtStartWorker"}))
+    message = ready_message(sock, env, supervisor_code({"broken": "tests.support.sampleworkers:CrashAtStartWorker"}))
     assert any(m.startswith("STATUS=1 workers running; not running: broken") for m in message), message
 
 

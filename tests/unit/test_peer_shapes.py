@@ -2,7 +2,7 @@
 Engines 25-28 with the classic store, and the containerd store's (gzip'd layers; index.json
 to a manifest or to a nested index). Each shape passes whole, passes without the layers the
 receiver holds, names no image, and meets the same bounds (entries, headers, bytes,
-metadata); the archives are made by tests/imageshapes.py, the real engines' own in
+metadata); the archives are made by tests/support/imageshapes.py, the real engines' own in
 tests/integration/test_peer_shapes.py."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from faden_agent.peer.archive import (
 )
 from faden_agent.peer.oci import ZSTD_MAGIC
 from faden_agent.peer.server import held_layer_files
-from tests.imageshapes import (
+from tests.support.imageshapes import (
     classic_layout,
     containerd_layout,
     digest_of,

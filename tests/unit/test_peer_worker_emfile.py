@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tests.agentproc import free_port
+from tests.support.agentproc import free_port
 
 CHILD = """
 import os, resource, sys

@@ -11,7 +11,7 @@ import pytest
 
 from faden_agent.cli import config_table
 from faden_agent.config import VARIABLES, Variable, env_name
-from tests.newcomer import readme_first_command
+from tests.support.newcomer import readme_first_command
 
 REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text()

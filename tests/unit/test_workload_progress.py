@@ -9,7 +9,7 @@ from faden_agent.workers.executor.commands import KINDS
 from faden_agent.workers.executor.specs import SpecError
 from faden_agent.workers.inventory.workloads.progress import RECOVERED, STALLED, Progress, reading
 from faden_agent.workers.inventory.workloads.promtext import add_samples, parse_line
-from faden_agent.workers.inventory.workloads.watcher import endpoint
+from faden_agent.workers.inventory.workloads.watcher import advertised, endpoint
 
 VLLM = b"""# HELP vllm:num_requests_running Number of requests currently running on GPU.
 # TYPE vllm:num_requests_running gauge
@@ -126,3 +126,15 @@ def test_spec_metrics_port_and_path():
             run_spec(metrics_port=bad)
     with pytest.raises(SpecError, match="'metrics_path' must be a URL path"):
         run_spec(metrics_port=8000, metrics_path="metrics")
+
+
+def test_advertised_address_for_prometheus_elsewhere():
+    host_net = {"HostConfig": {"NetworkMode": "host"}}
+    assert advertised(host_net, "127.0.0.1", 8000, "10.0.0.5") == "10.0.0.5:8000"
+    published = {"Ports": [{"PrivatePort": 8000, "PublicPort": 18000, "IP": "0.0.0.0", "Type": "tcp"}]}
+    assert advertised(published, "172.17.0.2", 8000, "10.0.0.5") == "10.0.0.5:18000"
+    on_one = {"Ports": [{"PrivatePort": 8000, "PublicPort": 18000, "IP": "192.0.2.7", "Type": "tcp"}]}
+    assert advertised(on_one, "172.17.0.2", 8000, "10.0.0.5") == "192.0.2.7:18000"
+    loopback = {"Ports": [{"PrivatePort": 8000, "PublicPort": 18000, "IP": "127.0.0.1", "Type": "tcp"}]}
+    assert advertised(loopback, "172.17.0.2", 8000, "10.0.0.5") == "172.17.0.2:8000"
+    assert advertised({}, "172.17.0.2", 8000, "10.0.0.5") == "172.17.0.2:8000"

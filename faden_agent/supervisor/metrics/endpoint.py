@@ -1,6 +1,6 @@
-"""The supervisor's HTTP endpoint: /metrics, /healthz, /readyz, served from its own loop.
+"""The supervisor's HTTP endpoint: /metrics, /healthz, /readyz, /sd/workloads (discovery.py).
 
-Owns the HttpServer on METRICS_ADDR (or the reason it could not bind, shown by `ps`).
+Served from its own loop. Owns the HttpServer on METRICS_ADDR (or the reason it could not bind, shown by `ps`).
 A request reads only the table the supervisor holds (fresh liveness messages drained,
 never awaited) and /proc; scrapes within RENDER_EVERY_S get the last body (a rate bound).
 """
@@ -17,6 +17,7 @@ import zmq
 from faden_agent.config import Config, env_name, listen_host_port
 from faden_agent.metrics import exposition
 from faden_agent.metrics.server import HttpServer
+from faden_agent.supervisor.metrics import discovery
 from faden_agent.supervisor.metrics.families import sections
 from faden_agent.supervisor.metrics.health import readiness
 from faden_agent.supervisor.metrics.procstat import ProcessUsage
@@ -33,6 +34,7 @@ class MetricsEndpoint:
     def __init__(self, config: Config, table: Callable[[], dict[str, Any]], pids: Callable[[], dict[str, int]]):
         """table(): what a scrape reads of the supervisor's `ps` table, fresh; pids(): process name -> pid."""
         self.addr = config.metrics_addr
+        self.machine = config.agent_id
         self.table = table
         self.pids = pids
         self.server: HttpServer | None = None
@@ -104,7 +106,9 @@ class MetricsEndpoint:
         if path == "/readyz":
             ready, why = readiness(self.table())
             return (200 if ready else 503), TEXT, why.encode("utf-8", "replace")[:500] + b"\n"
-        return 404, TEXT, b"not found: try /metrics, /healthz or /readyz\n"
+        if path == discovery.PATH:
+            return 200, discovery.JSON, discovery.document(self.table(), self.machine)
+        return 404, TEXT, f"not found: try /metrics, /healthz, /readyz or {discovery.PATH}\n".encode()
 
     def metrics(self, accept: str) -> tuple[int, str, bytes]:
         openmetrics = OPENMETRICS in accept

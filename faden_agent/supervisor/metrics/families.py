@@ -8,6 +8,7 @@ status each worker last sent, and per-process CPU/memory. Labels come from bound
 from __future__ import annotations
 
 import platform
+import re
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -26,7 +27,9 @@ from faden_agent.protocol.link import LINK_STATES
 from faden_agent.supervisor.states import WorkerState
 
 P = "faden_agent_"
+_EXIT_CAUSE = re.compile(r"none|hung|thread_died|signal_[A-Z0-9]{1,12}|exit_\d{1,3}")
 GPU_VERDICTS = ("ok", "degraded", "failed")
+TARGET_STATES = ("resolving", "ok", "failing")  # the logs worker's target_state (shipper.py)
 GPU_GAUGES = {
     "memory_size": ("gpu_memory_size_bytes", "GPU memory in all"),
     # the old name of gpu_memory_size_bytes (a gauge named like a counter's sum): kept for
@@ -51,21 +54,9 @@ def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def exit_cause(last_exit: str | None) -> str:
-    """A bounded label for ps's last exit text: none, hung, thread_died, signal_<NAME>, exit_<code>."""
-    if not last_exit:
-        return "none"
-    if last_exit.startswith("killed: hung"):
-        return "hung"
-    if ": thread " in last_exit:
-        return "thread_died"
-    word, _, rest = last_exit.partition(" ")
-    value = rest.split(":", 1)[0].strip()
-    if word == "signal" and value.replace("SIG", "").isalnum() and len(value) <= 12:
-        return f"signal_{value}"
-    if word == "exit" and value.isdigit() and int(value) < 256:
-        return f"exit_{value}"
-    return "other"
+def exit_cause(cause: Any) -> str:
+    """The supervisor's word for a worker's last exit (states.py), kept to its bounded shapes."""
+    return cause if isinstance(cause, str) and _EXIT_CAUSE.fullmatch(cause) else "other"
 
 
 def sections(
@@ -78,7 +69,7 @@ def sections(
     status = {name: _dict(_dict(rows.get(name)).get("status")) for name in STATUS_SECTIONS}
     stream, executor, logs_, peer_, inventory_ = (status[name] for name in STATUS_SECTIONS)
     gauges_ = _dict(inventory_.get("gauges"))  # not the rest: its ages change at every status
-    standing = tuple((name, row.get("state"), row.get("restarts"), row.get("last_exit")) for name, row in rows.items())
+    standing = tuple((name, row.get("state"), row.get("restarts"), row.get("exit_cause")) for name, row in rows.items())
     dropped = _dict(_dict(table.get("supervisor")).get("metrics")).get("dropped")
     everything = (standing, usage, dropped, stream, executor, logs_, peer_, gauges_)
     if reuse is not None and (last := reuse.get("all")) is not None and last[0] == everything:
@@ -147,7 +138,7 @@ def workers(rows: dict[str, dict[str, Any]]) -> Iterator[Family]:
         for value in WorkerState:
             state.add_metric([name, value.value], 1.0 if row.get("state") == value.value else 0.0)
         restarts.add_metric([name], _num(row.get("restarts")) or 0.0)
-        last_exit.add_metric([name, exit_cause(row.get("last_exit"))], 1.0)
+        last_exit.add_metric([name, exit_cause(row.get("exit_cause", "none"))], 1.0)
     yield from (state, restarts, last_exit)
 
 
@@ -258,7 +249,7 @@ def logs(status: dict[str, Any]) -> Iterator[Family]:
     target = GaugeMetricFamily(P + "log_target_state", "1 for the log target's state", labels=["state"])
     if status:
         state = target_state(status)
-        for name in ("resolving", "ok", "failing"):
+        for name in TARGET_STATES:
             target.add_metric([name], 1.0 if state == name else 0.0)
     yield target
 
@@ -277,9 +268,8 @@ def push_retries(by_status: dict[str, Any]) -> Iterator[Family]:
 
 
 def target_state(status: dict[str, Any]) -> str:
-    if status.get("last_push_error"):
-        return "failing"
-    return "resolving" if "asking where to push" in str(status.get("target")) else "ok"
+    state = status.get("target_state")
+    return state if state in TARGET_STATES else "ok"
 
 
 def push_latency(snapshot: dict[str, Any]) -> Iterator[Family]:

@@ -6,11 +6,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from faden_agent import protocol
 from faden_agent.backoff import Backoff
 from faden_agent.reports.producer import Reports
+from faden_agent.workers.executor.death_cause import cause, last_error_lines, wants_cause
 from faden_agent.workers.executor.docker_ops import DockerOps
 from faden_agent.workers.executor.reconcile import Seen, reconcile, snapshot
 
@@ -55,8 +57,13 @@ class EventWatcher:
         reports: Reports,
         is_adopted: Callable[[str], bool],
         stop_event: threading.Event,
+        state_dir: Path | None = None,
+        fault_window_s: float = 300.0,
     ) -> None:
+        """state_dir: where the inventory keeps its GPU evidence (death_cause.py); None: no causes."""
         self.ops = ops
+        self.state_dir = state_dir
+        self.fault_window_s = fault_window_s
         self.reports = reports
         self.meta = reports.outbox
         self.is_adopted = is_adopted
@@ -117,7 +124,7 @@ class EventWatcher:
         reconcile(
             list(containers.values()),
             self.seen,
-            lambda record_id, data: self.reports.put(protocol.EVENT, data, record_id=record_id),
+            self._put,
             replayed,
         )
 
@@ -132,13 +139,26 @@ class EventWatcher:
             time_nano = int(event.get("timeNano") or 0)
             covered = (self.seen.get(container_id) or {}).get("reconciled_as_of_ns", 0)
             if record is not None and not (live and time_nano <= covered):
-                self.reports.put(protocol.EVENT, record[1], record_id=record[0])
+                self._put(record[0], record[1])
                 reported = (container_id, record[1]["type"].removeprefix("container."), time_nano)
                 if live:
                     self._remember(container_id, record[1]["type"] == "container.destroy", covered)
         if event.get("timeNano"):
             self.meta.set_meta(SINCE_KEY, f"{int(event['timeNano']) / 1e9:.9f}")
         return reported
+
+    def _put(self, record_id: str, data: dict[str, Any]) -> None:
+        """Report one event; a death, OOM or unhealthy state with its GPUs and suspected cause."""
+        if wants_cause(data) and self.state_dir is not None:
+            api = self.ops.client.api
+            container_id = data["container_id"]
+            try:
+                attrs = api.inspect_container(container_id)
+            except Exception:  # noqa: BLE001 - removed already: no GPUs known, the cause still told
+                attrs = None
+            errors = lambda: last_error_lines(api, container_id)  # noqa: E731 - read only when needed
+            data.update(cause(data, attrs, errors, self.state_dir, self.fault_window_s))
+        self.reports.put(protocol.EVENT, data, record_id=record_id)
 
     def _remember(self, container_id: str, destroyed: bool, covered: int) -> None:
         """The state just reported, for the next reconciliation."""

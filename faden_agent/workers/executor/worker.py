@@ -61,7 +61,12 @@ class ExecutorWorker(Worker):
         self.frame.scheduler = self.scheduler
         self.engine_ok: bool | None = None
         self.events = EventWatcher(
-            self.ops, self.reports, lambda cid: cid in self.journal.adopted_ids(), self.stop_event
+            self.ops,
+            self.reports,
+            lambda cid: cid in self.journal.adopted_ids(),
+            self.stop_event,
+            self.config.state_dir,
+            self.config.workload_fault_window_sec,
         )
         self.events.start(self.start_thread)
         self.start_thread("adoption", adopt, self.ops, self.journal, self.reports, self.stop_event, finite=True)

@@ -13,6 +13,7 @@ HEALTH_CHANGED = "gpu.health_changed"
 class HealthChanges:
     def __init__(self) -> None:
         self.verdicts: dict[str, str] = {}
+        self.changes: dict[str, dict[str, Any]] = {}  # key -> its last change (old, new, reasons, at)
 
     def events(self, gpu: dict[str, Any] | None, now: float) -> list[dict[str, Any]]:
         """The events the gpu section calls for; remembers its verdicts."""
@@ -26,6 +27,7 @@ class HealthChanges:
             self.verdicts[key] = new
             if old == new or (old is None and new == "ok"):
                 continue
+            self.changes[key] = {"old": old, "new": new, "reasons": health["reasons"], "at": round(now, 3)}
             found.append(
                 {
                     "type": HEALTH_CHANGED,

@@ -13,11 +13,10 @@ from typing import Any
 import orjson
 
 from faden_agent.disk.files import quarantine, quarantine_event, replace_file_if_changed
+from faden_agent.node.gpu_faults import EVIDENCE_FILE, MAX_BYTES
 
-EVIDENCE_FILE = "gpu-evidence.json"
 VERSION = 1
 MAX_GPUS = 64
-MAX_BYTES = 1 << 20  # 64 GPUs of 16 Xids and a few counters are about 100 KiB
 SEEN_GRAIN_S = 60  # "last seen" to the minute: a quiet GPU does not rewrite the file each round
 log = logging.getLogger(__name__)
 
@@ -91,9 +90,13 @@ def problem(data: Any) -> str | None:
     return None
 
 
-def gather(probe: Any, verdicts: dict[str, str]) -> dict[str, dict[str, Any]]:
+def gather(
+    probe: Any, verdicts: dict[str, str], changes: dict[str, dict[str, Any]] | None = None
+) -> dict[str, dict[str, Any]]:
     """The evidence of every GPU seen: from the probe (GpuProbe), its health reader and Xid
-    log, and the last verdicts (HealthChanges)."""
+    log, the last verdicts and verdict changes (HealthChanges; the executor's death causes
+    read the changes, executor/death_cause.py)."""
+    changes = changes or {}
     baselines = probe.health.baselines()
     logged = probe.health.xids.snapshot()
     return {
@@ -102,6 +105,7 @@ def gather(probe: Any, verdicts: dict[str, str]) -> dict[str, dict[str, Any]]:
             "pci_bus_id": seen.get("pci_bus_id"),
             "seen_at": seen.get("at"),
             "verdict": verdicts.get(uuid),
+            "verdict_change": changes.get(uuid),
             "xid": logged.get(uuid, []),
             "xid_totals": probe.health.xids.totals(uuid),
             **baselines.get(uuid, {}),
@@ -110,9 +114,13 @@ def gather(probe: Any, verdicts: dict[str, str]) -> dict[str, dict[str, Any]]:
     }
 
 
-def restore(evidence: Evidence, probe: Any, verdicts: dict[str, str]) -> None:
+def restore(
+    evidence: Evidence, probe: Any, verdicts: dict[str, str], changes: dict[str, dict[str, Any]] | None = None
+) -> None:
     """Everything gather() kept, back where it lives (at the worker's start)."""
     for uuid, gpu in evidence.gpus.items():
+        if changes is not None and isinstance(gpu.get("verdict_change"), dict):
+            changes[uuid] = gpu["verdict_change"]
         probe.seen[uuid] = {"index": gpu["index"], "pci_bus_id": gpu.get("pci_bus_id"), "at": gpu.get("seen_at")}
         if gpu.get("verdict") in ("ok", "degraded", "failed"):
             verdicts[uuid] = gpu["verdict"]

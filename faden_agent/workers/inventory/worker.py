@@ -70,7 +70,7 @@ class InventoryReporter:
         for event in self.gpu_changes.events(sections.get("gpu"), time.time()):
             self.reports.put(protocol.EVENT, event, record_id=event_id(event))
         if self.evidence is not None:  # after the events: a restart never repeats one
-            gpus = gpu_evidence.gather(self.collector.gpu, self.gpu_changes.verdicts)
+            gpus = gpu_evidence.gather(self.collector.gpu, self.gpu_changes.verdicts, self.gpu_changes.changes)
             self.evidence.save(gpus, self.kernel.cursor if self.kernel else None)
         heard = self.accepts()
         self.emitter.changes = ACCEPTS_CHANGES in heard.accepts
@@ -131,7 +131,8 @@ class InventoryWorker(Worker):
         evidence = self.reporter.evidence = gpu_evidence.Evidence(self.config.state_dir)
         if evidence.quarantined:
             self.reports.put(protocol.EVENT, evidence.quarantined, record_id=quarantine_record_id(evidence.quarantined))
-        gpu_evidence.restore(evidence, self.collector.gpu, self.reporter.gpu_changes.verdicts)
+        changes = self.reporter.gpu_changes
+        gpu_evidence.restore(evidence, self.collector.gpu, changes.verdicts, changes.changes)
         self.reporter.kernel = KernelXidReader(
             self.collector.gpu.health.xids,
             self.collector.gpu.uuid_of_bus,
@@ -172,6 +173,7 @@ class InventoryWorker(Worker):
             lambda data, record_id: self.reports.put(protocol.EVENT, data, record_id=record_id),
             self.config.workload_scrape_sec,
             self.config.workload_stall_sec,
+            self.config.advertise_host or self.config.host,
         )
         self.start_thread("inventory-workloads", self.workloads.run, self.stop_event)
 
@@ -201,9 +203,15 @@ class InventoryWorker(Worker):
             "traffic_samples": self.traffic.samples,
             "traffic_records": self.traffic.sent,
             "kernel_xids": self._kernel_status(),
+            "gpu_events": self._gpu_events_status(),
             "gauges": gauges(self.reporter.sections, self.traffic.last_sample),
             "workloads": self.workloads.status(),
         }
+
+    def _gpu_events_status(self) -> dict[str, Any]:
+        """GPUs in NVML's event set, and those left out as lost (ps, tests)."""
+        watcher = next(w for w in self.watchers if isinstance(w, GpuErrorWatcher))
+        return {"watching": watcher.watching, "lost": sorted(watcher.lost)}
 
     def _kernel_status(self) -> dict[str, Any] | None:
         kernel = self.reporter.kernel

@@ -46,6 +46,8 @@ class DirectLoki:
     push) and a sixth of http.client's. When a proxy from the environment applies to Loki's
     host, requests (which speaks proxies) is used instead."""
 
+    resolved = True  # set by the operator: nothing to ask
+
     def __init__(self, base_url: str, config: Config, tenant: str | None = None):
         self.url = base_url.rstrip("/") + protocol.LOKI_PUSH_PATH
         self.takes_protobuf = config.loki_push_format == "protobuf"
@@ -177,6 +179,11 @@ class ViaBackend:
 
     def __str__(self) -> str:
         return str(self.current) if self.current else f"{self.config.backend_url} (asking where to push)"
+
+    @property
+    def resolved(self) -> bool:
+        """Whether the backend said where to push."""
+        return self.current is not None
 
     @property
     def takes_protobuf(self) -> bool:

@@ -160,4 +160,11 @@ class Shipper:
             "structured_metadata": self.pusher.with_metadata,
             "last_rejection": self.pusher.last_rejection,
             "last_push_error": self.pusher.last_error,
+            "target_state": self.target_state(),
         }
+
+    def target_state(self) -> str:
+        """resolving (asking the backend where to push), ok, or failing (the last push failed)."""
+        if self.pusher.last_error:
+            return "failing"
+        return "ok" if self.target.resolved else "resolving"

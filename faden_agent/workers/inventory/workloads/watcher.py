@@ -43,11 +43,33 @@ def endpoint(summary: dict[str, Any]) -> tuple[str, int, str] | str:
     return address, int(port_text), path
 
 
+def advertised(summary: dict[str, Any], address: str, port: int, machine_host: str | None) -> str:
+    """Where Prometheus elsewhere reaches the metrics port: the machine's address for host
+    networking or a port published on every address, the published address, else the
+    container's own (reachable from this machine only)."""
+    if (summary.get("HostConfig") or {}).get("NetworkMode") == "host" and machine_host:
+        return f"{machine_host}:{port}"
+    for mapping in summary.get("Ports") or ():
+        if mapping.get("PrivatePort") == port and mapping.get("PublicPort") and mapping.get("Type", "tcp") == "tcp":
+            host = mapping.get("IP") or ""
+            if host in ("", "0.0.0.0", "::") and machine_host:
+                return f"{machine_host}:{mapping['PublicPort']}"
+            if host not in ("", "0.0.0.0", "::", "127.0.0.1", "::1"):
+                return f"[{host}]:{mapping['PublicPort']}" if ":" in host else f"{host}:{mapping['PublicPort']}"
+    return f"{address}:{port}"
+
+
 class WorkloadWatcher:
     def __init__(
-        self, list_containers: Callable[[], list[dict[str, Any]]], emit: Emit, interval_s: float, stall_s: float
+        self,
+        list_containers: Callable[[], list[dict[str, Any]]],
+        emit: Emit,
+        interval_s: float,
+        stall_s: float,
+        machine_host: str | None = None,
     ):
         self.list_containers = list_containers
+        self.machine_host = machine_host
         self.emit = emit
         self.interval_s = interval_s
         self.stall_s = stall_s
@@ -93,7 +115,11 @@ class WorkloadWatcher:
             self._failed(entry, "no_endpoint", target)
             return
         host, port, path = target
-        entry["endpoint"] = {"address": f"{host}:{port}", "path": path}
+        entry["endpoint"] = {
+            "address": f"{host}:{port}",
+            "path": path,
+            "target": advertised(summary, host, port, self.machine_host),
+        }
         try:
             samples = scrape(host, port, path, min(SCRAPE_TIMEOUT_S, self.interval_s))
         except ScrapeFailed as exc:
@@ -127,7 +153,9 @@ class WorkloadWatcher:
     def status(self) -> dict[str, Any]:
         """For the worker's status: each container's scrape outcome and whether it is stalled."""
         containers = {
-            entry["name"]: {k: entry.get(k) for k in ("scrape", "message", "engine", "stalled", "endpoint")}
+            entry["name"]: {
+                k: entry.get(k) for k in ("cluster", "workload", "scrape", "message", "engine", "stalled", "endpoint")
+            }
             for entry in self.state.values()
         }
         return {"rounds": self.rounds, "list_error": self.list_error, "containers": containers}

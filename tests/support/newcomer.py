@@ -19,7 +19,7 @@ import tarfile
 import tomllib
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 IMAGE_SCRIPT = REPO / "tests/infra/build-python-image.sh"
 NEWCOMER_UID = 1000
 WHEEL_CACHE = Path("/var/tmp")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from faden_agent.ipc import dbuswire as wire
 from faden_agent.ipc.dbusconn import Bus, DbusError
-from tests.agentproc import wait_for
+from tests.support.agentproc import wait_for
 
 CONFIG = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-BUS Bus Configuration 1.0//EN"
  "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">

@@ -12,7 +12,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.agentproc import AgentProcess, wait_for
+from tests.support.agentproc import AgentProcess, wait_for
 
 
 @dataclass

@@ -10,7 +10,7 @@ import time
 
 import psutil
 
-from tests.agentproc import wait_for
+from tests.support.agentproc import wait_for
 
 DOCKERD_LOG = os.environ.get("FADEN_TEST_SERVICES_DIR", "/var/tmp/faden-test-services") + "/dockerd.log"
 

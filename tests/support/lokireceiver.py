@@ -20,7 +20,7 @@ duplicates; tests check that duplicates are exact). Use it in a thread:
         loki.set_mode("throttle", retry_after=1)
         loki.wait_for(lambda entries: len(entries) >= 10)
 
-or as a process (`python -m tests.lokireceiver --port P [--record FILE]`), controlled over
+or as a process (`python -m tests.support.lokireceiver --port P [--record FILE]`), controlled over
 HTTP with ReceiverClient(url): POST /receiver/mode {"mode", "retry_after", "status"},
 GET /receiver/entries, GET /receiver/stats. The same endpoints exist in thread mode.
 """
@@ -39,7 +39,7 @@ from typing import Any
 
 import orjson
 
-from tests.lokiprotodecode import decode_push
+from tests.support.lokiprotodecode import decode_push
 
 PUSH_PATH = "/loki/api/v1/push"
 LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*\Z")
@@ -366,7 +366,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class ReceiverClient:
-    """Control a receiver running in another process (`python -m tests.lokireceiver`)."""
+    """Control a receiver running in another process (`python -m tests.support.lokireceiver`)."""
 
     def __init__(self, url: str):
         self.url = url.rstrip("/")

@@ -1,6 +1,6 @@
 """A TCP port of the host's loopback, reachable from inside another network namespace.
 
-A private dockerd runs in a network namespace of its own (tests/privateengine.py), where
+A private dockerd runs in a network namespace of its own (tests/support/privateengine.py), where
 the shared registry at 127.0.0.1:5000 does not exist: this listens on the same address
 inside that namespace and copies each connection to the host's one."""
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler
 
 from faden_agent import protocol
-from tests.scriptedhttp import LocalHTTP
+from tests.support.scriptedhttp import LocalHTTP
 
 MiB = 1 << 20
 HEX = "ab" * 32

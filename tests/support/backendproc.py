@@ -2,7 +2,7 @@
 
 API (import what you need; fixtures must be imported into the test module to be used):
 
-    from tests.backendproc import BackendProcess, backend, agent_on_backend  # noqa: F401
+    from tests.support.backendproc import BackendProcess, backend, agent_on_backend  # noqa: F401
 
     BackendProcess(data_dir, log_path, keepalive_sec=0.5, tls_cert=None, tls_key=None, downloads=None,
                    loki_url=None)
@@ -14,7 +14,7 @@ API (import what you need; fixtures must be imported into the test module to be 
         .command(id), .events(node_id), .inventory(node_id), .logs(node_id), .heartbeats(node_id),
         .wait_node(agent_id, heartbeats=1), .wait_command(id, states=TERMINAL_STATES)
 
-    agent_env_for(backend, tmp_path, token=..., **overrides) -> env for tests.agentproc.AgentProcess:
+    agent_env_for(backend, tmp_path, token=..., **overrides) -> env for tests.support.agentproc.AgentProcess:
         backend URL, a fresh one-time token, a unique AGENT_ID, short intervals.
 
     fixture `backend`: a started BackendProcess under tmp_path (stopped after the test).
@@ -38,7 +38,7 @@ import pytest
 
 from faden_agent import protocol
 from faden_agent.devbackend.admin import AdminClient, AdminError
-from tests.agentproc import AgentProcess, agent_env, free_port, wait_for  # noqa: F401 - free_port for tests
+from tests.support.agentproc import AgentProcess, agent_env, free_port, wait_for  # noqa: F401 - free_port for tests
 
 ADMIN_TOKEN = "test-admin-" + uuid.uuid4().hex
 

@@ -9,7 +9,7 @@ import os
 import subprocess
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def find_shared_tool(name: str, env_var: str) -> Path:

@@ -11,8 +11,8 @@ from typing import Any
 from faden_agent import protocol
 from faden_agent.ipc import request
 from faden_agent.reports.outbox import Outbox
-from tests.agentproc import AgentProcess, wait_for
-from tests.sampleworkers import supervisor_argv
+from tests.support.agentproc import AgentProcess, wait_for
+from tests.support.sampleworkers import supervisor_argv
 
 EXECUTOR_ONLY = supervisor_argv({"executor": "faden_agent.workers.executor.worker:ExecutorWorker"})
 
@@ -159,7 +159,7 @@ def remove_containers(docker_client: Any, prefix: str) -> None:
 
 import pytest  # noqa: E402
 
-from tests.agentproc import agent_env  # noqa: E402
+from tests.support.agentproc import agent_env  # noqa: E402
 
 
 @pytest.fixture

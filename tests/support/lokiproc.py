@@ -23,13 +23,13 @@ from typing import Any
 import pytest
 import requests
 
-from tests.sharedtools import find_shared_tool
+from tests.support.sharedtools import find_shared_tool
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def find_tools() -> Path:
-    """The real Loki builds: FADEN_TEST_LOKI_DIR, else ../shared/tools/loki (tests/sharedtools.py)."""
+    """The real Loki builds: FADEN_TEST_LOKI_DIR, else ../shared/tools/loki (tests/support/sharedtools.py)."""
     return find_shared_tool("loki", "FADEN_TEST_LOKI_DIR")
 
 
@@ -196,7 +196,7 @@ LOKI_OWN_LABELS = {"2.8.0": set(), "3.4.6": {"service_name", "detected_level"}}
 @pytest.fixture(scope="session", params=VERSIONS, ids=[f"loki-{v}" for v in VERSIONS])
 def real_loki(request, tmp_path_factory):
     """One real Loki per version for the whole session, with LIMIT_FLAGS; tests keep apart
-    by their own agent_id. Use it with `from tests.lokiproc import real_loki  # noqa: F401`."""
+    by their own agent_id. Use it with `from tests.support.lokiproc import real_loki  # noqa: F401`."""
     loki = LokiProcess(request.param, tmp_path_factory.mktemp(f"loki-{request.param}") / "data", LIMIT_FLAGS)
     loki.start()
     yield loki

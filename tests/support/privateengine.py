@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from tests.agentproc import wait_for
+from tests.support.agentproc import wait_for
 
 
 def dockerd_argv(root: Path, data_root: Path, host: str) -> list[str]:

@@ -12,9 +12,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from tests.conftest import ENGINE_UNDER_TEST
-from tests.engine29 import Engine29
-from tests.netnsforward import NetnsForward
-from tests.privateengine import PrivateEngine
+from tests.support.engine29 import Engine29
+from tests.support.netnsforward import NetnsForward
+from tests.support.privateengine import PrivateEngine
 
 
 @contextmanager

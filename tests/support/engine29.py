@@ -20,8 +20,8 @@ from typing import Any
 
 import docker
 
-from tests.privateengine import docker_cli, with_path_prefix
-from tests.sharedtools import find_shared_tool
+from tests.support.privateengine import docker_cli, with_path_prefix
+from tests.support.sharedtools import find_shared_tool
 
 TOOLS = find_shared_tool("docker29", "FADEN_TEST_DOCKER29_DIR")
 RUN_DOCKERD29 = TOOLS / "run-dockerd29.sh"

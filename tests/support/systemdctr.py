@@ -18,9 +18,9 @@ import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
-from tests.agentproc import wait_for
+from tests.support.agentproc import wait_for
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 IMAGE_SCRIPT = REPO / "tests/infra/build-systemd-image.sh"
 BUILD_SCRIPT = REPO / "packaging/build.sh"
 CONTAINER_PREFIX = "faden-test-systemd-"
