@@ -15,6 +15,7 @@ import pytest
 from faden_agent import protocol
 from tests.conftest import TEST_IMAGE
 from tests.support.agentproc import agent_env, wait_for
+from tests.support.metricsclient import get, promtool_check
 from tests.support.outboxevents import outbox_events
 from tests.support.sampleworkers import supervisor_argv
 
@@ -92,6 +93,9 @@ def test_stall_and_recovery_of_a_stand_in_vllm(tmp_path, agent_factory, serving)
     assert stalled["engine"] == "vllm" and stalled["requests"]["vllm:num_requests_waiting"] == 2
     assert STALL_S - 0.5 <= late <= STALL_S + SCRAPE_S + 1.5, late  # 1.5 s for a loaded 2-core machine
 
+    stalled_metric = lambda: get(agent).value("faden_agent_workload_stalled", container=name) == 1  # noqa: E731
+    wait_for(stalled_metric, 10, 0.2, "workload_stalled 1 in /metrics")
+
     write_metrics(www, 1, 2, 10_000)  # moving again
     events = wait_for(lambda: workload_events(state_dir)[1:], 20, 0.1, "workload.recovered")
     assert events[0]["type"] == "workload.recovered" and events[0]["recovered_by"] == "progress"
@@ -133,3 +137,8 @@ def test_hanging_huge_and_garbage_endpoints_end_as_reasons(tmp_path, agent_facto
     assert inventory["state"] == "RUNNING" and inventory["restarts"] == 0
     assert inventory["rss_bytes"] < 150 << 20, inventory  # a 1 GB answer is never held
     assert workload_events(tmp_path / "state") == []
+    scrape = get(agent)
+    for outcome, name in names.items():
+        assert scrape.value("faden_agent_workload_scrape", container=name, outcome=outcome) == 1
+        assert scrape.value("faden_agent_workload_stalled", container=name) == 0
+    assert promtool_check(scrape.body) == ""

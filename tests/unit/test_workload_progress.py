@@ -138,3 +138,16 @@ def test_advertised_address_for_prometheus_elsewhere():
     loopback = {"Ports": [{"PrivatePort": 8000, "PublicPort": 18000, "IP": "127.0.0.1", "Type": "tcp"}]}
     assert advertised(loopback, "172.17.0.2", 8000, "10.0.0.5") == "172.17.0.2:8000"
     assert advertised({}, "172.17.0.2", 8000, "10.0.0.5") == "172.17.0.2:8000"
+
+
+def test_the_spec_field_becomes_the_label_the_inventory_reads():
+    from types import SimpleNamespace
+
+    from faden_agent.workers.executor.commands.container import _labels
+
+    spec = run_spec(metrics_port=8000, metrics_path="/v1/metrics")
+    labels = _labels(SimpleNamespace(config=SimpleNamespace(agent_id="a")), SimpleNamespace(spec=spec, id="c1"))
+    assert endpoint({"Labels": labels, "HostConfig": {"NetworkMode": "host"}}) == ("127.0.0.1", 8000, "/v1/metrics")
+    assert "io.fadenstack.metrics-port" not in _labels(
+        SimpleNamespace(config=SimpleNamespace(agent_id="a")), SimpleNamespace(spec=run_spec(), id="c2")
+    )

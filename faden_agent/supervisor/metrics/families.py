@@ -305,6 +305,7 @@ def peer(status: dict[str, Any], executor: dict[str, Any]) -> Iterator[Family]:
 def inventory(gauges: dict[str, Any]) -> Iterator[Family]:
     yield from gpus(_dict(gauges.get("gpu")))
     yield from container_gpus(gauges.get("containers_gpu") or [])
+    yield from workloads(gauges.get("workloads") or [])
     free = GaugeMetricFamily(P + "disk_free_bytes", "Free bytes per watched path", labels=["path", "role"])
     size = GaugeMetricFamily(P + "disk_size_bytes", "Size of each watched path's file system", labels=["path", "role"])
     for disk in gauges.get("disks") or []:
@@ -326,6 +327,29 @@ def inventory(gauges: dict[str, Any]) -> Iterator[Family]:
             if (value := _num(item.get(key))) is not None:
                 family.add_metric(label, value * scale)
     yield from (sent, received, rtt)
+
+
+SCRAPE_OUTCOMES = ("ok", "unreachable", "timeout", "too_large", "http_status", "not_metrics", "no_endpoint")
+
+
+def workloads(items: list[Any]) -> Iterator[Family]:
+    """Forward progress of the serving containers (docs/commands.md): stalled, and the scrape's outcome."""
+    stalled = GaugeMetricFamily(
+        P + "workload_stalled", "1 while requests wait or run and no progress counter moves", labels=["container"]
+    )
+    scrape = GaugeMetricFamily(
+        P + "workload_scrape",
+        "1 for the outcome of the last scrape of its metrics port",
+        labels=["container", "outcome"],
+    )
+    for item in items[:MAX_PEERS]:
+        item = _dict(item)
+        name = str(item.get("container"))[:128]
+        stalled.add_metric([name], 1.0 if item.get("stalled") else 0.0)
+        if item.get("scrape") in SCRAPE_OUTCOMES:
+            for outcome in SCRAPE_OUTCOMES:
+                scrape.add_metric([name, outcome], 1.0 if item["scrape"] == outcome else 0.0)
+    yield from (stalled, scrape)
 
 
 def container_gpus(items: list[Any]) -> Iterator[Family]:

@@ -204,7 +204,10 @@ class InventoryWorker(Worker):
             "traffic_records": self.traffic.sent,
             "kernel_xids": self._kernel_status(),
             "gpu_events": self._gpu_events_status(),
-            "gauges": gauges(self.reporter.sections, self.traffic.last_sample),
+            "gauges": {
+                **gauges(self.reporter.sections, self.traffic.last_sample),
+                "workloads": self.workloads.gauges(),
+            },
             "workloads": self.workloads.status(),
         }
 

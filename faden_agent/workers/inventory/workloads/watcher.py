@@ -159,3 +159,10 @@ class WorkloadWatcher:
             for entry in self.state.values()
         }
         return {"rounds": self.rounds, "list_error": self.list_error, "containers": containers}
+
+    def gauges(self) -> list[dict[str, Any]]:
+        """Per container, for /metrics: the scrape's outcome (a bounded word) and stalled or not."""
+        return [
+            {"container": entry["name"][:128], "scrape": entry.get("scrape"), "stalled": bool(entry.get("stalled"))}
+            for entry in list(self.state.values())[:MAX_CONTAINERS]
+        ]
