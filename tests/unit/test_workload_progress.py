@@ -151,3 +151,19 @@ def test_the_spec_field_becomes_the_label_the_inventory_reads():
     assert "io.fadenstack.metrics-port" not in _labels(
         SimpleNamespace(config=SimpleNamespace(agent_id="a")), SimpleNamespace(spec=run_spec(), id="c2")
     )
+
+
+def test_a_round_survives_a_container_it_cannot_handle_and_an_engine_away():
+    from faden_agent.workers.inventory.workloads.watcher import WorkloadWatcher
+
+    odd = [{"Id": "x", "Names": None, "Labels": {"io.fadenstack.metrics-port": "1"}}, {"Id": "y", "Labels": "?"}]
+    watcher = WorkloadWatcher(lambda: odd, lambda data, record_id: None, 1.0, 10.0)
+    watcher.round()
+    assert watcher.rounds == 1 and watcher.status()["containers"]["x"]["scrape"] == "no_endpoint"
+
+    def away():
+        raise ConnectionError("engine away")
+
+    watcher.list_containers = away
+    watcher.round()
+    assert watcher.status()["list_error"] == "ConnectionError: engine away"

@@ -27,8 +27,8 @@ Emit = Callable[[dict[str, Any], str], Any]  # (event data, record id)
 
 def endpoint(summary: dict[str, Any]) -> tuple[str, int, str] | str:
     """(host, port, path) of a container from Docker's list entry, or why there is none."""
-    labels = summary.get("Labels") or {}
-    port_text = labels.get(protocol.LABEL_METRICS_PORT, "")
+    labels: dict[str, Any] = summary["Labels"] if isinstance(summary.get("Labels"), dict) else {}
+    port_text = str(labels.get(protocol.LABEL_METRICS_PORT, ""))
     if not port_text.isdigit() or not 0 < int(port_text) < 65536:
         return f"label {protocol.LABEL_METRICS_PORT} is not a port: {port_text[:20]!r}"
     path = labels.get(protocol.LABEL_METRICS_PATH) or "/metrics"
@@ -96,17 +96,21 @@ class WorkloadWatcher:
             self.state.pop(gone, None)
             self.progress.pop(gone, None)
         for summary in summaries:
-            if summary.get("Id"):
+            if not summary.get("Id"):
+                continue
+            try:
                 self._scrape_one(summary)
+            except Exception:  # a bug with one container must not end the thread (and the worker)
+                log.exception("scraping container %s failed", str(summary.get("Id"))[:12])
         self.rounds += 1
 
     def _scrape_one(self, summary: dict[str, Any]) -> None:
         container_id = summary["Id"]
-        labels = summary.get("Labels") or {}
+        labels: dict[str, Any] = summary["Labels"] if isinstance(summary.get("Labels"), dict) else {}
         names = summary.get("Names") or ["/" + container_id[:12]]
-        entry = self.state.setdefault(container_id, {})
+        entry = self.state.setdefault(container_id, {"name": container_id[:12]})
         entry.update(
-            name=names[0].lstrip("/"),
+            name=str(names[0]).lstrip("/"),
             cluster=labels.get(protocol.LABEL_CLUSTER),
             workload=labels.get(protocol.LABEL_WORKLOAD),
         )
