@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import uuid
+from pathlib import Path
 
 import orjson
 import pytest
@@ -29,7 +30,7 @@ from tests.nvml.state import GpuState
 from tests.support.agentproc import wait_for
 from tests.support.backendproc import AdminError, BackendProcess
 from tests.support.lokireceiver import LokiReceiver
-from tests.support.systemdctr import REPO, SystemdContainer
+from tests.support.systemdctr import SystemdContainer
 
 pytestmark = [pytest.mark.docker, pytest.mark.systemd]
 
@@ -60,7 +61,8 @@ def test_journal_priorities_hardened_unit_and_system_trust(image, current_build,
     backend.start()
     gpus = GpuState(tmp_path / "nvml", count=1)
     gpus.write()
-    ray_dir = REPO / "build" / f"ray-{uuid.uuid4().hex[:8]}"  # not below /tmp: the unit has PrivateTmp
+    # Below neither /tmp nor /var/tmp (the unit has PrivateTmp), wherever the checkout lies.
+    ray_dir = Path("/srv/faden-test") / f"ray-{uuid.uuid4().hex[:8]}"
     ray_dir.mkdir(parents=True)
     agent_id = "sdh-" + uuid.uuid4().hex[:8]
     name = f"faden-test-sdh-{uuid.uuid4().hex[:8]}"
