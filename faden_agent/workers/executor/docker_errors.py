@@ -13,6 +13,7 @@ REGISTRY_UNREACHABLE = "registry_unreachable"
 IMAGE_NOT_FOUND = "image_not_found"
 DOCKER_PERMISSION = "docker_permission"
 NO_SPACE = "no_space"
+INVALID_SPEC = "invalid_spec"
 NO_SPACE_TEXT = "no space left on device"  # ENOSPC as Go words it, where the engine writes
 
 # The engine's words when the registry's name does not resolve or nothing answers there
@@ -30,6 +31,7 @@ _UNREACHABLE = (
     "temporary failure in name resolution",
     "connection reset by peer",
 )
+_BAD_MOUNT = "invalid mount config"
 _NOT_FOUND = ("manifest unknown", "not found", "does not exist", "no such image")
 
 
@@ -92,6 +94,12 @@ def is_permission_denied(exc: BaseException) -> bool:
 def failure(what: str, text: str, default: str, image: str | None = None) -> tuple[str, str]:
     """(reason, message) of an engine error. Registry texts are read only when an image is
     being fetched (`image` given), so no other command's error is taken for one."""
-    reason = NO_SPACE if NO_SPACE_TEXT in text.lower() else (engine_reason(text) if image else None) or default
+    lowered = text.lower()
+    if NO_SPACE_TEXT in lowered:
+        reason = NO_SPACE
+    elif _BAD_MOUNT in lowered:  # "bind source path does not exist" is no missing image
+        reason = INVALID_SPEC
+    else:
+        reason = (engine_reason(text) if image else None) or default
     tip = advice(reason, image)
     return reason, f"{what}: {tip} ({text})" if tip else f"{what}: {text}"
