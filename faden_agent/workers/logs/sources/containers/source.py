@@ -10,6 +10,7 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Iterator
 
 from faden_agent import protocol
 from faden_agent.dockerclient import make_client
@@ -393,14 +394,31 @@ class ContainerFollower:
         self.caught_up = False
         if self.rotated_past(self.source.resume_point(self.key)):
             self.source.lost(1, ROTATED_BEFORE_READ, at_least=True)
-        chunks = self.container.logs(
+        if not self.feed(self.read_from(after_ns, follow=True)):
+            return False
+        # A follow can end before the engine's last lines (the json-file reader stops when the
+        # stopped container's log closes): one plain read past the last line read takes them.
+        self.start_ns = self.source.start_after(self.key)
+        self.caught_up = False
+        if not self.feed(self.read_from(self.start_ns, follow=False)):
+            return False
+        with self.lock:  # the stream ended (the container stopped): nothing more continues it
+            joined = self.joiner.flush()
+            return joined is None or self.put(joined)
+
+    def read_from(self, after_ns: int, follow: bool) -> Iterator[bytes]:
+        """The log's frames from the second holding `after_ns` (`since` has 1 s resolution)."""
+        return self.container.logs(
             stream=True,
-            follow=True,
+            follow=follow,
             timestamps=True,
             since=max(1, after_ns // 1_000_000_000),
             stdout=self.stream == "stdout",
             stderr=self.stream == "stderr",
         )
+
+    def feed(self, chunks: Iterator[bytes]) -> bool:
+        """Ship every line of `chunks`; False when the backlog closed."""
         lines = LineCutter(MAX_LINE_BYTES + STAMP_BYTES)
         continued = False
         for chunk in chunks:
@@ -413,11 +431,7 @@ class ContainerFollower:
                 if not self.ship(line, cut):
                     return False
         rest = lines.rest()
-        if rest is not None and not self.ship(*rest):
-            return False
-        with self.lock:  # the stream ended (the container stopped): nothing more continues it
-            joined = self.joiner.flush()
-            return joined is None or self.put(joined)
+        return rest is None or self.ship(*rest)
 
     def send_due(self, now: float) -> float | None:
         """Send the held entry if its wait is over; the deadline of one still held, else None."""
