@@ -26,6 +26,7 @@ ENDED, STOP = "faden:ended", "faden:stop"  # inbox markers: the event stream end
 RESTART_CHECK_S = 5.0  # a stopped container's follower checks this often for a restart it missed
 FOLLOW_ACTIONS = frozenset({"create", "start", "restart", "unpause", "die", "oom", "want"})
 WAKE_ACTIONS = frozenset({"start", "restart", "unpause"})
+ENDED_STATES = frozenset({"exited", "dead"})  # a run that is over: its log holds everything it printed
 MAX_INBOX = 10_000
 UNREADABLE_DRIVERS = frozenset({"none"})  # Docker keeps no copy to read back (others: its dual-logging cache)
 STREAMS = ("stdout", "stderr")
@@ -397,14 +398,23 @@ class ContainerFollower:
         if not self.feed(self.read_from(after_ns, follow=True)):
             return False
         # A follow can end before the engine's last lines (the json-file reader stops when the
-        # stopped container's log closes): one plain read past the last line read takes them.
-        self.start_ns = self.source.start_after(self.key)
-        self.caught_up = False
-        if not self.feed(self.read_from(self.start_ns, follow=False)):
-            return False
+        # stopped container's log closes): one plain read past the last line read takes them,
+        # but only of the run just followed, once it has ended (a read of a run starting now
+        # would end mid-way and cut its first entry in two).
+        if self.run_has_ended():
+            self.start_ns = self.source.start_after(self.key)
+            self.caught_up = False
+            if not self.feed(self.read_from(self.start_ns, follow=False)):
+                return False
         with self.lock:  # the stream ended (the container stopped): nothing more continues it
             joined = self.joiner.flush()
             return joined is None or self.put(joined)
+
+    def run_has_ended(self) -> bool:
+        """Whether the run this follower read (StartedAt) has exited and no other began since."""
+        self.container.reload()
+        state = self.container.attrs.get("State", {})
+        return state.get("Status") in ENDED_STATES and state.get("StartedAt") == self.read_started_at
 
     def read_from(self, after_ns: int, follow: bool) -> Iterator[bytes]:
         """The log's frames from the second holding `after_ns` (`since` has 1 s resolution)."""
