@@ -16,73 +16,16 @@ import time
 import orjson
 import pytest
 
+from faden_agent.protocol.metrics import METRICS, PREFIX
 from tests.support.agentproc import AgentProcess, agent_env, wait_for
 from tests.support.backendproc import agent_on_backend, backend, free_port  # noqa: F401
 from tests.support.journalfiles import JournalWriter
 from tests.support.lokireceiver import LokiReceiver
 from tests.support.metricsclient import endpoint, get, promtool_check, value_of
 
+# Every declared family as prometheus_client's 0.0.4 parser names and types it (no info type).
 FAMILIES = {
-    "faden_agent_build_info": "gauge",
-    "faden_agent_start_time_seconds": "gauge",
-    "faden_agent_worker_state": "gauge",
-    "faden_agent_worker_restarts": "counter",
-    "faden_agent_worker_last_exit": "gauge",
-    "faden_agent_worker_liveness_age_seconds": "gauge",
-    "faden_agent_process_cpu_seconds": "counter",
-    "faden_agent_process_resident_memory_bytes": "gauge",
-    "faden_agent_process_proportional_memory_bytes": "gauge",
-    "faden_agent_link_state": "gauge",
-    "faden_agent_link_last_contact_timestamp_seconds": "gauge",
-    "faden_agent_link_reconnects": "counter",
-    "faden_agent_link_stale_commands": "counter",
-    "faden_agent_link_epoch_resets": "counter",
-    "faden_agent_outbox_records": "gauge",
-    "faden_agent_outbox_oldest_record_age_seconds": "gauge",
-    "faden_agent_commands_received": "counter",
-    "faden_agent_commands_ended": "counter",
-    "faden_agent_commands_running": "gauge",
-    "faden_agent_commands_queued": "gauge",
-    "faden_agent_log_lines_read": "counter",
-    "faden_agent_log_lines_shipped": "counter",
-    "faden_agent_log_lines_refused": "counter",
-    "faden_agent_log_lines_lost": "counter",
-    "faden_agent_log_pushed_lines": "counter",
-    "faden_agent_log_rejected_lines": "counter",
-    "faden_agent_log_too_large_lines": "counter",
-    "faden_agent_log_pushed_bytes": "counter",
-    "faden_agent_log_batches": "counter",
-    "faden_agent_log_push_retries": "counter",
-    "faden_agent_log_push_retries_by_status": "counter",
-    "faden_agent_log_backlog_lines": "gauge",
-    "faden_agent_log_push_duration_seconds": "histogram",
-    "faden_agent_log_target_state": "gauge",
-    "faden_agent_peer_served_bytes": "counter",
-    "faden_agent_peer_fetched_bytes": "counter",
-    "faden_agent_peer_transfers": "counter",
-    "faden_agent_peer_traffic_sent_bytes": "counter",
-    "faden_agent_peer_traffic_received_bytes": "counter",
-    "faden_agent_peer_rtt_seconds": "gauge",
-    "faden_agent_gpu_info": "gauge",
-    "faden_agent_gpu_memory_size_bytes": "gauge",
-    "faden_agent_gpu_memory_total_bytes": "gauge",
-    "faden_agent_gpu_memory_used_bytes": "gauge",
-    "faden_agent_gpu_memory_free_bytes": "gauge",
-    "faden_agent_gpu_utilization_ratio": "gauge",
-    "faden_agent_gpu_temperature_celsius": "gauge",
-    "faden_agent_gpu_power_draw_watts": "gauge",
-    "faden_agent_gpu_health": "gauge",
-    "faden_agent_node_gpu_health": "gauge",
-    "faden_agent_gpu_xid_errors": "counter",
-    "faden_agent_gpu_ecc_errors": "counter",
-    "faden_agent_gpu_retired_pages": "counter",
-    "faden_agent_gpu_remapped_rows": "counter",
-    "faden_agent_gpu_nvlink_errors": "counter",
-    "faden_agent_gpu_pcie_replays": "counter",
-    "faden_agent_gpu_clock_event_active_seconds": "gauge",
-    "faden_agent_disk_free_bytes": "gauge",
-    "faden_agent_disk_size_bytes": "gauge",
-    "faden_agent_metrics_connections_dropped": "counter",
+    PREFIX + m.name + ("_info" if m.type == "info" else ""): "gauge" if m.type == "info" else m.type for m in METRICS
 }
 UNKNOWN_KIND = "no.such.kind"  # rejected by the executor: a real ended command without Docker work
 WORKERS = ("stream", "executor", "inventory", "logs", "peer")
@@ -102,7 +45,7 @@ def test_every_family_is_there_and_a_killed_worker_counts_a_restart(backend, age
     scrape = get(agent)
     assert scrape.status == 200 and scrape.content_type.startswith("text/plain; version=0.0.4")
     families = scrape.families()
-    assert {name: families[name].type for name in FAMILIES if name in families} == FAMILIES
+    assert {name: family.type for name, family in families.items()} == FAMILIES  # the declared ones, no other
     assert all(name.startswith("faden_agent_") for name in families)
     info = families["faden_agent_build_info"].samples[0].labels
     assert {"version", "protocol", "python", "arch"} <= set(info)

@@ -259,10 +259,14 @@ class RecordedLog:
     """A stand-in for a docker SDK container whose log is a fixed list of chunks: Docker
     stamps lines itself, so identical nanosecond stamps cannot be provoked on a real engine."""
 
-    name, labels, attrs = "recorded", {}, {}
+    name, labels = "recorded", {}
+    attrs = {"State": {"Status": "exited"}}  # its run ended: the read past the follow reads it again
 
     def __init__(self, chunks: list[bytes]):
         self.chunks = chunks
+
+    def reload(self) -> None:
+        pass
 
     def logs(self, **_: object):
         return iter(self.chunks)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from faden_agent.protocol.metrics import GPU_VERDICTS
+
 MAX_ITEMS = 64
 GPU_FIGURES = ("memory_used", "memory_free", "utilization_gpu", "temperature_c", "power_draw_w")
 GPU_NAMES = ("uuid", "pci_bus_id", "name")  # the info family's labels; uuid on every GPU series
@@ -21,7 +23,7 @@ def _present(item: dict[str, Any]) -> dict[str, Any]:
 
 def _verdict(health: Any) -> str | None:
     verdict = health.get("verdict") if isinstance(health, dict) else None
-    return verdict if verdict in ("ok", "degraded", "failed") else None
+    return verdict if verdict in GPU_VERDICTS else None
 
 
 def gpu_gauges(gpu: Any) -> dict[str, Any]:

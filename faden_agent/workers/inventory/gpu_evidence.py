@@ -14,6 +14,7 @@ import orjson
 
 from faden_agent.disk.files import quarantine, quarantine_event, replace_file_if_changed
 from faden_agent.node.gpu_faults import EVIDENCE_FILE, MAX_BYTES
+from faden_agent.protocol.metrics import GPU_VERDICTS
 
 VERSION = 1
 MAX_GPUS = 64
@@ -122,7 +123,7 @@ def restore(
         if changes is not None and isinstance(gpu.get("verdict_change"), dict):
             changes[uuid] = gpu["verdict_change"]
         probe.seen[uuid] = {"index": gpu["index"], "pci_bus_id": gpu.get("pci_bus_id"), "at": gpu.get("seen_at")}
-        if gpu.get("verdict") in ("ok", "degraded", "failed"):
+        if gpu.get("verdict") in GPU_VERDICTS:
             verdicts[uuid] = gpu["verdict"]
         probe.health.xids.restore(uuid, gpu.get("xid") or [])
         probe.health.xids.restore_totals(uuid, gpu.get("xid_totals"))
