@@ -26,7 +26,7 @@ OWN |= {"worker_liveness_age_seconds", "process_cpu_seconds", "process_resident_
 OWN |= {"process_proportional_memory_bytes", "metrics_connections_dropped"}
 
 
-def full_table() -> dict:
+def every_figure_table() -> dict:
     """A table with a figure for every family (the inventory's part made by its real producer)."""
     traffic = {"peers": [{"node_id": "n1", "sent_bytes": 5, "received_bytes": 6, "rtt_ms": 2}]}
     inventory = gauges({"gpu": gpu_section(True)}, traffic)
@@ -84,7 +84,7 @@ def parsed_name(metric: Metric) -> str:
 
 
 def test_the_endpoint_serves_every_declared_family_with_samples_and_no_other():
-    served = scrape(full_table())
+    served = scrape(every_figure_table())
     assert set(served) == {parsed_name(m) for m in METRICS}
     assert [m.name for m in METRICS if not served[parsed_name(m)]] == []
 
@@ -131,7 +131,7 @@ def test_a_new_declaration_with_a_field_is_served_with_no_other_change(monkeypat
     )
     monkeypatch.setattr(declarations, "METRICS", (*METRICS, *added))
     monkeypatch.setattr(declarations, "BY_NAME", {m.name: m for m in (*METRICS, *added)})
-    table = full_table()
+    table = every_figure_table()
     logs, inventory = (w["status"] for w in table["workers"] if w["name"] in ("logs", "inventory"))
     logs["sources"]["journal"]["t"] = 3
     inventory["gauges"]["gpu"]["devices"][0]["fan"] = 40

@@ -446,17 +446,3 @@ def test_process_usage_is_read_again_only_after_its_interval_or_when_the_process
         sleeper.kill()
         sleeper.wait()
         usage.close()
-
-
-def test_every_family_the_endpoint_writes_is_in_the_docs_table():
-    """The other way round: a family added to the code and not to docs/service.md fails here."""
-    from pathlib import Path
-
-    docs = (Path(__file__).parents[2] / "docs" / "service.md").read_text()
-    written = {f.name.removeprefix("faden_agent_") for f in families(full_table(), {"supervisor": (1.0, 1, 1)})}
-
-    def documented(name: str) -> bool:  # `name`, `name_total`, `name_info`, or with its labels `name{...}`
-        return any(f"`{name}{end}{close}" in docs for end in ("", "_total", "_info") for close in "`{")
-
-    undocumented = {name for name in written if not documented(name)}
-    assert undocumented == set()
