@@ -26,9 +26,10 @@ log = logging.getLogger(__name__)
 
 DRAIN_DEADLINE_S = 300.0  # when neither the envelope nor the spec gives one
 HARD_STOP_RESERVE_S = 5.0  # the end of the deadline kept for kills, the last lines and removals
-HARD_STOP_SHARE = 0.2  # ... at most this share of a short deadline
+HARD_STOP_SHARE = 1 / 3  # ... at most this share of a short deadline
 LOGS_WAIT_MAX_S = 10.0  # the last lines of one container: at most this long (and never past the deadline)
 JOIN_SLACK_S = 0.5
+REMOVE_RESERVE_S = 2 * JOIN_SLACK_S  # the removal after the last lines, and the join's slack
 
 
 def node_drain(commands: Commands, job: Job) -> dict[str, Any]:
@@ -167,7 +168,9 @@ def _drain_one(
         outcome = _stop(commands, container, graceful_until)
         progress.note(name, "stopped" if outcome["how"] != "hard_stopped" else "hard_stopped", **outcome)
         if job.spec["remove"]:
-            logs_wait = max(0.0, min(LOGS_WAIT_MAX_S, job.remaining_s() - HARD_STOP_RESERVE_S / 2))
+            # What is left of the deadline, less the removal: a container killed at the end of the
+            # graceful part still has its last lines shipped (a fixed share left none of a short one).
+            logs_wait = max(0.0, min(LOGS_WAIT_MAX_S, job.remaining_s() - REMOVE_RESERVE_S))
             drain_and_remove(commands, container, force=True, timeout_s=0, logs_wait_s=logs_wait)
             outcome["removed"] = True
             progress.note(name, "removed")
