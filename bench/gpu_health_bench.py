@@ -22,10 +22,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.output import emit
-from faden_agent.workers.inventory.gpu import GpuProbe
-from faden_agent.workers.inventory.gpu_health import HealthReader
-from faden_agent.workers.inventory.gpu_xids import XidLog
-from faden_agent.workers.inventory.kernel_xids import KernelXidReader, this_boot
+from faden_agent.workers.inventory.gpu.health import HealthReader
+from faden_agent.workers.inventory.gpu.kernel_xids import KernelXidReader, this_boot
+from faden_agent.workers.inventory.gpu.probe import GpuProbe
+from faden_agent.workers.inventory.gpu.xids import XidLog
 from tests.nvml.state import GpuState, load_in_process
 from tests.support.journalfiles import JournalWriter
 

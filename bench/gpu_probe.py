@@ -20,12 +20,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.output import emit  # noqa: E402 - after the path
-from faden_agent.workers.inventory.gpu import GpuProbe  # noqa: E402
-from faden_agent.workers.inventory.gpu_health import (  # noqa: E402
+from faden_agent.workers.inventory.gpu.health import (  # noqa: E402
     FABRIC_STATES,
     RECOVERY_ACTIONS,
     HealthReader,
 )
+from faden_agent.workers.inventory.gpu.probe import GpuProbe  # noqa: E402
 
 
 class TimedNvml:
@@ -132,7 +132,7 @@ def _gpu_state(device: dict[str, Any]) -> dict[str, Any]:
 
 
 def _clock_bits() -> dict[int, str]:
-    from faden_agent.workers.inventory.gpu_health import CLOCK_EVENTS
+    from faden_agent.workers.inventory.gpu.health import CLOCK_EVENTS
 
     return CLOCK_EVENTS
 

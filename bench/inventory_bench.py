@@ -21,8 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import orjson
 
 from faden_agent import protocol
+from faden_agent.backend.outbox import make_record
 from faden_agent.config import load_config
-from faden_agent.reports.outbox import make_record
 from faden_agent.workers.inventory.collector import Collector
 from faden_agent.workers.inventory.record import RecordEmitter
 

@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: the repository root
 
 from bench.output import emit
-from faden_agent.peer.archive import ArchiveVerifier, ChunkReader
+from faden_agent.transfers.archive import ArchiveVerifier, ChunkReader
 from tests.support.imageshapes import classic_layout, containerd_layout, digest_of, read_v1, synthetic_v1, write_tar
 
 

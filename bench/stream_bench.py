@@ -24,8 +24,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from faden_agent import protocol
+from faden_agent.backend.producer import Reports
 from faden_agent.config import load_config
-from faden_agent.reports.producer import Reports
 from tests.support.agentproc import AgentProcess, wait_for
 from tests.support.backendproc import BackendProcess, agent_env_for
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar, dataclass_transform
 from urllib.parse import urlsplit
 
-from faden_agent.redact import redact_text, redact_url
+from faden_agent.common.redact import redact_text, redact_url
 
 PREFIX = "FADEN_NODE_AGENT_"
 

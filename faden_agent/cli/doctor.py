@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from faden_agent.cli.doctor_gpus import gpu_lines
+from faden_agent.common.dockerclient import engine_url, engine_version, image_store, make_client
+from faden_agent.common.errorline import error_line
 from faden_agent.config import Config, env_name, listen_host_port
 from faden_agent.disk.disklow import consumers, low_threshold
-from faden_agent.dockerclient import engine_url, engine_version, image_store, make_client
-from faden_agent.errorline import error_line
 from faden_agent.http.tls import client_context, trust_words
 from faden_agent.workers.executor.gpu import GPU_ADVICE, GPU_DRIVER_MISMATCH, GPU_DRIVER_NOT_LOADED, GPU_LOST
 
@@ -248,7 +248,7 @@ class Doctor:
 
     def credential(self, membership: Membership | None) -> Check | tuple[Check, dict[str, Any]]:
         """The line, and where the backend sends this node's logs when it accepted the credential."""
-        from faden_agent.backend import BackendClient, BackendError, CredentialRejected
+        from faden_agent.backend.client import BackendClient, BackendError, CredentialRejected
 
         if membership is None:
             return Check("credential", WARN, "none yet (not enrolled)", "see the state file check")

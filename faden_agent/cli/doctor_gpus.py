@@ -8,10 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 from faden_agent.config import Config
-from faden_agent.workers.inventory import gpu_evidence
-from faden_agent.workers.inventory.gpu import GpuProbe
-from faden_agent.workers.inventory.gpu_health import HealthReader
-from faden_agent.workers.inventory.gpu_xids import XidLog
+from faden_agent.workers.inventory.gpu import evidence as gpu_evidence
+from faden_agent.workers.inventory.gpu.health import HealthReader
+from faden_agent.workers.inventory.gpu.probe import GpuProbe
+from faden_agent.workers.inventory.gpu.xids import XidLog
 from faden_agent.workers.inventory.probes import OK, OVERRUN, Probe
 
 STATUS_OF = {"ok": "ok", "degraded": "warn", "failed": "fail"}

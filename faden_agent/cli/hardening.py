@@ -13,8 +13,8 @@ import os
 import resource
 from pathlib import Path
 
+from faden_agent.common.proctitle import unset_environ
 from faden_agent.config import VARIABLES, env_name
-from faden_agent.proctitle import unset_environ
 
 log = logging.getLogger(__name__)
 

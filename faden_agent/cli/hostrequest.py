@@ -48,7 +48,7 @@ def parse_duration(text: str) -> float:
 
 def send_request(config: Config, action: str, deadline_s: float | None, wait_s: float) -> str:
     """Put the host request in the outbox (durable; the stream worker is woken); its id."""
-    from faden_agent.reports.producer import Reports
+    from faden_agent.backend.producer import Reports
 
     request_id = uuid.uuid4().hex
     data: dict[str, Any] = {"action": action, "request_id": request_id, "requested_at": time.time()}

@@ -22,7 +22,7 @@ def run_agent() -> int:
     if problem is not None:
         return complain(problem, EXIT_CONFIG)
     from faden_agent.cli.hardening import harden_process
-    from faden_agent.logsetup import configure_logging
+    from faden_agent.common.logsetup import configure_logging
     from faden_agent.supervisor import Supervisor
 
     configure_logging(config.log_level, "faden-agent")
@@ -36,7 +36,7 @@ def run_agent() -> int:
 def complain(message: str, code: int) -> int:
     import logging
 
-    from faden_agent.logsetup import journal_prefix
+    from faden_agent.common.logsetup import journal_prefix
 
     print(f"{journal_prefix(logging.ERROR)}faden-agent: {message}", file=sys.stderr, flush=True)
     return code

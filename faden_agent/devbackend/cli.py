@@ -52,8 +52,8 @@ def dev_backend(
     """Run the reference backend (docs/protocol.md) in the foreground."""
     import logging
 
+    from faden_agent.common.logsetup import configure_logging
     from faden_agent.devbackend.serve import serve
-    from faden_agent.logsetup import configure_logging
 
     configure_logging("info", "faden-dev-backend")
     logging.getLogger("faden_agent.devbackend").setLevel(logging.INFO)

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from faden_agent.errorline import error_line
+from faden_agent.common.errorline import error_line
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from faden_agent import protocol
+from faden_agent.common.dockerclient import make_client
 from faden_agent.config import Config
-from faden_agent.dockerclient import make_client
 
 MAX_ENTRIES = 200_000  # files counted under the Ray log directory before giving up
 

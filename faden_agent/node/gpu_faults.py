@@ -1,5 +1,5 @@
 """The GPU evidence the inventory keeps on disk (gpu-evidence.json, written by
-workers/inventory/gpu_evidence.py), read by other processes: which GPUs this machine has
+workers/inventory/gpu/evidence.py), read by other processes: which GPUs this machine has
 (uuid -> index) and their Xids with times. Read-only, bounded, tolerant: an unreadable
 file is no evidence, never an error of the reader."""
 

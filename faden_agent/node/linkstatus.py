@@ -12,9 +12,9 @@ from typing import Any
 
 import orjson
 
+from faden_agent.common.redact import redact_text, redact_url
 from faden_agent.disk.files import replace_file
 from faden_agent.protocol.link import LinkState
-from faden_agent.redact import redact_text, redact_url
 
 log = logging.getLogger(__name__)
 

@@ -37,7 +37,7 @@ REJECTED = "rejected"
 TERMINAL_STATES = (SUCCEEDED, FAILED, CANCELLED, REJECTED)
 TIMELINE_STATES = (RECEIVED, STARTED, PROGRESS) + TERMINAL_STATES
 
-# HTTP paths, spelled once for the agent's client (backend.py), the admin client
+# HTTP paths, spelled once for the agent's client (backend/client.py), the admin client
 # (devbackend/admin.py) and the reference backend (devbackend/api_*.py). `{name}` is a path
 # parameter: clients fill it with str.format, the reference backend matches it (web.route).
 AGENT_API = "/api/agent/v1"
@@ -46,8 +46,8 @@ STREAM_PATH = f"{AGENT_API}/stream"
 UPLINK_PATH = f"{AGENT_API}/uplink"
 LOGS_TARGET_PATH = f"{AGENT_API}/logs/target"
 LOGS_PUSH_PATH = f"{AGENT_API}/logs/push"  # the backend's own log store, when it names no Loki
-PEER_FETCH_PATH = "/v1/images/fetch"  # a holder's peer port (peer/server.py); also under a relay
-PEER_PROBE_PATH = "/v1/traffic/probe"  # an active probe session on a peer port (peer/probe.py)
+PEER_FETCH_PATH = "/v1/images/fetch"  # a holder's peer port (transfers/server.py); also under a relay
+PEER_PROBE_PATH = "/v1/traffic/probe"  # an active probe session on a peer port (transfers/probe.py)
 RELAY_PATH = f"{AGENT_API}/relays/{{relay_id}}"  # an image relay: the peer address a receiver gets
 RELAY_FETCH_PATH = RELAY_PATH + PEER_FETCH_PATH  # the receiver, as at a holder's peer port
 RELAY_REQUEST = "/request"  # after a relay's address: the holder asks what the receiver wants

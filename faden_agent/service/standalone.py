@@ -87,7 +87,7 @@ def _remove_if_unused(build: Path, now: float) -> None:
 
 def _placed_grace_s() -> float:
     """PLACED_GRACE_S, or the test hook's (a test cannot age a directory's ctime)."""
-    from faden_agent import testhooks
+    from faden_agent.common import testhooks
 
     value = testhooks.hook("placed_grace_s")
     return float(value) if value else PLACED_GRACE_S

@@ -17,10 +17,10 @@ from typing import Any
 import zmq
 
 from faden_agent import __version__
+from faden_agent.common.proctitle import set_title
 from faden_agent.config import Config
 from faden_agent.ipc import Channel, Endpoints, EnvelopeError, ensure_runtime_dir
 from faden_agent.ipc.dbusconn import system_bus_address
-from faden_agent.proctitle import set_title
 from faden_agent.supervisor import lock
 from faden_agent.supervisor.metrics.endpoint import MetricsEndpoint
 from faden_agent.supervisor.notify import SystemdNotifier

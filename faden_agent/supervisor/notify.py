@@ -11,7 +11,7 @@ import os
 import socket
 from collections.abc import Mapping
 
-from faden_agent.proctitle import unset_environ
+from faden_agent.common.proctitle import unset_environ
 
 NOTIFY_VARIABLES = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
 

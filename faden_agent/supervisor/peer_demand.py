@@ -10,7 +10,7 @@ import os
 
 from faden_agent.config import Config
 from faden_agent.node.cluster import PeerFile
-from faden_agent.peer.tickets import TICKET_DIR
+from faden_agent.transfers.tickets import TICKET_DIR
 
 
 class PeerDemand:

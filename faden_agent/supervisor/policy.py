@@ -9,7 +9,7 @@ import random
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from faden_agent.backoff import ceiling
+from faden_agent.common.backoff import ceiling
 
 
 @dataclass(frozen=True)

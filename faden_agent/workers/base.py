@@ -21,11 +21,11 @@ from typing import Any
 
 import zmq
 
+from faden_agent.common.logsetup import configure_logging
+from faden_agent.common.proctitle import set_title
 from faden_agent.config import Config
 from faden_agent.disk.diskfull import DISK, DiskFull, is_disk_full
 from faden_agent.ipc import Channel, Endpoints, EnvelopeError, Message, send_last_word
-from faden_agent.logsetup import configure_logging
-from faden_agent.proctitle import set_title
 from faden_agent.workers.threads import WorkerThreads
 
 PR_SET_PDEATHSIG = 1

@@ -13,8 +13,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from faden_agent import testhooks
-from faden_agent.errorline import error_line
+from faden_agent.common import testhooks
+from faden_agent.common.errorline import error_line
 
 log = logging.getLogger(__name__)
 

@@ -33,9 +33,9 @@ import psutil
 import pytest
 
 from faden_agent import protocol
-from faden_agent.peer.tickets import TICKET_DIR
-from faden_agent.peer.wire import PeerFailure
-from faden_agent.reports.outbox import Outbox
+from faden_agent.backend.outbox import Outbox
+from faden_agent.transfers.tickets import TICKET_DIR
+from faden_agent.transfers.wire import PeerFailure
 from tests.conftest import TEST_IMAGE
 from tests.support import hostilepeer
 from tests.support.agentproc import AgentProcess, pid_alive, wait_for

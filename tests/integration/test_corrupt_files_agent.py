@@ -4,8 +4,8 @@ reports each quarantine to the backend, and accepts commands. Real agent, real b
 from __future__ import annotations
 
 from faden_agent import protocol
+from faden_agent.backend.outbox import OUTBOX_FILE
 from faden_agent.config import load_config
-from faden_agent.reports.outbox import OUTBOX_FILE
 from faden_agent.workers.executor.journal import JOURNAL_FILE
 from faden_agent.workers.logs.positions import POSITIONS_FILE
 from tests.support.agentproc import AgentProcess, wait_for

@@ -12,7 +12,7 @@ import orjson
 import pytest
 import requests
 
-from faden_agent.backend import BackendClient, RequestRejected
+from faden_agent.backend.client import BackendClient, RequestRejected
 from faden_agent.config import load_config
 from tests.support.backendproc import BackendProcess, agent_env_for, agent_on_backend, backend  # noqa: F401
 from tests.support.lokireceiver import LokiReceiver

@@ -10,7 +10,7 @@ import os
 import pytest
 
 from faden_agent import protocol
-from faden_agent.backend import MAX_STREAM_LINE
+from faden_agent.backend.client import MAX_STREAM_LINE
 from tests.conftest import TEST_IMAGE
 from tests.support.agentproc import wait_for
 from tests.support.backendproc import agent_on_backend, backend  # noqa: F401

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from faden_agent.dockerclient import engine_version, make_client
-from faden_agent.dockernegotiation import CLIENT_MAX_API, EngineTooOld
+from faden_agent.common.dockerclient import engine_version, make_client
+from faden_agent.common.dockernegotiation import CLIENT_MAX_API, EngineTooOld
 from tests.conftest import TEST_IMAGE
 from tests.support.executorproc import executor_factory, prefix  # noqa: F401
 from tests.support.versiongate import VersionGate

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from faden_agent import protocol
-from faden_agent.reports.outbox import Outbox
+from faden_agent.backend.outbox import Outbox
 from tests.conftest import TEST_IMAGE
 from tests.support.agentproc import wait_for
 from tests.support.backendproc import agent_on_backend, backend  # noqa: F401

@@ -21,7 +21,7 @@ import orjson
 import pytest
 
 from faden_agent import protocol
-from faden_agent.backend import MAX_STREAM_LINE
+from faden_agent.backend.client import MAX_STREAM_LINE
 from tests.support.agentproc import AgentProcess, agent_env, wait_for
 from tests.support.scriptedhttp import LocalHTTP, reply_json
 

@@ -18,9 +18,9 @@ import pynvml
 import pytest
 
 from faden_agent import protocol
-from faden_agent.reports.outbox import Outbox
-from faden_agent.workers.inventory import gpu_rules
-from faden_agent.workers.inventory.kernel_xids import this_boot
+from faden_agent.backend.outbox import Outbox
+from faden_agent.workers.inventory.gpu import rules as gpu_rules
+from faden_agent.workers.inventory.gpu.kernel_xids import this_boot
 from faden_agent.workers.inventory.record import without_usage
 from tests.nvml.state import GpuState
 from tests.support.agentproc import AgentProcess, agent_env, wait_for

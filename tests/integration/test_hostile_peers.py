@@ -1,6 +1,6 @@
 """image.fetch and traffic.probe against hostile peers: small real HTTP servers that speak the
 peer protocol wrongly on purpose (tests/support/hostilepeer.py), and a real executor with the real
-engine receiving. Nothing the peer says is trusted (peer/fetch.py, peer/wire.py)."""
+engine receiving. Nothing the peer says is trusted (transfers/fetch.py, transfers/wire.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler
 import pytest
 
 from faden_agent import protocol
-from faden_agent.peer.probe import frame
+from faden_agent.transfers.probe import frame
 from tests.support.agentproc import peak_rss_mib
 from tests.support.executorproc import executor_factory, executor_pid  # noqa: F401
 from tests.support.hostilepeer import (

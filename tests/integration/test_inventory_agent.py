@@ -9,7 +9,7 @@ import time
 import pytest
 
 from faden_agent import protocol
-from faden_agent.reports.outbox import Outbox
+from faden_agent.backend.outbox import Outbox
 from tests.support.agentproc import agent_env, wait_for
 from tests.support.silentserver import SilentServer
 

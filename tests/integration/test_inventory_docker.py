@@ -15,8 +15,8 @@ import docker
 import pytest
 
 from faden_agent import protocol
+from faden_agent.common.dockernegotiation import CLIENT_MAX_API
 from faden_agent.config import load_config
-from faden_agent.dockernegotiation import CLIENT_MAX_API
 from faden_agent.workers.inventory.changes import DockerChangeWatcher, is_change
 from faden_agent.workers.inventory.collector import Collector, DockerProbe
 from faden_agent.workers.inventory.record import content_hash

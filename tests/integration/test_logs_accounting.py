@@ -14,7 +14,7 @@ from pathlib import Path
 
 import docker
 
-from faden_agent.reports.outbox import Outbox
+from faden_agent.backend.outbox import Outbox
 from tests.conftest import TEST_IMAGE
 from tests.support.agentproc import AgentProcess, agent_env, wait_for
 from tests.support.executorproc import prefix  # noqa: F401 - fixture

@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 from faden_agent.workers.logs.entry import MAX_LINE_BYTES, TRUNCATION_MARKER
-from faden_agent.workers.logs.loki import MAX_PUSHES_IN_FLIGHT
+from faden_agent.workers.logs.loki.client import MAX_PUSHES_IN_FLIGHT
 from tests.support.agentproc import AgentProcess, agent_env, wait_for
 from tests.support.journalfiles import JournalWriter
 from tests.support.lokiproc import LOKI_OWN_LABELS, LokiProcess, count, real_loki  # noqa: F401 - fixture
@@ -395,7 +395,7 @@ def test_a_stopped_journalctl_never_delays_the_log_workers_heartbeat(tmp_path, l
 
 
 def test_too_old_lines_are_refused_counted_and_reported_and_long_lines_arrive_cut(tmp_path, real_loki):
-    from faden_agent.reports.outbox import Outbox
+    from faden_agent.backend.outbox import Outbox
 
     agent_id = unique_agent_id()
     journal = JournalWriter(tmp_path / "journal")

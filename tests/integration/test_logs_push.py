@@ -11,9 +11,9 @@ import time
 import pytest
 
 from faden_agent.config import load_config
-from faden_agent.workers.logs.destinations import DirectLoki
 from faden_agent.workers.logs.entry import Entry
-from faden_agent.workers.logs.loki import RATE_LIMITED_MIN_S, RATE_LIMITED_SPLIT_AFTER, Pusher
+from faden_agent.workers.logs.loki.client import RATE_LIMITED_MIN_S, RATE_LIMITED_SPLIT_AFTER, Pusher
+from faden_agent.workers.logs.loki.destinations import DirectLoki
 from tests.support.lokiproc import VERSIONS, LokiProcess, real_loki  # noqa: F401 - fixture
 from tests.support.lokireceiver import LokiReceiver
 

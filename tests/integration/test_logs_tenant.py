@@ -10,9 +10,9 @@ import time
 import pytest
 
 from faden_agent.config import ConfigError, load_config
-from faden_agent.workers.logs.destinations import DirectLoki
 from faden_agent.workers.logs.entry import Entry
-from faden_agent.workers.logs.loki import Pusher
+from faden_agent.workers.logs.loki.client import Pusher
+from faden_agent.workers.logs.loki.destinations import DirectLoki
 from tests.support.agentproc import AgentProcess, wait_for
 from tests.support.backendproc import BackendProcess, agent_env_for
 from tests.support.journalfiles import JournalWriter

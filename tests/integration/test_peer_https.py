@@ -11,8 +11,8 @@ import time
 import pytest
 import requests
 
-from faden_agent.peer.server import PeerServer
-from faden_agent.peer.tickets import Ticket, TicketBox, ticket_hash
+from faden_agent.transfers.server import PeerServer
+from faden_agent.transfers.tickets import Ticket, TicketBox, ticket_hash
 
 pytestmark = pytest.mark.docker
 

@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 from faden_agent import protocol
-from faden_agent.peer.server import PeerServer
-from faden_agent.peer.tickets import TicketBox
+from faden_agent.transfers.server import PeerServer
+from faden_agent.transfers.tickets import TicketBox
 from tests.support.agentproc import wait_for
 from tests.support.backendproc import agent_on_backend, backend, free_port  # noqa: F401
 from tests.support.executorproc import executor_factory  # noqa: F401

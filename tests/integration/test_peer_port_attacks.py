@@ -17,10 +17,10 @@ import pytest
 import requests
 
 from faden_agent import protocol
-from faden_agent.peer import probe
-from faden_agent.peer.probe_client import Bounds, Probe
-from faden_agent.peer.server import PeerServer
-from faden_agent.peer.tickets import PROBE_GRANT, Ticket, TicketBox, ticket_hash
+from faden_agent.transfers import probe
+from faden_agent.transfers.probe_client import Bounds, Probe
+from faden_agent.transfers.server import PeerServer
+from faden_agent.transfers.tickets import PROBE_GRANT, Ticket, TicketBox, ticket_hash
 from tests.support.agentproc import wait_for
 from tests.support.backendproc import agent_on_backend, backend, free_port  # noqa: F401
 from tests.support.peerreceiver import fetch, serve_ticket

@@ -1,7 +1,7 @@
 """Active probes over the peer port (issue 15), on loopback against the real PeerServer: the
-prober (peer/probe_client.py) measures round trips and both directions within its bounds,
+prober (transfers/probe_client.py) measures round trips and both directions within its bounds,
 tickets are the image endpoints' one-time tickets, and the answering side caps what a
-hostile prober can make it send or swallow (peer/probe.py)."""
+hostile prober can make it send or swallow (transfers/probe.py)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import time
 
 import pytest
 
-from faden_agent.peer import probe
-from faden_agent.peer.probe_client import Bounds, Probe, ProbeFailed
-from faden_agent.peer.server import PeerServer
-from faden_agent.peer.tickets import PROBE_GRANT, Ticket, TicketBox, ticket_hash
+from faden_agent.transfers import probe
+from faden_agent.transfers.probe_client import Bounds, Probe, ProbeFailed
+from faden_agent.transfers.server import PeerServer
+from faden_agent.transfers.tickets import PROBE_GRANT, Ticket, TicketBox, ticket_hash
 from tests.support.agentproc import wait_for
 from tests.support.backendproc import free_port
 from tests.support.selfsigned import self_signed
@@ -190,7 +190,7 @@ def test_a_probe_over_https_with_the_operators_certificate(tmp_path):
 def test_a_stopped_probe_ends_at_once_even_when_the_peer_is_silent():
     """Cancel or deadline: the job's abort hook shuts the socket, so a probe blocked on a
     silent peer ends now (Stopped), not after its timeout."""
-    from faden_agent.failure import Stopped
+    from faden_agent.common.failure import Stopped
 
     silent = socket.create_server(("127.0.0.1", 0))
     hooks, stop = [], threading.Event()

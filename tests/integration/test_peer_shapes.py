@@ -19,11 +19,11 @@ from typing import Any
 import docker
 import pytest
 
-from faden_agent.peer.archive import chain_ids
-from faden_agent.peer.fetch import PeerFailure, Transfer, held_chains, local_image
-from faden_agent.peer.oci import ZSTD_MAGIC
-from faden_agent.peer.server import PeerServer, saved_layer_paths
-from faden_agent.peer.tickets import Ticket, TicketBox, ticket_hash
+from faden_agent.transfers.archive import chain_ids
+from faden_agent.transfers.fetch import PeerFailure, Transfer, held_chains, local_image
+from faden_agent.transfers.oci import ZSTD_MAGIC
+from faden_agent.transfers.server import PeerServer, saved_layer_paths
+from faden_agent.transfers.tickets import Ticket, TicketBox, ticket_hash
 from tests.conftest import TEST_IMAGE
 from tests.support.backendproc import agent_on_backend, backend, free_port  # noqa: F401
 from tests.support.hostilepeer import honest, scripted

@@ -155,7 +155,7 @@ def test_commands_queued_while_the_agent_is_down_arrive_once(backend, agent_on_b
 def test_death_between_enrollment_and_state_file_is_retried_as_the_same_node(backend, tmp_path):
     """The backend answered, the agent died before its state file was on disk: the next start
     presents the same token and attempt id and becomes the node it was given, not a refusal."""
-    from faden_agent.backend import BackendClient
+    from faden_agent.backend.client import BackendClient
     from faden_agent.config import load_config
     from faden_agent.node.membership import enrollment_attempt_id
     from faden_agent.workers.stream.enroll import enrollment_facts

@@ -11,9 +11,9 @@ import time
 from collections import Counter
 
 from faden_agent import protocol
+from faden_agent.backend.outbox import Outbox
+from faden_agent.backend.producer import Reports
 from faden_agent.config import load_config
-from faden_agent.reports.outbox import Outbox
-from faden_agent.reports.producer import Reports
 from tests.integration.test_stream_enroll import agent_status
 from tests.support.agentproc import pid_alive, wait_for
 from tests.support.backendproc import agent_on_backend, backend  # noqa: F401

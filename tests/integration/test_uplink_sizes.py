@@ -8,8 +8,8 @@ from __future__ import annotations
 import time
 
 from faden_agent import protocol
+from faden_agent.backend.producer import Reports
 from faden_agent.config import load_config
-from faden_agent.reports.producer import Reports
 from tests.support.agentproc import wait_for
 from tests.support.backendproc import agent_on_backend, backend  # noqa: F401
 

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from faden_agent import protocol
+from faden_agent.backend.outbox import Outbox
 from faden_agent.ipc import request
-from faden_agent.reports.outbox import Outbox
 from tests.support.agentproc import AgentProcess, wait_for
 from tests.support.sampleworkers import supervisor_argv
 

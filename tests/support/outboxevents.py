@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from faden_agent import protocol
-from faden_agent.reports.outbox import Outbox
+from faden_agent.backend.outbox import Outbox
 
 
 def outbox_events(state_dir, type_prefix: str) -> list[dict[str, Any]]:

@@ -12,8 +12,8 @@ import orjson
 import requests
 
 from faden_agent import protocol
-from faden_agent.peer import wire
-from faden_agent.peer.tickets import ticket_hash
+from faden_agent.transfers import wire
+from faden_agent.transfers.tickets import ticket_hash
 
 MiB = 1 << 20
 

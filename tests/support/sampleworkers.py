@@ -43,7 +43,7 @@ def supervisor_argv(workers: dict[str, str]) -> list[str]:
     code = (
         "import sys\n"
         "from faden_agent.config import load_config\n"
-        "from faden_agent.logsetup import configure_logging\n"
+        "from faden_agent.common.logsetup import configure_logging\n"
         "from faden_agent.supervisor import Supervisor\n"
         "config = load_config()\n"
         "configure_logging(config.log_level, 'faden-agent')\n"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from faden_agent.backend import BackendClient
+from faden_agent.backend.client import BackendClient
 from faden_agent.config import Config, load_config
 from tests.support.scriptedhttp import ScriptedHTTP
 

@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from faden_agent import protocol
-from faden_agent.backend import (
+from faden_agent.backend.client import (
     BackendClient,
     BackendUnavailable,
     CredentialRejected,
@@ -23,10 +23,10 @@ from faden_agent.backend import (
     TokenRefused,
     parse_retry_after,
 )
+from faden_agent.backend.outbox import make_record
 from faden_agent.config import load_config
 from faden_agent.devbackend.app import Backend
 from faden_agent.devbackend.server import make_server
-from faden_agent.reports.outbox import make_record
 
 FACTS = {"agent_id": "unit-agent", "host": "127.0.0.1", "version": "0"}
 

@@ -1,4 +1,4 @@
-"""faden_agent/backoff.py and the stream link's one rule for "wait how long"."""
+"""faden_agent/common/backoff.py and the stream link's one rule for "wait how long"."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from faden_agent.backend import (
+from faden_agent.backend.client import (
     BackendUnavailable,
     CredentialRejected,
     Maintenance,
@@ -15,7 +15,7 @@ from faden_agent.backend import (
     ProtocolError,
     TokenRefused,
 )
-from faden_agent.backoff import MAX_RETRY_AFTER_S, Backoff, capped_retry_after, ceiling, delay
+from faden_agent.common.backoff import MAX_RETRY_AFTER_S, Backoff, capped_retry_after, ceiling, delay
 from faden_agent.protocol.link import LinkState
 from faden_agent.workers.stream.link import Gate, wait_after
 

@@ -14,13 +14,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import requests
 
-from faden_agent.backend import BackendClient, BackendUnavailable, ProtocolError
+from faden_agent.backend.client import BackendClient, BackendUnavailable, ProtocolError
 from faden_agent.cli.doctor import Doctor
 from faden_agent.devbackend.app import Backend
 from faden_agent.devbackend.server import make_server
 from faden_agent.workers.executor.commands.image import _relay_answer
 from faden_agent.workers.executor.docker_ops import CommandFailed
-from faden_agent.workers.logs.destinations import DirectLoki
+from faden_agent.workers.logs.loki.destinations import DirectLoki
 from tests.unit.test_backend_client import config_for as backend_config
 
 

@@ -1,5 +1,5 @@
 """The outbox's meta table is the cursor store: every key the agent reads or writes there is
-declared, with its owner, in reports/outbox.py CURSOR_KEYS (found by reading the code: a
+declared, with its owner, in backend/outbox.py CURSOR_KEYS (found by reading the code: a
 literal or a module-level constant passed to get_meta / set_meta)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import ast
 from pathlib import Path
 
 import faden_agent
-from faden_agent.reports.outbox import CURSOR_KEYS
+from faden_agent.backend.outbox import CURSOR_KEYS
 
 ROOT = Path(faden_agent.__file__).parent
 
@@ -37,5 +37,5 @@ def test_every_cursor_key_is_declared():
             used.setdefault(key, []).append(str(path.relative_to(ROOT)))
     assert used, "the scan found no cursor at all: it is broken"
     undeclared = {key: where for key, where in used.items() if key not in CURSOR_KEYS}
-    assert undeclared == {}, "declare these in reports/outbox.py CURSOR_KEYS"
+    assert undeclared == {}, "declare these in backend/outbox.py CURSOR_KEYS"
     assert set(CURSOR_KEYS) <= set(used), "declared but never used"

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import requests
 
-from faden_agent.dockerclient import make_client
-from faden_agent.dockernegotiation import (
+from faden_agent.common.dockerclient import make_client
+from faden_agent.common.dockernegotiation import (
     CLIENT_MAX_API,
     EngineTooOld,
     choose_api_version,

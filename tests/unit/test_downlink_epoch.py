@@ -5,12 +5,12 @@ from __future__ import annotations
 import logging
 import threading
 
-from faden_agent.backend import MaintenanceHold
+from faden_agent.backend.client import MaintenanceHold
+from faden_agent.backend.outbox import Outbox
 from faden_agent.config import load_config
 from faden_agent.ipc import Endpoints
 from faden_agent.node.linkstatus import LinkStatus
 from faden_agent.node.membership import new_membership
-from faden_agent.reports.outbox import Outbox
 from faden_agent.workers.stream.downlink import CURSOR_KEY, EPOCH_KEY, Downlink
 from faden_agent.workers.stream.link import Gate, Link
 

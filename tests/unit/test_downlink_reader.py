@@ -10,7 +10,7 @@ import os
 import orjson
 import pytest
 
-from faden_agent.backend import MAX_STREAM_LINE, BackendClient, ProtocolError
+from faden_agent.backend.client import MAX_STREAM_LINE, BackendClient, ProtocolError
 from faden_agent.config import load_config
 from faden_agent.workers.stream.downlink import parse_command
 from tests.support.scriptedhttp import StreamingHTTP

@@ -6,7 +6,7 @@ import socket
 
 import requests
 
-from faden_agent.errorline import error_line
+from faden_agent.common.errorline import error_line
 
 
 def test_the_first_non_blank_line_bounded_or_the_type_name():

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from faden_agent.failure import Failure
-from faden_agent.peer.fetch import PeerFailure
-from faden_agent.peer.probe_client import ProbeFailed
-from faden_agent.peer.tickets import TicketRefused
+from faden_agent.common.failure import Failure
+from faden_agent.transfers.fetch import PeerFailure
+from faden_agent.transfers.probe_client import ProbeFailed
+from faden_agent.transfers.tickets import TicketRefused
 from faden_agent.workers.executor.docker_ops import CommandFailed
 
 

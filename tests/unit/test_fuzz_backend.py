@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from faden_agent.backend import (
+from faden_agent.backend.client import (
     DEFAULT_MAINTENANCE_WAIT_S,
     MAX_RETRY_AFTER_S,
     BackendClient,

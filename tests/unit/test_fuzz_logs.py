@@ -13,12 +13,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from faden_agent.backend import DEFAULT_MAINTENANCE_WAIT_S, BackendClient, parse_retry_after
+from faden_agent.backend.client import DEFAULT_MAINTENANCE_WAIT_S, BackendClient, parse_retry_after
 from faden_agent.workers.logs.backlog import Backlog
-from faden_agent.workers.logs.destinations import DirectLoki, ThroughBackend
 from faden_agent.workers.logs.entry import MAX_LINE_BYTES, TRUNCATION_MARKER, Entry
 from faden_agent.workers.logs.labels import LEVELS, LabelMaker
-from faden_agent.workers.logs.loki import (
+from faden_agent.workers.logs.loki.client import (
     AUTH_REFUSALS,
     LOKI_MAX_WAIT_S,
     RATE_LIMITED_MIN_S,
@@ -26,6 +25,7 @@ from faden_agent.workers.logs.loki import (
     encode,
     names_single_lines,
 )
+from faden_agent.workers.logs.loki.destinations import DirectLoki, ThroughBackend
 from faden_agent.workers.logs.positions import Positions
 from faden_agent.workers.logs.sources import Shared
 from faden_agent.workers.logs.sources.journald.source import JournaldSource

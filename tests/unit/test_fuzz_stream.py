@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from faden_agent.backend import BackendClient, BackendError, BackendUnavailable, DownlinkStream, ProtocolError
+from faden_agent.backend.client import BackendClient, BackendError, BackendUnavailable, DownlinkStream, ProtocolError
 from faden_agent.config import load_config
 from faden_agent.workers.stream.downlink import parse_command
 from tests.unit.test_fuzz_backend import json_values

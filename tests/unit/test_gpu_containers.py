@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from faden_agent.workers.inventory.gpu_containers import (
+from faden_agent.workers.inventory.gpu.containers import (
     add_container_gpu_use,
     container_in_cgroup,
     container_of_pid,

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from faden_agent.workers.inventory import gpu_rules
-from faden_agent.workers.inventory.gpu_changes import HealthChanges, event_id
-from faden_agent.workers.inventory.gpu_health import node_health
-from faden_agent.workers.inventory.gpu_xids import XidLog
+from faden_agent.workers.inventory.gpu import rules as gpu_rules
+from faden_agent.workers.inventory.gpu.changes import HealthChanges, event_id
+from faden_agent.workers.inventory.gpu.health import node_health
+from faden_agent.workers.inventory.gpu.xids import XidLog
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "inventory.md"
 

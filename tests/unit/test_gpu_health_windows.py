@@ -20,9 +20,9 @@ from tests.nvml.state import GpuState, load_in_process
 state = GpuState(Path(sys.argv[1]), count=1)
 load_in_process(state)
 import pynvml
-from faden_agent.workers.inventory.gpu import GpuProbe
-from faden_agent.workers.inventory.gpu_health import HealthReader
-from faden_agent.workers.inventory.gpu_xids import XidLog
+from faden_agent.workers.inventory.gpu.probe import GpuProbe
+from faden_agent.workers.inventory.gpu.health import HealthReader
+from faden_agent.workers.inventory.gpu.xids import XidLog
 now = [1000.0]
 xids = XidLog()
 probe = GpuProbe(pynvml, HealthReader(xids, throttle_s=60, rising_s=600, xid_hold_s=3600, clock=lambda: now[0]))

@@ -18,7 +18,7 @@ from tests.nvml.state import GpuState, load_in_process
 state = GpuState(Path(sys.argv[1]), count=3)
 load_in_process(state)
 import pynvml
-from faden_agent.workers.inventory.gpu import GpuProbe
+from faden_agent.workers.inventory.gpu.probe import GpuProbe
 from faden_agent.workers.inventory.probes import Probe
 
 def verdicts(section):

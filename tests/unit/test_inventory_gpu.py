@@ -16,15 +16,15 @@ from dataclasses import dataclass, field
 
 import pynvml
 
-from faden_agent.workers.inventory import gpu
-from faden_agent.workers.inventory.gpu import (
+from faden_agent.workers.inventory.gpu import probe as gpu
+from faden_agent.workers.inventory.gpu.events import GpuErrorWatcher
+from faden_agent.workers.inventory.gpu.probe import (
     REASON_NO_DRIVER,
     REASON_NO_GPU,
     REASON_NO_LIBRARY,
     REASON_NO_PYNVML,
     GpuProbe,
 )
-from faden_agent.workers.inventory.gpu_events import GpuErrorWatcher
 from faden_agent.workers.inventory.probes import OVERRUN, Probe
 from faden_agent.workers.threads import start_daemon
 
@@ -291,8 +291,8 @@ def test_no_pynvml_module(monkeypatch):
 
 NO_BINDINGS_WITHOUT_LIBRARY = """
 import sys
-from faden_agent.workers.inventory.gpu import GpuProbe
-from faden_agent.workers.inventory.gpu_events import GpuErrorWatcher
+from faden_agent.workers.inventory.gpu.probe import GpuProbe
+from faden_agent.workers.inventory.gpu.events import GpuErrorWatcher
 print(GpuProbe()()["reason"])
 import threading
 from faden_agent.workers.threads import start_daemon

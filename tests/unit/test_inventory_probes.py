@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from faden_agent.errorline import ERROR_LINE_CHARS
+from faden_agent.common.errorline import ERROR_LINE_CHARS
 from faden_agent.workers.inventory.probes import ERROR, OK, OVERRUN, Probe, run_probes
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import orjson
 
 from faden_agent import protocol
+from faden_agent.backend.outbox import Outbox
+from faden_agent.backend.producer import Reports
 from faden_agent.config import load_config
 from faden_agent.protocol.inventory import apply_record
-from faden_agent.reports.outbox import Outbox
-from faden_agent.reports.producer import Reports
 from faden_agent.workers.inventory.collector import Collector
 from faden_agent.workers.inventory.probes import OK, OVERRUN, ProbeResult
 from faden_agent.workers.inventory.record import (

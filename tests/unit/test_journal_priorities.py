@@ -17,7 +17,7 @@ from tests.support.agentproc import agent_env
 LOGS = textwrap.dedent(
     """
     import logging
-    from faden_agent.logsetup import configure_logging
+    from faden_agent.common.logsetup import configure_logging
     configure_logging("debug", "faden-agent")
     log = logging.getLogger("faden_agent.test")
     log.debug("a debug line")

@@ -1,4 +1,4 @@
-"""Kernel Xid lines (kernel_xids.py) as data: the line forms of NVIDIA's driver, bus ids as
+"""Kernel Xid lines (gpu/kernel_xids.py) as data: the line forms of NVIDIA's driver, bus ids as
 the kernel and NVML write them, and one Xid seen by NVML and the kernel kept once; the
 journal itself is read in tests/integration/test_gpu_health.py (real journal files)."""
 
@@ -8,8 +8,8 @@ import threading
 
 import orjson
 
-from faden_agent.workers.inventory.gpu_xids import XidLog
-from faden_agent.workers.inventory.kernel_xids import KernelXidReader, bus_key, parse
+from faden_agent.workers.inventory.gpu.kernel_xids import KernelXidReader, bus_key, parse
+from faden_agent.workers.inventory.gpu.xids import XidLog
 
 
 def test_the_driver_line_forms_are_read():

@@ -41,7 +41,7 @@ def test_each_kind_of_breach_breaks_its_contract(tmp_path):
         # the reference backend importing a worker
         "devbackend/store.py": "import faden_agent.workers.inventory.record",
         # a helper reaching up to the workers' shared room
-        "protocol/container.py": "import faden_agent.reports.outbox",
+        "protocol/container.py": "import faden_agent.backend.outbox",
     }
     for path, line in breaches.items():
         with (copy / path).open("a") as f:
@@ -53,6 +53,6 @@ def test_each_kind_of_breach_breaks_its_contract(tmp_path):
     assert "faden_agent.workers.logs.worker -> faden_agent.supervisor.arbiter" in out
     assert "faden_agent.workers.executor.worker -> faden_agent.workers.stream.link" in out
     assert "faden_agent.devbackend.store -> faden_agent.workers.inventory.record" in out
-    assert "faden_agent.protocol.container -> faden_agent.reports.outbox" in out
+    assert "faden_agent.protocol.container -> faden_agent.backend.outbox" in out
     assert "faden_agent.newroom" in out  # exhaustive: every room is on a floor
     assert "3 broken" in out

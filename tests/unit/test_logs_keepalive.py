@@ -1,4 +1,4 @@
-"""The keep-alive POST client of the log shipper (workers/logs/keepalive.py) on a real
+"""The keep-alive POST client of the log shipper (workers/logs/loki/keepalive.py) on a real
 socket, against a server that answers with raw bytes: every way HTTP/1.1 ends an answer,
 a kept-alive connection closed by the server, and TLS verified with the configured CA."""
 
@@ -12,8 +12,8 @@ import pytest
 
 from faden_agent.config import load_config
 from faden_agent.http.tls import client_context
-from faden_agent.workers.logs.destinations import DirectLoki
-from faden_agent.workers.logs.keepalive import BadAnswer, KeepAliveConnection
+from faden_agent.workers.logs.loki.destinations import DirectLoki
+from faden_agent.workers.logs.loki.keepalive import BadAnswer, KeepAliveConnection
 from tests.integration.test_stream_tls_secrets import make_ca_and_server_cert
 
 

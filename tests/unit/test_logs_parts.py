@@ -15,7 +15,7 @@ from faden_agent.workers.logs.backlog import Backlog
 from faden_agent.workers.logs.batcher import Batcher
 from faden_agent.workers.logs.entry import MAX_LINE_BYTES, Entry, clean_line
 from faden_agent.workers.logs.labels import LINE_LEVELS, LabelMaker, file_kind, level_from_priority
-from faden_agent.workers.logs.loki import encode, refused_count
+from faden_agent.workers.logs.loki.client import encode, refused_count
 from faden_agent.workers.logs.positions import Positions
 from faden_agent.workers.logs.sources import Shared
 from faden_agent.workers.logs.sources.journald.source import field_text
@@ -249,7 +249,7 @@ def test_corrupt_positions_start_over_instead_of_failing(tmp_path):
 
 
 def test_gzip_level_round_trip_of_a_push():
-    from faden_agent.workers.logs.destinations import GZIP_LEVEL
+    from faden_agent.workers.logs.loki.destinations import GZIP_LEVEL
 
     body = encode([entry(i) for i in range(100)])
     assert gzip.decompress(gzip.compress(body, GZIP_LEVEL)) == body
@@ -336,7 +336,7 @@ def test_the_protobuf_body_decodes_to_every_entry_as_loki_reads_it():
     """lokiproto's hand-made PushRequest through a strict decoder (Loki's wire rules): labels
     with quotes, backslashes and newlines, timestamps from 0 to past 2**62 ns, lines with
     multi-byte characters and NULs, metadata or the detail in the line."""
-    from faden_agent.workers.logs.lokiproto import ProtoEncoder
+    from faden_agent.workers.logs.loki.proto import ProtoEncoder
     from tests.support.lokiprotodecode import decode_push
 
     labels = (("agent_id", 'we"ird\\x\n\t\x00\r'), ("job", "node-agent"))
@@ -376,7 +376,7 @@ def test_a_slow_positions_write_never_holds_the_shippers_counts(tmp_path, monkey
     stuck in the file system (an fsync on a loaded disk) must not hold them."""
     from faden_agent.workers.logs import positions as positions_module
     from faden_agent.workers.logs.batcher import Batch
-    from faden_agent.workers.logs.loki import Outcome
+    from faden_agent.workers.logs.loki.client import Outcome
     from faden_agent.workers.logs.shipper import Shipper, _Pending
 
     config = load_config({"FADEN_NODE_AGENT_STATE_PATH": str(tmp_path / "state.json")})
@@ -409,7 +409,7 @@ def test_a_slow_positions_write_never_holds_the_shippers_counts(tmp_path, monkey
 
 
 def test_the_log_target_says_whether_it_knows_where_to_push(tmp_path):
-    from faden_agent.workers.logs.destinations import make_target
+    from faden_agent.workers.logs.loki.destinations import make_target
 
     asking = make_target(load_config({"FADEN_NODE_AGENT_STATE_PATH": str(tmp_path / "state.json")}))
     direct = make_target(load_config({"FADEN_NODE_AGENT_LOKI_URL": "http://127.0.0.1:9"}))

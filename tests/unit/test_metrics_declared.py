@@ -12,10 +12,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from faden_agent.cli import metrics_table
-from faden_agent.metrics.exposition import HistogramMetricFamily, text_0_0_4
 from faden_agent.protocol import metrics as declarations
 from faden_agent.protocol.metrics import METRICS, PREFIX, TYPES, Metric
 from faden_agent.supervisor.metrics.declared import lead_keys, new, path_of
+from faden_agent.supervisor.metrics.exposition import HistogramMetricFamily, text_0_0_4
 from faden_agent.supervisor.metrics.families import PRODUCERS, SOURCES, families
 from faden_agent.workers.inventory.gauges import gauges
 from tests.unit.test_metrics_parts import gpu_section

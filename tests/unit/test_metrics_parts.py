@@ -13,8 +13,8 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.parser import text_string_to_metric_families
 
 from faden_agent.config import _listen_addr, listen_host_port
-from faden_agent.metrics.exposition import openmetrics_1_0, text_0_0_4
-from faden_agent.metrics.histogram import Histogram
+from faden_agent.protocol.histogram import Histogram
+from faden_agent.supervisor.metrics.exposition import openmetrics_1_0, text_0_0_4
 from faden_agent.supervisor.metrics.families import exit_cause, families
 from faden_agent.supervisor.metrics.health import readiness
 from faden_agent.supervisor.metrics.procstat import ProcessUsage
@@ -325,7 +325,7 @@ def test_both_formats_parse_with_prometheus_own_parsers_to_the_same_samples():
 
 
 def test_label_values_and_help_are_escaped():
-    from faden_agent.metrics.exposition import GaugeMetricFamily
+    from faden_agent.supervisor.metrics.exposition import GaugeMetricFamily
 
     family = GaugeMetricFamily("faden_agent_x", 'help with \\ and "quotes"\nand a newline', labels=["path"])
     family.add_metric(['/odd "dir"\\with\nnewline'], float("inf"))

@@ -10,7 +10,7 @@ import socket
 import threading
 import time
 
-from faden_agent.metrics.server import HttpServer
+from faden_agent.supervisor.metrics.server import HttpServer
 
 
 class Loop:

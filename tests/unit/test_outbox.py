@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import signal
 
-from faden_agent.reports.outbox import Outbox
+from faden_agent.backend.outbox import Outbox
 
 
 def test_put_pending_ack_in_order(tmp_path):

@@ -9,7 +9,7 @@ import struct
 
 import pytest
 
-from faden_agent.peer import wire
+from faden_agent.transfers import wire
 
 CHUNKED = {"transfer-encoding": "chunked"}
 WHOLE = b"5\r\nhello\r\n6;name=x\r\n world\r\n0\r\n\r\n"

@@ -16,15 +16,15 @@ import orjson
 import pytest
 
 from faden_agent import protocol
-from faden_agent.peer.archive import (
+from faden_agent.transfers.archive import (
     ArchiveVerifier,
     ChunkReader,
     IntegrityError,
     chain_ids,
     held_prefix,
 )
-from faden_agent.peer.fetch import NoSpace, PeerFailure, check_space
-from faden_agent.peer.tickets import EXPIRED_KEPT_S, SPENT_SUFFIX, Ticket, TicketBox, TicketRefused, ticket_hash
+from faden_agent.transfers.fetch import NoSpace, PeerFailure, check_space
+from faden_agent.transfers.tickets import EXPIRED_KEPT_S, SPENT_SUFFIX, Ticket, TicketBox, TicketRefused, ticket_hash
 
 LAYER = b"layer bytes " * 100
 
@@ -251,7 +251,7 @@ def test_a_ticket_that_is_no_small_regular_file_is_refused_without_blocking(tmp_
 
 
 def test_the_fetch_path_keeps_a_relay_address_path_and_refuses_what_cannot_be_sent():
-    from faden_agent.peer.fetch import fetch_path
+    from faden_agent.transfers.fetch import fetch_path
 
     assert fetch_path("http://198.18.0.11:7480") == protocol.PEER_FETCH_PATH
     assert fetch_path("http://198.18.0.1:8000/v1/relay/abc/") == "/v1/relay/abc" + protocol.PEER_FETCH_PATH

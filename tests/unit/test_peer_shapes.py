@@ -15,7 +15,7 @@ import tarfile
 import orjson
 import pytest
 
-from faden_agent.peer.archive import (
+from faden_agent.transfers.archive import (
     HEADER_LIMIT,
     INFLATE_FACTOR,
     MAX_ENTRIES,
@@ -26,8 +26,8 @@ from faden_agent.peer.archive import (
     chain_ids,
     strip_held_layers,
 )
-from faden_agent.peer.oci import ZSTD_MAGIC
-from faden_agent.peer.server import held_layer_files
+from faden_agent.transfers.oci import ZSTD_MAGIC
+from faden_agent.transfers.server import held_layer_files
 from tests.support.imageshapes import (
     classic_layout,
     containerd_layout,

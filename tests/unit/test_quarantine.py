@@ -8,7 +8,7 @@ import multiprocessing
 import orjson
 
 from faden_agent import protocol
-from faden_agent.reports.outbox import OUTBOX_FILE, Outbox
+from faden_agent.backend.outbox import OUTBOX_FILE, Outbox
 from faden_agent.workers.executor.journal import JOURNAL_FILE, Journal
 from faden_agent.workers.logs.positions import POSITIONS_FILE, Positions
 

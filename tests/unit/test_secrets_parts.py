@@ -7,8 +7,8 @@ import os
 import subprocess
 import sys
 
+from faden_agent.common.redact import RedactingFormatter, redact_text, redact_url
 from faden_agent.config import load_config
-from faden_agent.redact import RedactingFormatter, redact_text, redact_url
 from faden_agent.service.envfile import forget_token, read_env, write_env
 
 

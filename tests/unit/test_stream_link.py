@@ -9,8 +9,8 @@ import time
 
 import orjson
 
-from faden_agent.backend import MaintenanceHold
-from faden_agent.backoff import Backoff
+from faden_agent.backend.client import MaintenanceHold
+from faden_agent.common.backoff import Backoff
 from faden_agent.node.linkstatus import LinkStatus
 from faden_agent.protocol.link import LinkState
 from faden_agent.workers.stream.link import Gate

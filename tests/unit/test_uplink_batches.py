@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 
 from faden_agent import protocol
-from faden_agent.reports.outbox import make_record
+from faden_agent.backend.outbox import make_record
 from faden_agent.workers.stream.uplink import bounded_batch, is_stub, truncated
 
 

@@ -8,15 +8,15 @@ from __future__ import annotations
 from functools import cache
 from typing import Any, TypeVar, overload
 
-from faden_agent.metrics.exposition import (
+from faden_agent.protocol import metrics as declarations
+from faden_agent.protocol.metrics import MAX_ITEMS, PREFIX, Metric
+from faden_agent.supervisor.metrics.exposition import (
     CounterMetricFamily,
     Family,
     GaugeMetricFamily,
     HistogramMetricFamily,
     InfoMetricFamily,
 )
-from faden_agent.protocol import metrics as declarations
-from faden_agent.protocol.metrics import MAX_ITEMS, PREFIX, Metric
 
 KINDS: dict[str, type[Family]] = {
     "counter": CounterMetricFamily,

@@ -15,12 +15,11 @@ from typing import Any
 import zmq
 
 from faden_agent.config import Config, env_name, listen_host_port
-from faden_agent.metrics import exposition
-from faden_agent.metrics.server import HttpServer
-from faden_agent.supervisor.metrics import discovery
+from faden_agent.supervisor.metrics import discovery, exposition
 from faden_agent.supervisor.metrics.families import sections
 from faden_agent.supervisor.metrics.health import readiness
 from faden_agent.supervisor.metrics.procstat import ProcessUsage
+from faden_agent.supervisor.metrics.server import HttpServer
 
 log = logging.getLogger(__name__)
 OPENMETRICS = "application/openmetrics-text"

@@ -13,9 +13,9 @@ from functools import partial
 from typing import Any
 
 from faden_agent import __version__, protocol
-from faden_agent.metrics.exposition import Family, Gauges, HistogramMetricFamily, InfoMetricFamily, Section
 from faden_agent.protocol import metrics as declarations
 from faden_agent.supervisor.metrics.declared import as_dict, label, new, number, read, walk
+from faden_agent.supervisor.metrics.exposition import Family, Gauges, HistogramMetricFamily, InfoMetricFamily, Section
 from faden_agent.supervisor.states import WorkerState
 
 _EXIT_CAUSE = re.compile(r"none|hung|thread_died|signal_[A-Z0-9]{1,12}|exit_\d{1,3}")

@@ -7,7 +7,7 @@ off, none of them runs: no ctypes writes, no throwaway servers, no filler object
 
 from __future__ import annotations
 
-from faden_agent import testhooks
+from faden_agent.common import testhooks
 from faden_agent.supervisor.prefork import preload
 
 TRICKS = ("rehearsal", "immortal", "heap", "coldpages")

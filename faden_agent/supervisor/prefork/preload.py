@@ -13,7 +13,7 @@ import logging
 import sys
 import warnings
 
-from faden_agent.errorline import error_line
+from faden_agent.common.errorline import error_line
 from faden_agent.supervisor.prefork.coldpages import page_out_cold_libraries
 from faden_agent.supervisor.prefork.heap import fill_heap_holes, release_free_heap
 from faden_agent.supervisor.prefork.immortal import immortalize_heap, unsupported_reason

@@ -117,7 +117,7 @@ def rehearse_http() -> int:
 def rehearse_docker() -> int:
     """The Docker SDK over a Unix socket, as the executor, inventory and log workers talk to
     the engine."""
-    from faden_agent.dockerclient import make_client
+    from faden_agent.common.dockerclient import make_client
 
     with tempfile.TemporaryDirectory(prefix="faden-rehearsal-") as folder:
         path = Path(folder) / "engine.sock"

@@ -10,9 +10,9 @@ import time
 from typing import Any
 
 from faden_agent import protocol
-from faden_agent.backoff import Backoff
+from faden_agent.backend.producer import Reports
+from faden_agent.common.backoff import Backoff
 from faden_agent.protocol.container import describe
-from faden_agent.reports.producer import Reports
 from faden_agent.workers.executor.docker_ops import CommandFailed, DockerOps
 from faden_agent.workers.executor.journal import Journal
 

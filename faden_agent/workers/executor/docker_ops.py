@@ -16,10 +16,10 @@ from docker.utils import parse_repository_tag
 from docker.utils.json_stream import json_stream
 
 from faden_agent import protocol
+from faden_agent.common.dockerclient import make_client
+from faden_agent.common.errorline import error_line
+from faden_agent.common.failure import Cancelled, Failure
 from faden_agent.config import Config
-from faden_agent.dockerclient import make_client
-from faden_agent.errorline import error_line
-from faden_agent.failure import Cancelled, Failure
 from faden_agent.workers.executor import docker_errors
 from faden_agent.workers.executor.gpu import GPU_ADVICE, device_requests, gpu_failure
 

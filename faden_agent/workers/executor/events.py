@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from faden_agent import protocol
-from faden_agent.backoff import Backoff
-from faden_agent.reports.producer import Reports
+from faden_agent.backend.producer import Reports
+from faden_agent.common.backoff import Backoff
 from faden_agent.workers.executor.death_cause import cause, last_error_lines, wants_cause
 from faden_agent.workers.executor.docker_ops import DockerOps
 from faden_agent.workers.executor.reconcile import Seen, reconcile, snapshot

@@ -21,8 +21,8 @@ from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 from faden_agent.http.answerbody import AnswerUnread, read_json_object
-from faden_agent.peer.archive import held_prefix
-from faden_agent.peer.fetch import held_chains
+from faden_agent.transfers.archive import held_prefix
+from faden_agent.transfers.fetch import held_chains
 from faden_agent.workers.executor.docker_errors import registry_of
 
 MAX_LAYER_BYTES = 1 << 50

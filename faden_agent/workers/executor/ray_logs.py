@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from faden_agent.errorline import error_line
+from faden_agent.common.errorline import error_line
 
 log = logging.getLogger(__name__)
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from faden_agent import protocol, testhooks
+from faden_agent import protocol
+from faden_agent.backend.producer import Reports
+from faden_agent.common import testhooks
 from faden_agent.disk.diskfull import DiskFull
-from faden_agent.reports.producer import Reports
 from faden_agent.workers.executor.journal import Entry, Journal
 from faden_agent.workers.executor.kinds import KINDS
 

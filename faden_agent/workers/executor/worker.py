@@ -10,11 +10,12 @@ from typing import Any
 import orjson
 import zmq
 
-from faden_agent import protocol, testhooks
+from faden_agent import protocol
+from faden_agent.backend.producer import Reports
+from faden_agent.common import testhooks
 from faden_agent.disk.diskfull import DiskFull
 from faden_agent.disk.files import quarantine_record_id
 from faden_agent.ipc import Channel, Message
-from faden_agent.reports.producer import Reports
 from faden_agent.workers.base import Worker
 from faden_agent.workers.executor.adoption import adopt
 from faden_agent.workers.executor.commands import KINDS, Commands

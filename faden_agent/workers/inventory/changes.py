@@ -11,8 +11,8 @@ from collections.abc import Callable
 from typing import Any
 
 from faden_agent import protocol
-from faden_agent.backoff import Backoff
-from faden_agent.dockerclient import make_client
+from faden_agent.common.backoff import Backoff
+from faden_agent.common.dockerclient import make_client
 
 log = logging.getLogger(__name__)
 

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from faden_agent.common.dockerclient import make_client
 from faden_agent.config import Config
 from faden_agent.disk.disklow import low_threshold
-from faden_agent.dockerclient import make_client
 from faden_agent.workers.inventory import docker_probe
 from faden_agent.workers.inventory.disks import probe_disks
-from faden_agent.workers.inventory.gpu import GpuProbe
-from faden_agent.workers.inventory.gpu_containers import add_container_gpu_use
-from faden_agent.workers.inventory.gpu_health import HealthReader
-from faden_agent.workers.inventory.gpu_xids import XidLog
+from faden_agent.workers.inventory.gpu.containers import add_container_gpu_use
+from faden_agent.workers.inventory.gpu.health import HealthReader
+from faden_agent.workers.inventory.gpu.probe import GpuProbe
+from faden_agent.workers.inventory.gpu.xids import XidLog
 from faden_agent.workers.inventory.host import probe_host
 from faden_agent.workers.inventory.network import probe_network
 from faden_agent.workers.inventory.probes import OK, OVERRUN, Probe, run_probes

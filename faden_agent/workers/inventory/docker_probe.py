@@ -10,7 +10,7 @@ from typing import Any
 import docker
 
 from faden_agent import protocol
-from faden_agent.dockerclient import engine_version, image_store
+from faden_agent.common.dockerclient import engine_version, image_store
 from faden_agent.protocol.container import describe
 
 # A stuck engine leaves the probe's thread blocked until this socket timeout; the probe's

@@ -99,7 +99,7 @@ def peer_gauges(traffic: Any) -> list[dict[str, Any]]:
 
 
 def container_gpu_gauges(docker: Any) -> list[dict[str, Any]]:
-    """Per managed container and GPU: memory used and SM utilisation (gpu_containers.py)."""
+    """Per managed container and GPU: memory used and SM utilisation (gpu/containers.py)."""
     out = []
     containers = docker.get("containers") if isinstance(docker, dict) else None
     for container in containers if isinstance(containers, list) else []:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from faden_agent.errorline import error_line
+from faden_agent.common.errorline import error_line
 
 OK = "ok"
 ERROR = "error"

@@ -9,23 +9,23 @@ from collections.abc import Callable
 from typing import Any
 
 from faden_agent import protocol
+from faden_agent.backend.producer import Reports
+from faden_agent.common.dockerclient import make_client
 from faden_agent.disk.files import quarantine_record_id
-from faden_agent.dockerclient import make_client
 from faden_agent.node import backend_accepts
 from faden_agent.node.backend_accepts import BackendAccepts
 from faden_agent.protocol.inventory import ACCEPTS_CHANGES
-from faden_agent.reports.producer import Reports
 from faden_agent.workers.base import Worker
-from faden_agent.workers.inventory import gpu_evidence
 from faden_agent.workers.inventory.changes import DockerChangeWatcher
 from faden_agent.workers.inventory.collector import Collector
 from faden_agent.workers.inventory.disk_events import DiskWatch
 from faden_agent.workers.inventory.disk_events import record_id as disk_record_id
 from faden_agent.workers.inventory.gauges import gauges
-from faden_agent.workers.inventory.gpu_changes import HealthChanges, event_id
-from faden_agent.workers.inventory.gpu_events import GpuErrorWatcher
-from faden_agent.workers.inventory.gpu_xids import XidLog
-from faden_agent.workers.inventory.kernel_xids import KernelXidReader
+from faden_agent.workers.inventory.gpu import evidence as gpu_evidence
+from faden_agent.workers.inventory.gpu.changes import HealthChanges, event_id
+from faden_agent.workers.inventory.gpu.events import GpuErrorWatcher
+from faden_agent.workers.inventory.gpu.kernel_xids import KernelXidReader
+from faden_agent.workers.inventory.gpu.xids import XidLog
 from faden_agent.workers.inventory.record import UNCHANGED, RecordEmitter, full_record_id
 from faden_agent.workers.inventory.traffic.report import TrafficReporter
 from faden_agent.workers.inventory.wire_form import wire_form

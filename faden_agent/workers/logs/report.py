@@ -1,4 +1,4 @@
-"""Events from the log worker to the backend (through Reports: the durable outbox, reports/)."""
+"""Events from the log worker to the backend (through Reports: the durable outbox, backend/outbox.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ log = logging.getLogger(__name__)
 def report_event(config: Config, data: dict[str, Any], record_id: str | None = None) -> bool:
     """Put one event into the outbox (rare: opened and closed per event); False when that failed."""
     try:
-        from faden_agent.reports.producer import Reports
+        from faden_agent.backend.producer import Reports
 
         reports = Reports(config)
         try:

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from faden_agent.config import Config
 from faden_agent.workers.logs.backlog import Backlog
 from faden_agent.workers.logs.batcher import Batch, Batcher
-from faden_agent.workers.logs.destinations import DirectLoki, make_target
-from faden_agent.workers.logs.loki import MAX_PUSHES_IN_FLIGHT, Outcome, Pusher
+from faden_agent.workers.logs.loki.client import MAX_PUSHES_IN_FLIGHT, Outcome, Pusher
+from faden_agent.workers.logs.loki.destinations import DirectLoki, make_target
 from faden_agent.workers.logs.positions import Positions
 from faden_agent.workers.logs.report import report_event
 

@@ -9,9 +9,9 @@ import logging
 import threading
 from typing import Any
 
-from faden_agent.dockerclient import make_client
-from faden_agent.peer.server import PeerServer
-from faden_agent.peer.tickets import TicketBox
+from faden_agent.common.dockerclient import make_client
+from faden_agent.transfers.server import PeerServer
+from faden_agent.transfers.tickets import TicketBox
 from faden_agent.workers.base import Worker
 
 log = logging.getLogger(__name__)

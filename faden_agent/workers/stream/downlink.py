@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 
 from faden_agent import protocol
-from faden_agent.backend import BackendClient, BackendError
+from faden_agent.backend.client import BackendClient, BackendError
 from faden_agent.config import ConfigError
 from faden_agent.ipc import EnvelopeError, request
 from faden_agent.node import backend_accepts

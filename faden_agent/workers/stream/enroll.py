@@ -8,8 +8,8 @@ import platform
 import threading
 
 from faden_agent import __version__, protocol
-from faden_agent.backend import BackendClient, BackendError, CredentialRejected
-from faden_agent.backoff import Backoff
+from faden_agent.backend.client import BackendClient, BackendError, CredentialRejected
+from faden_agent.common.backoff import Backoff
 from faden_agent.config import Config, ConfigError, env_name
 from faden_agent.disk.diskfull import DISK, is_disk_full, retry_when_full
 from faden_agent.ipc import Endpoints, EnvelopeError, request

@@ -11,12 +11,12 @@ import time
 from typing import Any
 
 from faden_agent import __version__, protocol
-from faden_agent.backend import BackendClient, BackendError
+from faden_agent.backend.client import BackendClient, BackendError
+from faden_agent.backend.outbox import make_record
 from faden_agent.ipc.control import LOOP_WAIT_S, Control
 from faden_agent.node import backend_accepts, drainstate
 from faden_agent.node.fingerprint import fingerprint
 from faden_agent.protocol.link import LinkState
-from faden_agent.reports.outbox import make_record
 from faden_agent.workers.stream.link import Link, LinkThread
 
 log = logging.getLogger(__name__)

@@ -10,14 +10,14 @@ import threading
 import time
 from dataclasses import dataclass
 
-from faden_agent.backend import BackendError, CredentialRejected, Maintenance, MaintenanceHold, TokenRefused
-from faden_agent.backoff import Backoff
+from faden_agent.backend.client import BackendError, CredentialRejected, Maintenance, MaintenanceHold, TokenRefused
+from faden_agent.backend.outbox import Outbox
+from faden_agent.common.backoff import Backoff
 from faden_agent.config import Config
 from faden_agent.ipc import Endpoints
 from faden_agent.node.linkstatus import LinkStatus
 from faden_agent.node.membership import Membership
 from faden_agent.protocol.link import LinkState
-from faden_agent.reports.outbox import Outbox
 from faden_agent.workers.threads import RestartRequested
 
 

@@ -11,7 +11,7 @@ import logging
 import re
 from typing import Any
 
-from faden_agent import testhooks
+from faden_agent.common import testhooks
 from faden_agent.config import Config
 from faden_agent.node.membership import Membership, rotate_credential
 from faden_agent.workers.threads import RestartRequested

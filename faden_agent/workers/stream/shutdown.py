@@ -12,9 +12,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from faden_agent import protocol
+from faden_agent.backend.outbox import Outbox
 from faden_agent.config import Config
 from faden_agent.ipc import Endpoints, EnvelopeError, request
-from faden_agent.reports.outbox import Outbox
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 
 from faden_agent import protocol
-from faden_agent.backend import BackendClient, BackendError, ProtocolError, RequestRejected
+from faden_agent.backend.client import BackendClient, BackendError, ProtocolError, RequestRejected
 from faden_agent.node import backend_accepts
 from faden_agent.protocol.link import LinkState
 from faden_agent.workers.stream.link import Link, LinkThread

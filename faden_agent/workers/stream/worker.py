@@ -8,12 +8,12 @@ from typing import Any
 
 import zmq
 
-from faden_agent.backend import MaintenanceHold
+from faden_agent.backend.client import MaintenanceHold
+from faden_agent.backend.outbox import OUTBOX_FILE, Outbox
 from faden_agent.disk.diskfull import retry_when_full
 from faden_agent.ipc import Channel, Message
 from faden_agent.node import backend_accepts
 from faden_agent.node.linkstatus import LinkStatus, status_path
-from faden_agent.reports.outbox import OUTBOX_FILE, Outbox
 from faden_agent.workers.base import Worker
 from faden_agent.workers.stream.downlink import Downlink
 from faden_agent.workers.stream.enroll import Enrollment

@@ -12,8 +12,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from faden_agent import protocol, testhooks
-from faden_agent.failure import Cancelled
+from faden_agent import protocol
+from faden_agent.common import testhooks
+from faden_agent.common.failure import Cancelled
 from faden_agent.workers.executor import specs
 from faden_agent.workers.executor.commands.frame import Commands
 from faden_agent.workers.executor.commands.image import PEER_OPTIONS, pull_or_fetch

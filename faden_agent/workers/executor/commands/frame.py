@@ -7,8 +7,8 @@ import threading
 from typing import Any
 
 from faden_agent import protocol
+from faden_agent.common.failure import Cancelled
 from faden_agent.config import Config
-from faden_agent.failure import Cancelled
 from faden_agent.workers.executor.docker_ops import CommandFailed, DockerOps
 from faden_agent.workers.executor.host_policy import HostPolicy
 from faden_agent.workers.executor.journal import Journal

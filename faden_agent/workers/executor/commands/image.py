@@ -1,7 +1,7 @@
 """The image.* kinds (docs/commands.md), images from peers included: pull (registry, then the
 spec's peers), remove, prune (images no container uses and no `keep` entry names), serve
 (inline: a one-time ticket for one receiver), fetch (from peers, one after the other,
-peer/fetch.py) and relay. pull_or_fetch is what container.run uses too.
+transfers/fetch.py) and relay. pull_or_fetch is what container.run uses too.
 """
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from faden_agent import protocol
+from faden_agent.common.errorline import error_line
+from faden_agent.common.failure import Cancelled, Stopped
 from faden_agent.disk.diskspace import NoSpace, SpaceWatch, require_space
-from faden_agent.errorline import error_line
-from faden_agent.failure import Cancelled, Stopped
 from faden_agent.http.answerbody import AnswerUnread, read_json_object
-from faden_agent.peer.fetch import PeerFailure, Transfer, check_space, local_image, tag_image
-from faden_agent.peer.server import byte_limit, holder_stream
-from faden_agent.peer.tickets import Ticket, TicketBox
 from faden_agent.protocol import quote
+from faden_agent.transfers.fetch import PeerFailure, Transfer, check_space, local_image, tag_image
+from faden_agent.transfers.server import byte_limit, holder_stream
+from faden_agent.transfers.tickets import Ticket, TicketBox
 from faden_agent.workers.executor import specs
 from faden_agent.workers.executor.commands.frame import Commands
 from faden_agent.workers.executor.docker_ops import CommandFailed, translated

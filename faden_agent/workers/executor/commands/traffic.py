@@ -7,11 +7,11 @@ import math
 import time
 from typing import Any
 
-from faden_agent.failure import Cancelled, Stopped
-from faden_agent.peer.probe import LIMITS
-from faden_agent.peer.probe_client import Bounds, Probe, ProbeFailed
-from faden_agent.peer.tickets import PROBE_GRANT, Ticket, TicketBox
+from faden_agent.common.failure import Cancelled, Stopped
 from faden_agent.protocol import quote
+from faden_agent.transfers.probe import LIMITS
+from faden_agent.transfers.probe_client import Bounds, Probe, ProbeFailed
+from faden_agent.transfers.tickets import PROBE_GRANT, Ticket, TicketBox
 from faden_agent.workers.executor import specs
 from faden_agent.workers.executor.commands.frame import Commands
 from faden_agent.workers.executor.commands.image import peers as image_peers

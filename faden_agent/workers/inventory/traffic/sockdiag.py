@@ -10,7 +10,7 @@ import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from faden_agent.wakeable import Wakeable
+from faden_agent.common.wakeable import Wakeable
 
 NETLINK_SOCK_DIAG = 4
 SOCK_DIAG_BY_FAMILY = 20

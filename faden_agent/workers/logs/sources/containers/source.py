@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterator
 
 from faden_agent import protocol
-from faden_agent.dockerclient import make_client
+from faden_agent.common.dockerclient import make_client
 from faden_agent.workers.logs.entry import MAX_LINE_BYTES, Entry, clean_line
 from faden_agent.workers.logs.multiline import Joined, Joiner
 from faden_agent.workers.logs.report import report_event

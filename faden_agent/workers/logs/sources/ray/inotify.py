@@ -10,7 +10,7 @@ import os
 import struct
 from dataclasses import dataclass, field
 
-from faden_agent.wakeable import Wakeable
+from faden_agent.common.wakeable import Wakeable
 
 IN_MODIFY = 0x002
 IN_MOVED_FROM = 0x040

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Mapping
 from typing import TextIO
 
-from faden_agent.redact import RedactingFormatter
+from faden_agent.common.redact import RedactingFormatter
 
 # syslog priorities of sd-daemon(3)'s SD_CRIT .. SD_DEBUG, by logging level (the next one up).
 PRIORITIES = ((logging.DEBUG, 7), (logging.INFO, 6), (logging.WARNING, 4), (logging.ERROR, 3))

@@ -1,5 +1,5 @@
 """Each GPU's health through NVML (ECC, retired pages, remapped rows, clock events, NVLink,
-PCIe, fabric, recovery action, persistence, its Xid log) and its verdict (gpu_rules.py).
+PCIe, fabric, recovery action, persistence, its Xid log) and its verdict (gpu/rules.py).
 One HealthReader per GPU probe remembers counters between rounds to see them rise; steady
 values go in the content hash, gauges under "usage".
 """
@@ -11,8 +11,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from faden_agent.workers.inventory import gpu_rules
-from faden_agent.workers.inventory.gpu_xids import XidLog
+from faden_agent.workers.inventory.gpu import rules as gpu_rules
+from faden_agent.workers.inventory.gpu.xids import XidLog
 
 LOST_CODES = (15, 16, 28)  # NVML_ERROR_GPU_IS_LOST, _RESET_REQUIRED, _GPU_NOT_FOUND
 
@@ -267,7 +267,7 @@ class HealthReader:
             if entry["event"] == "sxid_fatal" and now - entry["at"] <= self.xid_hold_s
         ]
 
-    # --- what an earlier run saw (gpu_evidence.py)
+    # --- what an earlier run saw (gpu/evidence.py)
 
     def baselines(self) -> dict[str, dict[str, Any]]:
         return {

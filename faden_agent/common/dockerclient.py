@@ -1,6 +1,6 @@
 """The one place a Docker SDK client is made: the executor, inventory, the peer worker, the
 log shipper, prune and `doctor` all call make_client, whose client negotiates its API
-version with the engine (faden_agent/dockernegotiation.py).
+version with the engine (faden_agent/common/dockernegotiation.py).
 The engine is FADEN_NODE_AGENT_DOCKER_HOST when set, else what the docker CLI would use
 (DOCKER_HOST, DOCKER_TLS_VERIFY, DOCKER_CERT_PATH, else the local socket)."""
 
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import docker
 
-    from faden_agent.dockernegotiation import EngineVersion
+    from faden_agent.common.dockernegotiation import EngineVersion
 
 DEFAULT_ENGINE_URL = "unix:///var/run/docker.sock"
 # /info's DriverStatus entry of an engine whose images live in containerd (Docker 29's default)
@@ -28,7 +28,7 @@ def make_client(docker_host: str | None, *, timeout_s: float, max_pool_size: int
     """A client whose every socket read times out after timeout_s and whose API version is
     negotiated on its first request (nothing is sent here); max_pool_size: connections kept
     for threads that share the client (the SDK's default is 10)."""
-    from faden_agent.dockernegotiation import NegotiatingClient  # lazily: the SDK costs start time
+    from faden_agent.common.dockernegotiation import NegotiatingClient  # lazily: the SDK costs start time
 
     options: dict[str, object] = {"timeout": timeout_s}
     if max_pool_size is not None:
@@ -40,7 +40,7 @@ def make_client(docker_host: str | None, *, timeout_s: float, max_pool_size: int
 
 def engine_version(client: docker.DockerClient) -> EngineVersion | None:
     """The negotiated versions of a client made by make_client (negotiating now if not yet)."""
-    from faden_agent.dockernegotiation import NegotiatingAPIClient
+    from faden_agent.common.dockernegotiation import NegotiatingAPIClient
 
     api = client.api
     if not isinstance(api, NegotiatingAPIClient):

@@ -13,15 +13,15 @@ from urllib.parse import unquote, urlsplit
 import requests
 
 from faden_agent import __version__, protocol
-from faden_agent.backend import BackendClient, BackendError, parse_retry_after
+from faden_agent.backend.client import BackendClient, BackendError, parse_retry_after
+from faden_agent.common.errorline import error_line
+from faden_agent.common.redact import redact_url
 from faden_agent.config import Config
-from faden_agent.errorline import error_line
 from faden_agent.http.answerbody import AnswerUnread, read_body
 from faden_agent.http.tls import client_context, session_for
 from faden_agent.node.membership import MembershipError, load_membership
-from faden_agent.redact import redact_url
-from faden_agent.workers.logs import lokiproto
-from faden_agent.workers.logs.keepalive import BadAnswer, KeepAliveConnection
+from faden_agent.workers.logs.loki import proto as lokiproto
+from faden_agent.workers.logs.loki.keepalive import BadAnswer, KeepAliveConnection
 
 JSON = "application/json"
 GZIP_LEVEL = 1  # lines compress ~10x even at level 1; higher levels cost CPU for little
@@ -40,7 +40,7 @@ class Answer(NamedTuple):
 
 
 class DirectLoki:
-    """POSTs to Loki over a lean keep-alive connection per sending thread (keepalive.py): a
+    """POSTs to Loki over a lean keep-alive connection per sending thread (loki/keepalive.py): a
     push costs a fraction of what requests adds to each request (its per-request
     preparation and environment lookups were a third of the shipper's CPU at 100 lines a
     push) and a sixth of http.client's. When a proxy from the environment applies to Loki's

@@ -1,4 +1,4 @@
-"""The prober's side of an active probe (the wire form is in peer/probe.py): to one peer, on
+"""The prober's side of an active probe (the wire form is in transfers/probe.py): to one peer, on
 one connection, round trips (RTT p50/p99), then an upload and a download, each bounded by
 bytes and seconds; each phase ends at its time + GRACE_S whatever the peer does. Every way
 one peer fails is a ProbeFailed(reason) with what was measured before it: peer_unreachable,
@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 from urllib.parse import urlsplit
 
-from faden_agent.failure import Stopped
-from faden_agent.peer import probe, wire
-from faden_agent.peer.watchdog import Watchdog
-from faden_agent.peer.wire import PeerFailure
+from faden_agent.common.failure import Stopped
+from faden_agent.transfers import probe, wire
+from faden_agent.transfers.watchdog import Watchdog
+from faden_agent.transfers.wire import PeerFailure
 
 CONNECT_TIMEOUT_S = wire.CONNECT_TIMEOUT_S
 # A phase may run this much past its time bound (what is in flight drains, the answer comes

@@ -10,10 +10,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from faden_agent.workers.inventory.gpu_containers import container_of_pid
-from faden_agent.workers.inventory.gpu_evidence import seen_at
-from faden_agent.workers.inventory.gpu_health import HealthReader, node_health
-from faden_agent.workers.inventory.kernel_xids import bus_key
+from faden_agent.workers.inventory.gpu.containers import container_of_pid
+from faden_agent.workers.inventory.gpu.evidence import seen_at
+from faden_agent.workers.inventory.gpu.health import HealthReader, node_health
+from faden_agent.workers.inventory.gpu.kernel_xids import bus_key
 
 REASON_NO_PYNVML = "pynvml (nvidia-ml-py) not installed"
 REASON_NO_LIBRARY = "NVML library not found"
@@ -96,7 +96,7 @@ class GpuProbe:
         return system
 
     def uuid_of_bus(self, key: tuple[int, int, int]) -> str | None:
-        """The GPU seen at that PCI address (kernel_xids.py's bus_key), if any."""
+        """The GPU seen at that PCI address (gpu/kernel_xids.py's bus_key), if any."""
         for uuid, seen in list(self.seen.items()):
             if bus_key(seen.get("pci_bus_id")) == key:
                 return uuid

@@ -16,10 +16,10 @@ import docker
 import orjson
 
 from faden_agent import protocol
-from faden_agent.dockerclient import image_store
+from faden_agent.common.dockerclient import image_store
 from faden_agent.http.serve.server import BoundedHandler, BoundedServer, RouteLimits, ServerLimits
-from faden_agent.peer import probe
-from faden_agent.peer.archive import (
+from faden_agent.transfers import probe
+from faden_agent.transfers.archive import (
     META_LIMIT,
     ChunkReader,
     entries,
@@ -27,8 +27,8 @@ from faden_agent.peer.archive import (
     strip_held_layers,
     v1_layer_ids,
 )
-from faden_agent.peer.oci import BLOB_PATH, kind_of
-from faden_agent.peer.tickets import PROBE_GRANT, TicketBox, TicketRefused, check_grant
+from faden_agent.transfers.oci import BLOB_PATH, kind_of
+from faden_agent.transfers.tickets import PROBE_GRANT, TicketBox, TicketRefused, check_grant
 
 log = logging.getLogger(__name__)
 
@@ -312,7 +312,7 @@ class _Handler(BoundedHandler):
             self.peer.count(-1, served=1, sent=writer.sent)
 
     def _probe(self) -> None:
-        """One active probe session (peer/probe.py): the ticket, then the upgraded connection."""
+        """One active probe session (transfers/probe.py): the ticket, then the upgraded connection."""
         self.close_connection = True
         if (self.headers.get("Upgrade") or "").strip() != probe.UPGRADE:
             return self._refuse(400, "bad_request", f"a probe needs Upgrade: {probe.UPGRADE}")

@@ -12,9 +12,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from faden_agent.workers.inventory.gpu import load_pynvml, nvml_text
-from faden_agent.workers.inventory.gpu_health import LOST_CODES
-from faden_agent.workers.inventory.gpu_xids import ERROR_EVENTS, XidLog, handle_key
+from faden_agent.workers.inventory.gpu.health import LOST_CODES
+from faden_agent.workers.inventory.gpu.probe import load_pynvml, nvml_text
+from faden_agent.workers.inventory.gpu.xids import ERROR_EVENTS, XidLog, handle_key
 
 log = logging.getLogger(__name__)
 

@@ -18,18 +18,18 @@ import docker
 import orjson
 
 from faden_agent import protocol
+from faden_agent.common.errorline import error_line
+from faden_agent.common.failure import Stopped
 from faden_agent.disk.diskspace import NoSpace, require_space
-from faden_agent.errorline import error_line
-from faden_agent.failure import Stopped
-from faden_agent.peer import wire
-from faden_agent.peer.archive import (
+from faden_agent.transfers import wire
+from faden_agent.transfers.archive import (
     ArchiveVerifier,
     ChunkReader,
     IntegrityError,
     chain_ids,
 )
-from faden_agent.peer.watchdog import Watchdog
-from faden_agent.peer.wire import PeerFailure
+from faden_agent.transfers.watchdog import Watchdog
+from faden_agent.transfers.wire import PeerFailure
 
 READ_TIMEOUT_S = 30  # one read of the peer's answer waits at most this long
 # A peer that delivers less than STALL_BYTES in STALL_S is given up on (a byte now and then

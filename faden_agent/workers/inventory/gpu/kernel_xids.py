@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from faden_agent.node.journalctl import journalctl_argv
-from faden_agent.workers.inventory.gpu_xids import XidLog
+from faden_agent.workers.inventory.gpu.xids import XidLog
 
 log = logging.getLogger(__name__)
 

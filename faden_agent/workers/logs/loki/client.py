@@ -1,4 +1,4 @@
-"""Loki pushes: the JSON body (lokiproto.py makes the protobuf one) and the delivery policy
+"""Loki pushes: the JSON body (loki/proto.py makes the protobuf one) and the delivery policy
 (docs/logs.md): one stream per push (Loki answers for its last stream only); 2xx accepted;
 a 400 naming lines is final, one refusing the whole push is resent in the plain form or split;
 413 split; 401/403 retried slowly with a clear status; 429 retried after half a second,
@@ -16,12 +16,12 @@ from operator import attrgetter
 
 import orjson
 
-from faden_agent import backoff
-from faden_agent.metrics.histogram import Histogram
-from faden_agent.workers.logs import lokiproto
-from faden_agent.workers.logs.destinations import Answer
+from faden_agent.common import backoff
+from faden_agent.protocol.histogram import Histogram
 from faden_agent.workers.logs.entry import Entry, Labels
-from faden_agent.workers.logs.lokiproto import ProtoEncoder
+from faden_agent.workers.logs.loki import proto as lokiproto
+from faden_agent.workers.logs.loki.destinations import Answer
+from faden_agent.workers.logs.loki.proto import ProtoEncoder
 from faden_agent.workers.logs.sources import source_kind
 from faden_agent.workers.logs.stamps import parse_rfc3339_ns
 

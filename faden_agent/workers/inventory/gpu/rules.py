@@ -1,7 +1,7 @@
 """The GPU verdict table: which signal makes a GPU `degraded` or `failed`, and the reason.
 
 RULES is the contract (docs/inventory.md shows `markdown_table()` verbatim); `verdict`
-applies it to one GPU's facts (gpu_health.py derives them). Worst verdict wins; reasons
+applies it to one GPU's facts (gpu/health.py derives them). Worst verdict wins; reasons
 keep the table's order. The agent only reports: the backend decides what a verdict means.
 """
 

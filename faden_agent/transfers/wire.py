@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from faden_agent.failure import Failure
+from faden_agent.common.failure import Failure
 from faden_agent.http.tls import client_context
 
 CONNECT_TIMEOUT_S = 5.0

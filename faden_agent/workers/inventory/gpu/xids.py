@@ -1,6 +1,6 @@
 """Error events as they are kept: the last XID_KEEP per GPU UUID with their times and
-source, written by NVML's event thread (gpu_events.py) and the kernel log's reader
-(kernel_xids.py; one Xid seen by both is kept once), read by the health read (gpu_health.py).
+source, written by NVML's event thread (gpu/events.py) and the kernel log's reader
+(gpu/kernel_xids.py; one Xid seen by both is kept once), read by the health read (gpu/health.py).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import ctypes
 import threading
 from typing import Any
 
-from faden_agent.workers.inventory import gpu_rules
+from faden_agent.workers.inventory.gpu import rules as gpu_rules
 
 XID_KEEP = 16  # last Xid events kept per GPU
 MAX_CODES = 64  # distinct Xid codes counted per GPU (the catalogue has about 170)
@@ -92,13 +92,13 @@ class XidLog:
             return {uuid: list(log) for uuid, log in self._events.items()}
 
     def switches(self) -> list[dict[str, Any]]:
-        """NVSwitch SXid logs (kernel_xids.py keys them "nvswitch:<bus>")."""
+        """NVSwitch SXid logs (gpu/kernel_xids.py keys them "nvswitch:<bus>")."""
         with self._lock:
             found = [(uuid, list(log)) for uuid, log in self._events.items() if uuid.startswith("nvswitch:")]
         return [{"pci_bus_id": uuid.partition(":")[2], "sxid": log} for uuid, log in sorted(found)]
 
     def restore(self, uuid: str, events: list[Any]) -> None:
-        """A GPU's log as an earlier run kept it (gpu_evidence.py); malformed entries left out."""
+        """A GPU's log as an earlier run kept it (gpu/evidence.py); malformed entries left out."""
         kept = [
             {"event": e["event"], "code": e["code"], "at": e["at"], "source": str(e.get("source", "nvml"))[:16]}
             for e in events

@@ -2,7 +2,7 @@
 
 redact_url() for a URL shown on purpose (`config`, a status field); redact_text() for any
 text that may contain one (a log line, an error); RedactingFormatter applies redact_text to
-every log line of the agent (RedactingFormatter, logsetup.py).
+every log line of the agent (RedactingFormatter, common/logsetup.py).
 """
 
 from __future__ import annotations

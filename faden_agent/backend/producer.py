@@ -9,9 +9,9 @@ from typing import Any
 
 import zmq
 
+from faden_agent.backend.outbox import Outbox
 from faden_agent.config import Config
 from faden_agent.ipc import Channel, Endpoints
-from faden_agent.reports.outbox import Outbox
 
 
 class Reports:

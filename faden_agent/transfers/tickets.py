@@ -12,7 +12,7 @@ from pathlib import Path
 
 import orjson
 
-from faden_agent.failure import Failure
+from faden_agent.common.failure import Failure
 
 TICKET_DIR = "peer-tickets"
 SPENT_SUFFIX = ".spent"
@@ -26,7 +26,7 @@ class TicketRefused(Failure):
     """A peer's ticket is not good for what it asks."""
 
 
-# The grant of a ticket for one active probe session (issue 15, peer/probe.py), in the place
+# The grant of a ticket for one active probe session (issue 15, transfers/probe.py), in the place
 # of an image id: an image ticket cannot open a probe, nor a probe ticket fetch an image.
 PROBE_GRANT = "traffic.probe"
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from faden_agent.peer.oci import (
+from faden_agent.transfers.oci import (
     BLOB_PATH,
     MANIFEST_TYPE,
     OCI_LAYOUT,

@@ -19,10 +19,10 @@ import requests
 import urllib3
 
 from faden_agent import __version__, protocol
-from faden_agent.backoff import MAX_RETRY_AFTER_S, parse_retry_after  # noqa: F401  (re-exported)
+from faden_agent.common.backoff import MAX_RETRY_AFTER_S, parse_retry_after  # noqa: F401  (re-exported)
+from faden_agent.common.errorline import error_line
 from faden_agent.config import Config, loki_tenant
 from faden_agent.disk.files import replace_file
-from faden_agent.errorline import error_line
 from faden_agent.http.answerbody import AnswerTooLarge, AnswerUnread, read_body
 from faden_agent.http.jsonhead import HEAD_BYTES, leading_members
 from faden_agent.http.tls import session_for

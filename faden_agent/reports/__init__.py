@@ -1,1 +1,0 @@
-"""The report path: what a worker reports reaches the backend, durably."""
