@@ -55,6 +55,7 @@ RELAY_STREAM = "/stream"  # after a relay's address: the holder posts the archiv
 RELAY_REQUEST_PATH = RELAY_PATH + RELAY_REQUEST
 RELAY_STREAM_PATH = RELAY_PATH + RELAY_STREAM
 DOWNLOADS_PATH = "/downloads/{name}"  # agent builds and install.sh (reference backend --downloads)
+EXPECTED_VERSION_PATH = f"{AGENT_API}/expected-version"  # ?arch=: the version installers should put there
 LOKI_PUSH_PATH = "/loki/api/v1/push"  # Loki's own push API, after its base URL
 
 # The reference backend's admin API (docs/protocol.md, "Admin API").
