@@ -1,6 +1,7 @@
 """A generated Markdown table kept in a document between two marker comments: replaced in
-place by `--write FILE`, printed without it. config_table.py (the README's settings) and
-metrics_table.py (docs/service.md's metric families) are its two users."""
+place by `--write FILE`, printed without it. config_table.py (the README's settings),
+metrics_table.py (docs/service.md's metric families) and capabilities_table.py
+(docs/protocol.md's capabilities) are its users."""
 
 from __future__ import annotations
 
