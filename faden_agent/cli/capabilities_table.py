@@ -10,9 +10,9 @@ from collections.abc import Iterable
 from faden_agent.cli import doctable
 from faden_agent.protocol.capabilities import DECLARED, FIRST_RELEASE, FIRST_RELEASE_CAPABILITIES, Capability
 
-COMMAND = "python -m faden_agent.cli.capabilities_table --write docs/protocol.md"
-BEGIN = f"<!-- capabilities: generated from faden_agent/protocol/capabilities.py; edit there, then run: {COMMAND} -->"
-END = "<!-- /capabilities -->"
+COMMAND, BEGIN, END = doctable.markers(
+    "capabilities_table", "faden_agent/protocol/capabilities.py", "docs/protocol.md", "capabilities"
+)
 HEADER = "| capability | since | brings | what an agent reporting it does or takes |\n| --- | --- | --- | --- |"
 
 

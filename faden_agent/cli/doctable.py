@@ -11,6 +11,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 
+def markers(module: str, source: str, doc: str, what: str) -> tuple[str, str, str]:
+    """(the command that rewrites the table, its begin marker, its end marker)."""
+    command = f"python -m faden_agent.cli.{module} --write {doc}"
+    return command, f"<!-- {what}: generated from {source}; edit there, then run: {command} -->", f"<!-- /{what} -->"
+
+
 def cells_row(name: str, cells: tuple[str, ...]) -> str:
     """One table row; a cell that is empty or would break the table (a `|`, a line break) fails, naming `name`."""
     if any("|" in cell or "\n" in cell or not cell.strip() for cell in cells):

@@ -5,8 +5,6 @@ docs/protocol.md's table is the declarations rendered."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -78,11 +76,9 @@ def test_docs_table_is_the_declarations_rendered():
         assert f"| `{capability.name}` | {capability.since} ({capability.commit}) |" in text
 
 
-def test_the_documented_command_rewrites_the_table(tmp_path):
+def test_the_documented_command_rewrites_the_table(tmp_path, capsys):
     doc = tmp_path / "protocol.md"
     doc.write_text(f"before\n{capabilities_table.BEGIN}\n| stale |\n{capabilities_table.END}\nafter\n")
-    argv = [sys.executable, "-m", "faden_agent.cli.capabilities_table", "--write", str(doc)]
-    done = subprocess.run(argv, capture_output=True, text=True, check=True)
-    assert "rewritten" in done.stdout
-    assert doc.read_text() == capabilities_table.with_table(doc.read_text())
-    assert "| stale |" not in doc.read_text() and doc.read_text().startswith("before\n")
+    assert capabilities_table.COMMAND.endswith("--write docs/protocol.md")
+    assert capabilities_table.main(["--write", str(doc)]) == 0 and "rewritten" in capsys.readouterr().out
+    assert capabilities_table.render() in doc.read_text() and "| stale |" not in doc.read_text()
