@@ -337,8 +337,9 @@ def write_mirror(dest: Path, names: list[str]) -> None:
                     tf.add(_cached(tool, binary), binary.member)
         digest = hashlib.sha256(archive.read_bytes()).hexdigest()
         sums = dest / tool.sums.split("://", 1)[1]
-        with open(sums, "a") as fh:
-            fh.write(f"{digest}  {archive.name}\n")
+        others = sums.read_text().splitlines() if sums.exists() else []  # a SHA256SUMS names several files
+        kept = [line for line in others if line.split()[1:2] != [archive.name]]
+        sums.write_text("".join(f"{line}\n" for line in [*kept, f"{digest}  {archive.name}"]))
 
 
 def _cached(tool: Tool, binary: Binary) -> Path:
