@@ -367,6 +367,9 @@ def main() -> None:
             )
         if args.no_loki:
             return
+        if testtools.tool_path("loki-3.4.6") is None:
+            print(f"Loki 3.4.6: {testtools.why_missing('loki-3.4.6')}")
+            return
         with LokiProcess("3.4.6", root / "loki" / "data") as loki:
             (root / "agent-loki").mkdir()
             r = agent_into_loki(journal, args.entries, loki, root / "agent-loki")
