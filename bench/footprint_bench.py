@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -42,6 +43,7 @@ import psutil
 
 from bench import executor_bench, interpreters
 from bench.counting_proxy import CountingProxy
+from bench.pages import page_account
 from faden_agent.workers.stream.heartbeat import detail_changes
 from tests.support.agentproc import AgentProcess, wait_for
 from tests.support.backendproc import BackendProcess, agent_env_for
@@ -147,11 +149,19 @@ def dockerd_pid() -> int:
     return int(Path("/var/run/docker.pid").read_text())
 
 
-def memory(agent: AgentProcess) -> dict[str, Any]:
-    per = {name: smaps_kib(pid) for name, pid in named_tree(agent).items()}
+def memory(agent: AgentProcess, beside: tuple[int, ...] = ()) -> dict[str, Any]:
+    """PSS, shared and private KiB per process of the tree; "pss_quiet": its PSS with each page
+    split only among the tree, this bench and the `beside` processes (its backend), which is
+    what a machine running nothing else reads and does not move with other work (bench/pages.py)."""
+    tree = named_tree(agent)
+    per = {name: smaps_kib(pid) for name, pid in tree.items()}
+    for name, pages in page_account(tree, [os.getpid(), *beside]).items():
+        if name in per:
+            per[name].update(pages)
     return {
         "per_process_kib": per,
         "tree_pss_kib": sum(p["pss"] for p in per.values()),
+        "tree_pss_quiet_kib": sum(p.get("pss_quiet", 0) for p in per.values()),
         "tree_private_kib": sum(p["private"] for p in per.values()),
     }
 
@@ -172,6 +182,7 @@ def memory_by_python(
                 argv = [str(binary), "run"]
             else:
                 argv = [interpreters.with_agent(python), "-m", "faden_agent", "run"]
+                interpreters.compile_agent(argv[0])
         except (OSError, subprocess.CalledProcessError) as exc:
             out[version] = {"error": f"no venv with the agent for {python}: {exc}"}
             continue
@@ -180,7 +191,7 @@ def memory_by_python(
         try:
             wait_for(lambda seen=seen: backend.inventory(node).get("received_at") != seen, 90, 1.0, "an inventory")
             time.sleep(5)
-            out[version] = memory(agent)
+            out[version] = memory(agent, (backend.proc.pid,))
         finally:
             agent.stop()
             agent.kill()
@@ -195,9 +206,11 @@ def production_env(backend: BackendProcess, root: Path, **addresses: Any) -> dic
     return env
 
 
-def start_idle(env: dict[str, str], backend: BackendProcess, log: Path) -> tuple[AgentProcess, str]:
+def start_idle(
+    env: dict[str, str], backend: BackendProcess, log: Path, argv: list[str] | None = None
+) -> tuple[AgentProcess, str]:
     """The agent started and enrolled, 5 s after its first inventory reached the backend."""
-    agent = AgentProcess(env, log).start()
+    agent = AgentProcess(env, log, argv=argv).start()
     try:
         node = backend.wait_node(env["FADEN_NODE_AGENT_AGENT_ID"], timeout_s=60)["node_id"]
         wait_for(lambda: backend.inventory(node).get("inventory"), 90, 1.0, "the first inventory")
@@ -230,7 +243,7 @@ def memory_over_tls(root: Path, loki_url: str, journal: JournalWriter, docker_ho
     env["FADEN_NODE_AGENT_CA_BUNDLE"] = str(bundle)
     agent, _node = start_idle(env, backend, root / "agent-tls.log")
     try:
-        return memory(agent)
+        return memory(agent, (backend.proc.pid,))
     finally:
         agent.stop()
         agent.kill()
@@ -421,12 +434,22 @@ class Rig:
 
 
 @contextmanager
-def metered_agent(root: Path, extra_env: dict[str, str] | None = None) -> Iterator[Rig]:
+def metered_agent(
+    root: Path,
+    extra_env: dict[str, str] | None = None,
+    agent_argv: list[str] | None = None,
+    backend_runner: list[str] | None = None,
+) -> Iterator[Rig]:
     """An idle production agent (start_idle) on a private engine, shipping a journal to a
-    Loki receiver, its backend behind a counting proxy; everything stopped afterwards."""
+    Loki receiver, its backend behind a counting proxy; everything stopped afterwards.
+    agent_argv: the agent's command; backend_runner: what runs the backend in place of
+    `python -m faden_agent` (an older tree's)."""
     journal = JournalWriter(root / "journal")
     journal.append([journal.entry("bench seed")])
-    backend = BackendProcess(root / "backend", root / "backend.log").start()
+    backend = BackendProcess(root / "backend", root / "backend.log")
+    if backend_runner:
+        backend.argv = backend_runner + backend.argv[3:]
+    backend.start()
     url = urlsplit(backend.url)
     try:
         with (
@@ -443,7 +466,7 @@ def metered_agent(root: Path, extra_env: dict[str, str] | None = None) -> Iterat
                 docker_host=engine.host,
             )
             env.update(extra_env or {})
-            agent, node = start_idle(env, backend, root / "agent.log")
+            agent, node = start_idle(env, backend, root / "agent.log", agent_argv)
             try:
                 yield Rig(backend, engine, loki, proxy, journal, env, agent, node)
             finally:
@@ -463,18 +486,19 @@ def measure(
     prefix = f"fxfoot-{uuid.uuid4().hex[:6]}"
     with metered_agent(root) as rig:
         backend, engine, proxy, env, agent, node = rig.backend, rig.engine, rig.proxy, rig.env, rig.agent, rig.node
-        results["memory"] = memory(agent)
+        beside = (backend.proc.pid,)
+        results["memory"] = memory(agent, beside)
         since = time.time()
         results["idle_0"] = idle_window(agent, proxy, window_s, engine.pid)
         results["idle_0"]["detail_beats"] = detail_beats(backend, node, since, time.time())
-        results["memory_after_idle"] = memory(agent)
+        results["memory_after_idle"] = memory(agent, beside)
         if containers:
             start_managed(backend, node, prefix, containers, ray)
             time.sleep(10)  # the log worker found them, the inventory counted them
             since = time.time()
             results[f"idle_{containers}"] = idle_window(agent, proxy, window_s, engine.pid)
             results[f"idle_{containers}"]["detail_beats"] = detail_beats(backend, node, since, time.time())
-            results["memory_with_containers"] = memory(agent)
+            results["memory_with_containers"] = memory(agent, beside)
             remove_prefixed(engine, prefix)
         if runs:
             results["command"] = command_round_trips(backend, node, engine, prefix, runs)
@@ -500,6 +524,7 @@ def prefork_shares(root: Path, argv: list[str] | None = None) -> dict[str, Any]:
         (f"without {name}", {"FADEN_TEST_HOOKS": "1", "FADEN_TEST_HOOK_PREFORK_SKIP": name}) for name in TRICKS
     ]
     tree: dict[str, int] = {}
+    quiet: dict[str, int] = {}
     try:
         with LokiReceiver() as loki:
             env = production_env(backend, root, loki_url=loki.url, journal_directory=journal.directory)
@@ -512,14 +537,22 @@ def prefork_shares(root: Path, argv: list[str] | None = None) -> dict[str, Any]:
                 try:
                     wait_for(lambda seen=seen: backend.inventory(node).get("received_at") != seen, 90, 1.0, "inventory")
                     time.sleep(5)
-                    tree[label] = memory(agent)["tree_pss_kib"]
+                    figures = memory(agent, (backend.proc.pid,))
+                    tree[label] = figures["tree_pss_kib"]
+                    quiet[label] = figures["tree_pss_quiet_kib"]
                 finally:
                     agent.stop()
                     agent.kill()
     finally:
         backend.stop()
-    shares = {name: tree[f"without {name}"] - tree["on"] for name in TRICKS}
-    return {"tree_pss_kib": tree, "share_kib": shares, "off_costs_kib": tree["off"] - tree["on"]}
+    return {
+        "tree_pss_kib": tree,
+        "tree_pss_quiet_kib": quiet,
+        "share_kib": {name: tree[f"without {name}"] - tree["on"] for name in TRICKS},
+        "share_quiet_kib": {name: quiet[f"without {name}"] - quiet["on"] for name in TRICKS},
+        "off_costs_kib": tree["off"] - tree["on"],
+        "off_costs_quiet_kib": quiet["off"] - quiet["on"],
+    }
 
 
 def report(results: dict[str, Any], row) -> None:
@@ -642,10 +675,13 @@ def main() -> int:
     args = parser.parse_args()
     import tempfile
 
+    interpreters.compile_agent(sys.executable)
     if args.prefork:
         with tempfile.TemporaryDirectory(prefix="faden-prefork-") as tmp:
             python = interpreters.cpythons()[args.python] if args.python else None
             argv = [interpreters.with_agent(python), "-m", "faden_agent", "run"] if python else None
+            if argv:
+                interpreters.compile_agent(argv[0])
             shares = prefork_shares(Path(tmp), argv)
         print(json.dumps(shares, indent=2))
         return 0
