@@ -20,7 +20,7 @@ from faden_agent import __version__
 from faden_agent.common.proctitle import set_title
 from faden_agent.config import Config
 from faden_agent.ipc import Channel, Endpoints, EnvelopeError, ensure_runtime_dir
-from faden_agent.ipc.dbusconn import system_bus_address
+from faden_agent.ipc.dbusaddress import system_bus_address
 from faden_agent.supervisor import lock
 from faden_agent.supervisor.metrics.endpoint import MetricsEndpoint
 from faden_agent.supervisor.notify import SystemdNotifier
@@ -149,7 +149,7 @@ class Supervisor:
         if self.config.runtime_dir != self.config.state_dir:
             self._locks.append(lock.acquire(self.config.runtime_dir, "runtime directory"))
         tls = self.config.tls_verify() if self.config.speaks_tls() else None
-        prepare_to_fork([w.target for w in self.workers.values()], tls, self.config.prefork)  # shared by every fork
+        prepare_to_fork(tls, self.config.prefork)  # shared by every fork; each worker loads its own modules
         self._wakeup_r, wakeup_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.set_wakeup_fd(wakeup_w)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP):
