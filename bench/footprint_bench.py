@@ -66,6 +66,9 @@ PRODUCTION_DEFAULTS = (
     "stop_timeout_sec",
     "peer_start",  # the test helpers start every worker; production starts the peer worker on demand
 )
+# The workers hand back the library pages they touched only to start 10 s after their set-up
+# (workers/base.py, COLD_PAGES_AFTER_S): an idle tree is measured once that is done.
+SETTLED_S = 15.0
 WAKEUP_GOAL_PER_S = 1.0  # "each process wakes at most about once a second when nothing happens"
 IMAGE = executor_bench.IMAGE
 
@@ -187,10 +190,11 @@ def memory_by_python(
             out[version] = {"error": f"no venv with the agent for {python}: {exc}"}
             continue
         seen = backend.inventory(node).get("received_at")
+        started = time.monotonic()
         agent = AgentProcess(env, root / f"agent-{version}.log", argv=argv).start(timeout_s=60)
         try:
             wait_for(lambda seen=seen: backend.inventory(node).get("received_at") != seen, 90, 1.0, "an inventory")
-            time.sleep(5)
+            time.sleep(max(5.0, started + SETTLED_S - time.monotonic()))
             out[version] = memory(agent, (backend.proc.pid,))
         finally:
             agent.stop()
@@ -209,12 +213,14 @@ def production_env(backend: BackendProcess, root: Path, **addresses: Any) -> dic
 def start_idle(
     env: dict[str, str], backend: BackendProcess, log: Path, argv: list[str] | None = None
 ) -> tuple[AgentProcess, str]:
-    """The agent started and enrolled, 5 s after its first inventory reached the backend."""
+    """The agent started and enrolled, settled: 5 s after its first inventory reached the
+    backend and SETTLED_S after its start, whichever is later."""
+    started = time.monotonic()
     agent = AgentProcess(env, log, argv=argv).start()
     try:
         node = backend.wait_node(env["FADEN_NODE_AGENT_AGENT_ID"], timeout_s=60)["node_id"]
         wait_for(lambda: backend.inventory(node).get("inventory"), 90, 1.0, "the first inventory")
-        time.sleep(5)
+        time.sleep(max(5.0, started + SETTLED_S - time.monotonic()))
     except BaseException:
         agent.stop()
         agent.kill()
@@ -533,10 +539,11 @@ def prefork_shares(root: Path, argv: list[str] | None = None) -> dict[str, Any]:
             agent.kill()
             for label, extra in variants:
                 seen = backend.inventory(node).get("received_at")
+                started = time.monotonic()
                 agent = AgentProcess({**env, **extra}, root / f"agent-{label}.log", argv=argv).start(timeout_s=60)
                 try:
                     wait_for(lambda seen=seen: backend.inventory(node).get("received_at") != seen, 90, 1.0, "inventory")
-                    time.sleep(5)
+                    time.sleep(max(5.0, started + SETTLED_S - time.monotonic()))
                     figures = memory(agent, (backend.proc.pid,))
                     tree[label] = figures["tree_pss_kib"]
                     quiet[label] = figures["tree_pss_quiet_kib"]

@@ -22,51 +22,18 @@ import statistics
 import sys
 import tempfile
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import footprint_bench, interpreters
+from bench.cputime import cpu_group, group_cpu_s, in_group, process_cpu_s
 from tests.support.agentproc import AgentProcess, wait_for
 
 REPO = Path(__file__).resolve().parents[1]
-CPUACCT = Path("/sys/fs/cgroup/cpuacct")
-TICK_S = 1 / os.sysconf("SC_CLK_TCK")
 READY = re.compile(r"\[\d+\] INFO faden_agent\.supervisor\.arbiter: ready: ")
 PREFORK = re.compile(r"prepared to fork in ([\d.]+) CPU s: (.*)$", re.M)
-
-
-@contextlib.contextmanager
-def cpu_group() -> Iterator[Path | None]:
-    """A cpuacct cgroup of the bench's own (removed after), or None where none can be made."""
-    path = CPUACCT / f"faden-start-{uuid.uuid4().hex[:8]}"
-    try:
-        path.mkdir()
-    except OSError:
-        yield None
-        return
-    try:
-        yield path
-    finally:
-        with contextlib.suppress(OSError):
-            path.rmdir()
-
-
-def in_group(group: Path | None, argv: list[str]) -> list[str]:
-    """argv started inside `group` (the shell enters it, then execs)."""
-    if group is None:
-        return argv
-    return ["sh", "-c", f'echo $$ > {group}/cgroup.procs && exec "$@"', "sh", *argv]
-
-
-def process_cpu_s(pid: int) -> float:
-    """utime + stime of a process (its ended threads included), in seconds (10 ms ticks)."""
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) * TICK_S
 
 
 def tree_cpu(agent: AgentProcess, group: Path | None) -> dict[str, Any]:
@@ -74,7 +41,7 @@ def tree_cpu(agent: AgentProcess, group: Path | None) -> dict[str, Any]:
     for name, pid in footprint_bench.named_tree(agent).items():
         with contextlib.suppress(OSError):
             per[name] = round(process_cpu_s(pid), 3)
-    total = int((group / "cpuacct.usage").read_text()) / 1e9 if group is not None else sum(per.values())
+    total = group_cpu_s(group) if group is not None else sum(per.values())
     return {"tree_cpu_s": round(total, 4), "per_process_cpu_s": per, "precise": group is not None}
 
 
