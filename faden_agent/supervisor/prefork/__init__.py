@@ -10,7 +10,7 @@ from __future__ import annotations
 from faden_agent.common import testhooks
 from faden_agent.supervisor.prefork import preload
 
-TRICKS = ("rehearsal", "immortal", "heap", "coldpages")
+TRICKS = ("immortal", "heap", "coldpages")
 
 
 def prepare_to_fork(tls_verify: bool | str | None, tricks: bool) -> None:

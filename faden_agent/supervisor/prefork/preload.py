@@ -17,10 +17,28 @@ from faden_agent.common.errorline import error_line
 
 log = logging.getLogger(__name__)
 
-# What two or more workers use while idle (bench/footprint_account.py lists what each worker
-# loads after its fork): the Docker SDK (executor, inventory, logs) with requests (and the
-# stream worker).
-SHARED_MODULES = ("docker",)
+# What two or more workers load (tests/unit/supervisor/test_lean_imports.py holds the list to
+# that; bench/footprint_account.py shows what each worker loads after its fork): the Docker
+# SDK with requests (executor, inventory, logs; stream), the outbox and its producers, the
+# backend's HTTP client and membership (stream, logs), and the small shared pieces.
+SHARED_MODULES = (
+    "docker",
+    "concurrent.futures",
+    "faden_agent.common.dockerclient",
+    "faden_agent.common.dockernegotiation",
+    "faden_agent.common.wakeable",
+    "faden_agent.backend.producer",
+    "faden_agent.backend.client",
+    "faden_agent.ipc.control",
+    "faden_agent.node.backend_accepts",
+    "faden_agent.node.drainstate",
+    "faden_agent.node.gpu_faults",
+    "faden_agent.node.journalctl",
+    "faden_agent.node.membership",
+    "faden_agent.protocol.container",
+    "faden_agent.protocol.inventory",
+    "faden_agent.protocol.link",
+)
 # requests guesses the charset of a body that names none with charset_normalizer, which
 # imports all of Python's ~100 codecs: 2.7 MiB of objects in every worker. The agent never
 # needs the guess (what it reads is JSON or names its charset); without it requests decodes
@@ -44,11 +62,6 @@ def preload(tls_verify: bool | str | None = None, skip: frozenset[str] = frozens
     if tls_verify is not None:
         share_tls_context(tls_verify)
         steps.done("tls")
-    if "rehearsal" not in skip:
-        from faden_agent.supervisor.prefork.rehearsal import rehearse
-
-        rehearse()  # the workers' first HTTP, Docker and SQLite calls, once for all (rehearsal.py)
-        steps.done("rehearsal")
     gc.collect()
     marked = None
     if "immortal" not in skip:
