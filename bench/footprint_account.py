@@ -1,15 +1,16 @@
 """Where the idle tree's memory is: per process, per mapping and per module, against an older
-tree of the agent (by default round 7 of the footprint work, 1 December, 49.3 MiB).
+tree of the agent (by default round 7 of the footprint work, 1 December: README's 49 MiB).
 
 One idle production agent (footprint_bench.metered_agent: enrolled, a private engine, a
-journal shipped to a Loki receiver, 5 s after its first inventory), started through
-bench/module_probe.py so that each Python process names its loaded modules. Per process:
-PSS, private, anonymous PSS, PSS per mapping (libpython, each extension module's package,
-each system library), the modules it loaded that the supervisor did not hold when it forked;
-per module, the bytes of Python objects its import leaves (tracemalloc, a fresh interpreter
-importing the modules leaves first, so each import pulls in nothing else).
+journal shipped to a Loki receiver, settled), started through bench/agent_probe.py so that
+each Python process names its modules. Per process: PSS, private, anonymous PSS, the PSS a
+quiet machine would read per mapping (bench/pages.py: libpython, each extension's package,
+each system library, the heaps), a worker's anonymous pages by origin (inherited, copied
+since the fork, its own), the modules it loaded after the fork; per module, the bytes of
+Python objects its import leaves by itself (tracemalloc, self as -X importtime counts time).
+--objects (a run of its own) names the supervisor's objects on each worker's copied pages.
 
-    python3 bench/footprint_account.py [--against 3e3435d|none] [--python 3.11] [--json PATH]
+    python3 bench/footprint_account.py [--against 3e3435d|none] [--now COMMIT] [--python 3.11] [--objects] [--json PATH]
 """
 
 from __future__ import annotations
@@ -64,11 +65,13 @@ def copied_objects(supervisor: int, worker: int, objects: Path) -> dict[str, int
     """{object type: KiB of the supervisor's objects (at its first fork) on the pages this
     worker copied}: what the worker wrote to. A page holding no listed object counts under
     "(no object listed)": allocator headers, C structures, freed blocks."""
-    from bench.pages import PAGE, page_table
+    from bench.pages import ANONYMOUS, PAGE, page_table
 
     theirs, mine = page_table(supervisor), page_table(worker)
     copied = {
-        page for page, (frame, anonymous) in mine.items() if anonymous and page in theirs and theirs[page][0] != frame
+        page
+        for page, (frame, group) in mine.items()
+        if group in ANONYMOUS and page in theirs and theirs[page][0] != frame
     }
     by_type: dict[str, int] = {}
     covered: set[int] = set()
@@ -213,7 +216,7 @@ def report(result: dict[str, Any]) -> None:
             f"{tree['tree_pss_quiet_kib'] / 1024:.1f} MiB on a quiet machine"
         )
         for name, proc in tree["processes"].items():
-            maps = ", ".join(f"{k} {v / 1024:.1f}" for k, v in list(proc["mappings_kib"].items())[:7])
+            maps = ", ".join(f"{k} {v / 1024:.1f}" for k, v in list(proc.get("quiet_by_mapping", {}).items())[:8])
             print(
                 f"  {name:<28} PSS {proc['pss'] / 1024:5.1f} (quiet {proc.get('pss_quiet', 0) / 1024:5.1f})  "
                 f"private {proc['private'] / 1024:5.1f}  "
@@ -242,6 +245,7 @@ def report(result: dict[str, Any]) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--against", default=ROUND_7, help="the older tree's commit, or 'none'")
+    parser.add_argument("--now", help="the newer tree's commit (default: this working tree)")
     parser.add_argument("--python", help="the CPython version to run both trees on (default: the bench's)")
     parser.add_argument("--json", type=Path, default=Path("bench/results/account.json"))
     parser.add_argument(
@@ -263,7 +267,10 @@ def main() -> int:
                 )
             return 0
         (root / "now").mkdir()
-        result["now"] = account_tree(root / "now", python, REPO)
+        now_source = export_tree(args.now, root / "now-source") if args.now else REPO
+        result["now"] = account_tree(root / "now", python, now_source)
+        if args.now:
+            result["now"]["commit"] = args.now
         if args.against != "none":
             old_source = export_tree(args.against, root / "old-source")
             (root / "old").mkdir()

@@ -243,13 +243,14 @@ def agent_into_loki(
             done = wait_in_loki(
                 loki, f'{{agent_id="{agent_id}", container="node-{agent_id}"}}', entries, worker, before
             )
-            tree = footprint_bench.named_tree(agent)
-            tree_cpu = group_cpu_s(group) if group is not None else sum(process_cpu_s(pid) for pid in tree.values())
+            per_process = {name: process_cpu_s(pid) for name, pid in footprint_bench.named_tree(agent).items()}
+            tree_cpu = group_cpu_s(group) if group is not None else sum(per_process.values())
             return {
                 "seconds": done["end"] - started_at(worker),
                 "cpu": done["cpu"] + done["child_cpu"],
                 "tree_cpu": tree_cpu,
                 "tree_cpu_precise": group is not None,
+                "per_process_cpu": per_process,
                 "loki_cpu": done["loki_cpu"],
                 "retries": retries_text(agent.workers()["logs"]["status"], root / "agent.log"),
             }
@@ -357,8 +358,9 @@ def loki_round(
         r["seconds"],
         r["tree_cpu"],
         alone_rate,
-        f"whole tree from exec{precise}; log worker + journalctl {r['cpu']:.2f} CPU s; Loki {r['loki_cpu']:.2f} "
-        f"CPU s, {r['retries']}",
+        f"whole tree from exec{precise} ("
+        + ", ".join(f"{name.split(' (')[0]} {cpu:.2f}" for name, cpu in r["per_process_cpu"].items())
+        + f"); log worker + journalctl {r['cpu']:.2f} CPU s; Loki {r['loki_cpu']:.2f} CPU s, {r['retries']}",
     )
     extra = [("LOG_BATCH_SIZE=100", {"batch_size": 100})] if args.loki_batch_100 else []
     extra += [("LOKI_PUSH_FORMAT=json", {"push_format": "json"})] if args.json_too else []

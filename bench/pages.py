@@ -9,6 +9,7 @@ import contextlib
 import os
 import re
 import struct
+from typing import Any
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 PFN_MASK = (1 << 55) - 1
@@ -47,9 +48,12 @@ def smaps_groups(pid: int) -> dict[str, int]:
     return dict(sorted(groups.items(), key=lambda kv: -kv[1]))
 
 
-def page_table(pid: int) -> dict[int, tuple[int, bool]]:
-    """{virtual page: (page frame, anonymous?)} of every resident page of a process
-    (/proc/PID/pagemap, root)."""
+ANONYMOUS = ("anonymous", "[heap]", "[stack]")
+
+
+def page_table(pid: int) -> dict[int, tuple[int, str]]:
+    """{virtual page: (page frame, its mapping's group: mapping_group())} of every resident
+    page of a process (/proc/PID/pagemap, root)."""
     table = {}
     with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/pagemap", "rb") as pagemap:
         for line in maps:
@@ -57,20 +61,21 @@ def page_table(pid: int) -> dict[int, tuple[int, bool]]:
             if "[vsyscall]" in line:
                 continue
             start, end = (int(x, 16) for x in fields[0].split("-"))
-            anonymous = len(fields) < 6 or not fields[5].startswith("/")
+            group = mapping_group(fields[5].strip() if len(fields) > 5 else "")
             pagemap.seek(start // PAGE * 8)
             entries = pagemap.read((end - start) // PAGE * 8)
             for index, (entry,) in enumerate(struct.iter_unpack("<Q", entries)):
                 if entry >> 63 and entry & PFN_MASK:
-                    table[start // PAGE + index] = (entry & PFN_MASK, anonymous)
+                    table[start // PAGE + index] = (entry & PFN_MASK, group)
     return table
 
 
-def page_account(tree: dict[str, int], beside: list[int]) -> dict[str, dict[str, int]]:
+def page_account(tree: dict[str, int], beside: list[int]) -> dict[str, dict[str, Any]]:
     """Per process of the tree, KiB: "pss_quiet", its PSS with each resident page split
     among the tree and the `beside` processes only (the bench and its backend, which map
     the same interpreter: what PSS reads on a machine where nothing else runs; it does not
-    move with the other work on a shared machine); for a worker, its anonymous pages by
+    move with the other work on a shared machine), and "quiet_by_mapping" the same by
+    mapping_group(); for a worker, its anonymous pages by
     origin: "inherited" (still the supervisor's), "copied" (the supervisor's address, a copy
     of its own: written since the fork) and "own" (an address the supervisor has not)."""
     tables = {}
@@ -89,11 +94,17 @@ def page_account(tree: dict[str, int], beside: list[int]) -> dict[str, dict[str,
     supervisor = tables.get("supervisor", {})
     out = {}
     for name, table in tables.items():
-        figures = {"pss_quiet": round(sum(PAGE / mappers[f] for f, _ in table.values()) / 1024)}
+        by_group: dict[str, float] = {}
+        for frame, group in table.values():
+            by_group[group] = by_group.get(group, 0.0) + PAGE / mappers[frame]
+        figures: dict[str, Any] = {
+            "pss_quiet": round(sum(by_group.values()) / 1024),
+            "quiet_by_mapping": {g: round(b / 1024) for g, b in sorted(by_group.items(), key=lambda kv: -kv[1])},
+        }
         if name != "supervisor" and "(child of" not in name:
             origin = {"inherited": 0, "copied": 0, "own": 0}
-            for page, (frame, anonymous) in table.items():
-                if anonymous:
+            for page, (frame, group) in table.items():
+                if group in ANONYMOUS:
                     was = supervisor.get(page)
                     origin["own" if was is None else "inherited" if was[0] == frame else "copied"] += PAGE // 1024
             figures.update(origin)
