@@ -12,7 +12,8 @@ from typing import Any
 from faden_agent.protocol.metrics import GPU_VERDICTS
 
 MAX_ITEMS = 64
-GPU_FIGURES = ("memory_used", "memory_free", "utilization_gpu", "temperature_c", "power_draw_w")
+ACTIVITY = ("sm_active", "sm_occupancy", "tensor_active", "dram_active")  # GPM's (gpu/gpm.py), percent
+GPU_FIGURES = ("memory_used", "memory_free", "utilization_gpu", "temperature_c", "power_draw_w", *ACTIVITY)
 GPU_NAMES = ("uuid", "pci_bus_id", "name")  # the info family's labels; uuid on every GPU series
 MAX_XID_CODES = 64  # Xid codes counted per GPU (gpu_xids.MAX_CODES)
 
@@ -39,8 +40,27 @@ def gpu_gauges(gpu: Any) -> dict[str, Any]:
         entry.update({name: usage.get(name) for name in GPU_FIGURES})
         entry["errors"] = gpu_errors(device.get("health"))
         devices.append(_present(entry))
-    node = {"available": bool(gpu.get("available")), "verdict": _verdict(gpu.get("health")), "devices": devices}
+    node = {
+        "available": bool(gpu.get("available")),
+        "verdict": _verdict(gpu.get("health")),
+        "devices": devices,
+        "mig": mig_gauges(gpu.get("devices")) or None,
+    }
     return _present(node)
+
+
+def mig_gauges(devices: Any) -> list[dict[str, Any]]:
+    """Per MIG GPU instance its GPM figures, with its GPU's index and UUID."""
+    out = []
+    for device in devices if isinstance(devices, list) else []:
+        instances = ((device.get("mig") or {}).get("devices") or []) if isinstance(device, dict) else []
+        for instance in instances if isinstance(instances, list) else []:
+            usage = (instance.get("usage") or {}) if isinstance(instance, dict) else {}
+            figures = {name: usage.get(name) for name in ACTIVITY}
+            if any(value is not None for value in figures.values()):
+                labels = {"index": device.get("index"), "uuid": device.get("uuid"), "mig_uuid": instance.get("uuid")}
+                out.append(_present({**labels, "gpu_instance": instance.get("gpu_instance_id"), **figures}))
+    return out[:MAX_ITEMS]
 
 
 def gpu_errors(health: Any) -> dict[str, Any] | None:
