@@ -61,6 +61,12 @@ class Endpoints:
         return self._ipc("logs")
 
     @property
+    def inventory(self) -> str:
+        """Inventory REP: the executor asks for a capture of a serving container that died of a
+        hardware cause (`capture`)."""
+        return self._ipc("inventory")
+
+    @property
     def reports_ready(self) -> str:
         """Stream PULL: producers wake the stream worker's outbox sender after writing to the outbox."""
         return self._ipc("reports-ready")

@@ -4,8 +4,9 @@ setpriv's parent-death signal so no journalctl outlives the worker that reads it
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
+
+from faden_agent.common.parentdeath import dies_with_parent
 
 
 def journalctl_argv(options: list[str], directory: Path | None, cursor: str | None, since: float) -> list[str]:
@@ -13,5 +14,4 @@ def journalctl_argv(options: list[str], directory: Path | None, cursor: str | No
     if directory is not None:
         argv.append(f"--directory={directory}")
     argv.append(f"--after-cursor={cursor}" if cursor else f"--since=@{int(since)}")
-    setpriv = shutil.which("setpriv")
-    return [setpriv, "--pdeathsig", "KILL", "--", *argv] if setpriv else argv
+    return dies_with_parent(argv)

@@ -59,9 +59,12 @@ class EventWatcher:
         stop_event: threading.Event,
         state_dir: Path | None = None,
         fault_window_s: float = 300.0,
+        ask_capture: Callable[[str, dict[str, Any], dict[str, Any] | None], Any] | None = None,
     ) -> None:
-        """state_dir: where the inventory keeps its GPU evidence (death_cause.py); None: no causes."""
+        """state_dir: where the inventory keeps its GPU evidence (death_cause.py); None: no causes.
+        ask_capture: the `capture` of a hardware death (capture_request.py); None: no captures."""
         self.ops = ops
+        self.ask_capture = ask_capture
         self.state_dir = state_dir
         self.fault_window_s = fault_window_s
         self.reports = reports
@@ -158,6 +161,9 @@ class EventWatcher:
                 attrs = None
             errors = lambda: last_error_lines(api, container_id)  # noqa: E731 - read only when needed
             data.update(cause(data, attrs, errors, self.state_dir, self.fault_window_s))
+            capture = self.ask_capture(record_id, data, attrs) if self.ask_capture else None
+            if capture is not None:
+                data["capture"] = capture
         self.reports.put(protocol.EVENT, data, record_id=record_id)
 
     def _remember(self, container_id: str, destroyed: bool, covered: int) -> None:

@@ -8,10 +8,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import zmq
+
 from faden_agent import protocol
 from faden_agent.backend.producer import Reports
 from faden_agent.common.dockerclient import make_client
 from faden_agent.disk.files import quarantine_record_id
+from faden_agent.ipc import Channel, Message
 from faden_agent.node import backend_accepts
 from faden_agent.node.backend_accepts import BackendAccepts
 from faden_agent.protocol.inventory import ACCEPTS_CHANGES
@@ -29,6 +32,7 @@ from faden_agent.workers.inventory.gpu.xids import XidLog
 from faden_agent.workers.inventory.record import UNCHANGED, RecordEmitter, full_record_id
 from faden_agent.workers.inventory.traffic.report import TrafficReporter
 from faden_agent.workers.inventory.wire_form import wire_form
+from faden_agent.workers.inventory.workloads.progress import STALLED
 from faden_agent.workers.inventory.workloads.watcher import FILTERS, WorkloadWatcher
 
 log = logging.getLogger(__name__)
@@ -106,6 +110,7 @@ class InventoryWorker(Worker):
         )
         self._changed = threading.Event()
         self._kernel_started = False
+        self._captures: Any = None  # capture/triggers.py, made at the first capture
         self._restore_gpu_evidence()
         self.watchers: list[DockerChangeWatcher | GpuErrorWatcher] = [
             DockerChangeWatcher(self.config.docker_host, self._changed.set, self.stop_event),
@@ -170,12 +175,67 @@ class InventoryWorker(Worker):
 
         self.workloads = WorkloadWatcher(
             list_containers,
-            lambda data, record_id: self.reports.put(protocol.EVENT, data, record_id=record_id),
+            self._workload_event,
             self.config.workload_scrape_sec,
             self.config.workload_stall_sec,
             self.config.advertise_host or self.config.host,
         )
         self.start_thread("inventory-workloads", self.workloads.run, self.stop_event)
+
+    def _put_event(self, data: dict[str, Any], record_id: str) -> None:
+        self.reports.put(protocol.EVENT, data, record_id=record_id)
+
+    def _workload_event(self, data: dict[str, Any], record_id: str) -> None:
+        """A stall goes out once its capture is down (STALL_CAPTURE), the rest at once."""
+        if data["type"] == STALLED and self.config.stall_capture:
+            self._capture_triggers().stalled(data, record_id, self._put_event)
+        else:
+            self._put_event(data, record_id)
+
+    def _capture_triggers(self) -> Any:
+        """Evidence at a stall (capture/): imported at the first capture, never at idle."""
+        if self._captures is None:
+            from faden_agent.workers.inventory.capture.capturer import Capturer
+            from faden_agent.workers.inventory.capture.triggers import Triggers
+
+            capturer = Capturer(
+                self.config.state_dir,
+                self.config.stall_capture_max_bytes,
+                self.config.workload_fault_window_sec,
+                self.config.docker_host,
+                self._refresh,
+                lambda: self.reporter.sections or {},
+                self.start_thread,
+            )
+            self._captures = Triggers(capturer)
+        return self._captures
+
+    def _refresh(self) -> Callable[[float], tuple[dict[str, Any], bool]]:
+        """Asks the collection loop for a round now; the waiter returns its sections (or,
+        past the deadline, the last ones) and whether they are the new ones."""
+        before = self.reporter.sections
+        self._changed.set()
+
+        def collected(deadline: float) -> tuple[dict[str, Any], bool]:
+            while self.reporter.sections is before and time.monotonic() < deadline and not self.stop_event.is_set():
+                self.stop_event.wait(0.1)
+            return self.reporter.sections or {}, self.reporter.sections is not before
+
+        return collected
+
+    def channels(self) -> list[Channel]:
+        self.requests = Channel.bind(zmq.REP, self.endpoints.inventory)
+        return [self.requests]
+
+    def handle(self, channel: Channel, message: Message) -> None:
+        """`capture` (the executor: a serving container died of a hardware cause): the
+        event's `capture`, answered at once (capture/triggers.py)."""
+        if message.type != "capture":
+            channel.send("error", {"message": f"unexpected request {message.type!r}"[:200]})
+        elif not self.config.stall_capture:
+            channel.send("capture", {"capture": None, "reason": "captures are off (STALL_CAPTURE)"})
+        else:
+            channel.send("capture", {"capture": self._capture_triggers().died(message.body)})
 
     def _collect_loop(self) -> None:
         while not self.stop_event.is_set():
@@ -209,6 +269,7 @@ class InventoryWorker(Worker):
                 "workloads": self.workloads.gauges(),
             },
             "workloads": self.workloads.status(),
+            **({"captures": self._captures.capturer.status()} if self._captures is not None else {}),
         }
 
     def _gpu_events_status(self) -> dict[str, Any]:

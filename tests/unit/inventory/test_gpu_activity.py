@@ -7,14 +7,10 @@ sample buffers."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 from faden_agent.workers.inventory.gpu.gpm import NO_DRIVER, NO_GPU
+from tests.support.nvmlchild import run_child
 
-ROOT = Path(__file__).resolve().parents[3]
 SCRIPT = """
 import json, sys
 from pathlib import Path
@@ -62,20 +58,8 @@ print(json.dumps(out))
 """
 
 
-def run(tmp_path: Path) -> dict:
-    done = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(tmp_path)],
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout)
-
-
 def test_gpm_figures_per_gpu_and_mig_instance_and_why_not(tmp_path):
-    out = run(tmp_path)
+    out = json.loads(run_child(SCRIPT, str(tmp_path)))
     first, before_hopper, mig = out["first"]
     assert first["gpm"] == {"available": True, "reason": None}
     assert "sm_active" not in first["usage"] and first["usage"]["utilization_gpu"] == 37  # one sample: no figure

@@ -1,0 +1,37 @@
+"""A serving container (one labelled with a metrics port) that died of a `hardware` cause:
+the executor asks the inventory (which holds NVML) over its REP socket for a capture of its
+GPUs' state and last lines; the answer, given at once, is the event's `capture`. No
+inventory or no answer within ASK_TIMEOUT_S: the event goes out without one."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from faden_agent import protocol
+from faden_agent.ipc import Endpoints, request
+
+ASK_TIMEOUT_S = 1.0
+log = logging.getLogger(__name__)
+
+
+def ask_capture(runtime_dir: Path, record_id: str, data: dict[str, Any], attrs: dict[str, Any] | None) -> Any:
+    """The event's `capture` for a hardware death of a serving container; None otherwise."""
+    labels = ((attrs or {}).get("Config") or {}).get("Labels") or {}
+    if data.get("suspected") != "hardware" or not labels.get(protocol.LABEL_METRICS_PORT):
+        return None
+    endpoints = Endpoints(runtime_dir)
+    if not endpoints.socket_path(endpoints.inventory).exists():
+        return None  # an agent without an inventory worker
+    body = {
+        "record_id": record_id,
+        **{key: data.get(key) for key in ("container_id", "name", "cluster", "workload", "time", "gpus")},
+    }
+    reply = request(endpoints.inventory, "capture", body, timeout_s=ASK_TIMEOUT_S)
+    if reply is None or reply.type != "capture" or not isinstance(reply.body, dict):
+        log.warning("no capture answer from the inventory for %s", data.get("name"))
+        return None
+    return reply.body.get("capture") or (
+        {"id": None, "reason": reply.body["reason"]} if isinstance(reply.body.get("reason"), str) else None
+    )
