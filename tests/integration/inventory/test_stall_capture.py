@@ -96,6 +96,9 @@ def start_agent(agent_factory, tmp_path, loki, container, prefix=(), workers=WOR
         workload_scrape_sec=SCRAPE_S,
         workload_stall_sec=STALL_S,
         log_flush_interval_sec=1,
+        # the default: a stalled engine spins a core, and on a loaded machine a worker's
+        # liveness may lag past the tests' 2 s (a restart forgets the stall: a second one)
+        worker_hang_timeout_sec=10,
         **overrides,
     )
     env.update(gpus.env())
@@ -120,8 +123,9 @@ def stalled_event(state_dir, name, timeout_s=60):
     return event
 
 
-def captures_in_loki(loki, agent_id):
-    return loki.entries(f'{{agent_id="{agent_id}", source="capture"}}')
+def captures_in_loki(loki, agent_id, container):
+    """Of this container only: the agent captures the other tests' engines too (one engine)."""
+    return loki.entries(f'{{agent_id="{agent_id}", source="capture", container="{container.name}"}}')
 
 
 def stall(agent, gpus, control, container):
@@ -146,7 +150,7 @@ def test_a_stalled_engine_leaves_its_stacks_gpus_and_lines_in_loki_once(tmp_path
     assert summary["gpus"] == [{"index": 0, "uuid": gpus.gpus[0]["uuid"], "verdict": "degraded"}]
     print("summary in the event:", json.dumps(summary))
 
-    (entry,) = wait_for(lambda: captures_in_loki(loki, agent_id), 30, 0.5, "the capture in Loki")
+    (entry,) = wait_for(lambda: captures_in_loki(loki, agent_id, container), 30, 0.5, "the capture in Loki")
     labels, _, line = entry
     assert (labels["container"], labels["cluster"], labels["workload"]) == (container.name, "c51", "llama")
     assert labels["level"] == "warning" and labels["job"] == "node-agent"
@@ -168,10 +172,11 @@ def test_a_stalled_engine_leaves_its_stacks_gpus_and_lines_in_loki_once(tmp_path
     assert len(line.encode()) <= 49152
 
     time.sleep(4 * SCRAPE_S + 2)  # more rounds of the same stall: no second capture
-    assert len(captures_in_loki(loki, agent_id)) == 1
+    assert len(captures_in_loki(loki, agent_id, container)) == 1
+    assert captures.taken(tmp_path / "state").count(summary["id"]) == 1
     status = inventory_status(agent)["captures"]
-    assert status["taken"] == 1 and status["last"]["id"] == summary["id"] and status["last"]["error"] is None
-    print("capture took", status["last"]["seconds"], "s,", status["last"]["bytes"], "bytes")
+    assert status["taken"] >= 1 and status["last"]["error"] is None
+    print("last capture took", status["last"]["seconds"], "s,", status["last"]["bytes"], "bytes")
     wait_for(lambda: captures.waiting(tmp_path / "state") == [], 20, 0.5, "the shipped capture removed")
     assert agent.workers()["inventory"]["restarts"] == 0 and agent.workers()["logs"]["restarts"] == 0
 
@@ -190,9 +195,10 @@ def test_without_ptrace_the_capture_says_so_and_keeps_the_rest(tmp_path, agent_f
     assert "Permission denied" in summary["reason"] and summary["top_frames"] == []
     assert summary["gpus"] == [{"index": 0, "uuid": gpus.gpus[0]["uuid"], "verdict": "degraded"}]
 
-    (entry,) = wait_for(lambda: captures_in_loki(loki, agent_id), 30, 0.5, "the capture in Loki")
+    (entry,) = wait_for(lambda: captures_in_loki(loki, agent_id, container), 30, 0.5, "the capture in Loki")
     capture = json.loads(entry[2])
     assert capture["capture_id"] == summary["id"]
+    assert agent.workers()["inventory"]["restarts"] == 0
     assert capture["stacks"]["status"] == "cannot_attach"
     assert capture["stacks"]["processes"][0]["status"] == "cannot_attach"
     assert [x["code"] for x in capture["gpus"][0]["xids"]] == [94]  # everything else is kept
@@ -231,7 +237,7 @@ def test_a_serving_container_dying_of_a_hardware_cause_is_captured(tmp_path, age
     assert summary["id"] and summary["stacks"] == "no_process", summary
     assert summary["gpus"] == [{"index": 0, "uuid": gpus.gpus[0]["uuid"], "verdict": "failed"}]
 
-    (entry,) = wait_for(lambda: captures_in_loki(loki, agent_id), 30, 0.5, "the capture in Loki")
+    (entry,) = wait_for(lambda: captures_in_loki(loki, agent_id, container), 30, 0.5, "the capture in Loki")
     capture = json.loads(entry[2])
     assert capture["capture_id"] == summary["id"] and capture["trigger"] == "container.die"
     assert capture["stacks"]["status"] == "no_process"
