@@ -18,7 +18,7 @@ from faden_agent import protocol
 from faden_agent.node import captures
 from tests.nvml.state import GiB, GpuState
 from tests.support.agentproc import agent_env, wait_for
-from tests.support.lokiproc import LokiProcess
+from tests.support.lokiproc import loki_3  # noqa: F401
 from tests.support.newcomer import python_image
 from tests.support.outboxevents import outbox_events
 from tests.support.sampleworkers import supervisor_argv
@@ -33,14 +33,6 @@ WORKERS = supervisor_argv(
     }
 )
 SCRAPE_S, STALL_S = 1, 3
-
-
-@pytest.fixture(scope="module")
-def loki(tmp_path_factory):
-    process = LokiProcess("3.4.6", tmp_path_factory.mktemp("loki") / "data")
-    process.start()
-    yield process
-    process.stop()
 
 
 @pytest.fixture(scope="module")
@@ -136,9 +128,9 @@ def stall(agent, gpus, control, container):
     (control / "stall").write_text("")
 
 
-def test_a_stalled_engine_leaves_its_stacks_gpus_and_lines_in_loki_once(tmp_path, agent_factory, loki, engine):
+def test_a_stalled_engine_leaves_its_stacks_gpus_and_lines_in_loki_once(tmp_path, agent_factory, loki_3, engine):  # noqa: F811
     container, control = engine()
-    agent, gpus, agent_id = start_agent(agent_factory, tmp_path, loki, container)
+    agent, gpus, agent_id = start_agent(agent_factory, tmp_path, loki_3, container)
     stall(agent, gpus, control, container)
     event = stalled_event(tmp_path / "state", container.name)
 
@@ -150,7 +142,7 @@ def test_a_stalled_engine_leaves_its_stacks_gpus_and_lines_in_loki_once(tmp_path
     assert summary["gpus"] == [{"index": 0, "uuid": gpus.gpus[0]["uuid"], "verdict": "degraded"}]
     print("summary in the event:", json.dumps(summary))
 
-    (entry,) = wait_for(lambda: captures_in_loki(loki, agent_id, container), 30, 0.5, "the capture in Loki")
+    (entry,) = wait_for(lambda: captures_in_loki(loki_3, agent_id, container), 30, 0.5, "the capture in Loki")
     labels, _, line = entry
     assert (labels["container"], labels["cluster"], labels["workload"]) == (container.name, "c51", "llama")
     assert labels["level"] == "warning" and labels["job"] == "node-agent"
@@ -172,7 +164,7 @@ def test_a_stalled_engine_leaves_its_stacks_gpus_and_lines_in_loki_once(tmp_path
     assert len(line.encode()) <= 49152
 
     time.sleep(4 * SCRAPE_S + 2)  # more rounds of the same stall: no second capture
-    assert len(captures_in_loki(loki, agent_id, container)) == 1
+    assert len(captures_in_loki(loki_3, agent_id, container)) == 1
     assert captures.taken(tmp_path / "state").count(summary["id"]) == 1
     status = inventory_status(agent)["captures"]
     assert status["taken"] >= 1 and status["last"]["error"] is None
@@ -181,12 +173,12 @@ def test_a_stalled_engine_leaves_its_stacks_gpus_and_lines_in_loki_once(tmp_path
     assert agent.workers()["inventory"]["restarts"] == 0 and agent.workers()["logs"]["restarts"] == 0
 
 
-def test_without_ptrace_the_capture_says_so_and_keeps_the_rest(tmp_path, agent_factory, loki, engine):
+def test_without_ptrace_the_capture_says_so_and_keeps_the_rest(tmp_path, agent_factory, loki_3, engine):  # noqa: F811
     setpriv = shutil.which("setpriv")
     assert setpriv, "setpriv (util-linux) runs the agent without CAP_SYS_PTRACE"
     container, control = engine()
     no_ptrace = [setpriv, "--bounding-set=-sys_ptrace", "--inh-caps=-sys_ptrace", "--"]
-    agent, gpus, agent_id = start_agent(agent_factory, tmp_path, loki, container, no_ptrace)
+    agent, gpus, agent_id = start_agent(agent_factory, tmp_path, loki_3, container, no_ptrace)
     stall(agent, gpus, control, container)
     event = stalled_event(tmp_path / "state", container.name)
 
@@ -195,7 +187,7 @@ def test_without_ptrace_the_capture_says_so_and_keeps_the_rest(tmp_path, agent_f
     assert "Permission denied" in summary["reason"] and summary["top_frames"] == []
     assert summary["gpus"] == [{"index": 0, "uuid": gpus.gpus[0]["uuid"], "verdict": "degraded"}]
 
-    (entry,) = wait_for(lambda: captures_in_loki(loki, agent_id, container), 30, 0.5, "the capture in Loki")
+    (entry,) = wait_for(lambda: captures_in_loki(loki_3, agent_id, container), 30, 0.5, "the capture in Loki")
     capture = json.loads(entry[2])
     assert capture["capture_id"] == summary["id"]
     assert agent.workers()["inventory"]["restarts"] == 0
@@ -205,7 +197,7 @@ def test_without_ptrace_the_capture_says_so_and_keeps_the_rest(tmp_path, agent_f
     assert any("entering the all-reduce" in line for line in capture["logs"]["lines"])
 
 
-def test_a_serving_container_dying_of_a_hardware_cause_is_captured(tmp_path, agent_factory, loki, engine):
+def test_a_serving_container_dying_of_a_hardware_cause_is_captured(tmp_path, agent_factory, loki_3, engine):  # noqa: F811
     container, _ = engine()
     workers = supervisor_argv(
         {
@@ -215,7 +207,7 @@ def test_a_serving_container_dying_of_a_hardware_cause_is_captured(tmp_path, age
         }
     )
     fast = {"inventory_interval_sec": 1, "workload_fault_window_sec": 60}
-    agent, gpus, agent_id = start_agent(agent_factory, tmp_path, loki, container, workers=workers, **fast)
+    agent, gpus, agent_id = start_agent(agent_factory, tmp_path, loki_3, container, workers=workers, **fast)
     state_dir = tmp_path / "state"
     wait_for(lambda: scraped(agent, container.name), 60, 0.2, "the engine's metrics scraped")
     gpus.xid(0, 79)  # fallen off the bus
@@ -237,7 +229,7 @@ def test_a_serving_container_dying_of_a_hardware_cause_is_captured(tmp_path, age
     assert summary["id"] and summary["stacks"] == "no_process", summary
     assert summary["gpus"] == [{"index": 0, "uuid": gpus.gpus[0]["uuid"], "verdict": "failed"}]
 
-    (entry,) = wait_for(lambda: captures_in_loki(loki, agent_id, container), 30, 0.5, "the capture in Loki")
+    (entry,) = wait_for(lambda: captures_in_loki(loki_3, agent_id, container), 30, 0.5, "the capture in Loki")
     capture = json.loads(entry[2])
     assert capture["capture_id"] == summary["id"] and capture["trigger"] == "container.die"
     assert capture["stacks"]["status"] == "no_process"
