@@ -11,6 +11,7 @@ from typing import Any
 
 from faden_agent import protocol
 from faden_agent.ipc import Endpoints, request
+from faden_agent.protocol.capture import CaptureQuestion
 
 ASK_TIMEOUT_S = 1.0
 log = logging.getLogger(__name__)
@@ -24,9 +25,14 @@ def ask_capture(runtime_dir: Path, record_id: str, data: dict[str, Any], attrs: 
     endpoints = Endpoints(runtime_dir)
     if not endpoints.socket_path(endpoints.inventory).exists():
         return None  # an agent without an inventory worker
-    body = {
+    body: CaptureQuestion = {
         "record_id": record_id,
-        **{key: data.get(key) for key in ("container_id", "name", "cluster", "workload", "time", "gpus")},
+        "container_id": data["container_id"],
+        "name": data.get("name"),
+        "cluster": data.get("cluster"),
+        "workload": data.get("workload"),
+        "time": data["time"],
+        "gpus": data.get("gpus") or [],
     }
     reply = request(endpoints.inventory, "capture", body, timeout_s=ASK_TIMEOUT_S)
     if reply is None or reply.type != "capture" or not isinstance(reply.body, dict):

@@ -111,6 +111,7 @@ class InventoryWorker(Worker):
         self._changed = threading.Event()
         self._kernel_started = False
         self._captures: Any = None  # capture/triggers.py, made at the first capture
+        self._captures_made = threading.Lock()  # by the workloads thread or the main loop, once
         self._restore_gpu_evidence()
         self.watchers: list[DockerChangeWatcher | GpuErrorWatcher] = [
             DockerChangeWatcher(self.config.docker_host, self._changed.set, self.stop_event),
@@ -194,21 +195,25 @@ class InventoryWorker(Worker):
 
     def _capture_triggers(self) -> Any:
         """Evidence at a stall (capture/): imported at the first capture, never at idle."""
-        if self._captures is None:
-            from faden_agent.workers.inventory.capture.capturer import Capturer
-            from faden_agent.workers.inventory.capture.triggers import Triggers
+        with self._captures_made:
+            if self._captures is None:
+                self._captures = self._make_capture_triggers()
+            return self._captures
 
-            capturer = Capturer(
-                self.config.state_dir,
-                self.config.stall_capture_max_bytes,
-                self.config.workload_fault_window_sec,
-                self.config.docker_host,
-                self._refresh,
-                lambda: self.reporter.sections or {},
-                self.start_thread,
-            )
-            self._captures = Triggers(capturer)
-        return self._captures
+    def _make_capture_triggers(self) -> Any:
+        from faden_agent.workers.inventory.capture.capturer import Capturer
+        from faden_agent.workers.inventory.capture.triggers import Triggers
+
+        capturer = Capturer(
+            self.config.state_dir,
+            self.config.stall_capture_max_bytes,
+            self.config.workload_fault_window_sec,
+            self.config.docker_host,
+            self._refresh,
+            lambda: self.reporter.sections or {},
+            self.start_thread,
+        )
+        return Triggers(capturer)
 
     def _refresh(self) -> Callable[[float], tuple[dict[str, Any], bool]]:
         """Asks the collection loop for a round now; the waiter returns its sections (or,

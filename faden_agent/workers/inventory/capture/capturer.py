@@ -18,6 +18,7 @@ from typing import Any
 from faden_agent.common.dockerclient import make_client
 from faden_agent.common.errorline import error_line
 from faden_agent.node import captures
+from faden_agent.protocol.capture import CaptureSummary
 from faden_agent.workers.inventory.capture import document
 from faden_agent.workers.inventory.capture.gpus import container_gpus, gpu_state, verdicts
 from faden_agent.workers.inventory.capture.stacks import capture_stacks
@@ -41,7 +42,7 @@ class Job:
     trigger: str  # the event type that asked: workload.stalled, container.die
     container: dict[str, Any]  # id, name, cluster, workload
     at: float  # the event's time
-    done: Callable[[dict[str, Any]], Any]  # called with the summary once the capture is put down
+    done: Callable[[CaptureSummary], Any]  # called with the summary once the capture is put down
     gpus: list[dict[str, Any]] = field(default_factory=list)  # [{index, uuid}] the asker knows of
 
 
@@ -98,7 +99,7 @@ class Capturer:
             except Exception:  # noqa: BLE001 - e.g. the outbox's disk is full: the next job still runs
                 log.exception("the event of capture %s was not sent", job.capture_id)
 
-    def capture(self, job: Job) -> dict[str, Any]:
+    def capture(self, job: Job) -> CaptureSummary:
         """The capture of one job, put down for the log worker; its summary (never raises)."""
         started = time.monotonic()
         doc: dict[str, Any] = {
@@ -118,7 +119,8 @@ class Capturer:
         except Exception as exc:  # noqa: BLE001 - a capture that fails is told, never fatal
             error = error_line(exc, 300, named=True)
             log.warning("capture %s of %s failed: %s", job.capture_id, job.container.get("name"), error)
-            brief = {**document.summary({**doc, "stacks": doc.get("stacks") or {}}), "error": error}
+            brief = document.summary({**doc, "stacks": doc.get("stacks") or {}})
+            brief["error"] = error
             self.last = {"id": job.capture_id, "bytes": None, "stacks": brief.get("stacks"), "error": error}
         self.last["seconds"] = round(time.monotonic() - started, 2)
         self.taken_count += 1
@@ -165,7 +167,7 @@ class Capturer:
         text = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
         return {"lines": [line[:LOG_LINE_CHARS] for line in text.splitlines()[-LOG_LINES:]], "error": None}
 
-    def brief_now(self, capture_id: str, container_id: str, named: list[dict[str, Any]]) -> dict[str, Any]:
+    def brief_now(self, capture_id: str, container_id: str, named: list[dict[str, Any]]) -> CaptureSummary:
         """A summary before the capture runs (a death: no process left to dump), from the
         last collection's verdicts."""
         sections = self.last_sections()

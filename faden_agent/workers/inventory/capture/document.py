@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 
+from faden_agent.protocol.capture import CaptureSummary
 from faden_agent.workers.inventory.capture.gpus import verdicts
 
 TOP_FRAMES = 5  # of the busiest thread, in the event's summary
@@ -122,9 +123,9 @@ def fit(document: dict[str, Any], max_bytes: int) -> bytes:
     return orjson.dumps({k: document.get(k) for k in ("capture_id", "trigger", "time", "container", "cut")})
 
 
-def summary(document: dict[str, Any]) -> dict[str, Any]:
+def summary(document: dict[str, Any]) -> CaptureSummary:
     """The event's `capture`: id, the stacks' outcome, the busiest thread's top frames, the
-    GPUs' verdicts (protocol: CaptureSummary)."""
+    GPUs' verdicts."""
     stacks = document.get("stacks") or {}
     busiest = stacks.get("busiest") or {}
     return {

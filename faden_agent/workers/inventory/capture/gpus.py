@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from faden_agent.protocol.capture import CaptureGpu
+
 MAX_PROCESSES = 32
 FIGURES = (
     "utilization_gpu",
@@ -95,6 +97,6 @@ def gpu_state(device: dict[str, Any], now: float, window_s: float) -> dict[str, 
     return state
 
 
-def verdicts(gpus: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def verdicts(gpus: list[dict[str, Any]]) -> list[CaptureGpu]:
     """The summary's part: index, uuid and verdict of each GPU."""
     return [{"index": g["index"], "uuid": g.get("uuid"), "verdict": g.get("verdict")} for g in gpus]

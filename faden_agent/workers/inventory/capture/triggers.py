@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from faden_agent.node import captures
+from faden_agent.protocol.capture import CaptureRefused, CaptureSummary
 from faden_agent.workers.inventory.capture.capturer import Capturer, Job
 
 FRESH_S = 60.0
@@ -17,7 +18,7 @@ ALREADY = "captured already"
 MAX_TEXT = 256
 
 
-def refused(capture_id: str, why: str) -> dict[str, Any]:
+def refused(capture_id: str, why: str) -> CaptureRefused:
     """The `capture` of an event whose capture was not taken (now)."""
     return {"id": capture_id if why == ALREADY else None, "reason": why}
 
@@ -45,9 +46,9 @@ class Triggers:
         if why is not None:
             send({**data, "capture": refused(capture_id, why)}, record_id)
 
-    def died(self, body: Any) -> dict[str, Any]:
-        """The executor's `capture` question {record_id, container_id, name, cluster, workload,
-        time, gpus}: the event's `capture`, or why none is taken."""
+    def died(self, body: Any) -> CaptureSummary | CaptureRefused:
+        """The executor's question (CaptureQuestion, checked here: it comes over IPC): the
+        event's `capture`, or why none is taken."""
         body = body if isinstance(body, dict) else {}
         record_id, container_id = _text(body.get("record_id")), _text(body.get("container_id"))
         at = body.get("time")
