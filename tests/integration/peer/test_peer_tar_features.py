@@ -15,7 +15,7 @@ from faden_agent import protocol
 from faden_agent.transfers.fetch import Transfer
 from tests.support.executorproc import executor_factory  # noqa: F401
 from tests.support.hostilepeer import ScriptedPeer, absent_image, honest, remove_image, scripted
-from tests.support.imageshapes import containerd_layout, stacked_image
+from tests.support.imageshapes import containerd_layout, runs_with, stacked_image
 from tests.support.tarfeatures import MiB, sparse_image, with_global_header, with_go_pax_headers
 
 pytestmark = pytest.mark.docker
@@ -91,11 +91,7 @@ def test_engine_29s_own_save_with_go_pax_headers_loads_into_it(engine29, docker_
             served.close()
         print(f"29's own save with PAX headers: {result} in {time.monotonic() - started:.1f} s")
         assert result["engine_image_id"] == image_id
-        container = api.create_container("faden-pax/back:1", ["cat", "/marker"], network_disabled=True)
         try:
-            api.start(container)
-            assert api.wait(container, timeout=60)["StatusCode"] == 0
-            assert api.logs(container, stdout=True, stderr=False).strip() == marker
+            runs_with(api, "faden-pax/back:1", marker)
         finally:
-            api.remove_container(container, force=True)
             api.remove_image(image_id, force=True)
