@@ -29,7 +29,7 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
 fi
 
 # promtool (`promtool check metrics` over a real agent's scrape: tests/support/metricsclient.py) and the
-# Prometheus server (tests/integration/test_workload_discovery.py runs one), from Debian's
+# Prometheus server (tests/integration/inventory/test_workload_discovery.py runs one), from Debian's
 # prometheus package, unpacked only: installing it would start a Prometheus server.
 if ! command -v promtool >/dev/null || ! command -v prometheus >/dev/null; then
   rm -rf "$STATE/prometheus-deb" && mkdir -p "$STATE/prometheus-deb"
