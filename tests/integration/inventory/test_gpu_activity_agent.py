@@ -43,7 +43,9 @@ def test_gpm_figures_in_the_record_and_metrics_and_a_gpu_without_says_why(tmp_pa
     gpus.gpus[1]["cc_major"] = 8
     with_gpm(gpus.gpus[2], sm_active=50, sm_occupancy=20, tensor_active=5, dram_active=10)
     gpus.add_mig(2, 1, "MIG-11111111-fake", 40 * GiB, sm_active=80, sm_occupancy=40, tensor_active=25, dram_active=7.5)
-    env = agent_env(tmp_path, inventory_interval_sec=1)
+    # A round's figures are over the time since the one before: the first full record has none,
+    # the gauges come with the next record that carries usage (every round: a gauge age of 1 s).
+    env = agent_env(tmp_path, inventory_interval_sec=1, inventory_usage_sec=1)
     env.update(gpus.env())
     agent = agent_factory(env, argv=INVENTORY_ONLY).start()
     state_dir = tmp_path / "state"
@@ -79,5 +81,5 @@ def test_gpm_figures_in_the_record_and_metrics_and_a_gpu_without_says_why(tmp_pa
     with_gpm(gpus.gpus[0], sm_active=5, sm_occupancy=2, tensor_active=0, dram_active=1)  # the SMs idle now
     gpus.write()
     wait_for(lambda: get(agent).value("faden_agent_gpu_sm_active_ratio", gpu="0") == pytest.approx(0.05), 20)
-    assert latest_usage(state_dir, 0)["sm_active"] == 5.0  # moved past its threshold: sent
+    wait_for(lambda: latest_usage(state_dir, 0)["sm_active"] == 5.0, 20, 0.2, "the new figure in a record")
     assert agent.workers()["inventory"]["restarts"] == 0
