@@ -23,7 +23,7 @@ CORDONED = "cordoned"  # nothing new is placed here; what runs stays
 DRAINING = "draining"  # cordoned, and the managed containers are being stopped
 DRAINED = "drained"  # cordoned, and the drain ended
 DRAIN_STATES = (SCHEDULABLE, CORDONED, DRAINING, DRAINED)
-HOST_ACTIONS = ("cordon", "drain", "uncordon")  # what a host request may ask
+HOST_ACTIONS = ("cordon", "drain", "uncordon", "gpu.forget")  # what a host request may ask
 SHUTTING_DOWN_EVENT = "node.shutting_down"  # the machine is going down (logind PrepareForShutdown)
 
 # Timeline states of a command.
@@ -176,6 +176,10 @@ REASONS = (
     "ticket_expired",
     "policy_denied",  # the host policy refuses what a container.run asks for
     "already_ran",  # an id that ran before its journal row expired: not run again
+    # gpu.* commands, answered through the inventory worker's door
+    "gpu_present",  # gpu.forget of a GPU NVML still counts
+    "inventory_unavailable",  # the inventory worker did not answer
+    "busy",  # what the command needs is held by another call (a GPU probe in a hung NVML call)
 )
 
 # Capabilities this build reports to the backend.
@@ -183,6 +187,7 @@ TRAFFIC_CAPABILITY = "traffic.passive"  # sends traffic records (peers, NICs, RD
 PEER_IMAGES_CAPABILITY = "images.peer"  # image.serve / image.fetch, a peer worker on PEER_PORT (issue 14)
 PROBE_CAPABILITY = "traffic.probe"  # traffic.serve / traffic.probe: active probes over the peer port (issue 15)
 DRAIN_CAPABILITY = "drain"  # node.drain / node.undrain, host requests, drain state in heartbeats
+GPU_FORGET_CAPABILITY = "gpu.forget"  # gpu.forget: a GPU removed for good is acknowledged (and its host request)
 CAPABILITIES = (
     "docker",
     "gpu",
@@ -194,6 +199,7 @@ CAPABILITIES = (
     PEER_IMAGES_CAPABILITY,
     PROBE_CAPABILITY,
     DRAIN_CAPABILITY,
+    GPU_FORGET_CAPABILITY,
 )
 
 
