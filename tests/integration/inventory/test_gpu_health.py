@@ -18,13 +18,13 @@ import pynvml
 import pytest
 
 from faden_agent import protocol
-from faden_agent.backend.outbox import Outbox
 from faden_agent.workers.inventory.gpu import rules as gpu_rules
 from faden_agent.workers.inventory.gpu.holds import read_boot_id
 from faden_agent.workers.inventory.record import without_usage
 from tests.nvml.state import GpuState
-from tests.support.agentproc import AgentProcess, agent_env, wait_for
+from tests.support.agentproc import AgentProcess, wait_for
 from tests.support.backendproc import agent_env_for, backend  # noqa: F401 - the fixture
+from tests.support.gpuagent import health_events, newest_gpu, records, start
 from tests.support.journalfiles import JournalWriter
 from tests.support.metricsclient import get, promtool_check
 
@@ -70,32 +70,6 @@ FAULTS = {
 }
 XIDS = {"xid_fatal": 79, "xid_degrading": 94}
 VERDICT_OF = {rule.name: rule.verdict for rule in gpu_rules.RULES}
-
-
-def records(state_dir, kind):
-    outbox = Outbox(state_dir)
-    try:
-        return [r["data"] for r in outbox.pending(100_000) if r["kind"] == kind]
-    finally:
-        outbox.close()
-
-
-def health_events(state_dir):
-    return [e for e in records(state_dir, protocol.EVENT) if e.get("type") == "gpu.health_changed"]
-
-
-def newest_gpu(state_dir):
-    full = [r for r in records(state_dir, protocol.INVENTORY) if r["type"] == "full"]
-    return full[-1]["gpu"] if full else None
-
-
-def start(tmp_path, agent_factory, gpus: GpuState, **settings):
-    env = agent_env(tmp_path, **{"inventory_interval_sec": 1, "inventory_usage_sec": 1, **settings})
-    env.update(gpus.env())
-    agent = agent_factory(env).start()
-    state_dir = tmp_path / "state"
-    first = wait_for(lambda: newest_gpu(state_dir), 30, what="a first inventory record")
-    return agent, state_dir, first
 
 
 def test_every_rule_drives_its_verdict_and_event(tmp_path, agent_factory):

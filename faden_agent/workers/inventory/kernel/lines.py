@@ -64,7 +64,6 @@ class KernelLines:
         self.lines = 0
         self._failed: dict[str, int] = {}  # consumer name -> lines it raised on
         self._proc: subprocess.Popen[bytes] | None = None
-        self._fd: int | None = None
 
     def add(self, consumer: KernelConsumer) -> None:
         self.consumers.append(consumer)
@@ -95,22 +94,19 @@ class KernelLines:
             proc.kill()
 
     def _read_one_source(self) -> None:
-        journal_problem = journald.journal_problem(self.journal_directory)
-        if journal_problem is None:
+        source, problem = kernel_source(self.journal_directory, self.kmsg_path)
+        if source == JOURNALD:
             self._set(JOURNALD, None)
             self._follow_journal()
             return
-        try:
-            fd = kmsg.open_kmsg(self.kmsg_path)
-        except OSError as exc:
-            self._set(None, f"no kernel log: {journal_problem}; {self.kmsg_path}: {exc.strerror or exc}")
+        if source is None:
+            self._set(None, problem)
             return
+        fd = kmsg.open_kmsg(self.kmsg_path)
         self._set(KMSG, None)
-        self._fd = fd
         try:
             self._follow_kmsg(fd)
         finally:
-            self._fd = None
             os.close(fd)
 
     def _set(self, source: str | None, problem: str | None) -> None:
@@ -181,6 +177,19 @@ class KernelLines:
                 failed = self._failed[consumer.name] = self._failed.get(consumer.name, 0) + 1
                 if failed == 1:
                     log.exception("kernel line consumer %s failed on a line", consumer.name)
+
+
+def kernel_source(journal_directory: Path | None, kmsg_path: Path) -> tuple[str | None, str | None]:
+    """(the source this host's kernel lines are read from, why not the journal) or (None, why
+    neither can be read)."""
+    journal_problem = journald.journal_problem(journal_directory)
+    if journal_problem is None:
+        return JOURNALD, None
+    try:
+        os.close(kmsg.open_kmsg(kmsg_path))
+    except OSError as exc:
+        return None, f"no kernel log: {journal_problem}; {kmsg_path}: {exc.strerror or exc}"
+    return KMSG, journal_problem
 
 
 def _realtime(entry: dict[str, Any]) -> float:
