@@ -364,7 +364,7 @@ class HealthReader:
                 "reset_view": dict(t.view),
                 "last_reset": self.holds.last_reset(uuid),
             }
-            for uuid, t in self._tracks.items()
+            for uuid, t in list(self._tracks.items())  # also read by the door's thread: a copy first
         }
 
     def restore(self, uuid: str, saved: dict[str, Any]) -> None:

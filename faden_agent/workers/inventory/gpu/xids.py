@@ -15,6 +15,7 @@ from faden_agent.workers.inventory.gpu import rules as gpu_rules
 from faden_agent.workers.inventory.gpu.holds import Holds
 
 XID_KEEP = 16  # last Xid events kept per GPU
+MAX_LOGS = 256  # GPUs, NVSwitches and unplaced bus ids with a log: a new one past this is dropped
 MAX_CODES = 64  # distinct Xid codes counted per GPU (the catalogue has about 170)
 SWITCH = "nvswitch:"  # the log key of an NVSwitch's SXids: SWITCH + its bus id
 UNPLACED = "pci:"  # the log key of Xid lines of a bus id no GPU was seen at: UNPLACED + the bus id
@@ -70,6 +71,8 @@ class XidLog:
         entry = {"event": event, "code": code, "at": at, "source": source, "boot": boot or self.holds.boot_id}
         entry.update({key: value for key, value in named.items() if value is not None})
         with self._lock:
+            if uuid not in self._events and len(self._events) >= MAX_LOGS:
+                return False
             log = self._events.setdefault(uuid, collections.deque())
             same = [e for e in log if e["event"] == event and e["code"] == code]
             if any(e["at"] == at or (e.get("source") != source and abs(at - e["at"]) <= SAME_XID_S) for e in same):
