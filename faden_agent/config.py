@@ -395,7 +395,29 @@ class Config:
         "How long a rise of a GPU error counter (uncorrected ECC, NVLink, PCIe replay) keeps the GPU degraded",
     )
     gpu_xid_hold_sec: float = setting(
-        "3600", _positive_float, "How long an Xid error counts towards its GPU's verdict after it happened"
+        "3600",
+        _positive_float,
+        "Longest an Xid whose catalogue action is neither a reset nor a reboot counts towards its GPU's verdict;"
+        " reset- and reboot-class Xids count until that remedy is seen, whatever this says"
+        " ([docs/inventory.md](docs/inventory.md#holds))",
+    )
+    boot_id_file: Path = setting(
+        "/proc/sys/kernel/random/boot_id",
+        _path,
+        "The kernel's boot id: a new one is a reboot, which ends the hold of a reboot-class Xid; tests point it at"
+        " a file",
+    )
+    kmsg_path: Path = setting(
+        "/dev/kmsg",
+        _path,
+        "The kernel's log where the host has no journal this agent can read"
+        " ([docs/inventory.md](docs/inventory.md#kernel-lines)); tests point it at a file or FIFO",
+    )
+    systemctl: str = setting(
+        "systemctl",
+        _text,
+        "The systemctl asked for the fabric manager's unit (`nvidia-fabricmanager`) on NVSwitch machines;"
+        " tests point it at a stand-in",
     )
     workload_scrape_sec: float = setting(
         "15",
@@ -412,8 +434,9 @@ class Config:
     workload_fault_window_sec: float = setting(
         "300",
         _positive_float,
-        "A container death, OOM or unhealthy event is `suspected: hardware` when one of its GPUs had an Xid"
-        " this long before it, else `application` ([docs/commands.md](docs/commands.md#events))",
+        "A container death, OOM or unhealthy event is `suspected: hardware` when one of the GPUs it used had a"
+        " GPU-fault Xid or turned failed this long before it (or in the few seconds after), else `application`"
+        " ([docs/commands.md](docs/commands.md#events))",
     )
     traffic_interval_sec: float = setting(
         "10",

@@ -1,5 +1,5 @@
-"""`faden-agent cordon|drain|uncordon`: a host request put in the agent's outbox (the stream
-worker sends it over its own link), then the backend's answer awaited: the node.* command it
+"""`faden-agent cordon|drain|uncordon|gpu forget`: a host request put in the agent's outbox (the
+stream worker sends it over its own link), then the backend's answer awaited: the command it
 sends, its progress and outcome as the executor records them (node/drainstate.py).
 Exit codes: EXIT_DONE, EXIT_FAILED (the answer's reason), EXIT_NOT_ENROLLED, EXIT_PENDING.
 """
@@ -46,12 +46,13 @@ def parse_duration(text: str) -> float:
     return float(match.group(1)) * _UNITS[match.group(2)]
 
 
-def send_request(config: Config, action: str, deadline_s: float | None, wait_s: float) -> str:
-    """Put the host request in the outbox (durable; the stream worker is woken); its id."""
+def send_request(config: Config, action: str, deadline_s: float | None, wait_s: float, **fields: str) -> str:
+    """Put the host request (with the action's own `fields`: gpu.forget's uuid) in the outbox
+    (durable; the stream worker is woken); its id."""
     from faden_agent.backend.producer import Reports
 
     request_id = uuid.uuid4().hex
-    data: dict[str, Any] = {"action": action, "request_id": request_id, "requested_at": time.time()}
+    data: dict[str, Any] = {"action": action, "request_id": request_id, "requested_at": time.time(), **fields}
     if deadline_s is not None:
         data["deadline_s"] = deadline_s
     if action != "cordon":  # a drain or uncordon nobody waits for any more must not run later

@@ -61,6 +61,11 @@ class Endpoints:
         return self._ipc("logs")
 
     @property
+    def inventory(self) -> str:
+        """Inventory worker REP: its door (ipc/inventory_door.py), e.g. the executor's gpu.forget."""
+        return self._ipc("inventory")
+
+    @property
     def reports_ready(self) -> str:
         """Stream PULL: producers wake the stream worker's outbox sender after writing to the outbox."""
         return self._ipc("reports-ready")
