@@ -14,6 +14,7 @@ import orjson
 
 from faden_agent import protocol
 from faden_agent.backend.client import BackendClient, BackendError
+from faden_agent.common import testhooks
 from faden_agent.config import ConfigError
 from faden_agent.ipc import EnvelopeError, request
 from faden_agent.node import backend_accepts
@@ -75,6 +76,7 @@ class Downlink(LinkThread):
 
     def follow(self, client: BackendClient) -> None:
         stream = client.open_stream(self.cursor, self.config.stream_keepalive_sec)
+        testhooks.pause("stream_opened", self.config.runtime_dir)
         self.link_status.set_connection(LinkState.CONNECTED)
         self.connects += 1
         self.link_status.note(reconnects=self.connects - 1)
