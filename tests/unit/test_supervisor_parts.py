@@ -7,8 +7,8 @@ import random
 
 import pytest
 
+from faden_agent.disk.files import PrivateDirError
 from faden_agent.ipc import EnvelopeError, decode, encode, ensure_runtime_dir
-from faden_agent.ipc.endpoints import RuntimeDirError
 from faden_agent.supervisor.policy import RestartPolicy
 
 POLICY = RestartPolicy(backoff_min_s=0.5, backoff_max_s=8, max_restarts=3, window_s=60, fatal_retry_s=300, jitter=0)
@@ -59,5 +59,5 @@ def test_runtime_dir_owned_by_someone_else_is_refused(tmp_path):
     path = tmp_path / "theirs"
     path.mkdir()
     os.chown(path, 65534, 65534)
-    with pytest.raises(RuntimeDirError, match="owned by uid 65534"):
+    with pytest.raises(PrivateDirError, match="owned by uid 65534"):
         ensure_runtime_dir(path)
