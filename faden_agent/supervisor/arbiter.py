@@ -560,7 +560,7 @@ class Supervisor:
                 }
             )
         server = self.metrics.server
-        endpoint = {"dropped": server.dropped if server else 0}
+        endpoint = server.figures() if server else {}
         return {"supervisor": {"started_at": self.started_at, "metrics": endpoint}, "workers": rows}
 
     def pids(self) -> dict[str, int]:
