@@ -7,26 +7,12 @@ from __future__ import annotations
 
 import time
 
-import pytest
-
 from faden_agent import protocol
 from faden_agent.ipc import dbuswire as wire
 from faden_agent.ipc.dbusconn import BUS_NAME, BUS_PATH, Bus
 from tests.support.agentproc import AgentProcess, wait_for
 from tests.support.backendproc import agent_env_for, backend  # noqa: F401 - fixture
-from tests.support.systembus import LOGIND_PATH, MANAGER, PrivateSystemBus, StandInLogind
-
-DELAY_MAX_S = 5.0
-
-
-@pytest.fixture
-def system_bus(tmp_path):
-    bus = PrivateSystemBus(tmp_path / "bus").start()
-    logind = StandInLogind(bus.address, DELAY_MAX_S)
-    logind.start()
-    yield bus, logind
-    logind.stop()
-    bus.stop()
+from tests.support.systembus import DELAY_MAX_S, LOGIND_PATH, MANAGER, system_bus  # noqa: F401 - fixture
 
 
 def unique_name_of(bus: Bus, pid: int) -> str:
