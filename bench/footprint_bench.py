@@ -215,7 +215,7 @@ def memory_over_tls(root: Path, loki_url: str, journal: JournalWriter, docker_ho
     the backend's certificate): what every https connection's certificate store costs."""
     import certifi
 
-    from tests.integration.test_stream_tls_secrets import make_ca_and_server_cert
+    from tests.support.privateca import make_ca_and_server_cert
 
     tls_dir = root / "tls"
     tls_dir.mkdir()

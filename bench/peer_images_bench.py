@@ -26,8 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: the repository root
 
-from tests.cluster.rig import Rig, run
-from tests.cluster.test_peer_images import (
+from tests.cluster.peerimages import (
     APP,
     BASE,
     MB,
@@ -40,6 +39,7 @@ from tests.cluster.test_peer_images import (
     tx_bytes,
     without,
 )
+from tests.cluster.rig import Rig, run
 
 PIPE_PORT = 9799
 RECEIVE = (

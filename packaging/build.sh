@@ -70,7 +70,7 @@ fi
 flock -u 8
 PYTHON=$venv/bin/python
 # Each bundled package's metadata goes in too: the binary's versions can be read back
-# (tests/integration/test_standalone_binary.py compares them with the lock).
+# (tests/integration/service/test_standalone_binary.py compares them with the lock).
 bundled=$(grep -E '^[A-Za-z0-9]' packaging/requirements.lock | cut -d= -f1)
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/faden-build.XXXXXX")

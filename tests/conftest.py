@@ -27,28 +27,32 @@ def require(what: str, reason: str) -> None:
 
 # Modules whose tests take a minute or more (their own builds and images included), run
 # first: xdist hands out tests in order, and a long one started last keeps CI waiting alone.
-# The unit tests, short, fill in at the end.
+# The unit tests, short, fill in at the end. Paths are relative to this directory.
 LONG_FIRST = (
-    "test_systemd_e2e.py",
-    "test_systemd_conventions.py",
-    "test_readme_newcomer.py",
-    "test_standalone_binary.py",
-    "test_logs_container_lifecycle.py",
-    "test_logs_agent.py",
-    "test_admin_follow.py",
-    "test_logs_hostile_mount.py",
-    "test_executor_reconcile.py",
-    "test_hostile_peers.py",
-    "test_peer_port_attacks.py",
+    "integration/service/test_systemd_e2e.py",
+    "integration/service/test_systemd_conventions.py",
+    "integration/service/test_readme_newcomer.py",
+    "integration/service/test_standalone_binary.py",
+    "integration/logs/test_logs_container_lifecycle.py",
+    "integration/logs/test_logs_agent.py",
+    "integration/devbackend/test_admin_follow.py",
+    "integration/logs/test_logs_hostile_mount.py",
+    "integration/executor/test_executor_reconcile.py",
+    "integration/peer/test_hostile_peers.py",
+    "integration/peer/test_peer_port_attacks.py",
 )
+TESTS = Path(__file__).resolve().parent
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     def rank(item: pytest.Item) -> tuple[int, int]:
-        name = item.path.name
-        if name in LONG_FIRST:
-            return (0, LONG_FIRST.index(name))
-        return (2, 0) if item.path.parent.name == "unit" else (1, 0)
+        try:
+            where = item.path.resolve().relative_to(TESTS)
+        except ValueError:  # a test outside tests/, named on the command line
+            return (1, 0)
+        if where.as_posix() in LONG_FIRST:
+            return (0, LONG_FIRST.index(where.as_posix()))
+        return (2, 0) if where.parts[0] == "unit" else (1, 0)
 
     items.sort(key=rank)  # stable: the order within each rank stays the collected one
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.cluster.test_peer_images import APP, build_images, image_id
+from tests.cluster.peerimages import APP, build_images, image_id
 from tests.support.agentproc import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.docker]

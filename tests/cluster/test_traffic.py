@@ -17,30 +17,19 @@ import pytest
 
 from faden_agent import protocol
 from tests.cluster.conftest import require_rig
+from tests.cluster.oldagent import old_agent_tree  # noqa: F401 - a fixture
 from tests.cluster.rig import Rig
 from tests.support.agentproc import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.docker]
 
 CLUSTER = "traffic-test"
-OLD_AGENT_COMMIT = "6cfffa880e3ed048a63b25ed98fcf799a61bff7d"  # before traffic existed
 REPO = Path(__file__).resolve().parents[2]
 MiB = 1 << 20
 
 
 def sysfs_of(machine) -> Path:
     return machine.root / "sysfs"
-
-
-@pytest.fixture(scope="module")
-def old_agent_tree(tmp_path_factory) -> Path:
-    """The agent as it was before this feature: a real old build, not a pretend one."""
-    tree = tmp_path_factory.mktemp("old-agent")
-    archive = subprocess.run(
-        ["git", "-C", str(REPO), "archive", OLD_AGENT_COMMIT, "faden_agent"], capture_output=True, check=True
-    ).stdout
-    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
-    return tree
 
 
 @pytest.fixture(scope="module")

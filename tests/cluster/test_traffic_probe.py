@@ -17,8 +17,8 @@ import pytest
 from faden_agent import protocol
 from faden_agent.devbackend.fanout import mint_ticket
 from tests.cluster.conftest import require_rig
+from tests.cluster.oldagent import old_agent_tree  # noqa: F401 - a fixture
 from tests.cluster.rig import Machine, Rig
-from tests.cluster.test_traffic import OLD_AGENT_COMMIT, old_agent_tree  # noqa: F401 - a fixture
 
 pytestmark = [pytest.mark.cluster, pytest.mark.docker]
 

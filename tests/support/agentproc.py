@@ -3,6 +3,7 @@ runtime/state directory and ask it `ps` over its real control socket."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -172,3 +173,11 @@ def peak_rss_mib(pid: int) -> float:
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) / 1024
     raise AssertionError(f"no VmHWM for pid {pid}")
+
+
+def agent_status(env: dict[str, str]) -> dict:
+    """`faden-agent status --json` of the agent this environment names, read as its operator would."""
+    out = subprocess.run(
+        [sys.executable, "-m", "faden_agent", "status", "--json"], env=env, capture_output=True, text=True, timeout=20
+    )
+    return json.loads(out.stdout)

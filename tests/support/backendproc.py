@@ -17,6 +17,8 @@ API (import what you need; fixtures must be imported into the test module to be 
     agent_env_for(backend, tmp_path, token=..., **overrides) -> env for tests.support.agentproc.AgentProcess:
         backend URL, a fresh one-time token, a unique AGENT_ID, short intervals.
 
+    accepted(backend, credential) -> the HTTP status of an empty uplink with that credential.
+
     fixture `backend`: a started BackendProcess under tmp_path (stopped after the test).
     fixture `agent_on_backend`: factory(**overrides) -> (AgentProcess started, node dict) of an
         agent enrolled against `backend`; every agent is stopped after the test.
@@ -35,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 
 from faden_agent import protocol
 from faden_agent.devbackend.admin import AdminClient, AdminError
@@ -206,6 +209,16 @@ def agent_env_for(
         settings["enrollment_token"] = token
     settings.update(overrides)
     return agent_env(tmp_path, **settings)
+
+
+def accepted(backend: BackendProcess, credential: str) -> int:
+    """The HTTP status of an empty uplink with this credential (200: it counts)."""
+    return requests.post(
+        backend.url + protocol.UPLINK_PATH,
+        json={"records": []},
+        headers={"Authorization": f"Bearer {credential}"},
+        timeout=10,
+    ).status_code
 
 
 @pytest.fixture

@@ -6,9 +6,8 @@ import pytest
 
 from faden_agent.backend.client import BackendClient
 from faden_agent.config import Config, load_config
+from tests.support.fuzzvalues import FUZZ_CREDENTIAL
 from tests.support.scriptedhttp import ScriptedHTTP
-
-FUZZ_CREDENTIAL = "fuzz-credential"  # must never show up in an error message
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,89 @@
+"""The supervisor marks its objects immortal before forking (issue 16, immortal.py): a
+forked child that calls the supervisor's functions then copies almost none of the pages
+they live on. Measured in a real fork, by the child's own Private_Dirty, on a CPython 3.12
+or 3.13 (the test runner's, or one found on the machine); on other interpreters the marking
+must do nothing."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from faden_agent.supervisor.prefork import immortal
+from tests.conftest import require
+from tests.support.pythons import cpythons
+
+REPO = Path(__file__).resolve().parents[3]
+MODULE = REPO / "faden_agent" / "supervisor" / "prefork" / "immortal.py"
+
+# Loads immortal.py alone (a bare interpreter has no zmq or docker), makes 20,000 function
+# objects, optionally marks everything immortal, forks; the child takes and drops a
+# reference to each (what reading a global or calling one does) and reports how many KiB
+# of pages that copied, and a function's count.
+FORKED_REFERENCES = """
+import gc, importlib.util, os, re, sys, types
+spec = importlib.util.spec_from_file_location("immortal", sys.argv[1])
+immortal = importlib.util.module_from_spec(spec); spec.loader.exec_module(immortal)
+def add_one(x):
+    return x + 1
+functions = [types.FunctionType(add_one.__code__, globals(), f"f{i}") for i in range(20000)]
+gc.collect()
+marked = immortal.immortalize_heap() if sys.argv[2] == "immortal" else 0
+gc.freeze()
+def private_dirty_kib():
+    return int(re.search(r"^Private_Dirty:\\s+(\\d+)", open("/proc/self/smaps_rollup").read(), re.M).group(1))
+read, write = os.pipe()
+pid = os.fork()
+if pid == 0:
+    before = private_dirty_kib()
+    for function in functions:  # each step takes a reference to one and drops the last
+        pass
+    copied = private_dirty_kib() - before
+    os.write(write, f"{marked} {copied} {sys.getrefcount(functions[7])} {functions[7](1)}".encode())
+    os._exit(0)
+os.waitpid(pid, 0)
+print(os.read(read, 200).decode())
+"""
+
+
+def interpreter_with_immortal_objects() -> str | None:
+    """A CPython 3.12 or 3.13 that runs: this one, or one found on the machine."""
+    if immortal.unsupported_reason() is None:
+        return sys.executable
+    found = cpythons()
+    return found.get("3.12") or found.get("3.13")
+
+
+def forked_references(python: str, mode: str) -> tuple[int, int, int]:
+    argv = [python, "-c", FORKED_REFERENCES, str(MODULE), mode]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    marked, copied_kib, refcount, result = map(int, out.stdout.split())
+    assert result == 2  # the marked function still works
+    return marked, copied_kib, refcount
+
+
+def test_marked_objects_are_not_copied_by_a_forked_child_that_references_them():
+    python = interpreter_with_immortal_objects()
+    if python is None:
+        require("a CPython 3.12 or 3.13", "none was found (PATH, pyenv)")
+    marked, copied_plain, refcount_plain = forked_references(python, "plain")
+    assert marked == 0 and refcount_plain < 10
+    # 20,000 function objects of ~150 bytes: a reference to each writes its count: ~3 MiB.
+    assert copied_plain > 2000, copied_plain
+    marked, copied_immortal, refcount_immortal = forked_references(python, "immortal")
+    assert marked > 20000
+    assert refcount_immortal == immortal.IMMORTAL_REFCNT
+    assert copied_immortal < copied_plain / 5, (copied_immortal, copied_plain)
+
+
+@pytest.mark.skipif(immortal.unsupported_reason() is None, reason="this interpreter has immortal objects")
+def test_an_interpreter_without_that_header_is_left_alone():
+    reason = immortal.unsupported_reason()
+    assert "{}.{}".format(*sys.version_info[:2]) in reason or "build" in reason
+    before = sys.getrefcount(test_an_interpreter_without_that_header_is_left_alone)
+    assert immortal.immortalize_heap() == 0
+    assert sys.getrefcount(test_an_interpreter_without_that_header_is_left_alone) == before

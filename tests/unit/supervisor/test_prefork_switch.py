@@ -1,0 +1,62 @@
+"""FADEN_NODE_AGENT_PREFORK: on, the supervisor's memory tricks run before it forks; off, none
+does (no held heap chunks, no object made immortal), yet the workers'
+modules are still preloaded and the heap frozen. Each case in a fresh interpreter, as the
+supervisor runs it (the tricks change the process for good)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from faden_agent.config import load_config
+from faden_agent.supervisor.prefork import TRICKS, skipped_for_bench
+from faden_agent.supervisor.prefork.immortal import IMMORTAL_REFCNT, unsupported_reason
+
+REPO = Path(__file__).resolve().parents[3]
+TARGET = "faden_agent.workers.logs.worker:LogsWorker"
+PREPARE = """
+import gc, json, sys
+def probe(): pass
+from faden_agent.supervisor.prefork import prepare_to_fork
+from faden_agent.supervisor.prefork import heap
+prepare_to_fork([sys.argv[1]], None, tricks=sys.argv[2] == "on")
+print(json.dumps({"held": len(heap._held), "refcount": sys.getrefcount(probe),
+                  "preloaded": sys.argv[1].partition(":")[0] in sys.modules, "frozen": gc.get_freeze_count()}))
+"""
+
+
+def prepare(mode: str, **env: str) -> dict:
+    environ = {**os.environ, "PYTHONPATH": str(REPO), **env}
+    out = subprocess.run(
+        [sys.executable, "-c", PREPARE, TARGET, mode], capture_output=True, text=True, timeout=120, env=environ
+    )
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+@pytest.mark.skipif(unsupported_reason() is not None, reason="immortal objects need CPython 3.12/3.13")
+def test_on_runs_the_tricks_and_off_runs_none():
+    on, off = prepare("on"), prepare("off")
+    assert on["held"] > 0 and on["refcount"] == IMMORTAL_REFCNT
+    assert off["held"] == 0 and off["refcount"] < 10
+    assert on["preloaded"] and off["preloaded"] and on["frozen"] > 0 and off["frozen"] > 0
+
+
+def test_a_bench_leaves_out_one_trick_only_under_test_hooks(monkeypatch):
+    monkeypatch.setenv("FADEN_TEST_HOOK_PREFORK_SKIP", "heap,nonsense")
+    monkeypatch.delenv("FADEN_TEST_HOOKS", raising=False)
+    assert skipped_for_bench() == frozenset()
+    monkeypatch.setenv("FADEN_TEST_HOOKS", "1")
+    assert skipped_for_bench() == {"heap"} and "heap" in TRICKS
+
+
+def test_the_switch_is_on_by_default_and_takes_on_off():
+    assert load_config({}).prefork is True
+    assert load_config({"FADEN_NODE_AGENT_PREFORK": "off"}).prefork is False
+    with pytest.raises(ValueError, match="FADEN_NODE_AGENT_PREFORK"):
+        load_config({"FADEN_NODE_AGENT_PREFORK": "sometimes"})
