@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from faden_agent.ipc import EnvelopeError, decode, encode, ensure_runtime_dir
 from faden_agent.disk.files import PrivateDirError
+from faden_agent.ipc import EnvelopeError, decode, encode, ensure_runtime_dir
 
 
 def test_envelope_round_trip_and_rejections():
