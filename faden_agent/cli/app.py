@@ -270,13 +270,14 @@ def _host_request(action: str, deadline: str | None, wait: str | None, **fields:
     from faden_agent.cli import hostrequest as hr
 
     config = load_installed()
+    from faden_agent.common.durations import BadDuration
+
     try:
-        deadline_s = hr.parse_duration(deadline) if deadline is not None else None
-        wait_s = hr.parse_duration(wait) if wait is not None else hr.default_wait(action, deadline_s)
-    except hr.BadDuration as exc:
+        deadline_s, wait_s = hr.durations_asked(action, deadline, wait)
+    except BadDuration as exc:
         fail(str(exc), 2)
-    if not config.state_path.exists():
-        fail(f"this machine is not enrolled ({config.state_path} does not exist): nothing to ask", hr.EXIT_NOT_ENROLLED)
+    if (problem := hr.state_problem(config)) is not None:
+        fail(*problem)
     try:
         request_id = hr.send_request(config, action, deadline_s, wait_s, **fields)
     except hr.RequestNotQueued as exc:

@@ -12,8 +12,6 @@ from faden_agent import protocol
 
 log = logging.getLogger("faden_agent.devbackend")
 
-MAX_DRAIN_DEADLINE_S = 86400.0
-
 
 def answer(data: dict[str, Any], now: float) -> tuple[str, dict[str, Any], str] | None:
     """(kind, spec, command id) of the command answering `data`; None when there is none to send."""
@@ -36,6 +34,6 @@ def answer(data: dict[str, Any], now: float) -> tuple[str, dict[str, Any], str] 
         return "node.undrain", {"request_id": request_id}, command_id
     spec: dict[str, Any] = {"request_id": request_id, "stop": action == "drain"}
     deadline = data.get("deadline_s")
-    if action == "drain" and isinstance(deadline, (int, float)) and 0 < deadline <= MAX_DRAIN_DEADLINE_S:
+    if action == "drain" and isinstance(deadline, (int, float)) and 0 < deadline <= protocol.MAX_DRAIN_DEADLINE_S:
         spec["deadline_s"] = float(deadline)
     return "node.drain", spec, command_id

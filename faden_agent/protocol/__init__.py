@@ -26,6 +26,7 @@ DRAINING = "draining"  # cordoned, and the managed containers are being stopped
 DRAINED = "drained"  # cordoned, and the drain ended
 DRAIN_STATES = (SCHEDULABLE, CORDONED, DRAINING, DRAINED)
 HOST_ACTIONS = ("cordon", "drain", "uncordon", "gpu.forget")  # what a host request may ask
+MAX_DRAIN_DEADLINE_S = 86400.0  # the longest drain a host request may ask for
 SHUTTING_DOWN_EVENT = "node.shutting_down"  # the machine is going down (logind PrepareForShutdown)
 
 # Timeline states of a command.
