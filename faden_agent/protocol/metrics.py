@@ -23,7 +23,7 @@ GPM = {
     "tensor_active": "Share of time the tensor cores were busy (DCGM's tensor active)",
     "dram_active": "Share of the DRAM bandwidth used (DCGM's DRAM active)",
 }
-GPM_DOC = ", between two inventory rounds, where the GPU has GPM ([inventory.md](inventory.md#gpu-activity-gpm))"
+GPM_DOC = ", between two GPU probe rounds, where the GPU has GPM ([inventory.md](inventory.md#gpu-activity-gpm))"
 
 
 @dataclass(frozen=True)
@@ -126,6 +126,15 @@ METRICS: tuple[Metric, ...] = (
         " (the kernel walks every page for it)",
     ),
     Metric("metrics_connections_dropped", "counter", "Connections to this endpoint closed early: too many were open"),
+    Metric("metrics_answers", "counter", "Requests this endpoint answered (any path)"),
+    Metric(
+        "metrics_held_seconds",
+        "counter",
+        "Time this endpoint stopped accepting: its answer budget was spent",
+        doc="Time this endpoint stopped accepting because its budget (`metrics_answer_budget` a second) was spent:"
+        " connections waited in the kernel's queue meanwhile, those beyond it were refused there",
+    ),
+    Metric("metrics_answer_budget", "gauge", "Requests a second this endpoint answers at most, whoever asks"),
     # The stream worker: the backend link and the outbox.
     Metric(
         "link_state",

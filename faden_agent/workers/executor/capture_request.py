@@ -1,6 +1,6 @@
 """A serving container (one labelled with a metrics port) that died of a `hardware` cause:
-the executor asks the inventory (which holds NVML) over its REP socket for a capture of its
-GPUs' state and last lines; the answer, given at once, is the event's `capture`. No
+the executor asks the inventory (which holds NVML) through its door (`capture`) for a capture
+of its GPUs' state and last lines; the answer, given at once, is the event's `capture`. No
 inventory or no answer within ASK_TIMEOUT_S: the event goes out without one."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from faden_agent import protocol
-from faden_agent.ipc import Endpoints, request
+from faden_agent.ipc import inventory_door as door
 from faden_agent.protocol.capture import CaptureQuestion
 
 ASK_TIMEOUT_S = 1.0
@@ -22,9 +22,6 @@ def ask_capture(runtime_dir: Path, record_id: str, data: dict[str, Any], attrs: 
     labels = ((attrs or {}).get("Config") or {}).get("Labels") or {}
     if data.get("suspected") != "hardware" or not labels.get(protocol.LABEL_METRICS_PORT):
         return None
-    endpoints = Endpoints(runtime_dir)
-    if not endpoints.socket_path(endpoints.inventory).exists():
-        return None  # an agent without an inventory worker
     body: CaptureQuestion = {
         "record_id": record_id,
         "container_id": data["container_id"],
@@ -34,10 +31,9 @@ def ask_capture(runtime_dir: Path, record_id: str, data: dict[str, Any], attrs: 
         "time": data["time"],
         "gpus": data.get("gpus") or [],
     }
-    reply = request(endpoints.inventory, "capture", body, timeout_s=ASK_TIMEOUT_S)
-    if reply is None or reply.type != "capture" or not isinstance(reply.body, dict):
-        log.warning("no capture answer from the inventory for %s", data.get("name"))
+    answer = door.ask(runtime_dir, door.CAPTURE, body, timeout_s=ASK_TIMEOUT_S)
+    capture = (answer or {}).get("capture")
+    if not isinstance(capture, dict):
+        log.warning("no capture from the inventory for %s: %s", data.get("name"), (answer or {}).get("error"))
         return None
-    return reply.body.get("capture") or (
-        {"id": None, "reason": reply.body["reason"]} if isinstance(reply.body.get("reason"), str) else None
-    )
+    return capture

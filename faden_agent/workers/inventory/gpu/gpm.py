@@ -1,6 +1,6 @@
 """GPU activity as DCGM's profiling fields measure it, from NVML's GPM (Hopper and later): SM
 active, SM occupancy, tensor active and DRAM bandwidth (percent) per GPU and MIG GPU instance,
-over the interval between two probe rounds (two samples kept per GPU: no wait in a round).
+over the interval between two GPU probe rounds (two samples kept per GPU: no wait in a round).
 A GPU, driver or binding without GPM gets `available: false` and the reason; its other
 figures stay as they are."""
 
