@@ -10,7 +10,7 @@ import ssl
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import docker
 import orjson
@@ -29,6 +29,9 @@ from faden_agent.transfers.archive import (
 )
 from faden_agent.transfers.oci import BLOB_PATH, kind_of
 from faden_agent.transfers.tickets import PROBE_GRANT, TicketBox, TicketRefused, check_grant
+
+if TYPE_CHECKING:
+    from faden_agent.protocol.status import PeerServerStatus
 
 log = logging.getLogger(__name__)
 
@@ -210,7 +213,7 @@ class PeerServer:
         self.httpd.shutdown()
         self.httpd.server_close()
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> PeerServerStatus:
         return {
             "transfers_active": self.active,
             "transfers_served": self.served,

@@ -16,7 +16,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import zmq
@@ -77,7 +77,8 @@ class Worker:
     def tick(self) -> None:
         pass
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> Mapping[str, object]:
+        """What ps and /metrics show of the worker: its TypedDict in protocol/status.py."""
         return {}
 
     def teardown(self) -> None:
@@ -178,12 +179,12 @@ class Worker:
             select.select([self._wakeup_r], [], [], self.config.worker_liveness_sec)
         return False
 
-    def tell_alive(self, status: dict[str, Any] | None = None) -> None:
+    def tell_alive(self, status: Mapping[str, object] | None = None) -> None:
         """The liveness message to the supervisor, with the worker's status (shown by ps)."""
         status = self.status() if status is None else status
         disk_full = DISK.snapshot()
         if disk_full:
-            status["disk_full"] = disk_full  # shown by ps --json, status and the node heartbeat
+            status = {**status, "disk_full": disk_full}  # shown by ps --json, status and the node heartbeat
         # sent_mono: the supervisor reads these lazily and times hangs from when they were sent.
         body = {"name": self.name, "pid": os.getpid(), "status": status, "sent_mono": time.monotonic()}
         assert self._supervisor is not None

@@ -18,8 +18,12 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from faden_agent.http.serve.conn import RECV, Conn
+
+if TYPE_CHECKING:
+    from faden_agent.protocol.status import ConnectionFigures
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +86,7 @@ class Acceptor:
         self.stopping = False
         self.paused_until = 0.0
         self.spare: int | None = None
-        self.figures = {"accepted": 0, "evicted": 0, "timed_out": 0, "refused_no_descriptor": 0}
+        self.figures: ConnectionFigures = {"accepted": 0, "evicted": 0, "timed_out": 0, "refused_no_descriptor": 0}
         self.lock = threading.Lock()
 
     # --- from other threads

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import zmq
@@ -26,6 +26,9 @@ from faden_agent.workers.executor.journal import QUEUED, RUNNING, Entry, Journal
 from faden_agent.workers.executor.scheduler import Job, Scheduler
 from faden_agent.workers.executor.specs import SpecError
 from faden_agent.workers.executor.timeline import Timeline
+
+if TYPE_CHECKING:
+    from faden_agent.protocol.status import CommandAck, ExecutorStatus
 
 log = logging.getLogger(__name__)
 
@@ -138,15 +141,19 @@ class ExecutorWorker(Worker):
                 "journal: %d done command(s) past retention deleted, %d spec(s) reduced to a hash", deleted, hashed
             )
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> ExecutorStatus:
         engine = {None: "unknown", True: "ok", False: "unreachable"}[self.engine_ok]
         timeline = self.timeline
-        counts = {
-            "received": timeline.received_counts,
-            "ended": timeline.ended_counts,
-            "peer_bytes_fetched": self.frame.peer_bytes_fetched,
+        return {
+            **self.scheduler.counts(),
+            "docker": engine,
+            "events": self.events.connected,
+            "commands": {
+                "received": timeline.received_counts,
+                "ended": timeline.ended_counts,
+                "peer_bytes_fetched": self.frame.peer_bytes_fetched,
+            },
         }
-        return {**self.scheduler.counts(), "docker": engine, "events": self.events.connected, "commands": counts}
 
     def teardown(self) -> None:
         # Running commands stay "running" in the journal; the next start resumes them (and,
@@ -158,7 +165,7 @@ class ExecutorWorker(Worker):
 
     # --- inputs
 
-    def accept(self, body: Any) -> dict[str, Any]:
+    def accept(self, body: Any) -> CommandAck:
         """Journal the command, then own it: ack accepted unless it cannot be journaled."""
         problem = protocol.command_problem(body)
         if problem is not None:  # the downlink hands over none of these; a direct sender might

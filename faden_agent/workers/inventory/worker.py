@@ -6,7 +6,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from faden_agent import protocol
 from faden_agent.backend.producer import Reports
@@ -30,6 +30,9 @@ from faden_agent.workers.inventory.record import UNCHANGED, RecordEmitter, full_
 from faden_agent.workers.inventory.traffic.report import TrafficReporter
 from faden_agent.workers.inventory.wire_form import wire_form
 from faden_agent.workers.inventory.workloads.watcher import FILTERS, WorkloadWatcher
+
+if TYPE_CHECKING:
+    from faden_agent.protocol.status import GpuEventsStatus, InventoryStatus, KernelXidsStatus
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +193,7 @@ class InventoryWorker(Worker):
                 self.stop_event.wait(SETTLE_S)
                 self._changed.clear()
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> InventoryStatus:
         last = self.reporter.last
         return {
             "cycles": self.reporter.cycles,
@@ -211,12 +214,12 @@ class InventoryWorker(Worker):
             "workloads": self.workloads.status(),
         }
 
-    def _gpu_events_status(self) -> dict[str, Any]:
+    def _gpu_events_status(self) -> GpuEventsStatus:
         """GPUs in NVML's event set, and those left out as lost (ps, tests)."""
         watcher = next(w for w in self.watchers if isinstance(w, GpuErrorWatcher))
         return {"watching": watcher.watching, "lost": sorted(watcher.lost)}
 
-    def _kernel_status(self) -> dict[str, Any] | None:
+    def _kernel_status(self) -> KernelXidsStatus | None:
         kernel = self.reporter.kernel
         if kernel is None or not self._kernel_started:
             return None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any
+from typing import TYPE_CHECKING
 
 import zmq
 
@@ -25,6 +25,9 @@ from faden_agent.workers.logs.sources.containers.source import ContainersSource
 from faden_agent.workers.logs.sources.journald.source import JournaldSource
 from faden_agent.workers.logs.sources.managed import ManagedNames
 from faden_agent.workers.logs.sources.ray.source import RaySource
+
+if TYPE_CHECKING:
+    from faden_agent.protocol.status import LogSourceStatus, LogsStatus, ShippedCounts
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +79,7 @@ class LogsWorker(Worker):
         for source in self.sources:
             source.check()
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> LogsStatus:
         return {
             **self.shipper.status(),
             "backlog_lines": len(self.backlog),
@@ -85,17 +88,12 @@ class LogsWorker(Worker):
             "sources": self.source_status(),
         }
 
-    def source_status(self) -> dict[str, dict[str, Any]]:
+    def source_status(self) -> dict[str, LogSourceStatus]:
         """Each source's own status and its account: lines_read = lines_shipped +
         lines_refused + lines_lost + what is still in the backlog or in flight."""
         counts = self.shipper.source_counts()
-        return {
-            source.kind: {
-                **source.status(),
-                **counts.get(source.kind, {"lines_shipped": 0, "lines_refused": 0}),
-            }
-            for source in self.sources
-        }
+        none: ShippedCounts = {"lines_shipped": 0, "lines_refused": 0}
+        return {source.kind: {**source.status(), **counts.get(source.kind, none)} for source in self.sources}
 
     def teardown(self) -> None:
         self.backlog.close()

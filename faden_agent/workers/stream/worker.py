@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 import zmq
 
@@ -22,6 +22,9 @@ from faden_agent.workers.stream.link import Gate, Link
 from faden_agent.workers.stream.shutdown import report_shutdown
 from faden_agent.workers.stream.uplink import Uplink
 
+if TYPE_CHECKING:
+    from faden_agent.protocol.status import OutboxFigures, StreamStatus
+
 log = logging.getLogger(__name__)
 
 
@@ -33,7 +36,7 @@ class StreamWorker(Worker):
         self.link_status = LinkStatus(self.config.backend_url, status_path(self.config.state_dir))
         self.gate = Gate(self.stop_event, MaintenanceHold(self.config.runtime_dir))
         self.uplink: Uplink | None = None
-        self.outbox_figures: dict[str, float] = {}  # depth and oldest record's age, for /metrics
+        self.outbox_figures: OutboxFigures | None = None  # depth and oldest record's age, for /metrics
         self.shutdown: str | None = None  # "reporting", then "ready": the machine goes down
         self.start_thread("membership", self.start_link, finite=True)
 
@@ -80,14 +83,14 @@ class StreamWorker(Worker):
         self.shutdown = "ready"
         self.alive_now()  # the supervisor waits for this status to release the inhibitor
 
-    def status(self) -> dict[str, Any]:
-        status: dict[str, Any] = {"link": self.link_status.snapshot()}
+    def status(self) -> StreamStatus:
+        status: StreamStatus = {"link": self.link_status.snapshot()}
         outbox = getattr(self, "outbox", None)
         records = outbox.count(wait_s=0) if outbox is not None else None  # never waits
         if outbox is not None and records is not None:  # a busy outbox: the figures of last time
             oldest = outbox.oldest_ts() if records else None
             self.outbox_figures = {"records": records, "oldest_age_s": time.time() - oldest if oldest else 0.0}
-        if self.outbox_figures:
+        if self.outbox_figures is not None:
             status["outbox"] = self.outbox_figures
         if self.shutdown is not None:
             status["shutdown"] = self.shutdown

@@ -8,7 +8,7 @@ import re
 import subprocess
 import tempfile
 import time
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 import orjson
 
@@ -18,6 +18,9 @@ from faden_agent.workers.logs.labels import DEFAULT_LEVEL, LEVELS, level_from_pr
 from faden_agent.workers.logs.sources import FIRST_START_WINDOW_S, JOURNALD, ROTATED_BEFORE_READ, Shared, Source
 from faden_agent.workers.logs.sources.journald.export import ExportParser, Record, Shaped, text_fields
 from faden_agent.workers.logs.sources.journald.seqnums import SeqnumGaps
+
+if TYPE_CHECKING:
+    from faden_agent.protocol.status import SourceStatus
 
 POSITION_KEY = JOURNALD.key_prefix  # one key: the cursor
 # One journalctl JSON line, read in at most this much (a 64 KiB binary MESSAGE is about
@@ -392,5 +395,5 @@ class JournaldSource(Source):
         if proc is not None and proc.poll() is None:
             proc.kill()
 
-    def status(self) -> dict[str, object]:
+    def status(self) -> SourceStatus:
         return {**super().status(), "restarts": self.restarts, "entries_cut": self.entries_cut}

@@ -13,11 +13,15 @@ import shutil
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from faden_agent.config import Config
 from faden_agent.workers.logs.report import report_event
 from faden_agent.workers.logs.sources.ray import mount
 from faden_agent.workers.logs.sources.ray.mount import Refused
+
+if TYPE_CHECKING:
+    from faden_agent.protocol.status import RetentionStatus
 
 ORPHAN_GRACE_S = 60.0  # a directory without a container for this long belongs to a removed one
 MAX_SIZE_ENTRIES = 100_000  # entries summed per container directory (then: at least that size)
@@ -158,7 +162,7 @@ class Retention:
                 },
             )
 
-    def status(self) -> dict[str, int]:
+    def status(self) -> RetentionStatus:
         return {
             "removed_containers": self.removed,
             "removed_sessions": self.sessions_removed,

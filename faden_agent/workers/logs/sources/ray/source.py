@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import TYPE_CHECKING
 
 from faden_agent.workers.logs.sources import RAY, Shared, Source
 from faden_agent.workers.logs.sources.managed import ManagedNames
@@ -15,6 +16,9 @@ from faden_agent.workers.logs.sources.ray.inotify import TreeWatch
 from faden_agent.workers.logs.sources.ray.retention import Retention
 from faden_agent.workers.logs.sources.ray.tailing import POLL_S, RayTails
 from faden_agent.workers.logs.sources.ray.tree import RayTree, open_own_dir
+
+if TYPE_CHECKING:
+    from faden_agent.protocol.status import SourceStatus
 
 RESCAN_S = 60.0  # a full listing although no event came: the safety net
 ROOT_POLL_S = 5.0  # neither the Ray log directory nor its parent exists yet
@@ -115,7 +119,7 @@ class RaySource(Source):
             finally:
                 os.close(root_fd)
 
-    def status(self) -> dict[str, object]:
+    def status(self) -> SourceStatus:
         tree, tailing = self.tree, self.tailing
         return {
             **super().status(),
