@@ -38,7 +38,10 @@ class Worker:
     name = "worker"
     tick_interval_s = 1.0
 
-    def __init__(self, config: Config):
+    def __init__(self, config: Config, name: str | None = None):
+        """`name`: the supervisor's name for it (its table, ps, metric labels); the class's by default."""
+        if name is not None:
+            self.name = name
         self.config = config
         self.endpoints = Endpoints(config.runtime_dir)
         self.stop_requested = False
@@ -88,7 +91,6 @@ class Worker:
 
     def run(self) -> int:
         self._install_signal_handlers()
-        self.worker_threads.owner = self.name  # set by worker_main after __init__
         self._supervisor = Channel.connect(zmq.PUSH, self.endpoints.liveness, hwm=10)
         if not self._set_up():
             return 0  # stopped while waiting for disk space
@@ -233,9 +235,7 @@ def worker_main(name: str, target: str, config: Config, parent_pid: int) -> None
             signal.signal(sig, signal.SIG_DFL)
         signal.set_wakeup_fd(-1)
         worker_class = load_worker_class(target)
-        worker = worker_class(config)
-        worker.name = name
-        code = worker.run()
+        code = worker_class(config, name).run()
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:

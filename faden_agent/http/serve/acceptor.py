@@ -225,8 +225,8 @@ class Acceptor:
                 conn.close()
                 continue
             self._make_room()
-            waiting = Waiting(conn, time.monotonic() + (self.keepalive_s if keep else LINGER_S), handshaking=False)
-            waiting.draining = not keep
+            deadline = time.monotonic() + (self.keepalive_s if keep else LINGER_S)
+            waiting = Waiting(conn, deadline, handshaking=False, draining=not keep)
             self._watch(waiting)
             self._progress(waiting)  # TLS may hold decrypted bytes the selector cannot see
 

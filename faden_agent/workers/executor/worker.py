@@ -23,7 +23,7 @@ from faden_agent.workers.executor.docker_ops import DockerOps
 from faden_agent.workers.executor.events import EventWatcher
 from faden_agent.workers.executor.host_policy import PolicyDenied, policy_or_refusal
 from faden_agent.workers.executor.journal import QUEUED, RUNNING, Entry, Journal
-from faden_agent.workers.executor.scheduler import Job, Scheduler
+from faden_agent.workers.executor.scheduler import Job
 from faden_agent.workers.executor.specs import SpecError
 from faden_agent.workers.executor.timeline import Timeline
 
@@ -61,8 +61,7 @@ class ExecutorWorker(Worker):
             log.error("host policy: %s; every container.run is refused until it is fixed", self.policy.broken)
         self.ops = DockerOps(self.config)
         self.frame = Commands(self.config, self.ops, self.journal, self.timeline, self.policy)
-        self.scheduler = Scheduler(self.frame.execute, self.config.max_concurrent_pulls)
-        self.frame.scheduler = self.scheduler
+        self.scheduler = self.frame.scheduler
         self.engine_ok: bool | None = None
         self.events = EventWatcher(
             self.ops,

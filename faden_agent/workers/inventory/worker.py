@@ -41,7 +41,9 @@ SETTLE_S = 1.0  # a burst of events (create, start, ...) becomes one record
 
 
 class InventoryReporter:
-    """One cycle: collect, decide full or unchanged, hand it to the outbox."""
+    """One cycle: collect, decide full or unchanged, hand it to the outbox. `evidence` (GPU
+    evidence kept across restarts) and `kernel` (the kernel Xid reader, its cursor saved
+    with the evidence) come restored, with the `gpu_changes` they hold."""
 
     def __init__(
         self,
@@ -50,6 +52,9 @@ class InventoryReporter:
         emitter: RecordEmitter | None = None,
         disk_watch: DiskWatch | None = None,
         accepts: Callable[[], BackendAccepts] = BackendAccepts,
+        gpu_changes: HealthChanges | None = None,
+        evidence: gpu_evidence.Evidence | None = None,
+        kernel: KernelXidReader | None = None,
     ):
         self.collector = collector
         self.reports = reports
@@ -59,10 +64,10 @@ class InventoryReporter:
         self.cycles = 0
         self.sent: dict[str, int] = {}  # records handed to the outbox, by type
         self.last: dict[str, Any] | None = None
-        self.gpu_changes = HealthChanges()
+        self.gpu_changes = gpu_changes or HealthChanges()
         self.sections: dict[str, Any] | None = None  # the last collected, for gauges (ps, /metrics)
-        self.evidence: gpu_evidence.Evidence | None = None  # GPU evidence kept across restarts
-        self.kernel: KernelXidReader | None = None  # its cursor is saved with the evidence
+        self.evidence = evidence
+        self.kernel = kernel
 
     def report(self) -> dict[str, Any] | None:
         """The record handed to the outbox; None when nothing was due (record.py)."""
@@ -100,16 +105,16 @@ class InventoryWorker(Worker):
         self.reports = Reports(self.config)
         xids = XidLog(hold_s=self.config.gpu_xid_hold_sec)  # written by the GPU event thread, read by the GPU probe
         self.collector = Collector(self.config, xids=xids)
+        self._changed = threading.Event()
+        self._kernel_started = False
         self.reporter = InventoryReporter(
             self.collector,
             self.reports,
             RecordEmitter(usage_refresh_s=self.config.inventory_usage_sec),
             DiskWatch(self.config),
             lambda: backend_accepts.read(self.config.state_dir),
+            *self._restore_gpu_evidence(),
         )
-        self._changed = threading.Event()
-        self._kernel_started = False
-        self._restore_gpu_evidence()
         self.watchers: list[DockerChangeWatcher | GpuErrorWatcher] = [
             DockerChangeWatcher(self.config.docker_host, self._changed.set, self.stop_event),
             GpuErrorWatcher(self._changed.set, self.stop_event, xids=xids),
@@ -129,14 +134,15 @@ class InventoryWorker(Worker):
             self._kernel_started = True
             self.start_thread("inventory-kernel-xids", kernel.run, finite=True)
 
-    def _restore_gpu_evidence(self) -> None:
-        """What an earlier run saw of the GPUs: Xids, verdicts, GPUs seen, baselines."""
-        evidence = self.reporter.evidence = gpu_evidence.Evidence(self.config.state_dir)
+    def _restore_gpu_evidence(self) -> tuple[HealthChanges, gpu_evidence.Evidence, KernelXidReader]:
+        """What an earlier run saw of the GPUs (Xids, verdicts, GPUs seen, baselines): the
+        health changes and the evidence restored, and the kernel Xid reader at its cursor."""
+        evidence = gpu_evidence.Evidence(self.config.state_dir)
         if evidence.quarantined:
             self.reports.put(protocol.EVENT, evidence.quarantined, record_id=quarantine_record_id(evidence.quarantined))
-        changes = self.reporter.gpu_changes
+        changes = HealthChanges()
         gpu_evidence.restore(evidence, self.collector.gpu, changes.verdicts, changes.changes)
-        self.reporter.kernel = KernelXidReader(
+        kernel = KernelXidReader(
             self.collector.gpu.health.xids,
             self.collector.gpu.uuid_of_bus,
             self._changed.set,
@@ -145,6 +151,7 @@ class InventoryWorker(Worker):
             self.config.journal_directory,
             self.config.gpu_xid_hold_sec,
         )
+        return changes, evidence, kernel
 
     def _start_traffic(self) -> None:
         """Traffic to peer machines, NICs, RDMA ports (traffic/report.py): a sampling thread,

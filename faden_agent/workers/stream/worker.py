@@ -35,6 +35,7 @@ class StreamWorker(Worker):
         self.pokes = Channel.bind(zmq.PULL, self.endpoints.reports_ready)
         self.link_status = LinkStatus(self.config.backend_url, status_path(self.config.state_dir))
         self.gate = Gate(self.stop_event, MaintenanceHold(self.config.runtime_dir))
+        self.outbox: Outbox | None = None  # opened once this machine is a member (start_link)
         self.uplink: Uplink | None = None
         self.outbox_figures: OutboxFigures | None = None  # depth and oldest record's age, for /metrics
         self.shutdown: str | None = None  # "reporting", then "ready": the machine goes down
@@ -50,12 +51,10 @@ class StreamWorker(Worker):
         self.link_status.set_node(membership.node_id)
         # Opened here, not in setup: on a full disk a new outbox waits for space on this
         # thread while the worker's loop goes on telling the supervisor it is alive.
-        self.outbox = retry_when_full(
+        outbox = self.outbox = retry_when_full(
             lambda: Outbox(self.config.state_dir), self.config.state_dir / OUTBOX_FILE, self.stop_event
         )
-        shared = Link(
-            self.config, membership, self.outbox, self.link_status, self.gate, self.stop_event, self.endpoints
-        )
+        shared = Link(self.config, membership, outbox, self.link_status, self.gate, self.stop_event, self.endpoints)
         backend_accepts.forget(self.config.state_dir)  # until this run's first hello says
         self.uplink = Uplink(shared)
         for part in (Downlink(shared), self.uplink, HeartbeatSender(shared)):
@@ -78,14 +77,14 @@ class StreamWorker(Worker):
 
     def report_shutdown(self, until_mono: float) -> None:
         poke = self.uplink.poke if self.uplink is not None else lambda: None
-        report_shutdown(self.config, getattr(self, "outbox", None), poke, until_mono, self.stop_event)
+        report_shutdown(self.config, self.outbox, poke, until_mono, self.stop_event)
         self.link_status.note(shutting_down=True)  # the heartbeats after this one say so
         self.shutdown = "ready"
         self.alive_now()  # the supervisor waits for this status to release the inhibitor
 
     def status(self) -> StreamStatus:
         status: StreamStatus = {"link": self.link_status.snapshot()}
-        outbox = getattr(self, "outbox", None)
+        outbox = self.outbox
         records = outbox.count(wait_s=0) if outbox is not None else None  # never waits
         if outbox is not None and records is not None:  # a busy outbox: the figures of last time
             oldest = outbox.oldest_ts() if records else None

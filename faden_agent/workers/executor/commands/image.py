@@ -127,7 +127,6 @@ def pull_or_fetch(commands: Commands, job: Job) -> dict[str, Any]:
 
 
 def _pull(commands: Commands, job: Job, image: str, auth: dict[str, str] | None) -> dict[str, Any]:
-    assert commands.scheduler is not None
     slots = commands.scheduler.pull_slots
     # Before a slot is taken: a registry that drips its answers holds its own pull, not the slots
     check_pull_space(commands, job, image, auth)
@@ -177,7 +176,6 @@ def image_remove(commands: Commands, job: Job) -> dict[str, Any]:
 
 
 def image_prune(commands: Commands, job: Job) -> dict[str, Any]:
-    assert commands.scheduler is not None
     # The images of commands queued or running now (a pull about to be run) stay too.
     wanted = [j.spec["image"] for j in commands.scheduler.jobs() if j is not job and j.spec.get("image")]
     with translated("pruning images"):

@@ -255,8 +255,7 @@ class ContainersSource(Source):
             follower = self.followers.get(key)
             if follower is None or not follower.is_alive():
                 self.followers[key] = follower = ContainerFollower(self, container, stream, key)
-                # Not critical: a follower ends with its container; the next event or listing starts another.
-                follower.thread = self.start_thread(follower.name, follower.run, critical=False)
+                follower.start()
 
     def forget(self, container_id: str) -> None:
         self.managed.removed(container_id)
@@ -358,6 +357,11 @@ class ContainerFollower:
         self.labels = source.labels.container(
             container.name, labels.get(protocol.LABEL_CLUSTER), labels.get(protocol.LABEL_WORKLOAD), stream
         )
+
+    def start(self) -> None:
+        """Read on a thread of its own; not critical: a follower ends with its container, and
+        the next event or listing starts another."""
+        self.thread = self.source.start_thread(self.name, self.run, critical=False)
 
     def is_alive(self) -> bool:
         return self.thread is not None and self.thread.is_alive()
