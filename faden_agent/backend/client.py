@@ -30,7 +30,7 @@ from faden_agent.protocol import MAX_STREAM_INFLATE_RATIO, MAX_STREAM_LINE_BYTES
 
 log = logging.getLogger(__name__)
 
-# A stream line longer than this is a broken or hostile server, not a command (protocol.py).
+# A stream line longer than this is a broken or hostile server, not a command (protocol/__init__.py).
 MAX_STREAM_LINE = MAX_STREAM_LINE_BYTES
 
 

@@ -148,7 +148,7 @@ REASONS = (
     "docker_unavailable",
     "docker_permission",
     "gpu_runtime_missing",
-    # the NVIDIA container stack's other failures, by cause (issue 37)
+    # the NVIDIA container stack's other failures, by cause
     "gpu_driver_mismatch",
     "gpu_driver_not_loaded",
     "gpu_lost",
@@ -167,7 +167,7 @@ REASONS = (
     "too_large",
     "poison",
     "internal_error",
-    # images from peer machines (issue 14)
+    # images from peer machines
     "no_space",
     "integrity_failed",
     "peer_unreachable",
@@ -180,8 +180,8 @@ REASONS = (
 
 # Capabilities this build reports to the backend.
 TRAFFIC_CAPABILITY = "traffic.passive"  # sends traffic records (peers, NICs, RDMA ports)
-PEER_IMAGES_CAPABILITY = "images.peer"  # image.serve / image.fetch, a peer worker on PEER_PORT (issue 14)
-PROBE_CAPABILITY = "traffic.probe"  # traffic.serve / traffic.probe: active probes over the peer port (issue 15)
+PEER_IMAGES_CAPABILITY = "images.peer"  # image.serve / image.fetch, a peer worker on PEER_PORT
+PROBE_CAPABILITY = "traffic.probe"  # traffic.serve / traffic.probe: active probes over the peer port
 DRAIN_CAPABILITY = "drain"  # node.drain / node.undrain, host requests, drain state in heartbeats
 CAPABILITIES = (
     "docker",

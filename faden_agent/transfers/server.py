@@ -206,7 +206,7 @@ class PeerServer:
         return self.httpd.server_address[1]
 
     def serve(self) -> None:
-        # Woken by a connection or by shutdown(): an idle peer worker sleeps (issue 16).
+        # Woken by a connection or by shutdown(): an idle peer worker sleeps.
         self.httpd.serve_forever()
 
     def shutdown(self) -> None:

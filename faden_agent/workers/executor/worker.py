@@ -44,7 +44,7 @@ class ExecutorWorker(Worker):
     def tick_interval_s(self) -> float:  # type: ignore[override]  # read like the base's class attribute
         """Deadline checks four times a second while commands run; idle, with the loop's
         "alive" message (every WORKER_LIVENESS_SEC, 3 s; at least a second), so an idle
-        executor does not wake more often (issue 16: it woke every second, 3 s apart beats)."""
+        executor wakes no more often than it says it is alive."""
         return 0.25 if self.scheduler.jobs() else max(1.0, self.config.worker_liveness_sec)
 
     def setup(self) -> None:

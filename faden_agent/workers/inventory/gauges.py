@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     )
 
 MAX_ITEMS = 64
-MAX_XID_CODES = 64  # Xid codes counted per GPU (gpu_xids.MAX_CODES)
+MAX_XID_CODES = 64  # Xid codes counted per GPU (gpu/xids.py's MAX_CODES)
 
 
 Gauges = TypeVar("Gauges", bound=Mapping[str, object])

@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 class LogsWorker(Worker):
     name = "logs"
     # The readers' checks are about minutes (journalctl silent for 5 min): an idle loop wakes
-    # every 5 s for them, not every second (issue 16).
+    # every 5 s for them, not every second.
     tick_interval_s = 5.0
 
     def setup(self) -> None:
@@ -106,8 +106,8 @@ class LogsWorker(Worker):
 def lower_priority(increment: int) -> None:
     """Adds `increment` to this thread's nice value, before the worker starts its threads and
     journalctl (they inherit it). Shipping is bulk work: on a busy machine a log flood then
-    yields the CPU to the stream worker's heartbeats and the executor (issue 13: one beat of a
-    200,000-line flood came 68-127 ms late at nice 0 on 2 cores, none over 11 ms at 10)."""
+    yields the CPU to the stream worker's heartbeats and the executor (the beats' lateness
+    under a flood, at nice 0 and 10: docs/logs.md)."""
     if increment <= 0:
         return
     try:

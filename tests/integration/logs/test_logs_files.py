@@ -246,8 +246,8 @@ def test_the_tree_is_watched_not_polled_and_new_dirs_files_and_lines_are_found(t
 
 def test_a_ray_directory_made_just_before_its_parent_is_watched_is_found(tmp_path, monkeypatch):
     """The directory appears after the source's first try to open it and before the watch on
-    its parent is in place, so no event tells of it (CI once waited for the 60 s rescan):
-    the source tries again once the parent is watched."""
+    its parent is in place, so no event tells of it: the source tries again once the parent
+    is watched, not at the 60 s rescan."""
     ray_dir = tmp_path / "ray"
     real_open_dir = tree.open_own_dir
 
@@ -287,8 +287,8 @@ def _timed_full_scan(source) -> float:
 
 def test_1000_sessions_are_watched_and_listed_again_only_where_they_change(tmp_path):
     """Past the watch budget the oldest sessions give up their watches to newer ones, and a
-    change lists only the directory it happened in: no re-walk of the whole tree (before: a
-    container over 64 directories was polled, the whole tree every 0.5 s)."""
+    change lists only the directory it happened in: no re-walk of the whole tree, and no
+    polling of a container past its watch budget."""
     ray_dir = tmp_path / "ray"
     container = ray_dir / "ray-head-1"
     for i in range(1000):
@@ -342,7 +342,7 @@ def test_1000_sessions_are_watched_and_listed_again_only_where_they_change(tmp_p
 
 
 def test_a_1_tib_sparse_file_and_written_nul_runs_ship_no_nul_line(tmp_path):
-    """A hole costs the tenant no disk; before, it shipped 2.8 MiB/s of NUL lines. Holes are
+    """A hole costs the tenant no disk, so a reader must not ship it as NUL lines: holes are
     jumped over (SEEK_DATA), written NUL bytes dropped; both counted, neither shipped."""
     ray_dir = tmp_path / "ray"
     serve = serve_dir(ray_dir)
@@ -409,8 +409,8 @@ def test_a_wrongly_typed_position_is_quarantined_for_that_file_alone(tmp_path):
 
 def test_more_files_than_the_open_bound_are_all_shipped_closing_idle_ones(tmp_path, monkeypatch):
     """Ray keeps ~3 files per worker process: past the open-file bound, files read to their
-    end are closed to make room (before: the rest were refused, never shipped); one written
-    again is reopened by the full listing where it was, nothing read twice."""
+    end are closed to make room, so every file is shipped; one written again is reopened by
+    the full listing where it was, nothing read twice."""
     monkeypatch.setattr(tailing, "MAX_OPEN_PER_CONTAINER", 4)
     monkeypatch.setattr(files, "RESCAN_S", 1.0)
     ray_dir = tmp_path / "ray"

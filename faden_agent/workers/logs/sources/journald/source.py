@@ -274,7 +274,7 @@ class JournaldSource(Source):
             proc.stdout.close()
 
     def export_entry(self, record: Record | Shaped) -> Entry | None:
-        """An Entry from one export record (journal_export.py), the same as to_entry would
+        """An Entry from one export record (journald/export.py), the same as to_entry would
         make of the entry's JSON; None without a cursor (nothing to resume after)."""
         if isinstance(record, tuple):
             return self._shaped_entry(record)
@@ -310,7 +310,7 @@ class JournaldSource(Source):
         """export_entry of the usual entry: its labels and metadata are looked up by the
         fields around MESSAGE (the same for every line of a process), not built per line."""
         cursor, realtime, before, message, after = shaped
-        ts_ns = int(realtime) * 1000  # digits only (journal_export's expression)
+        ts_ns = int(realtime) * 1000  # digits only (export.py's expression)
         if ts_ns >= 2**63:  # outside Loki's nanosecond range: Loki would refuse the line
             ts_ns = self._last_ts_ns
         self._last_ts_ns = ts_ns
