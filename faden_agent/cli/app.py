@@ -233,37 +233,53 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="Print JSON for ma
 def up(
     port: int = typer.Option(8000, "--port", help="Port of the embedded reference backend."),
     data: Path | None = typer.Option(
-        None, "--data", help="Its data directory (default: dev-backend/ beside the state file)."
+        None, "--data", help="Its data directory (default: dev-backend/ beside the default state file)."
+    ),
+    print_env: bool = typer.Option(
+        False, "--print-env", help="Print the export lines a second shell needs to reach this agent, then exit."
     ),
 ) -> None:
-    """Run in the foreground; with no FADEN_NODE_AGENT_BACKEND_URL, against the embedded reference backend."""
-    if os.environ.get("FADEN_NODE_AGENT_BACKEND_URL"):
+    """Run in the foreground; with no FADEN_NODE_AGENT_BACKEND_URL, against the embedded reference backend.
+
+    That agent's state and runtime folders are its own (under the data directory), apart from a real install's."""
+    if os.environ.get("FADEN_NODE_AGENT_BACKEND_URL") and not print_env:
         run()
         return
-    from faden_agent.devbackend.up import UpError, embedded_backend
+    from faden_agent.devbackend.up import ADMIN_TOKEN_FILE, UpError, admin_token, embedded_backend, up_paths
 
+    data_dir, own = up_paths(data, dict(os.environ))
+    if print_env:
+        import shlex
+
+        exports = {**own, "FADEN_ADMIN_TOKEN": admin_token(data_dir)}
+        for name, value in exports.items():
+            typer.echo(f"export {name}={shlex.quote(value)}")
+        typer.echo(f"# the admin token is in {data_dir / ADMIN_TOKEN_FILE}")
+        return
+    os.environ.update(own)
     state_path = load().state_path
     try:
-        with embedded_backend(port, data or state_path.parent / "dev-backend", state_path) as extra_env:
+        with embedded_backend(port, data_dir, state_path) as extra_env:
             os.environ.update(extra_env)
             run()
     except UpError as exc:
         fail(str(exc))
 
 
-def _host_request(action: str, deadline: str | None, wait: str | None) -> None:
+def _host_request(action: str, deadline: str | None, wait: str | None, **fields: str) -> None:
     from faden_agent.cli import hostrequest as hr
 
     config = load_installed()
+    from faden_agent.common.durations import BadDuration
+
     try:
-        deadline_s = hr.parse_duration(deadline) if deadline is not None else None
-        wait_s = hr.parse_duration(wait) if wait is not None else hr.default_wait(action, deadline_s)
-    except hr.BadDuration as exc:
+        deadline_s, wait_s = hr.durations_asked(action, deadline, wait)
+    except BadDuration as exc:
         fail(str(exc), 2)
-    if not config.state_path.exists():
-        fail(f"this machine is not enrolled ({config.state_path} does not exist): nothing to ask", hr.EXIT_NOT_ENROLLED)
+    if (problem := hr.state_problem(config)) is not None:
+        fail(*problem)
     try:
-        request_id = hr.send_request(config, action, deadline_s, wait_s)
+        request_id = hr.send_request(config, action, deadline_s, wait_s, **fields)
     except hr.RequestNotQueued as exc:
         fail(f"{action}: {exc}")
     typer.echo(f"{action}: asked the backend (request {request_id})")
@@ -312,6 +328,23 @@ def drain(
 def uncordon(wait: str | None = typer.Option(None, "--wait", help=WAIT_HELP)) -> None:
     """Ask the backend to make this machine schedulable again. Exit codes as `cordon`."""
     _host_request("uncordon", None, wait)
+
+
+gpu_app = typer.Typer(help="The machine's GPUs, through the backend (docs/commands.md, gpu.forget).")
+app.add_typer(gpu_app, name="gpu")
+
+
+@gpu_app.command("forget")
+def gpu_forget(
+    uuid: str = typer.Argument(..., help="The uuid of the GPU removed for good (GPU-...), as `missing` lists it."),
+    wait: str | None = typer.Option(None, "--wait", help=WAIT_HELP),
+) -> None:
+    """Acknowledge a GPU removed from this machine for good: it is no longer reported missing
+    (the node's verdict no longer failed for it) and its evidence is dropped. Refused while the
+    GPU is still there. Exit codes as `cordon`."""
+    if not uuid.startswith("GPU-") or len(uuid) > 96 or not uuid.isprintable():
+        fail(f"{uuid[:60]!r} is no GPU uuid (GPU-...): `faden-agent status` or the inventory's gpu.missing name it", 2)
+    _host_request("gpu.forget", None, wait, uuid=uuid)
 
 
 # The reference backend and its admin client (faden_agent/devbackend; typer only at import).

@@ -6,6 +6,8 @@ tests spell them one way.
 
 from __future__ import annotations
 
+from faden_agent.protocol import capabilities as _capabilities
+
 PROTOCOL_VERSION = 1
 
 # Uplink record kinds.
@@ -23,7 +25,8 @@ CORDONED = "cordoned"  # nothing new is placed here; what runs stays
 DRAINING = "draining"  # cordoned, and the managed containers are being stopped
 DRAINED = "drained"  # cordoned, and the drain ended
 DRAIN_STATES = (SCHEDULABLE, CORDONED, DRAINING, DRAINED)
-HOST_ACTIONS = ("cordon", "drain", "uncordon")  # what a host request may ask
+HOST_ACTIONS = ("cordon", "drain", "uncordon", "gpu.forget")  # what a host request may ask
+MAX_DRAIN_DEADLINE_S = 86400.0  # the longest drain a host request may ask for
 SHUTTING_DOWN_EVENT = "node.shutting_down"  # the machine is going down (logind PrepareForShutdown)
 
 # Timeline states of a command.
@@ -55,6 +58,7 @@ RELAY_STREAM = "/stream"  # after a relay's address: the holder posts the archiv
 RELAY_REQUEST_PATH = RELAY_PATH + RELAY_REQUEST
 RELAY_STREAM_PATH = RELAY_PATH + RELAY_STREAM
 DOWNLOADS_PATH = "/downloads/{name}"  # agent builds and install.sh (reference backend --downloads)
+EXPECTED_VERSION_PATH = f"{AGENT_API}/expected-version"  # ?arch=: the version installers should put there
 LOKI_PUSH_PATH = "/loki/api/v1/push"  # Loki's own push API, after its base URL
 
 # The reference backend's admin API (docs/protocol.md, "Admin API").
@@ -176,25 +180,19 @@ REASONS = (
     "ticket_expired",
     "policy_denied",  # the host policy refuses what a container.run asks for
     "already_ran",  # an id that ran before its journal row expired: not run again
+    # gpu.* commands, answered through the inventory worker's door
+    "gpu_present",  # gpu.forget of a GPU NVML still counts
+    "inventory_unavailable",  # the inventory worker did not answer
+    "busy",  # what the command needs is held by another call (a GPU probe in a hung NVML call)
 )
 
-# Capabilities this build reports to the backend.
-TRAFFIC_CAPABILITY = "traffic.passive"  # sends traffic records (peers, NICs, RDMA ports)
-PEER_IMAGES_CAPABILITY = "images.peer"  # image.serve / image.fetch, a peer worker on PEER_PORT
-PROBE_CAPABILITY = "traffic.probe"  # traffic.serve / traffic.probe: active probes over the peer port
-DRAIN_CAPABILITY = "drain"  # node.drain / node.undrain, host requests, drain state in heartbeats
-CAPABILITIES = (
-    "docker",
-    "gpu",
-    "logs.loki",
-    "logs.backend_push",
-    "inventory.delta",
-    "heartbeat.delta",
-    TRAFFIC_CAPABILITY,
-    PEER_IMAGES_CAPABILITY,
-    PROBE_CAPABILITY,
-    DRAIN_CAPABILITY,
-)
+# Capabilities this build reports to the backend: declared in capabilities.py.
+CAPABILITIES = _capabilities.CAPABILITIES
+TRAFFIC_CAPABILITY = _capabilities.TRAFFIC_CAPABILITY
+PEER_IMAGES_CAPABILITY = _capabilities.PEER_IMAGES_CAPABILITY
+PROBE_CAPABILITY = _capabilities.PROBE_CAPABILITY
+DRAIN_CAPABILITY = _capabilities.DRAIN_CAPABILITY
+GPU_FORGET_CAPABILITY = _capabilities.GPU_FORGET_CAPABILITY
 
 
 def timeline_data(command_id: str, state: str, **fields: object) -> dict[str, object]:

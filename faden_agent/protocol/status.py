@@ -163,15 +163,25 @@ class InventoryGauges(MachineGauges):
     workloads: list[WorkloadGauges]
 
 
-class KernelXidsStatus(TypedDict):
-    read: int
-    unplaced: int
-    error: str | None
+class KernelSourceStatus(TypedDict):
+    source: str | None  # the one read now (journald, kmsg)
+    problem: str | None  # why no kernel line can be read
+    note: str | None  # what went wrong last without stopping the reading
+    lines: int
+    consumer_errors: dict[str, int]  # consumer -> lines it raised on
+
+
+class KernelLinesStatus(KernelSourceStatus):
+    gpu_lines: int  # the Xid (and SXid) lines among them
+    unplaced: int  # Xid lines whose bus id is no GPU this agent has seen
 
 
 class GpuEventsStatus(TypedDict):
-    watching: int
+    watching: list[int]  # GPU indexes in NVML's event set
     lost: list[int]
+    unwatched: dict[str, str]  # index -> why not
+    hung: str | None  # the NVML call past its bound
+    error: str | None
 
 
 class WorkloadStatus(TypedDict):
@@ -198,7 +208,7 @@ class InventoryStatus(TypedDict):
     overrun: list[str]
     traffic_samples: int
     traffic_records: int
-    kernel_xids: KernelXidsStatus | None
+    kernel_lines: KernelLinesStatus | None
     gpu_events: GpuEventsStatus
     gauges: InventoryGauges
     workloads: WorkloadsStatus
@@ -286,15 +296,19 @@ class LogsStatus(ShipperStatus):
 # --- the peer worker
 
 
+class ConnectionBudget(TypedDict):
+    total: int
+    per_address: int
+
+
 class ConnectionFigures(TypedDict):
     accepted: int
-    evicted: int
-    timed_out: int
-    refused_no_descriptor: int
+    waiting: int  # connections without a whole request head yet
+    budget: ConnectionBudget
+    dropped: dict[str, int]  # reason -> connections dropped before a whole head
 
 
 class HttpServerStatus(ConnectionFigures):
-    waiting: int
     workers: int
     busy_refusals: int
 

@@ -83,17 +83,22 @@ def check(metric: Metric) -> None:
         hint = inner(walk(hint, path.items, where), list, where)
         for key in lead_keys(metric):
             walk(hint, [key], where)
-    hint = walk(hint, path.steps, where)
-    if path.keyed:
-        hint = walk(inner(hint, dict, where), path.after, where)
-    if metric.states:
-        wanted, ok = "a word", hint is str
-    elif metric.flag:
-        wanted, ok = "a flag", hint is bool
-    else:
-        wanted, ok = "a number", is_number(hint)
-    if not ok:
-        raise NoSuchPath(f"{where}: {getattr(hint, '__name__', hint)} where {wanted} is read")
+    leaves = [walk(hint, path.steps, where)]
+    if path.keyed:  # a dict[str, X], or a TypedDict whose every key is a sample
+        under = leaves[0]
+        values = (
+            [bare(v) for v in keys_of(under, where).values()] if is_typeddict(under) else [inner(under, dict, where)]
+        )
+        leaves = [walk(value, path.after, where) for value in values]
+    for leaf in leaves:
+        if metric.states:
+            wanted, ok = "a word", leaf is str
+        elif metric.flag:
+            wanted, ok = "a flag", leaf is bool
+        else:
+            wanted, ok = "a number", is_number(leaf)
+        if not ok:
+            raise NoSuchPath(f"{where}: {getattr(leaf, '__name__', leaf)} where {wanted} is read")
 
 
 @pytest.mark.parametrize("metric", [m for m in METRICS if m.field], ids=lambda m: m.name)
@@ -126,6 +131,7 @@ def test_every_source_a_family_is_read_from_has_a_status_type():
         ("link_state", "link.shutting_down", "bool where a word is read"),
         ("workload_stalled", "workloads[].scrape", "str where a flag is read"),
         ("commands_running", "commands.received", "dict"),
+        ("peer_unauthenticated_budget", "connections.*", "where a number is read"),
     ],
 )
 def test_an_injected_wrong_path_fails(name, wrong, says):
