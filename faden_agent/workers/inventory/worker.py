@@ -8,7 +8,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import zmq
 
@@ -41,6 +41,9 @@ from faden_agent.workers.inventory.wire_form import wire_form
 from faden_agent.workers.inventory.workloads.progress import STALLED
 from faden_agent.workers.inventory.workloads.watcher import FILTERS, WorkloadWatcher
 
+if TYPE_CHECKING:
+    from faden_agent.protocol.status import InventoryStatus, KernelLinesStatus
+
 log = logging.getLogger(__name__)
 
 SCRAPE_LIST_TIMEOUT_S = 30  # listing the containers to scrape; a stuck engine delays only that thread
@@ -48,7 +51,9 @@ SETTLE_S = 1.0  # a burst of events (create, start, ...) becomes one record
 
 
 class InventoryReporter:
-    """One cycle: collect, decide full or unchanged, hand it to the outbox."""
+    """One cycle: collect, decide full or unchanged, hand it to the outbox. `evidence` (GPU
+    evidence kept across restarts) and `kernel` (the kernel's lines, their cursor saved with
+    the evidence) come restored, with the `gpu_changes` they hold."""
 
     def __init__(
         self,
@@ -57,6 +62,9 @@ class InventoryReporter:
         emitter: RecordEmitter | None = None,
         disk_watch: DiskWatch | None = None,
         accepts: Callable[[], BackendAccepts] = BackendAccepts,
+        gpu_changes: HealthChanges | None = None,
+        evidence: gpu_evidence.Evidence | None = None,
+        kernel: KernelLines | None = None,
     ):
         self.collector = collector
         self.reports = reports
@@ -66,10 +74,10 @@ class InventoryReporter:
         self.cycles = 0
         self.sent: dict[str, int] = {}  # records handed to the outbox, by type
         self.last: dict[str, Any] | None = None
-        self.gpu_changes = HealthChanges()
+        self.gpu_changes = gpu_changes or HealthChanges()
         self.sections: dict[str, Any] | None = None  # the last collected, for gauges (ps, /metrics)
-        self.evidence: gpu_evidence.Evidence | None = None  # GPU evidence kept across restarts
-        self.kernel: KernelLines | None = None  # its cursor is saved with the evidence
+        self.evidence = evidence
+        self.kernel = kernel
         self.forgotten: list[dict[str, Any]] = []  # gpu.forgotten events the door queued
 
     def report(self) -> dict[str, Any] | None:
@@ -150,17 +158,17 @@ class InventoryWorker(Worker):
             watch_problems=self.gpu_watcher.problems,
         )
         self.collector = Collector(self.config, xids=xids, gpu_notes=self.notes)
+        self._kernel_started = False
         self.reporter = InventoryReporter(
             self.collector,
             self.reports,
             RecordEmitter(usage_refresh_s=self.config.inventory_usage_sec),
             DiskWatch(self.config),
             lambda: backend_accepts.read(self.config.state_dir),
+            *self._restore_gpu_evidence(),
         )
-        self._kernel_started = False
         self._captures: Any = None  # capture/triggers.py, made at the first capture
         self._captures_made = threading.Lock()  # by the workloads thread or the main loop, once
-        self._restore_gpu_evidence()
         self.watchers: list[DockerChangeWatcher | GpuErrorWatcher] = [
             DockerChangeWatcher(self.config.docker_host, self._changed.set, self.stop_event),
             self.gpu_watcher,
@@ -237,15 +245,16 @@ class InventoryWorker(Worker):
         kernel = self.reporter.kernel
         return kernel.problem if kernel is not None and self._kernel_started else None
 
-    def _restore_gpu_evidence(self) -> None:
-        """What an earlier run saw of the GPUs: Xids, verdicts, GPUs seen, baselines."""
-        evidence = self.reporter.evidence = gpu_evidence.Evidence(self.config.state_dir)
+    def _restore_gpu_evidence(self) -> tuple[HealthChanges, gpu_evidence.Evidence, KernelLines]:
+        """What an earlier run saw of the GPUs (Xids, verdicts, GPUs seen, baselines): the
+        health changes and the evidence restored, and the kernel's lines from their cursor."""
+        evidence = gpu_evidence.Evidence(self.config.state_dir)
         if evidence.quarantined:
             self.reports.put(protocol.EVENT, evidence.quarantined, record_id=quarantine_record_id(evidence.quarantined))
-        changes = self.reporter.gpu_changes
+        changes = HealthChanges()
         gpu_evidence.restore(evidence, self.collector.gpu, changes.verdicts, changes.changes)
         xids = self.collector.gpu.health.xids
-        kernel = self.reporter.kernel = KernelLines(
+        kernel = KernelLines(
             self.stop_event,
             xids.holds.boot_id,
             evidence.kernel_cursor,
@@ -255,6 +264,7 @@ class InventoryWorker(Worker):
         )
         self.kernel_xids = KernelXids(xids, self.collector.gpu.uuid_of_bus, self._changed.set)
         kernel.add(self.kernel_xids)
+        return changes, evidence, kernel
 
     def _start_traffic(self) -> None:
         """Traffic to peer machines, NICs, RDMA ports (traffic/report.py): a sampling thread,
@@ -355,9 +365,9 @@ class InventoryWorker(Worker):
                 self._changed.clear()
                 next_full = 0.0
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> InventoryStatus:
         last = self.reporter.last
-        return {
+        status: InventoryStatus = {
             "cycles": self.reporter.cycles,
             # counts and the form in use, not the last record's type: a string that flips
             # every round would make every heartbeat carry the whole detail
@@ -374,10 +384,12 @@ class InventoryWorker(Worker):
                 "workloads": self.workloads.gauges(),
             },
             "workloads": self.workloads.status(),
-            **({"captures": self._captures.capturer.status()} if self._captures is not None else {}),
         }
+        if self._captures is not None:
+            status["captures"] = self._captures.capturer.status()
+        return status
 
-    def _kernel_status(self) -> dict[str, Any] | None:
+    def _kernel_status(self) -> KernelLinesStatus | None:
         """The kernel line source and the Xid lines it brought (ps, tests)."""
         kernel = self.reporter.kernel
         if kernel is None or not self._kernel_started:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any
+from typing import TYPE_CHECKING
 
 import zmq
 
@@ -27,13 +27,16 @@ from faden_agent.workers.logs.sources.journald.source import JournaldSource
 from faden_agent.workers.logs.sources.managed import ManagedNames
 from faden_agent.workers.logs.sources.ray.source import RaySource
 
+if TYPE_CHECKING:
+    from faden_agent.protocol.status import LogSourceStatus, LogsStatus, ShippedCounts
+
 log = logging.getLogger(__name__)
 
 
 class LogsWorker(Worker):
     name = "logs"
     # The readers' checks are about minutes (journalctl silent for 5 min): an idle loop wakes
-    # every 5 s for them, not every second (issue 16).
+    # every 5 s for them, not every second.
     tick_interval_s = 5.0
 
     def setup(self) -> None:
@@ -82,7 +85,7 @@ class LogsWorker(Worker):
         for source in self.sources:
             source.check()
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> LogsStatus:
         return {
             **self.shipper.status(),
             "backlog_lines": len(self.backlog),
@@ -91,17 +94,12 @@ class LogsWorker(Worker):
             "sources": self.source_status(),
         }
 
-    def source_status(self) -> dict[str, dict[str, Any]]:
+    def source_status(self) -> dict[str, LogSourceStatus]:
         """Each source's own status and its account: lines_read = lines_shipped +
         lines_refused + lines_lost + what is still in the backlog or in flight."""
         counts = self.shipper.source_counts()
-        return {
-            source.kind: {
-                **source.status(),
-                **counts.get(source.kind, {"lines_shipped": 0, "lines_refused": 0}),
-            }
-            for source in self.sources
-        }
+        none: ShippedCounts = {"lines_shipped": 0, "lines_refused": 0}
+        return {source.kind: {**source.status(), **counts.get(source.kind, none)} for source in self.sources}
 
     def teardown(self) -> None:
         self.backlog.close()
@@ -114,8 +112,8 @@ class LogsWorker(Worker):
 def lower_priority(increment: int) -> None:
     """Adds `increment` to this thread's nice value, before the worker starts its threads and
     journalctl (they inherit it). Shipping is bulk work: on a busy machine a log flood then
-    yields the CPU to the stream worker's heartbeats and the executor (issue 13: one beat of a
-    200,000-line flood came 68-127 ms late at nice 0 on 2 cores, none over 11 ms at 10)."""
+    yields the CPU to the stream worker's heartbeats and the executor (the beats' lateness
+    under a flood, at nice 0 and 10: docs/logs.md)."""
     if increment <= 0:
         return
     try:

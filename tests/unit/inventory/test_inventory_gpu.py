@@ -307,7 +307,7 @@ print(watcher.thread.is_alive(), "pynvml" in sys.modules)
 
 def test_without_the_nvml_library_pynvml_is_never_imported():
     # A fresh interpreter on this GPU-less machine: the probe and the event watcher give up
-    # on the missing library before importing the 2.4 MiB of bindings (issue 16).
+    # on the missing library before importing the 2.4 MiB of bindings.
     out = subprocess.run(
         [sys.executable, "-c", NO_BINDINGS_WITHOUT_LIBRARY], capture_output=True, text=True, check=True, timeout=60
     )

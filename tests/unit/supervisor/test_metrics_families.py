@@ -86,7 +86,10 @@ def test_wrong_types_in_a_status_leave_the_figure_out_not_the_scrape():
 def test_commands_by_kind_state_and_reason_and_fetch_outcomes():
     counts = {
         "received": {"image.fetch": 2, "other": 1},
-        "ended": {"image.fetch succeeded ok": 1, "image.fetch failed timeout": 1, "other rejected unknown_kind": 1},
+        "ended": {
+            "image.fetch": {"succeeded": {"ok": 1}, "failed": {"timeout": 1}},
+            "other": {"rejected": {"unknown_kind": 1}},
+        },
         "peer_bytes_fetched": 1234,
     }
     table = {"workers": [{"name": "executor", "state": "RUNNING", "status": {"commands": counts, "running": 0}}]}

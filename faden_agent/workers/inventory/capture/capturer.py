@@ -19,6 +19,7 @@ from faden_agent.common.dockerclient import make_client
 from faden_agent.common.errorline import error_line
 from faden_agent.node import captures
 from faden_agent.protocol.capture import CaptureSummary
+from faden_agent.protocol.status import CaptureLast, CapturesStatus
 from faden_agent.workers.inventory.capture import document
 from faden_agent.workers.inventory.capture.gpus import container_gpus, gpu_state, verdicts
 from faden_agent.workers.inventory.capture.stacks import capture_stacks
@@ -69,7 +70,7 @@ class Capturer:
         self._running = False
         self._taken: list[str] | None = None  # read from disk at the first job
         self.taken_count = 0
-        self.last: dict[str, Any] | None = None
+        self.last: CaptureLast | None = None
 
     def submit(self, job: Job) -> str | None:
         """None: the job will run (its callback follows); else why it will not."""
@@ -109,28 +110,34 @@ class Capturer:
             "time": time.time(),
             "container": job.container,
         }
+        size: int | None = None
         try:
             self._remember(job.capture_id)
             self._gather(job, doc, started)
             brief = document.summary(doc)
             line = document.fit(doc, self.max_bytes)
             captures.keep(self.state_dir, job.capture_id, line)
-            self.last = {"id": job.capture_id, "bytes": len(line), "stacks": brief["stacks"], "error": None}
+            size = len(line)
         except Exception as exc:  # noqa: BLE001 - a capture that fails is told, never fatal
-            error = error_line(exc, 300, named=True)
-            log.warning("capture %s of %s failed: %s", job.capture_id, job.container.get("name"), error)
             brief = document.summary({**doc, "stacks": doc.get("stacks") or {}})
-            brief["error"] = error
-            self.last = {"id": job.capture_id, "bytes": None, "stacks": brief.get("stacks"), "error": error}
-        self.last["seconds"] = round(time.monotonic() - started, 2)
+            brief["error"] = error_line(exc, 300, named=True)
+            log.warning("capture %s of %s failed: %s", job.capture_id, job.container.get("name"), brief["error"])
+        seconds = round(time.monotonic() - started, 2)
+        self.last = {
+            "id": job.capture_id,
+            "bytes": size,
+            "stacks": brief["stacks"],
+            "error": brief.get("error"),
+            "seconds": seconds,
+        }
         self.taken_count += 1
         log.warning(
             "captured %s for %s of %s in %.1f s: stacks %s",
             job.capture_id,
             job.trigger,
             job.container.get("name"),
-            self.last["seconds"],
-            brief.get("stacks"),
+            seconds,
+            brief["stacks"],
         )
         return brief
 
@@ -182,7 +189,7 @@ class Capturer:
             "gpus": verdicts(gpus),
         }
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> CapturesStatus:
         with self._lock:
             queued = len(self._jobs)
         return {"taken": self.taken_count, "queued": queued, "last": self.last}

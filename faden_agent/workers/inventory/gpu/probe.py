@@ -34,7 +34,7 @@ IDENTITY_CALLS = ("nvmlDeviceGetUUID", "nvmlDeviceGetPciInfo", "nvmlDeviceGetNam
 def load_pynvml() -> tuple[Any, str | None]:
     """(the pynvml module, None), or (None, why not). pynvml is imported only where the NVML
     library opens: its bindings are 2.4 MiB of objects that a machine without the NVIDIA
-    driver would carry in its inventory worker for nothing (issue 16)."""
+    driver would carry in its inventory worker for nothing."""
     try:
         ctypes.CDLL(NVML_LIBRARY)
     except OSError:

@@ -8,12 +8,16 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from typing import TYPE_CHECKING
 
 import orjson
 
 from faden_agent.node import captures
 from faden_agent.workers.logs.entry import Entry, clean_line
 from faden_agent.workers.logs.sources import CAPTURES, Shared, Source
+
+if TYPE_CHECKING:
+    from faden_agent.protocol.status import SourceStatus
 
 SHIPPED = "shipped"  # a capture's position once Loki took it
 log = logging.getLogger(__name__)
@@ -84,5 +88,5 @@ class CapturesSource(Source):
     def stop(self) -> None:
         self.wake.set()
 
-    def status(self) -> dict[str, object]:
+    def status(self) -> SourceStatus:
         return {**super().status(), "shipped": self.shipped, "queued": len(self.queued)}
