@@ -113,13 +113,31 @@ class GpuDeviceGauges(TypedDict, total=False):
     utilization_gpu: float
     temperature_c: float
     power_draw_w: float
+    sm_active: float  # GPM's activity figures (percent), where the GPU has GPM
+    sm_occupancy: float
+    tensor_active: float
+    dram_active: float
     errors: GpuErrors
+
+
+class GpuMigGauges(TypedDict, total=False):
+    """One MIG GPU instance's GPM figures (percent)."""
+
+    index: int  # its GPU's
+    uuid: str  # its GPU's
+    mig_uuid: str
+    gpu_instance: int
+    sm_active: float
+    sm_occupancy: float
+    tensor_active: float
+    dram_active: float
 
 
 class GpuGauges(TypedDict, total=False):
     available: bool
     verdict: str
     devices: list[GpuDeviceGauges]
+    mig: list[GpuMigGauges]
 
 
 class ContainerGpuGauges(TypedDict, total=False):
@@ -200,6 +218,22 @@ class WorkloadsStatus(TypedDict):
     containers: dict[str, WorkloadStatus]  # by container name
 
 
+class CaptureLast(TypedDict):
+    id: str
+    bytes: int | None  # of its Loki line; None: it failed
+    stacks: str | None
+    error: str | None
+    seconds: float
+
+
+class CapturesStatus(TypedDict):
+    """Evidence at a stall (workers/inventory/capture/): there once a capture was asked for."""
+
+    taken: int
+    queued: int
+    last: CaptureLast | None
+
+
 class InventoryStatus(TypedDict):
     cycles: int
     records: dict[str, int]  # records handed to the outbox, by type
@@ -212,6 +246,7 @@ class InventoryStatus(TypedDict):
     gpu_events: GpuEventsStatus
     gauges: InventoryGauges
     workloads: WorkloadsStatus
+    captures: NotRequired[CapturesStatus]
 
 
 # --- the logs worker
@@ -247,6 +282,8 @@ class SourceStatus(TypedDict):
     lines_cut: NotRequired[int]
     unreadable: NotRequired[int]
     events: NotRequired[int]
+    shipped: NotRequired[int]  # captures: taken by Loki and removed
+    queued: NotRequired[int]  # captures: in the backlog or a push
     files: NotRequired[int]  # ray-serve
     watching: NotRequired[str | None]
     scans: NotRequired[dict[str, int]]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import sqlite3
 import time
@@ -18,6 +19,7 @@ from faden_agent.disk.files import quarantine_record_id
 from faden_agent.ipc import Channel, Message
 from faden_agent.workers.base import Worker
 from faden_agent.workers.executor.adoption import adopt
+from faden_agent.workers.executor.capture_request import ask_capture
 from faden_agent.workers.executor.commands import KINDS, Commands
 from faden_agent.workers.executor.death_cause import known_gpus
 from faden_agent.workers.executor.docker_ops import DockerOps
@@ -71,6 +73,7 @@ class ExecutorWorker(Worker):
             self.stop_event,
             lambda: known_gpus(self.config.runtime_dir, self.config.state_dir),
             self.config.workload_fault_window_sec,
+            functools.partial(ask_capture, self.config.runtime_dir) if self.config.stall_capture else None,
         )
         self.events.start(self.start_thread)
         self.start_thread("adoption", adopt, self.ops, self.journal, self.reports, self.stop_event, finite=True)

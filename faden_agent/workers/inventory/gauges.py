@@ -19,12 +19,14 @@ if TYPE_CHECKING:
         GpuDeviceGauges,
         GpuErrors,
         GpuGauges,
+        GpuMigGauges,
         MachineGauges,
         PeerGauges,
     )
 
 MAX_ITEMS = 64
 MAX_XID_CODES = 64  # Xid codes counted per GPU (gpu/xids.py's MAX_CODES)
+ACTIVITY = ("sm_active", "sm_occupancy", "tensor_active", "dram_active")  # GPM's (gpu/gpm.py), percent
 
 
 Gauges = TypeVar("Gauges", bound=Mapping[str, object])
@@ -73,6 +75,10 @@ def gpu_gauges(gpu: Any) -> GpuGauges:
                 "utilization_gpu": _get(usage, "utilization_gpu"),
                 "temperature_c": _get(usage, "temperature_c"),
                 "power_draw_w": _get(usage, "power_draw_w"),
+                "sm_active": _get(usage, "sm_active"),
+                "sm_occupancy": _get(usage, "sm_occupancy"),
+                "tensor_active": _get(usage, "tensor_active"),
+                "dram_active": _get(usage, "dram_active"),
             }
         )
         if (errors := gpu_errors(device.get("health"))) is not None:
@@ -82,7 +88,28 @@ def gpu_gauges(gpu: Any) -> GpuGauges:
     if (verdict := _verdict(gpu.get("health"))) is not None:
         node["verdict"] = verdict
     node["devices"] = devices
+    if mig := mig_gauges(gpu.get("devices")):
+        node["mig"] = mig
     return node
+
+
+def mig_gauges(devices: Any) -> list[GpuMigGauges]:
+    """Per MIG GPU instance its GPM figures, with its GPU's index and UUID."""
+    out: list[GpuMigGauges] = []
+    for device in devices if isinstance(devices, list) else []:
+        instances = ((device.get("mig") or {}).get("devices") or []) if isinstance(device, dict) else []
+        for instance in instances if isinstance(instances, list) else []:
+            usage = _get(instance, "usage") or {}
+            figures = {name: _get(usage, name) for name in ACTIVITY}
+            if any(value is not None for value in figures.values()):
+                labels = {
+                    "index": device.get("index"),
+                    "uuid": _name(device.get("uuid")),
+                    "mig_uuid": _name(instance.get("uuid")),
+                    "gpu_instance": _get(instance, "gpu_instance_id"),
+                }
+                out.append(cast("GpuMigGauges", _present({**labels, **figures})))
+    return out[:MAX_ITEMS]
 
 
 def gpu_errors(health: Any) -> GpuErrors | None:

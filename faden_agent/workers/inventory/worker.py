@@ -38,6 +38,7 @@ from faden_agent.workers.inventory.kernel.lines import KernelLines
 from faden_agent.workers.inventory.record import UNCHANGED, RecordEmitter, full_record_id
 from faden_agent.workers.inventory.traffic.report import TrafficReporter
 from faden_agent.workers.inventory.wire_form import wire_form
+from faden_agent.workers.inventory.workloads.progress import STALLED
 from faden_agent.workers.inventory.workloads.watcher import FILTERS, WorkloadWatcher
 
 if TYPE_CHECKING:
@@ -166,6 +167,8 @@ class InventoryWorker(Worker):
             lambda: backend_accepts.read(self.config.state_dir),
             *self._restore_gpu_evidence(),
         )
+        self._captures: Any = None  # capture/triggers.py, made at the first capture
+        self._captures_made = threading.Lock()  # by the workloads thread or the main loop, once
         self.watchers: list[DockerChangeWatcher | GpuErrorWatcher] = [
             DockerChangeWatcher(self.config.docker_host, self._changed.set, self.stop_event),
             self.gpu_watcher,
@@ -190,6 +193,8 @@ class InventoryWorker(Worker):
                 answer: dict[str, Any] = dict(self._forget(body))
             elif message.type == door.GPU_EVIDENCE:
                 answer = dict(self._evidence(body))
+            elif message.type == door.CAPTURE:
+                answer = dict(self._capture(body))
             else:
                 answer = {
                     "message": f"unknown request {protocol.quote(message.type, 60)}; this door answers {door.KINDS}"
@@ -217,6 +222,13 @@ class InventoryWorker(Worker):
         if isinstance(wanted, list):
             gpus = {uuid: gpus[uuid] for uuid in wanted[:64] if isinstance(uuid, str) and uuid in gpus}
         return {"gpus": gpus}
+
+    def _capture(self, body: dict[str, Any]) -> door.CaptureAnswer:
+        """A serving container died of a hardware cause (the executor): the event's `capture`,
+        answered at once; the capture follows (capture/triggers.py)."""
+        if not self.config.stall_capture:
+            return {"capture": {"id": None, "reason": "captures are off (STALL_CAPTURE)"}}
+        return {"capture": self._capture_triggers().died(body)}
 
     # --- the kernel's lines and the GPU evidence
 
@@ -281,12 +293,57 @@ class InventoryWorker(Worker):
 
         self.workloads = WorkloadWatcher(
             list_containers,
-            lambda data, record_id: self.reports.put(protocol.EVENT, data, record_id=record_id),
+            self._workload_event,
             self.config.workload_scrape_sec,
             self.config.workload_stall_sec,
             self.config.advertise_host or self.config.host,
         )
         self.start_thread("inventory-workloads", self.workloads.run, self.stop_event)
+
+    def _put_event(self, data: dict[str, Any], record_id: str) -> None:
+        self.reports.put(protocol.EVENT, data, record_id=record_id)
+
+    def _workload_event(self, data: dict[str, Any], record_id: str) -> None:
+        """A stall goes out once its capture is down (STALL_CAPTURE), the rest at once."""
+        if data["type"] == STALLED and self.config.stall_capture:
+            self._capture_triggers().stalled(data, record_id, self._put_event)
+        else:
+            self._put_event(data, record_id)
+
+    def _capture_triggers(self) -> Any:
+        """Evidence at a stall (capture/): imported at the first capture, never at idle."""
+        with self._captures_made:
+            if self._captures is None:
+                self._captures = self._make_capture_triggers()
+            return self._captures
+
+    def _make_capture_triggers(self) -> Any:
+        from faden_agent.workers.inventory.capture.capturer import Capturer
+        from faden_agent.workers.inventory.capture.triggers import Triggers
+
+        capturer = Capturer(
+            self.config.state_dir,
+            self.config.stall_capture_max_bytes,
+            self.config.workload_fault_window_sec,
+            self.config.docker_host,
+            self._refresh,
+            lambda: self.reporter.sections or {},
+            self.start_thread,
+        )
+        return Triggers(capturer)
+
+    def _refresh(self) -> Callable[[float], tuple[dict[str, Any], bool]]:
+        """Asks the collection loop for a full round now; the waiter returns its sections (or,
+        past the deadline, the last ones) and whether they are the new ones."""
+        before = self.reporter.sections
+        self._changed.set()
+
+        def collected(deadline: float) -> tuple[dict[str, Any], bool]:
+            while self.reporter.sections is before and time.monotonic() < deadline and not self.stop_event.is_set():
+                self.stop_event.wait(0.1)
+            return self.reporter.sections or {}, self.reporter.sections is not before
+
+        return collected
 
     def _collect_loop(self) -> None:
         """A full round every INVENTORY_INTERVAL_SEC and at once after a change; between them
@@ -310,7 +367,7 @@ class InventoryWorker(Worker):
 
     def status(self) -> InventoryStatus:
         last = self.reporter.last
-        return {
+        status: InventoryStatus = {
             "cycles": self.reporter.cycles,
             # counts and the form in use, not the last record's type: a string that flips
             # every round would make every heartbeat carry the whole detail
@@ -328,6 +385,9 @@ class InventoryWorker(Worker):
             },
             "workloads": self.workloads.status(),
         }
+        if self._captures is not None:
+            status["captures"] = self._captures.capturer.status()
+        return status
 
     def _kernel_status(self) -> KernelLinesStatus | None:
         """The kernel line source and the Xid lines it brought (ps, tests)."""

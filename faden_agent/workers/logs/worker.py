@@ -1,5 +1,5 @@
 """The log shipper worker. Its loop: "alive" to the supervisor and a quick health check of each reader.
-Its inputs: journald, managed containers' logs, Ray log files (one reader thread each);
+Its inputs: journald, managed containers' logs, Ray log files, captures (one reader thread each);
 the executor's `drain` questions and the stream worker's `flush` (a shutdown) on its REP socket.
 Its output: Loki pushes from one shipping thread; losses reported as events via Reports.
 """
@@ -21,6 +21,7 @@ from faden_agent.workers.logs.positions import Positions
 from faden_agent.workers.logs.report import report_event
 from faden_agent.workers.logs.shipper import Shipper
 from faden_agent.workers.logs.sources import Shared, Source
+from faden_agent.workers.logs.sources.captures import CapturesSource
 from faden_agent.workers.logs.sources.containers.source import ContainersSource
 from faden_agent.workers.logs.sources.journald.source import JournaldSource
 from faden_agent.workers.logs.sources.managed import ManagedNames
@@ -49,7 +50,12 @@ class LogsWorker(Worker):
         managed = ManagedNames()  # listed by the containers source; the Ray source's retention reads it
         shared = Shared(self.config, self.backlog, self.positions, labels, self.stop_event, self.start_thread)
         self.containers = ContainersSource(shared, managed)
-        self.sources: list[Source] = [JournaldSource(shared), self.containers, RaySource(shared, managed)]
+        self.sources: list[Source] = [
+            JournaldSource(shared),
+            self.containers,
+            RaySource(shared, managed),
+            CapturesSource(shared),
+        ]
         self.start_thread("logs-shipper", self.shipper.run)
         for source in self.sources:
             source.start()

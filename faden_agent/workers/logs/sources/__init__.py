@@ -43,8 +43,9 @@ class Kind:
 JOURNALD = Kind("journal", "journal")
 CONTAINERS = Kind("containers", "container")  # keys "container:<id>:<stream>"
 RAY = Kind("ray-serve", "file")  # keys "file:<device>:<inode>"
+CAPTURES = Kind("captures", "capture")  # keys "capture:<id>" (node/captures.py)
 # The source (kind) of an entry's position key: what the shipper's counts are kept per.
-KIND_OF_KEY = {kind.key_prefix: kind.name for kind in (JOURNALD, CONTAINERS, RAY)}
+KIND_OF_KEY = {kind.key_prefix: kind.name for kind in (JOURNALD, CONTAINERS, RAY, CAPTURES)}
 
 
 def source_kind(key: str) -> str:
