@@ -1,8 +1,8 @@
 """The logind delay inhibitor (docs/service.md, "Shutdown"): held while the agent runs; on
-PrepareForShutdown(true) the supervisor has the stream worker report `node.shutting_down`,
-ship the last lines and drain the outbox, then releases it within InhibitDelayMaxSec.
-Without logind (a container, a minimal host) open() raises DbusError and the agent goes on.
-"""
+PrepareForShutdown(true), broadcast by logind (logind.py), the stream worker reports
+`node.shutting_down`, ships the last lines and drains the outbox, then it is released within
+InhibitDelayMaxSec. Without a system bus or logind (a container, a minimal host) the agent goes
+on; the D-Bus code is loaded only where a bus socket is there."""
 
 from __future__ import annotations
 

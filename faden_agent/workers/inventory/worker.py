@@ -1,4 +1,6 @@
-"""Inventory worker: what this machine is and has, reported to the backend."""
+"""Inventory worker: what this machine is and has, reported to the backend. It alone holds NVML
+and the GPU evidence: its REP socket is the door other processes ask about GPUs
+(ipc/inventory_door.py). GPU verdicts are read every heartbeat interval between full rounds."""
 
 from __future__ import annotations
 
@@ -6,12 +8,16 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import zmq
 
 from faden_agent import protocol
 from faden_agent.backend.producer import Reports
 from faden_agent.common.dockerclient import make_client
 from faden_agent.disk.files import quarantine_record_id
+from faden_agent.ipc import Channel, Message
+from faden_agent.ipc import inventory_door as door
 from faden_agent.node import backend_accepts
 from faden_agent.node.backend_accepts import BackendAccepts
 from faden_agent.protocol.inventory import ACCEPTS_CHANGES
@@ -22,14 +28,21 @@ from faden_agent.workers.inventory.disk_events import DiskWatch
 from faden_agent.workers.inventory.disk_events import record_id as disk_record_id
 from faden_agent.workers.inventory.gauges import gauges
 from faden_agent.workers.inventory.gpu import evidence as gpu_evidence
-from faden_agent.workers.inventory.gpu.changes import HealthChanges, event_id
+from faden_agent.workers.inventory.gpu.changes import HealthChanges, event_id, forgotten_event, replaced_event
 from faden_agent.workers.inventory.gpu.events import GpuErrorWatcher
-from faden_agent.workers.inventory.gpu.kernel_xids import KernelXidReader
+from faden_agent.workers.inventory.gpu.holds import Holds, read_boot_id
+from faden_agent.workers.inventory.gpu.kernel_xids import KernelXids
+from faden_agent.workers.inventory.gpu.node_notes import NodeNotes
 from faden_agent.workers.inventory.gpu.xids import XidLog
+from faden_agent.workers.inventory.kernel.lines import KernelLines
 from faden_agent.workers.inventory.record import UNCHANGED, RecordEmitter, full_record_id
 from faden_agent.workers.inventory.traffic.report import TrafficReporter
 from faden_agent.workers.inventory.wire_form import wire_form
+from faden_agent.workers.inventory.workloads.progress import STALLED
 from faden_agent.workers.inventory.workloads.watcher import FILTERS, WorkloadWatcher
+
+if TYPE_CHECKING:
+    from faden_agent.protocol.status import InventoryStatus, KernelLinesStatus
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +51,9 @@ SETTLE_S = 1.0  # a burst of events (create, start, ...) becomes one record
 
 
 class InventoryReporter:
-    """One cycle: collect, decide full or unchanged, hand it to the outbox."""
+    """One cycle: collect, decide full or unchanged, hand it to the outbox. `evidence` (GPU
+    evidence kept across restarts) and `kernel` (the kernel's lines, their cursor saved with
+    the evidence) come restored, with the `gpu_changes` they hold."""
 
     def __init__(
         self,
@@ -47,6 +62,9 @@ class InventoryReporter:
         emitter: RecordEmitter | None = None,
         disk_watch: DiskWatch | None = None,
         accepts: Callable[[], BackendAccepts] = BackendAccepts,
+        gpu_changes: HealthChanges | None = None,
+        evidence: gpu_evidence.Evidence | None = None,
+        kernel: KernelLines | None = None,
     ):
         self.collector = collector
         self.reports = reports
@@ -56,10 +74,11 @@ class InventoryReporter:
         self.cycles = 0
         self.sent: dict[str, int] = {}  # records handed to the outbox, by type
         self.last: dict[str, Any] | None = None
-        self.gpu_changes = HealthChanges()
+        self.gpu_changes = gpu_changes or HealthChanges()
         self.sections: dict[str, Any] | None = None  # the last collected, for gauges (ps, /metrics)
-        self.evidence: gpu_evidence.Evidence | None = None  # GPU evidence kept across restarts
-        self.kernel: KernelXidReader | None = None  # its cursor is saved with the evidence
+        self.evidence = evidence
+        self.kernel = kernel
+        self.forgotten: list[dict[str, Any]] = []  # gpu.forgotten events the door queued
 
     def report(self) -> dict[str, Any] | None:
         """The record handed to the outbox; None when nothing was due (record.py)."""
@@ -67,11 +86,18 @@ class InventoryReporter:
         if self.disk_watch is not None:
             for event in self.disk_watch.update(sections.get("disks") or []):
                 self.reports.put(protocol.EVENT, event, record_id=disk_record_id(event))
-        for event in self.gpu_changes.events(sections.get("gpu"), time.time()):
+        now = time.time()
+        while self.collector.gpu.replaced:
+            replaced = replaced_event(self.collector.gpu.replaced.pop(0), now)
+            self.gpu_changes.forget(replaced["old_uuid"])
+            self.reports.put(protocol.EVENT, replaced, record_id=event_id(replaced))
+        while self.forgotten:
+            forgotten = self.forgotten.pop(0)
+            self.reports.put(protocol.EVENT, forgotten, record_id=event_id(forgotten))
+        for event in self.gpu_changes.events(sections.get("gpu"), now):
             self.reports.put(protocol.EVENT, event, record_id=event_id(event))
         if self.evidence is not None:  # after the events: a restart never repeats one
-            gpus = gpu_evidence.gather(self.collector.gpu, self.gpu_changes.verdicts, self.gpu_changes.changes)
-            self.evidence.save(gpus, self.kernel.cursor if self.kernel else None)
+            self.evidence.save(self.gathered())
         heard = self.accepts()
         self.emitter.changes = ACCEPTS_CHANGES in heard.accepts
         if heard.full_requested_at > (self.emitter.last_full_at or 0.0):
@@ -89,27 +115,63 @@ class InventoryReporter:
         self.last = data
         return data
 
+    def gathered(self) -> dict[str, Any]:
+        """The GPU evidence as it is in memory (gpu-evidence.json's content)."""
+        cursor = self.kernel.cursor if self.kernel else None
+        return gpu_evidence.gather(self.collector.gpu, self.gpu_changes.verdicts, self.gpu_changes.changes, cursor)
+
+    def gpu_moved(self) -> bool:
+        """The GPU probe alone: whether a verdict or reason differs from the last record's."""
+        section = self.collector.gpu_round()
+        last = (self.sections or {}).get("gpu")
+        return bool(self.collector.gpu.replaced) or (section is not None and verdicts(section) != verdicts(last))
+
+
+def verdicts(section: dict[str, Any] | None) -> Any:
+    """What of a GPU section a scheduler acts on: the node's and each GPU's verdict and reasons."""
+    if not section:
+        return None
+    gpus = [*(section.get("devices") or ()), *(section.get("missing") or ())]
+    judged = [
+        (g.get("index"), g.get("uuid"), (g.get("health") or {}).get("verdict"), (g.get("health") or {}).get("reasons"))
+        for g in gpus
+    ]
+    return section.get("health"), judged
+
 
 class InventoryWorker(Worker):
     name = "inventory"
 
     def setup(self) -> None:
         self.reports = Reports(self.config)
-        xids = XidLog(hold_s=self.config.gpu_xid_hold_sec)  # written by the GPU event thread, read by the GPU probe
-        self.collector = Collector(self.config, xids=xids)
+        # the boot id of this run (a new one ended every reboot-class hold), GPU_XID_HOLD_SEC
+        holds = Holds(self.config.gpu_xid_hold_sec, read_boot_id(self.config.boot_id_file))
+        xids = XidLog(holds=holds)  # written by the GPU event thread and the kernel lines, read by the GPU probe
+        self._changed = threading.Event()
+        self.gpu_watcher = GpuErrorWatcher(
+            self._changed.set, self.stop_event, xids=xids, hung_after_s=self.config.inventory_probe_timeout_sec
+        )
+        self.notes = NodeNotes(
+            self.config.systemctl,
+            self.config.inventory_interval_sec,
+            kernel_problem=self._kernel_problem,
+            watch_problems=self.gpu_watcher.problems,
+        )
+        self.collector = Collector(self.config, xids=xids, gpu_notes=self.notes)
+        self._kernel_started = False
         self.reporter = InventoryReporter(
             self.collector,
             self.reports,
             RecordEmitter(usage_refresh_s=self.config.inventory_usage_sec),
             DiskWatch(self.config),
             lambda: backend_accepts.read(self.config.state_dir),
+            *self._restore_gpu_evidence(),
         )
-        self._changed = threading.Event()
-        self._kernel_started = False
-        self._restore_gpu_evidence()
+        self._captures: Any = None  # capture/triggers.py, made at the first capture
+        self._captures_made = threading.Lock()  # by the workloads thread or the main loop, once
         self.watchers: list[DockerChangeWatcher | GpuErrorWatcher] = [
             DockerChangeWatcher(self.config.docker_host, self._changed.set, self.stop_event),
-            GpuErrorWatcher(self._changed.set, self.stop_event, xids=xids),
+            self.gpu_watcher,
         ]
         self.start_thread("inventory-collect", self._collect_loop)
         for watcher in self.watchers:
@@ -117,31 +179,92 @@ class InventoryWorker(Worker):
         self._start_traffic()
         self._start_workloads()
 
-    def _start_kernel_xids(self) -> None:
-        """The kernel's Xid lines, once a GPU was ever seen (its bus id places them): none
-        on a machine without NVIDIA GPUs. The inventory worker reads them itself, not the
-        log worker: the Xid log lives here, and Loki being down must not delay a verdict."""
+    # --- the door (ipc/inventory_door.py)
+
+    def channels(self) -> list[Channel]:
+        self.requests = Channel.bind(zmq.REP, self.endpoints.inventory)
+        return [self.requests]
+
+    def handle(self, channel: Channel, message: Message) -> None:
+        """One door request, answered at once (a REP socket must answer each before the next)."""
+        body = message.body if isinstance(message.body, dict) else {}
+        try:
+            if message.type == door.GPU_FORGET:
+                answer: dict[str, Any] = dict(self._forget(body))
+            elif message.type == door.GPU_EVIDENCE:
+                answer = dict(self._evidence(body))
+            elif message.type == door.CAPTURE:
+                answer = dict(self._capture(body))
+            else:
+                answer = {
+                    "message": f"unknown request {protocol.quote(message.type, 60)}; this door answers {door.KINDS}"
+                }
+                channel.send(door.ERROR, answer)
+                return
+            channel.send(message.type, answer)
+        except Exception as exc:  # noqa: BLE001 - a request's fault is its answer, never the worker's end
+            log.exception("inventory door: %s failed", message.type)
+            channel.send(door.ERROR, {"message": f"{message.type} failed: {type(exc).__name__}: {exc}"[:300]})
+
+    def _forget(self, body: dict[str, Any]) -> door.ForgetAnswer:
+        uuid = body.get("uuid")
+        if not isinstance(uuid, str) or not 0 < len(uuid) <= 96:
+            return {"outcome": "unknown", "message": f"not a GPU uuid: {protocol.quote(uuid, 60)}"}
+        outcome, message = self.collector.gpu.forget(uuid)
+        if outcome == "forgotten":
+            self.reporter.forgotten.append(forgotten_event(uuid, "operator", time.time()))
+            self._changed.set()  # the record (and the evidence) without it, now
+        return {"outcome": outcome, "message": message}  # type: ignore[typeddict-item]
+
+    def _evidence(self, body: dict[str, Any]) -> door.EvidenceAnswer:
+        gpus = self.reporter.gathered()["gpus"]
+        wanted = body.get("uuids")
+        if isinstance(wanted, list):
+            gpus = {uuid: gpus[uuid] for uuid in wanted[:64] if isinstance(uuid, str) and uuid in gpus}
+        return {"gpus": gpus}
+
+    def _capture(self, body: dict[str, Any]) -> door.CaptureAnswer:
+        """A serving container died of a hardware cause (the executor): the event's `capture`,
+        answered at once; the capture follows (capture/triggers.py)."""
+        if not self.config.stall_capture:
+            return {"capture": {"id": None, "reason": "captures are off (STALL_CAPTURE)"}}
+        return {"capture": self._capture_triggers().died(body)}
+
+    # --- the kernel's lines and the GPU evidence
+
+    def _start_kernel_lines(self) -> None:
+        """The kernel's lines, once a GPU was ever seen (its bus id places them): none on a
+        machine without NVIDIA GPUs. The inventory worker reads them itself, not the log
+        worker: the Xid log lives here, and Loki being down must not delay a verdict."""
         kernel = self.reporter.kernel
         if kernel is not None and not self._kernel_started and self.collector.gpu.seen:
             self._kernel_started = True
-            self.start_thread("inventory-kernel-xids", kernel.run, finite=True)
+            self.start_thread("inventory-kernel-lines", kernel.run, finite=True)
 
-    def _restore_gpu_evidence(self) -> None:
-        """What an earlier run saw of the GPUs: Xids, verdicts, GPUs seen, baselines."""
-        evidence = self.reporter.evidence = gpu_evidence.Evidence(self.config.state_dir)
+    def _kernel_problem(self) -> str | None:
+        kernel = self.reporter.kernel
+        return kernel.problem if kernel is not None and self._kernel_started else None
+
+    def _restore_gpu_evidence(self) -> tuple[HealthChanges, gpu_evidence.Evidence, KernelLines]:
+        """What an earlier run saw of the GPUs (Xids, verdicts, GPUs seen, baselines): the
+        health changes and the evidence restored, and the kernel's lines from their cursor."""
+        evidence = gpu_evidence.Evidence(self.config.state_dir)
         if evidence.quarantined:
             self.reports.put(protocol.EVENT, evidence.quarantined, record_id=quarantine_record_id(evidence.quarantined))
-        changes = self.reporter.gpu_changes
+        changes = HealthChanges()
         gpu_evidence.restore(evidence, self.collector.gpu, changes.verdicts, changes.changes)
-        self.reporter.kernel = KernelXidReader(
-            self.collector.gpu.health.xids,
-            self.collector.gpu.uuid_of_bus,
-            self._changed.set,
+        xids = self.collector.gpu.health.xids
+        kernel = KernelLines(
             self.stop_event,
+            xids.holds.boot_id,
             evidence.kernel_cursor,
             self.config.journal_directory,
-            self.config.gpu_xid_hold_sec,
+            self.config.kmsg_path,
+            self._changed.set,
         )
+        self.kernel_xids = KernelXids(xids, self.collector.gpu.uuid_of_bus, self._changed.set)
+        kernel.add(self.kernel_xids)
+        return changes, evidence, kernel
 
     def _start_traffic(self) -> None:
         """Traffic to peer machines, NICs, RDMA ports (traffic/report.py): a sampling thread,
@@ -170,29 +293,81 @@ class InventoryWorker(Worker):
 
         self.workloads = WorkloadWatcher(
             list_containers,
-            lambda data, record_id: self.reports.put(protocol.EVENT, data, record_id=record_id),
+            self._workload_event,
             self.config.workload_scrape_sec,
             self.config.workload_stall_sec,
             self.config.advertise_host or self.config.host,
         )
         self.start_thread("inventory-workloads", self.workloads.run, self.stop_event)
 
+    def _put_event(self, data: dict[str, Any], record_id: str) -> None:
+        self.reports.put(protocol.EVENT, data, record_id=record_id)
+
+    def _workload_event(self, data: dict[str, Any], record_id: str) -> None:
+        """A stall goes out once its capture is down (STALL_CAPTURE), the rest at once."""
+        if data["type"] == STALLED and self.config.stall_capture:
+            self._capture_triggers().stalled(data, record_id, self._put_event)
+        else:
+            self._put_event(data, record_id)
+
+    def _capture_triggers(self) -> Any:
+        """Evidence at a stall (capture/): imported at the first capture, never at idle."""
+        with self._captures_made:
+            if self._captures is None:
+                self._captures = self._make_capture_triggers()
+            return self._captures
+
+    def _make_capture_triggers(self) -> Any:
+        from faden_agent.workers.inventory.capture.capturer import Capturer
+        from faden_agent.workers.inventory.capture.triggers import Triggers
+
+        capturer = Capturer(
+            self.config.state_dir,
+            self.config.stall_capture_max_bytes,
+            self.config.workload_fault_window_sec,
+            self.config.docker_host,
+            self._refresh,
+            lambda: self.reporter.sections or {},
+            self.start_thread,
+        )
+        return Triggers(capturer)
+
+    def _refresh(self) -> Callable[[float], tuple[dict[str, Any], bool]]:
+        """Asks the collection loop for a full round now; the waiter returns its sections (or,
+        past the deadline, the last ones) and whether they are the new ones."""
+        before = self.reporter.sections
+        self._changed.set()
+
+        def collected(deadline: float) -> tuple[dict[str, Any], bool]:
+            while self.reporter.sections is before and time.monotonic() < deadline and not self.stop_event.is_set():
+                self.stop_event.wait(0.1)
+            return self.reporter.sections or {}, self.reporter.sections is not before
+
+        return collected
+
     def _collect_loop(self) -> None:
+        """A full round every INVENTORY_INTERVAL_SEC and at once after a change; between them
+        the GPU probe alone every heartbeat interval, a full round when a verdict moved."""
+        gpu_every = min(self.config.heartbeat_interval_sec, self.config.inventory_interval_sec)
+        next_full = 0.0
         while not self.stop_event.is_set():
             try:
-                data = self.reporter.report()
-                if data is not None:
-                    log.debug("inventory %s record %s", data["type"], data["hash"])
+                if time.monotonic() >= next_full or self.reporter.gpu_moved():
+                    next_full = time.monotonic() + self.config.inventory_interval_sec
+                    data = self.reporter.report()
+                    if data is not None:
+                        log.debug("inventory %s record %s", data["type"], data["hash"])
             except Exception:  # e.g. the outbox disk is full: try again next time
                 log.exception("inventory cycle failed")
-            self._start_kernel_xids()
-            if self._changed.wait(self.config.inventory_interval_sec):
+            self._start_kernel_lines()
+            if self._changed.wait(max(0.0, min(gpu_every, next_full - time.monotonic()))):
                 self.stop_event.wait(SETTLE_S)
                 self._changed.clear()
+                next_full = 0.0
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> InventoryStatus:
         last = self.reporter.last
-        return {
+        status: InventoryStatus = {
             "cycles": self.reporter.cycles,
             # counts and the form in use, not the last record's type: a string that flips
             # every round would make every heartbeat carry the whole detail
@@ -202,25 +377,24 @@ class InventoryWorker(Worker):
             "overrun": self.collector.overrun(),
             "traffic_samples": self.traffic.samples,
             "traffic_records": self.traffic.sent,
-            "kernel_xids": self._kernel_status(),
-            "gpu_events": self._gpu_events_status(),
+            "kernel_lines": self._kernel_status(),
+            "gpu_events": self.gpu_watcher.status(),
             "gauges": {
                 **gauges(self.reporter.sections, self.traffic.last_sample),
                 "workloads": self.workloads.gauges(),
             },
             "workloads": self.workloads.status(),
         }
+        if self._captures is not None:
+            status["captures"] = self._captures.capturer.status()
+        return status
 
-    def _gpu_events_status(self) -> dict[str, Any]:
-        """GPUs in NVML's event set, and those left out as lost (ps, tests)."""
-        watcher = next(w for w in self.watchers if isinstance(w, GpuErrorWatcher))
-        return {"watching": watcher.watching, "lost": sorted(watcher.lost)}
-
-    def _kernel_status(self) -> dict[str, Any] | None:
+    def _kernel_status(self) -> KernelLinesStatus | None:
+        """The kernel line source and the Xid lines it brought (ps, tests)."""
         kernel = self.reporter.kernel
         if kernel is None or not self._kernel_started:
             return None
-        return {"read": kernel.read, "unplaced": kernel.unplaced, "error": kernel.last_error}
+        return {**kernel.status(), "gpu_lines": self.kernel_xids.read, "unplaced": self.kernel_xids.unplaced}
 
     def teardown(self) -> None:
         self._changed.set()

@@ -23,7 +23,8 @@ from tests.support.metricstables import gpu_section
 DOCS = Path(__file__).parents[3] / "docs" / "service.md"
 OWN = {"build", "start_time_seconds", "worker_state", "worker_restarts", "worker_last_exit"}
 OWN |= {"worker_liveness_age_seconds", "process_cpu_seconds", "process_resident_memory_bytes"}
-OWN |= {"process_proportional_memory_bytes", "metrics_connections_dropped"}
+OWN |= {"process_proportional_memory_bytes", "metrics_connections_dropped", "metrics_answers", "metrics_held_seconds"}
+OWN |= {"metrics_answer_budget"}
 
 
 def every_figure_table() -> dict:
@@ -52,7 +53,10 @@ def every_figure_table() -> dict:
             "queued": 2,
             "commands": {
                 "received": {"container.run": 3},
-                "ended": {"container.run succeeded none": 2, "image.fetch failed peer_unreachable": 1},
+                "ended": {
+                    "container.run": {"succeeded": {"none": 2}},
+                    "image.fetch": {"failed": {"peer_unreachable": 1}},
+                },
                 "peer_bytes_fetched": 77,
             },
         },
@@ -64,7 +68,15 @@ def every_figure_table() -> dict:
             "push_seconds": {"le": [0.1, 1], "counts": [1, 2, 0], "sum": 1.2},
             "target_state": "failing",
         },
-        "peer": {"bytes_sent": 10, "transfers_served": 2},
+        "peer": {
+            "bytes_sent": 10,
+            "transfers_served": 2,
+            "connections": {
+                "waiting": 3,
+                "budget": {"total": 86, "per_address": 21},
+                "dropped": {"budget": 1, "address_budget": 4, "out_of_descriptors": 0, "timed_out": 2, "refused": 0},
+            },
+        },
         "inventory": {"gauges": inventory},
     }
     workers = [
