@@ -1,7 +1,8 @@
-"""What the supervisor loads before it forks: SHARED_MODULES, what two or more workers use
-while idle, so they share one copy; each worker's own modules load in that worker after the
-fork. Importing starts nothing (no thread, socket, NVML or Docker call). Then the tricks not
-skipped (prefork.TRICKS, each loaded only to run) and gc.freeze. Why: docs/design-notes.md.
+"""What the supervisor loads before it forks: the module of each worker that starts with it
+(not one started on demand) and SHARED_MODULES, what two or more workers load, so the workers
+share one copy. Importing starts nothing (no thread, socket, NVML or Docker call); what only
+a command or a request needs loads where it is first used. Then the tricks not skipped
+(prefork.TRICKS, each loaded only to run) and gc.freeze. Why: docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ from faden_agent.common.errorline import error_line
 
 log = logging.getLogger(__name__)
 
-# What two or more workers load (tests/unit/supervisor/test_lean_imports.py holds the list to
-# that; bench/footprint_account.py shows what each worker loads after its fork): the Docker
-# SDK with requests (executor, inventory, logs; stream), the outbox and its producers, the
-# backend's HTTP client and membership (stream, logs), and the small shared pieces.
+# What two or more workers load, whichever of them starts first (a worker started on demand
+# imports its own module after its fork; tests/unit/supervisor/test_lean_imports.py holds the
+# list to that): the Docker SDK with requests, the outbox and its producers, the backend's
+# HTTP client and membership, and the small shared pieces.
 SHARED_MODULES = (
     "docker",
     "concurrent.futures",
@@ -35,6 +36,7 @@ SHARED_MODULES = (
     "faden_agent.node.gpu_faults",
     "faden_agent.node.journalctl",
     "faden_agent.node.membership",
+    "faden_agent.node.xid_catalogue",
     "faden_agent.protocol.container",
     "faden_agent.protocol.inventory",
     "faden_agent.protocol.link",
@@ -46,14 +48,14 @@ SHARED_MODULES = (
 CHARSET_GUESSERS = ("charset_normalizer", "chardet")
 
 
-def preload(tls_verify: bool | str | None = None, skip: frozenset[str] = frozenset()) -> None:
-    """Imports SHARED_MODULES, builds the client TLS context for `tls_verify` (None: nothing
-    the agent knows of speaks https), then freezes the heap. A module or CA bundle that fails
-    is left to its workers, which report the failure. `skip` names the memory tricks
-    (prefork.TRICKS) left out."""
+def preload(targets: list[str], tls_verify: bool | str | None = None, skip: frozenset[str] = frozenset()) -> None:
+    """Imports each target's module (workers' "module:Class") and SHARED_MODULES, builds the
+    client TLS context for `tls_verify` (None: nothing the agent knows of speaks https), then
+    freezes the heap. A module or CA bundle that fails is left to its worker, which reports
+    the failure. `skip` names the memory tricks (prefork.TRICKS) left out."""
     steps = StepClock()
     skip_charset_guessers()
-    for module in SHARED_MODULES:
+    for module in [t.partition(":")[0] for t in targets] + list(SHARED_MODULES):
         try:
             importlib.import_module(module)
         except Exception as exc:  # noqa: BLE001 - the worker's own import reports it properly

@@ -1,8 +1,8 @@
 """What each process of the tree loads, and when (the idle tree's memory and the start's CPU):
-the supervisor, as `faden-agent run` prepares it, holds what the workers share and nothing
-of any one worker, of the metrics renderers, of psutil or of D-Bus where no bus is; what two
-or more workers load is preloaded; a worker's idle path leaves its occasional parts unloaded.
-Each case in a fresh interpreter, through the real entry point."""
+the supervisor, as `faden-agent run` prepares it, holds the modules of the workers that start
+with it and not the on-demand peer worker's, the metrics renderers, D-Bus where no bus is, or
+what only a command needs; what two or more workers load is shared even when no worker module
+is. Each case in a fresh interpreter, through the real entry point."""
 
 from __future__ import annotations
 
@@ -22,6 +22,9 @@ from faden_agent.workers import WORKERS
 PREPARED = """
 import importlib, json, sys
 from faden_agent.supervisor import arbiter
+if sys.argv[1] == "no-targets":  # what each worker's module adds when none is preloaded
+    real = arbiter.prepare_to_fork
+    arbiter.prepare_to_fork = lambda targets, *rest: real([], *rest)
 def prepared_only(self):
     self.prepare()
     held = {name for name, module in sys.modules.items() if module is not None}  # None: kept out on purpose
@@ -41,9 +44,7 @@ sys.exit(run_agent())
 """
 
 
-@pytest.fixture(scope="module")
-def prepared(tmp_path_factory) -> dict:
-    root = tmp_path_factory.mktemp("lean")
+def prepare(root: Path, variant: str) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("FADEN_NODE_AGENT_")}
     env.update(
         FADEN_NODE_AGENT_RUNTIME_DIR=str(root / "run"),
@@ -52,32 +53,42 @@ def prepared(tmp_path_factory) -> dict:
         DBUS_SYSTEM_BUS_ADDRESS=f"unix:path={root / 'no-bus'}",
     )
     out = subprocess.run(
-        [sys.executable, "-c", PREPARED], env=env, capture_output=True, text=True, timeout=120, cwd=Path.cwd()
+        [sys.executable, "-c", PREPARED, variant], env=env, capture_output=True, text=True, timeout=120, cwd=Path.cwd()
     )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory) -> dict:
+    return prepare(tmp_path_factory.mktemp("lean"), "as-run")
+
+
+@pytest.fixture(scope="module")
+def unshared(tmp_path_factory) -> dict:
+    return prepare(tmp_path_factory.mktemp("lean-unshared"), "no-targets")
 
 
 def loaded(modules: list[str], *prefixes: str) -> list[str]:
     return [m for m in modules if m.startswith(prefixes)]
 
 
-def test_the_supervisor_holds_nothing_of_a_worker_nor_what_it_needs_only_when_asked(prepared):
+def test_the_supervisor_holds_its_workers_modules_and_nothing_only_asked_for(prepared):
     held = prepared["held"]
-    own = tuple(f"faden_agent.workers.{name}" for name in WORKERS)
-    # the host policy is checked before any worker starts (launch.py): the executor's one module here
-    assert loaded(held, *own) == ["faden_agent.workers.executor", "faden_agent.workers.executor.host_policy"]
+    started = [target.partition(":")[0] for name, target in WORKERS.items() if name != "peer"]
+    assert set(started) <= set(held), "the workers that start with the supervisor share their modules"
+    assert loaded(held, "faden_agent.workers.peer", "faden_agent.transfers.server") == []  # on demand
     renderers = ("families", "exposition", "declared", "discovery", "health")
     assert loaded(held, *(f"faden_agent.supervisor.metrics.{name}" for name in renderers)) == []
-    assert loaded(held, "psutil", "charset_normalizer", "chardet", "typer", "click", "rich") == []
+    assert loaded(held, "charset_normalizer", "chardet", "typer", "click", "rich") == []
     assert loaded(held, "faden_agent.ipc.dbusconn", "faden_agent.supervisor.logind") == []  # no bus here
     assert loaded(held, "http.server", "socketserver", "faden_agent.transfers.fetch") == []
     assert "docker" in held and "requests" in held  # the workers' shared SDK
 
 
-def test_what_two_workers_load_the_supervisor_has_loaded_before(prepared):
+def test_what_two_workers_load_the_supervisor_has_loaded_before(unshared):
     counts: dict[str, int] = {}
-    for modules in prepared["added"].values():
+    for modules in unshared["added"].values():
         for module in modules:
             counts[module] = counts.get(module, 0) + 1
     shared = sorted(m for m, n in counts.items() if n >= 2)
@@ -103,5 +114,6 @@ def test_what_two_workers_load_the_supervisor_has_loaded_before(prepared):
         ("stream", ("faden_agent.service.manager", "getpass")),  # the service's manager: the CLI's
     ],
 )
-def test_a_workers_idle_path_leaves_its_occasional_parts_unloaded(prepared, worker, occasional):
-    assert loaded(prepared["added"][worker], *occasional) == []
+def test_a_workers_idle_path_leaves_its_occasional_parts_unloaded(prepared, unshared, worker, occasional):
+    assert loaded(prepared["held"], *occasional) == []
+    assert loaded(unshared["added"][worker], *occasional) == []

@@ -14,6 +14,7 @@ from faden_agent.supervisor.table import ResourceSampler
 def test_cpu_percent_is_measured_between_two_samples_of_a_busy_process():
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
+        time.sleep(0.3)  # the interpreter is up
         sampler = ResourceSampler()
         rss, first = sampler.sample(busy.pid)
         assert first == 0.0 and rss is not None and rss > 1 << 20  # a Python process holds megabytes
