@@ -70,8 +70,8 @@ def from_results(results: dict[str, Any]) -> dict[str, Any]:
     if start:
         out["start"] = {
             "python": start["python"],
-            "tree_cpu_s": start["tree_cpu_s_median"],
-            "supervisor_cpu_s": start["supervisor_cpu_s_median"],
+            "tree_cpu_s": round(start["tree_cpu_s_median"], 3),
+            "supervisor_cpu_s": round(start["supervisor_cpu_s_median"], 3),
             "starts": len(start["tree_cpu_s_all"]),
         }
     promtail = results.get("promtail")

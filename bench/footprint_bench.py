@@ -568,31 +568,34 @@ def report(results: dict[str, Any], row) -> None:
     per = mem["per_process_kib"]
     row(
         f"idle PSS, whole tree (CPython {results.get('python', '?')})",
-        f"{mem['tree_pss_kib'] / 1024:.1f} MiB ({len(per)} procs)",
-        f"private {mem['tree_private_kib'] / 1024:.1f} MiB; goal <= 60 MiB",
+        f"{mem.get('tree_pss_quiet_kib', 0) / 1024:.1f} MiB on a quiet machine ({len(per)} procs)",
+        f"PSS here {mem['tree_pss_kib'] / 1024:.1f} MiB; private {mem['tree_private_kib'] / 1024:.1f} MiB; "
+        "goal <= 50 MiB (3.12), 60 (3.11)",
     )
     for name, m in per.items():
         row(
             f"  PSS {name}",
-            f"{m['pss'] / 1024:.1f} MiB",
-            f"shared {m['shared'] / 1024:.1f}, private {m['private'] / 1024:.1f} MiB, anon PSS "
-            f"{m.get('pss_anon', 0) / 1024:.1f} MiB",
+            f"{m.get('pss_quiet', 0) / 1024:.1f} MiB quiet",
+            f"here {m['pss'] / 1024:.1f}: shared {m['shared'] / 1024:.1f}, private {m['private'] / 1024:.1f} MiB, "
+            f"anon PSS {m.get('pss_anon', 0) / 1024:.1f} MiB",
         )
     for version, other in results.get("memory_by_python", {}).items():
         row(
             "  idle PSS, whole tree, the standalone binary"
             if version == "binary"
             else f"  idle PSS, whole tree, CPython {version}",
-            f"{other['tree_pss_kib'] / 1024:.1f} MiB" if "tree_pss_kib" in other else "NOT MEASURED",
-            other.get("error", "") or f"private {other['tree_private_kib'] / 1024:.1f} MiB; same agent and state",
+            f"{other.get('tree_pss_quiet_kib', 0) / 1024:.1f} MiB quiet" if "tree_pss_kib" in other else "NOT MEASURED",
+            other.get("error", "")
+            or f"PSS here {other['tree_pss_kib'] / 1024:.1f}, private {other['tree_private_kib'] / 1024:.1f} MiB; "
+            "same agent and state",
         )
     if "memory_over_tls" in results:
         tls = results["memory_over_tls"]
         row(
             "  idle PSS, whole tree, backend over https",
-            f"{tls['tree_pss_kib'] / 1024:.1f} MiB",
-            f"public CA bundle (~140 roots); http above {mem['tree_pss_kib'] / 1024:.1f} MiB; "
-            + ", ".join(f"{p} {m['pss'] / 1024:.1f}" for p, m in tls["per_process_kib"].items()),
+            f"{tls.get('tree_pss_quiet_kib', 0) / 1024:.1f} MiB quiet",
+            f"public CA bundle (~140 roots); http above {mem.get('tree_pss_quiet_kib', 0) / 1024:.1f} MiB; "
+            + ", ".join(f"{p} {m.get('pss_quiet', 0) / 1024:.1f}" for p, m in tls["per_process_kib"].items()),
         )
     costs = results.get("package_private_kib", {})
     row(

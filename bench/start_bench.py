@@ -8,7 +8,7 @@ process from /proc/PID/stat. CPU seconds, not wall time: on a shared machine oth
 wall time. The agent imports from bytecode as an installed agent does (compileall first:
 PYTHONDONTWRITEBYTECODE would otherwise make every start compile its sources).
 
-    python3 bench/start_bench.py [--starts 5] [--python 3.11] [--settle 10] [--json PATH]
+    python3 bench/start_bench.py [--starts 5] [--python 3.11] [--settle 10] [--against COMMIT] [--json PATH]
 """
 
 from __future__ import annotations
@@ -98,16 +98,42 @@ def probed_start(env: dict[str, str], root: Path, python: str) -> dict[str, Any]
     return out
 
 
-def measure(root: Path, python: str, starts: int, settle_s: float) -> dict[str, Any]:
+def measure(root: Path, python: str, starts: int, settle_s: float, against: str | None = None) -> dict[str, Any]:
+    """`starts` starts of the same enrolled agent; with `against` (a commit), as many of that
+    tree's agent, alternating with them (same backend, state and moment)."""
+    from bench.footprint_account import export_tree, run_from
+
     interpreters.compile_agent(python)
     argv = [python, "-m", "faden_agent", "run"]
+    other = None
+    if against:
+        source = export_tree(against, root / "against-source")
+        interpreters.compile_agent(python, source)
+        other = [*run_from(python, source), "run"]
     with footprint_bench.metered_agent(root, agent_argv=argv) as rig:  # enrolls once; the starts reuse its state
         env = rig.env
         rig.agent.stop()
-        runs = [one_start(env, root / f"start-{i}.log", argv, settle_s) for i in range(starts)]
+        runs, theirs = [], []
+        for i in range(starts):
+            runs.append(one_start(env, root / f"start-{i}.log", argv, settle_s))
+            if other:
+                theirs.append(one_start(env, root / f"start-against-{i}.log", other, settle_s))
         probed = probed_start(env, root, python)
     ready = [r["ready"]["tree_cpu_s"] for r in runs]
+    compared = {}
+    if theirs:
+        compared = {
+            "against": {
+                "commit": against,
+                "tree_cpu_s_median": statistics.median(r["ready"]["tree_cpu_s"] for r in theirs),
+                "tree_cpu_s_all": [r["ready"]["tree_cpu_s"] for r in theirs],
+                "supervisor_cpu_s_median": statistics.median(
+                    r["ready"]["per_process_cpu_s"]["supervisor"] for r in theirs
+                ),
+            }
+        }
     return {
+        **compared,
         "python": interpreters.version_of(python),
         "load_average": os.getloadavg(),
         "starts": runs,
@@ -127,6 +153,14 @@ def report(results: dict[str, Any], row) -> None:
         f"runs {', '.join(f'{r:.3f}' for r in ready)}; supervisor "
         f"{results['supervisor_cpu_s_median']:.3f} s; goal <= 0.25 s",
     )
+    if "against" in results:
+        other = results["against"]
+        row(
+            f"  the same, {other['commit']} (alternating)",
+            f"{other['tree_cpu_s_median']:.3f} CPU s",
+            f"runs {', '.join(f'{r:.3f}' for r in other['tree_cpu_s_all'])}; supervisor "
+            f"{other['supervisor_cpu_s_median']:.3f} s",
+        )
     first = results["starts"][len(results["starts"]) // 2]
     row(
         "  per process at ready (10 ms ticks)",
@@ -150,11 +184,12 @@ def main() -> int:
     parser.add_argument("--starts", type=int, default=5)
     parser.add_argument("--settle", type=float, default=10.0, help="also the tree's CPU this long after ready")
     parser.add_argument("--python", help="the CPython version to run the agent on (e.g. 3.11)")
+    parser.add_argument("--against", metavar="COMMIT", help="also that tree's starts, alternating with these")
     parser.add_argument("--json", type=Path, default=Path("bench/results/start.json"))
     args = parser.parse_args()
     python = interpreters.with_agent(interpreters.cpythons()[args.python]) if args.python else sys.executable
     with tempfile.TemporaryDirectory(prefix="faden-start-") as tmp:
-        results = measure(Path(tmp), python, args.starts, args.settle)
+        results = measure(Path(tmp), python, args.starts, args.settle, args.against)
     report(results, lambda f, v, c="": print(f"{f:<46} {v:<30} {c}", flush=True))
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(results, indent=2) + "\n")
