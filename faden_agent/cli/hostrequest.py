@@ -1,4 +1,4 @@
-"""`faden-agent cordon|drain|uncordon|gpu forget`: a host request put in the agent's outbox (the
+"""`faden-agent cordon|drain|uncordon|gpu forget|check|reset`: a host request put in the agent's outbox (the
 stream worker sends it over its own link), then the backend's answer awaited: the command it
 sends, its progress and outcome as the executor records them (node/drainstate.py).
 Exit codes: EXIT_DONE, EXIT_FAILED (the answer's reason), EXIT_NOT_ENROLLED, EXIT_PENDING.
@@ -26,6 +26,8 @@ POLL_S = 0.2
 ANSWER_SLACK_S = 60.0  # a drain's answer may come this long after its deadline (link, queue, removals)
 QUICK_WAIT_S = 30.0  # cordon and uncordon: how long the CLI waits for the backend by default
 DRAIN_DEADLINE_S = 300.0
+# the agent's defaults (commands/node.py, commands/gpu.py): a check's is its level 1 time limit
+DEFAULT_DEADLINES = {"drain": DRAIN_DEADLINE_S, "gpu.check": 120.0, "gpu.reset": 600.0}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 
@@ -46,7 +48,7 @@ def parse_duration(text: str) -> float:
     return float(match.group(1)) * _UNITS[match.group(2)]
 
 
-def send_request(config: Config, action: str, deadline_s: float | None, wait_s: float, **fields: str) -> str:
+def send_request(config: Config, action: str, deadline_s: float | None, wait_s: float, **fields: Any) -> str:
     """Put the host request (with the action's own `fields`: gpu.forget's uuid) in the outbox
     (durable; the stream worker is woken); its id."""
     from faden_agent.backend.producer import Reports
@@ -116,10 +118,20 @@ def outcome_lines(answer: dict[str, Any]) -> tuple[int, list[str]]:
     if answer.get("state") != protocol.SUCCEEDED:
         return EXIT_FAILED, [f"failed ({answer.get('reason')}): {answer.get('message')}"]
     lines = [str(answer.get("message"))]
-    for name, outcome in sorted((result.get("containers") or {}).items()):
+    for name, outcome in sorted({**(result.get("containers") or {}), **(result.get("stopped") or {})}.items()):
         lines.append(f"  {name}: {outcome.get('how')} (exit code {outcome.get('exit_code')})")
+    checked = (result.get("check") or result).get("gpus") or {}
+    for gpu_uuid, gpu in checked.items():
+        lines.append(f"  GPU {gpu.get('index')} ({gpu_uuid}): {gpu.get('outcome')}")
+        for test in gpu.get("tests") or ():
+            if test.get("result") != "pass":
+                lines.append(f"    {test.get('name')}: {test.get('result')}: {test.get('detail')}")
     return EXIT_DONE, lines
 
 
 def default_wait(action: str, deadline_s: float | None) -> float:
-    return (deadline_s or DRAIN_DEADLINE_S) + ANSWER_SLACK_S if action == "drain" else QUICK_WAIT_S
+    """How long the CLI waits for the answer: a drain's or reset's deadline (a check's time
+    limit) and the slack; cordon and uncordon are quick."""
+    if action in ("drain", "gpu.check", "gpu.reset"):
+        return (deadline_s or DEFAULT_DEADLINES[action]) + ANSWER_SLACK_S
+    return QUICK_WAIT_S
