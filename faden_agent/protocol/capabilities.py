@@ -165,7 +165,7 @@ DECLARED = (
     Capability(
         GPU_CHECK_CAPABILITY,
         "0.1.0",
-        "i50, 2026-12-04",
+        "ea37c48, 2026-12-03",
         "checks GPUs by DCGM's diagnostic, else NVML's own checks, also as a host request (`faden-agent gpu check`);"
         " a busy GPU refused unless `allow_busy`, and then never failed",
         kinds={"gpu.check": ("gpus", "level", "time_limit_s", "allow_busy", "request_id", "deadline_s")},
@@ -173,7 +173,7 @@ DECLARED = (
     Capability(
         GPU_RESET_CAPABILITY,
         "0.1.0",
-        "i50, 2026-12-04",
+        "ea37c48, 2026-12-03",
         "resets one GPU (`nvidia-smi --gpu-reset`), stopping only the containers on it when asked, then checks it;"
         " also as a host request (`faden-agent gpu reset UUID`)",
         kinds={"gpu.reset": ("gpu", "stop_containers", "request_id", "deadline_s")},

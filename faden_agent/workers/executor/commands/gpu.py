@@ -245,6 +245,6 @@ register(
         {"stop_containers": (specs.boolean, False), **GPU_COMMON},
         deadline_s=RESET_DEADLINE_S,
         queue_key=by_gpu,
-        cancellable=True,
+        cancellable=False,  # a reset half done by nvidia-smi is worse than one let finish
     )
 )

@@ -26,6 +26,17 @@ GROUP_FILE = "gpu-remedy.pgid"  # in the runtime directory: the program group of
 log = logging.getLogger(__name__)
 
 
+def _busy(given: Any, asked: list[str]) -> dict[str, list[str]]:
+    """uuid -> what runs on it, of the GPUs asked (bounded; anything else left out)."""
+    if not isinstance(given, dict):
+        return {}
+    return {
+        uuid: [str(name)[:120] for name in names][:32]
+        for uuid, names in given.items()
+        if uuid in asked and isinstance(names, list)
+    }
+
+
 class Remedies:
     def __init__(self, tools: Tools, start_thread: Callable[..., Any], runtime_dir: Path):
         self.tools = tools
@@ -48,22 +59,18 @@ class Remedies:
             return {"outcome": "unknown", "job": None, "message": f"time_limit_s must be in (0, {MAX_TIME_LIMIT_S:g}]"}
         known = self.tools.devices()
         if kind == door.GPU_CHECK:
-            asked = [u for u in body.get("uuids") or [] if isinstance(u, str)][:64]
+            listed = body.get("uuids")
+            asked = [u for u in listed if isinstance(u, str)][:64] if isinstance(listed, list) else []
             unknown = [u for u in asked if u not in known]
             if not asked or unknown:
-                return {
-                    "outcome": "unknown",
-                    "job": None,
-                    "message": f"no such GPU here: {', '.join(unknown) or 'none asked'}",
-                }
-            busy = {
-                u: [str(n)[:120] for n in names][:32] for u, names in (body.get("busy") or {}).items() if u in asked
-            }
+                said = ", ".join(unknown) or "none asked"
+                return {"outcome": "unknown", "job": None, "message": f"no such GPU here: {said}"[:600]}
+            busy = _busy(body.get("busy"), asked)
             level = int(body["level"]) if body.get("level") in (1, 2, 3, 4) else 1
             target: Callable[[Job], None] = lambda job: run_check(self.tools, job, asked, level, busy)  # noqa: E731
         else:
             uuid = body.get("uuid")
-            if uuid not in known:
+            if not isinstance(uuid, str) or uuid not in known:
                 return {"outcome": "unknown", "job": None, "message": f"no such GPU here: {str(uuid)[:96]}"}
             command_id = str(body.get("command_id") or "")[:128]
             target = lambda job: run_reset(self.tools, job, uuid, command_id)  # noqa: E731

@@ -24,7 +24,8 @@ BACK_POLL_S = 0.5
 CHECK_RESERVE_S = 20.0  # of the time limit, kept for the read and the check after the reset
 MAX_HOLDER_FDS = 50_000  # /proc/*/fd entries looked at for the GPU's device file
 NEXT = {
-    smi.IN_USE: "stop what holds it (named above), or reboot",
+    smi.IN_USE: "stop what holds the GPU (monitoring programs, nv-hostengine, nvidia-persistenced: `fuser -v"
+    " /dev/nvidia*` names them), or reboot",
     smi.PRIMARY: "the display's GPU cannot be reset while the machine runs: reboot",
     smi.NOT_SUPPORTED: "this GPU cannot be reset alone: reboot",
     smi.NO_PERMISSION: "the agent must run as root to reset a GPU; else reboot",
