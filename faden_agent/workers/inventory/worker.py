@@ -364,7 +364,7 @@ class InventoryWorker(Worker):
         job = self.remedies.current
         if job is None or job.done:
             return None
-        return {"kind": job.kind, "job": job.id, "steps": len(job.steps)}
+        return {"kind": job.kind, "job": job.id}  # steady while it runs: no heartbeat detail per step
 
     def _kernel_status(self) -> dict[str, Any] | None:
         """The kernel line source and the Xid lines it brought (ps, tests)."""
