@@ -61,6 +61,7 @@ class GpuUse(TypedDict):
 
 class UsersAnswer(TypedDict):
     gpus: dict[str, GpuUse]  # uuid -> its use, for the GPUs NVML named in the last read
+    read: bool  # false until the worker's first NVML read (just started): ask again
 
 
 class CheckRequest(TypedDict):

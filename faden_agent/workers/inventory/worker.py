@@ -247,7 +247,7 @@ class InventoryWorker(Worker):
                 for p in device.get("processes") or ()
             ]
             gpus[uuid] = {"index": device["index"], "pci_bus_id": device.get("pci_bus_id"), "processes": processes}
-        return {"gpus": gpus}
+        return {"gpus": gpus, "read": self.collector.gpu.last_section is not None}
 
     # --- the kernel's lines and the GPU evidence
 

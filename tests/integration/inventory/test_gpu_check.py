@@ -13,6 +13,7 @@ import time
 import pytest
 
 from faden_agent import protocol
+from faden_agent.workers.inventory.gpu import nvml_check
 from tests.conftest import TEST_IMAGE
 from tests.nvml.state import GpuState
 from tests.support.agentproc import pid_alive, wait_for
@@ -32,18 +33,6 @@ from tests.support.gpuremedy import (
 
 pytestmark = pytest.mark.docker
 
-NVML_TESTS = [
-    "responds",
-    "ecc",
-    "retired_pages",
-    "remapped_rows",
-    "pcie_link",
-    "nvlink",
-    "clock_events",
-    "temperature",
-    "fabric",
-    "recovery_action",
-]
 FAULTY = "Found 3 faulty memory elements on GPU 1"
 
 
@@ -64,7 +53,7 @@ def test_without_dcgm_the_nvml_checks_run_each_test_in_the_timeline(backend, tmp
         assert (started["tool"], started["level"], started["gpus"]) == ("nvml", 1, [0, 1])
         assert "not found" in started["tool_note"]
         tests = steps(command, "test")
-        assert [t["name"] for t in tests if t["index"] == 0] == NVML_TESTS
+        assert [t["name"] for t in tests if t["index"] == 0] == list(nvml_check.TESTS)
         assert {t["result"] for t in tests if t["index"] == 0} == {"pass"}
         (narrow,) = [t for t in tests if t["result"] != "pass"]
         assert (narrow["index"], narrow["name"], narrow["result"]) == (1, "pcie_link", "fail")

@@ -1,5 +1,5 @@
 """gpu.reset in a real agent at the real reference backend, on tests/nvml's C GPUs, a Docker engine
-of the test's own, a real Loki and the stand-in nvidia-smi (tests/nvml/nvidia-smi: its words and
+of the test's own, the real Lokis (2.8, 3.4) and the stand-in nvidia-smi (tests/nvml/nvidia-smi: its words and
 exit codes, and its refusal while anything holds the GPU, the agent's own NVML included): refused
 while a container uses the GPU; done from the host with --stop-containers, stopping only that
 GPU's container (its last lines in Loki, not restarted), the others untouched, persistence mode
@@ -33,7 +33,7 @@ from tests.support.gpuremedy import (
     start_agent,
     steps,
 )
-from tests.support.lokiproc import LokiProcess
+from tests.support.lokiproc import real_loki  # noqa: F401 - the fixture, one Loki per version
 
 pytestmark = pytest.mark.docker
 
@@ -45,19 +45,11 @@ POLITE = (
 XID_48 = "Xid 48: double-bit ECC error (reset needed)"
 
 
-@pytest.fixture(scope="module")
-def loki(tmp_path_factory):
-    process = LokiProcess("3.4.6", tmp_path_factory.mktemp("loki") / "data")
-    process.start()
-    yield process
-    process.stop()
-
-
 def calls(path: Path) -> list[list[str]]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def test_a_reset_refused_while_used_then_done_stopping_only_that_gpu_s_container(backend, loki, tmp_path):  # noqa: F811
+def test_a_reset_refused_while_used_then_done_stopping_only_that_gpu_s_container(backend, real_loki, tmp_path):  # noqa: F811
     gpus = GpuState(tmp_path / "nvml", count=3)
     uuid1, bus1 = gpus.gpus[1]["uuid"], gpus.gpus[1]["bus_id"]
     gpus.gpus[1]["ecc"]["corrected"]["volatile"] = 0  # nothing NVML would show of a reset: the agent knows it
@@ -76,7 +68,7 @@ def test_a_reset_refused_while_used_then_done_stopping_only_that_gpu_s_container
             tmp_path / "agent",
             gpus,
             docker_host=engine.host,
-            loki_url=loki.url,
+            loki_url=real_loki.url,
             log_flush_interval_sec=0.2,
             kmsg_path=kmsg,
             journal_directory=no_journal,
@@ -126,7 +118,7 @@ def test_a_reset_refused_while_used_then_done_stopping_only_that_gpu_s_container
             for name in ("on-gpu0", "on-gpu2"):
                 container = client.containers.get(name)
                 assert (container.status, container.attrs["State"]["StartedAt"]) == ("running", started[name])
-            got = set(loki.lines(f'{{agent_id="{agent_id}", container="on-gpu1"}}'))
+            got = set(real_loki.lines(f'{{agent_id="{agent_id}", container="on-gpu1"}}'))
             want = (printed / "on-gpu1").read_text().splitlines()
             assert [line for line in want if line not in got] == [] and "on-gpu1 bye" in got
 

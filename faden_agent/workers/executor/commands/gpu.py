@@ -26,6 +26,7 @@ RESET_DEADLINE_S = 600.0
 ANSWER_SLACK_S = 15.0  # of the deadline, kept for the inventory's end to come back
 POLL_S = 0.3
 CANCEL_WAIT_S = 10.0  # for the inventory to end a job it was told to end
+FIRST_READ_WAIT_S = 30.0  # for a just started inventory worker's first NVML read
 STOP_SHARE = 0.5  # of a reset's deadline, the most its containers' stops may take
 
 
@@ -172,8 +173,14 @@ def _ended(kind: str, end: dict[str, Any]) -> dict[str, Any]:
 
 
 def _gpus(commands: Commands, uuids: list[str] | None) -> dict[str, dict[str, Any]]:
-    gpus = _ask(commands, door.GPU_USERS, {"uuids": uuids}).get("gpus")
-    return gpus if isinstance(gpus, dict) else {}
+    """The GPUs of the inventory's last NVML read (waiting for a just started worker's first)."""
+    until = time.monotonic() + FIRST_READ_WAIT_S
+    while True:
+        answer = _ask(commands, door.GPU_USERS, {"uuids": uuids})
+        if answer.get("read") is not False or time.monotonic() >= until:
+            gpus = answer.get("gpus")
+            return gpus if isinstance(gpus, dict) else {}
+        time.sleep(POLL_S)
 
 
 def _ask(commands: Commands, kind: door.DoorKind, body: door.Request) -> dict[str, Any]:
