@@ -103,7 +103,8 @@ def test_a_reset_refused_while_used_then_done_stopping_only_that_gpu_s_container
             )
             # while nvidia-smi resets GPU 1, GPU 2's Xid 94 comes through the kernel's log
             wait_for(lambda: ["--gpu-reset", "-i", bus1] in calls(smi_calls), 60, what="the reset running")
-            assert agent.workers()["inventory"]["status"]["gpu_events"]["let_go"]
+            inventory = lambda: agent.workers()["inventory"]["status"]  # noqa: E731
+            wait_for(lambda: inventory()["gpu_events"]["let_go"], 3, what="NVML let go (ps)")
             with open(kmsg, "ab") as fh:
                 line = f"NVRM: Xid (PCI:{gpus.gpus[2]['bus_id'][4:-2].lower()}): 94, pid=77, name=python3, Contained"
                 fh.write(kmsg_record(2, line))

@@ -14,9 +14,10 @@ import pytest
 
 from faden_agent.common.programs import start_time
 from faden_agent.node.fabric_manager import FabricManager
-from faden_agent.workers.inventory.gpu.remedies import GROUP_FILE, Remedies
+from faden_agent.workers.inventory.gpu.remedies import GROUP_FILE, PERSISTENCE_FILE, Remedies
 from faden_agent.workers.inventory.gpu.remedy import Job, Tools
 from faden_agent.workers.inventory.gpu.resets import device_holders, fabric_block, processes_on
+from tests.nvml.state import NVIDIA_SMI, GpuState
 
 DEVICE = {"uuid": "GPU-a", "index": 0, "pci_bus_id": "00000000:17:00.0", "compute_capability": "9.0"}
 
@@ -139,3 +140,28 @@ def test_the_processes_on_a_gpu_and_the_holders_of_its_device_file(tmp_path):
     held = device_holders(1, str(proc))
     assert set(held.split(", ")) == {"pid 11 (nv-hostengine)", f"pid {os.getpid()} (?) (this agent)"}
     assert device_holders(None, str(proc)) == "" and device_holders(1, str(tmp_path / "none")) == ""
+
+
+def test_persistence_mode_a_killed_reset_left_off_is_turned_on_at_the_next_start(tmp_path, monkeypatch):
+    gpus = GpuState(tmp_path / "nvml", count=2)
+    gpus.gpus[1]["persistence"] = 0  # turned off by a reset whose worker was killed
+    gpus.write()
+    (tmp_path / PERSISTENCE_FILE).write_text(f"{gpus.gpus[1]['bus_id']}\n")
+    started: list[threading.Thread] = []
+
+    def start_thread(name: str, target: Any, *args: Any, **kinds: Any) -> threading.Thread:
+        started.append(threading.Thread(target=target, args=args))
+        started[-1].start()
+        return started[-1]
+
+    given = {**tools().__dict__, "nvidia_smi": str(NVIDIA_SMI)}
+    for key, value in gpus.env().items():
+        monkeypatch.setenv(key, value)  # what nvidia-smi is started with
+    remedies = Remedies(Tools(**given), start_thread, tmp_path)
+    assert remedies.restoring == gpus.gpus[1]["bus_id"]
+    started[0].join(30)
+    gpus.read_back()
+    assert gpus.gpus[1]["persistence"] == 1 and not (tmp_path / PERSISTENCE_FILE).exists()
+    (tmp_path / PERSISTENCE_FILE).write_text("; rm -rf /\n")  # not a bus id: dropped, nothing run
+    assert Remedies(Tools(**given), start_thread, tmp_path).restoring is None
+    assert not (tmp_path / PERSISTENCE_FILE).exists() and len(started) == 1

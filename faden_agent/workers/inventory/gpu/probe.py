@@ -173,10 +173,13 @@ class GpuProbe:
         section["health"] = node_health(devices, section.get("missing") or [], None, note)
         return section
 
-    def read_one(self, uuid: str) -> dict[str, Any]:
+    def read_one(self, uuid: str, wait_s: float = 30.0) -> dict[str, Any]:
         """A fresh full read of one GPU, as a round reads it (its NVML minor number added);
-        {"state": "error", "error": ...} when NVML cannot read it."""
-        with self.lock:
+        {"state": "error", "error": ...} when NVML cannot read it, or a round holds the probe
+        longer than `wait_s` (a hung call)."""
+        if not self.lock.acquire(timeout=wait_s):
+            return {"state": "error", "error": f"the GPU probe is in a round ({self.hung_call()})"}
+        try:
             seen = self.seen.get(uuid)
             if seen is None:
                 return {"state": "error", "error": f"no GPU {uuid} was ever seen here"}
@@ -190,6 +193,8 @@ class GpuProbe:
                 return {**device, "state": "error", "error": device.get("error") or f"GPU {seen['index']} is another"}
             device["minor_number"] = self._optional_quiet(self.nvml.nvmlDeviceGetMinorNumber, device["index"])
             return device
+        finally:
+            self.lock.release()
 
     def _optional_quiet(self, fn: Callable[..., Any], index: int) -> Any:
         try:

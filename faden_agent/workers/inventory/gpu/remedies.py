@@ -1,7 +1,7 @@
 """The inventory's remedy jobs behind its door: one check or reset at a time, each in a thread of
 its own, read step by step by the executor (`gpu.job`) and ended on `gpu.cancel` or the worker's
-stop (the programs' process groups with it). A program group an earlier run left (the worker was
-killed mid-job) is ended at the next start. The last few jobs' ends are kept for a late reader.
+stop (the programs' process groups with it). What a job killed mid-way left (a program group,
+persistence mode off) is undone at the worker's next start. The last jobs' ends are kept.
 """
 
 from __future__ import annotations
@@ -16,13 +16,15 @@ from typing import Any, cast
 
 from faden_agent.common import programs
 from faden_agent.ipc import inventory_door as door
+from faden_agent.workers.inventory.gpu import smi
 from faden_agent.workers.inventory.gpu.checks import run_check
 from faden_agent.workers.inventory.gpu.remedy import Job, Tools
-from faden_agent.workers.inventory.gpu.resets import run_reset
+from faden_agent.workers.inventory.gpu.resets import PERSISTENCE_BOUND_S, run_reset
 
 KEPT_ENDS = 16
 MAX_TIME_LIMIT_S = 6 * 3600.0  # a level-4 diagnostic takes hours; nothing here more
 GROUP_FILE = "gpu-remedy.pgid"  # in the runtime directory: the program group of a running job
+PERSISTENCE_FILE = "gpu-remedy.persistence"  # the bus id of a GPU whose persistence mode a reset turned off
 log = logging.getLogger(__name__)
 
 
@@ -42,10 +44,13 @@ class Remedies:
         self.tools = tools
         self.start_thread = start_thread
         self.group_file = Path(runtime_dir) / GROUP_FILE
+        self.persistence_file = Path(runtime_dir) / PERSISTENCE_FILE
         self.current: Job | None = None
         self.ended: OrderedDict[str, Job] = OrderedDict()
         tools.remember_group = self._remember_group
+        tools.remember_persistence = self._remember_persistence
         self.leftover = self._end_leftover()
+        self.restoring = self._restore_persistence()
 
     def start(self, kind: str, body: dict[str, Any]) -> door.StartAnswer:
         if self.current is not None and not self.current.done:
@@ -116,7 +121,35 @@ class Remedies:
             while len(self.ended) > KEPT_ENDS:
                 self.ended.popitem(last=False)
 
-    # --- the program group of a running job, for the next start after a crash
+    # --- what a job changed, for the next start after a crash
+
+    def _remember_persistence(self, bus: str | None) -> None:
+        try:
+            if bus is None:
+                self.persistence_file.unlink(missing_ok=True)
+            else:
+                self.persistence_file.write_text(f"{bus}\n")
+        except OSError as exc:
+            log.warning("could not note persistence mode of %s: %s", bus, exc)
+
+    def _restore_persistence(self) -> str | None:
+        """Turns persistence mode on again (in a thread: nvidia-smi may hang) on the GPU an
+        earlier run turned it off for and did not see back; its bus id, if there was one."""
+        try:
+            bus = self.persistence_file.read_text()[:64].strip()
+        except OSError:
+            return None
+        if not bus or not all(c in "0123456789abcdefABCDEF:." for c in bus):
+            self._remember_persistence(None)
+            return None
+
+        def restore() -> None:
+            ran = programs.run(smi.persistence_command(self.tools.nvidia_smi, bus, True), PERSISTENCE_BOUND_S)
+            log.warning("persistence mode of %s, left off by a reset of an earlier run: %s", bus, smi.said(ran))
+            self._remember_persistence(None)
+
+        self.start_thread("gpu-persistence", restore, critical=False, finite=True)
+        return bus
 
     def _remember_group(self, pgid: int) -> None:
         try:

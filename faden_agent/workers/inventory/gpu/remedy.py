@@ -58,6 +58,7 @@ class Tools:
     nvidia_smi: str
     on_change: Callable[[], None]  # a record now (a verdict may have moved)
     remember_group: Callable[[int], None]  # a program's process group, ended at the next start if left
+    remember_persistence: Callable[[str | None], None] = lambda bus: None  # a bus id whose persistence is off
     proc_root: str = "/proc"
 
     def devices(self) -> dict[str, dict[str, Any]]:

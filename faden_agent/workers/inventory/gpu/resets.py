@@ -52,8 +52,10 @@ def run_reset(tools: Tools, job: Job, uuid: str, command_id: str) -> None:
         return
     persistence = ((fresh.get("health") or device.get("health") or {}).get("persistence_mode")) is True
     if persistence:
+        tools.remember_persistence(bus)  # turned on again at the next start if this worker dies meanwhile
         ran = programs.run(smi.persistence_command(tools.nvidia_smi, bus, False), PERSISTENCE_BOUND_S, job.stop)
         if not ran.ok:
+            tools.remember_persistence(None)
             job.finish(
                 False, "reset_blocked", f"GPU {index}: persistence mode is on and did not turn off: {smi.said(ran)}"
             )
@@ -64,6 +66,7 @@ def run_reset(tools: Tools, job: Job, uuid: str, command_id: str) -> None:
     finally:
         if persistence:
             back = programs.run(smi.persistence_command(tools.nvidia_smi, bus, True), PERSISTENCE_BOUND_S)
+            tools.remember_persistence(None)
             job.step("persistence_on", index=index, ok=back.ok, said=smi.said(back)[:200])
     if reset is None:
         return  # ended with its reason already
