@@ -271,16 +271,18 @@ def _host_request(action: str, deadline: str | None, wait: str | None, bound: st
     from faden_agent.cli import hostrequest as hr
 
     config = load_installed()
+    from faden_agent import protocol
+    from faden_agent.common.durations import BadDuration, parse_duration
+
     try:
-        deadline_s = hr.parse_duration(deadline) if deadline is not None else None
-        bound_s = hr.parse_duration(bound) if bound is not None else None
-        wait_s = hr.parse_duration(wait) if wait is not None else hr.default_wait(action, deadline_s or bound_s)
-    except hr.BadDuration as exc:
+        bound_s = parse_duration(bound, "--time-limit", protocol.MAX_DRAIN_DEADLINE_S) if bound is not None else None
+        deadline_s, wait_s = hr.durations_asked(action, deadline, wait, bound_s)
+    except BadDuration as exc:
         fail(str(exc), 2)
     if bound_s is not None:
         fields["time_limit_s"] = bound_s
-    if not config.state_path.exists():
-        fail(f"this machine is not enrolled ({config.state_path} does not exist): nothing to ask", hr.EXIT_NOT_ENROLLED)
+    if (problem := hr.state_problem(config)) is not None:
+        fail(*problem)
     try:
         request_id = hr.send_request(config, action, deadline_s, wait_s, **fields)
     except hr.RequestNotQueued as exc:

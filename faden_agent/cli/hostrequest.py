@@ -6,7 +6,6 @@ Exit codes: EXIT_DONE, EXIT_FAILED (the answer's reason), EXIT_NOT_ENROLLED, EXI
 
 from __future__ import annotations
 
-import re
 import sqlite3
 import time
 import uuid
@@ -14,7 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 from faden_agent import protocol
+from faden_agent.common.durations import parse_duration
 from faden_agent.config import Config
+from faden_agent.disk.files import PrivateDirError, ensure_private_dir
 from faden_agent.node import drainstate
 from faden_agent.node.linkstatus import read_link_status
 
@@ -28,24 +29,23 @@ QUICK_WAIT_S = 30.0  # cordon and uncordon: how long the CLI waits for the backe
 DRAIN_DEADLINE_S = 300.0
 # the agent's defaults (commands/node.py, commands/gpu.py): a check's is its level 1 time limit
 DEFAULT_DEADLINES = {"drain": DRAIN_DEADLINE_S, "gpu.check": 120.0, "gpu.reset": 600.0}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
-
-
-class BadDuration(ValueError):
-    pass
+WAIT_MAX_S = protocol.MAX_DRAIN_DEADLINE_S + ANSWER_SLACK_S  # nobody waits for an answer longer
 
 
 class RequestNotQueued(Exception):
     pass
 
 
-def parse_duration(text: str) -> float:
-    """'90', '90s', '5m', '1.5h', '500ms' -> seconds; BadDuration names the value otherwise."""
-    match = _DURATION.match(text or "")
-    if not match or float(match.group(1)) <= 0:
-        raise BadDuration(f"{protocol.quote(text, 40)} is no duration: use e.g. 90s, 5m or 1h")
-    return float(match.group(1)) * _UNITS[match.group(2)]
+def durations_asked(
+    action: str, deadline: str | None, wait: str | None, bound_s: float | None = None
+) -> tuple[float | None, float]:
+    """(the drain's or reset's deadline, how long to wait for the answer) from the command line,
+    bounded (durations.parse_duration); `bound_s`: a check's time limit, the wait's base without a
+    deadline. BadDuration names the option and the value."""
+    deadline_s = parse_duration(deadline, "--deadline", protocol.MAX_DRAIN_DEADLINE_S) if deadline else None
+    base = deadline_s or bound_s
+    wait_s = parse_duration(wait, "--wait", WAIT_MAX_S) if wait is not None else default_wait(action, base)
+    return deadline_s, wait_s
 
 
 def send_request(config: Config, action: str, deadline_s: float | None, wait_s: float, **fields: Any) -> str:
@@ -113,25 +113,51 @@ def link_problem(config: Config) -> str | None:
 
 
 def outcome_lines(answer: dict[str, Any]) -> tuple[int, list[str]]:
-    """The exit code and the lines that say the backend's answer."""
-    result = answer.get("result") or {}
+    """The exit code and the lines that say the backend's answer (fields of a wrong type shown as absent)."""
     if answer.get("state") != protocol.SUCCEEDED:
         return EXIT_FAILED, [f"failed ({answer.get('reason')}): {answer.get('message')}"]
     lines = [str(answer.get("message"))]
-    for name, outcome in sorted({**(result.get("containers") or {}), **(result.get("stopped") or {})}.items()):
+    result = _object(answer, "result")
+    for name, outcome in sorted({**_object(result, "containers"), **_object(result, "stopped")}.items()):
+        outcome = outcome if isinstance(outcome, dict) else {}
         lines.append(f"  {name}: {outcome.get('how')} (exit code {outcome.get('exit_code')})")
-    checked = (result.get("check") or result).get("gpus") or {}
-    for gpu_uuid, gpu in checked.items():
+    checked = _object(result, "check") or result  # a reset's check, or a check itself
+    for gpu_uuid, gpu in _object(checked, "gpus").items():
+        gpu = gpu if isinstance(gpu, dict) else {}
         lines.append(f"  GPU {gpu.get('index')} ({gpu_uuid}): {gpu.get('outcome')}")
-        for test in gpu.get("tests") or ():
-            if test.get("result") != "pass":
-                lines.append(f"    {test.get('name')}: {test.get('result')}: {test.get('detail')}")
+        listed = gpu.get("tests")
+        tests = listed if isinstance(listed, list) else []
+        for test in (t for t in tests if isinstance(t, dict) and t.get("result") != "pass"):
+            lines.append(f"    {test.get('name')}: {test.get('result')}: {test.get('detail')}")
     return EXIT_DONE, lines
+
+
+def _object(data: dict[str, Any], key: str) -> dict[str, Any]:
+    value = data.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def state_problem(config: Config) -> tuple[str, int] | None:
+    """Why this user cannot ask from this machine (one line and the exit code), or None: not
+    enrolled, a state directory it cannot read, or one it must not write (ensure_private_dir)."""
+    try:
+        if not config.state_path.exists():
+            return f"not enrolled ({config.state_path} does not exist): nothing to ask", EXIT_NOT_ENROLLED
+        ensure_private_dir(config.state_dir, "state directory")
+    except PrivateDirError as exc:
+        return str(exc), EXIT_FAILED
+    except OSError as exc:
+        return (
+            f"cannot read the agent's state in {config.state_dir} ({exc.strerror or exc}): run this as the agent's"
+            " user (root for the service)",
+            EXIT_FAILED,
+        )
+    return None
 
 
 def default_wait(action: str, deadline_s: float | None) -> float:
     """How long the CLI waits for the answer: a drain's or reset's deadline (a check's time
     limit) and the slack; cordon and uncordon are quick."""
-    if action in ("drain", "gpu.check", "gpu.reset"):
+    if action in DEFAULT_DEADLINES:
         return (deadline_s or DEFAULT_DEADLINES[action]) + ANSWER_SLACK_S
     return QUICK_WAIT_S

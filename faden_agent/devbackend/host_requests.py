@@ -12,8 +12,6 @@ from faden_agent import protocol
 
 log = logging.getLogger("faden_agent.devbackend")
 
-MAX_DRAIN_DEADLINE_S = 86400.0
-
 
 def answer(data: dict[str, Any], now: float) -> tuple[str, dict[str, Any], str] | None:
     """(kind, spec, command id) of the command answering `data`; None when there is none to send."""
@@ -70,4 +68,6 @@ def _check_spec(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def _seconds(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= MAX_DRAIN_DEADLINE_S
+    """A number of seconds a host request may ask for (the longest drain at most)."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return ok and 0 < value <= protocol.MAX_DRAIN_DEADLINE_S

@@ -6,6 +6,7 @@ with a timestamped name (quarantine) and reported, never silently overwritten.""
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 import time
 from pathlib import Path
@@ -75,3 +76,29 @@ def quarantine_event(what: str, path: Path, moved_to: Path, error: str) -> dict[
 
 def quarantine_record_id(event: dict[str, Any]) -> str:
     return f"ev:quarantine:{Path(event['moved_to']).name}"
+
+
+class PrivateDirError(OSError):
+    """A directory the agent keeps its own files in cannot be trusted; str() is the one line."""
+
+
+def ensure_private_dir(path: Path, what: str) -> Path:
+    """Create the directory 0700, or take an existing one only when it is a directory (not a
+    link), owned by this user and writable by nobody else (else someone may have put links in
+    it that make us create or chmod their targets); one others may only enter is made 0700."""
+    path = Path(path)
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = path.lstat()
+    if not stat.S_ISDIR(info.st_mode):
+        raise PrivateDirError(f"{what} {path} is not a directory")
+    if info.st_uid != os.geteuid():
+        raise PrivateDirError(f"{what} {path} is owned by uid {info.st_uid}, not by this user (uid {os.geteuid()})")
+    mode = stat.S_IMODE(info.st_mode)
+    if mode & 0o022:
+        raise PrivateDirError(
+            f"{what} {path} is writable by others (mode {mode:04o}): they may have put links in it;"
+            f" check what it holds, then chmod 700 {path}"
+        )
+    if mode != 0o700:
+        os.chmod(path, 0o700)
+    return path

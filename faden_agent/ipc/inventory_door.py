@@ -12,16 +12,20 @@ from typing import Any, Literal, TypedDict
 
 from faden_agent.ipc.endpoints import Endpoints
 from faden_agent.ipc.sockets import request
+from faden_agent.protocol.capture import CaptureQuestion, CaptureRefused, CaptureSummary
 
-DoorKind = Literal["gpu.forget", "gpu.evidence", "gpu.users", "gpu.check", "gpu.reset", "gpu.job", "gpu.cancel"]
+DoorKind = Literal[
+    "gpu.forget", "gpu.evidence", "capture", "gpu.users", "gpu.check", "gpu.reset", "gpu.job", "gpu.cancel"
+]
 GPU_FORGET: DoorKind = "gpu.forget"  # acknowledge a GPU removed for good
 GPU_EVIDENCE: DoorKind = "gpu.evidence"  # the GPU evidence as it is in memory now (death causes)
+CAPTURE: DoorKind = "capture"  # a serving container died of a hardware cause: capture its evidence
 GPU_USERS: DoorKind = "gpu.users"  # each GPU's index, bus id and the processes NVML listed on it last
 GPU_CHECK: DoorKind = "gpu.check"  # start a check of GPUs (a remedy job)
 GPU_RESET: DoorKind = "gpu.reset"  # start a reset of one GPU (a remedy job)
 GPU_JOB: DoorKind = "gpu.job"  # a remedy job's steps since a position, and its end once it ended
 GPU_CANCEL: DoorKind = "gpu.cancel"  # end a remedy job now (its programs' process groups with it)
-KINDS: tuple[str, ...] = (GPU_FORGET, GPU_EVIDENCE, GPU_USERS, GPU_CHECK, GPU_RESET, GPU_JOB, GPU_CANCEL)
+KINDS: tuple[str, ...] = (GPU_FORGET, GPU_EVIDENCE, CAPTURE, GPU_USERS, GPU_CHECK, GPU_RESET, GPU_JOB, GPU_CANCEL)
 ERROR = "error"
 ASK_TIMEOUT_S = 2.0
 
@@ -41,6 +45,10 @@ class EvidenceRequest(TypedDict):
 
 class EvidenceAnswer(TypedDict):
     gpus: dict[str, dict[str, object]]  # uuid -> its evidence, as gpu-evidence.json holds it
+
+
+class CaptureAnswer(TypedDict):
+    capture: CaptureSummary | CaptureRefused  # the death event's `capture`
 
 
 class UsersRequest(TypedDict):
@@ -115,7 +123,16 @@ class ErrorAnswer(TypedDict):
     message: str
 
 
-Request = ForgetRequest | EvidenceRequest | UsersRequest | CheckRequest | ResetRequest | JobRequest | CancelRequest
+Request = (
+    ForgetRequest
+    | EvidenceRequest
+    | CaptureQuestion
+    | UsersRequest
+    | CheckRequest
+    | ResetRequest
+    | JobRequest
+    | CancelRequest
+)
 
 
 def ask(runtime_dir: Path, kind: DoorKind, body: Request, timeout_s: float = ASK_TIMEOUT_S) -> dict[str, object] | None:

@@ -26,6 +26,7 @@ DRAINING = "draining"  # cordoned, and the managed containers are being stopped
 DRAINED = "drained"  # cordoned, and the drain ended
 DRAIN_STATES = (SCHEDULABLE, CORDONED, DRAINING, DRAINED)
 HOST_ACTIONS = ("cordon", "drain", "uncordon", "gpu.forget", "gpu.check", "gpu.reset")  # what a host request may ask
+MAX_DRAIN_DEADLINE_S = 86400.0  # the longest drain a host request may ask for
 SHUTTING_DOWN_EVENT = "node.shutting_down"  # the machine is going down (logind PrepareForShutdown)
 
 # Timeline states of a command.
@@ -151,7 +152,7 @@ REASONS = (
     "docker_unavailable",
     "docker_permission",
     "gpu_runtime_missing",
-    # the NVIDIA container stack's other failures, by cause (issue 37)
+    # the NVIDIA container stack's other failures, by cause
     "gpu_driver_mismatch",
     "gpu_driver_not_loaded",
     "gpu_lost",
@@ -170,7 +171,7 @@ REASONS = (
     "too_large",
     "poison",
     "internal_error",
-    # images from peer machines (issue 14)
+    # images from peer machines
     "no_space",
     "integrity_failed",
     "peer_unreachable",

@@ -47,8 +47,9 @@ def sections(
     rows = {str(w.get("name")): w for w in table.get("workers", []) if isinstance(w, dict)}
     statuses = source_statuses(rows)
     standing = tuple((name, row.get("state"), row.get("restarts"), row.get("exit_cause")) for name, row in rows.items())
-    dropped = as_dict(as_dict(table.get("supervisor")).get("metrics")).get("dropped")
-    everything = (standing, usage, dropped, *statuses.values())
+    endpoint_figures = as_dict(as_dict(table.get("supervisor")).get("metrics"))
+    served = tuple(endpoint_figures.get(key) for key in ENDPOINT_FIGURES)
+    everything = (standing, usage, served, *statuses.values())
     if reuse is not None and (last := reuse.get("all")) is not None and last[0] == everything:
         return [last[1][0], last[1][1], liveness_ages(rows), *last[1][3:]]  # only the ages move
     made = [
@@ -60,7 +61,7 @@ def sections(
     for source in SOURCES:
         inputs = tuple(statuses[name] for name in (source, *ALSO_READS.get(source, ())))
         made.append(_reused(reuse, source, inputs, partial(from_source, source, statuses)))
-    made.append(_reused(reuse, "endpoint", (dropped,), lambda: endpoint(dropped)))
+    made.append(_reused(reuse, "endpoint", (served,), lambda: endpoint(served)))
     if reuse is not None:
         reuse["all"] = (everything, made)
     return made
@@ -141,19 +142,29 @@ def processes(usage: dict[str, tuple[float, int, int | None]]) -> Iterator[Famil
     yield from (cpu, rss, pss)
 
 
-def endpoint(dropped: Any) -> Iterator[Family]:
-    family = new("metrics_connections_dropped")
-    family.add_metric([], number(dropped) or 0.0)
-    yield family
+ENDPOINT_FIGURES = ("dropped", "answered", "held_s", "budget")  # the table's, in the order of:
+ENDPOINT_FAMILIES = ("metrics_connections_dropped", "metrics_answers", "metrics_held_seconds", "metrics_answer_budget")
+
+
+def endpoint(figures: tuple[Any, ...]) -> Iterator[Family]:
+    for name, value in zip(ENDPOINT_FAMILIES, figures, strict=True):
+        family = new(name)
+        family.add_metric([], number(value) or 0.0)
+        yield family
+
+
+def ended_counts(executor: dict[str, Any]) -> Iterator[tuple[str, str, str, float]]:
+    """(kind, state, reason, commands) of the executor's ended counts (kind -> state -> reason)."""
+    for kind, states in as_dict(as_dict(executor.get("commands")).get("ended")).items():
+        for state, reasons in as_dict(states).items():
+            for reason, count in as_dict(reasons).items():
+                yield label(kind), label(state), label(reason), number(count) or 0.0
 
 
 def commands_ended(statuses: dict[str, dict[str, Any]]) -> Family:
-    """Keyed "kind state reason" by the executor's timeline."""
     family = new("commands_ended")
-    for key, count in as_dict(as_dict(statuses["executor"].get("commands")).get("ended")).items():
-        parts = key.split(" ")
-        if len(parts) == 3:
-            family.add_metric(parts, number(count) or 0.0)
+    for kind, state, reason, count in ended_counts(statuses["executor"]):
+        family.add_metric([kind, state, reason], count)
     return family
 
 
@@ -175,10 +186,9 @@ def peer_transfers(statuses: dict[str, dict[str, Any]]) -> Family:
     family = new("peer_transfers")
     if (count := number(statuses["peer"].get("transfers_served"))) is not None:
         family.add_metric(["served", "ok"], count)
-    for key, count in as_dict(as_dict(statuses["executor"].get("commands")).get("ended")).items():
-        kind, _, outcome = key.partition(" ")
+    for kind, _state, reason, count in ended_counts(statuses["executor"]):
         if kind == "image.fetch":
-            family.add_metric(["fetched", outcome.split(" ")[-1]], number(count) or 0.0)
+            family.add_metric(["fetched", reason], count)
     return family
 
 

@@ -8,7 +8,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import zmq
 
@@ -40,7 +40,11 @@ from faden_agent.workers.inventory.kernel.lines import KernelLines
 from faden_agent.workers.inventory.record import UNCHANGED, RecordEmitter, full_record_id
 from faden_agent.workers.inventory.traffic.report import TrafficReporter
 from faden_agent.workers.inventory.wire_form import wire_form
+from faden_agent.workers.inventory.workloads.progress import STALLED
 from faden_agent.workers.inventory.workloads.watcher import FILTERS, WorkloadWatcher
+
+if TYPE_CHECKING:
+    from faden_agent.protocol.status import GpuRemedyStatus, InventoryStatus, KernelLinesStatus
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +53,9 @@ SETTLE_S = 1.0  # a burst of events (create, start, ...) becomes one record
 
 
 class InventoryReporter:
-    """One cycle: collect, decide full or unchanged, hand it to the outbox."""
+    """One cycle: collect, decide full or unchanged, hand it to the outbox. `evidence` (GPU
+    evidence kept across restarts) and `kernel` (the kernel's lines, their cursor saved with
+    the evidence) come restored, with the `gpu_changes` they hold."""
 
     def __init__(
         self,
@@ -58,6 +64,9 @@ class InventoryReporter:
         emitter: RecordEmitter | None = None,
         disk_watch: DiskWatch | None = None,
         accepts: Callable[[], BackendAccepts] = BackendAccepts,
+        gpu_changes: HealthChanges | None = None,
+        evidence: gpu_evidence.Evidence | None = None,
+        kernel: KernelLines | None = None,
     ):
         self.collector = collector
         self.reports = reports
@@ -67,10 +76,10 @@ class InventoryReporter:
         self.cycles = 0
         self.sent: dict[str, int] = {}  # records handed to the outbox, by type
         self.last: dict[str, Any] | None = None
-        self.gpu_changes = HealthChanges()
+        self.gpu_changes = gpu_changes or HealthChanges()
         self.sections: dict[str, Any] | None = None  # the last collected, for gauges (ps, /metrics)
-        self.evidence: gpu_evidence.Evidence | None = None  # GPU evidence kept across restarts
-        self.kernel: KernelLines | None = None  # its cursor is saved with the evidence
+        self.evidence = evidence
+        self.kernel = kernel
         self.forgotten: list[dict[str, Any]] = []  # gpu.forgotten events the door queued
 
     def report(self) -> dict[str, Any] | None:
@@ -151,15 +160,17 @@ class InventoryWorker(Worker):
             watch_problems=self.gpu_watcher.problems,
         )
         self.collector = Collector(self.config, xids=xids, gpu_notes=self.notes)
+        self._kernel_started = False
         self.reporter = InventoryReporter(
             self.collector,
             self.reports,
             RecordEmitter(usage_refresh_s=self.config.inventory_usage_sec),
             DiskWatch(self.config),
             lambda: backend_accepts.read(self.config.state_dir),
+            *self._restore_gpu_evidence(),
         )
-        self._kernel_started = False
-        self._restore_gpu_evidence()
+        self._captures: Any = None  # capture/triggers.py, made at the first capture
+        self._captures_made = threading.Lock()  # by the workloads thread or the main loop, once
         self.remedies = Remedies(
             Tools(
                 probe=self.collector.gpu,
@@ -198,6 +209,8 @@ class InventoryWorker(Worker):
                 answer: dict[str, Any] = dict(self._forget(body))
             elif message.type == door.GPU_EVIDENCE:
                 answer = dict(self._evidence(body))
+            elif message.type == door.CAPTURE:
+                answer = dict(self._capture(body))
             elif message.type == door.GPU_USERS:
                 answer = dict(self._users(body))
             elif message.type in (door.GPU_CHECK, door.GPU_RESET):
@@ -249,6 +262,13 @@ class InventoryWorker(Worker):
             gpus[uuid] = {"index": device["index"], "pci_bus_id": device.get("pci_bus_id"), "processes": processes}
         return {"gpus": gpus, "read": self.collector.gpu.last_section is not None}
 
+    def _capture(self, body: dict[str, Any]) -> door.CaptureAnswer:
+        """A serving container died of a hardware cause (the executor): the event's `capture`,
+        answered at once; the capture follows (capture/triggers.py)."""
+        if not self.config.stall_capture:
+            return {"capture": {"id": None, "reason": "captures are off (STALL_CAPTURE)"}}
+        return {"capture": self._capture_triggers().died(body)}
+
     # --- the kernel's lines and the GPU evidence
 
     def _start_kernel_lines(self) -> None:
@@ -264,15 +284,16 @@ class InventoryWorker(Worker):
         kernel = self.reporter.kernel
         return kernel.problem if kernel is not None and self._kernel_started else None
 
-    def _restore_gpu_evidence(self) -> None:
-        """What an earlier run saw of the GPUs: Xids, verdicts, GPUs seen, baselines."""
-        evidence = self.reporter.evidence = gpu_evidence.Evidence(self.config.state_dir)
+    def _restore_gpu_evidence(self) -> tuple[HealthChanges, gpu_evidence.Evidence, KernelLines]:
+        """What an earlier run saw of the GPUs (Xids, verdicts, GPUs seen, baselines): the
+        health changes and the evidence restored, and the kernel's lines from their cursor."""
+        evidence = gpu_evidence.Evidence(self.config.state_dir)
         if evidence.quarantined:
             self.reports.put(protocol.EVENT, evidence.quarantined, record_id=quarantine_record_id(evidence.quarantined))
-        changes = self.reporter.gpu_changes
+        changes = HealthChanges()
         gpu_evidence.restore(evidence, self.collector.gpu, changes.verdicts, changes.changes)
         xids = self.collector.gpu.health.xids
-        kernel = self.reporter.kernel = KernelLines(
+        kernel = KernelLines(
             self.stop_event,
             xids.holds.boot_id,
             evidence.kernel_cursor,
@@ -282,6 +303,7 @@ class InventoryWorker(Worker):
         )
         self.kernel_xids = KernelXids(xids, self.collector.gpu.uuid_of_bus, self._changed.set)
         kernel.add(self.kernel_xids)
+        return changes, evidence, kernel
 
     def _start_traffic(self) -> None:
         """Traffic to peer machines, NICs, RDMA ports (traffic/report.py): a sampling thread,
@@ -310,12 +332,57 @@ class InventoryWorker(Worker):
 
         self.workloads = WorkloadWatcher(
             list_containers,
-            lambda data, record_id: self.reports.put(protocol.EVENT, data, record_id=record_id),
+            self._workload_event,
             self.config.workload_scrape_sec,
             self.config.workload_stall_sec,
             self.config.advertise_host or self.config.host,
         )
         self.start_thread("inventory-workloads", self.workloads.run, self.stop_event)
+
+    def _put_event(self, data: dict[str, Any], record_id: str) -> None:
+        self.reports.put(protocol.EVENT, data, record_id=record_id)
+
+    def _workload_event(self, data: dict[str, Any], record_id: str) -> None:
+        """A stall goes out once its capture is down (STALL_CAPTURE), the rest at once."""
+        if data["type"] == STALLED and self.config.stall_capture:
+            self._capture_triggers().stalled(data, record_id, self._put_event)
+        else:
+            self._put_event(data, record_id)
+
+    def _capture_triggers(self) -> Any:
+        """Evidence at a stall (capture/): imported at the first capture, never at idle."""
+        with self._captures_made:
+            if self._captures is None:
+                self._captures = self._make_capture_triggers()
+            return self._captures
+
+    def _make_capture_triggers(self) -> Any:
+        from faden_agent.workers.inventory.capture.capturer import Capturer
+        from faden_agent.workers.inventory.capture.triggers import Triggers
+
+        capturer = Capturer(
+            self.config.state_dir,
+            self.config.stall_capture_max_bytes,
+            self.config.workload_fault_window_sec,
+            self.config.docker_host,
+            self._refresh,
+            lambda: self.reporter.sections or {},
+            self.start_thread,
+        )
+        return Triggers(capturer)
+
+    def _refresh(self) -> Callable[[float], tuple[dict[str, Any], bool]]:
+        """Asks the collection loop for a full round now; the waiter returns its sections (or,
+        past the deadline, the last ones) and whether they are the new ones."""
+        before = self.reporter.sections
+        self._changed.set()
+
+        def collected(deadline: float) -> tuple[dict[str, Any], bool]:
+            while self.reporter.sections is before and time.monotonic() < deadline and not self.stop_event.is_set():
+                self.stop_event.wait(0.1)
+            return self.reporter.sections or {}, self.reporter.sections is not before
+
+        return collected
 
     def _collect_loop(self) -> None:
         """A full round every INVENTORY_INTERVAL_SEC and at once after a change; between them
@@ -337,9 +404,9 @@ class InventoryWorker(Worker):
                 self._changed.clear()
                 next_full = 0.0
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> InventoryStatus:
         last = self.reporter.last
-        return {
+        status: InventoryStatus = {
             "cycles": self.reporter.cycles,
             # counts and the form in use, not the last record's type: a string that flips
             # every round would make every heartbeat carry the whole detail
@@ -358,15 +425,18 @@ class InventoryWorker(Worker):
             },
             "workloads": self.workloads.status(),
         }
+        if self._captures is not None:
+            status["captures"] = self._captures.capturer.status()
+        return status
 
-    def _remedy_status(self) -> dict[str, Any] | None:
+    def _remedy_status(self) -> GpuRemedyStatus | None:
         """The check or reset running now (ps, tests); None when none."""
         job = self.remedies.current
         if job is None or job.done:
             return None
         return {"kind": job.kind, "job": job.id}  # steady while it runs: no heartbeat detail per step
 
-    def _kernel_status(self) -> dict[str, Any] | None:
+    def _kernel_status(self) -> KernelLinesStatus | None:
         """The kernel line source and the Xid lines it brought (ps, tests)."""
         kernel = self.reporter.kernel
         if kernel is None or not self._kernel_started:

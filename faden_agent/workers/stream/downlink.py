@@ -8,12 +8,13 @@ journal. The cursor resets when `hello` shows a new epoch or a backend behind it
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from faden_agent import protocol
 from faden_agent.backend.client import BackendClient, BackendError
+from faden_agent.common import testhooks
 from faden_agent.config import ConfigError
 from faden_agent.ipc import EnvelopeError, request
 from faden_agent.node import backend_accepts
@@ -22,6 +23,9 @@ from faden_agent.protocol.link import LinkState
 from faden_agent.workers.stream.expected import expectations
 from faden_agent.workers.stream.link import Link, LinkThread, RejoinNeeded
 from faden_agent.workers.stream.rotation import adopt_credential
+
+if TYPE_CHECKING:
+    from faden_agent.protocol.status import CommandAck, CommandHandOff
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +38,7 @@ HANDOFF_RETRY_S = 1.0
 class Downlink(LinkThread):
     def __init__(self, link: Link):
         super().__init__("downlink", link)
-        self.cursor = int(self.outbox.get_meta(CURSOR_KEY, "0") or 0)
+        self.cursor = stored_cursor(self.outbox.get_meta(CURSOR_KEY, "0"))
         self.epoch = self.outbox.get_meta(EPOCH_KEY, "") or ""
         self.stale = 0  # re-delivered commands at or below the cursor: counted, logged
         self.below_cursor_run = 0  # new ids at or below the cursor (a restored backend): run
@@ -75,6 +79,7 @@ class Downlink(LinkThread):
 
     def follow(self, client: BackendClient) -> None:
         stream = client.open_stream(self.cursor, self.config.stream_keepalive_sec)
+        testhooks.pause("stream_opened", self.config.runtime_dir)
         self.link_status.set_connection(LinkState.CONNECTED)
         self.connects += 1
         self.link_status.note(reconnects=self.connects - 1)
@@ -184,8 +189,9 @@ class Downlink(LinkThread):
                 self.epoch or "-",
             )
 
-    def hand_off(self, command: dict[str, Any]) -> dict[str, Any] | None:
-        """Send the command to the executor until it acks: the ack's body; None only when stopping."""
+    def hand_off(self, command: CommandHandOff) -> CommandAck | None:
+        """Send the command to the executor until it acks: the ack (what the caller reads of
+        it); None only when stopping."""
         warned = False
         while not self.stop_event.is_set():
             try:
@@ -207,7 +213,8 @@ class Downlink(LinkThread):
                     reply.body.get("accepted"),
                     reply.body.get("duplicate"),
                 )
-                return reply.body
+                accepted, duplicate = bool(reply.body.get("accepted")), bool(reply.body.get("duplicate"))
+                return {"id": command["id"], "accepted": accepted, "duplicate": duplicate}
             if not warned:
                 log.warning(
                     "downlink: the executor did not ack command %s within %.0fs; retrying",
@@ -219,14 +226,30 @@ class Downlink(LinkThread):
         return None
 
 
-def parse_command(message: dict[str, Any]) -> dict[str, Any]:
+def stored_cursor(value: str | None) -> int:
+    """The stored cursor; 0 (commands come again, recognised by id) when it is not a number."""
+    try:
+        cursor = int(value or 0)
+    except ValueError:
+        log.warning("downlink: the stored cursor %.40r is not a number; starting from 0", value)
+        return 0
+    return max(cursor, 0)
+
+
+def parse_command(message: dict[str, Any]) -> CommandHandOff:
     """The executor's hand-off body; ValueError (one line) when a required field is missing
     or mistyped (protocol.command_problem, which the executor asks too)."""
     problem = protocol.command_problem(message)
     if problem is not None:
         raise ValueError(problem)
     command_id, seq, kind, deadline = message["id"], message["seq"], message["kind"], message.get("deadline")
-    command = {"id": command_id, "seq": seq, "kind": kind, "spec": message.get("spec"), "deadline": deadline}
+    command: CommandHandOff = {
+        "id": command_id,
+        "seq": seq,
+        "kind": kind,
+        "spec": message.get("spec"),
+        "deadline": deadline,
+    }
     size = message.get("too_large")  # the reader's measure of a line over its cap (backend.DownlinkStream)
     if type(size) is not int:
         size = len(orjson.dumps(command))

@@ -167,7 +167,7 @@ def change_key(detail: dict[str, Any]) -> Any:
 def _row(worker: dict[str, Any]) -> dict[str, Any]:
     """A worker's row as the backend gets it: its status without `gauges`, the figures the
     supervisor's /metrics reads (per GPU, disk, peer: 8.7 KB of a detail beat for 8 GPUs;
-    the backend has them from the inventory and traffic records, issue 41)."""
+    the backend has them from the inventory and traffic records)."""
     row = {k: worker.get(k) for k in WORKER_FIELDS}
     status = row.get("status")
     if isinstance(status, dict) and "gauges" in status:
