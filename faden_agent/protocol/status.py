@@ -200,6 +200,14 @@ class GpuEventsStatus(TypedDict):
     unwatched: dict[str, str]  # index -> why not
     hung: str | None  # the NVML call past its bound
     error: str | None
+    let_go: bool  # NVML let go for a reset (gpu.reset)
+
+
+class GpuRemedyStatus(TypedDict):
+    """The check or reset running now (workers/inventory/gpu/remedies.py)."""
+
+    kind: str  # gpu.check, gpu.reset
+    job: str
 
 
 class WorkloadStatus(TypedDict):
@@ -244,6 +252,7 @@ class InventoryStatus(TypedDict):
     traffic_records: int
     kernel_lines: KernelLinesStatus | None
     gpu_events: GpuEventsStatus
+    gpu_remedy: GpuRemedyStatus | None
     gauges: InventoryGauges
     workloads: WorkloadsStatus
     captures: NotRequired[CapturesStatus]

@@ -16,7 +16,7 @@ import pytest
 from faden_agent.node.gpu_faults import EVIDENCE_FILE
 from tests.nvml.state import GpuState
 from tests.support.agentproc import wait_for
-from tests.support.gpuagent import health_events, newest_gpu, start
+from tests.support.gpuagent import health_events, kmsg_record, newest_gpu, start
 from tests.support.journalfiles import JournalWriter
 
 pytestmark = pytest.mark.docker
@@ -101,11 +101,6 @@ def test_an_xid_79_holds_through_a_reset_and_ends_with_a_new_boot_id(tmp_path, a
     back = wait_for(lambda: events_of(state_dir, 1)[1:], 20, what="GPU 1 ok after the reboot")[0]
     assert (back["old"], back["new"], back["reasons"]) == ("failed", "ok", [])
     assert [x["code"] for x in newest_gpu(state_dir)["devices"][1]["health"]["xid"]] == [79]  # history stays
-
-
-def kmsg_record(seq: int, text: str) -> bytes:
-    usec = int(time.clock_gettime(time.CLOCK_MONOTONIC) * 1e6)
-    return f"3,{seq},{usec},-;{text}\n SUBSYSTEM=pci\n".encode()
 
 
 def test_without_a_journal_the_kernel_lines_come_from_kmsg_and_without_both_it_is_said(tmp_path, agent_factory):
