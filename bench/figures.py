@@ -105,72 +105,48 @@ def when(figures: dict[str, Any], key: str) -> str:
     return f"{m['date']}, {m['commit']}, load {m['load']}" if m else "not measured"
 
 
-def render_summary(figures: dict[str, Any]) -> str:
-    rows = ["| figure | last measured | value | goal |", "| --- | --- | --- | --- |"]
+def summary_rows(figures: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """(figure, the key of when it was measured, value, goal) of each figure the file holds."""
+    rows = []
     for version, goal in GOALS.items():
-        idle = figures.get("idle", {}).get(version)
-        if idle:
+        if idle := figures.get("idle", {}).get(version):
             rows.append(
-                doctable.cells_row(
-                    version,
-                    (
-                        f"idle tree PSS, CPython {version} (a quiet machine)",
-                        when(figures, "idle"),
-                        f"{idle['tree_pss_quiet_mib']} MiB",
-                        f"<= {goal:g} MiB",
-                    ),
+                (
+                    f"idle tree PSS, CPython {version} (a quiet machine)",
+                    "idle",
+                    f"{idle['tree_pss_quiet_mib']} MiB",
+                    f"<= {goal:g} MiB",
                 )
             )
     if "idle_cpu_percent" in figures:
-        rows.append(
-            doctable.cells_row(
-                "cpu",
-                (
-                    "idle CPU, whole tree",
-                    when(figures, "idle_cpu_percent"),
-                    f"{figures['idle_cpu_percent']} %",
-                    "<= 0.3 %",
-                ),
-            )
-        )
+        rows.append(("idle CPU, whole tree", "idle_cpu_percent", f"{figures['idle_cpu_percent']} %", "<= 0.3 %"))
     if "idle_uplink_b_per_s" in figures:
+        rows.append(("idle uplink", "idle_uplink_b_per_s", f"{figures['idle_uplink_b_per_s']} B/s", "<= 50 B/s"))
+    if start := figures.get("start"):
         rows.append(
-            doctable.cells_row(
-                "uplink",
-                (
-                    "idle uplink",
-                    when(figures, "idle_uplink_b_per_s"),
-                    f"{figures['idle_uplink_b_per_s']} B/s",
-                    "<= 50 B/s",
-                ),
-            )
-        )
-    if "start" in figures:
-        start = figures["start"]
-        rows.append(
-            doctable.cells_row(
+            (
+                f"start, whole tree to every worker RUNNING (CPython {start['python']})",
                 "start",
-                (
-                    f"start, whole tree to every worker RUNNING (CPython {start['python']})",
-                    when(figures, "start"),
-                    f"{start['tree_cpu_s']} CPU s (supervisor {start['supervisor_cpu_s']})",
-                    "<= 0.25 CPU s",
-                ),
+                f"{start['tree_cpu_s']} CPU s (supervisor {start['supervisor_cpu_s']})",
+                "<= 0.25 CPU s",
             )
         )
-    if "logs_vs_promtail" in figures:
-        logs = figures["logs_vs_promtail"]
+    if logs := figures.get("logs_vs_promtail"):
         rows.append(
-            doctable.cells_row(
-                "logs",
-                (
-                    "log path CPU beside Promtail 2.8.0, start included",
-                    when(figures, "logs_vs_promtail"),
-                    f"{logs['tree_cpu_ratio']}x (median of {logs['rounds']})",
-                    "<= 0.8x",
-                ),
+            (
+                "log path CPU beside Promtail 2.8.0, start included",
+                "logs_vs_promtail",
+                f"{logs['tree_cpu_ratio']}x (median of {logs['rounds']})",
+                "<= 0.8x",
             )
         )
+    return rows
+
+
+def render_summary(figures: dict[str, Any]) -> str:
+    rows = ["| figure | last measured | value | goal |", "| --- | --- | --- | --- |"]
+    for figure, key, value, goal in summary_rows(figures):
+        rows.append(doctable.cells_row(figure, (figure, when(figures, key), value, goal)))
     return "\n".join(rows)
 
 

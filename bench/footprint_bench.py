@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import psutil
 
-from bench import executor_bench, interpreters
+from bench import executor_bench, interpreters, output
 from bench.counting_proxy import CountingProxy
 from bench.pages import page_account
 from faden_agent.workers.stream.heartbeat import detail_changes
@@ -698,9 +698,7 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory(prefix="faden-footprint-") as tmp:
         results = measure(Path(tmp), args.window, args.containers, args.ray, args.runs, args.binary)
-    report(results, lambda f, v, c="": print(f"{f:<46} {v:<30} {c}", flush=True))
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(results, indent=2) + "\n")
+    output.table_and_json(results, report, args.json)
     return 0
 
 

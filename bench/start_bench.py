@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import re
 import statistics
@@ -27,7 +26,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import footprint_bench, interpreters
+from bench import footprint_bench, interpreters, output
 from bench.cputime import cpu_group, group_cpu_s, in_group, process_cpu_s
 from tests.support.agentproc import AgentProcess, wait_for
 
@@ -190,9 +189,7 @@ def main() -> int:
     python = interpreters.with_agent(interpreters.cpythons()[args.python]) if args.python else sys.executable
     with tempfile.TemporaryDirectory(prefix="faden-start-") as tmp:
         results = measure(Path(tmp), python, args.starts, args.settle, args.against)
-    report(results, lambda f, v, c="": print(f"{f:<46} {v:<30} {c}", flush=True))
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(results, indent=2) + "\n")
+    output.table_and_json(results, report, args.json)
     return 0
 
 
