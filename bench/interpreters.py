@@ -34,3 +34,10 @@ def with_agent(python: str) -> str:
     if check.returncode != 0:
         subprocess.run([venv_python, "-m", "pip", "install", "-q", "-e", str(REPO)], check=True)
     return venv_python
+
+
+def compile_agent(python: str, source: Path = REPO) -> None:
+    """Bytecode for the agent's modules under `source`, as an installed agent has them (pip
+    compiles at install): where PYTHONDONTWRITEBYTECODE is set, every start would otherwise
+    compile the sources, which costs CPU and leaves garbage in every process's heap."""
+    subprocess.run([python, "-m", "compileall", "-q", str(source / "faden_agent")], check=True)

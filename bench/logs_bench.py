@@ -15,7 +15,12 @@ receiver runs also when the first push was answered (the agent's start-up: its o
 start beside the log worker on the same cores) and the ratio from then on; for the agent
 into Loki its push retries by status, with Loki's words for the first (from the agent's log).
 
-    python bench/logs_bench.py [--entries 100000] [--batch-sizes default,100] [--no-loki] [--json-too]
+    python bench/logs_bench.py [--entries 100000] [--batch-sizes default,100] [--no-loki] [--rounds 5]
+                               [--loki-batch-100] [--json-too]
+
+Into Loki, each round runs the agent (production intervals) then Promtail: CPU is the agent's
+whole tree from exec (its start included) against Promtail's process, and the log worker
+with its journalctl alone beside it; the rounds' medians close the table.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -33,6 +39,8 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import footprint_bench, interpreters
+from bench.cputime import cpu_group, group_cpu_s, in_group, process_cpu_s
 from tests.support import testtools
 from tests.support.agentproc import AgentProcess, agent_env, wait_for
 from tests.support.journalfiles import JournalWriter
@@ -212,23 +220,40 @@ def agent_into_loki(
     batch_size: int | None = None,
     push_format: str | None = None,
 ) -> dict[str, float]:
-    agent_id = f"bench-agent-{batch_size or 'default'}-{push_format or 'default'}"
+    """The agent at production intervals (footprint_bench.PRODUCTION_DEFAULTS: no peer
+    worker, 3 s liveness) shipping the journal into Loki. "cpu": the log worker and its
+    journalctl; "tree_cpu": the whole tree from exec, its start included (a cpuacct cgroup,
+    bench/cputime.py; summed ticks of the live processes where there is none)."""
+    agent_id = f"bench-agent-{batch_size or 'default'}-{push_format or 'default'}-{root.name}"
     settings: dict[str, object] = {"log_batch_size": batch_size} if batch_size else {}
     if push_format:
         settings["loki_push_format"] = push_format
     env = agent_env(
         root, loki_url=loki.url, journal_directory=journal.directory, agent_id=agent_id, **ISOLATED, **settings
     )
+    for name in footprint_bench.PRODUCTION_DEFAULTS:
+        env.pop(f"FADEN_NODE_AGENT_{name.upper()}", None)
     before = loki_state(loki)
-    with AgentProcess(env, root / "agent.log") as agent:
-        worker = psutil.Process(wait_for(lambda: (agent.workers().get("logs") or {}).get("pid"), 10, what="log worker"))
-        done = wait_in_loki(loki, f'{{agent_id="{agent_id}", container="node-{agent_id}"}}', entries, worker, before)
-        return {
-            "seconds": done["end"] - started_at(worker),
-            "cpu": done["cpu"] + done["child_cpu"],
-            "loki_cpu": done["loki_cpu"],
-            "retries": retries_text(agent.workers()["logs"]["status"], root / "agent.log"),
-        }
+    with cpu_group() as group:
+        argv = in_group(group, [sys.executable, "-m", "faden_agent", "run"])
+        with AgentProcess(env, root / "agent.log", argv=argv) as agent:
+            worker = psutil.Process(
+                wait_for(lambda: (agent.workers().get("logs") or {}).get("pid"), 10, what="log worker")
+            )
+            done = wait_in_loki(
+                loki, f'{{agent_id="{agent_id}", container="node-{agent_id}"}}', entries, worker, before
+            )
+            per_process = {name: process_cpu_s(pid) for name, pid in footprint_bench.named_tree(agent).items()}
+            tree_cpu = group_cpu_s(group) if group is not None else sum(per_process.values())
+            return {
+                "seconds": done["end"] - started_at(worker),
+                "cpu": done["cpu"] + done["child_cpu"],
+                "tree_cpu": tree_cpu,
+                "tree_cpu_precise": group is not None,
+                "per_process_cpu": per_process,
+                "loki_cpu": done["loki_cpu"],
+                "retries": retries_text(agent.workers()["logs"]["status"], root / "agent.log"),
+            }
 
 
 def retries_text(status: dict, agent_log: Path) -> str:
@@ -318,6 +343,56 @@ def loki_ceiling(loki: LokiProcess, lines: int = 200_000, batch: int = 1000, con
     return {"seconds": took, "lines": lines}
 
 
+def loki_round(
+    journal: JournalWriter, args: argparse.Namespace, loki: LokiProcess, root: Path, alone_rate: float, round_: int
+) -> tuple[float, float, float]:
+    """One agent run (defaults; also batch 100 and JSON when asked) and one Promtail run
+    into the same Loki; (tree CPU ratio, log worker CPU ratio, wall ratio), agent / Promtail."""
+    root.mkdir()
+    (root / "agent").mkdir()
+    r = agent_into_loki(journal, args.entries, loki, root / "agent")
+    precise = "" if r["tree_cpu_precise"] else " (ticks of live processes)"
+    row(
+        f"{round_}: faden-agent -> Loki 3.4.6 (defaults)",
+        args.entries,
+        r["seconds"],
+        r["tree_cpu"],
+        alone_rate,
+        f"whole tree from exec{precise} ("
+        + ", ".join(f"{name.split(' (')[0]} {cpu:.2f}" for name, cpu in r["per_process_cpu"].items())
+        + f"); log worker + journalctl {r['cpu']:.2f} CPU s; Loki {r['loki_cpu']:.2f} CPU s, {r['retries']}",
+    )
+    extra = [("LOG_BATCH_SIZE=100", {"batch_size": 100})] if args.loki_batch_100 else []
+    extra += [("LOKI_PUSH_FORMAT=json", {"push_format": "json"})] if args.json_too else []
+    for name, options in extra:
+        (root / name).mkdir()
+        other = agent_into_loki(journal, args.entries, loki, root / name, **options)
+        row(
+            f"{round_}: faden-agent -> Loki 3.4.6, {name}",
+            args.entries,
+            other["seconds"],
+            other["tree_cpu"],
+            alone_rate,
+            f"log worker + journalctl {other['cpu']:.2f} CPU s; Loki {other['loki_cpu']:.2f} CPU s, {other['retries']}",
+        )
+    (root / "promtail").mkdir()
+    p = promtail_into_loki(journal, args.entries, loki, root / "promtail")
+    if p is None:
+        print(f"Promtail 2.8.0: {testtools.why_missing('promtail-2.8.0')}")
+        return (float("nan"),) * 3
+    ratios = (r["tree_cpu"] / p["cpu"], r["cpu"] / p["cpu"], r["seconds"] / p["seconds"])
+    row(
+        f"{round_}: Promtail 2.8.0 (journald) -> Loki 3.4.6",
+        args.entries,
+        p["seconds"],
+        p["cpu"],
+        alone_rate,
+        f"Loki {p['loki_cpu']:.2f} CPU s; faden-agent / Promtail: CPU {ratios[0]:.2f}x (its log worker alone "
+        f"{ratios[1]:.2f}x), wall {ratios[2]:.2f}x; load average {os.getloadavg()[0]:.1f}",
+    )
+    return ratios
+
+
 def row(name: str, entries: int, seconds: float, cpu: float | None, alone_rate: float, note: str = "") -> None:
     rate = entries / seconds
     cpu_text = f"{cpu:6.2f}" if cpu is not None else "     -"
@@ -333,10 +408,13 @@ def main() -> None:
         help="comma-separated LOG_BATCH_SIZE values for the receiver runs (empty: none)",
     )
     parser.add_argument("--no-loki", action="store_true", help="only journalctl and the receiver")
+    parser.add_argument("--rounds", type=int, default=5, help="agent and Promtail into Loki, one after the other")
+    parser.add_argument("--loki-batch-100", action="store_true", help="also the agent at LOG_BATCH_SIZE=100 into Loki")
     parser.add_argument(
         "--json-too", action="store_true", help="also the agent pushing gzip'd JSON (LOKI_PUSH_FORMAT=json) into Loki"
     )
     args = parser.parse_args()
+    interpreters.compile_agent(sys.executable)
     root = Path(tempfile.mkdtemp(prefix="faden-logs-bench-"))
     try:
         t0 = time.monotonic()
@@ -371,51 +449,16 @@ def main() -> None:
             print(f"Loki 3.4.6: {testtools.why_missing('loki-3.4.6')}")
             return
         with LokiProcess("3.4.6", root / "loki" / "data") as loki:
-            (root / "agent-loki").mkdir()
-            r = agent_into_loki(journal, args.entries, loki, root / "agent-loki")
-            row(
-                "faden-agent -> Loki 3.4.6 (defaults)",
-                args.entries,
-                r["seconds"],
-                r["cpu"],
-                alone_rate,
-                f"Loki {r['loki_cpu']:.2f} CPU s, {r['retries']}",
-            )
-            agent_rate = args.entries / r["seconds"]
-            (root / "agent-loki-100").mkdir()
-            r100 = agent_into_loki(journal, args.entries, loki, root / "agent-loki-100", 100)
-            row(
-                "faden-agent -> Loki 3.4.6, LOG_BATCH_SIZE=100",
-                args.entries,
-                r100["seconds"],
-                r100["cpu"],
-                alone_rate,
-                f"Loki {r100['loki_cpu']:.2f} CPU s, {r100['retries']}",
-            )
-            if args.json_too:
-                (root / "agent-loki-json").mkdir()
-                rj = agent_into_loki(journal, args.entries, loki, root / "agent-loki-json", push_format="json")
-                row(
-                    "faden-agent -> Loki 3.4.6, LOKI_PUSH_FORMAT=json",
-                    args.entries,
-                    rj["seconds"],
-                    rj["cpu"],
-                    alone_rate,
-                    f"Loki {rj['loki_cpu']:.2f} CPU s, {rj['retries']}",
-                )
-            (root / "promtail").mkdir()
-            p = promtail_into_loki(journal, args.entries, loki, root / "promtail")
-            if p is None:
-                print(f"Promtail 2.8.0: {testtools.why_missing('promtail-2.8.0')}")
-            else:
-                row(
-                    "Promtail 2.8.0 (journald) -> Loki 3.4.6",
-                    args.entries,
-                    p["seconds"],
-                    p["cpu"],
-                    alone_rate,
-                    f"Loki {p['loki_cpu']:.2f} CPU s; faden-agent (defaults) / Promtail: "
-                    f"{agent_rate / (args.entries / p['seconds']):.2f}x lines/s, {r['cpu'] / p['cpu']:.2f}x CPU",
+            ratios = []
+            for round_ in range(1, args.rounds + 1):
+                ratios.append(loki_round(journal, args, loki, root / f"round{round_}", alone_rate, round_))
+            if ratios:
+                runs = ", ".join(f"{r[0]:.2f}" for r in ratios)
+                print(
+                    f"median of {len(ratios)} rounds: agent tree / Promtail CPU "
+                    f"{statistics.median(r[0] for r in ratios):.2f}x (runs {runs}), "
+                    f"log worker + journalctl / Promtail {statistics.median(r[1] for r in ratios):.2f}x, "
+                    f"wall {statistics.median(r[2] for r in ratios):.2f}x; load average {os.getloadavg()[0]:.1f}"
                 )
             c = loki_ceiling(loki)
             row("Loki 3.4.6 ingest ceiling (4 conns, 1000/push)", c["lines"], c["seconds"], None, alone_rate)

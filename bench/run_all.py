@@ -30,6 +30,7 @@ import json
 import os
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -47,9 +48,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import (
     executor_bench,
+    figures,
     footprint_bench,
     inventory_bench,
     logs_bench,
+    start_bench,
     stream_bench,
     supervisor_bench,
 )
@@ -371,6 +374,36 @@ def logs_section(table: Table, results: dict, args: argparse.Namespace, root: Pa
     )
 
 
+def start_section(table: Table, results: dict, args: argparse.Namespace, root: Path) -> None:
+    """The start's CPU, whole tree to every worker RUNNING (bench/start_bench.py)."""
+    start = results["start"] = start_bench.measure(root, sys.executable, args.starts, 5.0)
+    start_bench.report(start, table.row)
+
+
+def promtail_section(table: Table, results: dict, args: argparse.Namespace, root: Path) -> None:
+    """The agent's whole tree beside Promtail 2.8.0 into a real Loki 3.4.6, in rounds
+    (bench/logs_bench.py): CPU with the start included."""
+    from tests.support import testtools
+    from tests.support.lokiproc import LokiProcess
+
+    for tool in ("loki-3.4.6", "promtail-2.8.0"):
+        testtools.require(tool)
+    journal = logs_bench.build_journal(root, args.promtail_lines)
+    shape = argparse.Namespace(entries=args.promtail_lines, loki_batch_100=False, json_too=False)
+    with LokiProcess("3.4.6", root / "loki" / "data") as loki:
+        ratios = [
+            logs_bench.loki_round(journal, shape, loki, root / f"round{n}", 1.0, n) for n in range(1, args.rounds + 1)
+        ]
+    results["promtail"] = {"lines": args.promtail_lines, "ratios": ratios}
+    table.row(
+        "log path: agent tree / Promtail 2.8.0 CPU",
+        f"{statistics.median(r[0] for r in ratios):.2f}x (median of {len(ratios)})",
+        f"runs {', '.join(f'{r[0]:.2f}' for r in ratios)}; log worker + journalctl alone "
+        f"{statistics.median(r[1] for r in ratios):.2f}x; wall {statistics.median(r[2] for r in ratios):.2f}x; "
+        "goal <= 0.8x",
+    )
+
+
 def inventory_section(table: Table, results: dict, args: argparse.Namespace, root: Path) -> None:
     inv = results["inventory"] = inventory_bench.measure(args.runs)
     table.row(
@@ -434,9 +467,21 @@ def main() -> int:
     parser.add_argument("--with-binary", action="store_true", help="also build and measure the PyInstaller binary")
     parser.add_argument("--json", type=Path, default=Path("bench/results/all.json"))
     parser.add_argument(
-        "--only", help="comma-separated sections to run (agent,footprint,restart,logs,inventory,binary)"
+        "--only",
+        help="comma-separated sections to run (agent,footprint,restart,logs,inventory,start,promtail,binary)",
     )
+    parser.add_argument(
+        "--write-docs",
+        action="store_true",
+        help="merge what was measured into bench/figures.json and rewrite the tables README.md and "
+        "docs/benchmarks.md quote (bench/figures.py)",
+    )
+    parser.add_argument("--docs-only", action="store_true", help="only rewrite those tables from bench/figures.json")
     args = parser.parse_args()
+    if args.docs_only:
+        changed = figures.write_docs(figures.load())
+        print(f"rewritten: {', '.join(changed) or 'nothing (already current)'}")
+        return 0
     quick = args.quick
     args.settle = 5.0
     args.idle_window = 20.0 if quick else 60.0
@@ -451,6 +496,9 @@ def main() -> int:
     args.footprint_window = 40.0 if quick else 120.0  # >= 120 s sees two inventory cycles and 8 heartbeats
     args.managed, args.managed_ray = 20, 5
     args.footprint_runs = 5 if quick else 10
+    args.starts = 5
+    args.rounds = 3 if quick else 5
+    args.promtail_lines = 100_000
 
     every: dict[str, Callable[..., None]] = {
         "agent": agent_section,
@@ -458,12 +506,15 @@ def main() -> int:
         "restart": restart_section,
         "logs": logs_section,
         "inventory": inventory_section,
+        "start": start_section,
+        "promtail": promtail_section,
         "binary": binary_section,
     }
     chosen = (
         args.only.split(",")
         if args.only
-        else ["agent", "footprint", "restart", "logs", "inventory"] + (["binary"] if args.with_binary else [])
+        else ["agent", "footprint", "restart", "logs", "inventory", "start", "promtail"]
+        + (["binary"] if args.with_binary else [])
     )
     unknown = [n for n in chosen if n not in every]
     if unknown:
@@ -479,8 +530,10 @@ def main() -> int:
     table = Table()
     print(f"faden-agent benchmarks ({'quick' if quick else 'full'} run, {os.cpu_count()} CPUs)")
     print(f"{'figure':<46} {'value':<40} compared with (same run)")
+    measured = {}
     for name, section in sections:
         began = time.monotonic()
+        measured[name] = measurement_record()
         with tempfile.TemporaryDirectory(prefix=f"faden-bench-{name}-") as tmp:
             try:
                 section(table, results, args, Path(tmp))
@@ -493,7 +546,32 @@ def main() -> int:
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(results, indent=2) + "\n")
     print(f"JSON: {args.json}")
+    if args.write_docs:
+        write_figures(results, measured)
     return 1 if results.get("not_measured") else 0
+
+
+def measurement_record() -> dict[str, str]:
+    """When and where a section measured: the date, the commit (+ "with changes" when the tree
+    has uncommitted ones) and the load average at its start."""
+    repo = Path(__file__).resolve().parents[1]
+    commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--", "faden_agent"], capture_output=True)
+    return {
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+        "commit": commit.stdout.strip() + (" with changes" if dirty.stdout.strip() else ""),
+        "load": f"{os.getloadavg()[0]:.1f}",
+    }
+
+
+def write_figures(results: dict[str, Any], measured: dict[str, dict[str, str]]) -> None:
+    """What this run measured into bench/figures.json, then the documents' tables from it."""
+    old = figures.load()
+    for key, value in figures.from_results(results).items():
+        old = figures.merged(old, {key: value}, measured[figures.SECTION_OF[key]])
+    figures.FIGURES.write_text(json.dumps(old, indent=1, sort_keys=True) + "\n")
+    changed = figures.write_docs(old)
+    print(f"{figures.FIGURES.relative_to(figures.REPO)} updated; rewritten: {', '.join(changed) or 'nothing'}")
 
 
 if __name__ == "__main__":

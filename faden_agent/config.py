@@ -635,10 +635,11 @@ class Config:
     prefork: bool = setting(
         "on",
         _bool,
-        "The supervisor's memory tricks before it forks the workers (`faden_agent/supervisor/prefork/`):"
-        " `on` or `off`. Off runs none of them (no ctypes writes into the interpreter's objects, no throwaway"
-        " servers) and costs 16-19 MiB more PSS over the idle tree on CPython 3.12 (about 49 -> 65-68 MiB),"
-        " 9 MiB on 3.11 (`bench/footprint_bench.py --prefork`; each trick's share: `docs/design-notes.md`)",
+        "The memory tricks of the supervisor before it forks the workers (`faden_agent/supervisor/prefork/`)"
+        " and of each worker once set up: `on` or `off`. Off runs none of them (no ctypes writes into the"
+        " interpreter's objects, no held heap chunks, no library pages handed back) and costs about 15 MiB more"
+        " PSS over the idle tree on CPython 3.12, 4 MiB on 3.11 (`bench/footprint_bench.py --prefork`; each"
+        " trick's share: `docs/design-notes.md`)",
     )
     log_level: str = setting("info", _log_level, "`debug`, `info`, `warning` or `error`")
     metrics_addr: str | None = setting(

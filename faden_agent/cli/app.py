@@ -139,7 +139,7 @@ def show_config(as_json: bool = typer.Option(False, "--json", help="Print JSON f
 def status(as_json: bool = typer.Option(False, "--json", help="Print JSON for machines.")) -> None:
     """Enrolled or not, node id, backend, connection state, last contact, last error (no secrets)."""
     from faden_agent.cli.status import collect_status, format_status
-    from faden_agent.service import service_state
+    from faden_agent.service.manager import service_state
 
     report = collect_status(load_installed())
     report["service"] = service_state()
@@ -152,8 +152,8 @@ def status(as_json: bool = typer.Option(False, "--json", help="Print JSON for ma
 
 def load_installed() -> Config:
     """The configuration of the installed service (its environment file), the shell's variables on top."""
-    from faden_agent.service import ServicePaths
     from faden_agent.service.envfile import effective_environ
+    from faden_agent.service.paths import ServicePaths
 
     try:
         return load_config(effective_environ(ServicePaths.for_current_user().env_path))
@@ -162,7 +162,7 @@ def load_installed() -> Config:
 
 
 def _service_action(action: Any, *args: Any) -> None:
-    from faden_agent.service import ServiceError
+    from faden_agent.service.manager import ServiceError
 
     try:
         outcome = action(*args)
@@ -184,7 +184,7 @@ def start(
 
     As root a system service, else a user service. The settings go to a 0600 environment file.
     """
-    from faden_agent.service import install_and_start
+    from faden_agent.service.manager import install_and_start
 
     _service_action(lambda: install_and_start(restart_running=restart_running))
 
@@ -192,7 +192,7 @@ def start(
 @app.command()
 def stop() -> None:
     """Stop the service (containers keep running)."""
-    from faden_agent.service import stop as stop_service
+    from faden_agent.service.manager import stop as stop_service
 
     _service_action(stop_service)
 
@@ -200,7 +200,7 @@ def stop() -> None:
 @app.command()
 def restart() -> None:
     """Restart the service (containers keep running)."""
-    from faden_agent.service import restart as restart_service
+    from faden_agent.service.manager import restart as restart_service
 
     _service_action(restart_service)
 
@@ -210,7 +210,7 @@ def uninstall(
     purge: bool = typer.Option(False, "--purge", help="Also remove the state (the node's identity)."),
 ) -> None:
     """Stop and remove the service and its environment file; the state file stays unless --purge."""
-    from faden_agent.service import uninstall as uninstall_service
+    from faden_agent.service.manager import uninstall as uninstall_service
 
     _service_action(uninstall_service, purge)
 

@@ -436,7 +436,7 @@ class Doctor:
     def shutdown_inhibitor(self) -> Check:
         """Whether logind answers on the system bus (the supervisor's delay inhibitor)."""
         from faden_agent.ipc.dbusconn import Bus, DbusError, system_bus_address
-        from faden_agent.supervisor.shutdown import logind_delay_s
+        from faden_agent.supervisor.logind import logind_delay_s
 
         try:
             bus = Bus(system_bus_address(), min(self.timeout_s, 2.0))
@@ -454,7 +454,7 @@ class Doctor:
         return Check("shutdown", OK, f"logind answers: a shutdown waits up to {delay:g}s for the agent to report it")
 
     def service(self) -> Check:
-        from faden_agent.service import service_state
+        from faden_agent.service.manager import service_state
 
         state = service_state(self.service_paths)
         if not state.get("systemd"):

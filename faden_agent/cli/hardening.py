@@ -7,7 +7,6 @@ it) and core dumps are off (RLIMIT_CORE 0, PR_SET_DUMPABLE 0): a dump would hold
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import logging
 import os
 import resource
@@ -54,7 +53,7 @@ def disable_core_dumps() -> None:
     except (ValueError, OSError) as exc:
         log.warning("cannot turn core dumps off (RLIMIT_CORE): %s", exc)
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc = ctypes.CDLL(None, use_errno=True)  # the process's own libc (find_library would run ldconfig)
         if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
             raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
     except OSError as exc:

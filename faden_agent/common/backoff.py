@@ -7,7 +7,6 @@ MAX_RETRY_AFTER_S (parse_retry_after reads the header). The supervisor's restart
 
 from __future__ import annotations
 
-import email.utils
 import math
 import random
 import time
@@ -37,6 +36,8 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
         seconds = float(value)
     except ValueError:
         try:
+            import email.utils  # an HTTP date is rare; the module costs every worker's start
+
             seconds = email.utils.parsedate_to_datetime(value).timestamp() - (time.time() if now is None else now)
         except (TypeError, ValueError, OverflowError):
             return None

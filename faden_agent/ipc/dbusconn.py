@@ -14,39 +14,16 @@ from collections import deque
 from typing import Any
 
 from faden_agent.ipc import dbuswire as wire
+from faden_agent.ipc.dbusaddress import DbusError, socket_address, system_bus_address  # noqa: F401 - re-exported
 from faden_agent.ipc.dbuswire import Message
 
-SYSTEM_BUS = "unix:path=/run/dbus/system_bus_socket"
 BUS_NAME, BUS_PATH = "org.freedesktop.DBus", "/org/freedesktop/DBus"
 MAX_FDS = 16  # per read
 READ_BYTES = 65536
 
 
-class DbusError(Exception):
-    def __init__(self, message: str, name: str | None = None):
-        super().__init__(message)
-        self.name = name  # the D-Bus error name of an ERROR reply
-
-
 class BusTimeout(DbusError):
     pass
-
-
-def system_bus_address() -> str:
-    """DBUS_SYSTEM_BUS_ADDRESS (the variable libdbus and sd-bus read), else the standard socket."""
-    return os.environ.get("DBUS_SYSTEM_BUS_ADDRESS") or SYSTEM_BUS
-
-
-def socket_address(address: str) -> str:
-    """The unix socket of the first usable `unix:path=` or `unix:abstract=` entry."""
-    for entry in address.split(";"):
-        kind, _, params = entry.partition(":")
-        values = dict(p.split("=", 1) for p in params.split(",") if "=" in p)
-        if kind == "unix" and "path" in values:
-            return values["path"]
-        if kind == "unix" and "abstract" in values:
-            return "\0" + values["abstract"]
-    raise DbusError(f"no unix socket in the bus address {address[:200]!r}")
 
 
 class Bus:

@@ -21,7 +21,7 @@ from faden_agent.common.proctitle import set_title
 from faden_agent.config import Config
 from faden_agent.disk.files import ensure_private_dir
 from faden_agent.ipc import Channel, Endpoints, EnvelopeError, ensure_runtime_dir
-from faden_agent.ipc.dbusconn import system_bus_address
+from faden_agent.ipc.dbusaddress import system_bus_address
 from faden_agent.supervisor import lock
 from faden_agent.supervisor.metrics.endpoint import MetricsEndpoint
 from faden_agent.supervisor.notify import SystemdNotifier
@@ -151,7 +151,10 @@ class Supervisor:
         if self.config.runtime_dir != self.config.state_dir:
             self._locks.append(lock.acquire(self.config.runtime_dir, "runtime directory"))
         tls = self.config.tls_verify() if self.config.speaks_tls() else None
-        prepare_to_fork([w.target for w in self.workers.values()], tls, self.config.prefork)  # shared by every fork
+        # shared by every fork; a worker started on demand loads its own module after its fork
+        prepare_to_fork(
+            [w.target for w in self.workers.values() if w.name not in self.dormant], tls, self.config.prefork
+        )
         self._wakeup_r, wakeup_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.set_wakeup_fd(wakeup_w)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP):

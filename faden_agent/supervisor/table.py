@@ -2,37 +2,49 @@
 
 from __future__ import annotations
 
+import os
+import time
 from typing import Any
 
-import psutil
-
+from faden_agent.supervisor.metrics.procstat import STAT_BYTES, parse_stat
 from faden_agent.supervisor.states import WorkerProcess
 
 
 class ResourceSampler:
-    """RSS and CPU% per pid; CPU% is measured between two successive samples."""
+    """RSS and CPU% per pid from /proc/PID/stat; CPU% is measured between two successive
+    samples of the same pid (its first sample says 0.0)."""
 
     def __init__(self) -> None:
-        self._procs: dict[int, psutil.Process] = {}
+        self._last: dict[int, tuple[float, float]] = {}  # pid -> (CPU seconds, monotonic time)
 
     def sample(self, pid: int | None) -> tuple[int | None, float | None]:
         if pid is None:
             return None, None
         try:
-            proc = self._procs.get(pid)
-            if proc is None:
-                proc = self._procs[pid] = psutil.Process(pid)
-                proc.cpu_percent(None)  # first call only primes the counter
-            with proc.oneshot():
-                return proc.memory_info().rss, proc.cpu_percent(None)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            self._procs.pop(pid, None)
+            fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            self._last.pop(pid, None)
             return None, None
+        try:
+            figures = parse_stat(os.pread(fd, STAT_BYTES, 0))
+        except OSError:
+            figures = None
+        finally:
+            os.close(fd)
+        if figures is None:
+            self._last.pop(pid, None)
+            return None, None
+        cpu_s, rss = figures
+        now = time.monotonic()
+        was_cpu, was_at = self._last.get(pid, (cpu_s, now))
+        self._last[pid] = (cpu_s, now)
+        percent = (cpu_s - was_cpu) / (now - was_at) * 100 if now > was_at else 0.0
+        return rss, round(max(percent, 0.0), 1)
 
     def forget_dead(self, live_pids: set[int]) -> None:
-        for pid in list(self._procs):
+        for pid in list(self._last):
             if pid not in live_pids:
-                del self._procs[pid]
+                del self._last[pid]
 
 
 def worker_row(worker: WorkerProcess, resources: tuple[int | None, float | None] = (None, None)) -> dict[str, Any]:

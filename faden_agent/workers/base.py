@@ -31,6 +31,9 @@ from faden_agent.workers.threads import WorkerThreads
 PR_SET_PDEATHSIG = 1
 THREAD_DIED_EXIT = 3
 JOIN_BUDGET_S = 2.0  # one bound for joining all of a worker's threads at stop
+# The libraries a worker loaded and touched only to start (its imports, a first TLS
+# handshake, the first push) go back to the kernel this long after its set-up (coldpages.py).
+COLD_PAGES_AFTER_S = 10.0
 log = logging.getLogger(__name__)
 
 
@@ -101,6 +104,7 @@ class Worker:
             by_socket[channel.socket] = channel
         poller.register(self._wakeup_r, zmq.POLLIN)
         next_alive = 0.0
+        cold_pages_at = time.monotonic() + COLD_PAGES_AFTER_S if self.config.prefork else None
         # A worker without periodic work (no tick of its own) wakes only to say it is alive.
         has_tick = type(self).tick is not Worker.tick
         next_tick = 0.0 if has_tick else float("inf")
@@ -112,6 +116,11 @@ class Worker:
                 self._alive_asked = False
                 self.tell_alive()
                 next_alive = now + self.config.worker_liveness_sec
+                if cold_pages_at is not None and now >= cold_pages_at:
+                    cold_pages_at = None
+                    from faden_agent.common.coldpages import page_out_cold_libraries  # PREFORK=off: never loaded
+
+                    page_out_cold_libraries()
             if now >= next_tick:
                 try:
                     self.tick()

@@ -9,8 +9,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import cramjam
 import orjson
+
+from tests.support import snappyblock
 
 _LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*("(?:[^"\\]|\\.)*")\s*(,|(?=\}))')
 
@@ -18,10 +19,10 @@ _LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*("(?:[^"\\]|\\.)*")\s*(,
 def decode_push(raw: bytes, max_bytes: int, keep_metadata: bool) -> dict[str, Any] | None:
     """The push as {"streams": [{"stream", "values"}]}; None when it inflates past max_bytes."""
     try:
-        if cramjam.snappy.decompress_raw_len(raw) > max_bytes:
+        if snappyblock.uncompressed_length(raw) > max_bytes:
             return None
-        body = bytes(cramjam.snappy.decompress_raw(raw))
-    except Exception as exc:  # noqa: BLE001 - cramjam raises its own error types
+        body = snappyblock.decompress(raw)
+    except ValueError as exc:
         raise ValueError(f"invalid snappy body: {exc}") from None
     streams = []
     for number, value in _fields(body):

@@ -1,8 +1,8 @@
 """The supervisor's HTTP endpoint: /metrics, /healthz, /readyz, /sd/workloads (discovery.py).
-
-Served from its own loop. Owns the HttpServer on METRICS_ADDR (or the reason it could not bind, shown by `ps`).
-A request reads only the table the supervisor holds (fresh liveness messages drained,
-never awaited) and /proc; scrapes within RENDER_EVERY_S get the last body (a rate bound).
+Served from its own loop; owns the HttpServer on METRICS_ADDR (or why it could not bind, in `ps`).
+A request reads only the table the supervisor holds (fresh liveness messages drained, never
+awaited) and /proc; scrapes within RENDER_EVERY_S get the last body (a rate bound). What
+renders an answer is loaded at the first request.
 """
 
 from __future__ import annotations
@@ -10,16 +10,15 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import zmq
 
 from faden_agent.config import Config, env_name, listen_host_port
-from faden_agent.supervisor.metrics import discovery, exposition
-from faden_agent.supervisor.metrics.families import sections
-from faden_agent.supervisor.metrics.health import readiness
-from faden_agent.supervisor.metrics.procstat import ProcessUsage
 from faden_agent.supervisor.metrics.server import HttpServer
+
+if TYPE_CHECKING:
+    from faden_agent.supervisor.metrics.procstat import ProcessUsage
 
 log = logging.getLogger(__name__)
 OPENMETRICS = "application/openmetrics-text"
@@ -38,7 +37,7 @@ class MetricsEndpoint:
         self.pids = pids
         self.server: HttpServer | None = None
         self.error: str | None = None
-        self.processes = ProcessUsage()
+        self.processes: ProcessUsage | None = None  # made at the first scrape
         self._reuse: dict[str, Any] = {}  # families.py: sections made from statuses seen before
         self._last: dict[bool, tuple[float, tuple[int, str, bytes]]] = {}  # openmetrics? -> (when, answer)
 
@@ -82,14 +81,16 @@ class MetricsEndpoint:
             self.server.serve(ready)
 
     def close(self) -> None:
-        self.processes.close()
+        if self.processes is not None:
+            self.processes.close()
         if self.server is not None:
             self.server.close()
             self.server = None
 
     def forget_in_child(self) -> None:
         """In a forked worker: close the inherited sockets and /proc files (the supervisor keeps them)."""
-        self.processes.close()
+        if self.processes is not None:
+            self.processes.close()
         if self.server is not None:
             for conn in self.server.connections.values():
                 conn.sock.close()
@@ -102,6 +103,9 @@ class MetricsEndpoint:
             return self.metrics(headers.get("accept", ""))
         if path == "/healthz":
             return 200, TEXT, b"ok\n"
+        from faden_agent.supervisor.metrics import discovery
+        from faden_agent.supervisor.metrics.health import readiness
+
         if path == "/readyz":
             ready, why = readiness(self.table())
             return (200 if ready else 503), TEXT, why.encode("utf-8", "replace")[:500] + b"\n"
@@ -115,6 +119,9 @@ class MetricsEndpoint:
         last = self._last.get(openmetrics)
         if last is not None and now - last[0] < RENDER_EVERY_S:
             return last[1]
+        from faden_agent.supervisor.metrics import exposition
+        from faden_agent.supervisor.metrics.families import sections
+
         produced = sections(self.table(), self.usage(), self._reuse)
         if openmetrics:
             answer = 200, exposition.OPENMETRICS_1_0, exposition.openmetrics_1_0(produced)
@@ -124,4 +131,8 @@ class MetricsEndpoint:
         return answer
 
     def usage(self) -> dict[str, tuple[float, int, int | None]]:
+        if self.processes is None:
+            from faden_agent.supervisor.metrics.procstat import ProcessUsage
+
+            self.processes = ProcessUsage()
         return self.processes.read(self.pids())

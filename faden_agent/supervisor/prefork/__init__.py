@@ -1,8 +1,8 @@
 """The supervisor's work before it forks; prepare_to_fork is the one entry point.
 
-Always: the workers' modules imported and the heap frozen (gc.freeze), so children share
-them. With PREFORK on (the default) also the memory tricks in TRICKS, one module each;
-off, none of them runs: no ctypes writes, no throwaway servers, no filler objects.
+Always: the modules of the workers that start with it and what they share imported
+(preload.py), the heap frozen (gc.freeze). With PREFORK on (the default) also the memory
+tricks in TRICKS, one module each; off, none of them runs or is loaded (no ctypes writes).
 """
 
 from __future__ import annotations
@@ -10,11 +10,12 @@ from __future__ import annotations
 from faden_agent.common import testhooks
 from faden_agent.supervisor.prefork import preload
 
-TRICKS = ("rehearsal", "immortal", "heap", "coldpages")
+TRICKS = ("immortal", "heap", "coldpages")
 
 
 def prepare_to_fork(targets: list[str], tls_verify: bool | str | None, tricks: bool) -> None:
-    """Preload `targets` (worker entry points) and, when `tricks`, run every trick."""
+    """Preload `targets` (the entry points of the workers that start now) and what the workers
+    share and, when `tricks`, run every trick."""
     preload.preload(targets, tls_verify, skip=frozenset(TRICKS) if not tricks else skipped_for_bench())
 
 

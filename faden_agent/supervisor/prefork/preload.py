@@ -1,8 +1,8 @@
-"""What the supervisor imports before it forks, so the workers share it instead of each importing it.
-
-Every worker's module plus SHARED_MODULES; importing starts nothing (no thread, socket, NVML
-or Docker call) and pynvml stays out. Then the tricks not skipped (prefork.TRICKS) and
-gc.freeze. Why each trick, and what it saves: docs/design-notes.md.
+"""What the supervisor loads before it forks: the module of each worker that starts with it
+(not one started on demand) and SHARED_MODULES, what two or more workers load, so the workers
+share one copy. Importing starts nothing (no thread, socket, NVML or Docker call); what only
+a command or a request needs loads where it is first used. Then the tricks not skipped
+(prefork.TRICKS, each loaded only to run) and gc.freeze. Why: docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -11,17 +11,36 @@ import gc
 import importlib
 import logging
 import sys
+import time
 import warnings
 
 from faden_agent.common.errorline import error_line
-from faden_agent.supervisor.prefork.coldpages import page_out_cold_libraries
-from faden_agent.supervisor.prefork.heap import fill_heap_holes, release_free_heap
-from faden_agent.supervisor.prefork.immortal import immortalize_heap, unsupported_reason
-from faden_agent.supervisor.prefork.rehearsal import rehearse
 
 log = logging.getLogger(__name__)
 
-SHARED_MODULES = ("docker",)  # imported lazily by some workers, used by three of four
+# What two or more workers load, whichever of them starts first (a worker started on demand
+# imports its own module after its fork; tests/unit/supervisor/test_lean_imports.py holds the
+# list to that): the Docker SDK with requests, the outbox and its producers, the backend's
+# HTTP client and membership, and the small shared pieces.
+SHARED_MODULES = (
+    "docker",
+    "concurrent.futures",
+    "faden_agent.common.dockerclient",
+    "faden_agent.common.dockernegotiation",
+    "faden_agent.common.wakeable",
+    "faden_agent.backend.producer",
+    "faden_agent.backend.client",
+    "faden_agent.ipc.control",
+    "faden_agent.node.backend_accepts",
+    "faden_agent.node.drainstate",
+    "faden_agent.node.gpu_faults",
+    "faden_agent.node.journalctl",
+    "faden_agent.node.membership",
+    "faden_agent.node.xid_catalogue",
+    "faden_agent.protocol.container",
+    "faden_agent.protocol.inventory",
+    "faden_agent.protocol.link",
+)
 # requests guesses the charset of a body that names none with charset_normalizer, which
 # imports all of Python's ~100 codecs: 2.7 MiB of objects in every worker. The agent never
 # needs the guess (what it reads is JSON or names its charset); without it requests decodes
@@ -30,33 +49,63 @@ CHARSET_GUESSERS = ("charset_normalizer", "chardet")
 
 
 def preload(targets: list[str], tls_verify: bool | str | None = None, skip: frozenset[str] = frozenset()) -> None:
-    """Imports each worker target's module and SHARED_MODULES, builds the client TLS context
-    for `tls_verify` (None: nothing the agent knows of speaks https), then freezes the heap.
-    A module or CA bundle that fails is left to its worker, which reports the failure.
-    `skip` names the memory tricks (prefork.TRICKS) left out."""
+    """Imports each target's module (workers' "module:Class") and SHARED_MODULES, builds the
+    client TLS context for `tls_verify` (None: nothing the agent knows of speaks https), then
+    freezes the heap. A module or CA bundle that fails is left to its worker, which reports
+    the failure. `skip` names the memory tricks (prefork.TRICKS) left out."""
+    steps = StepClock()
     skip_charset_guessers()
     for module in [t.partition(":")[0] for t in targets] + list(SHARED_MODULES):
         try:
             importlib.import_module(module)
         except Exception as exc:  # noqa: BLE001 - the worker's own import reports it properly
             log.warning("preloading %s failed (its worker imports it again): %s", module, exc)
+    steps.done("imports")
     if tls_verify is not None:
         share_tls_context(tls_verify)
-    if "rehearsal" not in skip:
-        rehearse()  # the workers' first HTTP, Docker and SQLite calls, once for all (rehearsal.py)
+        steps.done("tls")
     gc.collect()
-    # before freeze: frozen objects are no longer listed
-    marked = immortalize_heap() if "immortal" not in skip else None
+    marked = None
+    if "immortal" not in skip:
+        from faden_agent.supervisor.prefork.immortal import immortalize_heap
+
+        marked = immortalize_heap()  # before freeze: frozen objects are no longer listed
     gc.freeze()
+    steps.done("immortal" if marked is not None else "freeze")
     if "heap" not in skip:
+        from faden_agent.supervisor.prefork.heap import fill_heap_holes, release_free_heap
+
         release_free_heap()
         fill_heap_holes()  # a child's first mallocs go to fresh pages (heap.py)
+        steps.done("heap")
     if "coldpages" not in skip:
+        from faden_agent.common.coldpages import page_out_cold_libraries
+
         page_out_cold_libraries()  # start-up's library pages back to the kernel (coldpages.py)
+        steps.done("coldpages")
+    log.info("prepared to fork in %.3f CPU s: %s", time.process_time(), steps.text())
     if marked:
         log.debug("marked %d objects immortal before forking", marked)
     elif marked == 0:
+        from faden_agent.supervisor.prefork.immortal import unsupported_reason
+
         log.info("objects stay mortal under %s: each worker copies more of them (issue 16)", unsupported_reason())
+
+
+class StepClock:
+    """The CPU seconds of each step of the preparation, for the log line that says where the start's CPU went."""
+
+    def __init__(self) -> None:
+        self.last = time.process_time()
+        self.steps: list[tuple[str, float]] = [("before", self.last)]
+
+    def done(self, name: str) -> None:
+        now = time.process_time()
+        self.steps.append((name, now - self.last))
+        self.last = now
+
+    def text(self) -> str:
+        return ", ".join(f"{name} {seconds:.3f}" for name, seconds in self.steps)
 
 
 def share_tls_context(verify: bool | str) -> None:

@@ -4,7 +4,3 @@ worker.py runs the loop; journal.py makes each command's effect happen once; kin
 commands/ hold every kind (one module per family); docker_ops.py bounds each SDK call; events.py,
 reconcile.py and adoption.py report what happens to managed containers.
 """
-
-from faden_agent.workers.executor.worker import ExecutorWorker
-
-__all__ = ["ExecutorWorker"]

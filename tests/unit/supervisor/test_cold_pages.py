@@ -8,7 +8,7 @@ from __future__ import annotations
 import mmap
 import os
 
-from faden_agent.supervisor.prefork.coldpages import page_out_cold_libraries, read_only_file_mappings
+from faden_agent.common.coldpages import page_out_cold_libraries, read_only_file_mappings
 
 SIZE = 4 << 20
 

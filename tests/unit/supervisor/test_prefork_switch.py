@@ -1,7 +1,7 @@
 """FADEN_NODE_AGENT_PREFORK: on, the supervisor's memory tricks run before it forks; off, none
-does (no held heap chunks, no object made immortal), yet the workers'
-modules are still preloaded and the heap frozen. Each case in a fresh interpreter, as the
-supervisor runs it (the tricks change the process for good)."""
+does or is even loaded (no held heap chunks, no object made immortal), yet the workers'
+modules and what they share are preloaded and the heap frozen. Each case in a fresh
+interpreter, as the supervisor runs it (the tricks change the process for good)."""
 
 from __future__ import annotations
 
@@ -23,17 +23,22 @@ PREPARE = """
 import gc, json, sys
 def probe(): pass
 from faden_agent.supervisor.prefork import prepare_to_fork
-from faden_agent.supervisor.prefork import heap
-prepare_to_fork([sys.argv[1]], None, tricks=sys.argv[2] == "on")
-print(json.dumps({"held": len(heap._held), "refcount": sys.getrefcount(probe),
-                  "preloaded": sys.argv[1].partition(":")[0] in sys.modules, "frozen": gc.get_freeze_count()}))
+from faden_agent.supervisor.prefork.preload import SHARED_MODULES
+prepare_to_fork([sys.argv[2]], None, tricks=sys.argv[1] == "on")
+heap = sys.modules.get("faden_agent.supervisor.prefork.heap")
+print(json.dumps({"held": len(heap._held) if heap else 0, "refcount": sys.getrefcount(probe),
+                  "tricks": sorted(m.rsplit(".", 1)[1] for m in sys.modules
+                                   if m.startswith(("faden_agent.supervisor.prefork.", "faden_agent.common.cold"))),
+                  "shared": all(m in sys.modules for m in SHARED_MODULES),
+                  "preloaded": sys.argv[2].partition(":")[0] in sys.modules,
+                  "frozen": gc.get_freeze_count()}))
 """
 
 
 def prepare(mode: str, **env: str) -> dict:
     environ = {**os.environ, "PYTHONPATH": str(REPO), **env}
     out = subprocess.run(
-        [sys.executable, "-c", PREPARE, TARGET, mode], capture_output=True, text=True, timeout=120, env=environ
+        [sys.executable, "-c", PREPARE, mode, TARGET], capture_output=True, text=True, timeout=120, env=environ
     )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.splitlines()[-1])
@@ -43,8 +48,10 @@ def prepare(mode: str, **env: str) -> dict:
 def test_on_runs_the_tricks_and_off_runs_none():
     on, off = prepare("on"), prepare("off")
     assert on["held"] > 0 and on["refcount"] == IMMORTAL_REFCNT
-    assert off["held"] == 0 and off["refcount"] < 10
-    assert on["preloaded"] and off["preloaded"] and on["frozen"] > 0 and off["frozen"] > 0
+    assert set(TRICKS) <= set(on["tricks"])
+    assert off["held"] == 0 and off["refcount"] < 10 and not set(TRICKS) & set(off["tricks"]), off["tricks"]
+    assert on["shared"] and off["shared"] and on["frozen"] > 0 and off["frozen"] > 0
+    assert on["preloaded"] and off["preloaded"]
 
 
 def test_a_bench_leaves_out_one_trick_only_under_test_hooks(monkeypatch):

@@ -18,16 +18,12 @@ from faden_agent.common.failure import Cancelled, Stopped
 from faden_agent.disk.diskspace import NoSpace, SpaceWatch, require_space
 from faden_agent.http.answerbody import AnswerUnread, read_json_object
 from faden_agent.protocol import quote
-from faden_agent.transfers.fetch import PeerFailure, Transfer, check_space, local_image, tag_image
-from faden_agent.transfers.server import byte_limit, holder_stream
 from faden_agent.transfers.tickets import Ticket, TicketBox
 from faden_agent.workers.executor import specs
 from faden_agent.workers.executor.commands.frame import Commands
 from faden_agent.workers.executor.docker_ops import CommandFailed, translated
 from faden_agent.workers.executor.kinds import COMMON, CommandKind, register
 from faden_agent.workers.executor.peer_start import ask_to_serve
-from faden_agent.workers.executor.prune import prune
-from faden_agent.workers.executor.pull_size import missing_bytes
 from faden_agent.workers.executor.scheduler import Job
 from faden_agent.workers.executor.specs import SpecError
 
@@ -152,6 +148,8 @@ def check_pull_space(commands: Commands, job: Job, image: str, auth: dict[str, s
     factor = commands.config.pull_space_factor
     if factor <= 0:
         return
+    from faden_agent.workers.executor.pull_size import missing_bytes  # loaded by the first pull
+
     api = commands.ops.client.api
     with translated(f"checking the space for {image}"):
         missing = missing_bytes(api, image, auth, job.on_abort)
@@ -178,6 +176,8 @@ def image_remove(commands: Commands, job: Job) -> dict[str, Any]:
 def image_prune(commands: Commands, job: Job) -> dict[str, Any]:
     # The images of commands queued or running now (a pull about to be run) stay too.
     wanted = [j.spec["image"] for j in commands.scheduler.jobs() if j is not job and j.spec.get("image")]
+    from faden_agent.workers.executor.prune import prune  # loaded by the first prune
+
     with translated("pruning images"):
         result = prune(commands.ops.client.api, job.spec["keep"], lambda: commands.check(job), wanted)
     return {
@@ -218,6 +218,10 @@ def fetch_from_peers(
     peer's failure otherwise (integrity_failed when any peer sent something else)."""
     if image_id is None:
         raise CommandFailed("invalid_spec", "peers were given without image_id (the image they must deliver)")
+    # loaded by the first fetch: an idle executor holds no peer transfer code
+    from faden_agent.transfers.fetch import PeerFailure, Transfer, check_space, local_image, tag_image
+    from faden_agent.transfers.server import byte_limit
+
     api = commands.ops.client.api
     with translated("fetching an image from peers", image=reference):
         present = local_image(api, image_id)
@@ -272,6 +276,8 @@ def image_relay(commands: Commands, job: Job) -> dict[str, Any]:
     wait for the receiver's request there, then upload the same stream the peer port sends.
     Runs in an executor scheduler thread (the peer worker only listens)."""
     import requests
+
+    from faden_agent.transfers.server import holder_stream
 
     spec = job.spec
     auth = {"Authorization": f"Bearer {spec['token']}"}

@@ -5,12 +5,11 @@ from __future__ import annotations
 import logging
 import math
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from faden_agent.common.failure import Cancelled, Stopped
 from faden_agent.protocol import quote
 from faden_agent.transfers.probe import LIMITS
-from faden_agent.transfers.probe_client import Bounds, Probe, ProbeFailed
 from faden_agent.transfers.tickets import PROBE_GRANT, Ticket, TicketBox
 from faden_agent.workers.executor import specs
 from faden_agent.workers.executor.commands.frame import Commands
@@ -20,6 +19,9 @@ from faden_agent.workers.executor.kinds import COMMON, CommandKind, register
 from faden_agent.workers.executor.peer_start import ask_to_serve
 from faden_agent.workers.executor.scheduler import Job
 from faden_agent.workers.executor.specs import Check, SpecError
+
+if TYPE_CHECKING:
+    from faden_agent.transfers.probe_client import Bounds
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +112,8 @@ def traffic_serve(commands: Commands, job: Job) -> dict[str, Any]:
 
 def traffic_probe(commands: Commands, job: Job) -> dict[str, Any]:
     spec = job.spec
+    from faden_agent.transfers.probe_client import Bounds  # loaded by the first probe
+
     bounds = Bounds(spec["duration_s"], spec["max_bytes"], spec["round_trips"])
     entries = []
     for done, peer in enumerate(spec["peers"], start=1):
@@ -134,6 +138,8 @@ def probe_one(peer: dict[str, str], bounds: Bounds, verify: bool | str, job: Job
         "reason": None,
         "message": None,
     }
+    from faden_agent.transfers.probe_client import Probe, ProbeFailed
+
     attempt = Probe(peer["address"], peer["ticket"], bounds, verify, job.should_stop, job.on_abort)
     try:
         attempt.run()

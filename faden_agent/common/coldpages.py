@@ -1,4 +1,6 @@
-"""Library pages the supervisor touched only to start, handed back before it forks."""
+"""Library pages a process touched only to start, handed back to the kernel: the supervisor's
+before it forks, each worker's once it is set up (the libraries it loaded itself). Only
+pages no other process maps go; what runs again is read back, one page a fault."""
 
 from __future__ import annotations
 

@@ -1,0 +1,287 @@
+"""Where the idle tree's memory is: per process, per mapping and per module, against an older
+tree of the agent (by default round 7 of the footprint work, 1 December: README's 49 MiB).
+
+One idle production agent (footprint_bench.metered_agent: enrolled, a private engine, a
+journal shipped to a Loki receiver, settled), started through bench/agent_probe.py so that
+each Python process names its modules. Per process: PSS, private, anonymous PSS, the PSS a
+quiet machine would read per mapping (bench/pages.py: libpython, each extension's package,
+each system library, the heaps), a worker's anonymous pages by origin (inherited, copied
+since the fork, its own), the modules it loaded after the fork; per module, the bytes of
+Python objects its import leaves by itself (tracemalloc, self as -X importtime counts time).
+--objects (a run of its own) names the supervisor's objects on each worker's copied pages.
+
+    python3 bench/footprint_account.py [--against 3e3435d|none] [--now COMMIT] [--python 3.11] [--objects] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench import footprint_bench, interpreters
+from bench.pages import page_account, smaps_groups
+from tests.support.agentproc import wait_for
+
+REPO = Path(__file__).resolve().parents[1]
+ROUND_7 = "3e3435d"  # docs: round 7 of the footprint work (README: "about 49 MiB")
+PROBE = REPO / "bench" / "agent_probe.py"
+
+# ---------------------------------------------------------------- modules
+
+
+def probe_dumps(tree: dict[str, int], directory: Path) -> dict[str, dict[str, Any]]:
+    """{process: what bench/agent_probe.py wrote of it}: SIGUSR2 to each Python process of the tree."""
+    pythons = {name: pid for name, pid in tree.items() if "(child of" not in name}
+    for pid in pythons.values():
+        os.kill(pid, signal.SIGUSR2)
+    wait_for(lambda: all((directory / f"{pid}.json").exists() for pid in pythons.values()), 15, 0.1, "probe dumps")
+    return {name: json.loads((directory / f"{pid}.json").read_text()) for name, pid in pythons.items()}
+
+
+def import_costs(python: str, source: Path, names: list[str], unit: str) -> dict[str, int]:
+    """{module: what importing it costs by itself}: "bytes" of Python objects it leaves, or
+    "cpu" ns, in a fresh interpreter importing `names` (bench/agent_probe.py imports)."""
+    done = subprocess.run(
+        [python, str(PROBE), "imports", str(source), unit],
+        input=json.dumps(names),
+        capture_output=True,
+        text=True,
+        cwd="/",
+        check=True,
+    )
+    return json.loads(done.stdout)
+
+
+def copied_objects(supervisor: int, worker: int, objects: Path) -> dict[str, int]:
+    """{object type: KiB of the supervisor's objects (at its first fork) on the pages this
+    worker copied}: what the worker wrote to. A page holding no listed object counts under
+    "(no object listed)": allocator headers, C structures, freed blocks."""
+    from bench.pages import ANONYMOUS, PAGE, page_table
+
+    theirs, mine = page_table(supervisor), page_table(worker)
+    copied = {
+        page
+        for page, (frame, group) in mine.items()
+        if group in ANONYMOUS and page in theirs and theirs[page][0] != frame
+    }
+    by_type: dict[str, int] = {}
+    covered: set[int] = set()
+    for line in objects.read_text().splitlines():
+        address, size, kind = line.split(" ", 2)
+        first, last = int(address) // PAGE, (int(address) + max(int(size), 1) - 1) // PAGE
+        for page in range(first, last + 1):
+            if page in copied:
+                by_type[kind] = by_type.get(kind, 0) + int(size)
+                covered.update(range(first, last + 1))
+                break
+    out = {kind: round(size / 1024) for kind, size in sorted(by_type.items(), key=lambda kv: -kv[1])}
+    out["(no object listed)"] = len(copied - covered) * PAGE // 1024
+    out["(pages copied)"] = len(copied) * PAGE // 1024
+    return out
+
+
+def feature_of(module: str) -> str:
+    """The group a module is counted under: a third-party or stdlib top-level package, or the
+    agent's package two or three levels down (faden_agent.workers.inventory.gpu)."""
+    parts = module.split(".")
+    if parts[0] != "faden_agent":
+        return parts[0]
+    depth = 4 if parts[1:2] == ["workers"] else 3
+    return ".".join(parts[:depth])
+
+
+def by_feature(names: list[str], costs: dict[str, int]) -> dict[str, dict[str, int]]:
+    """{feature: {"modules": n, "kib": object KiB}}, largest first."""
+    out: dict[str, dict[str, int]] = {}
+    for name in names:
+        group = out.setdefault(feature_of(name), {"modules": 0, "bytes": 0})
+        group["modules"] += 1
+        group["bytes"] += max(costs.get(name, 0), 0)
+    return {
+        k: {"modules": v["modules"], "kib": round(v["bytes"] / 1024)}
+        for k, v in sorted(out.items(), key=lambda kv: -kv[1]["bytes"])
+    }
+
+
+# ---------------------------------------------------------------- one tree
+
+
+def export_tree(commit: str, into: Path) -> Path:
+    """The agent's sources at `commit`, unpacked into `into` (git archive)."""
+    into.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", commit], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into
+
+
+def run_from(python: str, source: Path) -> list[str]:
+    """The start of an argv running `python -m faden_agent` with the agent imported from `source`."""
+    code = "import runpy, sys; sys.path.insert(0, sys.argv.pop(1)); runpy.run_module('faden_agent', alter_sys=True)"
+    return [python, "-c", code, str(source)]
+
+
+def account_tree(root: Path, python: str, source: Path, objects: bool = False) -> dict[str, Any]:
+    """The account of one idle tree: the agent and its backend both from `source`; with
+    `objects`, what the supervisor's objects on each worker's copied pages are (a run of its
+    own: listing them changes the supervisor's heap)."""
+    dumps = root / "modules"
+    dumps.mkdir()
+    interpreters.compile_agent(python, source)
+    argv = [python, str(PROBE), "run", str(dumps), str(source)] + (["--objects"] if objects else [])
+    with footprint_bench.metered_agent(root, agent_argv=argv, backend_runner=run_from(python, source)) as rig:
+        tree = footprint_bench.named_tree(rig.agent)
+        memory = {name: footprint_bench.smaps_kib(pid) for name, pid in tree.items()}
+        mappings = {name: smaps_groups(pid) for name, pid in tree.items()}
+        pages = page_account(tree, [os.getpid(), rig.backend.proc.pid])
+        probes = probe_dumps(tree, dumps)
+        if objects:
+            listing = dumps / f"objects-{tree['supervisor']}.txt"
+            on_copied = {
+                name: copied_objects(tree["supervisor"], pid, listing)
+                for name, pid in tree.items()
+                if name != "supervisor" and "(child of" not in name
+            }
+    modules = {name: probe["modules"] for name, probe in probes.items()}
+    every = [m for m in dict.fromkeys(m for names in modules.values() for m in names) if not m.endswith("__main__")]
+    costs = import_costs(python, source, every, "bytes")
+    forked_with = set(modules.get("supervisor", []))
+    processes = {}
+    for name, kib in memory.items():
+        own = sorted(set(modules.get(name, [])) - forked_with) if name != "supervisor" else modules.get(name, [])
+        processes[name] = {
+            **kib,
+            **pages.get(name, {}),
+            "mappings_kib": mappings[name],
+            "modules": len(modules.get(name, [])),
+            "import_cpu_ms": round(sum(probes[name]["import_self_ns"].values()) / 1e6, 1) if name in probes else 0,
+            "modules_after_fork" if name != "supervisor" else "modules_held": by_feature(own, costs),
+        }
+    return {
+        **({"objects_on_copied_pages_kib": on_copied} if objects else {}),
+        "python": version_of(python),
+        "tree_pss_kib": sum(m["pss"] for m in memory.values()),
+        "tree_private_kib": sum(m["private"] for m in memory.values()),
+        "tree_pss_quiet_kib": sum(p.get("pss_quiet", 0) for p in pages.values()),
+        "processes": processes,
+        "module_names": modules,
+        "module_bytes": costs,
+    }
+
+
+def version_of(python: str) -> str:
+    return subprocess.run(
+        [python, "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"], capture_output=True, text=True
+    ).stdout.strip()
+
+
+# ---------------------------------------------------------------- against an older tree
+
+
+def compare(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """Per process: PSS then and now, and the features whose modules it holds now and did not
+    then (object KiB), largest first."""
+    out: dict[str, Any] = {"tree_pss_kib": [old["tree_pss_kib"], new["tree_pss_kib"]], "processes": {}}
+    for name, now in new["processes"].items():
+        then = old["processes"].get(name, {})
+        new_names = set(new["module_names"].get(name, []))
+        old_names = set(old["module_names"].get(name, []))
+        added = by_feature(sorted(new_names - old_names), new["module_bytes"])
+        gone = by_feature(sorted(old_names - new_names), old["module_bytes"])
+        out["processes"][name] = {
+            "pss_kib": [then.get("pss"), now["pss"]],
+            "private_kib": [then.get("private"), now["private"]],
+            "modules": [len(old_names), len(new_names)],
+            "added": {k: v for k, v in added.items() if v["kib"] >= 16},
+            "gone": {k: v for k, v in gone.items() if v["kib"] >= 16},
+        }
+    return out
+
+
+def report(result: dict[str, Any]) -> None:
+    for label in ("against", "now"):
+        tree = result.get(label)
+        if not tree:
+            continue
+        print(
+            f"== {label}: CPython {tree['python']}, tree {tree['tree_pss_kib'] / 1024:.1f} MiB PSS, "
+            f"{tree['tree_pss_quiet_kib'] / 1024:.1f} MiB on a quiet machine"
+        )
+        for name, proc in tree["processes"].items():
+            maps = ", ".join(f"{k} {v / 1024:.1f}" for k, v in list(proc.get("quiet_by_mapping", {}).items())[:8])
+            print(
+                f"  {name:<28} PSS {proc['pss'] / 1024:5.1f} (quiet {proc.get('pss_quiet', 0) / 1024:5.1f})  "
+                f"private {proc['private'] / 1024:5.1f}  "
+                f"anon {proc['pss_anon'] / 1024:5.1f}  modules {proc['modules']}  | {maps}"
+            )
+            if "copied" in proc:
+                print(
+                    f"  {'':<28} anonymous pages: inherited {proc['inherited'] / 1024:.1f}, copied "
+                    f"{proc['copied'] / 1024:.1f}, own {proc['own'] / 1024:.1f} MiB"
+                )
+            held = proc.get("modules_after_fork") or proc.get("modules_held") or {}
+            top = ", ".join(f"{k} {v['kib']}" for k, v in list(held.items())[:10])
+            print(f"  {'':<28} {'after fork' if 'modules_after_fork' in proc else 'held'} (object KiB): {top}")
+    if "compare" in result:
+        comparison = result["compare"]
+        old, new = comparison["tree_pss_kib"]
+        print(f"== then -> now: tree {old / 1024:.1f} -> {new / 1024:.1f} MiB")
+        for name, proc in comparison["processes"].items():
+            then, now = proc["pss_kib"]
+            print(f"  {name:<28} {(then or 0) / 1024:5.1f} -> {now / 1024:5.1f} MiB; modules {proc['modules']}")
+            print("    added: " + ", ".join(f"{k} {v['kib']}" for k, v in list(proc["added"].items())[:12]))
+            if proc["gone"]:
+                print("    gone:  " + ", ".join(f"{k} {v['kib']}" for k, v in list(proc["gone"].items())[:8]))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--against", default=ROUND_7, help="the older tree's commit, or 'none'")
+    parser.add_argument("--now", help="the newer tree's commit (default: this working tree)")
+    parser.add_argument("--python", help="the CPython version to run both trees on (default: the bench's)")
+    parser.add_argument("--json", type=Path, default=Path("bench/results/account.json"))
+    parser.add_argument(
+        "--objects", action="store_true", help="only: what the supervisor's objects on each worker's copied pages are"
+    )
+    args = parser.parse_args()
+    python = interpreters.with_agent(interpreters.cpythons()[args.python]) if args.python else sys.executable
+    result: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="faden-account-") as tmp:
+        root = Path(tmp)
+        if args.objects:
+            (root / "objects").mkdir()
+            copied = account_tree(root / "objects", python, REPO, objects=True)["objects_on_copied_pages_kib"]
+            for name, kinds in copied.items():
+                total, loose = kinds.pop("(pages copied)"), kinds.pop("(no object listed)")
+                print(
+                    f"{name}: {total} KiB copied, {loose} KiB of it with no object listed; objects on them (KiB): "
+                    + ", ".join(f"{k} {v}" for k, v in list(kinds.items())[:12])
+                )
+            return 0
+        (root / "now").mkdir()
+        now_source = export_tree(args.now, root / "now-source") if args.now else REPO
+        result["now"] = account_tree(root / "now", python, now_source)
+        if args.now:
+            result["now"]["commit"] = args.now
+        if args.against != "none":
+            old_source = export_tree(args.against, root / "old-source")
+            (root / "old").mkdir()
+            result["against"] = account_tree(root / "old", python, old_source)
+            result["against"]["commit"] = args.against
+            result["compare"] = compare(result["against"], result["now"])
+    report(result)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(result, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
