@@ -25,8 +25,8 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from faden_agent.config import load_config
-from faden_agent.workers.logs import targets
 from faden_agent.workers.logs.entry import Entry
+from faden_agent.workers.logs.loki import destinations as targets
 from faden_agent.workers.logs.loki.client import MAX_PUSHES_IN_FLIGHT, Pusher
 from tests.support.lokiproc import LokiProcess, count
 
