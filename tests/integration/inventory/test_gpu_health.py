@@ -108,7 +108,7 @@ def test_every_rule_drives_its_verdict_and_event(tmp_path, agent_factory):
         "link_errors": {"replay": [0, 0], "recovery": [0, 0], "crc_flit": [0, 0], "crc_data": [0, 0]},
         "errors": {"replay": 0, "recovery": 0, "crc_flit": 0, "crc_data": 0},
     }
-    assert healthy["fabric"] == {"state": "completed", "status": None, "clique_id": 1}
+    assert healthy["fabric"] == {"state": "completed", "status": None, "clique_id": 1, "cluster_uuid": None}
     assert healthy["remapped_rows"] == {"correctable": 0, "uncorrectable": 0, "pending": False, "failure": False}
     assert healthy["persistence_mode"] is True and healthy["recovery_action"] == "none"
     assert health_events(state_dir) == []
