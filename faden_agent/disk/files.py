@@ -5,11 +5,17 @@ with a timestamped name (quarantine) and reported, never silently overwritten.""
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import orjson
+
+log = logging.getLogger(__name__)
 
 
 def replace_file(path: Path, data: bytes, mode: int = 0o600, fsync: bool = True) -> None:
@@ -75,3 +81,32 @@ def quarantine_event(what: str, path: Path, moved_to: Path, error: str) -> dict[
 
 def quarantine_record_id(event: dict[str, Any]) -> str:
     return f"ev:quarantine:{Path(event['moved_to']).name}"
+
+
+def load_kept(
+    path: Path, max_bytes: int, problem: Callable[[Any], str | None], what: str, read_only: bool = False
+) -> tuple[Any, dict[str, Any] | None]:
+    """A JSON file the agent keeps in its state directory: (its data, None) when `problem`
+    finds nothing wrong with it; (None, the quarantine event) when it was corrupt and is moved
+    aside (left in place, no event, when `read_only`); (None, None) when absent or unreadable."""
+    try:
+        with open(path, "rb") as fh:  # our own 0700 state directory
+            raw = fh.read(max_bytes + 1)
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        log.error("%s %s unreadable (%s); starting without it", what, path, exc)
+        return None, None
+    error, data = None, None
+    try:
+        data = orjson.loads(raw) if len(raw) <= max_bytes else None
+        error = problem(data) if data is not None else f"over {max_bytes} bytes"
+    except orjson.JSONDecodeError as exc:
+        error = str(exc)
+    if error is None:
+        return data, None
+    if read_only:
+        return None, None
+    event = quarantine_event(what, path, quarantine(path), error)
+    log.error("%s", event["message"])
+    return None, event

@@ -1,8 +1,8 @@
 """The inventory's figures for the supervisor's /metrics, carried in its liveness status.
 
 gauges() reduces the last collected sections and traffic sample to a few numbers per GPU,
-watched path and peer; bounded (MAX_ITEMS each), labels only from bounded sets. A figure
-not measured is left out, never None: the heartbeat's change key sees only non-numbers.
+watched path, peer and node condition; bounded (MAX_ITEMS each), labels only from bounded
+sets. A figure not measured is left out, never None: the heartbeat's change key sees only non-numbers.
 """
 
 from __future__ import annotations
@@ -109,6 +109,15 @@ def container_gpu_gauges(docker: Any) -> list[dict[str, Any]]:
     return out[:MAX_ITEMS]
 
 
+def condition_gauges(conditions: Any) -> dict[str, dict[str, int]]:
+    """1 per active node condition, 0 per inactive one; an unknown one is left out."""
+    out = {}
+    for name, state in (conditions if isinstance(conditions, dict) else {}).items():
+        if isinstance(state, dict) and state.get("active") in (True, False):
+            out[str(name)] = {"active": int(state["active"])}
+    return dict(list(out.items())[:MAX_ITEMS])
+
+
 def gauges(sections: dict[str, Any] | None, traffic: dict[str, Any] | None) -> dict[str, Any]:
     sections = sections or {}
     return {
@@ -116,4 +125,5 @@ def gauges(sections: dict[str, Any] | None, traffic: dict[str, Any] | None) -> d
         "gpu": gpu_gauges(sections.get("gpu")),
         "disks": disk_gauges(sections.get("disks")),
         "peers": peer_gauges(traffic),
+        "conditions": condition_gauges(sections.get("conditions")),
     }

@@ -10,14 +10,20 @@ from typing import Any
 
 from faden_agent import protocol
 from faden_agent.backend.producer import Reports
+from faden_agent.common.backoff import Backoff
 from faden_agent.common.dockerclient import make_client
+from faden_agent.common.errorline import error_line
 from faden_agent.disk.files import quarantine_record_id
 from faden_agent.node import backend_accepts
 from faden_agent.node.backend_accepts import BackendAccepts
+from faden_agent.protocol.conditions import event_record_id as condition_record_id
 from faden_agent.protocol.inventory import ACCEPTS_CHANGES
 from faden_agent.workers.base import Worker
 from faden_agent.workers.inventory.changes import DockerChangeWatcher
 from faden_agent.workers.inventory.collector import Collector
+from faden_agent.workers.inventory.conditions import evaluate
+from faden_agent.workers.inventory.conditions.store import ConditionStore
+from faden_agent.workers.inventory.conditions.tracker import NodeConditions
 from faden_agent.workers.inventory.disk_events import DiskWatch
 from faden_agent.workers.inventory.disk_events import record_id as disk_record_id
 from faden_agent.workers.inventory.gauges import gauges
@@ -26,7 +32,8 @@ from faden_agent.workers.inventory.gpu.changes import HealthChanges, event_id
 from faden_agent.workers.inventory.gpu.events import GpuErrorWatcher
 from faden_agent.workers.inventory.gpu.kernel_xids import KernelXidReader
 from faden_agent.workers.inventory.gpu.xids import XidLog
-from faden_agent.workers.inventory.record import UNCHANGED, RecordEmitter, full_record_id
+from faden_agent.workers.inventory.placement import placement
+from faden_agent.workers.inventory.record import UNCHANGED, HeldFile, RecordEmitter, full_record_id
 from faden_agent.workers.inventory.traffic.report import TrafficReporter
 from faden_agent.workers.inventory.wire_form import wire_form
 from faden_agent.workers.inventory.workloads.watcher import FILTERS, WorkloadWatcher
@@ -35,6 +42,7 @@ log = logging.getLogger(__name__)
 
 SCRAPE_LIST_TIMEOUT_S = 30  # listing the containers to scrape; a stuck engine delays only that thread
 SETTLE_S = 1.0  # a burst of events (create, start, ...) becomes one record
+HELLO_POLL_MIN_S = 1.0  # a resumed chain looks for the backend's hello after 1 s, 2 s, ... the interval
 
 
 class InventoryReporter:
@@ -60,6 +68,31 @@ class InventoryReporter:
         self.sections: dict[str, Any] | None = None  # the last collected, for gauges (ps, /metrics)
         self.evidence: gpu_evidence.Evidence | None = None  # GPU evidence kept across restarts
         self.kernel: KernelXidReader | None = None  # its cursor is saved with the evidence
+        self.conditions: NodeConditions | None = None  # node conditions (conditions/), kept across restarts
+        self.ports_sample: Callable[[], dict[str, Any] | None] = lambda: None  # the traffic thread's last
+        self._events_problem: str | None = None  # why the conditions' events wait, last logged
+
+    def assess_conditions(self, sections: dict[str, Any]) -> None:
+        """This round's node conditions into `sections`; their events to the outbox, in order
+        (an event the outbox refuses, a read-only state directory, waits for the next round)."""
+        assert self.conditions is not None
+        try:
+            signals = evaluate.signals(self.collector.config, sections, self.ports_sample(), self.conditions)
+            self.conditions.update(signals, time.time())
+        except Exception:  # a rule that fails leaves the conditions as they were, never the record
+            log.exception("node conditions not assessed this round")
+        sections["conditions"] = self.conditions.section()
+        try:
+            self.conditions.deliver(
+                lambda event: self.reports.put(protocol.EVENT, dict(event), record_id=condition_record_id(event))
+            )
+        except Exception as exc:  # noqa: BLE001 - the events wait in order for the next round
+            problem = error_line(exc)
+            if problem != self._events_problem:  # one line per distinct problem, not one per round
+                log.warning("node condition events wait in memory (%d): %s", len(self.conditions.pending), problem)
+            self._events_problem = problem
+        else:
+            self._events_problem = None
 
     def report(self) -> dict[str, Any] | None:
         """The record handed to the outbox; None when nothing was due (record.py)."""
@@ -69,11 +102,14 @@ class InventoryReporter:
                 self.reports.put(protocol.EVENT, event, record_id=disk_record_id(event))
         for event in self.gpu_changes.events(sections.get("gpu"), time.time()):
             self.reports.put(protocol.EVENT, event, record_id=event_id(event))
+        if self.conditions is not None:
+            self.assess_conditions(sections)
         if self.evidence is not None:  # after the events: a restart never repeats one
             gpus = gpu_evidence.gather(self.collector.gpu, self.gpu_changes.verdicts, self.gpu_changes.changes)
             self.evidence.save(gpus, self.kernel.cursor if self.kernel else None)
         heard = self.accepts()
         self.emitter.changes = ACCEPTS_CHANGES in heard.accepts
+        self.emitter.heard = heard.heard
         if heard.full_requested_at > (self.emitter.last_full_at or 0.0):
             self.emitter.full_wanted = True
         data = self.emitter.build(wire_form(sections))
@@ -100,21 +136,22 @@ class InventoryWorker(Worker):
         self.reporter = InventoryReporter(
             self.collector,
             self.reports,
-            RecordEmitter(usage_refresh_s=self.config.inventory_usage_sec),
+            RecordEmitter(usage_refresh_s=self.config.inventory_usage_sec, kept=HeldFile(self.config.state_dir)),
             DiskWatch(self.config),
             lambda: backend_accepts.read(self.config.state_dir),
         )
         self._changed = threading.Event()
         self._kernel_started = False
         self._restore_gpu_evidence()
+        self._restore_conditions()
         self.watchers: list[DockerChangeWatcher | GpuErrorWatcher] = [
             DockerChangeWatcher(self.config.docker_host, self._changed.set, self.stop_event),
             GpuErrorWatcher(self._changed.set, self.stop_event, xids=xids),
         ]
+        self._start_traffic()  # first: the collector's first round finds its sample of the RDMA ports
         self.start_thread("inventory-collect", self._collect_loop)
         for watcher in self.watchers:
             watcher.start(self.start_thread)
-        self._start_traffic()
         self._start_workloads()
 
     def _start_kernel_xids(self) -> None:
@@ -143,6 +180,13 @@ class InventoryWorker(Worker):
             self.config.gpu_xid_hold_sec,
         )
 
+    def _restore_conditions(self) -> None:
+        """The node conditions as an earlier run left them: states, the rules' memories."""
+        store = ConditionStore(self.config.state_dir)
+        if store.quarantined:
+            self.reports.put(protocol.EVENT, store.quarantined, record_id=quarantine_record_id(store.quarantined))
+        self.reporter.conditions = NodeConditions(store)
+
     def _start_traffic(self) -> None:
         """Traffic to peer machines, NICs, RDMA ports (traffic/report.py): a sampling thread,
         and one reading the kernel's TCP destroy notifications when it may."""
@@ -152,6 +196,7 @@ class InventoryWorker(Worker):
             self.reports.put_latest,
             lambda data, record_id: self.reports.put(protocol.EVENT, data, record_id=record_id),
         )
+        self.reporter.ports_sample = lambda: self.traffic.last_sample
         if self.traffic.open_listener():
             # finite: when the notifications fail, the records say so and sampling goes on
             self.start_thread("inventory-tcp-closed", self.traffic.listen, self.stop_event, finite=True)
@@ -178,6 +223,7 @@ class InventoryWorker(Worker):
         self.start_thread("inventory-workloads", self.workloads.run, self.stop_event)
 
     def _collect_loop(self) -> None:
+        hello_wait = Backoff(HELLO_POLL_MIN_S, self.config.inventory_interval_sec, jitter=0.0)
         while not self.stop_event.is_set():
             try:
                 data = self.reporter.report()
@@ -186,7 +232,9 @@ class InventoryWorker(Worker):
             except Exception:  # e.g. the outbox disk is full: try again next time
                 log.exception("inventory cycle failed")
             self._start_kernel_xids()
-            if self._changed.wait(self.config.inventory_interval_sec):
+            # an earlier run's chain waits for the backend's hello: look again soon, then less often
+            wait = hello_wait.next_delay() if self.reporter.emitter.waiting() else self.config.inventory_interval_sec
+            if self._changed.wait(wait):
                 self.stop_event.wait(SETTLE_S)
                 self._changed.clear()
 
@@ -204,10 +252,12 @@ class InventoryWorker(Worker):
             "traffic_records": self.traffic.sent,
             "kernel_xids": self._kernel_status(),
             "gpu_events": self._gpu_events_status(),
+            "conditions": self.reporter.conditions.active() if self.reporter.conditions else {},
             "gauges": {
                 **gauges(self.reporter.sections, self.traffic.last_sample),
                 "workloads": self.workloads.gauges(),
             },
+            "placement": placement(self.reporter.sections),
             "workloads": self.workloads.status(),
         }
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from faden_agent.disk.files import quarantine, quarantine_event, replace_file_if_changed
+from faden_agent.disk.files import load_kept, replace_file_if_changed
 from faden_agent.node.gpu_faults import EVIDENCE_FILE, MAX_BYTES
 from faden_agent.protocol.metrics import GPU_VERDICTS
 
@@ -33,29 +33,10 @@ class Evidence:
         self._load()
 
     def _load(self) -> None:
-        try:
-            with open(self.path, "rb") as fh:  # our own 0700 state directory
-                raw = fh.read(MAX_BYTES + 1)
-        except FileNotFoundError:
-            return
-        except OSError as exc:
-            log.error("GPU evidence %s unreadable (%s); starting without it", self.path, exc)
-            return
-        error, data = None, None
-        try:
-            data = orjson.loads(raw) if len(raw) <= MAX_BYTES else None
-            error = problem(data) if data is not None else f"over {MAX_BYTES} bytes"
-        except orjson.JSONDecodeError as exc:
-            error = str(exc)
-        if error is None and isinstance(data, dict):
+        data, self.quarantined = load_kept(self.path, MAX_BYTES, problem, "GPU evidence", self.read_only)
+        if isinstance(data, dict):
             self.gpus = dict(list(data["gpus"].items())[:MAX_GPUS])
             self.kernel_cursor = data.get("kernel_cursor")
-            return
-        error = error or "not an object"
-        if self.read_only:
-            return
-        self.quarantined = quarantine_event("GPU evidence", self.path, quarantine(self.path), error)
-        log.error("%s", self.quarantined["message"])
 
     def save(self, gpus: dict[str, dict[str, Any]], kernel_cursor: str | None) -> bool:
         """Writes the evidence when it differs from the file's; True when written."""
