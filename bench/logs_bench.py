@@ -5,7 +5,7 @@ other on the same file:
   1. `journalctl --directory=D --output=json --all` alone, to /dev/null;
   2. the real agent (`faden-agent run`, log worker, default settings unless --batch-sizes)
      shipping it into the project's receiver (tests/support/lokireceiver.py, in this process);
-  3. the same agent shipping it into a real Loki 3.4.6 (../shared/tools/loki), at defaults
+  3. the same agent shipping it into a real Loki 3.4.6 (tests/support/testtools.py), at defaults
      and at LOG_BATCH_SIZE=100 (the default before 1000);
   4. Promtail 2.8.0 (its journald target) shipping it into the same real Loki;
   5. that Loki's own ingest ceiling: pre-encoded pushes from 4 connections, nothing else;
@@ -33,9 +33,10 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from tests.support import testtools
 from tests.support.agentproc import AgentProcess, agent_env, wait_for
 from tests.support.journalfiles import JournalWriter
-from tests.support.lokiproc import TOOLS, LokiProcess, count
+from tests.support.lokiproc import LokiProcess, count
 from tests.support.lokireceiver import LokiReceiver
 
 LINE_PREFIX = "bench line "
@@ -253,13 +254,9 @@ scrape_configs:
 
 
 def promtail_into_loki(journal: JournalWriter, entries: int, loki: LokiProcess, root: Path) -> dict[str, float] | None:
-    packed = TOOLS / "promtail-2.8.0-linux-amd64.xz"
-    if not packed.is_file():
+    binary = testtools.tool_path("promtail-2.8.0")
+    if binary is None:
         return None
-    binary = root / "promtail"
-    with open(binary, "wb") as out:
-        subprocess.run(["xz", "-dc", str(packed)], stdout=out, check=True)
-    binary.chmod(0o755)
     config = root / "promtail.yaml"
     config.write_text(PROMTAIL_CONFIG.format(root=root, url=loki.url, journal=journal.directory))
     before = loki_state(loki)
@@ -370,6 +367,9 @@ def main() -> None:
             )
         if args.no_loki:
             return
+        if testtools.tool_path("loki-3.4.6") is None:
+            print(f"Loki 3.4.6: {testtools.why_missing('loki-3.4.6')}")
+            return
         with LokiProcess("3.4.6", root / "loki" / "data") as loki:
             (root / "agent-loki").mkdir()
             r = agent_into_loki(journal, args.entries, loki, root / "agent-loki")
@@ -406,7 +406,7 @@ def main() -> None:
             (root / "promtail").mkdir()
             p = promtail_into_loki(journal, args.entries, loki, root / "promtail")
             if p is None:
-                print("Promtail 2.8.0: not found in ../shared/tools/loki")
+                print(f"Promtail 2.8.0: {testtools.why_missing('promtail-2.8.0')}")
             else:
                 row(
                     "Promtail 2.8.0 (journald) -> Loki 3.4.6",

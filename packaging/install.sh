@@ -13,8 +13,12 @@
 # new enrollment; containers keep running. Any download or checksum failure leaves the
 # installed build in place and running. Every download is bounded in time (no data for
 # FADEN_AGENT_DOWNLOAD_STALL_SEC, or longer than FADEN_AGENT_DOWNLOAD_TIMEOUT_SEC in all) and in
-# size: the build's size comes from the server (<build>.size, written by packaging/build.sh)
-# and no more than that lands on disk.
+# size: the build's size from the server (<build>.size, written by packaging/build.sh) when it
+# has one, else 256 MiB, and no more than that lands on disk. It says which version the
+# backend expects (GET /api/agent/v1/expected-version) when the server's build is another,
+# refuses to replace a newer installed build with an older one, and stops before anything
+# when run as root where the agent is a user service, or as a user where it is the system
+# service, naming the command to run instead.
 #
 # The whole script is one function, called on the last line: a download cut short runs
 # nothing at all (sh reads an unfinished function as a syntax error).
@@ -27,6 +31,7 @@
 #   FADEN_AGENT_INSTALL_WAIT_SEC  how long the new build has to connect (default 120)
 #   FADEN_AGENT_DOWNLOAD_TIMEOUT_SEC  longest time one download may take (default 900)
 #   FADEN_AGENT_DOWNLOAD_STALL_SEC    longest time one download may go without data (default 30)
+#   FADEN_AGENT_ALLOW_DOWNGRADE=1  install the server's build even when it is older than the installed one
 #   FADEN_NODE_AGENT_CA_BUNDLE private CA of the backend, also used for the download (when
 #                              unset, the one in the installed service's environment file)
 
@@ -50,8 +55,9 @@ faden_agent_install() {
       ''|*[!0-9]*|0) die "FADEN_AGENT_$setting: expected whole seconds above 0" ;;
     esac
   done
-  small_max=4096                 # a .sha256 or .size file
-  build_max=4294967296           # 4 GiB: no faden-agent build comes near it
+  small_max=4096                 # a .sha256 or .size file, the expected-version answer
+  build_max=268435456            # 256 MiB: a build without .size, and the most a .size may say (x86_64: 25 MiB)
+  allow_downgrade="${FADEN_AGENT_ALLOW_DOWNGRADE:-0}"
 
   require_https() {  # require_https NAME URL
     case "$2" in
@@ -69,6 +75,31 @@ faden_agent_install() {
     *) die "no build for this architecture: $(uname -m)" ;;
   esac
   name="faden-agent-linux-$arch"
+
+  # One agent per machine: the line runs as the installed agent's owner (root for the system
+  # service, its user for a user service), or it would install a second agent beside it.
+  system_unit=/etc/systemd/system/faden-agent.service
+  user_unit_of() {  # user_unit_of HOME
+    printf '%s/.config/systemd/user/faden-agent.service' "$1"
+  }
+  line_env="FADEN_NODE_AGENT_BACKEND_URL=$backend${FADEN_AGENT_DOWNLOAD_URL:+ FADEN_AGENT_DOWNLOAD_URL=$downloads}"
+  if [ "$(id -u)" != 0 ]; then
+    [ ! -e "$system_unit" ] || die "an agent runs here as the system service ($system_unit); run the install line as root instead: curl -fsSL $backend/downloads/install.sh | sudo $line_env sh"
+  elif [ ! -e "$system_unit" ]; then
+    # Who else has a user service: the user who ran sudo first, then every account.
+    owner=""
+    accounts=$( { [ -z "${SUDO_USER:-}" ] || getent passwd "$SUDO_USER"; getent passwd || cat /etc/passwd; } 2>/dev/null \
+      | awk -F: '$3 != 0 && $6 != "" { print $1 ":" $6 }')
+    while IFS=: read -r account home; do
+      [ -n "$account" ] && [ -e "$(user_unit_of "$home")" ] || continue
+      owner=$account
+      owner_unit=$(user_unit_of "$home")
+      break
+    done <<ACCOUNTS
+$accounts
+ACCOUNTS
+    [ -z "$owner" ] || die "an agent runs here as a user service of $owner ($owner_unit); run the install line as $owner, without sudo: curl -fsSL $backend/downloads/install.sh | $line_env sh"
+  fi
 
   if [ "$(id -u)" = 0 ]; then
     dir="${FADEN_AGENT_INSTALL_DIR:-/usr/local/bin}"
@@ -107,7 +138,8 @@ faden_agent_install() {
   tmp_sum=$(mktemp "$dir/.faden-agent.sha256.XXXXXX")
   tmp_size=$(mktemp "$dir/.faden-agent.size.XXXXXX")
   tmp_rc=$(mktemp "$dir/.faden-agent.rc.XXXXXX")
-  trap 'rm -f "$tmp_bin" "$tmp_sum" "$tmp_size" "$tmp_rc"' EXIT INT TERM
+  tmp_expected=$(mktemp "$dir/.faden-agent.expected.XXXXXX")
+  trap 'rm -f "$tmp_bin" "$tmp_sum" "$tmp_size" "$tmp_rc" "$tmp_expected"' EXIT INT TERM
   command -v curl >/dev/null 2>&1 || command -v wget >/dev/null 2>&1 || die "neither curl nor wget is installed"
 
   get() {  # get URL: the body on stdout, bounded in time
@@ -123,6 +155,19 @@ faden_agent_install() {
       if command -v timeout >/dev/null 2>&1; then limit="timeout $max_s"; else limit=''; fi
       $limit wget -q --tries=1 --timeout="$stall_s" $only ${ca:+--ca-certificate="$ca"} -O - "$1"
     fi
+  }
+  version_older() {  # version_older A B: A sorts before B (0.9.0 < 0.10.0 < 0.10.0.post1 < 0.10.0.post1+local)
+    awk -v a="$1" -v b="$2" 'BEGIN {
+      na = split(a, pa, "+"); nb = split(b, pb, "+")
+      ra = pa[1]; rb = pb[1]; gsub(/[^0-9]+/, " ", ra); gsub(/[^0-9]+/, " ", rb)
+      ka = split(ra, x, " "); kb = split(rb, y, " ")
+      for (i = 1; i <= ka && i <= kb; i++) {
+        if (x[i] + 0 < y[i] + 0) exit 0
+        if (x[i] + 0 > y[i] + 0) exit 1
+      }
+      if (ka != kb) exit (ka < kb ? 0 : 1)
+      exit (substr(a, length(pa[1]) + 2) < substr(b, length(pb[1]) + 2) ? 0 : 1)
+    }'
   }
   fetch() {  # fetch URL FILE MAX_BYTES WHOSE_LIMIT: at most MAX_BYTES (+1, to tell) land in FILE; else $why
     { rc=0; get "$1" || rc=$?; echo "$rc" >"$tmp_rc"; } | head -c "$(($3 + 1))" >"$2"
@@ -142,19 +187,28 @@ faden_agent_install() {
     return 1
   }
 
+  http_error() {  # the last fetch got an HTTP error answer (curl -f: 22; wget: 8), not a network failure
+    [ "$rc" = 22 ] || { [ "$rc" = 8 ] && ! command -v curl >/dev/null 2>&1; }
+  }
+
   fetch "$downloads/$name.sha256" "$tmp_sum" "$small_max" "a checksum file may have" || keep_old "$why"
-  if ! fetch "$downloads/$name.size" "$tmp_size" "$small_max" "a size file may have"; then
-    [ "$rc" != 22 ] || why="$why: the server does not say the build's size (a release made by packaging/release.sh has it)"
-    keep_old "$why"
+  # The size is optional (the builds and their .sha256 are what an offline server needs):
+  # without it the download is bounded by build_max, and the checksum checks it all the same.
+  size=""
+  if fetch "$downloads/$name.size" "$tmp_size" "$small_max" "a size file may have"; then
+    size=$(tr -d ' \t\r\n' <"$tmp_size")
+    case "$size" in
+      ''|*[!0-9]*) keep_old "$name.size from $downloads is not a number of bytes" ;;
+    esac
+    { [ "${#size}" -le 10 ] && [ "$size" -le "$build_max" ]; } || keep_old "$name.size from $downloads says $size bytes: more than any build ($build_max)"
+    fetch "$downloads/$name" "$tmp_bin" "$size" "it announced in $name.size" || keep_old "$why"
+    got=$(wc -c <"$tmp_bin" | tr -d ' ')
+    [ "$got" = "$size" ] || keep_old "download of $downloads/$name cut short: $got of the $size bytes announced"
+  else
+    http_error || keep_old "$why"
+    say "no $name.size on the server: the download is bounded by $build_max bytes and checked against $name.sha256"
+    fetch "$downloads/$name" "$tmp_bin" "$build_max" "a build may have (no $name.size on the server)" || keep_old "$why"
   fi
-  size=$(tr -d ' \t\r\n' <"$tmp_size")
-  case "$size" in
-    ''|*[!0-9]*) keep_old "$name.size from $downloads is not a number of bytes" ;;
-  esac
-  { [ "${#size}" -le 10 ] && [ "$size" -le "$build_max" ]; } || keep_old "$name.size from $downloads says $size bytes: more than any build ($build_max)"
-  fetch "$downloads/$name" "$tmp_bin" "$size" "it announced in $name.size" || keep_old "$why"
-  got=$(wc -c <"$tmp_bin" | tr -d ' ')
-  [ "$got" = "$size" ] || keep_old "download of $downloads/$name cut short: $got of the $size bytes announced"
 
   expected=$(cut -d' ' -f1 "$tmp_sum" | head -n1)
   actual=$(sha256sum "$tmp_bin" | cut -d' ' -f1)
@@ -166,6 +220,26 @@ faden_agent_install() {
 
   chmod 0755 "$tmp_bin"
   new_version=$("$tmp_bin" --version 2>/dev/null) || keep_old "the downloaded build does not run on this machine"
+
+  # The version the backend expects here (no credential needed), against the server's build.
+  if fetch "$backend/api/agent/v1/expected-version?arch=$arch" "$tmp_expected" "$small_max" "an answer may have"; then
+    wanted=$(sed -n 's/.*"version": *"\([0-9A-Za-z.+_-]\{1,64\}\)".*/\1/p' "$tmp_expected" | head -n 1)
+    if [ -z "$wanted" ]; then
+      say "the backend names no version it expects on $arch machines"
+    elif [ "faden-agent $wanted" = "$new_version" ]; then
+      say "the backend expects faden-agent $wanted: the server's build is that one"
+    else
+      say "the backend expects faden-agent $wanted, but the server's build is $new_version: put the $wanted builds in the server's agent-binaries folder"
+    fi
+  else
+    say "the backend does not say which version it expects ($why)"
+  fi
+
+  # Never an older build over a newer one, unless asked.
+  if [ -n "$old_version" ] && version_older "${new_version#faden-agent }" "${old_version#faden-agent }"; then
+    [ "$allow_downgrade" = 1 ] || keep_old "the server's build is $new_version, older than the installed $old_version: not installed (set FADEN_AGENT_ALLOW_DOWNGRADE=1 to go back to it)"
+    say "going back from $old_version to the older $new_version (FADEN_AGENT_ALLOW_DOWNGRADE=1)"
+  fi
 
   # Health: the running agent is the build we expect and its link is connected (its
   # heartbeats go through) -- or, when the old build was not connected either (the backend

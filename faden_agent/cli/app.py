@@ -233,18 +233,33 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="Print JSON for ma
 def up(
     port: int = typer.Option(8000, "--port", help="Port of the embedded reference backend."),
     data: Path | None = typer.Option(
-        None, "--data", help="Its data directory (default: dev-backend/ beside the state file)."
+        None, "--data", help="Its data directory (default: dev-backend/ beside the default state file)."
+    ),
+    print_env: bool = typer.Option(
+        False, "--print-env", help="Print the export lines a second shell needs to reach this agent, then exit."
     ),
 ) -> None:
-    """Run in the foreground; with no FADEN_NODE_AGENT_BACKEND_URL, against the embedded reference backend."""
-    if os.environ.get("FADEN_NODE_AGENT_BACKEND_URL"):
+    """Run in the foreground; with no FADEN_NODE_AGENT_BACKEND_URL, against the embedded reference backend.
+
+    That agent's state and runtime folders are its own (under the data directory), apart from a real install's."""
+    if os.environ.get("FADEN_NODE_AGENT_BACKEND_URL") and not print_env:
         run()
         return
-    from faden_agent.devbackend.up import UpError, embedded_backend
+    from faden_agent.devbackend.up import ADMIN_TOKEN_FILE, UpError, admin_token, embedded_backend, up_paths
 
+    data_dir, own = up_paths(data, dict(os.environ))
+    if print_env:
+        import shlex
+
+        exports = {**own, "FADEN_ADMIN_TOKEN": admin_token(data_dir)}
+        for name, value in exports.items():
+            typer.echo(f"export {name}={shlex.quote(value)}")
+        typer.echo(f"# the admin token is in {data_dir / ADMIN_TOKEN_FILE}")
+        return
+    os.environ.update(own)
     state_path = load().state_path
     try:
-        with embedded_backend(port, data or state_path.parent / "dev-backend", state_path) as extra_env:
+        with embedded_backend(port, data_dir, state_path) as extra_env:
             os.environ.update(extra_env)
             run()
     except UpError as exc:

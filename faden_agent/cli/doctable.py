@@ -1,6 +1,7 @@
 """A generated Markdown table kept in a document between two marker comments: replaced in
-place by `--write FILE`, printed without it. config_table.py (the README's settings) and
-metrics_table.py (docs/service.md's metric families) are its two users."""
+place by `--write FILE`, printed without it. config_table.py (the README's settings),
+metrics_table.py (docs/service.md's metric families) and capabilities_table.py
+(docs/protocol.md's capabilities) are its users."""
 
 from __future__ import annotations
 
@@ -8,6 +9,12 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
+
+
+def markers(module: str, source: str, doc: str, what: str) -> tuple[str, str, str]:
+    """(the command that rewrites the table, its begin marker, its end marker)."""
+    command = f"python -m faden_agent.cli.{module} --write {doc}"
+    return command, f"<!-- {what}: generated from {source}; edit there, then run: {command} -->", f"<!-- /{what} -->"
 
 
 def cells_row(name: str, cells: tuple[str, ...]) -> str:

@@ -20,6 +20,7 @@ from faden_agent.protocol.inventory import ACCEPTS_CHANGES, ACCEPTS_GZIP
 log = logging.getLogger("faden_agent.devbackend")
 
 KEEPALIVE_RANGE = (0.2, 300.0)
+ARCHES = ("x86_64", "aarch64")  # what install.sh asks for (uname -m, its aliases folded)
 STREAM_POLL_S = 0.2
 
 
@@ -108,9 +109,23 @@ def _expected(backend: Any, node_id: str) -> dict[str, Any]:
     for its architecture and every capability this project's agent has."""
     node = backend.store.node(node_id) or {}
     machine = (node.get("platform") or {}).get("machine")
-    version = backend.expectations.get("version") or served_version(backend.downloads, machine)
     capabilities = backend.expectations.get("capabilities")
-    return {"version": version, "capabilities": list(protocol.CAPABILITIES) if capabilities is None else capabilities}
+    return {
+        "version": _expected_version(backend, machine),
+        "capabilities": list(protocol.CAPABILITIES) if capabilities is None else capabilities,
+    }
+
+
+def _expected_version(backend: Any, machine: str | None) -> str | None:
+    return backend.expectations.get("version") or served_version(backend.downloads, machine)
+
+
+def expected_version(req: Request) -> int:
+    """No credential: the installer asks before it has one (docs/protocol.md, "Expected version")."""
+    arch = req.query.get("arch", "")
+    if arch not in ARCHES:
+        raise HttpError(400, "bad_query", f"arch must be one of {', '.join(ARCHES)}")
+    return req.send_json(200, {"arch": arch, "version": _expected_version(req.backend, arch)})
 
 
 def _stall(req: Request, generation: int) -> int:
@@ -186,6 +201,7 @@ def logs_push(req: Request) -> int:
 ROUTES: list[Route] = [
     route("POST", protocol.ENROLL_PATH, enroll),
     route("GET", protocol.STREAM_PATH, stream),
+    route("GET", protocol.EXPECTED_VERSION_PATH, expected_version),
     route("POST", protocol.UPLINK_PATH, uplink),
     route("GET", protocol.LOGS_TARGET_PATH, logs_target),
     route("POST", protocol.LOGS_PUSH_PATH, logs_push),

@@ -1,4 +1,6 @@
-"""`faden-agent up` without a backend URL: the embedded reference backend for trying the agent."""
+"""`faden-agent up` without a backend URL: the embedded reference backend for trying the agent,
+and an agent whose state and runtime folders are its own (under the backend's data folder),
+never a real install's: the state file it enrolls is bound to the embedded backend."""
 
 from __future__ import annotations
 
@@ -11,15 +13,36 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from faden_agent.config import default_runtime_dir, default_state_path, env_name
 from faden_agent.devbackend.admin import AdminClient, AdminError
 from faden_agent.service.paths import agent_command
 
 ADMIN_TOKEN_FILE = "admin-token"
+AGENT_STATE = "agent/state.json"  # under the data folder
 START_TIMEOUT_S = 20.0
 
 
 class UpError(RuntimeError):
     pass
+
+
+def up_paths(data: Path | None, environ: dict[str, str]) -> tuple[Path, dict[str, str]]:
+    """The embedded backend's data folder and the agent's state path and runtime folder.
+
+    The state file named by FADEN_NODE_AGENT_STATE_PATH is the agent's when set, with the
+    data folder beside it; unset, the data folder is dev-backend/ beside the default state file
+    and the agent's state lies inside it (agent/state.json) and its runtime folder beside the
+    default one (`-up`), so a real install on the same machine finds its own untouched."""
+    state, runtime = env_name("state_path"), env_name("runtime_dir")
+    if environ.get(state):
+        chosen = Path(environ[state]).expanduser()
+        data_dir = data or chosen.parent / "dev-backend"
+        return data_dir, {state: str(chosen)}
+    data_dir = data or Path(default_state_path()).parent / "dev-backend"
+    own = {state: str(data_dir / AGENT_STATE)}
+    if not environ.get(runtime):
+        own[runtime] = default_runtime_dir() + "-up"
+    return data_dir, own
 
 
 def admin_token(data_dir: Path) -> str:

@@ -6,6 +6,8 @@ tests spell them one way.
 
 from __future__ import annotations
 
+from faden_agent.protocol import capabilities as _capabilities
+
 PROTOCOL_VERSION = 1
 
 # Uplink record kinds.
@@ -55,6 +57,7 @@ RELAY_STREAM = "/stream"  # after a relay's address: the holder posts the archiv
 RELAY_REQUEST_PATH = RELAY_PATH + RELAY_REQUEST
 RELAY_STREAM_PATH = RELAY_PATH + RELAY_STREAM
 DOWNLOADS_PATH = "/downloads/{name}"  # agent builds and install.sh (reference backend --downloads)
+EXPECTED_VERSION_PATH = f"{AGENT_API}/expected-version"  # ?arch=: the version installers should put there
 LOKI_PUSH_PATH = "/loki/api/v1/push"  # Loki's own push API, after its base URL
 
 # The reference backend's admin API (docs/protocol.md, "Admin API").
@@ -178,23 +181,12 @@ REASONS = (
     "already_ran",  # an id that ran before its journal row expired: not run again
 )
 
-# Capabilities this build reports to the backend.
-TRAFFIC_CAPABILITY = "traffic.passive"  # sends traffic records (peers, NICs, RDMA ports)
-PEER_IMAGES_CAPABILITY = "images.peer"  # image.serve / image.fetch, a peer worker on PEER_PORT (issue 14)
-PROBE_CAPABILITY = "traffic.probe"  # traffic.serve / traffic.probe: active probes over the peer port (issue 15)
-DRAIN_CAPABILITY = "drain"  # node.drain / node.undrain, host requests, drain state in heartbeats
-CAPABILITIES = (
-    "docker",
-    "gpu",
-    "logs.loki",
-    "logs.backend_push",
-    "inventory.delta",
-    "heartbeat.delta",
-    TRAFFIC_CAPABILITY,
-    PEER_IMAGES_CAPABILITY,
-    PROBE_CAPABILITY,
-    DRAIN_CAPABILITY,
-)
+# Capabilities this build reports to the backend: declared in capabilities.py.
+CAPABILITIES = _capabilities.CAPABILITIES
+TRAFFIC_CAPABILITY = _capabilities.TRAFFIC_CAPABILITY
+PEER_IMAGES_CAPABILITY = _capabilities.PEER_IMAGES_CAPABILITY
+PROBE_CAPABILITY = _capabilities.PROBE_CAPABILITY
+DRAIN_CAPABILITY = _capabilities.DRAIN_CAPABILITY
 
 
 def timeline_data(command_id: str, state: str, **fields: object) -> dict[str, object]:

@@ -313,6 +313,35 @@ METRICS: tuple[Metric, ...] = (
         source="peer",
         doc="served: ok; fetched: the `image.fetch` reason",
     ),
+    Metric(
+        "peer_unauthenticated_connections",
+        "gauge",
+        "Connections to the peer port that have shown no ticket yet",
+        source="peer",
+        field="connections.waiting",
+        doc="connections to the peer port without a whole request head yet (none has shown a ticket)",
+    ),
+    Metric(
+        "peer_unauthenticated_budget",
+        "gauge",
+        "How many connections without a ticket the peer port keeps, in all and per address",
+        ("scope",),
+        source="peer",
+        field="connections.budget.*",
+        doc="`total`: half the descriptors the limit leaves beside the transfers' (at most 4,096, 256 over TLS,"
+        " at least 16); `per_address`: a quarter of that, for one source address",
+    ),
+    Metric(
+        "peer_connections_dropped",
+        "counter",
+        "Connections the peer port dropped before a whole request head, by reason",
+        ("reason",),
+        source="peer",
+        field="connections.dropped.*",
+        doc="`budget`, `address_budget`: the least recently active went for a new one past the total or"
+        " its address's share; `out_of_descriptors`: the same at the descriptor limit; `timed_out`: no"
+        " whole head in time; `refused`: out of descriptors with none to drop, the newest closed",
+    ),
     # The inventory: GPUs, containers, workloads, disks, peer traffic.
     Metric(
         "gpu",

@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import io
 import re
-import tarfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,22 +29,11 @@ from faden_agent.transfers.oci import (
     names_in_index,
     resolve,
 )
+from faden_agent.transfers.tarstream import Data, Member, TarRefused, header, members, padding
 
 CHUNK = 1 << 20
-BLOCK = 512
 META_LIMIT = 4 << 20  # manifest, config, v1 json, repositories: small files, read into memory
-# tarfile reads a PAX or GNU long-name header's data whole into memory, and keeps every
-# member it has seen: both are bounded (a docker save archive has ~4 entries per layer and
-# names of ~80 bytes).
-HEADER_LIMIT = 64 << 10
-MAX_ENTRIES = 4096
-_HEADER_TYPES = (
-    tarfile.XHDTYPE,
-    tarfile.XGLTYPE,
-    tarfile.SOLARIS_XHDTYPE,
-    tarfile.GNUTYPE_LONGNAME,
-    tarfile.GNUTYPE_LONGLINK,
-)
+MAX_ENTRIES = 4096  # a docker save archive has ~4 entries per layer
 HEX64 = re.compile(r"[0-9a-f]{64}")
 # Metadata blobs of an OCI layout (index, manifests, config) are read into memory: each at
 # most META_LIMIT, all of them together at most META_KEPT_LIMIT (bigger blobs are layers).
@@ -123,16 +111,6 @@ class ChunkReader(io.RawIOBase):
         return n
 
 
-class BoundedTarInfo(tarfile.TarInfo):
-    """A member whose extended header (PAX, GNU long name or link) is refused past
-    HEADER_LIMIT before tarfile reads it into memory."""
-
-    def _proc_member(self, tarfile_: tarfile.TarFile) -> tarfile.TarInfo:
-        if self.type in _HEADER_TYPES and self.size > HEADER_LIMIT:
-            raise IntegrityError(f"an extended tar header of {self.size} bytes (at most {HEADER_LIMIT})")
-        return super()._proc_member(tarfile_)  # type: ignore[misc]
-
-
 class Limited(io.RawIOBase):
     """Every byte read from `source` counted (headers and padding too); IntegrityError past `limit`."""
 
@@ -152,30 +130,22 @@ class Limited(io.RawIOBase):
         return n
 
 
-def entries(source: io.RawIOBase) -> Iterator[tuple[tarfile.TarInfo, Any]]:
-    """Each (member, file object of its data) of a tar stream, in order; read the data
-    before asking for the next one. The members tarfile keeps are dropped as it goes."""
-    with tarfile.open(fileobj=source, mode="r|", bufsize=CHUNK, tarinfo=BoundedTarInfo) as archive:
-        for member in archive:
-            yield member, archive.extractfile(member) if member.isfile() else None
-            archive.members.clear()  # type: ignore[attr-defined]
+def entries(source: io.RawIOBase) -> Iterator[tuple[Member, Data]]:
+    """Each (member, its data) of a docker save tar stream, in order (tarstream.py:
+    only what an engine's save holds); read the data before asking for the next one."""
+    try:
+        yield from members(source)
+    except TarRefused as exc:
+        raise IntegrityError(str(exc)) from None
 
 
-def header(member: tarfile.TarInfo) -> bytes:
-    return member.tobuf(tarfile.PAX_FORMAT)
+END_OF_ARCHIVE = b"\0" * 1024
 
 
-def padding(size: int) -> bytes:
-    return b"\0" * (-size % BLOCK)
-
-
-END_OF_ARCHIVE = b"\0" * (2 * BLOCK)
-
-
-def copy_entry(member: tarfile.TarInfo, data: Any, on_chunk: Callable[[bytes], None] | None = None) -> Iterator[bytes]:
-    """One entry re-serialised: header, data in CHUNK pieces, padding."""
+def copy_entry(member: Member, data: Data, on_chunk: Callable[[bytes], None] | None = None) -> Iterator[bytes]:
+    """One entry written afresh: its header from its fields, data in CHUNK pieces, padding."""
     yield header(member)
-    left = member.size if data is not None else 0
+    left = member.size
     while left > 0:
         chunk = data.read(min(CHUNK, left))
         if not chunk:
@@ -184,7 +154,7 @@ def copy_entry(member: tarfile.TarInfo, data: Any, on_chunk: Callable[[bytes], N
         if on_chunk is not None:
             on_chunk(chunk)
         yield chunk
-    yield padding(member.size if data is not None else 0)
+    yield padding(member.size)
 
 
 def strip_held_layers(source: io.RawIOBase, skip_names: set[str]) -> Iterator[bytes]:
@@ -192,7 +162,7 @@ def strip_held_layers(source: io.RawIOBase, skip_names: set[str]) -> Iterator[by
     (`<dir>/layer.tar` of 20.10, `blobs/sha256/<hex>` of 25+)."""
     for member, data in entries(source):
         if member.name in skip_names and member.isfile():
-            continue  # tarfile skips its data when the next member is asked for
+            continue  # its data is skipped when the next member is asked for
         yield from copy_entry(member, data)
     yield END_OF_ARCHIVE
 
@@ -244,7 +214,7 @@ class ArchiveVerifier:
         if self.inflated > self.byte_limit * INFLATE_FACTOR:
             raise IntegrityError(f"the layers unpack to more than {self.byte_limit * INFLATE_FACTOR} bytes")
 
-    def _entry(self, member: tarfile.TarInfo, data: Any) -> Iterator[bytes]:
+    def _entry(self, member: Member, data: Data) -> Iterator[bytes]:
         name = member.name.rstrip("/") if member.isdir() else member.name
         if len(self.seen) >= MAX_ENTRIES:
             raise IntegrityError(f"the archive has more than {MAX_ENTRIES} entries")
@@ -281,9 +251,9 @@ class ArchiveVerifier:
         elif member.isfile() and re.fullmatch(r"[0-9a-f]{64}\.json", name):
             raise IntegrityError(f"the archive holds image config {name[:80]}, not {self.image_id}: a different image")
         else:
-            raise IntegrityError(f"unexpected entry in the image archive: {name[:200]} (type {member.type!r})")
+            raise IntegrityError(f"unexpected entry in the image archive: {name[:200]} (a {member.kind})")
 
-    def _blob(self, member: tarfile.TarInfo, data: Any, digest: str) -> Iterator[bytes]:
+    def _blob(self, member: Member, data: Data, digest: str) -> Iterator[bytes]:
         """A blob passed on while hashed (and, gzip'd, unpacked and hashed); kept in memory
         when small enough to be metadata, within META_KEPT_LIMIT for all of them."""
         digests = BlobDigests(self._inflated)
@@ -305,7 +275,7 @@ class ArchiveVerifier:
         self.kept += len(content) if keep[0] else 0
         self.blobs[digest] = Blob(member.size, plain, compression, bytes(content) if keep[0] else None)
 
-    def _small(self, member: tarfile.TarInfo, data: Any) -> bytes:
+    def _small(self, member: Member, data: Data) -> bytes:
         if member.size > META_LIMIT:
             raise IntegrityError(f"{member.name[:200]} is {member.size} bytes (metadata is at most {META_LIMIT})")
         return data.read(member.size)
@@ -426,7 +396,4 @@ def _json(content: bytes, what: str) -> Any:
 
 def _file(name: str, content: bytes) -> bytes:
     """One regular file entry of our own: header, content, padding."""
-    member = tarfile.TarInfo(name)
-    member.size = len(content)
-    member.mode = 0o644
-    return header(member) + content + padding(len(content))
+    return header(Member(name, "file", len(content))) + content + padding(len(content))

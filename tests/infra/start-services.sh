@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Install and start what the test suite needs on a machine where nothing runs:
-# the Docker engine, a registry on 127.0.0.1:5000, the journald tools, and the local
-# busybox test image (no image can be pulled from the internet here).
-# Idempotent: already-running services are reused. Exits non-zero when a part is missing.
+# the Docker engine, a registry on 127.0.0.1:5000, the journald tools, the local
+# busybox test image (no image can be pulled from the internet here), and the third-party
+# programs the tests run (Loki, Docker Engine 29: tests/infra/test-tools.toml).
+# Idempotent: already-running services are reused. Exits non-zero when a part is missing
+# (a third-party program only under CI=true: elsewhere the tests that need it are skipped).
 set -euo pipefail
 
 REGISTRY_PORT="${FADEN_TEST_REGISTRY_PORT:-5000}"
@@ -20,7 +22,6 @@ command -v ethtool >/dev/null || need_pkgs+=(ethtool)  # the cluster rig's delay
 command -v ip >/dev/null || need_pkgs+=(iproute2)  # network namespaces: the cluster rig, the bridge test
 command -v cc >/dev/null || need_pkgs+=(gcc libc6-dev)  # the tests' C libnvidia-ml.so.1 (tests/nvml)
 command -v runc >/dev/null || need_pkgs+=(runc)  # Docker Engine 29 of the tests (tests/support/engine29.py); docker.io brings it
-command -v xz >/dev/null || need_pkgs+=(xz-utils)  # unpacks Engine 29's daemons (../shared/tools/docker29)
 command -v dbus-daemon >/dev/null || need_pkgs+=(dbus)  # a private system bus with a stand-in logind (tests/support/systembus.py)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   echo "installing: ${need_pkgs[*]}"
@@ -39,9 +40,15 @@ if ! command -v promtool >/dev/null || ! command -v prometheus >/dev/null; then
     && ln -sf "$STATE/prometheus-deb/root/usr/bin/prometheus" /usr/local/bin/prometheus)
 fi
 
-for tool in /lib/systemd/systemd-journal-remote journalctl debootstrap dockerd docker-registry /bin/busybox ip cc runc xz promtool prometheus dbus-daemon; do
+for tool in /lib/systemd/systemd-journal-remote journalctl debootstrap dockerd docker-registry /bin/busybox ip cc runc promtool prometheus dbus-daemon; do
   command -v "$tool" >/dev/null || { echo "missing after install: $tool" >&2; exit 1; }
 done
+
+# --- Loki 2.8.0 and 3.4.6, Docker Engine 29.1.5: from ../shared/tools when it is beside the
+# checkout, else downloaded from their upstream releases and verified (FADEN_TEST_TOOLS_MIRROR
+# for a mirror), into FADEN_TEST_TOOLS_DIR (~/.cache/faden-test-tools). What cannot be had is
+# named (`python3 -m tests.support.testtools report`); under CI=true it fails this script.
+(cd "$(dirname "$0")/../.." && python3 -m tests.support.testtools ensure)
 
 # --- Docker engine
 if ! docker info >/dev/null 2>&1; then

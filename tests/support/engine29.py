@@ -1,5 +1,6 @@
 """A real Docker Engine 29.1.5 (containerd image store, API 1.52, minimum 1.44) for tests,
-started by `<repo>/../shared/tools/docker29/run-dockerd29.sh` under a folder of its own, on a
+started by tests/infra/run-dockerd29.sh from the pinned build (tests/support/testtools.py,
+tool docker-29.1.5) under a folder of its own, on a
 bridge of its own (a unique name and /24 in 198.18.0.0/15, so parallel runs never clash),
 holding the test image copied from the shared 20.10 engine. Talk to it with docker-py
 (`Engine29.client()`, version="auto"): the 20.10 `docker` CLI is refused by it."""
@@ -20,11 +21,11 @@ from typing import Any
 
 import docker
 
+from tests.support import testtools
 from tests.support.privateengine import docker_cli, with_path_prefix
-from tests.support.sharedtools import find_shared_tool
 
-TOOLS = find_shared_tool("docker29", "FADEN_TEST_DOCKER29_DIR")
-RUN_DOCKERD29 = TOOLS / "run-dockerd29.sh"
+RUN_DOCKERD29 = Path(__file__).resolve().parents[1] / "infra/run-dockerd29.sh"
+TOOL = "docker-29.1.5"
 VERSION = "29.1.5"
 READY_TIMEOUT_S = 90.0
 HOST_ENGINE = "unix:///var/run/docker.sock"  # the machine's 20.10, where the test image is built
@@ -39,10 +40,8 @@ OWNER_ALIAS = "faden-engine29-pid-"  # + the pid of the test process that made t
 
 
 def missing_piece() -> str | None:
-    """What this machine lacks to run an Engine 29, or None."""
-    if not RUN_DOCKERD29.is_file():
-        return f"{RUN_DOCKERD29} is missing (set FADEN_TEST_DOCKER29_DIR or put ../shared beside the repo)"
-    for tool in ("runc", "xz", "ip"):
+    """What this machine lacks to run an Engine 29 besides its build (testtools.require), or None."""
+    for tool in ("runc", "ip"):
         if shutil.which(tool) is None:
             return f"`{tool}` is missing; run tests/infra/start-services.sh"
     return None
@@ -134,6 +133,7 @@ class Engine29:
             self.remove_bridge()
 
     def start(self, timeout_s: float = READY_TIMEOUT_S) -> Engine29:
+        build = testtools.require(TOOL).parent
         why = missing_piece()
         if why:
             raise RuntimeError(f"no Docker Engine 29 for tests: {why}")
@@ -148,7 +148,7 @@ class Engine29:
         setpriv = shutil.which("setpriv")
         if setpriv:  # a test run that dies (killed, Ctrl-C) takes its engine with it
             argv = [setpriv, "--pdeathsig", "TERM", "--", *argv]
-        env = {**with_path_prefix(self.path_prefix), "BRIDGE": self.bridge}
+        env = {**with_path_prefix(self.path_prefix), "BRIDGE": self.bridge, "DOCKER29_BIN": str(build)}
         with open(self.root / "run.log", "ab") as log:
             self.proc = subprocess.Popen(
                 argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True

@@ -195,3 +195,14 @@ def stacked_v1(config: bytes, layers: list[bytes], diff_ids: list[str] | None = 
         paths.append(f"{folder}/layer.tar")
     files.append(("manifest.json", orjson.dumps([{"Config": f"{image}.json", "RepoTags": None, "Layers": paths}])))
     return write_tar(files), "sha256:" + image
+
+
+def runs_with(api: Any, reference: str, marker: bytes) -> None:
+    """The engine of `api` runs the image: `cat /marker` prints the marker stacked_image put there."""
+    container = api.create_container(reference, ["cat", "/marker"], network_disabled=True)
+    try:
+        api.start(container)
+        assert api.wait(container, timeout=60)["StatusCode"] == 0
+        assert api.logs(container, stdout=True, stderr=False).strip() == marker
+    finally:
+        api.remove_container(container, force=True)

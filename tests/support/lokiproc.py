@@ -1,16 +1,19 @@
 """A real Grafana Loki (2.8.0 or 3.4.6, the single binary) for tests, started on loopback
-by `<repo>/../shared/tools/loki/run-loki.sh`, and read back through Loki's own query API.
+from the pinned builds (tests/support/testtools.py) with a minimal config of its own, and
+read back through Loki's own query API.
 
     with LokiProcess("2.8.0", tmp_dir) as loki:      # .url -> http://127.0.0.1:PORT
         loki.lines('{agent_id="n1"}')                # every entry, oldest first
         loki.series('{agent_id="n1"}')               # label sets of the streams
 
 Startup takes 10-30 s here: tests share one per version (a module or session fixture) and
-keep apart by their own label values (agent_id). Stopped with SIGTERM.
+keep apart by their own label values (agent_id). Stopped with SIGTERM. A missing build
+skips the test (fails it under FADEN_TEST_REQUIRE_TOOLS=1).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -23,18 +26,8 @@ from typing import Any
 import pytest
 import requests
 
-from tests.support.sharedtools import find_shared_tool
+from tests.support import testtools
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def find_tools() -> Path:
-    """The real Loki builds: FADEN_TEST_LOKI_DIR, else ../shared/tools/loki (tests/support/sharedtools.py)."""
-    return find_shared_tool("loki", "FADEN_TEST_LOKI_DIR")
-
-
-TOOLS = find_tools()
-RUN_LOKI = TOOLS / "run-loki.sh"
 VERSIONS = ("2.8.0", "3.4.6")
 READY_TIMEOUT_S = 120.0
 QUERY_LIMIT = 5000  # Loki's default max_entries_limit_per_query
@@ -44,6 +37,47 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def loki_config(version: str, port: int, data: Path, structured_metadata: bool = True) -> str:
+    """Auth off, filesystem storage under `data`, an in-memory ring, loopback only (JSON,
+    which Loki reads as YAML). 2.8.0: schema v11 on boltdb-shipper (it knows no structured
+    metadata: a push whose values carry a third element is refused whole with 400); 3.4.6:
+    schema v13 on TSDB, structured metadata allowed unless `structured_metadata` is False."""
+    index = {"prefix": "index_", "period": "24h"}
+    config: dict[str, Any] = {
+        "auth_enabled": False,
+        "server": {
+            "http_listen_address": "127.0.0.1",
+            "http_listen_port": port,
+            "grpc_listen_address": "127.0.0.1",
+            "grpc_listen_port": free_port(),
+            "log_level": "warn",
+        },
+        "common": {
+            "instance_addr": "127.0.0.1",
+            "path_prefix": str(data),
+            "storage": {"filesystem": {"chunks_directory": f"{data}/chunks", "rules_directory": f"{data}/rules"}},
+            "replication_factor": 1,
+            "ring": {"kvstore": {"store": "inmemory"}},
+        },
+        "analytics": {"reporting_enabled": False},
+    }
+    if version.startswith("2."):
+        schema = {"from": "2020-10-24", "store": "boltdb-shipper", "schema": "v11"}
+        config["storage_config"] = {
+            "boltdb_shipper": {
+                "active_index_directory": f"{data}/index",
+                "cache_location": f"{data}/index-cache",
+                "shared_store": "filesystem",
+            },
+            "filesystem": {"directory": f"{data}/chunks"},
+        }
+    else:
+        schema = {"from": "2024-01-01", "store": "tsdb", "schema": "v13"}
+        config["limits_config"] = {"allow_structured_metadata": structured_metadata}
+    config["schema_config"] = {"configs": [{**schema, "object_store": "filesystem", "index": index}]}
+    return json.dumps(config, indent=1)
 
 
 class LokiProcess:
@@ -70,19 +104,14 @@ class LokiProcess:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout_s: float = READY_TIMEOUT_S) -> LokiProcess:
-        if not RUN_LOKI.is_file():
-            raise RuntimeError(
-                f"no Loki for tests: {RUN_LOKI} is missing (set FADEN_TEST_LOKI_DIR or put ../shared beside the repo)"
-            )
-        argv = ["bash", str(RUN_LOKI), self.version, str(self.port), str(self.data_dir)]
+        binary = testtools.require(f"loki-{self.version}")
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        config = self.data_dir / "loki.yaml"
+        config.write_text(loki_config(self.version, self.port, self.data_dir, self.structured_metadata))
+        argv = [str(binary), f"-config.file={config}", *self.flags]
         setpriv = shutil.which("setpriv")
         if setpriv:  # a test run that dies (killed, Ctrl-C) takes its Loki with it
             argv = [setpriv, "--pdeathsig", "TERM", "--", *argv]
-        if not self.structured_metadata:
-            argv.append("--no-structured-metadata")
-        if self.flags:
-            argv += ["--", *self.flags]
-        self.data_dir.mkdir(parents=True, exist_ok=True)
         self._log = open(self.data_dir.parent / f"{self.data_dir.name}.log", "ab")
         self.proc = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout_s

@@ -61,10 +61,14 @@ class PrivateEngine:
             )
         wait_for(lambda: self.docker("version", check=False).returncode == 0, 90, 0.2, "a private dockerd")
         if self.image:
-            saved = subprocess.run(["docker", "save", self.image], capture_output=True, check=True, timeout=120).stdout
-            subprocess.run(
-                ["docker", "-H", self.host, "load"], input=saved, capture_output=True, check=True, timeout=120
-            )
+            # from the machine's 20.10, in the CLI's own version (a run against Engine 29 names
+            # 1.44 and that engine in the environment: neither is this one)
+            plain = {k: v for k, v in os.environ.items() if k not in ("DOCKER_API_VERSION", "DOCKER_HOST")}
+            saved = subprocess.run(
+                ["docker", "save", self.image], capture_output=True, check=True, timeout=120, env=plain
+            ).stdout
+            load = ["docker", "-H", self.host, "load"]
+            subprocess.run(load, input=saved, capture_output=True, check=True, timeout=120, env=plain)
         return self
 
     def __exit__(self, *exc: Any) -> None:

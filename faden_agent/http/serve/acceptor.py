@@ -1,7 +1,8 @@
 """The accepting thread: a selector over the listening socket and every connection that has
-not yet sent a whole request head. It runs TLS handshakes and reads heads without blocking,
-each under a deadline; hands a complete head to the pool; past `max_waiting` closes the
-oldest waiting connection; out of descriptors, refuses the newest (a spare descriptor)."""
+not yet sent a whole request head (none has shown a ticket). It runs TLS handshakes and reads
+heads without blocking, each under a deadline; hands a complete head to the pool. Waiting
+connections have a budget well below the descriptor limit, in all and per source address:
+past it, or out of descriptors, the least recently active one is dropped for the newest."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import heapq
 import itertools
 import logging
 import os
+import resource
 import selectors
 import socket
 import ssl
@@ -18,6 +20,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from faden_agent.http.serve.conn import RECV, Conn
 
@@ -30,6 +33,12 @@ PAUSE_S = 0.1  # accepting rests this long when not even the spare descriptor he
 # the answer: its sending side is shut, and what still comes is drained this long, this much.
 LINGER_S = 2.0
 LINGER_BYTES = 1 << 20
+# The waiting connections' budget: half the descriptors left beside those the pool may hold,
+# at least MIN_WAITING; one source address at most a quarter of it (at least MIN_PER_ADDRESS).
+MIN_WAITING = 16
+ADDRESS_SHARE = 4
+MIN_PER_ADDRESS = 4
+DROP_REASONS = ("budget", "address_budget", "out_of_descriptors", "timed_out", "refused")
 HEAD_TOO_LARGE = b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 
 
@@ -48,6 +57,21 @@ def head_complete(buffer: bytearray) -> bool:
     return b"\n\r\n" in buffer or b"\n\n" in buffer
 
 
+@dataclass(frozen=True)
+class Budget:
+    total: int
+    per_address: int
+
+
+def budget_for(max_waiting: int, reserved: int) -> Budget:
+    """The waiting connections' budget under the descriptor limit now (`reserved`: the
+    descriptors the pool and the process itself may hold)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    room = max_waiting if soft == resource.RLIM_INFINITY else (soft - reserved) // 2
+    total = max(MIN_WAITING, min(max_waiting, room))
+    return Budget(total, max(MIN_PER_ADDRESS, total // ADDRESS_SHARE))
+
+
 class Acceptor:
     def __init__(
         self,
@@ -55,6 +79,7 @@ class Acceptor:
         tls: ssl.SSLContext | None,
         *,
         max_waiting: int,
+        reserved: int,
         head_s: Callable[[bytes], float],
         first_line_s: float,
         keepalive_s: float,
@@ -65,6 +90,8 @@ class Acceptor:
         self.listener = listener
         self.tls = tls
         self.max_waiting = max_waiting
+        self.reserved = reserved
+        self.budget = budget_for(max_waiting, reserved)
         self.head_s = head_s  # the route's head bound, from the request line
         self.first_line_s = first_line_s
         self.keepalive_s = keepalive_s
@@ -72,7 +99,9 @@ class Acceptor:
         self.max_head = max_head
         self.hand_off = hand_off
         self.selector = selectors.DefaultSelector()
-        self.waiting: dict[int, Waiting] = {}  # by fd, oldest first
+        # by fd, least recently active first; and the same per source address
+        self.waiting: dict[int, Waiting] = {}
+        self.by_address: dict[str, dict[int, Waiting]] = {}
         self.deadlines: list[tuple[float, int, int, Waiting]] = []
         self.order = itertools.count()
         self.returned: deque[tuple[Conn, bool]] = deque()
@@ -82,8 +111,17 @@ class Acceptor:
         self.stopping = False
         self.paused_until = 0.0
         self.spare: int | None = None
-        self.figures = {"accepted": 0, "evicted": 0, "timed_out": 0, "refused_no_descriptor": 0}
+        self.accepted = 0
+        self.dropped = dict.fromkeys(DROP_REASONS, 0)
         self.lock = threading.Lock()
+
+    def figures(self) -> dict[str, Any]:
+        return {
+            "accepted": self.accepted,
+            "waiting": len(self.waiting),
+            "budget": {"total": self.budget.total, "per_address": self.budget.per_address},
+            "dropped": dict(self.dropped),
+        }
 
     # --- from other threads
 
@@ -144,17 +182,21 @@ class Acceptor:
             self.spare = None
 
     def _accept(self) -> None:
+        self.budget = budget_for(self.max_waiting, self.reserved)  # the limit may have moved
         for _ in range(ACCEPT_BATCH):
             try:
                 sock, address = self.listener.accept()
             except BlockingIOError:
                 return
             except OSError as exc:
-                if exc.errno in OUT_OF_DESCRIPTORS:
-                    self._refuse_newest()
-                return  # ECONNABORTED and the like: that one connection's end
-            self.figures["accepted"] += 1
-            self._make_room()
+                if exc.errno not in OUT_OF_DESCRIPTORS:
+                    return  # ECONNABORTED and the like: that one connection's end
+                if self.waiting:  # the least recently active waiting one makes room
+                    self._drop(next(iter(self.waiting.values())), "out_of_descriptors")
+                    continue
+                return self._refuse_newest()
+            self.accepted += 1
+            self._make_room(address[0])
             try:
                 sock.setblocking(False)
                 if self.tls is not None:
@@ -163,17 +205,23 @@ class Acceptor:
                 sock.close()
                 continue
             conn = Conn(sock, address[:2], self.idle_s)
-            self._watch(Waiting(conn, time.monotonic() + self.first_line_s, self.tls is not None))
+            waiting = Waiting(conn, time.monotonic() + self.first_line_s, self.tls is not None)
+            self._watch(waiting)
+            self._progress(waiting)  # a client that sent at once leaves the waiting ones at once
 
-    def _make_room(self) -> None:
-        if len(self.waiting) >= self.max_waiting:
-            self.figures["evicted"] += 1
-            self._drop(next(iter(self.waiting.values())))
+    def _make_room(self, address: str) -> None:
+        """Room for one more waiting connection from `address`: its least recently active
+        one goes past its share, the least recently active of all past the total."""
+        mine = self.by_address.get(address) or {}
+        while len(mine) >= self.budget.per_address:
+            self._drop(next(iter(mine.values())), "address_budget")
+        while len(self.waiting) >= self.budget.total:
+            self._drop(next(iter(self.waiting.values())), "budget")
 
     def _refuse_newest(self) -> None:
-        """Out of descriptors: the spare one makes room to accept and close the newest
-        connection (it would wait in the backlog, and wake this loop, for nothing)."""
-        self.figures["refused_no_descriptor"] += 1
+        """Out of descriptors with none waiting: the spare one makes room to accept and close
+        the newest connection (it would wait in the backlog, and wake this loop, for nothing)."""
+        self.dropped["refused"] += 1
         if self.spare is not None:
             os.close(self.spare)
             self.spare = None
@@ -197,6 +245,7 @@ class Acceptor:
     def _watch(self, waiting: Waiting) -> None:
         fd = waiting.conn.sock.fileno()
         self.waiting[fd] = waiting
+        self.by_address.setdefault(waiting.conn.address[0], {})[fd] = waiting
         self.selector.register(fd, waiting.events, waiting)
         heapq.heappush(self.deadlines, (waiting.deadline, next(self.order), fd, waiting))
 
@@ -220,7 +269,7 @@ class Acceptor:
             except OSError:
                 conn.close()
                 continue
-            self._make_room()
+            self._make_room(conn.address[0])
             waiting = Waiting(conn, time.monotonic() + (self.keepalive_s if keep else LINGER_S), handshaking=False)
             waiting.draining = not keep
             self._watch(waiting)
@@ -240,6 +289,7 @@ class Acceptor:
                 if not data:
                     return self._drop(waiting)
                 conn.buffer += data
+                self._active(waiting)
         except ssl.SSLWantWriteError:
             want = selectors.EVENT_WRITE
         except (ssl.SSLWantReadError, BlockingIOError):
@@ -281,15 +331,28 @@ class Acceptor:
         while self.deadlines and self.deadlines[0][0] <= now:
             deadline, _, fd, waiting = heapq.heappop(self.deadlines)
             if self.waiting.get(fd) is waiting and waiting.deadline == deadline:
-                self.figures["timed_out"] += 1
-                self._drop(waiting)
+                self._drop(waiting, "timed_out")
+
+    def _active(self, waiting: Waiting) -> None:
+        """`waiting` sent something: the last to be dropped for room now."""
+        fd = waiting.conn.sock.fileno()
+        if self.waiting.get(fd) is waiting:
+            self.waiting[fd] = self.waiting.pop(fd)
+            mine = self.by_address[waiting.conn.address[0]]
+            mine[fd] = mine.pop(fd)
 
     def _forget(self, waiting: Waiting) -> None:
         fd = waiting.conn.sock.fileno()
         if self.waiting.get(fd) is waiting:
             del self.waiting[fd]
+            mine = self.by_address[waiting.conn.address[0]]
+            del mine[fd]
+            if not mine:
+                del self.by_address[waiting.conn.address[0]]
             self.selector.unregister(fd)
 
-    def _drop(self, waiting: Waiting) -> None:
+    def _drop(self, waiting: Waiting, reason: str | None = None) -> None:
+        if reason is not None:
+            self.dropped[reason] += 1
         self._forget(waiting)
         waiting.conn.close()

@@ -8,7 +8,6 @@ from __future__ import annotations
 import logging
 import math
 import queue
-import resource
 import socket
 import ssl
 import threading
@@ -44,7 +43,7 @@ class RouteLimits:
 class ServerLimits:
     workers: int = 16
     backlog: int = 64  # complete heads waiting for a worker; past it: 503 at once
-    max_waiting: int = 4096  # connections without a complete head; past it the oldest goes
+    max_waiting: int = 4096  # connections without a complete head, at most (acceptor.budget_for)
     max_waiting_tls: int = 256  # the same over TLS: a handshake under way holds ~43 KiB
     first_line_s: float = 10.0  # until the request line names the route
     idle_s: float = 30.0  # the longest one read or write of a connection waits
@@ -68,13 +67,12 @@ class BoundedServer:
         family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         self.socket = socket.create_server(address, family=family, backlog=1024)
         self.server_address = self.socket.getsockname()
-        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
         self.acceptor = Acceptor(
             self.socket,
             tls,
-            max_waiting=max(
-                16, min(limits.max_waiting_tls if tls else limits.max_waiting, soft - FD_HEADROOM - limits.workers)
-            ),
+            max_waiting=limits.max_waiting_tls if tls else limits.max_waiting,
+            # a worker holds its connection and maybe one more (the engine's save stream)
+            reserved=FD_HEADROOM + 2 * limits.workers + limits.backlog,
             head_s=self._head_s,
             first_line_s=limits.first_line_s,
             keepalive_s=limits.keepalive_s,
@@ -115,8 +113,7 @@ class BoundedServer:
 
     def status(self) -> dict[str, Any]:
         return {
-            **self.acceptor.figures,
-            "waiting": len(self.acceptor.waiting),
+            **self.acceptor.figures(),
             "workers": len(self.threads),
             "busy_refusals": self.busy_refusals,
         }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -21,6 +22,7 @@ from faden_agent.common.errorline import error_line
 from faden_agent.common.failure import Cancelled, Failure
 from faden_agent.config import Config
 from faden_agent.workers.executor import docker_errors
+from faden_agent.workers.executor.bind_paths import SHM, Bind
 from faden_agent.workers.executor.gpu import GPU_ADVICE, device_requests, gpu_failure
 
 PROGRESS_INTERVAL_S = 1.0
@@ -227,6 +229,20 @@ class DockerOps:
     def managed_containers(self) -> list:
         with translated("listing managed containers"):
             return self.client.containers.list(all=True, filters=protocol.MANAGED_FILTER)
+
+    def binds(self) -> list[Bind]:
+        """What every container of the engine mounts from the host: its bind sources (resolved)
+        and, with ipc_mode host, the host's /dev/shm; the host policy's view of who writes where."""
+        with translated("listing the containers' bind mounts"):
+            containers = self.client.containers.list(all=True, ignore_removed=True)
+        binds = []
+        for container in containers:
+            for mount in container.attrs.get("Mounts") or []:
+                if mount.get("Type") == "bind" and isinstance(mount.get("Source"), str) and mount["Source"]:
+                    binds.append(Bind(container.name, os.path.realpath(mount["Source"]), bool(mount.get("RW"))))
+            if (container.attrs.get("HostConfig") or {}).get("IpcMode") == "host":
+                binds.append(Bind(container.name, SHM, True))
+        return binds
 
     def create(self, spec: dict[str, Any], labels: dict[str, str], extra_mounts: list[dict[str, Any]]):
         kwargs: dict[str, Any] = {

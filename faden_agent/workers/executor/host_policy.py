@@ -1,8 +1,8 @@
 """The host's say over what the backend may run (FADEN_NODE_AGENT_POLICY_FILE, docs/commands.md).
 
 Owns the defaults (fit for Ray and vLLM) and the check of a validated container spec: bind
-sources only inside an allowed directory, resolved without symlinks below it, the resolved
-spec returned for Docker; a refusal (any error of the check too) names its rule.
+sources only inside an allowed directory, none a tenant could swap (bind_paths.py), the
+resolved spec returned for Docker; a refusal (any error of the check too) names its rule.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import stat
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +18,7 @@ import orjson
 
 from faden_agent.config import Config, env_name
 from faden_agent.protocol import quote
+from faden_agent.workers.executor.bind_paths import SHM, Bind, PathRefused, check_holds, walk, within
 
 MAX_POLICY_BYTES = 64 * 1024
 DOCKER_SOCKETS = ("/var/run/docker.sock", "/run/docker.sock")
@@ -50,17 +52,20 @@ class HostPolicy:
     switches: dict[str, bool] = field(default_factory=lambda: dict(SWITCHES))
     broken: str | None = None  # why the policy file is unusable: every container is refused
 
-    def admit(self, spec: dict[str, Any]) -> dict[str, Any]:
+    def admit(self, spec: dict[str, Any], binds: Sequence[Bind] | None = None) -> dict[str, Any]:
         """The spec with each bind source replaced by its resolved path, for Docker; raise
-        PolicyDenied naming the rule it breaks (or why it could not be judged)."""
+        PolicyDenied naming the rule it breaks (or why it could not be judged). `binds`: what
+        the engine's containers mount (None when not asked: judged again before create)."""
         try:
-            return self._admit(spec)
+            return self._admit(spec, binds)
         except PolicyDenied:
             raise
+        except PathRefused as exc:
+            raise PolicyDenied(f"rule {exc.rule}: {exc}") from None
         except Exception as exc:  # noqa: BLE001 - a check that cannot finish admits nothing
             raise PolicyDenied(f"rule check: the spec cannot be judged: {type(exc).__name__}: {exc}") from None
 
-    def _admit(self, spec: dict[str, Any]) -> dict[str, Any]:
+    def _admit(self, spec: dict[str, Any], binds: Sequence[Bind] | None) -> dict[str, Any]:
         if self.broken is not None:
             raise PolicyDenied(f"rule policy_file: {self.broken}; no container is run until it is fixed")
         self._switch("privileged", bool(spec.get("privileged")), "privileged: true")
@@ -80,23 +85,48 @@ class HostPolicy:
                     f"rule devices: devices[{i}] {quote(device)} (resolved {host}) matches none of "
                     f"{', '.join(self.devices)}"
                 )
-        mounts = []
-        for i, mount in enumerate(spec.get("mounts") or ()):
-            if mount.get("type") == "bind":
-                mount = {**mount, "source": self._bind(i, mount["source"])}
-            mounts.append(mount)
-        return {**spec, "mounts": mounts} if "mounts" in spec else dict(spec)
+        mounts = list(spec.get("mounts") or ())
+        resolved = self._bind_sources(spec, mounts, binds)
+        out = [{**m, "source": resolved[i]} if i in resolved else m for i, m in enumerate(mounts)]
+        return {**spec, "mounts": out} if "mounts" in spec else dict(spec)
+
+    def _bind_sources(
+        self, spec: dict[str, Any], mounts: list[dict[str, Any]], binds: Sequence[Bind] | None
+    ) -> dict[int, str]:
+        """Each bind mount's resolved source, by index. Walked once to resolve them, then
+        again with the spec's own writable sources beside the engine's containers' (so one
+        of its binds inside another is refused too), and none may hold another's source."""
+        name = str(spec.get("name") or "being judged")
+        own = {i: m for i, m in enumerate(mounts) if m.get("type") == "bind"}
+        writable = None if binds is None else [b for b in binds if b.writable]
+        first = {i: self._bind(i, m["source"], writable) for i, m in own.items()}
+        if binds is None:
+            return first
+        mine = [(_where(i, m["source"]), Bind(name, first[i], not m.get("read_only"))) for i, m in own.items()]
+        if spec.get("ipc_mode") == "host":
+            mine.append(("ipc_mode host", Bind(name, SHM, True)))
+        writable = [*(writable or ()), *(b for _, b in mine if b.writable)]
+        resolved = {i: self._bind(i, m["source"], writable) for i, m in own.items()}
+        check_holds(mine, binds)
+        return resolved
 
     def _switch(self, rule: str, asked: bool, what: str) -> None:
         if asked and not self.switches[rule]:
             raise PolicyDenied(f"rule {rule}: {what} is not allowed on this host")
 
-    def _bind(self, i: int, source: str) -> str:
-        """The resolved source of mounts[i]; PolicyDenied unless it is inside an allowed directory."""
-        where = f"mounts[{i}].source {quote(source)}"
+    def _bind(self, i: int, source: str, writable: Sequence[Bind] | None) -> str:
+        """The resolved source of mounts[i]; PolicyDenied unless it is inside an allowed
+        directory and no one but root can swap it."""
+        where = _where(i, source)
         allowed = [os.path.realpath(a) for a in (*self.own_bind, *self.allow_bind)]
-        resolved = _resolve(source, allowed, where)
-        inside = [a for a in allowed if _within(resolved, a)]
+        try:
+            resolved = walk(source, allowed, writable, where)
+        except PathRefused as refused:
+            outside = _outside(source, allowed)
+            if refused.rule == "allow_bind" or outside is None:
+                raise
+            resolved = outside
+        inside = [a for a in allowed if within(resolved, a)]
         if not inside:
             raise PolicyDenied(
                 f"rule allow_bind: {where} (resolved {resolved}) is inside none of the allowed directories "
@@ -105,11 +135,11 @@ class HostPolicy:
         nearest = max(inside, key=len)
         for protected in self.protected_paths:
             path = os.path.realpath(protected)
-            if _within(nearest, path):
+            if within(nearest, path):
                 continue  # an allowed directory at or inside a protected one is that exception
-            if resolved == path or (path != "/" and _within(resolved, path)):
+            if resolved == path or (path != "/" and within(resolved, path)):
                 relation = "is" if resolved == path else "is inside"
-            elif _within(path, resolved):
+            elif within(path, resolved):
                 relation = "holds"
             else:
                 continue
@@ -119,36 +149,19 @@ class HostPolicy:
         return resolved
 
 
-def _resolve(source: str, allowed: list[str], where: str) -> str:
-    """The real path of source, component by component; a symlink met at or below an allowed
-    directory is refused (a tenant may write there and re-point it before Docker mounts)."""
-    if not source.startswith("/"):
-        raise PolicyDenied(f"rule allow_bind: {where} is not an absolute path")
-    current = "/"
-    for name in source.split("/"):
-        if name in ("", "."):
-            continue
-        if name == "..":
-            current = os.path.dirname(current)
-            continue
-        candidate = os.path.join(current, name)
-        try:
-            if not stat.S_ISLNK(os.lstat(candidate).st_mode):
-                current = candidate
-                continue
-            if any(_within(candidate, a) for a in allowed):
-                raise PolicyDenied(
-                    f"rule allow_bind: {where}: {candidate} is a symlink inside an allowed directory; "
-                    "name the real path"
-                )
-            current = os.path.realpath(candidate, strict=True)
-        except OSError as exc:
-            raise PolicyDenied(f"rule allow_bind: {where}: {candidate} cannot be read: {exc.strerror or exc}") from None
-    return current
+def _outside(source: str, allowed: list[str]) -> str | None:
+    """The real path of a source named and resolved outside every allowed directory (that
+    is its refusal, before any other), else None."""
+    try:
+        resolved = os.path.realpath(source)
+    except OSError:
+        return None
+    named = (os.path.normpath(source), resolved)
+    return None if any(within(path, a) for path in named for a in allowed) else resolved
 
 
-def _within(path: str, parent: str) -> bool:
-    return path == parent or path.startswith(parent.rstrip("/") + "/")
+def _where(i: int, source: str) -> str:
+    return f"mounts[{i}].source {quote(source)}"
 
 
 def load_policy(config: Config) -> HostPolicy:

@@ -5,12 +5,13 @@ connected: a gate in front of the shared engine answers for a range of its own
 from __future__ import annotations
 
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
 
 from faden_agent.common.dockerclient import engine_version, make_client
-from faden_agent.common.dockernegotiation import CLIENT_MAX_API, EngineTooOld
+from faden_agent.common.dockernegotiation import CLIENT_MAX_API, FAILURE_KEPT_S, EngineTooOld
 from tests.conftest import TEST_IMAGE
 from tests.support.executorproc import executor_factory, prefix  # noqa: F401
 from tests.support.versiongate import VersionGate
@@ -63,6 +64,7 @@ def test_the_agent_runs_its_next_command_after_the_engine_changed_its_range(exec
     third = ex.run(f"{prefix}-c", "container.run", {**spec, "name": f"{prefix}-c"}, timeout_s=60)
     assert (third["state"], third["reason"]) == ("failed", "docker_unavailable"), third
     assert "upgrade the engine" in third["message"]
-    gate.speak("1.24", "1.41")  # back to what 20.10 speaks: the command after negotiates it
+    gate.speak("1.24", "1.41")  # back to what 20.10 speaks: the command after the refusal's
+    time.sleep(FAILURE_KEPT_S)  # short keep negotiates it
     for name in ("a", "b"):
         assert ex.run(f"{prefix}-rm-{name}", "container.remove", {"name": f"{prefix}-{name}"})["state"] == "succeeded"

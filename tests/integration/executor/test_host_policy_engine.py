@@ -63,8 +63,10 @@ def test_host_paths_are_refused_and_a_ray_vllm_container_runs(executor_factory, 
 def test_a_source_swapped_for_a_symlink_to_run_is_never_mounted(
     executor_factory, prefix, docker_client, tmp_path, monkeypatch, point
 ):
-    """A tenant that shares the models directory swaps an admitted source for a symlink to
-    the host's /run after the command arrived (after the pull; between create and start)."""
+    """A tenant that comes to share the models directory after the command arrived (after
+    the pull; between create and start) swaps the admitted source for a symlink to the
+    host's /run. (A tenant there before the command makes it refused at once:
+    test_bind_swap_loop.py.)"""
     models = tmp_path / "models"
     (models / "x").mkdir(parents=True)
     policy = tmp_path / "policy.json"
@@ -72,19 +74,19 @@ def test_a_source_swapped_for_a_symlink_to_run_is_never_mounted(
     monkeypatch.setenv("FADEN_TEST_HOOKS", "1")
     monkeypatch.setenv("FADEN_TEST_HOOK_PAUSE", f"{point}/3")
     agent, ex = executor_factory(policy_file=policy)
-    tenant = docker_client.containers.run(
-        TEST_IMAGE, ["sleep", "300"], name=f"{prefix}-tenant", detach=True, volumes={str(models): {"bind": "/models"}}
-    )
     victim = f"{prefix}-victim"
     ex.send("swap", "container.run", {"name": victim, "image": TEST_IMAGE, "command": ["sleep", "300"],
                                       "mounts": [{"source": str(models / "x"), "target": "/x"}]})  # fmt: skip
     marker = Path(agent.env["FADEN_NODE_AGENT_RUNTIME_DIR"]) / f"paused-{point}"
     wait_for(marker.exists, 30, what=f"the executor paused at {point}")
+    tenant = docker_client.containers.run(
+        TEST_IMAGE, ["sleep", "300"], name=f"{prefix}-tenant", detach=True, volumes={str(models): {"bind": "/models"}}
+    )
     swapped = tenant.exec_run(["sh", "-c", "rmdir /models/x && ln -s /run /models/x"])
     assert swapped.exit_code == 0, swapped.output
     done = ex.wait_terminal("swap", 60)
     assert (done["state"], done["reason"]) == ("failed", "policy_denied"), done
-    assert "is a symlink inside an allowed directory" in done["message"], done
+    assert f"which container {prefix}-tenant binds writable" in done["message"], done
     assert not docker_client.containers.list(all=True, filters={"name": victim})  # none made, or removed
 
 

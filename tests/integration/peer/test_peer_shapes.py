@@ -27,7 +27,7 @@ from faden_agent.transfers.tickets import Ticket, TicketBox, ticket_hash
 from tests.conftest import TEST_IMAGE
 from tests.support.backendproc import agent_on_backend, backend, free_port  # noqa: F401
 from tests.support.hostilepeer import honest, scripted
-from tests.support.imageshapes import classic_layout, containerd_layout, stacked_image
+from tests.support.imageshapes import classic_layout, containerd_layout, runs_with, stacked_image
 
 pytestmark = pytest.mark.docker
 
@@ -78,17 +78,6 @@ def peer_port(api: docker.APIClient, image_id: str, tmp_path) -> Iterator[dict[s
 def receive(api: docker.APIClient, image_id: str, peer: dict[str, str], reference: str) -> dict[str, Any]:
     transfer = Transfer(api, image_id, reference, False, lambda figures: None, lambda: False, 1 << 30)
     return transfer.run(peer)
-
-
-def runs_with(api: docker.APIClient, reference: str, marker: bytes) -> None:
-    """The engine runs the image it got: the top layer's marker is there."""
-    container = api.create_container(reference, ["cat", "/marker"], network_disabled=True)
-    try:
-        api.start(container)
-        assert api.wait(container, timeout=60)["StatusCode"] == 0
-        assert api.logs(container, stdout=True, stderr=False).strip() == marker
-    finally:
-        api.remove_container(container, force=True)
 
 
 def test_a_20_10_holder_serves_its_shape_to_a_29_receiver(engines, busybox_save, made, tmp_path):

@@ -65,7 +65,15 @@ def every_figure_table() -> dict:
             "push_seconds": {"le": [0.1, 1], "counts": [1, 2, 0], "sum": 1.2},
             "target_state": "failing",
         },
-        "peer": {"bytes_sent": 10, "transfers_served": 2},
+        "peer": {
+            "bytes_sent": 10,
+            "transfers_served": 2,
+            "connections": {
+                "waiting": 3,
+                "budget": {"total": 86, "per_address": 21},
+                "dropped": {"budget": 1, "address_budget": 4, "out_of_descriptors": 0, "timed_out": 2, "refused": 0},
+            },
+        },
         "inventory": {"gauges": inventory},
     }
     workers = [

@@ -214,9 +214,10 @@ def _await_name(commands: Commands, job: Job) -> None:
 
 
 def _admitted(commands: Commands, spec: dict[str, Any], kind: str = "container.run") -> dict[str, Any]:
-    """The spec as the host policy admits it now (bind sources resolved)."""
+    """The spec as the host policy admits it now, beside what the engine's containers bind
+    (bind sources resolved)."""
     try:
-        return commands.policy.admit(spec)
+        return commands.policy.admit(spec, commands.ops.binds())
     except PolicyDenied as exc:
         raise CommandFailed(exc.reason, f"{kind}: {exc}") from None
 
@@ -226,9 +227,13 @@ def _judge_again(commands: Commands, container: Any) -> None:
     must still be what the policy admitted (an adopted one's are its operator's)."""
     if (container.labels or {}).get(protocol.LABEL_MANAGED) != "true":
         return
-    mounts = (container.attrs.get("HostConfig") or {}).get("Mounts") or []
-    binds = [{"type": "bind", "source": m.get("Source") or ""} for m in mounts if m.get("Type") == "bind"]
-    spec = {"mounts": binds}
+    host_config = container.attrs.get("HostConfig") or {}
+    binds = [
+        {"type": "bind", "source": m.get("Source") or "", "read_only": bool(m.get("ReadOnly"))}
+        for m in host_config.get("Mounts") or []
+        if m.get("Type") == "bind"
+    ]
+    spec = {"name": container.name, "mounts": binds, "ipc_mode": host_config.get("IpcMode")}
     if _admitted(commands, spec, f"container {container.name}") != spec:
         raise CommandFailed("policy_denied", f"container {container.name}: a bind source is no longer its real path")
 

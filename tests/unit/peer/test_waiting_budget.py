@@ -1,0 +1,138 @@
+"""The waiting connections' budget of the peer port's server (http/serve/acceptor.py), on real
+loopback sockets from several source addresses: half the descriptors left under the limit,
+a quarter of that per address, the least recently active dropped first, and out of
+descriptors an idle connection gives way to the newest, which then shows its request."""
+
+from __future__ import annotations
+
+import os
+import resource
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from faden_agent.http.serve.acceptor import budget_for
+from faden_agent.http.serve.server import BoundedHandler, BoundedServer, ServerLimits
+
+
+class Hello(BoundedHandler):
+    def do_POST(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+REQUEST = b"POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
+
+
+@pytest.fixture
+def server() -> Iterator[BoundedServer]:
+    limits = ServerLimits(workers=2, backlog=4, max_waiting=40, first_line_s=30.0, idle_s=5.0, keepalive_s=5.0)
+    httpd = BoundedServer(("127.0.0.1", 0), Hello, limits=limits)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield httpd
+    httpd.shutdown()
+    httpd.server_close()
+    thread.join(5)
+
+
+def connect(server: BoundedServer, source: str = "127.0.0.1") -> socket.socket:
+    return socket.create_connection(server.server_address[:2], timeout=5, source_address=(source, 0))
+
+
+def closed(sock: socket.socket) -> bool:
+    sock.settimeout(2)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+def answered(sock: socket.socket) -> bool:
+    sock.sendall(REQUEST)
+    return sock.recv(4096).startswith(b"HTTP/1.1 200")
+
+
+def settle(server: BoundedServer, waiting: int) -> None:
+    deadline = time.monotonic() + 5
+    while server.status()["waiting"] != waiting and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def test_the_budget_is_half_what_the_limit_leaves_and_a_quarter_per_address():
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (300, hard))
+        budget = budget_for(4096, 64 + 2 * 16 + 32)
+        assert (budget.total, budget.per_address) == (86, 21)  # the peer port's at a limit of 300
+        resource.setrlimit(resource.RLIMIT_NOFILE, (100, hard))
+        assert budget_for(4096, 128).total == 16  # never below the floor
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert budget_for(4096, 128).total == min(4096, (soft - 128) // 2) or soft == resource.RLIM_INFINITY
+
+
+def test_one_address_holds_at_most_its_share_and_others_keep_theirs(server):
+    assert server.status()["budget"] == {"total": 40, "per_address": 10}
+    others = [connect(server, "127.0.0.2") for _ in range(8)]
+    flood = [connect(server, "127.0.0.3") for _ in range(30)]
+    settle(server, 18)
+    assert server.status()["waiting"] == 18  # 8 + that address's 10
+    assert all(closed(sock) for sock in flood[:20]) and not any(closed(sock) for sock in flood[20:21])
+    assert not any(closed(sock) for sock in others[:1])
+    assert all(answered(sock) for sock in others)  # the other address lost none
+    assert server.status()["dropped"]["address_budget"] == 20
+    for sock in others + flood:
+        sock.close()
+
+
+def test_past_the_total_the_least_recently_active_goes_first(server):
+    socks = [connect(server, f"127.0.0.{10 + n // 8}") for n in range(40)]  # five addresses, 8 each
+    settle(server, 40)
+    socks[0].sendall(b"POST /x HTTP/1.1\r\n")  # the oldest shows life: now the last to go
+    time.sleep(0.2)
+    newest = connect(server, "127.0.1.1")
+    settle(server, 40)
+    assert closed(socks[1]) and not closed(socks[2])
+    socks[0].sendall(b"Host: x\r\nContent-Length: 0\r\n\r\n")
+    assert socks[0].recv(4096).startswith(b"HTTP/1.1 200")
+    assert answered(newest)
+    assert server.status()["dropped"]["budget"] == 1
+    for sock in [*socks, newest]:
+        sock.close()
+
+
+def test_out_of_descriptors_an_idle_connection_gives_way_to_the_newest(server):
+    """The limit drops under the server while it holds idle connections (their budget was made
+    for the old limit): a new connection is accepted in place of the oldest idle one, not refused."""
+    idle = [connect(server, "127.0.0.2") for _ in range(6)] + [connect(server, "127.0.0.3") for _ in range(6)]
+    settle(server, 12)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    top = max(int(fd) for fd in os.listdir("/proc/self/fd"))
+    fillers = []  # every free number below the top taken: the next descriptor is top + 1
+    while not fillers or fillers[-1] < top:
+        fillers.append(os.open(os.devnull, os.O_RDONLY))
+    os.close(fillers.pop())
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(fillers + [top]) + 2, hard))  # one left: the client's
+    try:
+        honest = connect(server, "127.0.0.4")
+        assert answered(honest)
+        dropped = server.status()["dropped"]
+        assert dropped["out_of_descriptors"] >= 1 and dropped["refused"] == 0, dropped
+        assert closed(idle[0])  # the oldest idle one
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        for fd in fillers:
+            os.close(fd)
+    for sock in [*idle, honest]:
+        sock.close()
