@@ -145,6 +145,20 @@ DECLARED = (
         "eb990e4, 2026-12-03",
         "container deaths, OOMs and unhealthy states carry their GPUs and `suspected` (hardware or application)",
     ),
+    Capability(
+        "node.conditions",
+        "0.1.0",
+        "f486680, 2026-12-03",
+        "reports node conditions (the inventory's `conditions`, `node.condition_changed` events): read-only file"
+        " systems, InfiniBand ports, data links, the clock, NVIDIA's persistence daemon",
+    ),
+    Capability(
+        "node.placement",
+        "0.1.0",
+        "f486680, 2026-12-03",
+        "sends the operator's labels and its topology (NUMA, PCIe switches, InfiniBand subnets and GUIDs, NVLink"
+        " cliques, GPUDirect pairs) at enrollment and in the inventory",
+    ),
 )
 
 CAPABILITIES = FIRST_RELEASE_CAPABILITIES + tuple(c.name for c in DECLARED)
