@@ -1,5 +1,5 @@
 """GPU health read cost: CPU per round of 8 GPUs with the health read vs the plain read;
-the kernel Xid reader's idle CPU (its journalctl and thread, over --idle-s seconds).
+the kernel line source's idle CPU (its journalctl and thread, over --idle-s seconds).
 
     python3 bench/gpu_health_bench.py [--gpus 8] [--rounds 200] [--idle-s 10] [--json OUT.json]
 
@@ -23,9 +23,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.output import emit
 from faden_agent.workers.inventory.gpu.health import HealthReader
-from faden_agent.workers.inventory.gpu.kernel_xids import KernelXidReader, this_boot
+from faden_agent.workers.inventory.gpu.holds import read_boot_id
+from faden_agent.workers.inventory.gpu.kernel_xids import KernelXids
 from faden_agent.workers.inventory.gpu.probe import GpuProbe
 from faden_agent.workers.inventory.gpu.xids import XidLog
+from faden_agent.workers.inventory.kernel.lines import KernelLines
 from tests.nvml.state import GpuState, load_in_process
 from tests.support.journalfiles import JournalWriter
 
@@ -33,7 +35,7 @@ from tests.support.journalfiles import JournalWriter
 class PlainReader(HealthReader):
     """The inventory read as it was before health: no health call at all."""
 
-    def read(self, nvml: Any, handle: Any, uuid: str, optional: Any) -> dict[str, Any]:
+    def read(self, nvml: Any, handle: Any, uuid: str, optional: Any, temperature: int | None = None) -> dict[str, Any]:
         return {"verdict": "ok", "reasons": []}
 
 
@@ -126,12 +128,12 @@ def own_cpu_s() -> float:
 
 
 def kernel_log_idle(idle_s: float) -> dict[str, Any]:
-    """The kernel Xid reader following a real journal file (systemd-journal-remote) that
+    """The kernel line source following a real journal file (systemd-journal-remote) that
     holds 1000 kernel lines, then idle: CPU of its journalctl and of this process (whose
     main thread only sleeps) per second, against this process sleeping without it."""
     with tempfile.TemporaryDirectory() as tmp:
         journal = JournalWriter(Path(tmp) / "journal")
-        journal.boot_id = this_boot() or journal.boot_id
+        journal.boot_id = read_boot_id() or journal.boot_id
         journal.append(
             [journal.entry(f"usb 1-{n}: new device", 6, _TRANSPORT="kernel") for n in range(999)]
             + [journal.entry("NVRM: Xid (PCI:0000:17:00): 13, pid=1, Graphics Exception", 3, _TRANSPORT="kernel")]
@@ -139,22 +141,23 @@ def kernel_log_idle(idle_s: float) -> dict[str, Any]:
         before = own_cpu_s()
         time.sleep(idle_s)
         baseline = own_cpu_s() - before
-        stop = threading.Event()
-        reader = KernelXidReader(XidLog(), lambda key: "GPU-a", lambda: None, stop, journal_directory=journal.directory)
-        thread = threading.Thread(target=reader.run, daemon=True)
+        source = KernelLines(threading.Event(), journal.boot_id, journal_directory=journal.directory)
+        reader = KernelXids(XidLog(), lambda key: "GPU-a", lambda: None)
+        source.add(reader)
+        thread = threading.Thread(target=source.run, daemon=True)
         started = time.monotonic()
         thread.start()
         while reader.read < 1 and time.monotonic() - started < 30:  # the backlog is read
             time.sleep(0.05)
         catch_up_s = time.monotonic() - started
         time.sleep(1.0)  # settled
-        proc = reader.proc
+        proc = source._proc  # noqa: SLF001 - the bench measures the journalctl the source runs
         assert proc is not None
         journalctl_before, own_before = process_cpu_s(proc.pid), own_cpu_s()
         time.sleep(idle_s)
         journalctl_cpu = process_cpu_s(proc.pid) - journalctl_before
         own_cpu = own_cpu_s() - own_before
-        reader.stop()
+        source.stop()
         thread.join(5)
     return {
         "kernel_log_catch_up_s_1000_lines": round(catch_up_s, 3),

@@ -89,6 +89,7 @@ def _gpu_state(device: dict[str, Any]) -> dict[str, Any]:
         "power_limit_mw": _milli(device.get("power_limit_w")),
         "power_mw": _milli(usage.get("power_draw_w")),
         "temperature": usage.get("temperature_c"),
+        "temp_threshold": health.get("temperature_limits"),
         "util_gpu": usage.get("utilization_gpu"),
         "util_memory": usage.get("utilization_memory"),
         "persistence": _int(health.get("persistence_mode")),
@@ -97,6 +98,7 @@ def _gpu_state(device: dict[str, Any]) -> dict[str, Any]:
     if device.get("mig") is not None:
         gpu["mig_current"], gpu["mig_pending"] = int(device["mig"]["enabled"]), int(device["mig"]["pending"])
     ecc, errors, hu = device.get("ecc"), health.get("ecc_errors") or {}, health.get("usage") or {}
+    gpu["memory_temperature"] = hu.get("memory_temperature_c")
     if ecc is not None:
         gpu["ecc_mode"] = int(ecc["enabled"])
     gpu["ecc"] = {

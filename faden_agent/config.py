@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar, dataclass_transform
 from urllib.parse import urlsplit
 
+from faden_agent.common.durations import MAX_DURATION_S, BadDuration, parse_duration
 from faden_agent.common.redact import redact_text, redact_url
 
 PREFIX = "FADEN_NODE_AGENT_"
@@ -34,10 +35,17 @@ def _positive_float(raw: str) -> float:
     try:
         value = float(raw)
     except ValueError:
-        raise ValueError("a positive number of seconds") from None
+        raise ValueError("a positive number") from None
     if not value > 0 or value != value or value == float("inf"):
-        raise ValueError("a positive number of seconds")
+        raise ValueError("a positive number")
     return value
+
+
+def _seconds(raw: str) -> float:
+    try:
+        return parse_duration(raw, "seconds")
+    except BadDuration:
+        raise ValueError(f"a positive number of seconds, at most {MAX_DURATION_S:.0f} (e.g. 90, 90s, 5m)") from None
 
 
 def _positive_int(raw: str) -> int:
@@ -428,59 +436,82 @@ class Config:
         "IPC sockets, mode 0700",
         default_words="`/run/faden-agent` as root, else `$XDG_RUNTIME_DIR/faden-agent` or `/tmp/faden-agent-UID`",
     )
-    heartbeat_interval_sec: float = setting("15", _positive_float, "Heartbeat interval")
+    heartbeat_interval_sec: float = setting("15", _seconds, "Heartbeat interval")
     heartbeat_full_sec: float = setting(
         "300",
-        _positive_float,
+        _seconds,
         "Longest time between heartbeats carrying the full detail (worker table, version); between them beats"
         " carry it only when it changed",
     )
-    inventory_interval_sec: float = setting("60", _positive_float, "Inventory interval")
+    inventory_interval_sec: float = setting("60", _seconds, "Inventory interval")
     inventory_usage_sec: float = setting(
         "300",
-        _positive_float,
+        _seconds,
         "Gauge age: a gauge (load, memory, utilization, power, ...) that moved less than its threshold is sent"
         " again once its last value is this old (docs/inventory.md, Gauges); a change goes at the next interval",
     )
     inventory_probe_timeout_sec: float = setting(
         "10",
-        _positive_float,
+        _seconds,
         "Bound on each inventory probe (host, disks, network, Docker, GPU); a slower one is reported as overrun",
     )
     gpu_throttle_sec: float = setting(
         "60",
-        _positive_float,
+        _seconds,
         "How long a hardware slowdown, thermal or power-brake clock event may last before the GPU is degraded",
     )
     gpu_rising_sec: float = setting(
         "600",
-        _positive_float,
+        _seconds,
         "How long a rise of a GPU error counter (uncorrected ECC, NVLink, PCIe replay) keeps the GPU degraded",
     )
     gpu_xid_hold_sec: float = setting(
-        "3600", _positive_float, "How long an Xid error counts towards its GPU's verdict after it happened"
+        "3600",
+        _seconds,
+        "Longest an Xid whose catalogue action is neither a reset nor a reboot counts towards its GPU's verdict;"
+        " reset- and reboot-class Xids count until that remedy is seen, whatever this says"
+        " ([docs/inventory.md](docs/inventory.md#holds))",
+    )
+    boot_id_file: Path = setting(
+        "/proc/sys/kernel/random/boot_id",
+        _path,
+        "The kernel's boot id: a new one is a reboot, which ends the hold of a reboot-class Xid; tests point it at"
+        " a file",
+    )
+    kmsg_path: Path = setting(
+        "/dev/kmsg",
+        _path,
+        "The kernel's log where the host has no journal this agent can read"
+        " ([docs/inventory.md](docs/inventory.md#kernel-lines)); tests point it at a file or FIFO",
+    )
+    systemctl: str = setting(
+        "systemctl",
+        _text,
+        "The systemctl asked for the fabric manager's unit (`nvidia-fabricmanager`) on NVSwitch machines;"
+        " tests point it at a stand-in",
     )
     workload_scrape_sec: float = setting(
         "15",
-        _positive_float,
+        _seconds,
         "How often the metrics port of each managed container whose spec names one (`metrics_port`) is scraped,"
         " one container at a time ([docs/commands.md](docs/commands.md#forward-progress-of-serving-containers))",
     )
     workload_stall_sec: float = setting(
         "120",
-        _positive_float,
+        _seconds,
         "A serving container with requests running or waiting whose token counter has not moved this long is"
         " reported `workload.stalled` (idle is no stall)",
     )
     workload_fault_window_sec: float = setting(
         "300",
-        _positive_float,
-        "A container death, OOM or unhealthy event is `suspected: hardware` when one of its GPUs had an Xid"
-        " this long before it, else `application` ([docs/commands.md](docs/commands.md#events))",
+        _seconds,
+        "A container death, OOM or unhealthy event is `suspected: hardware` when one of the GPUs it used had a"
+        " GPU-fault Xid or turned failed this long before it (or in the few seconds after), else `application`"
+        " ([docs/commands.md](docs/commands.md#events))",
     )
     traffic_interval_sec: float = setting(
         "10",
-        _positive_float,
+        _seconds,
         "How often traffic to peer machines, NICs and RDMA ports is sampled; a record is sent only when it changed",
     )
     sysfs_root: Path = setting(
@@ -517,12 +548,12 @@ class Config:
     )
     ib_rising_sec: float = setting(
         "600",
-        _positive_float,
+        _seconds,
         "How long a rise of an InfiniBand port's link-down or error counter keeps `infiniband_errors_rising`",
     )
     clock_max_error_sec: float = setting(
         "16",
-        _positive_float,
+        _seconds,
         "The kernel's clock counts as synchronised while its maximum error is below this (timedatectl's rule:"
         " 16 s); above it the `clock_unsynchronised` condition",
     )
@@ -532,11 +563,11 @@ class Config:
         "Read the kernel's clock status from this file (`adjtimex --print`'s `name: value` lines) instead of"
         " adjtimex(2); tests point it at a file they write",
     )
-    reconnect_min_sec: float = setting("2", _positive_float, "Smallest reconnect delay")
-    reconnect_max_sec: float = setting("30", _positive_float, "Largest reconnect delay")
-    request_timeout_sec: float = setting("20", _positive_float, "Bound on every backend request")
+    reconnect_min_sec: float = setting("2", _seconds, "Smallest reconnect delay")
+    reconnect_max_sec: float = setting("30", _seconds, "Largest reconnect delay")
+    request_timeout_sec: float = setting("20", _seconds, "Bound on every backend request")
     stream_keepalive_sec: float = setting(
-        "15", _positive_float, "Keepalive interval asked of the backend's stream; 3 silent intervals mean a dead stream"
+        "15", _seconds, "Keepalive interval asked of the backend's stream; 3 silent intervals mean a dead stream"
     )
     verify_tls: bool = setting(
         "true",
@@ -552,7 +583,7 @@ class Config:
     )
     loki_url: str | None = setting(None, _optional_url, "Loki base URL; unset: ask the backend where to push")
     log_batch_size: int = setting("1000", _positive_int, "Most lines in one Loki push (and about 1 MiB)")
-    log_flush_interval_sec: float = setting("5", _positive_float, "Longest wait before a partial batch is pushed")
+    log_flush_interval_sec: float = setting("5", _seconds, "Longest wait before a partial batch is pushed")
     log_multiline: bool = setting(
         "true",
         _bool,
@@ -561,7 +592,7 @@ class Config:
         " ([docs/logs.md](docs/logs.md#multiline-and-level)); `false`: one entry a line",
     )
     log_multiline_wait_sec: float = setting(
-        "1", _positive_float, "How long a joined entry waits for a further continuation line after its last one"
+        "1", _seconds, "How long a joined entry waits for a further continuation line after its last one"
     )
     log_nice: int = setting(
         "10",
@@ -597,7 +628,7 @@ class Config:
     )
     ray_log_retention_sec: float = setting(
         "3600",
-        _positive_float,
+        _seconds,
         "The Ray logs of a removed container are deleted once shipped (after a minute without the container);"
         " after this long they are deleted anyway and their unshipped lines reported as `logs.lines_lost`"
         " (`unshipped_at_retention`) ([docs/logs.md](docs/logs.md#ray-log-retention))",
@@ -627,7 +658,7 @@ class Config:
         None, _optional_text, "Docker engine address", default_words="`DOCKER_HOST`, else the local socket"
     )
     docker_timeout_sec: float = setting(
-        "60", _positive_float, "Bound on each Docker engine call; a hung engine fails commands with `timeout` after it"
+        "60", _seconds, "Bound on each Docker engine call; a hung engine fails commands with `timeout` after it"
     )
     max_concurrent_pulls: int = setting("3", _positive_int, "Most image pulls at once")
     pull_space_factor: float = setting(
@@ -659,27 +690,27 @@ class Config:
     )
     worker_liveness_sec: float = setting(
         "3",
-        _positive_float,
+        _seconds,
         "How often each worker tells the supervisor it is alive (a few times per `WORKER_HANG_TIMEOUT_SEC`; each"
         " message wakes the supervisor)",
         old_fields=("worker_heartbeat_sec",),
     )
     worker_hang_timeout_sec: float = setting(
-        "10", _positive_float, "A worker silent this long is dumped, killed and restarted"
+        "10", _seconds, "A worker silent this long is dumped, killed and restarted"
     )
     restart_backoff_min_sec: float = setting(
         "0.2",
-        _positive_float,
+        _seconds,
         "Restart delay after a second failure of a worker within the restart window (+-20 % jitter, doubling per"
         " further exit); a first failure restarts at once",
     )
-    restart_backoff_max_sec: float = setting("30", _positive_float, "Largest restart delay")
+    restart_backoff_max_sec: float = setting("30", _seconds, "Largest restart delay")
     restart_max: int = setting("5", _positive_int, "Restarts allowed within the window before a worker goes FATAL")
-    restart_window_sec: float = setting("60", _positive_float, "Window of the restart-intensity limit")
+    restart_window_sec: float = setting("60", _seconds, "Window of the restart-intensity limit")
     fatal_retry_sec: float = setting(
-        "300", _positive_float, "Pause before a FATAL worker is tried again (never given up for good)"
+        "300", _seconds, "Pause before a FATAL worker is tried again (never given up for good)"
     )
-    stop_timeout_sec: float = setting("10", _positive_float, "Orderly-stop bound before stragglers are killed")
+    stop_timeout_sec: float = setting("10", _seconds, "Orderly-stop bound before stragglers are killed")
     prefork: bool = setting(
         "on",
         _bool,

@@ -52,9 +52,14 @@ class Maintenance(BackendUnavailable):
 
 
 class CredentialRejected(BackendError):
-    def __init__(self, message: str, status: int):
+    def __init__(self, message: str, status: int, detail: str = ""):
         super().__init__(message)
-        self.status = status
+        self.status, self.detail = status, detail
+
+    @property
+    def shared_identity(self) -> bool:
+        """The backend saw two machines use this node's credential (docs/protocol.md)."""
+        return self.detail.startswith("shared_identity")
 
 
 class TokenRefused(BackendError):
@@ -187,6 +192,7 @@ class BackendClient:
                 f"{where}: the backend rejected this node's credential ({detail or 'no detail'}); "
                 "the machine was removed or its credential revoked: enroll it again with a new token",
                 status,
+                detail,
             )
         if status in (408, 429) or status >= 500:
             raise BackendUnavailable(

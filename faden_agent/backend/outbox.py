@@ -1,12 +1,14 @@
 """The outbox: the durable queue of reports; records that must reach the backend survive any crash.
-
 Producers put records into one SQLite file (WAL); the stream worker's Uplink sends and acks
-them. A record is on disk before put returns; every id is unique so a resend dedups. Its meta
-table is the cursor store (CURSOR_KEYS).
-"""
+them. A record is on disk before put returns; every id is unique so a resend dedups; a row that
+cannot be read back is set aside (bytes kept, bounded) with an event, never returned. Its meta
+table is the cursor store (CURSOR_KEYS)."""
 
 from __future__ import annotations
 
+import hashlib
+import logging
+import math
 import threading
 import time
 import uuid
@@ -20,6 +22,8 @@ from faden_agent import protocol
 from faden_agent.disk.diskfull import writes_file
 from faden_agent.disk.files import quarantine_record_id
 from faden_agent.disk.sqlitefile import open_private_sqlite
+
+log = logging.getLogger(__name__)
 
 OUTBOX_FILE = "outbox.sqlite"
 # A bound so a backend gone for weeks cannot fill the disk: the oldest records beyond it
@@ -42,7 +46,19 @@ CREATE TABLE IF NOT EXISTS meta (
     key TEXT PRIMARY KEY,
     value TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS set_aside (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    at REAL NOT NULL,
+    source TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    body BLOB NOT NULL
+);
 """
+# Rows that could not be read back, kept for a post-mortem: the newest SET_ASIDE_ROWS, each's
+# first SET_ASIDE_BYTES (its full size is kept beside).
+SET_ASIDE_ROWS = 100
+SET_ASIDE_BYTES = 64 << 10
 # The meta table is the agent's cursor store: how far each reader got, kept in the file that
 # holds the records it produced (get_meta / set_meta). Every key, with its owner:
 CURSOR_KEYS = {
@@ -60,6 +76,29 @@ def new_record_id() -> str:
 def make_record(kind: str, data: dict[str, Any], record_id: str | None = None) -> dict[str, Any]:
     """One uplink record as it travels: {"id", "kind", "ts", "data"}."""
     return {"id": record_id or new_record_id(), "kind": kind, "ts": time.time(), "data": data}
+
+
+def read_record(body: object, row_id: object, row_kind: object) -> dict[str, Any] | str:
+    """The record a stored row holds, or why it is unreadable (one line): a JSON object with
+    `id` and `kind` equal to the row's own (an ack deletes by id), a finite `ts`, a `data` object."""
+    if not isinstance(body, (bytes, str)):
+        return f"the body is {type(body).__name__}, not text"
+    try:
+        record = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        return f"not JSON ({str(exc)[:120]})"
+    if not isinstance(record, dict):
+        return f"a JSON {type(record).__name__}, not an object"
+    if not isinstance(record.get("id"), str) or record["id"] != row_id:
+        return "its id is missing or differs from the row's"
+    if not isinstance(record.get("kind"), str) or record["kind"] != row_kind:
+        return "its kind is missing or differs from the row's"
+    ts = record.get("ts")
+    if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts):
+        return "its ts is not a finite number"
+    if not isinstance(record.get("data"), dict):
+        return "its data is not an object"
+    return record
 
 
 class Outbox:
@@ -94,12 +133,63 @@ class Outbox:
         return record
 
     def pending(self, limit: int) -> list[dict[str, Any]]:
-        """Oldest durable records first, then the latest-value ones."""
+        """Oldest durable records first, then the latest-value ones; an unreadable row is set
+        aside and reported by an event, which a later call returns."""
         with self._lock:
-            rows = self._db.execute("SELECT body FROM outbox ORDER BY seq LIMIT ?", (limit,)).fetchall()
-            if len(rows) < limit:
-                rows += self._db.execute("SELECT body FROM latest LIMIT ?", (limit - len(rows),)).fetchall()
-        return [orjson.loads(body) for (body,) in rows]
+            found = self._db.execute(
+                "SELECT 'outbox', rowid, id, kind, body FROM outbox ORDER BY seq LIMIT ?", (limit,)
+            ).fetchall()
+            if len(found) < limit:
+                found += self._db.execute(
+                    "SELECT 'latest', rowid, id, kind, body FROM latest LIMIT ?", (limit - len(found),)
+                ).fetchall()
+        records = []
+        for table, rowid, row_id, kind, body in found:
+            record = read_record(body, row_id, kind)
+            if isinstance(record, str):
+                self.set_aside(table, rowid, body, record)
+            else:
+                records.append(record)
+        return records
+
+    def set_aside(self, table: str, rowid: int, body: object, reason: str) -> None:
+        """Move one unreadable row of `table` into set_aside (the newest SET_ASIDE_ROWS are
+        kept) and put the event that reports it."""
+        raw = body if isinstance(body, bytes) else str(body).encode("utf-8", "replace")
+        kept = self._move_aside(table, rowid, raw, reason)
+        log.error("outbox: a stored %s row could not be read (%s); kept as set_aside row %d", table, reason, kept)
+        self.put(
+            protocol.EVENT,
+            {
+                "type": "agent.record_set_aside",
+                "table": table,
+                "set_aside_row": kept,
+                "reason": reason,
+                "bytes": len(raw),
+                "message": f"an outbox {table} row of {len(raw)} bytes could not be read ({reason}); set aside",
+            },
+            record_id=f"ev:set-aside:{hashlib.sha256(raw).hexdigest()[:32]}",
+        )
+
+    @writes_file
+    def _move_aside(self, table: str, rowid: int, raw: bytes, reason: str) -> int:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.execute(
+                    "INSERT INTO set_aside (at, source, reason, size, body) VALUES (?, ?, ?, ?, ?)",
+                    (time.time(), table, reason, len(raw), raw[:SET_ASIDE_BYTES]),
+                )
+                (kept,) = self._db.execute("SELECT last_insert_rowid()").fetchone()
+                self._db.execute("DELETE FROM set_aside WHERE seq <= ?", (kept - SET_ASIDE_ROWS,))
+                table = "outbox" if table == "outbox" else "latest"
+                self._db.execute(f"DELETE FROM {table} WHERE rowid = ?", (rowid,))  # noqa: S608 - one of two names
+                self._db.execute("COMMIT")
+            except BaseException:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
+        return int(kept)
 
     def ack(self, ids: Iterable[str]) -> None:
         self._delete([(i,) for i in ids])  # a list: a retried write must see the same ids
@@ -135,10 +225,11 @@ class Outbox:
         if not self._lock.acquire(timeout=wait_s):
             return None
         try:
-            row = self._db.execute("SELECT body FROM outbox ORDER BY seq LIMIT 1").fetchone()
+            row = self._db.execute("SELECT body, id, kind FROM outbox ORDER BY seq LIMIT 1").fetchone()
         finally:
             self._lock.release()
-        return orjson.loads(row[0]).get("ts") if row else None
+        record = read_record(*row) if row else None
+        return record["ts"] if isinstance(record, dict) else None  # an unreadable one: pending() sets it aside
 
     def trim(self, max_records: int = MAX_RECORDS) -> int:
         """Drop the oldest durable records beyond the bound; returns how many were dropped."""
@@ -151,10 +242,10 @@ class Outbox:
         return excess
 
     def get_meta(self, key: str, default: str | None = None) -> str | None:
-        """A cursor (CURSOR_KEYS names each)."""
+        """A cursor (CURSOR_KEYS names each); a value that is not text reads as absent."""
         with self._lock:
             row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-        return row[0] if row else default
+        return row[0] if row and isinstance(row[0], str) else default
 
     def set_meta(self, key: str, value: str) -> None:
         self._write("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))

@@ -266,19 +266,20 @@ def up(
         fail(str(exc))
 
 
-def _host_request(action: str, deadline: str | None, wait: str | None) -> None:
+def _host_request(action: str, deadline: str | None, wait: str | None, **fields: str) -> None:
     from faden_agent.cli import hostrequest as hr
 
     config = load_installed()
+    from faden_agent.common.durations import BadDuration
+
     try:
-        deadline_s = hr.parse_duration(deadline) if deadline is not None else None
-        wait_s = hr.parse_duration(wait) if wait is not None else hr.default_wait(action, deadline_s)
-    except hr.BadDuration as exc:
+        deadline_s, wait_s = hr.durations_asked(action, deadline, wait)
+    except BadDuration as exc:
         fail(str(exc), 2)
-    if not config.state_path.exists():
-        fail(f"this machine is not enrolled ({config.state_path} does not exist): nothing to ask", hr.EXIT_NOT_ENROLLED)
+    if (problem := hr.state_problem(config)) is not None:
+        fail(*problem)
     try:
-        request_id = hr.send_request(config, action, deadline_s, wait_s)
+        request_id = hr.send_request(config, action, deadline_s, wait_s, **fields)
     except hr.RequestNotQueued as exc:
         fail(f"{action}: {exc}")
     typer.echo(f"{action}: asked the backend (request {request_id})")
@@ -327,6 +328,23 @@ def drain(
 def uncordon(wait: str | None = typer.Option(None, "--wait", help=WAIT_HELP)) -> None:
     """Ask the backend to make this machine schedulable again. Exit codes as `cordon`."""
     _host_request("uncordon", None, wait)
+
+
+gpu_app = typer.Typer(help="The machine's GPUs, through the backend (docs/commands.md, gpu.forget).")
+app.add_typer(gpu_app, name="gpu")
+
+
+@gpu_app.command("forget")
+def gpu_forget(
+    uuid: str = typer.Argument(..., help="The uuid of the GPU removed for good (GPU-...), as `missing` lists it."),
+    wait: str | None = typer.Option(None, "--wait", help=WAIT_HELP),
+) -> None:
+    """Acknowledge a GPU removed from this machine for good: it is no longer reported missing
+    (the node's verdict no longer failed for it) and its evidence is dropped. Refused while the
+    GPU is still there. Exit codes as `cordon`."""
+    if not uuid.startswith("GPU-") or len(uuid) > 96 or not uuid.isprintable():
+        fail(f"{uuid[:60]!r} is no GPU uuid (GPU-...): `faden-agent status` or the inventory's gpu.missing name it", 2)
+    _host_request("gpu.forget", None, wait, uuid=uuid)
 
 
 # The reference backend and its admin client (faden_agent/devbackend; typer only at import).

@@ -49,6 +49,18 @@ def is_lost(pynvml: Any, index: int) -> bool:
     return False
 
 
+REENROLL = (
+    f"the machine was removed or its credential revoked: set a new enrollment token ({env_name('enrollment_token')}"
+    " or the token file, or run the console's install line again); the agent re-enrolls as the same agent id,"
+    " keeps its containers and the old state file beside (docs/protocol.md, Re-enrollment)"
+)
+REENROLL_SHARED = (
+    "two machines used this node's credential (a copied disk or image) and both are refused: on the real machine"
+    f" set a new enrollment token ({env_name('enrollment_token')} or the token file, or run the console's install"
+    " line again) and it re-enrolls as the same agent id; on the copy remove the state file before it runs again"
+)
+
+
 @dataclass
 class Check:
     name: str
@@ -262,9 +274,8 @@ class Doctor:
             return Check(
                 "credential",
                 FAIL,
-                f"rejected by the backend (HTTP {exc.status})",
-                "the machine was removed or its credential revoked: run the console's install line again "
-                "after removing the state file",
+                f"rejected by the backend (HTTP {exc.status}: {exc.detail or 'no detail'})",
+                REENROLL_SHARED if exc.shared_identity else REENROLL,
             )
         except BackendError as exc:
             return Check("credential", FAIL, f"not verified: {exc}", "see the backend checks above")

@@ -1,7 +1,8 @@
 """doctor's GPU section: one line per GPU (its verdict and reasons, model, UUID and bus id,
-persistence mode, the fabric manager's state where the GPU has NVSwitches) and one with
-the driver, NVML and CUDA versions; read once through the inventory's own GPU probe, with
-the agent's GPU evidence (Xids, GPUs seen), under a timeout: a hung NVML call is named."""
+persistence mode, fabric state), one with the driver, NVML and CUDA versions, one for the
+kernel log the Xid lines come from (or why none can be read), one for the fabric manager on
+NVSwitch machines; read once through the inventory's own GPU probe and its node reasons, with
+the agent's GPU evidence, under a timeout: a hung NVML call is named."""
 
 from __future__ import annotations
 
@@ -10,8 +11,11 @@ from typing import Any
 from faden_agent.config import Config
 from faden_agent.workers.inventory.gpu import evidence as gpu_evidence
 from faden_agent.workers.inventory.gpu.health import HealthReader
+from faden_agent.workers.inventory.gpu.holds import Holds, read_boot_id
+from faden_agent.workers.inventory.gpu.node_notes import NodeNotes
 from faden_agent.workers.inventory.gpu.probe import GpuProbe
 from faden_agent.workers.inventory.gpu.xids import XidLog
+from faden_agent.workers.inventory.kernel.lines import JOURNALD, kernel_source
 from faden_agent.workers.inventory.probes import OK, OVERRUN, Probe
 
 STATUS_OF = {"ok": "ok", "degraded": "warn", "failed": "fail"}
@@ -20,8 +24,9 @@ ACTIONS = ("reboot needed", "reset needed", "drain")
 
 def gpu_lines(config: Config, timeout_s: float) -> list[tuple[str, str, str, str]]:
     """(name, status, detail, hint) per line; none without NVML or GPUs (the nvml check says so)."""
-    reader = HealthReader(XidLog(hold_s=config.gpu_xid_hold_sec), xid_hold_s=config.gpu_xid_hold_sec)
-    probe = GpuProbe(health=reader)
+    holds = Holds(config.gpu_xid_hold_sec, read_boot_id(config.boot_id_file))
+    reader = HealthReader(XidLog(holds=holds))
+    probe = GpuProbe(health=reader, notes=NodeNotes(config.systemctl, 0.0))
     evidence = gpu_evidence.Evidence(config.state_dir, read_only=True)
     gpu_evidence.restore(evidence, probe, {})
     call = Probe("gpu", probe, timeout_s)
@@ -37,10 +42,28 @@ def gpu_lines(config: Config, timeout_s: float) -> list[tuple[str, str, str, str
     section = result.data
     if not section.get("devices") and not section.get("missing"):
         return []
-    lines = [("gpu driver", "ok", versions(section), "")]
+    lines = [("gpu driver", "ok", versions(section), ""), kernel_line(config)]
     for device in [*section["devices"], *section.get("missing", [])]:
         lines.append(device_line(device))
+    manager = section.get("fabric_manager")
+    if manager:
+        problem = next((r for r in section["health"]["reasons"] if r.startswith("fabric manager")), None)
+        detail = problem or f"{manager['state']}, version {manager['version']} (the driver's)"
+        hint = "systemctl start nvidia-fabricmanager (at the driver's version)" if problem else ""
+        status = "ok" if problem is None else "fail" if manager["active"] is not None else "warn"
+        lines.append(("fabric manager", status, detail, hint))
     return lines
+
+
+def kernel_line(config: Config) -> tuple[str, str, str, str]:
+    """Where the inventory reads the kernel's Xid lines from, or why it cannot."""
+    source, why = kernel_source(config.journal_directory, config.kmsg_path)
+    if source == JOURNALD:
+        return ("kernel log", "ok", "Xid lines from the journal (journald)", "")
+    if source is not None:
+        return ("kernel log", "ok", f"Xid lines from {config.kmsg_path} ({why})", "")
+    hint = "run the agent as root, or give it the host's journal or /dev/kmsg"
+    return ("kernel log", "warn", f"{why}: GPU faults of the kernel log not seen", hint)
 
 
 def versions(section: dict[str, Any]) -> str:
@@ -59,7 +82,7 @@ def device_line(device: dict[str, Any]) -> tuple[str, str, str, str]:
         facts.append(f"persistence {'on' if health['persistence_mode'] else 'off'}")
     fabric = health.get("fabric")
     if fabric:
-        facts.append(f"fabric manager {fabric['state']}" + (f" ({fabric['status']})" if fabric.get("status") else ""))
+        facts.append(f"fabric {fabric['state']}" + (f" ({fabric['status']})" if fabric.get("status") else ""))
     detail = f"{who}: {verdict}"
     if health.get("reasons"):
         detail += f" ({'; '.join(health['reasons'])})"

@@ -1,12 +1,11 @@
-"""`faden-agent cordon|drain|uncordon`: a host request put in the agent's outbox (the stream
-worker sends it over its own link), then the backend's answer awaited: the node.* command it
+"""`faden-agent cordon|drain|uncordon|gpu forget`: a host request put in the agent's outbox (the
+stream worker sends it over its own link), then the backend's answer awaited: the command it
 sends, its progress and outcome as the executor records them (node/drainstate.py).
 Exit codes: EXIT_DONE, EXIT_FAILED (the answer's reason), EXIT_NOT_ENROLLED, EXIT_PENDING.
 """
 
 from __future__ import annotations
 
-import re
 import sqlite3
 import time
 import uuid
@@ -14,7 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 from faden_agent import protocol
+from faden_agent.common.durations import parse_duration
 from faden_agent.config import Config
+from faden_agent.disk.files import PrivateDirError, ensure_private_dir
 from faden_agent.node import drainstate
 from faden_agent.node.linkstatus import read_link_status
 
@@ -26,32 +27,28 @@ POLL_S = 0.2
 ANSWER_SLACK_S = 60.0  # a drain's answer may come this long after its deadline (link, queue, removals)
 QUICK_WAIT_S = 30.0  # cordon and uncordon: how long the CLI waits for the backend by default
 DRAIN_DEADLINE_S = 300.0
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
-
-
-class BadDuration(ValueError):
-    pass
+WAIT_MAX_S = protocol.MAX_DRAIN_DEADLINE_S + ANSWER_SLACK_S  # nobody waits for an answer longer
 
 
 class RequestNotQueued(Exception):
     pass
 
 
-def parse_duration(text: str) -> float:
-    """'90', '90s', '5m', '1.5h', '500ms' -> seconds; BadDuration names the value otherwise."""
-    match = _DURATION.match(text or "")
-    if not match or float(match.group(1)) <= 0:
-        raise BadDuration(f"{protocol.quote(text, 40)} is no duration: use e.g. 90s, 5m or 1h")
-    return float(match.group(1)) * _UNITS[match.group(2)]
+def durations_asked(action: str, deadline: str | None, wait: str | None) -> tuple[float | None, float]:
+    """(the drain's deadline, how long to wait for the answer) from the command line, bounded
+    (durations.parse_duration); BadDuration names the option and the value."""
+    deadline_s = parse_duration(deadline, "--deadline", protocol.MAX_DRAIN_DEADLINE_S) if deadline else None
+    wait_s = parse_duration(wait, "--wait", WAIT_MAX_S) if wait is not None else default_wait(action, deadline_s)
+    return deadline_s, wait_s
 
 
-def send_request(config: Config, action: str, deadline_s: float | None, wait_s: float) -> str:
-    """Put the host request in the outbox (durable; the stream worker is woken); its id."""
+def send_request(config: Config, action: str, deadline_s: float | None, wait_s: float, **fields: str) -> str:
+    """Put the host request (with the action's own `fields`: gpu.forget's uuid) in the outbox
+    (durable; the stream worker is woken); its id."""
     from faden_agent.backend.producer import Reports
 
     request_id = uuid.uuid4().hex
-    data: dict[str, Any] = {"action": action, "request_id": request_id, "requested_at": time.time()}
+    data: dict[str, Any] = {"action": action, "request_id": request_id, "requested_at": time.time(), **fields}
     if deadline_s is not None:
         data["deadline_s"] = deadline_s
     if action != "cordon":  # a drain or uncordon nobody waits for any more must not run later
@@ -110,14 +107,34 @@ def link_problem(config: Config) -> str | None:
 
 
 def outcome_lines(answer: dict[str, Any]) -> tuple[int, list[str]]:
-    """The exit code and the lines that say the backend's answer."""
-    result = answer.get("result") or {}
+    """The exit code and the lines that say the backend's answer (fields of a wrong type shown as absent)."""
     if answer.get("state") != protocol.SUCCEEDED:
         return EXIT_FAILED, [f"failed ({answer.get('reason')}): {answer.get('message')}"]
     lines = [str(answer.get("message"))]
-    for name, outcome in sorted((result.get("containers") or {}).items()):
+    result = answer.get("result")
+    containers = result.get("containers") if isinstance(result, dict) else None
+    for name, outcome in sorted(containers.items() if isinstance(containers, dict) else []):
+        outcome = outcome if isinstance(outcome, dict) else {}
         lines.append(f"  {name}: {outcome.get('how')} (exit code {outcome.get('exit_code')})")
     return EXIT_DONE, lines
+
+
+def state_problem(config: Config) -> tuple[str, int] | None:
+    """Why this user cannot ask from this machine (one line and the exit code), or None: not
+    enrolled, a state directory it cannot read, or one it must not write (ensure_private_dir)."""
+    try:
+        if not config.state_path.exists():
+            return f"not enrolled ({config.state_path} does not exist): nothing to ask", EXIT_NOT_ENROLLED
+        ensure_private_dir(config.state_dir, "state directory")
+    except PrivateDirError as exc:
+        return str(exc), EXIT_FAILED
+    except OSError as exc:
+        return (
+            f"cannot read the agent's state in {config.state_dir} ({exc.strerror or exc}): run this as the agent's"
+            " user (root for the service)",
+            EXIT_FAILED,
+        )
+    return None
 
 
 def default_wait(action: str, deadline_s: float | None) -> float:

@@ -51,7 +51,7 @@ def stream(req: Request) -> int:
         raise HttpError(400, "bad_query", "after must be an integer and keepalive a number") from None
     keepalive = min(max(keepalive, KEEPALIVE_RANGE[0]), KEEPALIVE_RANGE[1])
     try:  # the next credential (docs/protocol.md, Credential rotation): to one stream only
-        rotation = backend.store.credential_for_stream(node_id, req.connection)
+        rotation = backend.store.credential_for_stream(node_id)
     except Contested as exc:
         raise HttpError(401, "shared_identity", str(exc)) from None
     faults = backend.faults
@@ -88,7 +88,11 @@ def stream(req: Request) -> int:
         if node_id in backend.store.inventory_behind:  # the agent's next inventory record is full
             backend.store.inventory_behind.discard(node_id)
             _write_line(req, {"type": "inventory.full"})
-        if faults.drop_generation != generation or faults.maintenance_retry_after is not None:
+        if (
+            faults.drop_generation != generation
+            or faults.maintenance_retry_after is not None
+            or node_id in backend.store.contested  # its next stream is refused, saying why
+        ):
             req.connection.shutdown(2)  # abrupt: like a crashed server or a cut link
             return 200
         if faults.stall_streams:

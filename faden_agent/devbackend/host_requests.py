@@ -1,5 +1,5 @@
-"""The reference backend's answer to a host request (`faden-agent cordon|drain|uncordon` on
-the machine): the node.* command that does it, with an id derived from the request so a
+"""The reference backend's answer to a host request (`faden-agent cordon|drain|uncordon|gpu
+forget` on the machine): the command that does it, with an id derived from the request so a
 re-sent record is answered once; an expired or malformed request gets none.
 """
 
@@ -11,8 +11,6 @@ from typing import Any
 from faden_agent import protocol
 
 log = logging.getLogger("faden_agent.devbackend")
-
-MAX_DRAIN_DEADLINE_S = 86400.0
 
 
 def answer(data: dict[str, Any], now: float) -> tuple[str, dict[str, Any], str] | None:
@@ -26,10 +24,16 @@ def answer(data: dict[str, Any], now: float) -> tuple[str, dict[str, Any], str] 
         log.info("host request %s (%s) came after it expired: not answered", request_id, action)
         return None
     command_id = f"host-{request_id}"
+    if action == "gpu.forget":
+        uuid = data.get("uuid")
+        if not isinstance(uuid, str) or not 0 < len(uuid) <= 96:
+            log.warning("host request %s: gpu.forget without a GPU uuid", request_id)
+            return None
+        return "gpu.forget", {"request_id": request_id, "uuid": uuid}, command_id
     if action == "uncordon":
         return "node.undrain", {"request_id": request_id}, command_id
     spec: dict[str, Any] = {"request_id": request_id, "stop": action == "drain"}
     deadline = data.get("deadline_s")
-    if action == "drain" and isinstance(deadline, (int, float)) and 0 < deadline <= MAX_DRAIN_DEADLINE_S:
+    if action == "drain" and isinstance(deadline, (int, float)) and 0 < deadline <= protocol.MAX_DRAIN_DEADLINE_S:
         spec["deadline_s"] = float(deadline)
     return "node.drain", spec, command_id

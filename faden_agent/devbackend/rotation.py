@@ -1,14 +1,12 @@
-"""Credential rotation a clone cannot win (docs/protocol.md, Credential rotation): a pending
-credential goes to one live stream only; a second machine asking for it, using a withdrawn
-one, or opening a stream with the replaced one contests the node and refuses all its credentials.
+"""Credential rotation a clone cannot win (docs/protocol.md, Credential rotation): each stream
+that asks gets a fresh pending credential, the one given before withdrawn; using a withdrawn one,
+or opening a stream with the replaced one, contests the node and refuses all its credentials.
 The caller (store.py) holds the store's lock and passes its connection.
 """
 
 from __future__ import annotations
 
 import secrets
-import select
-import socket
 import sqlite3
 import time
 
@@ -63,14 +61,3 @@ def contest(db: sqlite3.Connection, node_id: str) -> None:
         "UPDATE nodes SET contested_at = ?, pending_credential_hash = NULL WHERE node_id = ? AND contested_at IS NULL",
         (time.time(), node_id),
     )
-
-
-def still_open(sock: socket.socket) -> bool:
-    """Whether the peer of a stream's socket is still there (no FIN, not closed here); by
-    poll, so a TLS socket (which refuses MSG_PEEK) is judged alike."""
-    fd = sock.fileno()
-    if fd < 0:
-        return False
-    poller = select.poll()
-    poller.register(fd, select.POLLRDHUP)  # POLLHUP and POLLERR are reported anyway
-    return not poller.poll(0)

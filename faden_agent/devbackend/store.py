@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
-import socket
 import sqlite3
 import threading
 import time
@@ -128,7 +127,10 @@ class Store:
         # node id -> the credential a rotation is delivering: memory only (the file keeps hashes);
         # lost with the process, the old credential stays valid and a rotation is asked again.
         self.pending_credentials: dict[str, str] = {}
-        self._delivered_on: dict[str, socket.socket] = {}  # node id -> the one stream it went to
+        self._delivered: set[str] = set()  # node ids whose pending credential went to a stream
+        # contested nodes: their open streams end (api_agent.stream), every request is refused
+        contested = self._db.execute("SELECT node_id FROM nodes WHERE contested_at IS NOT NULL")
+        self.contested = {row[0] for row in contested}
         # nodes whose inventory record did not fit what is held: memory only (a restart
         # forgets it; the node's next changes record does not fit either and asks again).
         self.inventory_behind: set[str] = set()
@@ -260,7 +262,7 @@ class Store:
                         (hashed, row[0]),
                     )
                     self.pending_credentials.pop(row[0], None)
-                    self._delivered_on.pop(row[0], None)
+                    self._delivered.discard(row[0])
             if row is None:
                 contested = rotation.contest_if_retired(self._db, hashed, stream)
                 if contested is None:
@@ -273,27 +275,26 @@ class Store:
                 self._db.execute("UPDATE nodes SET last_seen_at = ? WHERE node_id = ?", (time.time(), row[0]))
         return (row[0], bool(row[1]))
 
-    def credential_for_stream(self, node_id: str, sock: socket.socket) -> str | None:
-        """The pending credential for the stream just opened on sock (None when no rotation
-        is pending). It goes to one stream only: another asking while that one is open is a
-        second machine (rotation.Contested); once that one has ended unused, it is withdrawn
-        and a fresh one goes to this stream."""
+    def credential_for_stream(self, node_id: str) -> str | None:
+        """The pending credential for the stream just opened (None when no rotation is
+        pending). Each stream gets its own: one an earlier stream was given is withdrawn and
+        a fresh one issued, so a machine that lost it in a crash (however its old stream
+        ended) gets another, and of two machines asking one ends up using a withdrawn one."""
         with self._lock:
-            pending = self.pending_credentials.get(node_id)
-            if pending is None:
+            row = self._db.execute(
+                "SELECT pending_credential_hash FROM nodes WHERE node_id = ? AND contested_at IS NULL", (node_id,)
+            ).fetchone()
+            if row is None or row[0] is None:
                 return None
-            first = self._delivered_on.get(node_id)
-            if first is not None and first is not sock:
-                if rotation.still_open(first):
-                    self._contest(node_id)
-                    raise rotation.Contested()
-                rotation.retire(self._db, node_id, secret_hash(pending), "withdrawn")
+            pending = self.pending_credentials.get(node_id)
+            if pending is None or node_id in self._delivered:  # delivered before, or lost with a restart
+                rotation.retire(self._db, node_id, row[0], "withdrawn")
                 pending = rotation.new_credential()
                 self._db.execute(
                     "UPDATE nodes SET pending_credential_hash = ? WHERE node_id = ?", (secret_hash(pending), node_id)
                 )
                 self.pending_credentials[node_id] = pending
-            self._delivered_on[node_id] = sock
+            self._delivered.add(node_id)
             return pending
 
     def _contest(self, node_id: str) -> None:
@@ -301,22 +302,28 @@ class Store:
         if pending is not None:  # its use says why it is refused
             rotation.retire(self._db, node_id, secret_hash(pending), "withdrawn")
         rotation.contest(self._db, node_id)
-        self._delivered_on.pop(node_id, None)
+        self._delivered.discard(node_id)
+        self.contested.add(node_id)
 
     def rotate_credential(self, node_id: str) -> bool:
         """Issue the node's next credential (delivered on its stream); the current one stays
-        valid until the new one is used. False when no such node (or revoked, or contested)."""
+        valid until the new one is used. A rotation already pending is kept (the machine may
+        hold it on disk, unconfirmed). False when no such node (or revoked, or contested)."""
         credential = rotation.new_credential()
         with self._lock:
             cur = self._db.execute(
                 "UPDATE nodes SET pending_credential_hash = ? WHERE node_id = ? AND revoked = 0"
-                " AND contested_at IS NULL",
+                " AND contested_at IS NULL AND pending_credential_hash IS NULL",
                 (secret_hash(credential), node_id),
             )
             if cur.rowcount:
                 self.pending_credentials[node_id] = credential
-                self._delivered_on.pop(node_id, None)
-        return cur.rowcount > 0
+                self._delivered.discard(node_id)
+                return True
+            row = self._db.execute(
+                "SELECT 1 FROM nodes WHERE node_id = ? AND revoked = 0 AND contested_at IS NULL", (node_id,)
+            ).fetchone()
+        return row is not None
 
     def credential_rotating(self, node_id: str) -> bool:
         with self._lock:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 import tempfile
 import time
 from collections.abc import Callable
@@ -83,30 +84,80 @@ def quarantine_record_id(event: dict[str, Any]) -> str:
     return f"ev:quarantine:{Path(event['moved_to']).name}"
 
 
+class Unusable(Exception):
+    """A kept file is not one this agent wrote: its message names the culprit."""
+
+
+def read_kept(path: Path, max_bytes: int, problem: Callable[[Any], str | None]) -> Any:
+    """A JSON file the agent keeps in its state directory, checked by `problem`: None without a
+    file; Unusable (naming why) for a link, a FIFO, a file over `max_bytes`, not JSON or wrong."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise Unusable(f"cannot open it: {exc.strerror or exc}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise Unusable("not a regular file")
+        raw = os.read(fd, max_bytes + 1)
+    except OSError as exc:
+        raise Unusable(f"cannot read it: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    if len(raw) > max_bytes:
+        raise Unusable(f"over {max_bytes} bytes")
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise Unusable(f"not JSON: {str(exc)[:120]}") from None
+    found = problem(data)
+    if found is not None:
+        raise Unusable(found)
+    return data
+
+
 def load_kept(
     path: Path, max_bytes: int, problem: Callable[[Any], str | None], what: str, read_only: bool = False
 ) -> tuple[Any, dict[str, Any] | None]:
-    """A JSON file the agent keeps in its state directory: (its data, None) when `problem`
-    finds nothing wrong with it; (None, the quarantine event) when it was corrupt and is moved
-    aside (left in place, no event, when `read_only`); (None, None) when absent or unreadable."""
+    """read_kept for the file's owner: (its data or None, None); an unusable file is moved aside
+    and (None, the quarantine event) returned (left in place, no event, when `read_only`)."""
     try:
-        with open(path, "rb") as fh:  # our own 0700 state directory
-            raw = fh.read(max_bytes + 1)
-    except FileNotFoundError:
-        return None, None
-    except OSError as exc:
-        log.error("%s %s unreadable (%s); starting without it", what, path, exc)
-        return None, None
-    error, data = None, None
-    try:
-        data = orjson.loads(raw) if len(raw) <= max_bytes else None
-        error = problem(data) if data is not None else f"over {max_bytes} bytes"
-    except orjson.JSONDecodeError as exc:
-        error = str(exc)
-    if error is None:
-        return data, None
-    if read_only:
-        return None, None
-    event = quarantine_event(what, path, quarantine(path), error)
-    log.error("%s", event["message"])
-    return None, event
+        return read_kept(path, max_bytes, problem), None
+    except Unusable as exc:
+        if read_only:
+            return None, None
+        try:
+            moved = quarantine(path)
+        except OSError as failure:
+            log.error("%s %s unusable (%s) and not moved aside: %s", what, path, exc, failure)
+            return None, None
+        event = quarantine_event(what, path, moved, str(exc))
+        log.error("%s", event["message"])
+        return None, event
+
+
+class PrivateDirError(OSError):
+    """A directory the agent keeps its own files in cannot be trusted; str() is the one line."""
+
+
+def ensure_private_dir(path: Path, what: str) -> Path:
+    """Create the directory 0700, or take an existing one only when it is a directory (not a
+    link), owned by this user and writable by nobody else (else someone may have put links in
+    it that make us create or chmod their targets); one others may only enter is made 0700."""
+    path = Path(path)
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = path.lstat()
+    if not stat.S_ISDIR(info.st_mode):
+        raise PrivateDirError(f"{what} {path} is not a directory")
+    if info.st_uid != os.geteuid():
+        raise PrivateDirError(f"{what} {path} is owned by uid {info.st_uid}, not by this user (uid {os.geteuid()})")
+    mode = stat.S_IMODE(info.st_mode)
+    if mode & 0o022:
+        raise PrivateDirError(
+            f"{what} {path} is writable by others (mode {mode:04o}): they may have put links in it;"
+            f" check what it holds, then chmod 700 {path}"
+        )
+    if mode != 0o700:
+        os.chmod(path, 0o700)
+    return path

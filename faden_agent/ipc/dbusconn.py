@@ -1,15 +1,14 @@
-"""A small D-Bus connection over a unix socket: AUTH EXTERNAL, unix fd passing (SCM_RIGHTS),
-method calls with a bounded wait, signals and incoming calls read when the socket is readable
-(its fileno goes into a poller). Every failure is DbusError with one line; received fds are
-owned by the caller of the message that carries them.
-"""
+"""A small D-Bus connection over a unix socket: AUTH EXTERNAL within one deadline, unix fd
+passing (SCM_RIGHTS), method calls with a bounded wait, signals and incoming calls read when the
+socket is readable (its fileno goes into a poller). Every failure is DbusError with one line; a
+malformed message is dropped (counted); fds are kept only on the reply of a call that asked for
+them (its caller owns them), every other received fd is closed at once."""
 
 from __future__ import annotations
 
 import array
 import os
 import socket
-import struct
 import time
 from collections import deque
 from typing import Any
@@ -56,14 +55,20 @@ class Bus:
         self._serial = 0
         self._buf = b""
         self._fds: deque[int] = deque()
+        self._wants_fds: set[int] = set()  # serials of calls whose reply may keep its fds
         self.incoming: deque[Message] = deque()  # signals and calls read while waiting for a reply
+        self.dropped = 0  # malformed messages skipped
         path = socket_address(address)
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-        self.sock.settimeout(timeout_s)
+        deadline = time.monotonic() + timeout_s  # connect, AUTH and Hello together
         try:
+            self.sock.settimeout(timeout_s)
             self.sock.connect(path)
-            self._authenticate()
-            self.unique_name = self.call(BUS_NAME, BUS_PATH, BUS_NAME, "Hello").body[0]
+            self._authenticate(deadline)
+            hello = self.call(BUS_NAME, BUS_PATH, BUS_NAME, "Hello", deadline=deadline)
+            if hello.signature != "s":
+                raise DbusError(f"the bus answered Hello with {hello.signature[:40]!r}, not a name")
+            self.unique_name: str = hello.body[0]
         except OSError as exc:
             self.close()
             raise DbusError(f"cannot talk to the bus at {path.lstrip(chr(0))}: {exc.strerror or exc}") from None
@@ -74,23 +79,32 @@ class Bus:
     def fileno(self) -> int:
         return self.sock.fileno()
 
-    def _authenticate(self) -> None:
+    def _authenticate(self, deadline: float) -> None:
         uid = str(os.geteuid()).encode().hex().encode()
         self.sock.sendall(b"\0AUTH EXTERNAL " + uid + b"\r\n")
-        if not self._line().startswith(b"OK "):
+        if not self._line(deadline).startswith(b"OK "):
             raise DbusError("the bus refused AUTH EXTERNAL")
         self.sock.sendall(b"NEGOTIATE_UNIX_FD\r\n")
-        if self._line() != b"AGREE_UNIX_FD":
+        if self._line(deadline) != b"AGREE_UNIX_FD":
             raise DbusError("the bus does not pass unix fds")
         self.sock.sendall(b"BEGIN\r\n")
 
-    def _line(self) -> bytes:
+    def _line(self, deadline: float) -> bytes:
+        """One AUTH line, before the deadline. The bus says nothing until asked, so a line is
+        all there is to read; anything after it is a broken bus."""
         data = b""
         while not data.endswith(b"\r\n"):
-            chunk = self.sock.recv(1)
-            if not chunk or len(data) > 512:
-                raise DbusError("the bus closed the connection while authenticating")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise BusTimeout(f"the bus did not finish AUTH within {self.timeout_s:g}s")
+            self.sock.settimeout(left)
+            try:
+                chunk = self.sock.recv(512)
+            except TimeoutError:
+                continue
             data += chunk
+            if not chunk or len(data) > 512 or b"\r\n" in data[:-2]:
+                raise DbusError("the bus closed the connection or sent nonsense while authenticating")
         return data[:-2]
 
     def send(self, message: Message) -> int:
@@ -116,23 +130,32 @@ class Bus:
         signature: str = "",
         body: list[Any] | None = None,
         fds: list[int] | None = None,
+        want_fds: bool = False,
+        deadline: float | None = None,
     ) -> Message:
-        """A method call and its reply (within timeout_s); an ERROR reply is DbusError."""
+        """A method call and its reply (within timeout_s, or by `deadline`); an ERROR reply is
+        DbusError. The reply keeps the fds it carries only with want_fds (then the caller's)."""
         fields = {wire.PATH: path, wire.INTERFACE: interface, wire.MEMBER: member, wire.DESTINATION: destination}
         if signature:
             fields[wire.SIGNATURE] = signature
         serial = self.send(Message(wire.METHOD_CALL, fields=fields, body=list(body or []), fds=list(fds or [])))
-        deadline = time.monotonic() + self.timeout_s
-        while True:
-            for message in self._read(deadline):
-                if message.type in (wire.METHOD_RETURN, wire.ERROR) and message.fields.get(wire.REPLY_SERIAL) == serial:
-                    if message.type == wire.ERROR:
-                        close_fds(message)
-                        name = message.fields.get(wire.ERROR_NAME)
-                        text = message.body[0] if message.body and isinstance(message.body[0], str) else ""
-                        raise DbusError(f"{interface}.{member}: {name}: {text}"[:300], name)
-                    return message
-                self.incoming.append(message)
+        if want_fds:
+            self._wants_fds.add(serial)
+        deadline = deadline if deadline is not None else time.monotonic() + self.timeout_s
+        try:
+            while True:
+                for message in self._read(deadline):
+                    answers = message.type in (wire.METHOD_RETURN, wire.ERROR)
+                    if answers and message.fields.get(wire.REPLY_SERIAL) == serial:
+                        if message.type == wire.ERROR:
+                            close_fds(message)
+                            name = message.fields.get(wire.ERROR_NAME)
+                            text = message.body[0] if message.body and isinstance(message.body[0], str) else ""
+                            raise DbusError(f"{interface}.{member}: {name}: {text}"[:300], name)
+                        return message
+                    self.incoming.append(message)
+        finally:
+            self._wants_fds.discard(serial)
 
     def add_match(self, rule: str) -> None:
         self.call(BUS_NAME, BUS_PATH, BUS_NAME, "AddMatch", "s", [rule])
@@ -168,13 +191,15 @@ class Bus:
 
     def _read(self, deadline: float, at_least_one: bool = True) -> list[Message]:
         """Whole messages: waiting until `deadline` for one (DbusError past it), or, with
-        at_least_one False, only what is there now; DbusError when the bus hung up."""
+        at_least_one False, only what is there now (reading on for at most timeout_s while a
+        message is incomplete); DbusError when the bus hung up."""
+        stop_reading_at = time.monotonic() + self.timeout_s
         while True:
             messages = self._parse()
             if messages:
                 return messages
             if not at_least_one:
-                if not self._pending_data():
+                if time.monotonic() >= stop_reading_at or not self._pending_data():
                     return []
                 self._recv(self.timeout_s)  # data waits: it does not block
                 continue
@@ -198,6 +223,8 @@ class Bus:
                 fds = array.array("i")
                 fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
                 self._fds.extend(fds)
+        while len(self._fds) > MAX_FDS:  # more than one message of ours may carry: not asked for
+            os.close(self._fds.pop())
         self._buf += data
 
     def _pending_data(self) -> bool:
@@ -213,20 +240,41 @@ class Bus:
             self.sock.settimeout(self.timeout_s)
 
     def _parse(self) -> list[Message]:
-        try:
-            return self._parse_whole()
-        except (wire.WireError, struct.error, RecursionError) as exc:  # the stream cannot be followed any more
-            raise DbusError(f"a malformed message from the bus: {exc}"[:300]) from None
-
-    def _parse_whole(self) -> list[Message]:
+        """The whole messages in the buffer. A malformed one is dropped with its fds; a header
+        that cannot be framed is DbusError (the stream cannot be followed any more)."""
         messages = []
-        while (size := wire.message_size(self._buf)) is not None and size <= len(self._buf):
-            message = wire.decode(self._buf[:size])
-            self._buf = self._buf[size:]
-            wanted = message.fields.get(wire.UNIX_FDS, 0)
-            message.fds = [self._fds.popleft() for _ in range(min(wanted, len(self._fds)))]
-            messages.append(message)
+        while True:
+            try:
+                size = wire.message_size(self._buf)
+            except wire.WireError as exc:
+                raise DbusError(f"a malformed message from the bus: {exc}"[:300]) from None
+            if size is None or size > len(self._buf):
+                break
+            raw, self._buf = self._buf[:size], self._buf[size:]
+            try:
+                message: Message | None = wire.decode(raw)
+            except wire.WireError:
+                message, self.dropped = None, self.dropped + 1
+            fds = self._take_fds(message)
+            if message is not None:
+                message.fds = fds
+                messages.append(message)
+            else:
+                _close_all(fds)
+        if not self._buf:  # nothing half-read that could still claim them
+            _close_all(self._fds)
+            self._fds.clear()
         return messages
+
+    def _take_fds(self, message: Message | None) -> list[int]:
+        """The fds a message declares (the bus sends them with its first bytes), kept only on
+        the reply to a call that wants them; [] for every other message, its fds closed."""
+        wanted = message.fields.get(wire.UNIX_FDS, 0) if message is not None else len(self._fds)
+        fds = [self._fds.popleft() for _ in range(min(wanted, len(self._fds)))]
+        if message is not None and message.fields.get(wire.REPLY_SERIAL) in self._wants_fds and len(fds) == wanted:
+            return fds
+        _close_all(fds)
+        return []
 
     def close(self) -> None:
         while self._fds:
@@ -235,9 +283,13 @@ class Bus:
 
 
 def close_fds(message: Message) -> None:
-    for fd in message.fds:
+    _close_all(message.fds)
+    message.fds = []
+
+
+def _close_all(fds: Any) -> None:
+    for fd in list(fds):
         try:
             os.close(fd)
         except OSError:
             pass
-    message.fds = []

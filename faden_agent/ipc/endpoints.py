@@ -6,28 +6,15 @@ directory's mode is what keeps other local users from reaching the executor.
 
 from __future__ import annotations
 
-import os
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-
-class RuntimeDirError(RuntimeError):
-    pass
+from faden_agent.disk.files import ensure_private_dir
 
 
 def ensure_runtime_dir(path: Path) -> Path:
-    """Create the directory 0700, or refuse one that others could enter or that we do not own."""
-    path = Path(path)
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    info = path.lstat()
-    if not stat.S_ISDIR(info.st_mode):
-        raise RuntimeDirError(f"runtime directory {path} is not a directory")
-    if info.st_uid != os.geteuid():
-        raise RuntimeDirError(f"runtime directory {path} is owned by uid {info.st_uid}, not by this user")
-    if stat.S_IMODE(info.st_mode) != 0o700:
-        os.chmod(path, 0o700)
-    return path
+    """The runtime directory, checked as every private directory is (disk.files.ensure_private_dir)."""
+    return ensure_private_dir(path, "runtime directory")
 
 
 @dataclass(frozen=True)
@@ -59,6 +46,11 @@ class Endpoints:
         """Log worker REP: the executor asks whether a container's last lines are shipped
         before it removes the container (`drain`)."""
         return self._ipc("logs")
+
+    @property
+    def inventory(self) -> str:
+        """Inventory worker REP: its door (ipc/inventory_door.py), e.g. the executor's gpu.forget."""
+        return self._ipc("inventory")
 
     @property
     def reports_ready(self) -> str:

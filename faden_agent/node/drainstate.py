@@ -41,7 +41,27 @@ def read(state_dir: Path) -> dict[str, Any]:
         return {"state": protocol.SCHEDULABLE}
     if not isinstance(data, dict) or data.get("state") not in protocol.DRAIN_STATES:
         return {"state": protocol.SCHEDULABLE}
-    return data
+    return well_typed(data)
+
+
+_FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "since": (int, float),
+    "command_id": (str,),
+    "request_id": (str,),
+}
+
+
+def well_typed(data: dict[str, Any]) -> dict[str, Any]:
+    """The file's content with each known field of its type (a wrong one is left out): a hand
+    edit or a flipped byte must not break the heartbeat or the CLI that reads it."""
+    out = {k: v for k, v in data.items() if k not in _FIELD_TYPES or (isinstance(v, _FIELD_TYPES[k]) and v is not True)}
+    containers = data.get("containers")
+    out["containers"] = (
+        {k: v for k, v in containers.items() if isinstance(v, str)} if isinstance(containers, dict) else {}
+    )
+    answers = data.get("answers")
+    out["answers"] = {k: v for k, v in answers.items() if isinstance(v, dict)} if isinstance(answers, dict) else {}
+    return out
 
 
 def heartbeat_view(state_dir: Path) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """journalctl's command line as the agent's readers of this node's journal run it: the
-journal directory setting, where to start (after a cursor, else since a time), and
-setpriv's parent-death signal so no journalctl outlives the worker that reads it."""
+journal directory setting, where to start (after a cursor, else since a time, else the first
+entry the filters match), and setpriv's parent-death signal so no journalctl outlives the
+worker that reads it."""
 
 from __future__ import annotations
 
@@ -8,10 +9,13 @@ import shutil
 from pathlib import Path
 
 
-def journalctl_argv(options: list[str], directory: Path | None, cursor: str | None, since: float) -> list[str]:
+def journalctl_argv(options: list[str], directory: Path | None, cursor: str | None, since: float | None) -> list[str]:
     argv = ["journalctl", *options]
     if directory is not None:
         argv.append(f"--directory={directory}")
-    argv.append(f"--after-cursor={cursor}" if cursor else f"--since=@{int(since)}")
+    if cursor:
+        argv.append(f"--after-cursor={cursor}")
+    elif since is not None:
+        argv.append(f"--since=@{int(since)}")
     setpriv = shutil.which("setpriv")
     return [setpriv, "--pdeathsig", "KILL", "--", *argv] if setpriv else argv

@@ -25,7 +25,8 @@ CORDONED = "cordoned"  # nothing new is placed here; what runs stays
 DRAINING = "draining"  # cordoned, and the managed containers are being stopped
 DRAINED = "drained"  # cordoned, and the drain ended
 DRAIN_STATES = (SCHEDULABLE, CORDONED, DRAINING, DRAINED)
-HOST_ACTIONS = ("cordon", "drain", "uncordon")  # what a host request may ask
+HOST_ACTIONS = ("cordon", "drain", "uncordon", "gpu.forget")  # what a host request may ask
+MAX_DRAIN_DEADLINE_S = 86400.0  # the longest drain a host request may ask for
 SHUTTING_DOWN_EVENT = "node.shutting_down"  # the machine is going down (logind PrepareForShutdown)
 
 # Timeline states of a command.
@@ -179,6 +180,10 @@ REASONS = (
     "ticket_expired",
     "policy_denied",  # the host policy refuses what a container.run asks for
     "already_ran",  # an id that ran before its journal row expired: not run again
+    # gpu.* commands, answered through the inventory worker's door
+    "gpu_present",  # gpu.forget of a GPU NVML still counts
+    "inventory_unavailable",  # the inventory worker did not answer
+    "busy",  # what the command needs is held by another call (a GPU probe in a hung NVML call)
 )
 
 # Capabilities this build reports to the backend: declared in capabilities.py.
@@ -187,6 +192,7 @@ TRAFFIC_CAPABILITY = _capabilities.TRAFFIC_CAPABILITY
 PEER_IMAGES_CAPABILITY = _capabilities.PEER_IMAGES_CAPABILITY
 PROBE_CAPABILITY = _capabilities.PROBE_CAPABILITY
 DRAIN_CAPABILITY = _capabilities.DRAIN_CAPABILITY
+GPU_FORGET_CAPABILITY = _capabilities.GPU_FORGET_CAPABILITY
 
 
 def timeline_data(command_id: str, state: str, **fields: object) -> dict[str, object]:

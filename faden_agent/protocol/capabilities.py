@@ -34,6 +34,7 @@ TRAFFIC_CAPABILITY = "traffic.passive"
 PEER_IMAGES_CAPABILITY = "images.peer"
 PROBE_CAPABILITY = "traffic.probe"
 DRAIN_CAPABILITY = "drain"
+GPU_FORGET_CAPABILITY = "gpu.forget"
 
 
 @dataclass(frozen=True)
@@ -144,6 +145,20 @@ DECLARED = (
         "0.1.0",
         "eb990e4, 2026-12-03",
         "container deaths, OOMs and unhealthy states carry their GPUs and `suspected` (hardware or application)",
+    ),
+    Capability(
+        "gpu.catalogue_verdicts",
+        "0.1.0",
+        "30c6ce2, 2026-12-03",
+        "GPU verdicts held until the Xid catalogue's remedy (a reset of that GPU, a reboot), `gpu.replaced` events;"
+        " death causes by the catalogue, on the GPUs the container used, with `rule`, `gpus_from` and `xids`",
+    ),
+    Capability(
+        GPU_FORGET_CAPABILITY,
+        "0.1.0",
+        "30c6ce2, 2026-12-03",
+        "acknowledges a GPU removed for good, also as a host request (`faden-agent gpu forget`): no longer missing",
+        kinds={"gpu.forget": ("uuid", "request_id", "deadline_s")},
     ),
     Capability(
         "node.conditions",

@@ -119,6 +119,15 @@ METRICS: tuple[Metric, ...] = (
         " (the kernel walks every page for it)",
     ),
     Metric("metrics_connections_dropped", "counter", "Connections to this endpoint closed early: too many were open"),
+    Metric("metrics_answers", "counter", "Requests this endpoint answered (any path)"),
+    Metric(
+        "metrics_held_seconds",
+        "counter",
+        "Time this endpoint stopped accepting: its answer budget was spent",
+        doc="Time this endpoint stopped accepting because its budget (`metrics_answer_budget` a second) was spent:"
+        " connections waited in the kernel's queue meanwhile, those beyond it were refused there",
+    ),
+    Metric("metrics_answer_budget", "gauge", "Requests a second this endpoint answers at most, whoever asks"),
     # The stream worker: the backend link and the outbox.
     Metric(
         "link_state",

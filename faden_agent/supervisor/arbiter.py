@@ -19,6 +19,7 @@ import zmq
 from faden_agent import __version__
 from faden_agent.common.proctitle import set_title
 from faden_agent.config import Config
+from faden_agent.disk.files import ensure_private_dir
 from faden_agent.ipc import Channel, Endpoints, EnvelopeError, ensure_runtime_dir
 from faden_agent.ipc.dbusconn import system_bus_address
 from faden_agent.supervisor import lock
@@ -144,6 +145,7 @@ class Supervisor:
     def prepare(self) -> None:
         set_title(f"faden-agent: supervisor {__version__}", "faden-super")
         # Before any socket is bound: a second agent must not unlink the first one's sockets.
+        ensure_private_dir(self.config.state_dir, "state directory")  # before anything is created in it
         self._locks = [lock.acquire(self.config.state_dir, "state directory")]
         ensure_runtime_dir(self.config.runtime_dir)
         if self.config.runtime_dir != self.config.state_dir:
@@ -558,7 +560,7 @@ class Supervisor:
                 }
             )
         server = self.metrics.server
-        endpoint = {"dropped": server.dropped if server else 0}
+        endpoint = server.figures() if server else {}
         return {"supervisor": {"started_at": self.started_at, "metrics": endpoint}, "workers": rows}
 
     def pids(self) -> dict[str, int]:

@@ -11,7 +11,9 @@
  *   hang_ms.<function> (every call of it sleeps), error.<function> (returns that code),
  *   events, event.<n>.gpu / .type / .data (an append-only list of NVML events),
  *   gpu.<i>.<field>: see the functions below; gpu.<i>.lost: every call on it is GPU_IS_LOST;
- *   gpu.<i>.hang_ms.<function>, gpu.<i>.error.<function>. An absent field: NOT_SUPPORTED.
+ *   gpu.<i>.hang_ms.<function>, gpu.<i>.error.<function>; gpu.<i>.fail_all: every call on that
+ *   GPU (getting its handle too) returns that code, as a GPU fallen off the bus answers
+ *   NVML_ERROR_UNKNOWN (999). An absent field: NOT_SUPPORTED.
  *   A lost GPU registered in an event set ends that set's waits with GPU_IS_LOST.
  * The file is stat'ed once per call (a real driver's ioctl), not once per key read.
  */
@@ -288,6 +290,7 @@ static nvmlReturn_t enter(const char *function, int gpu) {
     if (number(key, &value)) return (nvmlReturn_t)value;
     if (gpu >= 0) {
         if (gpu_number((unsigned)gpu, "lost", &value) && value) return NVML_ERROR_GPU_IS_LOST;
+        if (gpu_number((unsigned)gpu, "fail_all", &value) && value) return (nvmlReturn_t)value;
         snprintf(key, sizeof key, "gpu.%d.error.%s", gpu, function);
         if (number(key, &value)) return (nvmlReturn_t)value;
     }
@@ -462,6 +465,19 @@ nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, int sensor, unsigned 
     long long v;
     if (sensor != 0) return NVML_ERROR_INVALID_ARGUMENT;
     if (!gpu_number((unsigned)gpu, "temperature", &v)) return NVML_ERROR_NOT_SUPPORTED;
+    *temp = (unsigned)v;
+    return NVML_SUCCESS;
+}
+
+/* thresholdType 0 shutdown, 1 slowdown, 2 memory maximum: gpu.<i>.temp_threshold.<name> */
+nvmlReturn_t nvmlDeviceGetTemperatureThreshold(nvmlDevice_t device, int thresholdType, unsigned *temp) {
+    static const char *const names[] = {"temp_threshold.shutdown", "temp_threshold.slowdown",
+                                        "temp_threshold.memory_max"};
+    DEVICE_ENTER("nvmlDeviceGetTemperatureThreshold", device)
+    long long v;
+    if (!temp) return NVML_ERROR_INVALID_ARGUMENT;
+    if (thresholdType < 0 || thresholdType > 2) return NVML_ERROR_NOT_SUPPORTED;
+    if (!gpu_number((unsigned)gpu, names[thresholdType], &v)) return NVML_ERROR_NOT_SUPPORTED;
     *temp = (unsigned)v;
     return NVML_SUCCESS;
 }
@@ -725,7 +741,7 @@ static const struct {
 } fields[] = {
     {1, "ecc_mode"}, {3, "ecc.corrected.volatile"}, {4, "ecc.uncorrected.volatile"}, {5, "ecc.corrected.aggregate"},
     {6, "ecc.uncorrected.aggregate"}, {29, "retired.sbe"}, {30, "retired.dbe"}, {31, "retired.pending"},
-    {91, "nvlink.links"}, {94, "pcie.replay"}, {230, "recovery_action"},
+    {82, "memory_temperature"}, {91, "nvlink.links"}, {94, "pcie.replay"}, {230, "recovery_action"},
 };
 /* NVLink totals over every link: field id -> the per-link counter summed */
 static const struct {

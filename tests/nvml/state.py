@@ -1,7 +1,7 @@
 """The C-level GPU for tests: builds tests/nvml/fakenvml.c into a libnvidia-ml.so.1 with the
-machine's compiler and writes the flat JSON state it answers from (replaced by a rename).
-`GpuState` holds the GPUs as nested dicts a test edits, then `write()`s; `env()` is what a
-process needs to load it through the real pynvml (LD_LIBRARY_PATH) and find its state.
+machine's compiler and writes the flat JSON state it answers from (replaced by a rename), and
+the host's fabric manager as the systemctl stand-in beside it reads it. `GpuState` holds both
+as dicts a test edits, then `write()`s; `env()` is what an agent needs to use them.
 """
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ from typing import Any
 import pynvml
 
 SOURCE = Path(__file__).with_name("fakenvml.c")
+SYSTEMCTL = Path(__file__).with_name("systemctl")  # answers `systemctl show nvidia-fabricmanager`
 STATE_VARIABLE = "FADEN_FAKE_NVML_STATE"
+SYSTEMCTL_VARIABLE = "FADEN_FAKE_SYSTEMCTL_STATE"
 GiB = 1024**3
 ALL_XID_EVENTS = (
     pynvml.nvmlEventTypeXidCriticalError | pynvml.nvmlEventTypeDoubleBitEccError | pynvml.nvmlEventTypeSingleBitEccError
@@ -55,6 +57,8 @@ def healthy_gpu(index: int) -> dict[str, Any]:
         "power_limit_mw": 700_000,
         "power_mw": 123_456,
         "temperature": 41,
+        "memory_temperature": 45,
+        "temp_threshold": {"shutdown": 92, "slowdown": 87, "memory_max": 95},
         "util_gpu": 37,
         "util_memory": 12,
         "mig_current": 0,
@@ -105,10 +109,23 @@ class GpuState:
             "nvml_version": "12.550.54.15",
         }
         self.events: list[dict[str, int]] = []
+        # the host's nvidia-fabricmanager unit, as systemctl shows it (LoadState "not-found": none)
+        self.fabric_manager: dict[str, str] = {
+            "LoadState": "loaded",
+            "ActiveState": "active",
+            "SubState": "running",
+            "version": self.top["driver_version"],
+        }
+        self.systemctl_path = directory / "systemctl-state"
         self.write()
 
     def env(self) -> dict[str, str]:
-        return {"LD_LIBRARY_PATH": str(self.library.parent), STATE_VARIABLE: str(self.path)}
+        return {
+            "LD_LIBRARY_PATH": str(self.library.parent),
+            STATE_VARIABLE: str(self.path),
+            "FADEN_NODE_AGENT_SYSTEMCTL": str(SYSTEMCTL),
+            SYSTEMCTL_VARIABLE: str(self.systemctl_path),
+        }
 
     def flat(self) -> dict[str, int | str]:
         state: dict[str, Any] = {**copy.deepcopy(self.top), "count": self.top.get("count", len(self.gpus))}
@@ -121,6 +138,9 @@ class GpuState:
         temporary = self.path.with_suffix(".tmp")
         temporary.write_text(json.dumps(self.flat()))
         os.replace(temporary, self.path)
+        manager = self.systemctl_path.with_suffix(".tmp")
+        manager.write_text("".join(f"{key}={value}\n" for key, value in self.fabric_manager.items()))
+        os.replace(manager, self.systemctl_path)
 
     def load(self, state: dict[str, Any]) -> None:
         """Takes a recorded state (bench/gpu_probe.py --fixture: a real device's values)."""
@@ -134,6 +154,27 @@ class GpuState:
 
     def event(self, gpu: int, event_type: int, data: int = 0) -> None:
         self.events.append({"gpu": gpu, "type": event_type, "data": data})
+        self.write()
+
+    def double_bit_error(self, gpu: int) -> None:
+        """What a real double-bit ECC error shows: the volatile and aggregate uncorrected counts
+        rise, then Xid 48 (NVML's critical Xid event) and the double-bit ECC event."""
+        ecc = self.gpus[gpu]["ecc"]["uncorrected"]
+        ecc["volatile"] += 1
+        ecc["aggregate"] += 1
+        self.events.append({"gpu": gpu, "type": pynvml.nvmlEventTypeXidCriticalError, "data": 48})
+        self.event(gpu, pynvml.nvmlEventTypeDoubleBitEccError)
+
+    def reset(self, gpu: int) -> None:
+        """What NVML shows of the GPU after `nvidia-smi -r`: its volatile ECC counts start
+        again from zero, a pending page retirement or row remap is done, the driver no longer
+        asks for a reset (the aggregate counts stay: they are the board's lifetime)."""
+        state = self.gpus[gpu]
+        for kind in ("corrected", "uncorrected"):
+            state["ecc"][kind]["volatile"] = 0
+        state["retired"]["pending"] = 0
+        state["remap"]["pending"] = 0
+        state["recovery_action"] = 0
         self.write()
 
 

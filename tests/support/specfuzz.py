@@ -57,6 +57,7 @@ VALID = {
     },
     "node.drain": {"containers": ["c1", "c2"], "stop": True, "remove": True, "request_id": "r-1", "deadline_s": 30},
     "node.undrain": {"request_id": "r-1"},
+    "gpu.forget": {"uuid": "GPU-00000001-fake", "request_id": "r-2"},
 }
 assert set(VALID) == set(COMMAND_KINDS)
 # Nested places where one field can go wrong while the rest stays valid.

@@ -1,7 +1,8 @@
 """A private system bus for tests (the real dbus-daemon from Debian's `dbus`, a config of its own
 on a temp socket) and a stand-in logind on it: org.freedesktop.login1's Inhibit (a pipe's write
 end passed over SCM_RIGHTS; the read end tells when every copy is closed), the
-InhibitDelayMaxUSec property, and PrepareForShutdown signals sent on demand."""
+InhibitDelayMaxUSec property, and PrepareForShutdown signals sent on demand. Fixture
+`system_bus` (import it into the test module): (PrivateSystemBus, StandInLogind) started."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 from faden_agent.ipc import dbuswire as wire
 from faden_agent.ipc.dbusconn import Bus, DbusError
@@ -149,3 +152,16 @@ class StandInLogind(threading.Thread):
         self._halt.set()
         self.join(5)
         self.bus.close()
+
+
+DELAY_MAX_S = 5.0  # the stand-in's InhibitDelayMaxSec in the fixture
+
+
+@pytest.fixture
+def system_bus(tmp_path):
+    bus = PrivateSystemBus(tmp_path / "bus").start()
+    logind = StandInLogind(bus.address, DELAY_MAX_S)
+    logind.start()
+    yield bus, logind
+    logind.stop()
+    bus.stop()

@@ -71,7 +71,7 @@ class MetricsEndpoint:
             "addr": server.address if server else self.addr,
             "listening": server is not None,
             "error": self.error,
-            "dropped": server.dropped if server else 0,
+            **(server.figures() if server else {"dropped": 0}),
         }
 
     def next_deadline(self) -> float | None:

@@ -47,8 +47,9 @@ def sections(
     rows = {str(w.get("name")): w for w in table.get("workers", []) if isinstance(w, dict)}
     statuses = source_statuses(rows)
     standing = tuple((name, row.get("state"), row.get("restarts"), row.get("exit_cause")) for name, row in rows.items())
-    dropped = as_dict(as_dict(table.get("supervisor")).get("metrics")).get("dropped")
-    everything = (standing, usage, dropped, *statuses.values())
+    endpoint_figures = as_dict(as_dict(table.get("supervisor")).get("metrics"))
+    served = tuple(endpoint_figures.get(key) for key in ENDPOINT_FIGURES)
+    everything = (standing, usage, served, *statuses.values())
     if reuse is not None and (last := reuse.get("all")) is not None and last[0] == everything:
         return [last[1][0], last[1][1], liveness_ages(rows), *last[1][3:]]  # only the ages move
     made = [
@@ -60,7 +61,7 @@ def sections(
     for source in SOURCES:
         inputs = tuple(statuses[name] for name in (source, *ALSO_READS.get(source, ())))
         made.append(_reused(reuse, source, inputs, partial(from_source, source, statuses)))
-    made.append(_reused(reuse, "endpoint", (dropped,), lambda: endpoint(dropped)))
+    made.append(_reused(reuse, "endpoint", (served,), lambda: endpoint(served)))
     if reuse is not None:
         reuse["all"] = (everything, made)
     return made
@@ -141,10 +142,15 @@ def processes(usage: dict[str, tuple[float, int, int | None]]) -> Iterator[Famil
     yield from (cpu, rss, pss)
 
 
-def endpoint(dropped: Any) -> Iterator[Family]:
-    family = new("metrics_connections_dropped")
-    family.add_metric([], number(dropped) or 0.0)
-    yield family
+ENDPOINT_FIGURES = ("dropped", "answered", "held_s", "budget")  # the table's, in the order of:
+ENDPOINT_FAMILIES = ("metrics_connections_dropped", "metrics_answers", "metrics_held_seconds", "metrics_answer_budget")
+
+
+def endpoint(figures: tuple[Any, ...]) -> Iterator[Family]:
+    for name, value in zip(ENDPOINT_FAMILIES, figures, strict=True):
+        family = new(name)
+        family.add_metric([], number(value) or 0.0)
+        yield family
 
 
 def commands_ended(statuses: dict[str, dict[str, Any]]) -> Family:

@@ -1,8 +1,8 @@
 """A tiny non-blocking HTTP/1.x server turned by its owner's poll loop (the supervisor's).
-Owns one listening socket and at most MAX_CONNECTIONS open ones; nothing blocks: each
-connection has one deadline for its whole life, a head is capped at MAX_HEAD_BYTES, one
-request per connection; a full table closes its oldest connection for the new one.
-"""
+Owns one listening socket and at most MAX_CONNECTIONS open ones; nothing blocks: each connection
+has one deadline for its whole life, a head is capped at MAX_HEAD_BYTES, one request per
+connection; a full table closes its oldest connection. It accepts at most ANSWERS_PER_S a
+second (BURST at once): past that it stops accepting and the rest wait in the kernel's queue."""
 
 from __future__ import annotations
 
@@ -16,6 +16,11 @@ MAX_CONNECTIONS = 32
 MAX_HEAD_BYTES = 8192
 CONNECTION_DEADLINE_S = 5.0
 ACCEPTS_PER_WAKE = 64  # a flood of connections cannot keep the loop in accept()
+# The budget that bounds the endpoint's CPU whoever scrapes: an answer costs the supervisor
+# 0.1-0.5 ms (docs/benchmarks.md, "Metrics under a scrape flood"), so 100 a second stay well
+# under a fifth of a core; Prometheus asks once every 15 s or so.
+ANSWERS_PER_S = 100.0
+BURST = 20
 
 # (method, path, headers) -> (status, content type, body)
 Handler = Callable[[str, str, dict[str, str]], tuple[int, str, bytes]]
@@ -42,6 +47,11 @@ class HttpServer:
         self.watch = watch
         self.connections: dict[int, Connection] = {}
         self.dropped = 0  # connections closed early because the table was full
+        self.answered = 0
+        self.held_s = 0.0  # time accepting was held back because the budget was spent
+        self._tokens, self._refilled = float(BURST), time.monotonic()
+        self._held_since: float | None = None
+        self._resume_at = 0.0
         watch(sock.fileno(), True, False)
 
     @classmethod
@@ -64,12 +74,22 @@ class HttpServer:
         host, port = self.sock.getsockname()[:2]
         return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
+    def figures(self) -> dict[str, float]:
+        """What the endpoint's own families show (families.ENDPOINT_FIGURES)."""
+        held = self.held_s + (time.monotonic() - self._held_since if self._held_since is not None else 0.0)
+        return {"dropped": self.dropped, "answered": self.answered, "held_s": round(held, 3), "budget": ANSWERS_PER_S}
+
     def next_deadline(self) -> float | None:
-        return min((c.deadline for c in self.connections.values()), default=None)
+        due = [c.deadline for c in self.connections.values()]
+        if self._held_since is not None:
+            due.append(self._resume_at)
+        return min(due, default=None)
 
     def serve(self, ready: set[int]) -> None:
         """Do what the ready fds allow, then close connections past their deadline."""
-        if self.sock.fileno() in ready:
+        if self._held_since is not None and time.monotonic() >= self._resume_at:
+            self._resume()
+        elif self.sock.fileno() in ready:
             self._accept()
         for fd in [fd for fd in ready if fd in self.connections]:
             conn = self.connections[fd]
@@ -84,18 +104,24 @@ class HttpServer:
     def close(self) -> None:
         for conn in list(self.connections.values()):
             self._close(conn)
-        self.watch(self.sock.fileno(), False, False)
+        if self._held_since is None:
+            self.watch(self.sock.fileno(), False, False)
         self.sock.close()
 
     # ---------------------------------------------------------------- steps
 
     def _accept(self) -> None:
         for _ in range(ACCEPTS_PER_WAKE):
+            if not self._take_token():
+                self._hold()
+                return
             try:
                 sock, _ = self.sock.accept()
             except (BlockingIOError, InterruptedError):
+                self._tokens += 1  # nobody came: not spent
                 return
             except OSError as exc:  # EMFILE and the like: try again at the next wake
+                self._tokens += 1
                 if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
                     return
                 continue
@@ -108,6 +134,29 @@ class HttpServer:
             self._read(conn)  # the request is often there already: no second wake-up for it
             if not conn.watched and self.connections.get(sock.fileno()) is conn:
                 self._watch(conn, True, False)
+
+    def _take_token(self) -> bool:
+        now = time.monotonic()
+        self._tokens = min(float(BURST), self._tokens + (now - self._refilled) * ANSWERS_PER_S)
+        self._refilled = now
+        if self._tokens < 1:
+            return False
+        self._tokens -= 1
+        return True
+
+    def _hold(self) -> None:
+        """The budget is spent: stop watching the listening socket until the next token."""
+        now = time.monotonic()
+        self._held_since = now
+        self._resume_at = now + (1 - self._tokens) / ANSWERS_PER_S
+        self.watch(self.sock.fileno(), False, False)
+
+    def _resume(self) -> None:
+        assert self._held_since is not None
+        self.held_s += time.monotonic() - self._held_since
+        self._held_since = None
+        self.watch(self.sock.fileno(), True, False)
+        self._accept()  # those waiting in the queue: at once, not at the next wake-up
 
     def _read(self, conn: Connection) -> None:
         try:
@@ -150,6 +199,7 @@ class HttpServer:
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
         )
         conn.outbox = memoryview(head.encode("latin-1") + body)  # sent on without copies of what is left
+        self.answered += 1
         self._write(conn)
         if self.connections.get(conn.sock.fileno()) is conn:
             self._watch(conn, False, True)

@@ -6,13 +6,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from faden_agent import protocol
 from faden_agent.backend.producer import Reports
 from faden_agent.common.backoff import Backoff
-from faden_agent.workers.executor.death_cause import cause, last_error_lines, wants_cause
+from faden_agent.workers.executor.death_cause import SETTLE_S, cause, last_error_lines, wants_cause
 from faden_agent.workers.executor.docker_ops import DockerOps
 from faden_agent.workers.executor.reconcile import Seen, reconcile, snapshot
 
@@ -57,12 +56,12 @@ class EventWatcher:
         reports: Reports,
         is_adopted: Callable[[str], bool],
         stop_event: threading.Event,
-        state_dir: Path | None = None,
+        known_gpus: Callable[[], dict[str, dict[str, Any]]] | None = None,
         fault_window_s: float = 300.0,
     ) -> None:
-        """state_dir: where the inventory keeps its GPU evidence (death_cause.py); None: no causes."""
+        """known_gpus(): the inventory's GPU evidence (death_cause.py); None: no causes."""
         self.ops = ops
-        self.state_dir = state_dir
+        self.known_gpus = known_gpus
         self.fault_window_s = fault_window_s
         self.reports = reports
         self.meta = reports.outbox
@@ -148,16 +147,20 @@ class EventWatcher:
         return reported
 
     def _put(self, record_id: str, data: dict[str, Any]) -> None:
-        """Report one event; a death, OOM or unhealthy state with its GPUs and suspected cause."""
-        if wants_cause(data) and self.state_dir is not None:
+        """Report one event; a death, OOM or unhealthy state with its GPUs and suspected cause,
+        once the lines of what killed it had SETTLE_S to arrive (a live one waits that long at
+        most, replayed ones not at all)."""
+        if wants_cause(data) and self.known_gpus is not None:
             api = self.ops.client.api
             container_id = data["container_id"]
             try:
                 attrs = api.inspect_container(container_id)
             except Exception:  # noqa: BLE001 - removed already: no GPUs known, the cause still told
                 attrs = None
+            settled_at = float(data.get("time") or 0) + SETTLE_S
+            self.stop_event.wait(max(0.0, min(SETTLE_S, settled_at - time.time())))
             errors = lambda: last_error_lines(api, container_id)  # noqa: E731 - read only when needed
-            data.update(cause(data, attrs, errors, self.state_dir, self.fault_window_s))
+            data.update(cause(data, attrs, errors, self.known_gpus(), self.fault_window_s))
         self.reports.put(protocol.EVENT, data, record_id=record_id)
 
     def _remember(self, container_id: str, destroyed: bool, covered: int) -> None:

@@ -8,6 +8,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from faden_agent.common import durations
 from faden_agent.protocol import quote
 
 NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$")
@@ -56,9 +57,10 @@ def boolean(key: str, value: Any) -> bool:
 
 
 def seconds(key: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value == float("inf"):
-        raise SpecError(f"{quote(key)} must be a positive number of seconds, got {quote(value)}")
-    return float(value)
+    try:
+        return durations.seconds(value, quote(key))
+    except durations.BadDuration as exc:
+        raise SpecError(str(exc)) from None
 
 
 def str_list(key: str, value: Any) -> list[str]:

@@ -19,6 +19,7 @@ from faden_agent.ipc import Channel, Message
 from faden_agent.workers.base import Worker
 from faden_agent.workers.executor.adoption import adopt
 from faden_agent.workers.executor.commands import KINDS, Commands
+from faden_agent.workers.executor.death_cause import known_gpus
 from faden_agent.workers.executor.docker_ops import DockerOps
 from faden_agent.workers.executor.events import EventWatcher
 from faden_agent.workers.executor.host_policy import PolicyDenied, policy_or_refusal
@@ -66,7 +67,7 @@ class ExecutorWorker(Worker):
             self.reports,
             lambda cid: cid in self.journal.adopted_ids(),
             self.stop_event,
-            self.config.state_dir,
+            lambda: known_gpus(self.config.runtime_dir, self.config.state_dir),
             self.config.workload_fault_window_sec,
         )
         self.events.start(self.start_thread)

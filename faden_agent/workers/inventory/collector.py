@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from faden_agent.common.dockerclient import make_client
@@ -40,19 +41,31 @@ class DockerProbe:
             raise
 
 
+GPU_ROUND_CALLS = 3  # the GPU round as a whole may take this many per-call bounds
+
+
 class Collector:
-    def __init__(self, config: Config, nvml: Any = None, timeout_s: float | None = None, xids: XidLog | None = None):
+    def __init__(
+        self,
+        config: Config,
+        nvml: Any = None,
+        timeout_s: float | None = None,
+        xids: XidLog | None = None,
+        gpu_notes: Callable[[dict[str, Any]], list[tuple[str, str]]] | None = None,
+    ):
+        """Each probe is bounded by INVENTORY_PROBE_TIMEOUT_SEC; the GPU probe's every NVML call
+        by it (a round of a few hundred calls: GPU_ROUND_CALLS times it in all)."""
         self.config = config
         timeout = timeout_s or config.inventory_probe_timeout_sec
         self.last_good: dict[str, Any] = {}
         health = HealthReader(xids, config.gpu_throttle_sec, config.gpu_rising_sec, config.gpu_xid_hold_sec)
-        self.gpu = GpuProbe(nvml, health)
+        self.gpu = GpuProbe(nvml, health, notes=gpu_notes)
         self.probes = [
             Probe("host", lambda: probe_host(config), timeout),
             Probe("disks", lambda: self.probe_disks(config), timeout),
             Probe("network", probe_network, timeout),
             Probe("docker", DockerProbe(config.docker_host), timeout),
-            Probe("gpu", self.gpu, timeout),
+            Probe("gpu", self.gpu, GPU_ROUND_CALLS * timeout, self.gpu.call_age, timeout),
         ]
         self.timeouts = {p.name: p.timeout_s for p in self.probes}
 
@@ -89,6 +102,15 @@ class Collector:
         sections["labels"] = dict(self.config.labels)
         sections["topology"] = topology(self.config.sysfs_root, nvml_gpus(sections.get("gpu")))
         return sections
+
+    def gpu_round(self) -> dict[str, Any] | None:
+        """The GPU probe alone (between full rounds): its section, the hung one while a call
+        hangs; None when it failed."""
+        probe = self.probe("gpu")
+        result = run_probes([probe])["gpu"]
+        if result.status == OVERRUN:
+            return self.gpu.hung(self.last_good.get("gpu"))
+        return result.data if result.status == OK else None
 
     def overrun(self) -> list[str]:
         return [p.name for p in self.probes if p.overrun()]

@@ -1,6 +1,7 @@
 """Run probes with a timeout each, in their own threads, so one stuck call (a hung NVML
 driver, a dockerd that stopped answering, a dead NFS mount) is reported as "overrun" and
-never delays the other probes or the worker's loop.
+never delays the other probes or the worker's loop. A probe that names its calls in flight
+(`call_age`) is also overrun as soon as one call passes `call_bound_s`.
 """
 
 from __future__ import annotations
@@ -52,10 +53,21 @@ class _Call:
 class Probe:
     """One named probe: a function run on a fresh daemon thread, one call at a time."""
 
-    def __init__(self, name: str, fn: Callable[[], Any], timeout_s: float):
+    def __init__(
+        self,
+        name: str,
+        fn: Callable[[], Any],
+        timeout_s: float,
+        call_age: Callable[[], float | None] | None = None,
+        call_bound_s: float | None = None,
+    ):
+        """`timeout_s` bounds the whole round; `call_age()` (seconds the probe's call in flight
+        has run, None between calls) with `call_bound_s` bounds each call of it."""
         self.name = name
         self.fn = fn
         self.timeout_s = timeout_s
+        self.call_age = call_age
+        self.call_bound_s = call_bound_s
         self._call: _Call | None = None
 
     def stuck(self) -> bool:
@@ -63,9 +75,24 @@ class Probe:
         return self._call is not None and not self._call.done.is_set()
 
     def overrun(self) -> bool:
-        """A call in flight for longer than the timeout."""
+        """A call in flight for longer than the timeout, or one of its calls past its bound."""
         call = self._call
-        return call is not None and self.stuck() and time.monotonic() - call.started_mono > self.timeout_s
+        if call is None or not self.stuck():
+            return False
+        return time.monotonic() - call.started_mono > self.timeout_s or self._call_overran() is not None
+
+    def _call_overran(self) -> float | None:
+        """How long the call in flight has run, when past `call_bound_s`; else None."""
+        age = self.call_age() if self.call_age is not None else None
+        return age if age is not None and self.call_bound_s is not None and age >= self.call_bound_s else None
+
+    def _next_check(self, call: _Call) -> float:
+        """When (monotonic) to look again: the round's deadline, or the bound of the call in flight."""
+        deadline = call.started_mono + self.timeout_s
+        if self.call_age is None or self.call_bound_s is None:
+            return deadline
+        age = self.call_age()
+        return min(deadline, time.monotonic() + self.call_bound_s - (age or 0.0))
 
     def start(self) -> None:
         """Start a call unless the previous one is still running (then it is reused)."""
@@ -89,12 +116,19 @@ class Probe:
         """The result of the current call, waiting until its own deadline at most."""
         call = self._call
         assert call is not None, "start() first"
-        remaining = call.started_mono + self.timeout_s - time.monotonic()
-        if not call.done.wait(max(0.0, remaining)):
+        while not call.done.wait(max(0.0, self._next_check(call) - time.monotonic())):
+            overran = self._call_overran()
+            if overran is None and time.monotonic() < call.started_mono + self.timeout_s:
+                continue  # the call in flight is another than the one the wait was timed for
+            error = (
+                f"a call did not return within {self.call_bound_s:g} s"
+                if overran is not None
+                else f"no answer within {self.timeout_s:g} s"
+            )
             return ProbeResult(
                 self.name,
                 OVERRUN,
-                error=f"no answer within {self.timeout_s:g} s",
+                error=error,
                 duration_s=time.monotonic() - call.started_mono,
                 since=call.started_wall,
             )

@@ -1,4 +1,6 @@
-"""Inventory worker: what this machine is and has, reported to the backend."""
+"""Inventory worker: what this machine is and has, reported to the backend. It alone holds NVML
+and the GPU evidence: its REP socket is the door other processes ask about GPUs
+(ipc/inventory_door.py). GPU verdicts are read every heartbeat interval between full rounds."""
 
 from __future__ import annotations
 
@@ -8,12 +10,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import zmq
+
 from faden_agent import protocol
 from faden_agent.backend.producer import Reports
 from faden_agent.common.backoff import Backoff
 from faden_agent.common.dockerclient import make_client
 from faden_agent.common.errorline import error_line
 from faden_agent.disk.files import quarantine_record_id
+from faden_agent.ipc import Channel, Message
+from faden_agent.ipc import inventory_door as door
 from faden_agent.node import backend_accepts
 from faden_agent.node.backend_accepts import BackendAccepts
 from faden_agent.protocol.conditions import event_record_id as condition_record_id
@@ -28,10 +34,13 @@ from faden_agent.workers.inventory.disk_events import DiskWatch
 from faden_agent.workers.inventory.disk_events import record_id as disk_record_id
 from faden_agent.workers.inventory.gauges import gauges
 from faden_agent.workers.inventory.gpu import evidence as gpu_evidence
-from faden_agent.workers.inventory.gpu.changes import HealthChanges, event_id
+from faden_agent.workers.inventory.gpu.changes import HealthChanges, event_id, forgotten_event, replaced_event
 from faden_agent.workers.inventory.gpu.events import GpuErrorWatcher
-from faden_agent.workers.inventory.gpu.kernel_xids import KernelXidReader
+from faden_agent.workers.inventory.gpu.holds import Holds, read_boot_id
+from faden_agent.workers.inventory.gpu.kernel_xids import KernelXids
+from faden_agent.workers.inventory.gpu.node_notes import NodeNotes
 from faden_agent.workers.inventory.gpu.xids import XidLog
+from faden_agent.workers.inventory.kernel.lines import KernelLines
 from faden_agent.workers.inventory.placement import placement
 from faden_agent.workers.inventory.record import UNCHANGED, HeldFile, RecordEmitter, full_record_id
 from faden_agent.workers.inventory.traffic.report import TrafficReporter
@@ -67,7 +76,8 @@ class InventoryReporter:
         self.gpu_changes = HealthChanges()
         self.sections: dict[str, Any] | None = None  # the last collected, for gauges (ps, /metrics)
         self.evidence: gpu_evidence.Evidence | None = None  # GPU evidence kept across restarts
-        self.kernel: KernelXidReader | None = None  # its cursor is saved with the evidence
+        self.kernel: KernelLines | None = None  # its cursor is saved with the evidence
+        self.forgotten: list[dict[str, Any]] = []  # gpu.forgotten events the door queued
         self.conditions: NodeConditions | None = None  # node conditions (conditions/), kept across restarts
         self.ports_sample: Callable[[], dict[str, Any] | None] = lambda: None  # the traffic thread's last
         self._events_problem: str | None = None  # why the conditions' events wait, last logged
@@ -100,13 +110,20 @@ class InventoryReporter:
         if self.disk_watch is not None:
             for event in self.disk_watch.update(sections.get("disks") or []):
                 self.reports.put(protocol.EVENT, event, record_id=disk_record_id(event))
-        for event in self.gpu_changes.events(sections.get("gpu"), time.time()):
+        now = time.time()
+        while self.collector.gpu.replaced:
+            replaced = replaced_event(self.collector.gpu.replaced.pop(0), now)
+            self.gpu_changes.forget(replaced["old_uuid"])
+            self.reports.put(protocol.EVENT, replaced, record_id=event_id(replaced))
+        while self.forgotten:
+            forgotten = self.forgotten.pop(0)
+            self.reports.put(protocol.EVENT, forgotten, record_id=event_id(forgotten))
+        for event in self.gpu_changes.events(sections.get("gpu"), now):
             self.reports.put(protocol.EVENT, event, record_id=event_id(event))
         if self.conditions is not None:
             self.assess_conditions(sections)
         if self.evidence is not None:  # after the events: a restart never repeats one
-            gpus = gpu_evidence.gather(self.collector.gpu, self.gpu_changes.verdicts, self.gpu_changes.changes)
-            self.evidence.save(gpus, self.kernel.cursor if self.kernel else None)
+            self.evidence.save(self.gathered())
         heard = self.accepts()
         self.emitter.changes = ACCEPTS_CHANGES in heard.accepts
         self.emitter.heard = heard.heard
@@ -125,14 +142,49 @@ class InventoryReporter:
         self.last = data
         return data
 
+    def gathered(self) -> dict[str, Any]:
+        """The GPU evidence as it is in memory (gpu-evidence.json's content)."""
+        cursor = self.kernel.cursor if self.kernel else None
+        return gpu_evidence.gather(self.collector.gpu, self.gpu_changes.verdicts, self.gpu_changes.changes, cursor)
+
+    def gpu_moved(self) -> bool:
+        """The GPU probe alone: whether a verdict or reason differs from the last record's."""
+        section = self.collector.gpu_round()
+        last = (self.sections or {}).get("gpu")
+        return bool(self.collector.gpu.replaced) or (section is not None and verdicts(section) != verdicts(last))
+
+
+def verdicts(section: dict[str, Any] | None) -> Any:
+    """What of a GPU section a scheduler acts on: the node's and each GPU's verdict and reasons."""
+    if not section:
+        return None
+    gpus = [*(section.get("devices") or ()), *(section.get("missing") or ())]
+    judged = [
+        (g.get("index"), g.get("uuid"), (g.get("health") or {}).get("verdict"), (g.get("health") or {}).get("reasons"))
+        for g in gpus
+    ]
+    return section.get("health"), judged
+
 
 class InventoryWorker(Worker):
     name = "inventory"
 
     def setup(self) -> None:
         self.reports = Reports(self.config)
-        xids = XidLog(hold_s=self.config.gpu_xid_hold_sec)  # written by the GPU event thread, read by the GPU probe
-        self.collector = Collector(self.config, xids=xids)
+        # the boot id of this run (a new one ended every reboot-class hold), GPU_XID_HOLD_SEC
+        holds = Holds(self.config.gpu_xid_hold_sec, read_boot_id(self.config.boot_id_file))
+        xids = XidLog(holds=holds)  # written by the GPU event thread and the kernel lines, read by the GPU probe
+        self._changed = threading.Event()
+        self.gpu_watcher = GpuErrorWatcher(
+            self._changed.set, self.stop_event, xids=xids, hung_after_s=self.config.inventory_probe_timeout_sec
+        )
+        self.notes = NodeNotes(
+            self.config.systemctl,
+            self.config.inventory_interval_sec,
+            kernel_problem=self._kernel_problem,
+            watch_problems=self.gpu_watcher.problems,
+        )
+        self.collector = Collector(self.config, xids=xids, gpu_notes=self.notes)
         self.reporter = InventoryReporter(
             self.collector,
             self.reports,
@@ -140,13 +192,12 @@ class InventoryWorker(Worker):
             DiskWatch(self.config),
             lambda: backend_accepts.read(self.config.state_dir),
         )
-        self._changed = threading.Event()
         self._kernel_started = False
         self._restore_gpu_evidence()
         self._restore_conditions()
         self.watchers: list[DockerChangeWatcher | GpuErrorWatcher] = [
             DockerChangeWatcher(self.config.docker_host, self._changed.set, self.stop_event),
-            GpuErrorWatcher(self._changed.set, self.stop_event, xids=xids),
+            self.gpu_watcher,
         ]
         self._start_traffic()  # first: the collector's first round finds its sample of the RDMA ports
         self.start_thread("inventory-collect", self._collect_loop)
@@ -154,14 +205,62 @@ class InventoryWorker(Worker):
             watcher.start(self.start_thread)
         self._start_workloads()
 
-    def _start_kernel_xids(self) -> None:
-        """The kernel's Xid lines, once a GPU was ever seen (its bus id places them): none
-        on a machine without NVIDIA GPUs. The inventory worker reads them itself, not the
-        log worker: the Xid log lives here, and Loki being down must not delay a verdict."""
+    # --- the door (ipc/inventory_door.py)
+
+    def channels(self) -> list[Channel]:
+        self.requests = Channel.bind(zmq.REP, self.endpoints.inventory)
+        return [self.requests]
+
+    def handle(self, channel: Channel, message: Message) -> None:
+        """One door request, answered at once (a REP socket must answer each before the next)."""
+        body = message.body if isinstance(message.body, dict) else {}
+        try:
+            if message.type == door.GPU_FORGET:
+                answer: dict[str, Any] = dict(self._forget(body))
+            elif message.type == door.GPU_EVIDENCE:
+                answer = dict(self._evidence(body))
+            else:
+                answer = {
+                    "message": f"unknown request {protocol.quote(message.type, 60)}; this door answers {door.KINDS}"
+                }
+                channel.send(door.ERROR, answer)
+                return
+            channel.send(message.type, answer)
+        except Exception as exc:  # noqa: BLE001 - a request's fault is its answer, never the worker's end
+            log.exception("inventory door: %s failed", message.type)
+            channel.send(door.ERROR, {"message": f"{message.type} failed: {type(exc).__name__}: {exc}"[:300]})
+
+    def _forget(self, body: dict[str, Any]) -> door.ForgetAnswer:
+        uuid = body.get("uuid")
+        if not isinstance(uuid, str) or not 0 < len(uuid) <= 96:
+            return {"outcome": "unknown", "message": f"not a GPU uuid: {protocol.quote(uuid, 60)}"}
+        outcome, message = self.collector.gpu.forget(uuid)
+        if outcome == "forgotten":
+            self.reporter.forgotten.append(forgotten_event(uuid, "operator", time.time()))
+            self._changed.set()  # the record (and the evidence) without it, now
+        return {"outcome": outcome, "message": message}  # type: ignore[typeddict-item]
+
+    def _evidence(self, body: dict[str, Any]) -> door.EvidenceAnswer:
+        gpus = self.reporter.gathered()["gpus"]
+        wanted = body.get("uuids")
+        if isinstance(wanted, list):
+            gpus = {uuid: gpus[uuid] for uuid in wanted[:64] if isinstance(uuid, str) and uuid in gpus}
+        return {"gpus": gpus}
+
+    # --- the kernel's lines and the GPU evidence
+
+    def _start_kernel_lines(self) -> None:
+        """The kernel's lines, once a GPU was ever seen (its bus id places them): none on a
+        machine without NVIDIA GPUs. The inventory worker reads them itself, not the log
+        worker: the Xid log lives here, and Loki being down must not delay a verdict."""
         kernel = self.reporter.kernel
         if kernel is not None and not self._kernel_started and self.collector.gpu.seen:
             self._kernel_started = True
-            self.start_thread("inventory-kernel-xids", kernel.run, finite=True)
+            self.start_thread("inventory-kernel-lines", kernel.run, finite=True)
+
+    def _kernel_problem(self) -> str | None:
+        kernel = self.reporter.kernel
+        return kernel.problem if kernel is not None and self._kernel_started else None
 
     def _restore_gpu_evidence(self) -> None:
         """What an earlier run saw of the GPUs: Xids, verdicts, GPUs seen, baselines."""
@@ -170,15 +269,17 @@ class InventoryWorker(Worker):
             self.reports.put(protocol.EVENT, evidence.quarantined, record_id=quarantine_record_id(evidence.quarantined))
         changes = self.reporter.gpu_changes
         gpu_evidence.restore(evidence, self.collector.gpu, changes.verdicts, changes.changes)
-        self.reporter.kernel = KernelXidReader(
-            self.collector.gpu.health.xids,
-            self.collector.gpu.uuid_of_bus,
-            self._changed.set,
+        xids = self.collector.gpu.health.xids
+        kernel = self.reporter.kernel = KernelLines(
             self.stop_event,
+            xids.holds.boot_id,
             evidence.kernel_cursor,
             self.config.journal_directory,
-            self.config.gpu_xid_hold_sec,
+            self.config.kmsg_path,
+            self._changed.set,
         )
+        self.kernel_xids = KernelXids(xids, self.collector.gpu.uuid_of_bus, self._changed.set)
+        kernel.add(self.kernel_xids)
 
     def _restore_conditions(self) -> None:
         """The node conditions as an earlier run left them: states, the rules' memories."""
@@ -223,20 +324,28 @@ class InventoryWorker(Worker):
         self.start_thread("inventory-workloads", self.workloads.run, self.stop_event)
 
     def _collect_loop(self) -> None:
+        """A full round every INVENTORY_INTERVAL_SEC and at once after a change; between them
+        the GPU probe alone every heartbeat interval, a full round when a verdict moved. An
+        earlier run's chain waits for the backend's hello: rounds come soon, then less often."""
+        gpu_every = min(self.config.heartbeat_interval_sec, self.config.inventory_interval_sec)
+        next_full = 0.0
         hello_wait = Backoff(HELLO_POLL_MIN_S, self.config.inventory_interval_sec, jitter=0.0)
         while not self.stop_event.is_set():
             try:
-                data = self.reporter.report()
-                if data is not None:
-                    log.debug("inventory %s record %s", data["type"], data["hash"])
+                if time.monotonic() >= next_full or self.reporter.gpu_moved():
+                    next_full = time.monotonic() + self.config.inventory_interval_sec
+                    data = self.reporter.report()
+                    if data is not None:
+                        log.debug("inventory %s record %s", data["type"], data["hash"])
+                    if self.reporter.emitter.waiting():
+                        next_full = time.monotonic() + hello_wait.next_delay()
             except Exception:  # e.g. the outbox disk is full: try again next time
                 log.exception("inventory cycle failed")
-            self._start_kernel_xids()
-            # an earlier run's chain waits for the backend's hello: look again soon, then less often
-            wait = hello_wait.next_delay() if self.reporter.emitter.waiting() else self.config.inventory_interval_sec
-            if self._changed.wait(wait):
+            self._start_kernel_lines()
+            if self._changed.wait(max(0.0, min(gpu_every, next_full - time.monotonic()))):
                 self.stop_event.wait(SETTLE_S)
                 self._changed.clear()
+                next_full = 0.0
 
     def status(self) -> dict[str, Any]:
         last = self.reporter.last
@@ -250,8 +359,8 @@ class InventoryWorker(Worker):
             "overrun": self.collector.overrun(),
             "traffic_samples": self.traffic.samples,
             "traffic_records": self.traffic.sent,
-            "kernel_xids": self._kernel_status(),
-            "gpu_events": self._gpu_events_status(),
+            "kernel_lines": self._kernel_status(),
+            "gpu_events": self.gpu_watcher.status(),
             "conditions": self.reporter.conditions.active() if self.reporter.conditions else {},
             "gauges": {
                 **gauges(self.reporter.sections, self.traffic.last_sample),
@@ -261,16 +370,12 @@ class InventoryWorker(Worker):
             "workloads": self.workloads.status(),
         }
 
-    def _gpu_events_status(self) -> dict[str, Any]:
-        """GPUs in NVML's event set, and those left out as lost (ps, tests)."""
-        watcher = next(w for w in self.watchers if isinstance(w, GpuErrorWatcher))
-        return {"watching": watcher.watching, "lost": sorted(watcher.lost)}
-
     def _kernel_status(self) -> dict[str, Any] | None:
+        """The kernel line source and the Xid lines it brought (ps, tests)."""
         kernel = self.reporter.kernel
         if kernel is None or not self._kernel_started:
             return None
-        return {"read": kernel.read, "unplaced": kernel.unplaced, "error": kernel.last_error}
+        return {**kernel.status(), "gpu_lines": self.kernel_xids.read, "unplaced": self.kernel_xids.unplaced}
 
     def teardown(self) -> None:
         self._changed.set()

@@ -14,6 +14,7 @@ import orjson
 
 from faden_agent import protocol
 from faden_agent.backend.client import BackendClient, BackendError
+from faden_agent.common import testhooks
 from faden_agent.config import ConfigError
 from faden_agent.ipc import EnvelopeError, request
 from faden_agent.node import backend_accepts
@@ -34,7 +35,7 @@ HANDOFF_RETRY_S = 1.0
 class Downlink(LinkThread):
     def __init__(self, link: Link):
         super().__init__("downlink", link)
-        self.cursor = int(self.outbox.get_meta(CURSOR_KEY, "0") or 0)
+        self.cursor = stored_cursor(self.outbox.get_meta(CURSOR_KEY, "0"))
         self.epoch = self.outbox.get_meta(EPOCH_KEY, "") or ""
         self.stale = 0  # re-delivered commands at or below the cursor: counted, logged
         self.below_cursor_run = 0  # new ids at or below the cursor (a restored backend): run
@@ -75,6 +76,7 @@ class Downlink(LinkThread):
 
     def follow(self, client: BackendClient) -> None:
         stream = client.open_stream(self.cursor, self.config.stream_keepalive_sec)
+        testhooks.pause("stream_opened", self.config.runtime_dir)
         self.link_status.set_connection(LinkState.CONNECTED)
         self.connects += 1
         self.link_status.note(reconnects=self.connects - 1)
@@ -217,6 +219,16 @@ class Downlink(LinkThread):
                 warned = True
             self.stop_event.wait(HANDOFF_RETRY_S)
         return None
+
+
+def stored_cursor(value: str | None) -> int:
+    """The stored cursor; 0 (commands come again, recognised by id) when it is not a number."""
+    try:
+        cursor = int(value or 0)
+    except ValueError:
+        log.warning("downlink: the stored cursor %.40r is not a number; starting from 0", value)
+        return 0
+    return max(cursor, 0)
 
 
 def parse_command(message: dict[str, Any]) -> dict[str, Any]:

@@ -1,8 +1,8 @@
 """Credential rotation, backend-driven over the downlink (docs/protocol.md, Credential rotation).
 
 A `credential` message carries the node's next credential: it is written over the state
-file (atomic, 0600) before anything uses it, then the stream worker restarts to load it;
-the backend keeps the old one valid until a request arrives with the new one.
+file (atomic, 0600, fsync'd) before anything uses it, then the stream worker restarts to load
+it; the backend keeps the old one valid until a request arrives with the new one.
 """
 
 from __future__ import annotations
@@ -34,8 +34,14 @@ def adopt_credential(config: Config, membership: Membership, message: dict[str, 
         return
     if credential == membership.credential:
         return  # sent again before the backend saw it used: already ours
+    testhooks.pause("credential_received", config.runtime_dir)
     testhooks.kill_once_between("credential_received", "credential_written", config.runtime_dir)
-    rotate_credential(config.state_path, membership, credential)
+    try:
+        rotate_credential(config.state_path, membership, credential)
+    except OSError as exc:  # the old one stays on disk and valid; the next stream gets a fresh one
+        log.error("cannot write the rotated credential to %s (%s); keeping the old one", config.state_path, exc)
+        return
+    testhooks.pause("credential_written", config.runtime_dir)
     testhooks.kill_once_between("credential_written", "credential_used", config.runtime_dir)
     log.warning("credential rotated by the backend: state file %s rewritten; reconnecting with it", config.state_path)
     raise CredentialRotated("the backend rotated the credential: the stream worker restarts to use the new one")

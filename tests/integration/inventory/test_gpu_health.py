@@ -18,13 +18,13 @@ import pynvml
 import pytest
 
 from faden_agent import protocol
-from faden_agent.backend.outbox import Outbox
 from faden_agent.workers.inventory.gpu import rules as gpu_rules
-from faden_agent.workers.inventory.gpu.kernel_xids import this_boot
+from faden_agent.workers.inventory.gpu.holds import read_boot_id
 from faden_agent.workers.inventory.record import without_usage
 from tests.nvml.state import GpuState
-from tests.support.agentproc import AgentProcess, agent_env, wait_for
+from tests.support.agentproc import AgentProcess, wait_for
 from tests.support.backendproc import agent_env_for, backend  # noqa: F401 - the fixture
+from tests.support.gpuagent import health_events, newest_gpu, records, start
 from tests.support.journalfiles import JournalWriter
 from tests.support.metricsclient import get, promtool_check
 
@@ -57,7 +57,13 @@ FAULTS = {
     "uncorrected_ecc": (lambda g: g["ecc"]["uncorrected"].update(volatile=2), "uncorrected ECC errors rising"),
     "nvlink_errors": (lambda g: g["nvlink"]["1"].update(crc_data=7), "NVLink crc_data errors rising"),
     "nvlink_down": (lambda g: g["nvlink"]["0"].update(active=0), "NVLink 0 down"),
-    "pcie_replays": (lambda g: g["pcie"].update(replay=3), "PCIe replays rising"),
+    "pcie_replays": (lambda g: g["pcie"].update(replay=9), "PCIe replays over 8 a minute"),
+    "unanswering": (lambda g: g.update(fail_all=999), "NVML: Unknown Error on every call"),
+    "temperature_shutdown": (lambda g: g.update(temperature=92), "GPU temperature 92 C: at or over its shutdown 92 C"),
+    "temperature_slowdown": (
+        lambda g: g.update(memory_temperature=95),
+        "memory temperature 95 C: at or over its maximum 95 C",
+    ),
     "pcie_width": (lambda g: g["pcie"].update(width=8), "PCIe link x8 of x16"),
     "fabric_pending": (lambda g: g["fabric"].update(state=2), "fabric not ready: in_progress"),
     "nvml_error": (lambda g: g.update(error={"nvmlDeviceGetMemoryInfo": 999}), "NVML error: Unknown Error"),
@@ -66,36 +72,11 @@ XIDS = {"xid_fatal": 79, "xid_degrading": 94}
 VERDICT_OF = {rule.name: rule.verdict for rule in gpu_rules.RULES}
 
 
-def records(state_dir, kind):
-    outbox = Outbox(state_dir)
-    try:
-        return [r["data"] for r in outbox.pending(100_000) if r["kind"] == kind]
-    finally:
-        outbox.close()
-
-
-def health_events(state_dir):
-    return [e for e in records(state_dir, protocol.EVENT) if e.get("type") == "gpu.health_changed"]
-
-
-def newest_gpu(state_dir):
-    full = [r for r in records(state_dir, protocol.INVENTORY) if r["type"] == "full"]
-    return full[-1]["gpu"] if full else None
-
-
-def start(tmp_path, agent_factory, gpus: GpuState, **settings):
-    env = agent_env(tmp_path, **{"inventory_interval_sec": 1, "inventory_usage_sec": 1, **settings})
-    env.update(gpus.env())
-    agent = agent_factory(env).start()
-    state_dir = tmp_path / "state"
-    first = wait_for(lambda: newest_gpu(state_dir), 30, what="a first inventory record")
-    return agent, state_dir, first
-
-
 def test_every_rule_drives_its_verdict_and_event(tmp_path, agent_factory):
-    # The table is the contract: every rule but the three about a GPU NVML cannot read
-    # (lost, missing, hung: the tests below) has a fault here, one GPU per rule.
-    assert set(FAULTS) | {"lost", "missing", "hung"} == set(VERDICT_OF)
+    # The table is the contract: every rule but those about a GPU NVML cannot read (lost,
+    # missing, hung) or of the whole fabric (sxid_fatal: the tests below) has a fault here,
+    # one GPU per rule.
+    assert set(FAULTS) | {"lost", "missing", "hung", "sxid_fatal"} == set(VERDICT_OF)
     names = list(FAULTS)
     gpus = GpuState(tmp_path / "nvml", count=len(names))
     agent, state_dir, first = start(tmp_path, agent_factory, gpus, gpu_throttle_sec=1)
@@ -225,7 +206,10 @@ def test_a_lost_gpu_and_a_vanished_one_fail_alone(tmp_path, agent_factory):
     # the other GPUs' events go on without it (no interval round for a minute): once the
     # event set is built again without the lost GPU (an Xid before that is NVML's to drop)
     wait_for(
-        lambda: agent.workers()["inventory"]["status"].get("gpu_events") == {"watching": 2, "lost": [1]},
+        lambda: (
+            agent.workers()["inventory"]["status"].get("gpu_events")
+            == {"watching": [0, 2], "lost": [1], "unwatched": {"1": "GPU is lost"}, "hung": None, "error": None}
+        ),
         10,
         what="the event set without the lost GPU",
     )
@@ -418,7 +402,7 @@ def test_a_corrupt_evidence_file_is_moved_aside_and_reported(tmp_path, agent_fac
     _, state_dir, first = start(tmp_path, agent_factory, gpus)
     assert first["health"]["verdict"] == "ok"
     quarantined = [e for e in records(state_dir, protocol.EVENT) if e.get("type") == "agent.file_quarantined"]
-    assert quarantined and quarantined[0]["file"] == "GPU evidence" and "has no index" in quarantined[0]["error"]
+    assert quarantined and quarantined[0]["file"] == "GPU evidence" and "index is 'zero'" in quarantined[0]["error"]
     assert list(state_dir.glob("gpu-evidence.json.corrupt-*"))
 
 
@@ -430,7 +414,7 @@ def test_the_kernels_xid_lines_are_verdicts_even_those_written_while_the_agent_w
     # Real journal files (systemd-journal-remote): the inventory worker follows their kernel
     # transport after a cursor kept in gpu-evidence.json.
     journal = JournalWriter(tmp_path / "journal")
-    journal.boot_id = this_boot()  # only this boot's kernel lines count: a reboot fixed the rest
+    journal.boot_id = read_boot_id()  # only this boot's kernel lines count: a reboot fixed the rest
     kernel_line(journal, "usb 1-1: new high-speed USB device")
     gpus = GpuState(tmp_path / "nvml", count=2)
     agent, state_dir, first = start(tmp_path, agent_factory, gpus, journal_directory=tmp_path / "journal")
@@ -441,7 +425,9 @@ def test_the_kernels_xid_lines_are_verdicts_even_those_written_while_the_agent_w
     kernel_line(journal, "nvidia-nvswitch2: SXid (PCI:0000:c1:00.0): 20034, Fatal, Link 44 LTSSM Fault Up")
     gpu = wait_for(lambda: newest_gpu(state_dir).get("nvswitches") and newest_gpu(state_dir), 10, what="the SXid")
     assert [(s["pci_bus_id"], [x["code"] for x in s["sxid"]]) for s in gpu["nvswitches"]] == [("0000:c1:00", [20034])]
-    assert "NVSwitch 0000:c1:00: SXid 20034 (fatal): fabric reset needed" in gpu["health"]["reasons"]
+    # a fatal SXid fails every GPU of the fabric, until each is reset
+    for index in (0, 1):
+        assert f"GPU {index}: NVSwitch 0000:c1:00: SXid 20034 (fatal): fabric reset needed" in gpu["health"]["reasons"]
     gpus.xid(1, 79)  # NVML's event of the same Xid: one entry in the log
     wait_for(lambda: b"kernel" in (state_dir / "gpu-evidence.json").read_bytes(), 10, what="the cursor saved")
     agent.stop()
@@ -452,11 +438,14 @@ def test_the_kernels_xid_lines_are_verdicts_even_those_written_while_the_agent_w
     kernel_line(journal, "NVRM: Xid (PCI:0000:17:00): 48, pid=2, name=python3, DBE (0x1)")
     agent_factory(agent.env).start()
     gpu = wait_for(
-        lambda: newest_gpu(state_dir)["devices"][0]["health"]["verdict"] == "failed" and newest_gpu(state_dir),
+        lambda: "Xid 48" in str(newest_gpu(state_dir)["devices"][0]["health"]["reasons"]) and newest_gpu(state_dir),
         15,
         what="GPU 0 failed by the Xid written while the agent was down",
     )
-    assert gpu["devices"][0]["health"]["reasons"] == ["Xid 48: double-bit ECC error (reset needed)"]
+    assert gpu["devices"][0]["health"]["reasons"] == [
+        "Xid 48: double-bit ECC error (reset needed)",
+        "NVSwitch 0000:c1:00: SXid 20034 (fatal): fabric reset needed",  # kept across the restart
+    ]
     assert [(x["code"], x["source"]) for x in gpu["devices"][1]["health"]["xid"]] == [(79, "kernel")]
 
 
@@ -469,12 +458,17 @@ def test_an_inventory_worker_killed_during_a_fault_keeps_the_verdict_and_says_it
     evidence = state_dir / "gpu-evidence.json"
     wait_for(lambda: b'"verdict":"failed"' in evidence.read_bytes(), 10, what="the verdict kept on disk")
 
-    def full_records():
-        return [r for r in records(state_dir, protocol.INVENTORY) if r["type"] == "full"]
+    def held_gpu(since: float) -> dict | None:
+        """The gpu section the receiver holds after the first inventory record collected after
+        `since`: a new worker goes on with the chain (record.HeldFile), full or unchanged."""
+        rows = records(state_dir, protocol.INVENTORY)
+        full = {r["hash"]: r for r in rows if r["type"] == "full"}
+        new = [r for r in rows if r["collected_at"] > since]
+        return full[new[0]["hash"]]["gpu"] if new else None
 
-    full_before = len(full_records())  # a new worker's first record is a full one
+    killed_at = time.time()
     os.kill(agent.workers()["inventory"]["pid"], signal.SIGKILL)
     wait_for(lambda: agent.workers()["inventory"]["restarts"] == 1, 30, what="the inventory worker restarted")
-    gpu = wait_for(lambda: full_records()[full_before:] and newest_gpu(state_dir), 30, what="the new worker's record")
+    gpu = wait_for(lambda: held_gpu(killed_at), 30, what="the new worker's record")
     assert gpu["devices"][1]["health"]["reasons"] == ["GPU is lost"]
     assert [(e["index"], e["new"]) for e in health_events(state_dir)] == [(1, "failed")]  # not said twice

@@ -152,10 +152,12 @@ def test_the_gpu_section_names_each_gpu_its_verdict_and_what_to_do(env, tmp_path
     assert checks["gpu driver"]["detail"] == "driver 550.54.15, NVML 12.550.54.15, CUDA 12.4"
     zero, one = checks["gpu 0"], checks["gpu 1"]
     assert zero["status"] == "ok" and zero["detail"] == (
-        "NVIDIA H100 80GB HBM3 GPU-00000000-fake 00000000:17:00.0: ok; persistence on, fabric manager completed"
+        "NVIDIA H100 80GB HBM3 GPU-00000000-fake 00000000:17:00.0: ok; persistence on, fabric completed"
     )
     assert one["status"] == "warn" and "row remap pending: reset needed" in one["detail"]
-    assert "persistence mode off" in one["detail"] and "fabric manager in_progress" in one["detail"]
+    assert "persistence mode off" in one["detail"] and "fabric in_progress" in one["detail"]
+    assert checks["fabric manager"] == {**checks["fabric manager"], "status": "ok"}
+    assert checks["fabric manager"]["detail"] == "active (running), version 550.54.15 (the driver's)"
     assert one["hint"].startswith("reset needed")
 
     gpus.gpus[1]["hang_ms"] = {"nvmlDeviceGetFieldValues": 30_000}  # a driver that stopped answering
@@ -165,3 +167,25 @@ def test_the_gpu_section_names_each_gpu_its_verdict_and_what_to_do(env, tmp_path
     hung = by_name(done)["gpus"]
     assert hung["status"] == "fail" and hung["detail"].startswith("NVML call hung on GPU 1: nvmlDeviceGetFieldValues")
     assert time.monotonic() - started < 25  # bounded by the check's timeout, not the hang
+
+
+def test_doctor_says_where_the_kernel_lines_come_from_and_a_stopped_fabric_manager(env, tmp_path):
+    gpus = GpuState(tmp_path / "nvml", count=1)
+    gpus.fabric_manager.update(ActiveState="inactive", SubState="dead")
+    gpus.write()
+    no_journal = tmp_path / "no-journal"
+    no_journal.mkdir()
+    kmsg = tmp_path / "kmsg"
+    kmsg.write_bytes(b"6,1,1,-;Linux version\n")
+    base = {**env, **gpus.env(), "FADEN_NODE_AGENT_JOURNAL_DIRECTORY": str(no_journal)}
+    checks = by_name(doctor({**base, "FADEN_NODE_AGENT_KMSG_PATH": str(kmsg)}, "--json"))
+    assert checks["kernel log"]["status"] == "ok"
+    assert checks["kernel log"]["detail"] == f"Xid lines from {kmsg} (no journal files in {no_journal})"
+    assert checks["fabric manager"]["status"] == "fail"
+    assert checks["fabric manager"]["detail"] == "fabric manager not running (nvidia-fabricmanager: inactive (dead))"
+    checks = by_name(doctor({**base, "FADEN_NODE_AGENT_KMSG_PATH": str(tmp_path / "none")}, "--json"))
+    assert checks["kernel log"]["status"] == "warn"
+    assert checks["kernel log"]["detail"] == (
+        f"no kernel log: no journal files in {no_journal}; {tmp_path / 'none'}: No such file or directory: "
+        "GPU faults of the kernel log not seen"
+    )

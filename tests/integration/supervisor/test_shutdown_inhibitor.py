@@ -16,20 +16,9 @@ from tests.conftest import TEST_IMAGE
 from tests.support.agentproc import AgentProcess, wait_for
 from tests.support.backendproc import agent_env_for, backend  # noqa: F401 - fixture
 from tests.support.executorproc import prefix, remove_containers  # noqa: F401 - fixture
-from tests.support.systembus import PrivateSystemBus, StandInLogind
+from tests.support.systembus import DELAY_MAX_S, system_bus  # noqa: F401 - fixture
 
-DELAY_MAX_S = 5.0
 LINES = 300
-
-
-@pytest.fixture
-def system_bus(tmp_path):
-    bus = PrivateSystemBus(tmp_path / "bus").start()
-    logind = StandInLogind(bus.address, DELAY_MAX_S)
-    logind.start()
-    yield bus, logind
-    logind.stop()
-    bus.stop()
 
 
 @pytest.mark.docker

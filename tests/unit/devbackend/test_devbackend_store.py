@@ -119,6 +119,12 @@ def test_host_requests_are_answered_once_and_a_node_command_sets_the_drain_state
     late = [record(protocol.HOST_REQUEST, d, f"hr:{d['request_id']}") for d in (expired, hostile)]
     store.store_records(node_id, late)
     assert len(store.commands_after(node_id, 0)) == 1  # neither an expired nor an unknown action is answered
+    forget = {"action": "gpu.forget", "request_id": "r4", "uuid": "GPU-gone", "expires_at": 2e9}
+    no_uuid = {"action": "gpu.forget", "request_id": "r5", "uuid": 7}
+    store.store_records(node_id, [record(protocol.HOST_REQUEST, d, f"hr:{d['request_id']}") for d in (forget, no_uuid)])
+    assert [(c["id"], c["kind"], c["spec"]) for c in store.commands_after(node_id, 0)][1:] == [
+        ("host-r4", "gpu.forget", {"request_id": "r4", "uuid": "GPU-gone"})
+    ]
 
     done = protocol.timeline_data("host-r1", protocol.SUCCEEDED, reason="ok", message="", result={"state": "drained"})
     store.store_records(node_id, [record(protocol.TIMELINE, done, "tl:host-r1:succeeded:0")])

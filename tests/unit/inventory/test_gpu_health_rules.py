@@ -8,6 +8,7 @@ from pathlib import Path
 from faden_agent.workers.inventory.gpu import rules as gpu_rules
 from faden_agent.workers.inventory.gpu.changes import HealthChanges, event_id
 from faden_agent.workers.inventory.gpu.health import node_health
+from faden_agent.workers.inventory.gpu.holds import Holds
 from faden_agent.workers.inventory.gpu.xids import XidLog
 
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "inventory.md"
@@ -23,11 +24,18 @@ def test_the_xid_table_covers_the_catalogue_codes_with_an_action_each():
     wanted = {13, 31, 43, 45, 48, 61, 62, 63, 64, 68, 69, 74, 79, 92, 94, 95, 109, 119, 120, 121, 140, 143, 154}
     assert wanted <= set(gpu_rules.XIDS)
     for code, xid in gpu_rules.XIDS.items():
-        # the verdict follows NVIDIA's immediate action: a reset or a reboot fails the GPU
-        if xid.nvidia in ("RESET_GPU", "RESTART_BM", "WORKFLOW_XID_48", "WORKFLOW_NVLINK_ERR"):
-            assert xid.verdict == "failed" and xid.action in ("reset needed", "reboot needed"), code
-        if xid.nvidia in ("RESTART_APP", "IGNORE") and code != 94:  # 94: a reset when convenient
-            assert xid.verdict == "ok" and xid.action.startswith(("restart the app", "none")), code
+        # the verdict, the hold and a death's cause follow NVIDIA's immediate action
+        if xid.nvidia in ("RESET_GPU", "WORKFLOW_XID_48", "WORKFLOW_NVLINK_ERR"):
+            assert (xid.verdict, xid.action, xid.hold) == ("failed", "reset needed", gpu_rules.RESET), code
+            assert xid.gpu_fault and not xid.application, code
+        if xid.nvidia == "RESTART_BM":
+            assert (xid.verdict, xid.action, xid.hold) == ("failed", "reboot needed", gpu_rules.REBOOT), code
+        if xid.nvidia in ("RESTART_APP", "IGNORE", "WORKFLOW_XID_45"):
+            assert xid.application and not xid.gpu_fault, code
+            if code != 94:  # 94: a reset when convenient, on the clock
+                assert xid.verdict == "ok" and xid.hold == gpu_rules.HISTORY, code
+                assert xid.action.startswith(("restart the app", "none")), code
+    assert gpu_rules.XIDS[94].hold == gpu_rules.CLOCK and gpu_rules.XIDS[45].application
     assert gpu_rules.verdict({"recent_xids": [79]}) == (
         "failed",
         ["Xid 79: GPU has fallen off the bus (reboot needed)"],
@@ -40,6 +48,10 @@ def test_each_rule_example_is_what_its_rule_says():
     # every row's example reason is produced by facts that meet only that rule
     facts_of = {
         "lost": {"lost": "GPU is lost"},
+        "unanswering": {"unanswering": "Unknown Error"},
+        "sxid_fatal": {"sxid_fatal": ["NVSwitch 0000:c1:00: SXid 20034 (fatal): fabric reset needed"]},
+        "temperature_shutdown": {"temperature": {"gpu": 92, "shutdown": 92}},
+        "temperature_slowdown": {"temperature": {"gpu": 88, "slowdown": 87}},
         "hung": {"hung": "nvmlDeviceGetFieldValues"},
         "missing": {"missing": "2026-12-03T04:00:00Z"},
         "xid_fatal": {"recent_xids": [79]},
@@ -78,7 +90,7 @@ def test_worst_verdict_wins_and_reasons_keep_the_table_order():
         [
             "Xid 79: GPU has fallen off the bus (reboot needed)",
             "row remap pending: reset needed",
-            "PCIe replays rising",
+            "PCIe replays over 8 a minute",
         ],
     )
     # an application's Xid (13: graphics engine exception) is history, not a verdict
@@ -122,11 +134,17 @@ def test_xid_totals_only_grow_and_survive_a_restore():
     assert again.totals("GPU-a") == {"13": 6}
 
 
-def test_a_repeat_after_its_hold_ran_out_wakes_the_probe_again():
-    log = XidLog(keep=4, hold_s=60.0)
-    assert log.add("GPU-a", "xid", 48, 100.0) is True
-    assert log.add("GPU-a", "xid", 48, 150.0) is False  # within the hold: the verdict stands
-    assert log.add("GPU-a", "xid", 48, 211.0) is True  # the hold of both ran out: news again
+def test_a_repeat_after_its_hold_ended_wakes_the_probe_again():
+    holds = Holds(60.0, "b" * 32, clock=lambda: 1000.0)
+    log = XidLog(keep=8, holds=holds)
+    assert log.add("GPU-a", "xid", 94, 100.0) is True  # a clock-class Xid
+    assert log.add("GPU-a", "xid", 94, 150.0) is False  # within the hold: the verdict stands
+    assert log.add("GPU-a", "xid", 94, 211.0) is True  # the hold of both ran out: news again
+    assert log.add("GPU-a", "xid", 48, 300.0) is True  # a reset-class Xid ...
+    assert log.add("GPU-a", "xid", 48, 9000.0) is False  # ... holds past any clock
+    holds.reset_seen("GPU-a", "ecc_corrected_volatile went back from 5 to 0", at=9100.0)
+    assert log.add("GPU-a", "xid", 48, 9200.0) is True  # after the reset: news again
+    assert [e["boot"] for e in log.of("GPU-a")] == ["b" * 32] * 6
 
 
 def device(index, verdict, reasons=(), uuid=None):

@@ -69,3 +69,37 @@ def test_an_error_is_one_bounded_line():
     result = run_probes([Probe("docker", verbose, timeout_s=1)])["docker"]
     assert result.status == ERROR and result.error.startswith("RuntimeError: first line of xxx")
     assert "\n" not in result.error and len(result.error) <= ERROR_LINE_CHARS
+
+
+class Calls:
+    """A probe whose round is many timed calls (as TracedNvml times NVML's)."""
+
+    def __init__(self, durations: list[float]):
+        self.durations = durations
+        self.started: float | None = None
+
+    def __call__(self) -> str:
+        for duration in self.durations:
+            self.started = time.monotonic()
+            time.sleep(duration)
+            self.started = None
+        return "done"
+
+    def age(self) -> float | None:
+        started = self.started
+        return time.monotonic() - started if started is not None else None
+
+
+def test_each_call_is_bounded_on_its_own_and_a_slow_round_of_quick_calls_is_not():
+    quick = Calls([0.05] * 12)  # 0.6 s in all, no call near its bound of 0.3 s
+    probe = Probe("gpu", quick, 5.0, quick.age, 0.3)
+    probe.start()
+    assert probe.wait().status == OK
+    hung = Calls([0.05, 0.05, 30.0])
+    probe = Probe("gpu", hung, 30.0, hung.age, 0.3)
+    started = time.monotonic()
+    probe.start()
+    result = probe.wait()
+    assert result.status == OVERRUN and result.error == "a call did not return within 0.3 s"
+    assert 0.3 <= time.monotonic() - started < 2.0  # the call's bound, not the round's 30 s
+    assert probe.overrun()

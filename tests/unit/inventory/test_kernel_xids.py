@@ -1,15 +1,13 @@
-"""Kernel Xid lines (gpu/kernel_xids.py) as data: the line forms of NVIDIA's driver, bus ids as
-the kernel and NVML write them, and one Xid seen by NVML and the kernel kept once; the
-journal itself is read in tests/integration/inventory/test_gpu_health.py (real journal files)."""
+"""Kernel Xid lines (gpu/kernel_xids.py) as data: the line forms of NVIDIA's driver (with the
+pid and process they name), bus ids as the kernel and NVML write them, one Xid seen by NVML
+and the kernel kept once, lines of an unseen bus id kept; the source of the lines is tested
+in test_kernel_lines.py and with real journal files in tests/integration/inventory."""
 
 from __future__ import annotations
 
-import threading
-
-import orjson
-
-from faden_agent.workers.inventory.gpu.kernel_xids import KernelXidReader, bus_key, parse
-from faden_agent.workers.inventory.gpu.xids import XidLog
+from faden_agent.workers.inventory.gpu.kernel_xids import KernelXids, bus_key, parse
+from faden_agent.workers.inventory.gpu.xids import UNPLACED, XidLog
+from faden_agent.workers.inventory.kernel.lines import KernelLine
 
 
 def test_the_driver_line_forms_are_read():
@@ -17,34 +15,45 @@ def test_the_driver_line_forms_are_read():
         "xid",
         "0000:18:00",
         79,
+        {"pid": 1896, "process": "python"},
     )
-    assert parse("NVRM: Xid (PCI:0000:10:1c): 63, pid=1896, Row Remapper: New row marked for remapping") == (
+    assert parse("NVRM: Xid (PCI:0000:10:1c): 63, pid='<unknown>', name=<unknown>, Row Remapper: New row") == (
         "xid",
         "0000:10:1c",
         63,
+        {"process": "<unknown>"},
     )
-    assert parse("NVRM: Xid (0000:01:00): 3, C 00000005 SC 00000007") == ("xid", "0000:01:00", 3)
-    # "fallen off the bus" without an Xid: Xid 79
-    assert parse("NVRM: GPU at 0000:01:00.0 has fallen off the bus.") == ("xid", "0000:01:00", 79)
-    assert parse("NVRM: GPU 0000:2b:00.0: GPU has fallen off the bus.") == ("xid", "0000:2b:00", 79)
+    assert parse("NVRM: Xid (0000:01:00): 3, C 00000005 SC 00000007") == ("xid", "0000:01:00", 3, {})
+    # "fallen off the bus" without an Xid: Xid 79; also the driver's probe-time line of a GPU NVML never lists
+    assert parse("NVRM: GPU at 0000:01:00.0 has fallen off the bus.") == ("xid", "0000:01:00", 79, {})
+    assert parse("NVRM: GPU 0000:2b:00.0: GPU has fallen off the bus.") == ("xid", "0000:2b:00", 79, {})
+    probe_time = (
+        "NVRM: The NVIDIA GPU 0000:c3:00.0 (PCI ID: 10de:2330) installed in this system has fallen off the bus "
+        "and is not responding to commands."
+    )
+    assert parse(probe_time) == ("xid", "0000:c3:00", 79, {})
     assert parse("nvidia-nvswitch3: SXid (PCI:0000:c1:00.0): 20034, Fatal, Link 44 LTSSM Fault Up") == (
         "sxid_fatal",
         "0000:c1:00",
         20034,
+        {},
     )
     assert parse("nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 12028, Non-fatal, Link 32 egress error") == (
         "sxid",
         "0000:05:00",
         12028,
+        {},
     )
     for other in ("usb 1-1: new device", "NVRM: loading NVIDIA UNIX x86_64 Kernel Module", "Xid 79 said a user", ""):
         assert parse(other) is None
+    assert parse("NVRM: Xid (PCI:0000:18:00): 99999999999999, x") is None  # no code that long
 
 
 def test_kernel_and_nvml_bus_ids_meet():
     assert bus_key("0000:18:00") == bus_key("00000000:18:00.0") == (0, 0x18, 0)
     assert bus_key("0001:C1:00.0") == (1, 0xC1, 0)
     assert bus_key("not:a:bus") is None and bus_key(None) is None and bus_key("18:00") is None
+    assert bus_key("1:" * 40) is None
 
 
 def test_one_xid_from_nvml_and_the_kernel_is_kept_once_and_a_reread_line_too():
@@ -56,23 +65,34 @@ def test_one_xid_from_nvml_and_the_kernel_is_kept_once_and_a_reread_line_too():
     assert [(e["code"], e["source"]) for e in log.of("GPU-a")] == [(79, "nvml"), (48, "kernel")]
 
 
-def test_an_entry_goes_to_the_gpu_at_its_bus_and_moves_the_cursor():
+def line(text: str, at: float = 1796000000.5) -> KernelLine:
+    return KernelLine(text, at, "b" * 32, "journald", 3)
+
+
+def test_a_line_goes_to_the_gpu_at_its_bus_with_its_boot_pid_and_container():
     log, woken = XidLog(), []
     gpus = {(0, 0x18, 0): "GPU-a"}
-    reader = KernelXidReader(log, gpus.get, lambda: woken.append(1), threading.Event(), boot_id="b")
-    line = {
-        "__CURSOR": "s=1;i=5",
-        "__REALTIME_TIMESTAMP": "1796000000500000",
-        "MESSAGE": "NVRM: Xid (PCI:0000:18:00): 48, pid=7, DBE (0x1) (0x2)",
-    }
-    reader.take(orjson.dumps(line) + b"\n")
-    assert log.of("GPU-a") == [{"event": "xid", "code": 48, "at": 1796000000.5, "source": "kernel"}]
-    assert woken == [1] and reader.cursor == "s=1;i=5"
-    # a GPU this agent never saw, a line not about GPUs, junk, bytes: counted or skipped, never raised
-    reader.take(orjson.dumps({**line, "__CURSOR": "c6", "MESSAGE": "NVRM: Xid (PCI:0000:99:00): 79, x"}) + b"\n")
-    reader.take(orjson.dumps({"__CURSOR": "c7", "MESSAGE": [78, 86, 82, 77, 255]}) + b"\n")
-    reader.take(b"{not json\n")
-    reader.take(b"[1, 2]\n")
-    assert reader.unplaced == 1 and reader.cursor == "c7" and len(log.of("GPU-a")) == 1
-    assert "_TRANSPORT=kernel" in reader.argv() and "_BOOT_ID=b" in reader.argv()
-    assert any(a.startswith("--after-cursor=c7") for a in reader.argv())
+    containers = {7: "c" * 64}
+    reader = KernelXids(log, gpus.get, lambda: woken.append(1), containers.get)
+    reader.take(line("NVRM: Xid (PCI:0000:18:00): 48, pid=7, name=python3, DBE (0x1) (0x2)"))
+    assert log.of("GPU-a") == [
+        {
+            "event": "xid",
+            "code": 48,
+            "at": 1796000000.5,
+            "source": "kernel",
+            "boot": "b" * 32,
+            "pid": 7,
+            "process": "python3",
+            "container_id": "c" * 64,
+        }
+    ]
+    assert woken == [1] and reader.read == 1
+    # a GPU this agent never saw: kept (and counted) under its bus id; other lines skipped, never raised
+    reader.take(line("NVRM: Xid (PCI:0000:99:00): 79, pid=1, x", at=1796000001.0))
+    reader.take(line("usb 1-1: new device"))
+    reader.take(line("NVRM: Xid (PCI:zzzz:99:00): 79, x"))
+    assert reader.unplaced == 1 and len(log.of("GPU-a")) == 1
+    (unplaced,) = log.unplaced()
+    assert unplaced["pci_bus_id"] == "0000:99:00" and [x["code"] for x in unplaced["xid"]] == [79]
+    assert log.by_bus(UNPLACED)[0][0] == "0000:99:00"

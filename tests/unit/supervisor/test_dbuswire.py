@@ -58,7 +58,7 @@ def test_a_known_message_is_byte_exact():
 @pytest.mark.parametrize(
     "breakage",
     [
-        lambda d: b"B" + d[1:],  # big-endian: not read
+        lambda d: b"B" + d[1:],  # marked big-endian, its sizes read so are absurd
         lambda d: d[:12] + struct.pack("<I", 2**31) + d[16:],  # a fields array of 2 GiB
         lambda d: d[:4] + struct.pack("<I", 2**31) + d[8:],  # a body of 2 GiB
     ],

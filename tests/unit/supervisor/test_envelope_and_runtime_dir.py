@@ -7,8 +7,8 @@ import os
 
 import pytest
 
+from faden_agent.disk.files import PrivateDirError
 from faden_agent.ipc import EnvelopeError, decode, encode, ensure_runtime_dir
-from faden_agent.ipc.endpoints import RuntimeDirError
 
 
 def test_envelope_round_trip_and_rejections():
@@ -31,5 +31,5 @@ def test_runtime_dir_owned_by_someone_else_is_refused(tmp_path):
     path = tmp_path / "theirs"
     path.mkdir()
     os.chown(path, 65534, 65534)
-    with pytest.raises(RuntimeDirError, match="owned by uid 65534"):
+    with pytest.raises(PrivateDirError, match="owned by uid 65534"):
         ensure_runtime_dir(path)

@@ -23,7 +23,8 @@ from tests.support.metricstables import gpu_section
 DOCS = Path(__file__).parents[3] / "docs" / "service.md"
 OWN = {"build", "start_time_seconds", "worker_state", "worker_restarts", "worker_last_exit"}
 OWN |= {"worker_liveness_age_seconds", "process_cpu_seconds", "process_resident_memory_bytes"}
-OWN |= {"process_proportional_memory_bytes", "metrics_connections_dropped"}
+OWN |= {"process_proportional_memory_bytes", "metrics_connections_dropped", "metrics_answers", "metrics_held_seconds"}
+OWN |= {"metrics_answer_budget"}
 
 
 def every_figure_table() -> dict:

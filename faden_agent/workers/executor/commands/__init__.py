@@ -3,7 +3,7 @@
 registers its CommandKinds (kinds.py). A new family is a new module here, imported below.
 """
 
-from faden_agent.workers.executor.commands import command, container, image, node, traffic  # noqa: F401 - each registers its kinds
+from faden_agent.workers.executor.commands import command, container, gpu, image, node, traffic  # noqa: F401 - each registers its kinds
 from faden_agent.workers.executor.commands.frame import Commands
 from faden_agent.workers.executor.kinds import KINDS
 

@@ -33,15 +33,16 @@ REMOVE_RESERVE_S = 2 * JOIN_SLACK_S  # the removal after the last lines, and the
 
 
 def node_drain(commands: Commands, job: Job) -> dict[str, Any]:
-    return _answering(commands, job, _drain)
+    return answering(commands, job, _drain)
 
 
 def node_undrain(commands: Commands, job: Job) -> dict[str, Any]:
-    return _answering(commands, job, _undrain)
+    return answering(commands, job, _undrain)
 
 
-def _answering(commands: Commands, job: Job, handler: Callable[[Commands, Job], dict[str, Any]]) -> dict[str, Any]:
-    """Run the handler; a host request's outcome is also kept for the CLI that waits for it."""
+def answering(commands: Commands, job: Job, handler: Callable[[Commands, Job], dict[str, Any]]) -> dict[str, Any]:
+    """Run the handler; a host request's outcome is also kept for the CLI that waits for it
+    (any kind a host request asks for answers through this)."""
     request_id = job.spec.get("request_id")
     try:
         result = handler(commands, job)

@@ -1,13 +1,15 @@
-"""`gpu.health_changed` events: a GPU's verdict differs from the one in the last round.
-
-Keyed by UUID (by index for a GPU whose UUID NVML could not read). A GPU first seen `ok`
-is no news; one first seen degraded or failed is (old: null)."""
+"""GPU events: `gpu.health_changed` (a GPU's verdict differs from the last round's; keyed by UUID,
+by index for a GPU whose UUID NVML could not read; first seen `ok` is no news, first seen
+degraded or failed is, old: null), `gpu.replaced` (a new uuid at a known bus id) and
+`gpu.forgotten` (an operator acknowledged a GPU gone for good)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 HEALTH_CHANGED = "gpu.health_changed"
+REPLACED = "gpu.replaced"
+FORGOTTEN = "gpu.forgotten"
 
 
 class HealthChanges:
@@ -42,6 +44,21 @@ class HealthChanges:
             )
         return found
 
+    def forget(self, uuid: str) -> None:
+        """A GPU replaced or forgotten: no verdict of it is remembered."""
+        self.verdicts.pop(uuid, None)
+        self.changes.pop(uuid, None)
+
+
+def replaced_event(replaced: dict[str, Any], now: float) -> dict[str, Any]:
+    """{old_uuid, new_uuid, index, pci_bus_id} -> the event (no failure: the slot holds a GPU)."""
+    return {"type": REPLACED, **replaced, "uuid": replaced["old_uuid"], "at": round(now, 3)}
+
+
+def forgotten_event(uuid: str, by: str, now: float) -> dict[str, Any]:
+    return {"type": FORGOTTEN, "uuid": uuid, "by": by, "index": None, "at": round(now, 3)}
+
 
 def event_id(event: dict[str, Any]) -> str:
-    return f"ev:gpu:{event['uuid'] or event['index']}:{int(event['at'] * 1000)}"
+    kind = {REPLACED: "replaced:", FORGOTTEN: "forgotten:"}.get(event["type"], "")
+    return f"ev:gpu:{kind}{event['uuid'] or event['index']}:{int(event['at'] * 1000)}"

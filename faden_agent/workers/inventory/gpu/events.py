@@ -1,7 +1,8 @@
 """NVML error events as they happen: every error event type each GPU supports (Xid, ECC,
 retirement, ...) goes into the XidLog; one that can change a verdict calls `on_change` for a
-record now. A lost GPU is left out of the event set (the others' events go on) and put
-back once it answers again. No NVML, GPU or event support: the thread ends quietly.
+record now. A GPU whose registration fails in any way (lost, Unknown Error, ...) is left out
+of the event set, the others are watched, and it is tried again once it answers. Every NVML
+call is timed: one that hangs is named by `problems()`. No NVML, GPU or events: it ends quietly.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from collections.abc import Callable
 from typing import Any
 
 from faden_agent.workers.inventory.gpu.health import LOST_CODES
-from faden_agent.workers.inventory.gpu.probe import load_pynvml, nvml_text
+from faden_agent.workers.inventory.gpu.probe import TracedNvml, load_pynvml, nvml_text
+from faden_agent.workers.inventory.gpu.rules import DEGRADED
 from faden_agent.workers.inventory.gpu.xids import ERROR_EVENTS, XidLog, handle_key
 
 log = logging.getLogger(__name__)
@@ -23,6 +25,7 @@ STOPPED, LOST, RETRY, NOTHING = "stopped", "lost", "retry", "nothing"  # how a w
 WAIT_MS = 1000
 RETRY_S = 30.0
 LOST_PAUSE_S = 1.0  # before the set is built again after a wait ended on a lost GPU
+HUNG_AFTER_S = 10.0  # a call (the wait included, past its own WAIT_MS) running longer is hung
 
 
 class GpuErrorWatcher:
@@ -32,15 +35,24 @@ class GpuErrorWatcher:
         stop_event: threading.Event,  # the worker's one stop event
         nvml: Any = None,
         xids: XidLog | None = None,
+        hung_after_s: float = HUNG_AFTER_S,
     ) -> None:
         self.on_change = on_change
-        self.nvml = nvml
+        self.nvml: Any = TracedNvml(nvml) if nvml is not None else None
         self.xids = xids or XidLog()
-        self.watching = 0  # GPUs registered for events
-        self.lost: set[int] = set()  # GPU indexes left out of the set: lost at registration
+        self.hung_after_s = hung_after_s
+        self.watched: dict[int, str] = {}  # GPU index -> uuid, registered for events
+        self.unwatched: dict[int, str] = {}  # GPU index -> why it is left out (NVML's error)
+        self.lost: set[int] = set()  # of those, the GPUs NVML says are lost
+        self.error: str | None = None  # why the whole watch stopped, until it runs again
+        self._failed_waits = 0  # in a row: the pause before the next set grows with them
         self._uuids: dict[int, str] = {}  # device handle -> UUID, for the events' device
         self.stop_event = stop_event
         self.thread: threading.Thread | None = None
+
+    @property
+    def watching(self) -> int:
+        return len(self.watched)
 
     def start(self, start_thread: Callable[..., threading.Thread]) -> None:
         # Finite: with no NVML, no GPU or no GPU that supports events it ends quietly.
@@ -49,10 +61,45 @@ class GpuErrorWatcher:
     def stop(self) -> None:
         self.stop_event.set()
 
+    def status(self) -> dict[str, Any]:
+        """Which GPUs are watched and which are not (why); a call that hangs."""
+        return {
+            "watching": sorted(self.watched),
+            "lost": sorted(self.lost),
+            "unwatched": {str(index): why for index, why in sorted(self.unwatched.items())},
+            "hung": self.hung(),
+            "error": self.error,
+        }
+
+    def hung(self) -> str | None:
+        """The NVML call of this thread that has run past its bound (the wait: past WAIT_MS too)."""
+        nvml = self.nvml
+        age = nvml.call_age() if nvml is not None else None
+        if age is None:
+            return None
+        bound = self.hung_after_s + (WAIT_MS / 1000 if (nvml.calling or "").startswith("nvmlEventSetWait") else 0)
+        return f"{nvml.calling} ({age:.0f} s)" if age >= bound else None
+
+    def problems(self) -> list[tuple[str, str]]:
+        """The node's reasons (verdict, reason) while the watch is blind to some or all GPUs."""
+        found = []
+        hung = self.hung()
+        if hung:
+            found.append((DEGRADED, f"GPU events not watched: NVML call hung: {hung}"))
+        elif self.error:
+            found.append((DEGRADED, f"GPU events not watched: {self.error}"))
+        for index, why in sorted(self.unwatched.items()):
+            if index not in self.lost:
+                found.append((DEGRADED, f"GPU {index}: its events not watched ({why})"))
+        return found
+
     def _run(self) -> None:
-        nvml = self.nvml or load_pynvml()[0]
-        if nvml is None:
-            return  # no library or no bindings: nothing to watch
+        if self.nvml is None:
+            nvml = load_pynvml()[0]
+            if nvml is None:
+                return  # no library or no bindings: nothing to watch
+            self.nvml = TracedNvml(nvml)
+        nvml = self.nvml
         while not self.stop_event.is_set():
             try:
                 nvml.nvmlInit()
@@ -64,27 +111,30 @@ class GpuErrorWatcher:
                     outcome = self._watch(nvml)
                     if outcome == NOTHING:
                         return
+                    if outcome != LOST:
+                        self.error = None
                     if outcome == LOST:  # registered again at once, without the lost GPU
                         self.on_change()
-                        self.stop_event.wait(LOST_PAUSE_S)
+                        self.stop_event.wait(min(RETRY_S, LOST_PAUSE_S * 2 ** min(self._failed_waits, 8)))
             except nvml.NVMLError as exc:
-                log.warning("GPU event wait failed (%s); a record follows, watching again in %.0f s", exc, RETRY_S)
-                self.on_change()  # the failure itself (e.g. "GPU is lost") is news
+                self.error = f"NVML: {exc}"
+                log.warning("GPU event watch failed (%s); a record follows, watching again in %.0f s", exc, RETRY_S)
+                self.on_change()  # the failure itself is news
             finally:
                 self._shutdown(nvml)
             self.stop_event.wait(RETRY_S)
 
     def _watch(self, nvml: Any) -> str:
-        """Wait for events until stopped (STOPPED), a GPU is lost or a lost one is due to be
-        tried again (LOST, RETRY), or no GPU supports events (NOTHING)."""
+        """Wait for events until stopped (STOPPED), a GPU is lost, a wait fails or a GPU left
+        out is due to be tried again (LOST, RETRY), or no GPU supports events (NOTHING)."""
         event_set = nvml.nvmlEventSetCreate()
         try:
-            lost_before = set(self.lost)
+            left_out_before = dict(self.unwatched)
             self._register(nvml, event_set)
-            if self.lost - lost_before or (lost_before and not self.lost):
-                self.on_change()  # a GPU lost, or back: a record now
-            if not self.watching:
-                if not self.lost:
+            if self.unwatched != left_out_before:
+                self.on_change()  # a GPU left out, or back: a record now
+            if not self.watched:
+                if not self.unwatched:
                     return NOTHING
                 self.stop_event.wait(RETRY_S)
                 return RETRY
@@ -97,10 +147,14 @@ class GpuErrorWatcher:
                     if exc.value in LOST_CODES:
                         return LOST
                     if exc.value != nvml.NVML_ERROR_TIMEOUT:
-                        raise
-                    if self.lost and (time.monotonic() - built >= RETRY_S or self._answers(nvml)):
+                        self.error = f"the event wait failed: {exc}"
+                        self._failed_waits += 1
+                        return LOST  # built again without what fails now, after a pause that grows
+                    self._failed_waits, self.error = 0, None
+                    if self.unwatched and (time.monotonic() - built >= RETRY_S or self._answers(nvml)):
                         return RETRY
                     continue
+                self._failed_waits, self.error = 0, None
                 if self._record(nvml, data):
                     self.on_change()
             return STOPPED
@@ -108,8 +162,8 @@ class GpuErrorWatcher:
             nvml.nvmlEventSetFree(event_set)
 
     def _answers(self, nvml: Any) -> bool:
-        """A lost GPU answers again (one cheap call each, once per WAIT_MS): register it now."""
-        for index in self.lost:
+        """A GPU left out answers again (one cheap call each, once per WAIT_MS): register it now."""
+        for index in self.unwatched:
             try:
                 nvml.nvmlDeviceGetUUID(nvml.nvmlDeviceGetHandleByIndex(index))
                 return True
@@ -118,9 +172,9 @@ class GpuErrorWatcher:
         return False
 
     def _register(self, nvml: Any, event_set: Any) -> None:
-        """Every GPU that supports events in the set, but those NVML says are lost."""
-        self.watching = 0
-        self.lost = set()
+        """Every GPU that supports events in the set; one NVML fails on is left out (`unwatched`)."""
+        watched: dict[int, str] = {}
+        self.unwatched, self.lost = {}, set()
         for index in range(nvml.nvmlDeviceGetCount()):
             try:
                 handle = nvml.nvmlDeviceGetHandleByIndex(index)
@@ -130,12 +184,14 @@ class GpuErrorWatcher:
                     continue
                 nvml.nvmlDeviceRegisterEvents(handle, mask, event_set)
                 self._uuids[handle_key(handle)] = uuid
-                self.watching += 1
+                watched[index] = uuid
             except nvml.NVMLError as exc:
+                if exc.value == nvml.NVML_ERROR_NOT_SUPPORTED:
+                    continue
+                self.unwatched[index] = str(exc)
                 if exc.value in LOST_CODES:
                     self.lost.add(index)
-                elif exc.value != nvml.NVML_ERROR_NOT_SUPPORTED:
-                    raise
+        self.watched = watched
 
     @staticmethod
     def _mask(nvml: Any, handle: Any) -> int:

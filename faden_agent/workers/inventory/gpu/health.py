@@ -1,17 +1,19 @@
 """Each GPU's health through NVML (ECC, retired pages, remapped rows, clock events, NVLink,
-PCIe, fabric, recovery action, persistence, its Xid log) and its verdict (gpu/rules.py).
-One HealthReader per GPU probe remembers counters between rounds to see them rise; steady
-values go in the content hash, gauges under "usage".
-"""
+PCIe, fabric, recovery action, persistence, temperature, its Xid log) and its verdict
+(gpu/rules.py). One HealthReader per GPU probe remembers counters between rounds to see
+them rise and a reset happen (gpu/holds.py); steady values go in the content hash, gauges
+under "usage"."""
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import time
 from collections.abc import Callable
 from typing import Any
 
 from faden_agent.workers.inventory.gpu import rules as gpu_rules
+from faden_agent.workers.inventory.gpu.holds import reset_sign
 from faden_agent.workers.inventory.gpu.xids import XidLog
 
 LOST_CODES = (15, 16, 28)  # NVML_ERROR_GPU_IS_LOST, _RESET_REQUIRED, _GPU_NOT_FOUND
@@ -31,9 +33,12 @@ FIELDS = {
     "nvlink_replay": 52,
     "nvlink_recovery": 59,
     "nvlink_links": 91,
+    "memory_temperature": 82,
     "pcie_replay": 94,
     "recovery_action": 230,
 }
+TEMPERATURE_THRESHOLDS = {"shutdown": 0, "slowdown": 1, "memory_max": 2}  # NVML_TEMPERATURE_THRESHOLD_*
+PCIE_WINDOW_S = 60.0  # the replay rate's window: DCGM counts replays per minute
 NVLINK_STATE_FIELD = 165  # NVML_FI_DEV_NVLINK_GET_STATE, scopeId: the link
 MAX_LINKS = 36  # NVML_NVLINK_MAX_LINKS
 LINK_UP = (1, 2)  # NVML_NVLINK_STATE_ACTIVE, _SLEEP (a sleeping link wakes on traffic)
@@ -71,6 +76,10 @@ class _Track:
         self.link_totals: tuple[int | None, ...] = ()
         self.links = 0  # NVLink count of the last round: its states ride in the fields call
         self.pcie_max: tuple[Any, Any] | None = None
+        self.pcie_samples: collections.deque[tuple[float, int]] = collections.deque(maxlen=64)
+        self.thresholds: dict[str, int | None] | None = None  # read once: a board's limits do not move
+        self.view: dict[str, Any] = {}  # what a reset changes, as last read (gpu/holds.py, reset_sign)
+        self.read_at: float | None = None
         self.facts: dict[str, Any] = {}  # of the last good read: a verdict again without NVML
         self.health: dict[str, Any] = {}
 
@@ -84,16 +93,19 @@ class HealthReader:
         xid_hold_s: float = 3600.0,
         clock: Callable[[], float] = time.time,
     ):
-        self.xids = xids or XidLog()
+        """`xids` brings its Holds (the boot id, GPU_XID_HOLD_SEC); `xid_hold_s` only for a new one."""
+        self.xids = xids or XidLog(hold_s=xid_hold_s)
+        self.holds = self.xids.holds
         self.throttle_s = throttle_s
         self.rising_s = rising_s
-        self.xid_hold_s = xid_hold_s
         self.clock = clock
         self._tracks: dict[str, _Track] = {}
 
     # --- a GPU NVML answers for
 
-    def read(self, nvml: Any, handle: Any, uuid: str, optional: Callable[..., Any]) -> dict[str, Any]:
+    def read(
+        self, nvml: Any, handle: Any, uuid: str, optional: Callable[..., Any], temperature: int | None = None
+    ) -> dict[str, Any]:
         now = self.clock()
         track = self._tracks.setdefault(uuid, _Track())
 
@@ -111,6 +123,10 @@ class HealthReader:
         histogram = call("nvmlDeviceGetRowRemapperHistogram")
         if track.pcie_max is None:
             track.pcie_max = (call("nvmlDeviceGetMaxPcieLinkGeneration"), call("nvmlDeviceGetMaxPcieLinkWidth"))
+        if track.thresholds is None:
+            track.thresholds = {
+                n: call("nvmlDeviceGetTemperatureThreshold", t) for n, t in TEMPERATURE_THRESHOLDS.items()
+            }
         pcie = {
             "replay": values["pcie_replay"],
             "width": call("nvmlDeviceGetCurrPcieLinkWidth"),
@@ -118,6 +134,9 @@ class HealthReader:
             "width_max": track.pcie_max[1],
         }
         facts: dict[str, Any] = {"pcie": pcie}
+        remapped = _remapped_rows(remap)
+        recovery = RECOVERY_ACTIONS.get(values["recovery_action"], values["recovery_action"])
+        self._look_for_reset(uuid, track, now, values, remapped, recovery)
         health: dict[str, Any] = {
             "xid": self.xids.of(uuid),
             "persistence_mode": bool(persistence) if persistence is not None else None,
@@ -134,19 +153,21 @@ class HealthReader:
                     "pending": _bool(values["retired_pending"]),
                 }
             ),
-            "remapped_rows": _remapped_rows(remap),
+            "remapped_rows": remapped,
             "nvlink": self._nvlink(call, values, track, facts),
             "pcie": _some(pcie),
             "fabric": self._fabric(nvml, call),
-            "recovery_action": RECOVERY_ACTIONS.get(values["recovery_action"], values["recovery_action"]),
+            "recovery_action": recovery,
+            "temperature_limits": _some(dict(track.thresholds)),
+            "last_reset": self.holds.last_reset(uuid),
         }
         clock_events = self._clock_events(mask, track, now)
         facts.update(
-            recent_xids=self._recent(health["xid"], now),
-            remap_failure=bool(health["remapped_rows"] and health["remapped_rows"]["failure"]),
-            remap_pending=bool(health["remapped_rows"] and health["remapped_rows"]["pending"]),
+            recent_xids=self._recent(uuid, health["xid"], now),
+            remap_failure=bool(remapped and remapped["failure"]),
+            remap_pending=bool(remapped and remapped["pending"]),
             retired_pending=bool(values["retired_pending"]),
-            recovery_action=health["recovery_action"],
+            recovery_action=recovery,
             fabric=health["fabric"],
             throttled=[n for n in gpu_rules.THROTTLE_SLOWDOWNS if clock_events.get(n, 0) > self.throttle_s],
             power_brake="hw_power_brake_slowdown" in clock_events,
@@ -157,8 +178,9 @@ class HealthReader:
             persistence_off=persistence == 0,
             mig_pending=bool(mig) and mig[0] != mig[1],
             uncorrected_rising=self._rising(track, "ecc_uncorrected_volatile", values, now),
-            pcie_rising=self._rising(track, "pcie_replay", values, now),
+            pcie_rising=self._pcie_rate(track, values["pcie_replay"], now),
             nvlink_rising=[n for n in NVLINK_COUNTERS if self._rising(track, f"nvlink_{n}", values, now)],
+            temperature={"gpu": temperature, "memory": values["memory_temperature"], **track.thresholds},
         )
         health["verdict"], health["reasons"] = gpu_rules.verdict(facts)
         track.facts = facts
@@ -166,11 +188,40 @@ class HealthReader:
             "ecc_corrected_volatile": values["ecc_corrected_volatile"],
             "ecc_corrected_aggregate": values["ecc_corrected_aggregate"],
             "pcie_gen": call("nvmlDeviceGetCurrPcieLinkGeneration"),
+            "memory_temperature_c": values["memory_temperature"],
             "clock_events_active_s": clock_events,
             "xid_totals": self.xids.totals(uuid),  # a counter: under usage, out of the hash
         }
         track.health = _ordered(health)
         return track.health
+
+    def _look_for_reset(
+        self,
+        uuid: str,
+        track: _Track,
+        now: float,
+        values: dict[str, Any],
+        remapped: dict[str, Any] | None,
+        recovery: Any,
+    ) -> None:
+        """Compares what a reset changes with the last read; a reset seen ends the holds of
+        the Xids before the last read (one between the two reads may have come after it)."""
+        view = {
+            "failing": None,
+            "ecc_corrected_volatile": values["ecc_corrected_volatile"],
+            "ecc_uncorrected_volatile": values["ecc_uncorrected_volatile"],
+            "retired_pending": _bool(values["retired_pending"]),
+            "remap_pending": remapped["pending"] if remapped else None,
+            "recovery_action": recovery,
+        }
+        self._seen(uuid, track, view, now)
+
+    def _seen(self, uuid: str, track: _Track, view: dict[str, Any], now: float) -> None:
+        sign = reset_sign(track.view, view) if track.view else None
+        if sign is not None:
+            self.holds.reset_seen(uuid, sign, at=track.read_at if track.read_at is not None else now)
+        track.view = {**track.view, **{k: v for k, v in view.items() if v is not None or k == "failing"}}
+        track.read_at = now
 
     def _fields(self, call: Callable[..., Any], track: _Track) -> dict[str, Any]:
         """Every counter, and each NVLink's state, in one nvmlDeviceGetFieldValues call (a
@@ -248,9 +299,9 @@ class HealthReader:
         track.clock_since = {name: track.clock_since.get(name, now) for name in active}
         return {name: round(now - since, 1) for name, since in sorted(track.clock_since.items())}
 
-    def _recent(self, xids: list[dict[str, Any]], now: float) -> list[int]:
-        """The Xid codes that still count towards the verdict."""
-        return [x["code"] for x in xids if x["event"] == "xid" and now - x["at"] <= self.xid_hold_s]
+    def _recent(self, uuid: str | None, xids: list[dict[str, Any]], now: float) -> list[int]:
+        """The Xid codes whose hold has not ended (gpu/holds.py)."""
+        return [x["code"] for x in xids if x["event"] == "xid" and self.holds.holds(uuid, x, now)]
 
     def _rising(self, track: _Track, name: str, values: dict[str, Any], now: float) -> bool:
         value = values.get(name)
@@ -263,45 +314,100 @@ class HealthReader:
         rose = track.rose_at.get(name)
         return rose is not None and now - rose <= self.rising_s
 
-    def switch_reasons(self, switches: list[dict[str, Any]]) -> list[str]:
-        """A fatal SXid within the Xid hold, per NVSwitch: the NVLink fabric needs a reset."""
+    def _pcie_rate(self, track: _Track, replays: int | None, now: float) -> bool:
+        """More than PCIE_REPLAYS_PER_MINUTE replays within a minute (against the newest read at
+        least a minute old, else the oldest), seen within GPU_RISING_SEC."""
+        if replays is None:
+            return False
+        samples = track.pcie_samples
+        if samples and replays < samples[-1][1]:
+            samples.clear()  # the count went back (a reset): a new series
+        base = next((count for at, count in reversed(samples) if now - at >= PCIE_WINDOW_S), None)
+        if base is None and samples:
+            base = samples[0][1]
+        while len(samples) > 1 and now - samples[1][0] >= PCIE_WINDOW_S:
+            samples.popleft()  # keep one read at least a window old
+        samples.append((now, replays))
+        track.counters["pcie_replay"] = replays
+        if base is not None and replays - base > gpu_rules.PCIE_REPLAYS_PER_MINUTE:
+            track.rose_at["pcie_replay"] = now
+        rose = track.rose_at.get("pcie_replay")
+        return rose is not None and now - rose <= self.rising_s
+
+    def fabric_gpus(self, devices: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The GPUs on the NVSwitch fabric: those NVML reports fabric state for, else (a board
+        older than Hopper, where NVML has none) every GPU: NVSwitches tie all of a board's GPUs."""
+        with_fabric = [d for d in devices if (d.get("health") or {}).get("fabric")]
+        return with_fabric or [d for d in devices if d.get("health")]
+
+    def add_switch_faults(self, device: dict[str, Any], switches: list[dict[str, Any]]) -> None:
+        """Judges a GPU on the fabric again with the fatal SXids whose hold has not ended for it."""
+        uuid = device.get("uuid")
+        track = self._tracks.get(uuid or "")
+        health = device.get("health")
+        if track is None or not health:
+            return
         now = self.clock()
-        return [
+        faults = [
             f"NVSwitch {switch['pci_bus_id']}: SXid {entry['code']} (fatal): fabric reset needed"
             for switch in switches
             for entry in switch["sxid"]
-            if entry["event"] == "sxid_fatal" and now - entry["at"] <= self.xid_hold_s
+            if entry["event"] == "sxid_fatal" and self.holds.holds(uuid, entry, now)
         ]
+        if not faults and not track.facts.get("sxid_fatal"):
+            return
+        track.facts = {**track.facts, "sxid_fatal": faults}
+        health["verdict"], health["reasons"] = gpu_rules.verdict(track.facts)
 
     # --- what an earlier run saw (gpu/evidence.py)
 
     def baselines(self) -> dict[str, dict[str, Any]]:
         return {
-            uuid: {"counters": dict(t.counters), "rose_at": dict(t.rose_at), "links_up": sorted(t.links_up)}
-            for uuid, t in self._tracks.items()
+            uuid: {
+                "counters": dict(t.counters),
+                "rose_at": dict(t.rose_at),
+                "links_up": sorted(t.links_up),
+                "reset_view": dict(t.view),
+                "last_reset": self.holds.last_reset(uuid),
+            }
+            for uuid, t in list(self._tracks.items())  # also read by the door's thread: a copy first
         }
 
     def restore(self, uuid: str, saved: dict[str, Any]) -> None:
+        """An earlier run's baselines (node/gpu_faults.py has checked their fields)."""
         track = self._tracks.setdefault(uuid, _Track())
-        track.counters = {k: v for k, v in _dict(saved.get("counters")).items() if isinstance(v, int)}
-        track.rose_at = {k: v for k, v in _dict(saved.get("rose_at")).items() if isinstance(v, int | float)}
-        track.links_up = {n for n in saved.get("links_up") or () if isinstance(n, int)}
+        track.counters = dict(saved.get("counters") or {})
+        track.rose_at = dict(saved.get("rose_at") or {})
+        track.links_up = set(saved.get("links_up") or ())
+        track.view = dict(saved.get("reset_view") or {})
+        self.holds.restore(uuid, saved.get("last_reset"))
+
+    def forget(self, uuid: str) -> None:
+        self._tracks.pop(uuid, None)
+        self.holds.forget(uuid)
+        self.xids.forget(uuid)
 
     # --- a GPU NVML fails on, or no longer counts
 
-    def failed(self, uuid: str | None, exc: Any) -> dict[str, Any]:
+    def failed(self, uuid: str | None, exc: Any, every_call: bool = False) -> dict[str, Any]:
+        """A GPU whose read raised `exc`: lost (NVML says so), unanswering (`every_call` failed) or
+        one NVML error; the first two end when it answers again, a reset's sign (gpu/holds.py)."""
         lost = getattr(exc, "value", None) in LOST_CODES
         now = self.clock()
         xids = self.xids.of(uuid)
         facts = {
             "lost": str(exc) if lost else None,
-            "nvml_errors": [] if lost else [str(exc)],
-            "recent_xids": self._recent(xids, now),
+            "unanswering": str(exc) if every_call and not lost else None,
+            "nvml_errors": [] if lost or every_call else [str(exc)],
+            "recent_xids": self._recent(uuid, xids, now),
         }
+        if uuid and (lost or every_call):
+            self._seen(uuid, self._tracks.setdefault(uuid, _Track()), {"failing": str(exc)}, now)
         verdict, reasons = gpu_rules.verdict(facts)
         return {"verdict": verdict, "reasons": reasons, "xid": xids}
 
     def missing(self, uuid: str, since: str) -> dict[str, Any]:
+        self._seen(uuid, self._tracks.setdefault(uuid, _Track()), {"failing": f"missing since {since}"}, self.clock())
         verdict, reasons = gpu_rules.verdict({"missing": since})
         return {"verdict": verdict, "reasons": reasons, "xid": self.xids.of(uuid)}
 
@@ -310,7 +416,7 @@ class HealthReader:
         with the Xids logged since and, on the GPU whose call hangs, `hung` (its function)."""
         track = self._tracks.get(uuid or "")
         facts = dict(track.facts) if track else {}
-        facts["recent_xids"] = self._recent(self.xids.of(uuid), self.clock())
+        facts["recent_xids"] = self._recent(uuid, self.xids.of(uuid), self.clock())
         facts["hung"] = hung
         verdict, reasons = gpu_rules.verdict(facts)
         return {**(health or {}), "verdict": verdict, "reasons": reasons, "xid": self.xids.of(uuid)}
@@ -320,11 +426,11 @@ def node_health(
     devices: list[dict[str, Any]],
     missing: list[dict[str, Any]],
     problem: str | None,
-    degrading: list[str] | None = None,
+    notes: list[tuple[str, str]] | None = None,
 ) -> dict[str, Any]:
     """The node's verdict: its worst GPU's, with each GPU's reasons named by index; `problem`
-    (NVML unusable on a machine with an NVIDIA library and driver problem) fails it;
-    `degrading` (a fatal NVSwitch SXid) degrades it."""
+    (NVML unusable on a machine with an NVIDIA library and driver problem) fails it; `notes`
+    are the node's own (verdict, reason) pairs (the watch, the fabric manager, unplaced Xids)."""
     verdicts, reasons = [], []
     for device in [*devices, *missing]:
         health = device.get("health") or {}
@@ -333,14 +439,10 @@ def node_health(
     if problem:
         verdicts.append(gpu_rules.FAILED)
         reasons.append(problem)
-    if degrading:
-        verdicts.append(gpu_rules.DEGRADED)
-        reasons += degrading
+    for verdict, reason in notes or ():
+        verdicts.append(verdict)
+        reasons.append(reason)
     return {"verdict": gpu_rules.worst(verdicts), "reasons": reasons}
-
-
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
 
 
 def _link_states(links: int) -> list[tuple[int, int]]:

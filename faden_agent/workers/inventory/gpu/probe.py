@@ -1,4 +1,7 @@
-"""GPUs through NVML (pynvml): the driver, and per GPU what placement needs."""
+"""GPUs through NVML (pynvml): the driver, and per GPU what placement needs and its health.
+Every NVML call is named and timed while it runs (TracedNvml: a hung one is named); a GPU
+is remembered by uuid and bus id (`seen`, kept across restarts): one gone is `missing`, a new
+uuid at its bus id `replaced` it, one acknowledged gone for good is forgotten."""
 
 from __future__ import annotations
 
@@ -6,20 +9,26 @@ import copy
 import ctypes
 import importlib
 import os
+import threading
 import time
 from collections.abc import Callable
+from time import monotonic
 from typing import Any
 
 from faden_agent.workers.inventory.gpu.containers import container_of_pid
 from faden_agent.workers.inventory.gpu.evidence import seen_at
 from faden_agent.workers.inventory.gpu.health import HealthReader, node_health
 from faden_agent.workers.inventory.gpu.kernel_xids import bus_key
+from faden_agent.workers.inventory.gpu.rules import OK, XIDS, xid_reason
 
 REASON_NO_PYNVML = "pynvml (nvidia-ml-py) not installed"
 REASON_NO_LIBRARY = "NVML library not found"
 REASON_NO_DRIVER = "no NVIDIA driver loaded"
 REASON_NO_GPU = "no GPU found"
 NVML_LIBRARY = "libnvidia-ml.so.1"  # what pynvml itself opens on Linux
+USERS_KEPT = 32  # containers remembered per GPU
+USERS_KEEP_S = 86400.0
+IDENTITY_CALLS = ("nvmlDeviceGetUUID", "nvmlDeviceGetPciInfo", "nvmlDeviceGetName", "nvmlDeviceGetMemoryInfo")
 
 
 def load_pynvml() -> tuple[Any, str | None]:
@@ -41,12 +50,14 @@ def nvml_text(value: Any) -> Any:
 
 
 class TracedNvml:
-    """pynvml with each function call named while it runs (`calling`), so a call that never
-    returns can be named: "NVML call hung: <function>". About 1 us a call."""
+    """pynvml with each function call named and timed while it runs (`calling`, `started`),
+    so a call that never returns is named ("NVML call hung: <function>") and bounded on its
+    own (`call_age`). About 1 us a call."""
 
     def __init__(self, nvml: Any):
         self._nvml = nvml
         self.calling: str | None = None
+        self.started = 0.0  # time.monotonic() when `calling` began
 
     def __getattr__(self, name: str) -> Any:
         value = getattr(self._nvml, name)
@@ -57,28 +68,50 @@ class TracedNvml:
 
     def _traced(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         def call(*args: Any) -> Any:
+            self.started = monotonic()
             self.calling = name
-            result = fn(*args)
-            self.calling = None  # not on an error: the next call names itself anyway
-            return result
+            try:
+                return fn(*args)
+            finally:
+                self.calling = None
 
         return call
 
+    def call_age(self) -> float | None:
+        """Seconds the call now in flight has run, None between calls (or after one raised)."""
+        return monotonic() - self.started if self.calling is not None else None
+
 
 class GpuProbe:
-    def __init__(self, nvml: Any = None, health: HealthReader | None = None, clock: Callable[[], float] = time.time):
-        """`nvml` is the pynvml module (imported on first use when None); tests pass a fake."""
+    def __init__(
+        self,
+        nvml: Any = None,
+        health: HealthReader | None = None,
+        clock: Callable[[], float] = time.time,
+        notes: Callable[[dict[str, Any]], list[tuple[str, str]]] | None = None,
+    ):
+        """`nvml` is the pynvml module (imported on first use when None); tests pass a fake.
+        `notes(section)`: the node's own (verdict, reason) pairs (the watch, the fabric manager)."""
         self.nvml: Any = TracedNvml(nvml) if nvml is not None else None
         self.health = health or HealthReader()
         self.clock = clock
+        self.notes = notes
         self._initialized = False
         # uuid -> index, bus id and when last seen, of every GPU seen (evidence.py keeps it)
         self.seen: dict[str, dict[str, Any]] = {}
+        # uuid -> {container id: when NVML last saw a process of it on that GPU} (death causes)
+        self.users: dict[str, dict[str, float]] = {}
+        self.replaced: list[dict[str, Any]] = []  # GPUs a new uuid replaced at their bus id, not yet reported
         self._reading: int | None = None  # the GPU index being read, for a hung call
+        self.lock = threading.Lock()  # a round, or a change of `seen` from another thread (forget)
 
     # --- the probe
 
     def __call__(self) -> dict[str, Any]:
+        with self.lock:
+            return self._round()
+
+    def _round(self) -> dict[str, Any]:
         system = self._read()
         devices = system["devices"]
         missing = self._missing(devices)
@@ -92,8 +125,18 @@ class GpuProbe:
         switches = self.health.xids.switches()
         if switches:
             system["nvswitches"] = switches
-        system["health"] = node_health(devices, missing, problem, self.health.switch_reasons(switches))
+            for device in self.health.fabric_gpus(devices):
+                self.health.add_switch_faults(device, switches)
+        unplaced = self.health.xids.unplaced()
+        if unplaced:
+            system["unplaced_xids"] = unplaced
+        notes = [*unplaced_notes(unplaced, self.health), *(self.notes(system) if self.notes else ())]
+        system["health"] = node_health(devices, missing, problem, notes)
         return system
+
+    def call_age(self) -> float | None:
+        """How long the NVML call in flight has run (Probe's per-call bound reads it)."""
+        return self.nvml.call_age() if self.nvml is not None else None
 
     def uuid_of_bus(self, key: tuple[int, int, int]) -> str | None:
         """The GPU seen at that PCI address (gpu/kernel_xids.py's bus_key), if any."""
@@ -102,23 +145,57 @@ class GpuProbe:
                 return uuid
         return None
 
+    def forget(self, uuid: str, wait_s: float = 1.0) -> tuple[str, str]:
+        """Acknowledges a GPU gone for good: no longer `missing`, its evidence dropped.
+        (outcome, message): forgotten, unknown (never seen), present (NVML still counts it: refused)
+        or busy (a round holds the probe, e.g. a hung NVML call)."""
+        if not self.lock.acquire(timeout=wait_s):
+            return "busy", f"the GPU probe is in a round ({self.hung_call()}): try again"
+        try:
+            seen = self.seen.get(uuid)
+            if seen is None:
+                return "unknown", f"no GPU {uuid} was ever seen here"
+            if seen.get("present"):
+                where = f"GPU {seen['index']} at {seen.get('pci_bus_id')}"
+                return "present", f"{uuid} is present ({where}): only a GPU gone can be forgotten"
+            self._drop(uuid)
+            return "forgotten", f"{uuid} (last GPU {seen['index']} at {seen.get('pci_bus_id')}) forgotten"
+        finally:
+            self.lock.release()
+
+    def _drop(self, uuid: str) -> None:
+        self.seen.pop(uuid, None)
+        self.users.pop(uuid, None)
+        self.health.forget(uuid)
+
     def _missing(self, devices: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """GPUs seen in an earlier round (or run) that NVML no longer counts."""
+        """GPUs seen in an earlier round (or run) that NVML no longer counts; one whose bus id
+        now holds a GPU of another uuid was replaced (`replaced`), not lost."""
         now = self.clock()
+        present = {d.get("uuid") for d in devices}
+        # a GPU NVML still counts but cannot name (lost) is the one last seen at its index
+        present |= {
+            u for u, seen in self.seen.items() for d in devices if not d.get("uuid") and d["index"] == seen["index"]
+        }
+        for uuid, seen in self.seen.items():
+            seen["present"] = uuid in present
         for device in devices:
             if device.get("uuid") and device["state"] == "ok":
                 self.seen[device["uuid"]] = {
                     "index": device["index"],
                     "pci_bus_id": device.get("pci_bus_id"),
                     "at": seen_at(now),
+                    "present": True,
                 }
-        if len(devices) >= len(self.seen):
-            return []
-        present = {d.get("uuid") for d in devices}
-        # a GPU NVML still counts but cannot name (lost) is the one last seen at its index
-        present |= {
-            u for u, seen in self.seen.items() for d in devices if not d.get("uuid") and d["index"] == seen["index"]
-        }
+                self._note_users(device, now)
+        buses = {bus_key(d.get("pci_bus_id")): d for d in devices if d.get("uuid") and d["state"] == "ok"}
+        for uuid, seen in list(self.seen.items()):
+            new = buses.get(bus_key(seen.get("pci_bus_id")))
+            if not seen["present"] and new is not None and new["uuid"] != uuid:
+                self.replaced.append(
+                    {"old_uuid": uuid, "new_uuid": new["uuid"], "index": new["index"], "pci_bus_id": new["pci_bus_id"]}
+                )
+                self._drop(uuid)
         return [
             {
                 "index": seen["index"],
@@ -127,8 +204,18 @@ class GpuProbe:
                 "health": self.health.missing(uuid, iso_time(seen.get("at"))),
             }
             for uuid, seen in sorted(self.seen.items(), key=lambda item: item[1]["index"])
-            if uuid not in present
+            if not seen["present"]
         ]
+
+    def _note_users(self, device: dict[str, Any], now: float) -> None:
+        """The containers whose processes NVML lists on the GPU (the last USERS_KEPT, a day at most)."""
+        users = self.users.setdefault(device["uuid"], {})
+        for process in device.get("processes") or ():
+            if process.get("container_id"):
+                users[process["container_id"]] = round(now, 3)
+        if len(users) > USERS_KEPT or any(now - at > USERS_KEEP_S for at in users.values()):
+            newest = sorted(users.items(), key=lambda item: item[1])[-USERS_KEPT:]
+            self.users[device["uuid"]] = {cid: at for cid, at in newest if now - at <= USERS_KEEP_S}
 
     def _read(self) -> dict[str, Any]:
         if self.nvml is None:
@@ -199,6 +286,7 @@ class GpuProbe:
     def _read_device(self, index: int) -> dict[str, Any]:
         nvml = self.nvml
         device: dict[str, Any] = {"index": index, "state": "ok"}
+        handle = None
         try:
             handle = nvml.nvmlDeviceGetHandleByIndex(index)
             device["uuid"] = nvml_text(nvml.nvmlDeviceGetUUID(handle))
@@ -215,15 +303,28 @@ class GpuProbe:
             device["ecc"] = ecc["facts"] if ecc else None
             device["processes"] = self._processes(handle)
             device["usage"] = self._usage(handle, memory, ecc)
-            device["health"] = self.health.read(nvml, handle, device["uuid"], self._optional)
+            temperature = device["usage"]["temperature_c"]
+            device["health"] = self.health.read(nvml, handle, device["uuid"], self._optional, temperature)
         except nvml.NVMLError as exc:
             self._forget_on(exc)
             device["state"] = "error"
             device["error"] = str(exc)
             device.pop("usage", None)
             device.update(self._last_seen_at(index, device))
-            device["health"] = self.health.failed(device.get("uuid"), exc)
+            every_call = handle is None or not self._answers_any(handle)
+            device["health"] = self.health.failed(device.get("uuid"), exc, every_call)
         return device
+
+    def _answers_any(self, handle: Any) -> bool:
+        """Whether any of the GPU's identity calls still succeeds (after one of its calls failed)."""
+        nvml = self.nvml
+        for name in IDENTITY_CALLS:
+            try:
+                getattr(nvml, name)(handle)
+                return True
+            except nvml.NVMLError:
+                continue
+        return False
 
     def _last_seen_at(self, index: int, device: dict[str, Any]) -> dict[str, Any]:
         """A GPU NVML cannot name (lost): the uuid and bus id of the one last seen at its index."""
@@ -358,6 +459,18 @@ class GpuProbe:
         except (nvml.NVMLError, AttributeError):
             return {}
         return {s.pid: s.smUtil for s in samples or () if isinstance(getattr(s, "smUtil", None), int)}
+
+
+def unplaced_notes(unplaced: list[dict[str, Any]], health: HealthReader) -> list[tuple[str, str]]:
+    """The node's reasons for the Xids of a bus id no GPU was seen at (NVML never listed it:
+    e.g. a GPU that fell off the bus as the driver probed it) whose hold has not ended."""
+    notes = []
+    for bus in unplaced:
+        for entry in bus["xid"]:
+            xid = XIDS.get(entry["code"]) if entry["event"] == "xid" else None
+            if xid is not None and xid.verdict != OK and health.holds.holds(None, entry):
+                notes.append((xid.verdict, f"PCI {bus['pci_bus_id']} (no GPU seen there): {xid_reason(entry['code'])}"))
+    return notes
 
 
 def process_name(pid: int) -> str | None:

@@ -11,59 +11,28 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-OK = "ok"
-DEGRADED = "degraded"
-FAILED = "failed"
+from faden_agent.node.xid_catalogue import (
+    CLOCK,
+    DEGRADED,
+    FAILED,
+    HISTORY,
+    HOLD_ENDS,
+    OK,
+    REBOOT,
+    RESET,
+    XIDS,
+    Xid,
+)
+
 RANK = {OK: 0, DEGRADED: 1, FAILED: 2}
+__all__ = ["CLOCK", "DEGRADED", "FAILED", "HISTORY", "OK", "REBOOT", "RESET", "RULES", "XIDS", "Xid", "verdict"]
 
-
-@dataclass(frozen=True)
-class Xid:
-    meaning: str
-    nvidia: str  # NVIDIA's Xid catalogue, "Resolution Bucket (Immediate Action)"
-    verdict: str
-    action: str  # what an operator does: reset needed, reboot needed, drain, restart the app, none
-
-
-# NVIDIA's Xid catalogue (Ampere and later: docs.nvidia.com/deploy/xid-errors), its
-# "Resolution Bucket (Immediate Action)" per code, for the codes a fleet meets; a code not
-# here is kept in the GPU's history and changes nothing. RESTART_APP and IGNORE codes are an
-# application's fault or a consequence of another Xid (the GPU stays ok; 94 asks for a
-# reset when convenient: degraded); RESET_GPU and the 48/NVLink workflows ("a GPU reset or
-# node reboot is needed") fail the GPU until a reset, RESTART_BM until a reboot. 154 only
-# says the driver's recovery action changed: the recovery_* rules read the action itself.
-XIDS: dict[int, Xid] = {
-    13: Xid("graphics engine exception", "RESTART_APP", OK, "restart the app"),
-    31: Xid("GPU memory page fault", "RESTART_APP", OK, "restart the app"),
-    43: Xid("GPU stopped processing (an application's fault)", "IGNORE", OK, "none"),
-    45: Xid("preemptive cleanup after an earlier error", "WORKFLOW_XID_45", OK, "none (follow the other Xid)"),
-    46: Xid("GPU stopped processing", "RESET_GPU", FAILED, "reset needed"),
-    48: Xid("double-bit ECC error", "WORKFLOW_XID_48", FAILED, "reset needed"),
-    61: Xid("internal micro-controller breakpoint", "CONTACT_SUPPORT (unused on Ampere+)", DEGRADED, "reset needed"),
-    62: Xid("internal micro-controller halt", "RESET_GPU", FAILED, "reset needed"),
-    63: Xid("row remapping event", "IGNORE", OK, "none (remapped_rows.pending says when a reset is due)"),
-    64: Xid("row remapping failure", "RESET_GPU", FAILED, "reset needed"),
-    68: Xid("video decoder exception", "RESTART_APP", OK, "restart the app"),
-    69: Xid("graphics engine class error", "RESTART_APP", OK, "restart the app"),
-    74: Xid("NVLink error", "WORKFLOW_NVLINK_ERR", FAILED, "reset needed"),
-    79: Xid("GPU has fallen off the bus", "RESTART_BM", FAILED, "reboot needed"),
-    92: Xid("high single-bit ECC error rate", "IGNORE", OK, "none"),
-    94: Xid("contained ECC error", "RESTART_APP", DEGRADED, "reset needed, when convenient"),
-    95: Xid("uncontained ECC error", "RESET_GPU", FAILED, "reset needed"),
-    109: Xid("context switch timeout", "RESET_GPU", FAILED, "reset needed"),
-    119: Xid("GSP RPC timeout", "RESET_GPU", FAILED, "reset needed"),
-    120: Xid("GSP error", "RESET_GPU", FAILED, "reset needed"),
-    121: Xid("C2C link corrected error", "IGNORE", OK, "none"),
-    140: Xid("unrecovered ECC error", "RESET_GPU", FAILED, "reset needed"),
-    143: Xid("GPU initialization failure", "RESET_GPU", FAILED, "reset needed"),
-    154: Xid("GPU recovery action changed", "XID_154", DEGRADED, "as the recovery action says"),
-    158: Xid("GPU fatal timeout", "RESET_GPU", FAILED, "reset needed"),
-}
 XID_FAILED = {code: x.meaning for code, x in XIDS.items() if x.verdict == FAILED}
 XID_DEGRADED = {code: x.meaning for code, x in XIDS.items() if x.verdict == DEGRADED}
 RECOVERY_FAILED = ("gpu_reset", "node_reboot", "drain_and_reset", "bus_reset", "system_reboot")
 THROTTLE_SLOWDOWNS = ("hw_slowdown", "hw_thermal_slowdown", "sw_thermal_slowdown")
 RETIRED_PAGES_LIMIT = 64  # the most pages NVIDIA's driver retires on one GPU: none are left after
+PCIE_REPLAYS_PER_MINUTE = 8  # DCGM's PCIe health watch: more replays than this in a minute
 
 
 @dataclass(frozen=True)
@@ -90,7 +59,7 @@ def xid_reason(code: int) -> str:
 
 def _xid_list(table: dict[int, str]) -> str:
     codes = ", ".join(str(code) for code in table)
-    return f"an Xid event within GPU_XID_HOLD_SEC: {codes} (the Xid table below)"
+    return f"an Xid whose hold has not ended (the Xid table below: its remedy, or the clock): {codes}"
 
 
 def _flag(key: str, text: str) -> Callable[[dict[str, Any]], list[str]]:
@@ -124,6 +93,25 @@ def _fabric_pending(facts: dict[str, Any]) -> list[str]:
     return [f"fabric not ready: {state}"] if state in ("not_started", "in_progress") else []
 
 
+def _temperature(checks: tuple[tuple[str, str, str], ...]) -> Callable[[dict[str, Any]], list[str]]:
+    """(sensor, threshold, its name) pairs: a reading at or over the threshold NVML gives for it."""
+
+    def reasons(facts: dict[str, Any]) -> list[str]:
+        readings = facts.get("temperature") or {}
+        found = []
+        for sensor, threshold, name in checks:
+            reading, limit = readings.get(sensor), readings.get(threshold)
+            above = readings.get("shutdown") if threshold == "slowdown" else None  # said by the shutdown rule
+            if isinstance(above, int) and isinstance(reading, int) and 0 < above <= reading:
+                continue
+            if isinstance(reading, int) and isinstance(limit, int) and 0 < limit <= reading:
+                what = "GPU" if sensor == "gpu" else sensor
+                found.append(f"{what} temperature {reading} C: at or over its {name} {limit} C")
+        return found
+
+    return reasons
+
+
 def _pcie_width(facts: dict[str, Any]) -> list[str]:
     pcie = facts.get("pcie") or {}
     width, widest = pcie.get("width"), pcie.get("width_max")
@@ -147,6 +135,14 @@ RULES: tuple[Rule, ...] = (
         "NVML call hung: nvmlDeviceGetFieldValues",
     ),
     Rule(
+        "unanswering",
+        FAILED,
+        "every NVML call on this GPU fails, not as lost (NVML's `Unknown Error` is what a GPU fallen off the bus often "
+        'answers: nvidia-smi\'s "Unable to determine the device handle")',
+        lambda facts: [f"NVML: {facts['unanswering']} on every call"] if facts.get("unanswering") else [],
+        "NVML: Unknown Error on every call",
+    ),
+    Rule(
         "missing",
         FAILED,
         "a GPU seen earlier (in this run or, from gpu-evidence.json, an earlier one) is no "
@@ -160,6 +156,21 @@ RULES: tuple[Rule, ...] = (
         _xid_list(XID_FAILED),
         _xids(XID_FAILED),
         "Xid 79: GPU has fallen off the bus (reboot needed)",
+    ),
+    Rule(
+        "sxid_fatal",
+        FAILED,
+        "a fatal SXid of an NVSwitch (kernel log) while this GPU is on the NVSwitch fabric, until this GPU is reset or "
+        "the machine reboots",
+        _listed("sxid_fatal", "{}"),
+        "NVSwitch 0000:c1:00: SXid 20034 (fatal): fabric reset needed",
+    ),
+    Rule(
+        "temperature_shutdown",
+        FAILED,
+        "GPU temperature at or over the shutdown threshold NVML gives for it",
+        _temperature((("gpu", "shutdown", "shutdown"),)),
+        "GPU temperature 92 C: at or over its shutdown 92 C",
     ),
     Rule(
         "remap_failure",
@@ -199,6 +210,13 @@ RULES: tuple[Rule, ...] = (
         _xid_list(XID_DEGRADED),
         _xids(XID_DEGRADED),
         "Xid 94: contained ECC error (reset needed, when convenient)",
+    ),
+    Rule(
+        "temperature_slowdown",
+        DEGRADED,
+        "GPU temperature at or over the slowdown threshold NVML gives, or memory temperature at its maximum",
+        _temperature((("gpu", "slowdown", "slowdown"), ("memory", "memory_max", "maximum"))),
+        "GPU temperature 88 C: at or over its slowdown 87 C",
     ),
     Rule(
         "remap_pending",
@@ -282,9 +300,9 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "pcie_replays",
         DEGRADED,
-        "the PCIe replay count rose within GPU_RISING_SEC",
-        _flag("pcie_rising", "PCIe replays rising"),
-        "PCIe replays rising",
+        f"more than {PCIE_REPLAYS_PER_MINUTE} PCIe replays within a minute (DCGM's rate), seen within GPU_RISING_SEC",
+        _flag("pcie_rising", f"PCIe replays over {PCIE_REPLAYS_PER_MINUTE} a minute"),
+        f"PCIe replays over {PCIE_REPLAYS_PER_MINUTE} a minute",
     ),
     Rule("pcie_width", DEGRADED, "PCIe link narrower than its maximum width", _pcie_width, "PCIe link x8 of x16"),
     Rule(
@@ -338,11 +356,18 @@ def worst(verdicts: list[str]) -> str:
 def xid_markdown_table() -> str:
     """The Xid table as docs/inventory.md shows it."""
     lines = [
-        "| Xid | meaning | NVIDIA's immediate action | verdict | action |",
-        "| --- | --- | --- | --- | --- |",
+        "| Xid | meaning | NVIDIA's immediate action | verdict | action | the hold ends on | a death after it |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
-    lines += [f"| {c} | {x.meaning} | `{x.nvidia}` | `{x.verdict}` | {x.action} |" for c, x in XIDS.items()]
+    lines += [
+        f"| {c} | {x.meaning} | `{x.nvidia}` | `{x.verdict}` | {x.action} | {HOLD_ENDS[x.hold]} | {_death(x)} |"
+        for c, x in XIDS.items()
+    ]
     return "\n".join(lines)
+
+
+def _death(xid: Xid) -> str:
+    return "`hardware`" if xid.gpu_fault else "`application` (listed)" if xid.application else "not counted"
 
 
 def markdown_table() -> str:

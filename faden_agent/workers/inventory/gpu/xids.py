@@ -1,6 +1,7 @@
-"""Error events as they are kept: the last XID_KEEP per GPU UUID with their times and
-source, written by NVML's event thread (gpu/events.py) and the kernel log's reader
-(gpu/kernel_xids.py; one Xid seen by both is kept once), read by the health read (gpu/health.py).
+"""Error events as they are kept: the last XID_KEEP per GPU UUID with their time, source and
+boot id (and the pid and container a kernel line names), written by NVML's event thread
+(gpu/events.py) and the kernel log's reader (gpu/kernel_xids.py; one Xid seen by both is kept
+once), read by the health read (gpu/health.py). Whether one still counts: gpu/holds.py.
 """
 
 from __future__ import annotations
@@ -11,9 +12,13 @@ import threading
 from typing import Any
 
 from faden_agent.workers.inventory.gpu import rules as gpu_rules
+from faden_agent.workers.inventory.gpu.holds import Holds
 
 XID_KEEP = 16  # last Xid events kept per GPU
+MAX_LOGS = 256  # GPUs, NVSwitches and unplaced bus ids with a log: a new one past this is dropped
 MAX_CODES = 64  # distinct Xid codes counted per GPU (the catalogue has about 170)
+SWITCH = "nvswitch:"  # the log key of an NVSwitch's SXids: SWITCH + its bus id
+UNPLACED = "pci:"  # the log key of Xid lines of a bus id no GPU was seen at: UNPLACED + the bus id
 SAME_XID_S = 10.0  # NVML's event and the kernel's line of one Xid are this close in time
 
 # The error events of NVML's event set, by the pynvml name of their type bit.
@@ -30,7 +35,9 @@ ERROR_EVENTS = {
 
 
 def counts(event: str, code: int) -> bool:
-    """The event can change a verdict (an Xid of the table's, or another error event)."""
+    """The event can change a verdict (an Xid of the table's, a fatal SXid, another error event)."""
+    if event == "sxid":
+        return False
     return event != "xid" or code in gpu_rules.XID_FAILED or code in gpu_rules.XID_DEGRADED
 
 
@@ -46,27 +53,34 @@ class XidLog:
     """The last XID_KEEP error events per GPU UUID (when full, the oldest that cannot change
     a verdict goes first), written by the event threads."""
 
-    def __init__(self, keep: int = XID_KEEP, hold_s: float = 3600.0):
+    def __init__(self, keep: int = XID_KEEP, hold_s: float = 3600.0, holds: Holds | None = None):
         self.keep = keep
-        self.hold_s = hold_s  # a repeat after this long is news again (GPU_XID_HOLD_SEC)
+        self.holds = holds or Holds(hold_s)  # a repeat after its hold ended is news again
         self._lock = threading.Lock()
         self._events: dict[str, collections.deque[dict[str, Any]]] = {}
         self._totals: dict[str, dict[int, int]] = {}  # Xids seen per code: /metrics' counter
 
-    def add(self, uuid: str, event: str, code: int, at: float, source: str = "nvml") -> bool:
-        """Keeps the event; True when it can change the GPU's verdict and is the first of
-        its kind and code within the hold (a storm of one Xid wakes the probe once). The
-        same Xid from the other source, or the same line read again, is not kept twice."""
+    def add(
+        self, uuid: str, event: str, code: int, at: float, source: str = "nvml", boot: str | None = None, **named: Any
+    ) -> bool:
+        """Keeps the event (with `boot`, this boot's id by default, and what the line `named`:
+        pid, process, container_id); True when it can change the GPU's verdict and no event of
+        its kind and code still holds (a storm of one Xid wakes the probe once). The same Xid
+        from the other source, or the same line read again, is not kept twice."""
         at = round(at, 3)
+        entry = {"event": event, "code": code, "at": at, "source": source, "boot": boot or self.holds.boot_id}
+        entry.update({key: value for key, value in named.items() if value is not None})
         with self._lock:
+            if uuid not in self._events and len(self._events) >= MAX_LOGS:
+                return False
             log = self._events.setdefault(uuid, collections.deque())
             same = [e for e in log if e["event"] == event and e["code"] == code]
             if any(e["at"] == at or (e.get("source") != source and abs(at - e["at"]) <= SAME_XID_S) for e in same):
                 return False
-            repeated = any(at - e["at"] <= self.hold_s for e in same)
+            repeated = any(self.holds.holds(uuid, e, at) for e in same)
             if len(log) >= self.keep:  # a storm of application Xids must not push out a fatal one
                 log.remove(next((e for e in log if not counts(e["event"], e["code"])), log[0]))
-            log.append({"event": event, "code": code, "at": at, "source": source})
+            log.append(entry)
             totals = self._totals.setdefault(uuid, {})
             if event == "xid" and (code in totals or len(totals) < MAX_CODES):
                 totals[code] = totals.get(code, 0) + 1
@@ -92,20 +106,28 @@ class XidLog:
             return {uuid: list(log) for uuid, log in self._events.items()}
 
     def switches(self) -> list[dict[str, Any]]:
-        """NVSwitch SXid logs (gpu/kernel_xids.py keys them "nvswitch:<bus>")."""
-        with self._lock:
-            found = [(uuid, list(log)) for uuid, log in self._events.items() if uuid.startswith("nvswitch:")]
-        return [{"pci_bus_id": uuid.partition(":")[2], "sxid": log} for uuid, log in sorted(found)]
+        """NVSwitch SXid logs (gpu/kernel_xids.py keys them SWITCH + bus)."""
+        return [{"pci_bus_id": bus, "sxid": log} for bus, log in self.by_bus(SWITCH)]
 
-    def restore(self, uuid: str, events: list[Any]) -> None:
-        """A GPU's log as an earlier run kept it (gpu/evidence.py); malformed entries left out."""
-        kept = [
-            {"event": e["event"], "code": e["code"], "at": e["at"], "source": str(e.get("source", "nvml"))[:16]}
-            for e in events
-            if isinstance(e, dict)
-            and isinstance(e.get("event"), str)
-            and isinstance(e.get("code"), int)
-            and isinstance(e.get("at"), int | float)
-        ]
+    def unplaced(self) -> list[dict[str, Any]]:
+        """Xid lines of a bus id no GPU was seen at (gpu/kernel_xids.py keys them UNPLACED + bus)."""
+        return [{"pci_bus_id": bus, "xid": log} for bus, log in self.by_bus(UNPLACED)]
+
+    def by_bus(self, prefix: str) -> list[tuple[str, list[dict[str, Any]]]]:
         with self._lock:
-            self._events[uuid] = collections.deque(kept[-self.keep :])
+            found = [(key, list(log)) for key, log in self._events.items() if key.startswith(prefix)]
+        return [(key.removeprefix(prefix), log) for key, log in sorted(found)]
+
+    def restore(self, uuid: str, events: list[dict[str, Any]]) -> None:
+        """A GPU's log as an earlier run kept it (node/gpu_faults.py has checked every field)."""
+        with self._lock:
+            self._events[uuid] = collections.deque(dict(e) for e in events[-self.keep :])
+
+    def forget(self, uuid: str) -> None:
+        with self._lock:
+            self._events.pop(uuid, None)
+            self._totals.pop(uuid, None)
+
+    def keys(self) -> list[str]:
+        with self._lock:
+            return list(self._events)
