@@ -26,6 +26,7 @@ from tests.support.agentproc import AgentProcess, wait_for
 from tests.support.backendproc import agent_env_for, backend  # noqa: F401 - the fixture
 from tests.support.gpuagent import health_events, newest_gpu, records, start
 from tests.support.journalfiles import JournalWriter
+from tests.support.kernellog import kernel_line
 from tests.support.metricsclient import get, promtool_check
 
 pytestmark = pytest.mark.docker
@@ -404,10 +405,6 @@ def test_a_corrupt_evidence_file_is_moved_aside_and_reported(tmp_path, agent_fac
     quarantined = [e for e in records(state_dir, protocol.EVENT) if e.get("type") == "agent.file_quarantined"]
     assert quarantined and quarantined[0]["file"] == "GPU evidence" and "index is 'zero'" in quarantined[0]["error"]
     assert list(state_dir.glob("gpu-evidence.json.corrupt-*"))
-
-
-def kernel_line(writer, text):
-    writer.append([writer.entry(text, 3, _TRANSPORT="kernel", SYSLOG_IDENTIFIER="kernel")])
 
 
 def test_the_kernels_xid_lines_are_verdicts_even_those_written_while_the_agent_was_down(tmp_path, agent_factory):

@@ -7,7 +7,6 @@ from the boot's start."""
 from __future__ import annotations
 
 import time
-import uuid
 from pathlib import Path
 
 import orjson
@@ -18,17 +17,12 @@ from tests.nvml.state import GpuState
 from tests.support.agentproc import wait_for
 from tests.support.gpuagent import health_events, newest_gpu, start
 from tests.support.journalfiles import JournalWriter
+from tests.support.kernellog import boot_file, kernel_line, kmsg_record
 
 pytestmark = pytest.mark.docker
 
 XID_48 = "Xid 48: double-bit ECC error (reset needed)"
 XID_79 = "Xid 79: GPU has fallen off the bus (reboot needed)"
-
-
-def boot_file(tmp_path: Path, boot: str) -> Path:
-    path = tmp_path / "boot_id"
-    path.write_text(str(uuid.UUID(boot)) + "\n")
-    return path
 
 
 def events_of(state_dir: Path, index: int) -> list[dict]:
@@ -103,11 +97,6 @@ def test_an_xid_79_holds_through_a_reset_and_ends_with_a_new_boot_id(tmp_path, a
     assert [x["code"] for x in newest_gpu(state_dir)["devices"][1]["health"]["xid"]] == [79]  # history stays
 
 
-def kmsg_record(seq: int, text: str) -> bytes:
-    usec = int(time.clock_gettime(time.CLOCK_MONOTONIC) * 1e6)
-    return f"3,{seq},{usec},-;{text}\n SUBSYSTEM=pci\n".encode()
-
-
 def test_without_a_journal_the_kernel_lines_come_from_kmsg_and_without_both_it_is_said(tmp_path, agent_factory):
     gpus = GpuState(tmp_path / "nvml", count=2)
     no_journal = tmp_path / "no-journal"
@@ -144,10 +133,6 @@ def test_without_a_journal_the_kernel_lines_come_from_kmsg_and_without_both_it_i
     again = agent_factory(agent.env).start()  # after its position: no line read twice
     wait_for(lambda: cycles(again) >= 3, 30, what="three rounds of the new run")
     assert [x["code"] for x in newest_gpu(state_dir)["devices"][1]["health"]["xid"]] == [79]
-
-
-def kernel_line(writer: JournalWriter, text: str) -> None:
-    writer.append([writer.entry(text, 3, _TRANSPORT="kernel", SYSLOG_IDENTIFIER="kernel")])
 
 
 def test_a_bad_journal_position_reads_from_the_boot_s_start(tmp_path, agent_factory):

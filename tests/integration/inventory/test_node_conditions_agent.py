@@ -11,7 +11,6 @@ import shutil
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import orjson
@@ -19,10 +18,11 @@ import pytest
 
 from faden_agent.protocol import conditions as names
 from tests.nvml.state import GpuState
-from tests.support.agentproc import AgentProcess, agent_env, wait_for
+from tests.support.agentproc import agent_env, wait_for
 from tests.support.backendproc import BackendProcess, agent_env_for, backend  # noqa: F401 - the fixture
 from tests.support.fakesysfs import FakeSysfs
 from tests.support.metricsclient import value_of
+from tests.support.nodeconditions import condition_events, held, running
 
 GAUGE = "faden_agent_node_condition"
 SYNCED = "status: 8193\nmaxerror: 4000\n"  # adjtimex --print's lines: PLL | NANO, 4 ms
@@ -37,28 +37,6 @@ def mount(*args: str) -> None:
 
 def umount(path: Path) -> None:
     subprocess.run(["umount", str(path)], capture_output=True, timeout=30)
-
-
-@contextmanager
-def running(env: dict[str, str], log: Path):
-    agent = AgentProcess(env, log).start()
-    try:
-        yield agent
-    finally:
-        agent.stop()
-        agent.kill()
-
-
-def condition_events(backend: BackendProcess, node_id: str, name: str) -> list[dict]:
-    return [
-        e["data"]
-        for e in backend.events(node_id)
-        if e["data"].get("type") == names.CONDITION_CHANGED and e["data"]["condition"] == name
-    ]
-
-
-def held(agent: AgentProcess) -> dict:
-    return ((agent.workers().get("inventory") or {}).get("status") or {}).get("conditions") or {}
 
 
 def raised_then_cleared(backend: BackendProcess, node_id: str, name: str, timeout_s: float = 30) -> list[dict]:
