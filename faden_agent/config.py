@@ -277,6 +277,16 @@ def _auto_number(raw: str) -> float | None:
         raise ValueError("auto or a number >= 0") from None
 
 
+def _hold(raw: str) -> float | None:
+    """`boot` (None: until the next boot) or a duration."""
+    if raw.strip().lower() == "boot":
+        return None
+    try:
+        return _seconds(raw)
+    except ValueError:
+        raise ValueError("boot or a positive number of seconds (e.g. 90, 90s, 5m, 1h)") from None
+
+
 # --- defaults that depend on the machine
 
 
@@ -562,6 +572,37 @@ class Config:
         _optional_path,
         "Read the kernel's clock status from this file (`adjtimex --print`'s `name: value` lines) instead of"
         " adjtimex(2); tests point it at a file they write",
+    )
+    kernel_hung_task_hold_sec: float | None = setting(
+        "boot",
+        _hold,
+        "How long a kernel line of a hung task (`blocked for more than N seconds`) keeps `kernel_hung_task`;"
+        " `boot`: until the next boot (node-problem-detector's `KernelDeadlock`)"
+        " ([docs/inventory.md](docs/inventory.md#node-conditions))",
+    )
+    kernel_lockup_hold_sec: float | None = setting(
+        "3600",
+        _hold,
+        "How long a soft or hard lockup line keeps `kernel_lockup` (node-problem-detector's temporary problems:"
+        " a Kubernetes event, kept 1 h); `boot`: until the next boot",
+    )
+    hardware_error_uncorrected_hold_sec: float | None = setting(
+        "boot",
+        _hold,
+        "How long an uncorrected machine check or EDAC `UE` line keeps `hardware_error_uncorrected`; `boot`: until"
+        " the next boot (the remedy of a reboot-class Xid)",
+    )
+    hardware_error_corrected_hold_sec: float | None = setting(
+        "3600",
+        _hold,
+        "How long a corrected machine check or EDAC `CE` line keeps `hardware_error_corrected`"
+        " (node-problem-detector's `CE memory read error`, a temporary problem: 1 h); `boot`: until the next boot",
+    )
+    oom_kill_hold_sec: float | None = setting(
+        "3600",
+        _hold,
+        "How long the kernel's OOM killer acting for the whole machine keeps `oom_kill` (node-problem-detector's"
+        " `OOMKilling`, a temporary problem: 1 h); `boot`: until the next boot",
     )
     reconnect_min_sec: float = setting("2", _seconds, "Smallest reconnect delay")
     reconnect_max_sec: float = setting("30", _seconds, "Largest reconnect delay")

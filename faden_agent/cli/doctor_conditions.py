@@ -1,7 +1,7 @@
 """doctor's node conditions: one line per condition (docs/inventory.md, "Node conditions"), read
 now with the inventory's own rules and the running agent's memories (ports and links seen up,
-counter baselines), under a timeout; a condition the running agent holds from what it saw over
-time (a counter that rose, the persistence daemon) shows as it says."""
+counter baselines, the kernel lines that hold), under a timeout; a condition the running agent
+holds from what it saw over time (a counter that rose, the fabric manager) shows as it says."""
 
 from __future__ import annotations
 
@@ -14,9 +14,11 @@ from faden_agent.ipc import control
 from faden_agent.node.topology import topology
 from faden_agent.protocol import conditions as names
 from faden_agent.workers.inventory.conditions import evaluate
+from faden_agent.workers.inventory.conditions.kernel import KernelView, restored
 from faden_agent.workers.inventory.conditions.store import ConditionStore
 from faden_agent.workers.inventory.conditions.tracker import NodeConditions, Signal
 from faden_agent.workers.inventory.disks import probe_disks
+from faden_agent.workers.inventory.gpu.holds import read_boot_id
 from faden_agent.workers.inventory.probes import OK, Probe
 from faden_agent.workers.inventory.traffic.infiniband import read_ports
 
@@ -30,6 +32,18 @@ HINTS = {
     names.CLOCK_UNSYNCHRONISED: "start a time service (chrony, systemd-timesyncd); `timedatectl` shows when the"
     " clock is synchronised: log and event times are wrong until then",
     names.PERSISTENCE_DAEMON_STOPPED: "start it: `systemctl start nvidia-persistenced`",
+    names.FABRIC_MANAGER_DOWN: "start it: `systemctl start nvidia-fabricmanager` (its version must be the"
+    " driver's); without it the GPUs' NVLink fabric does not come up",
+    names.KERNEL_HUNG_TASK: "a task stuck in uninterruptible sleep (storage, NFS, a driver): `dmesg` shows its"
+    " stack; a reboot ends it (KERNEL_HUNG_TASK_HOLD_SEC)",
+    names.KERNEL_LOCKUP: "a CPU stuck in the kernel: `dmesg` shows where; repeated ones point at a driver or"
+    " the hardware",
+    names.HARDWARE_ERROR_UNCORRECTED: "the hardware could not correct an error: `ras-mc-ctl --errors` or"
+    " `mcelog` names the part; replace it, then reboot",
+    names.HARDWARE_ERROR_CORRECTED: "corrected errors foretell a failing part: `ras-mc-ctl --error-count`"
+    " counts them per DIMM",
+    names.OOM_KILL: "the machine ran out of memory and the kernel killed a process (the reason names it):"
+    " give the containers memory limits",
 }
 FAILING = (names.FILESYSTEM_READ_ONLY,)  # the agent itself cannot work: fail, not warn
 
@@ -42,9 +56,14 @@ def condition_lines(config: Config, docker_root: str | None, timeout_s: float) -
     if result.status != OK:
         return [("conditions", "warn", f"reading the machine failed: {result.error}", "see the agent's log")]
     sections, ports = result.data
-    conditions = NodeConditions(ConditionStore(config.state_dir, read_only=True))
+    store = ConditionStore(config.state_dir, read_only=True)
+    conditions = NodeConditions(store)
     now = time.time()
-    found = evaluate.signals(config, sections, {"collected_at": now, "infiniband": ports}, conditions, now)
+    kernel = None  # the kernel lines' conditions as the agent kept them, where it reads them
+    if isinstance(store.memory.get("kernel"), dict):
+        boot = read_boot_id(config.boot_id_file)
+        kernel = KernelView(restored(store.memory["kernel"], boot), boot, None)
+    found = evaluate.signals(config, sections, {"collected_at": now, "infiniband": ports}, conditions, now, kernel)
     held = _running_agent(config)
     for name, reason in held.items():
         if name in names.NODE_CONDITIONS and not (found.get(name) or Signal(False)).active:

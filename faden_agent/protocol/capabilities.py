@@ -165,7 +165,8 @@ DECLARED = (
         "0.1.0",
         "f486680, 2026-12-03",
         "reports node conditions (the inventory's `conditions`, `node.condition_changed` events): read-only file"
-        " systems, InfiniBand ports, data links, the clock, NVIDIA's persistence daemon",
+        " systems, InfiniBand ports, data links, the clock, NVIDIA's persistence daemon and fabric manager, the"
+        " kernel's lines (hung tasks, lockups, hardware errors, OOM kills)",
     ),
     Capability(
         "node.placement",

@@ -28,6 +28,7 @@ from faden_agent.workers.base import Worker
 from faden_agent.workers.inventory.changes import DockerChangeWatcher
 from faden_agent.workers.inventory.collector import Collector
 from faden_agent.workers.inventory.conditions import evaluate
+from faden_agent.workers.inventory.conditions.kernel import KernelConditions, KernelView
 from faden_agent.workers.inventory.conditions.store import ConditionStore
 from faden_agent.workers.inventory.conditions.tracker import NodeConditions
 from faden_agent.workers.inventory.disk_events import DiskWatch
@@ -80,6 +81,7 @@ class InventoryReporter:
         self.forgotten: list[dict[str, Any]] = []  # gpu.forgotten events the door queued
         self.conditions: NodeConditions | None = None  # node conditions (conditions/), kept across restarts
         self.ports_sample: Callable[[], dict[str, Any] | None] = lambda: None  # the traffic thread's last
+        self.kernel_view: Callable[[], KernelView | None] = lambda: None  # the kernel lines' conditions
         self._events_problem: str | None = None  # why the conditions' events wait, last logged
 
     def assess_conditions(self, sections: dict[str, Any]) -> None:
@@ -87,7 +89,8 @@ class InventoryReporter:
         (an event the outbox refuses, a read-only state directory, waits for the next round)."""
         assert self.conditions is not None
         try:
-            signals = evaluate.signals(self.collector.config, sections, self.ports_sample(), self.conditions)
+            config, ports, kernel = self.collector.config, self.ports_sample(), self.kernel_view()
+            signals = evaluate.signals(config, sections, ports, self.conditions, kernel=kernel)
             self.conditions.update(signals, time.time())
         except Exception:  # a rule that fails leaves the conditions as they were, never the record
             log.exception("node conditions not assessed this round")
@@ -106,6 +109,8 @@ class InventoryReporter:
 
     def report(self) -> dict[str, Any] | None:
         """The record handed to the outbox; None when nothing was due (record.py)."""
+        # the kernel lines' position before the conditions read their lines: a restart reads none lost
+        cursor = self.kernel_cursor()
         sections = self.sections = self.collector.collect()
         if self.disk_watch is not None:
             for event in self.disk_watch.update(sections.get("disks") or []):
@@ -123,7 +128,7 @@ class InventoryReporter:
         if self.conditions is not None:
             self.assess_conditions(sections)
         if self.evidence is not None:  # after the events: a restart never repeats one
-            self.evidence.save(self.gathered())
+            self.evidence.save(self.gathered(cursor))
         heard = self.accepts()
         self.emitter.changes = ACCEPTS_CHANGES in heard.accepts
         self.emitter.heard = heard.heard
@@ -142,9 +147,12 @@ class InventoryReporter:
         self.last = data
         return data
 
-    def gathered(self) -> dict[str, Any]:
-        """The GPU evidence as it is in memory (gpu-evidence.json's content)."""
-        cursor = self.kernel.cursor if self.kernel else None
+    def kernel_cursor(self) -> str | None:
+        return self.kernel.cursor if self.kernel else None
+
+    def gathered(self, cursor: str | None) -> dict[str, Any]:
+        """The GPU evidence as it is in memory (gpu-evidence.json's content), with the kernel
+        lines' position `cursor`."""
         return gpu_evidence.gather(self.collector.gpu, self.gpu_changes.verdicts, self.gpu_changes.changes, cursor)
 
     def gpu_moved(self) -> bool:
@@ -241,7 +249,7 @@ class InventoryWorker(Worker):
         return {"outcome": outcome, "message": message}  # type: ignore[typeddict-item]
 
     def _evidence(self, body: dict[str, Any]) -> door.EvidenceAnswer:
-        gpus = self.reporter.gathered()["gpus"]
+        gpus = self.reporter.gathered(self.reporter.kernel_cursor())["gpus"]
         wanted = body.get("uuids")
         if isinstance(wanted, list):
             gpus = {uuid: gpus[uuid] for uuid in wanted[:64] if isinstance(uuid, str) and uuid in gpus}
@@ -287,6 +295,21 @@ class InventoryWorker(Worker):
         if store.quarantined:
             self.reports.put(protocol.EVENT, store.quarantined, record_id=quarantine_record_id(store.quarantined))
         self.reporter.conditions = NodeConditions(store)
+        kernel = self.reporter.kernel
+        assert kernel is not None  # _restore_gpu_evidence made it
+        self.kernel_conditions = KernelConditions(
+            kernel.boot_id, evaluate.kernel_holds(self.config), self._changed.set, store.memory.get("kernel")
+        )
+        kernel.add(self.kernel_conditions)
+        self.reporter.kernel_view = self._kernel_view
+
+    def _kernel_view(self) -> KernelView | None:
+        """The kernel lines' conditions where the lines are read (once a GPU was ever seen: kept
+        across restarts, so a restart's first round holds them as the last run did)."""
+        kernel = self.reporter.kernel
+        if kernel is None or not (self._kernel_started or self.collector.gpu.seen):
+            return None
+        return self.kernel_conditions.view(kernel.problem if self._kernel_started else None)
 
     def _start_traffic(self) -> None:
         """Traffic to peer machines, NICs, RDMA ports (traffic/report.py): a sampling thread,
@@ -375,7 +398,12 @@ class InventoryWorker(Worker):
         kernel = self.reporter.kernel
         if kernel is None or not self._kernel_started:
             return None
-        return {**kernel.status(), "gpu_lines": self.kernel_xids.read, "unplaced": self.kernel_xids.unplaced}
+        return {
+            **kernel.status(),
+            "gpu_lines": self.kernel_xids.read,
+            "unplaced": self.kernel_xids.unplaced,
+            **self.kernel_conditions.status(),
+        }
 
     def teardown(self) -> None:
         self._changed.set()

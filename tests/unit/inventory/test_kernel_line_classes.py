@@ -36,17 +36,30 @@ LINES = [
     ),
     ("watchdog: BUG: soft lockup - CPU#3 stuck for 22s!", SOFT_LOCKUP, {"cpu": 3, "seconds": 22}),
     ("NMI watchdog: Watchdog detected hard LOCKUP on cpu 5", HARD_LOCKUP, {"cpu": 5}),
-    ("mce: [Hardware Error]: Machine check events logged", MACHINE_CHECK, {"what": "Machine check events logged"}),
-    (
+    (  # x86 after logging a polled (corrected) event
+        "mce: [Hardware Error]: Machine check events logged",
+        MACHINE_CHECK,
+        {"what": "Machine check events logged", "severity": "corrected"},
+    ),
+    (  # a logged bank whose status has UC (bit 61) set
         "mce: [Hardware Error]: CPU 0: Machine Check: 0 Bank 5: be00000000800400",
         MACHINE_CHECK,
-        {"what": "CPU 0: Machine Check: 0 Bank 5: be00000000800400"},
+        {"what": "CPU 0: Machine Check: 0 Bank 5: be00000000800400", "severity": "uncorrected"},
     ),
-    (
-        "{1}[Hardware Error]: Hardware error from APEI Generic Hardware Error Source: 0",
+    (  # UC clear: corrected
+        "mce: [Hardware Error]: CPU 2: Machine Check: 0 Bank 7: 8c00004000010090",
         MACHINE_CHECK,
-        {"what": "Hardware error from APEI Generic Hardware Error Source: 0"},
+        {"severity": "corrected"},
     ),
+    (  # an exception is uncorrected whatever its bank says
+        "mce: [Hardware Error]: CPU 1: Machine Check Exception: 5 Bank 4: 8000000000000000",
+        MACHINE_CHECK,
+        {"severity": "uncorrected"},
+    ),
+    ("{1}[Hardware Error]: event severity: corrected", MACHINE_CHECK, {"severity": "corrected"}),
+    ("{2}[Hardware Error]: event severity: fatal", MACHINE_CHECK, {"severity": "uncorrected"}),
+    ("{3}[Hardware Error]: event severity: recoverable", MACHINE_CHECK, {"severity": "uncorrected"}),
+    ("[Hardware Error]: Corrected error, no action required.", MACHINE_CHECK, {"severity": "corrected"}),
     (
         "EDAC MC0: 1 CE memory read error on CPU_SrcID#0_Ha#0_Chan#1_DIMM#0 (channel:1 slot:0 page:0x12345)",
         MEMORY_CORRECTED,
@@ -100,6 +113,11 @@ def test_each_kernel_line_form_is_its_signal(line, kind, detail):
         "INFO: task X:abc blocked for more than 120 seconds.",  # no pid
         "task blocked for more than 120 seconds",
         "EDAC MC0: HANDLING MCE MEMORY ERROR",
+        # a machine check record's other lines: its severity line counted it
+        "{1}[Hardware Error]: Hardware error from APEI Generic Hardware Error Source: 0",
+        "mce: [Hardware Error]: RIP !INEXACT! 10:<ffffffff8100f2c0> {intel_idle+0x80/0xc0}",
+        "mce: [Hardware Error]: TSC 8f1bc2bd5f4 ADDR 1fffd2000 MISC 908c000200040086",
+        "mce: [Hardware Error]: Run the above through 'mcelog --ascii'",
     ],
 )
 def test_other_lines_carry_nothing(line):

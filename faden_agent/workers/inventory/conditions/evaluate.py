@@ -1,7 +1,8 @@
 """One round of node conditions: the rules over what this inventory round collected (the disks'
-read-only flags, the topology's RDMA interfaces, the GPUs' persistence mode), the traffic
-thread's last sample of the RDMA ports (no second reader of their counters), the data NICs'
-link state and the kernel's clock; read in the collector's thread, at the inventory interval."""
+read-only flags, the topology's RDMA interfaces, the GPUs' persistence mode and fabric manager),
+the traffic thread's last sample of the RDMA ports (no second reader of their counters), the
+kernel lines' view (kernel.py), the data NICs' link state and the kernel's clock; read in the
+collector's thread, at the inventory interval."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from faden_agent.config import Config
 from faden_agent.protocol import conditions as names
 from faden_agent.workers.inventory.conditions import rules
 from faden_agent.workers.inventory.conditions.clock import ClockStatus, read_clock
+from faden_agent.workers.inventory.conditions.kernel import KernelView
 from faden_agent.workers.inventory.conditions.links import link_state
 from faden_agent.workers.inventory.conditions.persistenced import daemon_running
 from faden_agent.workers.inventory.conditions.tracker import NodeConditions, Signal
@@ -26,9 +28,11 @@ def signals(
     ports_sample: dict[str, Any] | None,
     conditions: NodeConditions,
     now: float | None = None,
+    kernel: KernelView | None = None,
 ) -> dict[str, Signal]:
     """Every applicable condition's signal this round. `ports_sample`: the traffic record's
-    last sample ({"collected_at", "infiniband": [...] or None}; None: none taken yet)."""
+    last sample ({"collected_at", "infiniband": [...] or None}; None: none taken yet);
+    `kernel`: what the kernel's lines said (None: they are not read here)."""
     now = time.time() if now is None else now
     found: dict[str, Signal] = {
         names.FILESYSTEM_READ_ONLY: rules.filesystem_read_only(
@@ -44,7 +48,23 @@ def signals(
     daemon = rules.persistence_daemon(sections.get("gpu"), daemon_running)
     if daemon is not None:
         found[names.PERSISTENCE_DAEMON_STOPPED] = daemon
+    fabric = rules.fabric_manager(sections.get("gpu"))
+    if fabric is not None:
+        found[names.FABRIC_MANAGER_DOWN] = fabric
+    if kernel is not None:
+        found.update(rules.kernel_lines(kernel, kernel_holds(config), conditions.memory("kernel"), now))
     return found
+
+
+def kernel_holds(config: Config) -> dict[str, float | None]:
+    """Each kernel condition's hold (seconds; None: until the next boot), from its setting."""
+    return {
+        names.KERNEL_HUNG_TASK: config.kernel_hung_task_hold_sec,
+        names.KERNEL_LOCKUP: config.kernel_lockup_hold_sec,
+        names.HARDWARE_ERROR_UNCORRECTED: config.hardware_error_uncorrected_hold_sec,
+        names.HARDWARE_ERROR_CORRECTED: config.hardware_error_corrected_hold_sec,
+        names.OOM_KILL: config.oom_kill_hold_sec,
+    }
 
 
 def clock_reading(config: Config) -> ClockStatus | str:

@@ -47,7 +47,7 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     (HARD_LOCKUP, re.compile(r"Watchdog detected hard LOCKUP on cpu (?P<cpu>\d{1,6})")),
     (MEMORY_UNCORRECTED, re.compile(r"EDAC (?P<controller>MC\d{1,4}): (?P<count>\d{1,10}) UE (?P<what>.{0,64})")),
     (MEMORY_CORRECTED, re.compile(r"EDAC (?P<controller>MC\d{1,4}): (?P<count>\d{1,10}) CE (?P<what>.{0,64})")),
-    (MACHINE_CHECK, re.compile(r"\[Hardware Error\]: (?P<what>.{0,64})")),
+    (MACHINE_CHECK, re.compile(r"\[Hardware Error\]: (?P<what>.{0,64})")),  # its severity: _machine_check
     (
         OOM_KILL,
         re.compile(
@@ -57,11 +57,23 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     (OOM_KILL, re.compile(r"oom-kill:(?P<fields>constraint=.{0,900})")),
 )
 _INTS = ("pid", "seconds", "cpu", "count")
+# words every pattern above needs: nearly every kernel line is turned away by these tests alone
+_WORDS = (
+    "blocked for more than",
+    "soft lockup",
+    "hard LOCKUP",
+    "[Hardware Error]",
+    "EDAC MC",
+    "Killed process",
+    "oom-kill:",
+)
 
 
 def classify(line: str) -> KernelSignal | None:
     """The signal one kernel line carries; None for any other line."""
     line = line[:MAX_LINE]
+    if not any(word in line for word in _WORDS):
+        return None
     for kind, pattern in _PATTERNS:
         found = pattern.search(line)
         if found is None:
@@ -69,6 +81,11 @@ def classify(line: str) -> KernelSignal | None:
         groups = {k: v for k, v in found.groupdict().items() if v is not None}
         if "fields" in groups:
             return KernelSignal(kind, _oom_fields(groups["fields"]))
+        if kind == MACHINE_CHECK:
+            severity = _machine_check(line[found.start() :])
+            if severity is None:
+                return None  # a detail line of a record (TSC, RIP, PROCESSOR, ...): its severity line counted
+            groups["severity"] = severity
         detail: dict[str, str | int] = {}
         for key, value in groups.items():
             if key == "scope":
@@ -77,6 +94,26 @@ def classify(line: str) -> KernelSignal | None:
         if kind == OOM_KILL:
             detail["scope"] = "cgroup" if groups.get("scope") else "system"
         return KernelSignal(kind, detail)
+    return None
+
+
+_MCE_STATUS = re.compile(r"Machine Check( Exception)?: \S{1,18} Bank \d{1,4}: ([0-9a-fA-F]{16})")
+_GHES_SEVERITY = re.compile(r"event severity: (corrected|recoverable|fatal)")
+MCI_STATUS_UC = 1 << 61  # the bank's status: the error was not corrected
+
+
+def _machine_check(text: str) -> str | None:
+    """`corrected` or `uncorrected`, from the line that says which (x86's bank status, where a
+    Machine Check Exception is uncorrected by definition; APEI's event severity; the decoders'
+    words); None for the record's other lines."""
+    if found := _MCE_STATUS.search(text):
+        return "uncorrected" if found.group(1) or int(found.group(2), 16) & MCI_STATUS_UC else "corrected"
+    if found := _GHES_SEVERITY.search(text):
+        return "corrected" if found.group(1) == "corrected" else "uncorrected"
+    if "Machine check events logged" in text or "Corrected error" in text:
+        return "corrected"
+    if "Uncorrected" in text or "uncorrectable" in text:
+        return "uncorrected"
     return None
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from faden_agent.protocol import conditions as names
 from faden_agent.workers.inventory.conditions.clock import ClockStatus
+from faden_agent.workers.inventory.conditions.kernel import KernelView, holding
 from faden_agent.workers.inventory.conditions.tracker import Signal
 
 MAX_REMEMBERED = 64  # ports, links and paths a rule remembers
@@ -177,3 +178,34 @@ def persistence_daemon(gpu: Any, running: Callable[[], bool]) -> Signal | None:
     if not off or running():
         return Signal(False)
     return Signal(True, f"nvidia-persistenced is not running and persistence mode is off on GPU {', '.join(off)}")
+
+
+def fabric_manager(gpu: Any) -> Signal | None:
+    """The fabric manager must run where the GPUs are on an NVSwitch fabric: the GPU section's
+    `fabric_manager` (gpu/node_notes.py, there only then); None elsewhere."""
+    manager = (gpu or {}).get("fabric_manager") if isinstance(gpu, dict) else None
+    if not isinstance(manager, dict):
+        return None
+    state = f"nvidia-fabricmanager: {manager.get('state')}"
+    if manager.get("active") is None:
+        return Signal(None, f"fabric manager state unknown: {manager.get('state')}")
+    return Signal(not manager["active"], None if manager["active"] else f"not running ({state})")
+
+
+def kernel_lines(
+    view: KernelView, holds: dict[str, float | None], memory: dict[str, Any], now: float
+) -> dict[str, Signal]:
+    """Each kernel condition from its last line (kernel.py) and its hold; unknown while no kernel
+    line can be read and none holds it. The lines that still hold go to `memory` (kept)."""
+    found: dict[str, Signal] = {}
+    memory.clear()
+    for name in names.KERNEL_CONDITIONS:
+        entry = view.seen.get(name)
+        if entry is not None and holding(holds.get(name), entry, view.boot_id, now):
+            memory[name] = entry
+            found[name] = Signal(True, entry["reason"])
+        elif view.problem:
+            found[name] = Signal(None, f"{view.problem}: the kernel's lines not seen")
+        else:
+            found[name] = Signal(False)
+    return found
