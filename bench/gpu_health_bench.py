@@ -1,4 +1,5 @@
-"""GPU health read cost: CPU per round of 8 GPUs with the health read vs the plain read;
+"""GPU health read cost: CPU per round of 8 GPUs with the health read vs the plain read, and
+with GPM's activity figures (gpu/gpm.py: two samples a GPU a round) vs GPUs without GPM;
 the kernel line source's idle CPU (its journalctl and thread, over --idle-s seconds), and
 each consumer's CPU per kernel line (the Xid reader, the node conditions' reader).
 
@@ -33,6 +34,7 @@ from faden_agent.workers.inventory.gpu.kernel_xids import KernelXids
 from faden_agent.workers.inventory.gpu.probe import GpuProbe
 from faden_agent.workers.inventory.gpu.xids import XidLog
 from faden_agent.workers.inventory.kernel.lines import JOURNALD, KernelLine, KernelLines
+from tests.nvml.gpm import with_gpm
 from tests.nvml.state import GpuState, load_in_process
 from tests.support.journalfiles import JournalWriter
 
@@ -82,6 +84,15 @@ def calls_per_round(reader: HealthReader, pynvml: Any) -> int:
     return counting.calls
 
 
+def set_gpm(state: GpuState, on: bool) -> None:
+    for gpu in state.gpus:
+        if on:
+            with_gpm(gpu, sm_active=61.5, sm_occupancy=30, tensor_active=12.5, dram_active=44)
+        else:
+            gpu.pop("gpm", None)
+    state.write()
+
+
 def measure(gpus: int, rounds: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         state = GpuState(Path(tmp), count=gpus)
@@ -103,8 +114,14 @@ def measure(gpus: int, rounds: int) -> dict[str, Any]:
         plain_again = cpu_per_round(GpuProbe(pynvml, PlainReader()), rounds)  # drift check
         plain_calls = calls_per_round(PlainReader(), pynvml)
         full_calls = calls_per_round(HealthReader(), pynvml)
+        set_gpm(state, True)  # Hopper's: GPM's figures read every round
+        gpm = cpu_per_round(GpuProbe(pynvml, HealthReader()), rounds)
+        gpm_calls = calls_per_round(HealthReader(), pynvml)
+        set_gpm(state, False)
+        full_again = cpu_per_round(GpuProbe(pynvml, HealthReader()), rounds)  # drift check
     plain_ms = statistics.median(plain + plain_again) * 1000
-    full_ms = statistics.median(full) * 1000
+    full_ms = statistics.median(full + full_again) * 1000
+    gpm_ms = statistics.median(gpm) * 1000
     return {
         "gpus": gpus,
         "rounds": rounds,
@@ -116,8 +133,15 @@ def measure(gpus: int, rounds: int) -> dict[str, Any]:
             round(statistics.median(plain) * 1000, 3),
             round(statistics.median(plain_again) * 1000, 3),
         ],
-        "nvml_calls_per_round": {"plain": plain_calls, "with_health": full_calls},
+        "nvml_calls_per_round": {"plain": plain_calls, "with_health": full_calls, "with_gpm": gpm_calls},
         "target_health_cpu_ms_per_round": 5.0,
+        "without_gpm_cpu_ms_per_round": round(full_ms, 3),
+        "with_gpm_cpu_ms_per_round": round(gpm_ms, 3),
+        "gpm_cpu_ms_per_gpu": round((gpm_ms - full_ms) / gpus, 3),
+        "without_gpm_first_vs_last_median_ms": [
+            round(statistics.median(full) * 1000, 3),
+            round(statistics.median(full_again) * 1000, 3),
+        ],
     }
 
 

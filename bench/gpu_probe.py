@@ -20,6 +20,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.output import emit  # noqa: E402 - after the path
+from faden_agent.workers.inventory.gpu.gpm import FIGURES as GPM_FIGURES  # noqa: E402
 from faden_agent.workers.inventory.gpu.health import (  # noqa: E402
     FABRIC_STATES,
     RECOVERY_ACTIONS,
@@ -126,6 +127,9 @@ def _gpu_state(device: dict[str, Any]) -> dict[str, Any]:
         gpu["nvlink"] = {"links": len(nvlink["links"])}
         for link in nvlink["links"]:
             gpu["nvlink"][str(link["link"])] = {"active": _int(link["active"]), **(link["errors"] or {})}
+    if (device.get("gpm") or {}).get("available"):  # GPM's figures in thousandths of a percent (tests/nvml/gpm.c)
+        figures = {str(GPM_FIGURES[name]): round(usage[name] * 1000) for name in GPM_FIGURES if name in usage}
+        gpu["gpm"] = {"supported": 1, **figures}
     fabric = health.get("fabric")
     if fabric:
         gpu["fabric"] = {"state": _code(FABRIC_STATES, fabric["state"]), "status": 0 if not fabric["status"] else 999}

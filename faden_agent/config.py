@@ -88,6 +88,10 @@ def _port(raw: str) -> int:
     return _int_between(raw, 1, 65535, "a port number 1..65535")
 
 
+def _capture_bytes(raw: str) -> int:
+    return _int_between(raw, 8192, 61440, "a byte count 8192..61440 (a capture is one Loki line)")
+
+
 def _nice(raw: str) -> int:
     return _int_between(raw, 0, 19, "a nice increment 0..19")
 
@@ -518,6 +522,18 @@ class Config:
         "A container death, OOM or unhealthy event is `suspected: hardware` when one of the GPUs it used had a"
         " GPU-fault Xid or turned failed this long before it (or in the few seconds after), else `application`"
         " ([docs/commands.md](docs/commands.md#events))",
+    )
+    stall_capture: bool = setting(
+        "true",
+        _bool,
+        "When a serving container stalls (`workload.stalled`) or dies with a `hardware` cause, capture its Python"
+        " stacks (py-spy), its GPUs' state and its last log lines as one Loki entry the event names, once"
+        " ([docs/inventory.md](docs/inventory.md#evidence-at-a-stall)); `false`: no capture",
+    )
+    stall_capture_max_bytes: int = setting(
+        "49152",
+        _capture_bytes,
+        "Most bytes of one capture (one Loki line, 8192..61440); past it the least telling parts are cut first",
     )
     traffic_interval_sec: float = setting(
         "10",

@@ -102,10 +102,16 @@ EXCLUDES="tkinter _tkinter pytest _pytest hypothesis numpy pandas scipy cryptogr
   --hidden-import cramjam \
   --hidden-import psutil \
   --hidden-import setproctitle \
+  --add-binary "$venv/bin/py-spy:." \
   --paths "$repo" \
   $(printf -- '--copy-metadata %s ' $bundled) \
   $(printf -- '--exclude-module %s ' $EXCLUDES) \
   packaging/entry.py
+
+# py-spy (the stacks of a stalled engine, workers/inventory/capture/pyspy.py) is a static binary
+# from its wheel, run beside the agent: it must be there and run on this architecture.
+"$work/dist/faden-agent/_internal/py-spy" --version >/dev/null \
+  || { echo "build.sh: the bundled py-spy is missing or does not run" >&2; exit 1; }
 
 # The payload: reproducible order and times, owned by root, nothing writable by group or
 # others (root's agent runs it; the launcher also unpacks without restoring owners).

@@ -40,6 +40,7 @@ LONG_FIRST = (
     "integration/executor/test_executor_reconcile.py",
     "integration/peer/test_hostile_peers.py",
     "integration/peer/test_peer_port_attacks.py",
+    "integration/inventory/test_stall_capture.py",
 )
 TESTS = Path(__file__).resolve().parent
 

@@ -30,7 +30,7 @@ from faden_agent.protocol import MAX_STREAM_INFLATE_RATIO, MAX_STREAM_LINE_BYTES
 
 log = logging.getLogger(__name__)
 
-# A stream line longer than this is a broken or hostile server, not a command (protocol.py).
+# A stream line longer than this is a broken or hostile server, not a command (protocol/__init__.py).
 MAX_STREAM_LINE = MAX_STREAM_LINE_BYTES
 
 
@@ -128,10 +128,11 @@ class MaintenanceHold:
 
 
 class BackendClient:
-    def __init__(self, config: Config, credential: str | None = None):
+    def __init__(self, config: Config, credential: str | None = None, timeout_s: float | None = None):
+        """`timeout_s`: each request's bound (REQUEST_TIMEOUT_SEC unless given)."""
         self.base_url = config.backend_url
         self.hold = MaintenanceHold(config.runtime_dir)
-        self.timeout_s = config.request_timeout_sec
+        self.timeout_s = config.request_timeout_sec if timeout_s is None else timeout_s
         # Passed on every request: a Session-level verify loses to REQUESTS_CA_BUNDLE in the
         # environment (requests merges the environment over the session), which would let a
         # stray variable replace FADEN_NODE_AGENT_CA_BUNDLE or even VERIFY_TLS=false.

@@ -266,8 +266,7 @@ class Doctor:
 
         if membership is None:
             return Check("credential", WARN, "none yet (not enrolled)", "see the state file check")
-        client = BackendClient(self.config, membership.credential)
-        client.timeout_s = self.timeout_s
+        client = BackendClient(self.config, membership.credential, timeout_s=self.timeout_s)
         try:
             log_target = client.log_target()
         except CredentialRejected as exc:

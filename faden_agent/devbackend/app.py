@@ -37,9 +37,9 @@ class Backend:
         self.faults = Faults()
         self.new_commands = threading.Condition()
         self.cluster_generation = 0  # bumped on every cluster change: streams send `peers` again
-        self.fanouts: dict[str, Any] = {}  # fan-out id -> devbackend.fanout.Fanout (issue 14)
-        self.probes: dict[str, Any] = {}  # probe round id -> devbackend.probes.ProbeRound (issue 15)
-        self.relays: dict[str, Any] = {}  # relay id -> devbackend.relay.Relay (issue 14)
+        self.fanouts: dict[str, Any] = {}  # fan-out id -> devbackend.fanout.Fanout
+        self.probes: dict[str, Any] = {}  # probe round id -> devbackend.probes.ProbeRound
+        self.relays: dict[str, Any] = {}  # relay id -> devbackend.relay.Relay
         # What `hello` says nodes should run (admin: expectations); None: the served build, and
         # every capability of this project's agent.
         self.expectations: dict[str, Any] = {"version": None, "capabilities": None}

@@ -1,6 +1,6 @@
 """The reference backend's HTTP plumbing: the request handler every API module's actions get
 (reading bounded bodies, answering JSON, the admin and node guards), HttpError, and route(),
-which turns a protocol.py path template into a route-table entry.
+which turns a path template of faden_agent/protocol/ into a route-table entry.
 """
 
 from __future__ import annotations

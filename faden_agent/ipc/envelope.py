@@ -14,7 +14,7 @@ import orjson
 from faden_agent.protocol import MAX_IPC_MESSAGE_BYTES
 
 ENVELOPE_VERSION = 1
-MAX_MESSAGE_BYTES = MAX_IPC_MESSAGE_BYTES  # the size budget's IPC layer (protocol.py)
+MAX_MESSAGE_BYTES = MAX_IPC_MESSAGE_BYTES  # the size budget's IPC layer (protocol/__init__.py)
 
 
 class EnvelopeError(ValueError):

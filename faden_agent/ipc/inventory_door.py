@@ -11,11 +11,13 @@ from typing import Literal, TypedDict
 
 from faden_agent.ipc.endpoints import Endpoints
 from faden_agent.ipc.sockets import request
+from faden_agent.protocol.capture import CaptureQuestion, CaptureRefused, CaptureSummary
 
-DoorKind = Literal["gpu.forget", "gpu.evidence"]
+DoorKind = Literal["gpu.forget", "gpu.evidence", "capture"]
 GPU_FORGET: DoorKind = "gpu.forget"  # acknowledge a GPU removed for good
 GPU_EVIDENCE: DoorKind = "gpu.evidence"  # the GPU evidence as it is in memory now (death causes)
-KINDS: tuple[str, ...] = (GPU_FORGET, GPU_EVIDENCE)
+CAPTURE: DoorKind = "capture"  # a serving container died of a hardware cause: capture its evidence
+KINDS: tuple[str, ...] = (GPU_FORGET, GPU_EVIDENCE, CAPTURE)
 ERROR = "error"
 ASK_TIMEOUT_S = 2.0
 
@@ -37,12 +39,19 @@ class EvidenceAnswer(TypedDict):
     gpus: dict[str, dict[str, object]]  # uuid -> its evidence, as gpu-evidence.json holds it
 
 
+class CaptureAnswer(TypedDict):
+    capture: CaptureSummary | CaptureRefused  # the death event's `capture`
+
+
 class ErrorAnswer(TypedDict):
     message: str
 
 
 def ask(
-    runtime_dir: Path, kind: DoorKind, body: ForgetRequest | EvidenceRequest, timeout_s: float = ASK_TIMEOUT_S
+    runtime_dir: Path,
+    kind: DoorKind,
+    body: ForgetRequest | EvidenceRequest | CaptureQuestion,
+    timeout_s: float = ASK_TIMEOUT_S,
 ) -> dict[str, object] | None:
     """The answer's body (an ErrorAnswer under `error`: {"error": message}); None when no
     inventory worker answers in time."""

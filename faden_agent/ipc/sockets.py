@@ -112,7 +112,7 @@ def request(address: str, msg_type: str, body: Any = None, timeout_s: float = 1.
 class Requester:
     """A kept REQ connection, for a thread that asks one peer again and again (the heartbeat's
     `ps`): a request() per question sets up and tears down a connection each time, about ten
-    wake-ups of both processes' ZeroMQ threads (issue 16). One thread only."""
+    wake-ups of both processes' ZeroMQ threads. One thread only."""
 
     def __init__(self, address: str):
         self.address = address

@@ -5,8 +5,9 @@ worker that reads it."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
+
+from faden_agent.common.parentdeath import dies_with_parent
 
 
 def journalctl_argv(options: list[str], directory: Path | None, cursor: str | None, since: float | None) -> list[str]:
@@ -17,5 +18,4 @@ def journalctl_argv(options: list[str], directory: Path | None, cursor: str | No
         argv.append(f"--after-cursor={cursor}")
     elif since is not None:
         argv.append(f"--since=@{int(since)}")
-    setpriv = shutil.which("setpriv")
-    return [setpriv, "--pdeathsig", "KILL", "--", *argv] if setpriv else argv
+    return dies_with_parent(argv)

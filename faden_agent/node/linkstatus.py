@@ -8,13 +8,16 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Unpack, cast
 
 import orjson
 
 from faden_agent.common.redact import redact_text, redact_url
 from faden_agent.disk.files import replace_file
 from faden_agent.protocol.link import LinkState
+
+if TYPE_CHECKING:
+    from faden_agent.protocol.status import LinkCounters, LinkSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -51,9 +54,9 @@ class LinkStatus:
             "pid": os.getpid(),
         }
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> LinkSnapshot:
         with self._lock:
-            return dict(self._data)
+            return cast("LinkSnapshot", dict(self._data))  # written only through the typed setters
 
     @property
     def connection(self) -> LinkState:
@@ -69,7 +72,7 @@ class LinkStatus:
             changes.update(last_error=redact_text(error), last_error_at=time.time())
         self._update(**changes)
 
-    def note(self, **counters: Any) -> None:
+    def note(self, **counters: Unpack[LinkCounters]) -> None:
         """Counters shown beside the connection state (stale_commands, below_cursor_run, epoch_resets)."""
         self._update(**counters)
 

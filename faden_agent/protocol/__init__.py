@@ -152,7 +152,7 @@ REASONS = (
     "docker_unavailable",
     "docker_permission",
     "gpu_runtime_missing",
-    # the NVIDIA container stack's other failures, by cause (issue 37)
+    # the NVIDIA container stack's other failures, by cause
     "gpu_driver_mismatch",
     "gpu_driver_not_loaded",
     "gpu_lost",
@@ -171,7 +171,7 @@ REASONS = (
     "too_large",
     "poison",
     "internal_error",
-    # images from peer machines (issue 14)
+    # images from peer machines
     "no_space",
     "integrity_failed",
     "peer_unreachable",

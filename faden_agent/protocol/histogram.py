@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import bisect
 import threading
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from faden_agent.protocol.status import HistogramSnapshot
+
 
 SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
@@ -21,7 +25,7 @@ class Histogram:
             self.counts[bisect.bisect_left(self.bounds, value)] += 1
             self.total += value
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> HistogramSnapshot:
         """{"le": bounds, "counts": per bucket (not cumulative, +Inf last), "sum"}."""
         with self._lock:
             return {"le": list(self.bounds), "counts": list(self.counts), "sum": round(self.total, 6)}

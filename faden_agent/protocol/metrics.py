@@ -17,6 +17,14 @@ GPU_VERDICTS = ("ok", "degraded", "failed")
 TARGET_STATES = ("resolving", "ok", "failing")  # the logs worker's target_state
 SCRAPE_OUTCOMES = ("ok", "unreachable", "timeout", "too_large", "http_status", "not_metrics", "no_endpoint")
 MAX_ITEMS = 64  # items of a list read per family (GPUs, containers, peers): a bounded label set
+# GPU activity from NVML's GPM (Hopper and later), as DCGM's profiling fields name it (0..1).
+GPM = {
+    "sm_active": "Share of SMs busy (DCGM's SM active)",
+    "sm_occupancy": "Resident warps against the SMs' maximum (DCGM's SM occupancy)",
+    "tensor_active": "Share of time the tensor cores were busy (DCGM's tensor active)",
+    "dram_active": "Share of the DRAM bandwidth used (DCGM's DRAM active)",
+}
+GPM_DOC = ", between two GPU probe rounds, where the GPU has GPM ([inventory.md](inventory.md#gpu-activity-gpm))"
 
 
 @dataclass(frozen=True)
@@ -380,6 +388,21 @@ METRICS: tuple[Metric, ...] = (
         scale=0.01,
     ),
     _gpu("gpu_temperature_celsius", "gauge", "GPU temperature", "temperature_c"),
+    *(_gpu(f"gpu_{name}_ratio", "gauge", words, name, scale=0.01, doc=words + GPM_DOC) for name, words in GPM.items()),
+    *(
+        Metric(
+            f"gpu_mig_{name}_ratio",
+            "gauge",
+            words + " (per MIG GPU instance)",
+            ("gpu", "uuid", "gpu_instance", "mig_uuid"),
+            source="inventory.gauges",
+            field=f"gpu.mig[].{name}",
+            item_labels=("index", "uuid", "gpu_instance", "mig_uuid"),
+            scale=0.01,
+            doc=f"`gpu_{name}_ratio` of one MIG GPU instance of the GPU",
+        )
+        for name, words in GPM.items()
+    ),
     _gpu("gpu_power_draw_watts", "gauge", "GPU power draw", "power_draw_w"),
     _gpu(
         "gpu_health",

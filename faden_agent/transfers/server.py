@@ -10,7 +10,7 @@ import ssl
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import docker
 import orjson
@@ -29,6 +29,9 @@ from faden_agent.transfers.archive import (
 )
 from faden_agent.transfers.oci import BLOB_PATH, kind_of
 from faden_agent.transfers.tickets import PROBE_GRANT, TicketBox, TicketRefused, check_grant
+
+if TYPE_CHECKING:
+    from faden_agent.protocol.status import PeerServerStatus
 
 log = logging.getLogger(__name__)
 
@@ -203,14 +206,14 @@ class PeerServer:
         return self.httpd.server_address[1]
 
     def serve(self) -> None:
-        # Woken by a connection or by shutdown(): an idle peer worker sleeps (issue 16).
+        # Woken by a connection or by shutdown(): an idle peer worker sleeps.
         self.httpd.serve_forever()
 
     def shutdown(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> PeerServerStatus:
         return {
             "transfers_active": self.active,
             "transfers_served": self.served,

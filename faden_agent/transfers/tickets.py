@@ -26,7 +26,7 @@ class TicketRefused(Failure):
     """A peer's ticket is not good for what it asks."""
 
 
-# The grant of a ticket for one active probe session (issue 15, transfers/probe.py), in the place
+# The grant of a ticket for one active probe session (transfers/probe.py), in the place
 # of an image id: an image ticket cannot open a probe, nor a probe ticket fetch an image.
 PROBE_GRANT = "traffic.probe"
 

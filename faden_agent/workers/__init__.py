@@ -6,5 +6,5 @@ WORKERS: dict[str, str] = {
     "executor": "faden_agent.workers.executor.worker:ExecutorWorker",
     "inventory": "faden_agent.workers.inventory.worker:InventoryWorker",
     "logs": "faden_agent.workers.logs.worker:LogsWorker",
-    "peer": "faden_agent.workers.peer.worker:PeerWorker",  # serves images to peer machines (issue 14)
+    "peer": "faden_agent.workers.peer.worker:PeerWorker",  # serves images to peer machines
 }

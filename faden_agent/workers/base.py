@@ -16,7 +16,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import zmq
@@ -38,7 +38,10 @@ class Worker:
     name = "worker"
     tick_interval_s = 1.0
 
-    def __init__(self, config: Config):
+    def __init__(self, config: Config, name: str | None = None):
+        """`name`: the supervisor's name for it (its table, ps, metric labels); the class's by default."""
+        if name is not None:
+            self.name = name
         self.config = config
         self.endpoints = Endpoints(config.runtime_dir)
         self.stop_requested = False
@@ -77,7 +80,8 @@ class Worker:
     def tick(self) -> None:
         pass
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> Mapping[str, object]:
+        """What ps and /metrics show of the worker: its TypedDict in protocol/status.py."""
         return {}
 
     def teardown(self) -> None:
@@ -87,7 +91,6 @@ class Worker:
 
     def run(self) -> int:
         self._install_signal_handlers()
-        self.worker_threads.owner = self.name  # set by worker_main after __init__
         self._supervisor = Channel.connect(zmq.PUSH, self.endpoints.liveness, hwm=10)
         if not self._set_up():
             return 0  # stopped while waiting for disk space
@@ -178,12 +181,12 @@ class Worker:
             select.select([self._wakeup_r], [], [], self.config.worker_liveness_sec)
         return False
 
-    def tell_alive(self, status: dict[str, Any] | None = None) -> None:
+    def tell_alive(self, status: Mapping[str, object] | None = None) -> None:
         """The liveness message to the supervisor, with the worker's status (shown by ps)."""
         status = self.status() if status is None else status
         disk_full = DISK.snapshot()
         if disk_full:
-            status["disk_full"] = disk_full  # shown by ps --json, status and the node heartbeat
+            status = {**status, "disk_full": disk_full}  # shown by ps --json, status and the node heartbeat
         # sent_mono: the supervisor reads these lazily and times hangs from when they were sent.
         body = {"name": self.name, "pid": os.getpid(), "status": status, "sent_mono": time.monotonic()}
         assert self._supervisor is not None
@@ -232,9 +235,7 @@ def worker_main(name: str, target: str, config: Config, parent_pid: int) -> None
             signal.signal(sig, signal.SIG_DFL)
         signal.set_wakeup_fd(-1)
         worker_class = load_worker_class(target)
-        worker = worker_class(config)
-        worker.name = name
-        code = worker.run()
+        code = worker_class(config, name).run()
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:

@@ -1,4 +1,4 @@
-"""The chaos run (issue 8): the whole agent under its supervisor, against the reference
+"""The chaos run: the whole agent under its supervisor, against the reference
 backend, the real Docker engine and registry, a journal file being appended to and a
 Loki-compatible receiver, while seeded faults hit every part. Invariants are checked at
 the end, each with its own message.
@@ -8,7 +8,7 @@ the end, each with its own message.
 
 The seed is printed (and named in every failure) so a run can be replayed. A few minutes
 by default; FADEN_CHAOS_SECONDS asks for longer. Faults include hostile peers, a registry
-that drips its answers and a tenant's hostile Ray log tree (issue 40).
+that drips its answers and a tenant's hostile Ray log tree.
 """
 
 from __future__ import annotations
@@ -509,7 +509,7 @@ class Run:
     def hostile_registry(self, rng: random.Random) -> None:
         """Three pulls from a registry that drips its answer heads, then an honest one: the
         honest pull starts at once (the size checks hold no pull slot), every pull ends by
-        its deadline, the executor lives (issue 40)."""
+        its deadline, the executor lives."""
         fault = self._window("hostile_registry")
         registry = DrippingRegistry()
         record: dict[str, Any] = {"hostile": [], "executor_before": self.worker_row("executor")}
@@ -534,7 +534,7 @@ class Run:
     def hostile_tenant_tree(self, rng: random.Random) -> None:
         """A Ray container whose log directory holds a hostile tree (many sessions, a deep
         chain, a symlink to /, a FIFO) for a few seconds: the logs worker lives and its
-        Ray reader follows the container (issue 40); the container is then removed."""
+        Ray reader follows the container; the container is then removed."""
         fault = self._window("hostile_tenant_tree")
         name = f"{self.tag}-tree"
         tree = (
@@ -795,7 +795,7 @@ def check_peer_kills(run: Run) -> None:
                 f"peer worker (pid {kill['pid']}) killed at {kill['at']} with {kill['transfers_active']} transfer(s) "
                 f"under way, yet the receiver got a whole archive ({kill['received']} bytes)"
             )
-        elif not KILLED_HOLDER.match(kill["receiver"]):  # issue 45: a killed holder is no malformed peer
+        elif not KILLED_HOLDER.match(kill["receiver"]):  # a killed holder is no malformed peer
             chaos.fail(f"peer worker killed at {kill['at']}: the receiver read {kill['receiver'][:200]}")
     killed = {kill["pid"] for kill in chaos.peer_kills}
     try:
@@ -860,7 +860,7 @@ def check_hostile_fetches(run: Run) -> None:
 
 def check_hostile_registries(run: Run) -> None:
     """9. Beside three pulls from a dripping registry, the honest pull started within a few
-    seconds and succeeded; each dripping pull ended by its deadline (issue 40)."""
+    seconds and succeeded; each dripping pull ended by its deadline."""
     chaos = run.chaos
     for record in chaos.hostile_registries:
         if not record.get("honest"):

@@ -1,4 +1,4 @@
-"""GPU faults under chaos (issue 39): a real agent with 8 GPUs of tests/nvml's C library,
+"""GPU faults under chaos: a real agent with 8 GPUs of tests/nvml's C library,
 against the reference backend, while seeded faults hit the GPUs one after another: a GPU
 lost (its event waits end with GPU_IS_LOST), an Xid storm (hundreds of application Xids
 and one fatal, ended by a reset of that GPU as NVML shows one), an NVML call that hangs.

@@ -1,4 +1,4 @@
-"""The cluster rig: N machines on this one host, each as real as the host allows (issue 14).
+"""The cluster rig: N machines on this one host, each as real as the host allows.
 
     machine i (1..N): network namespace `faden-m<i>`, interface eth0 = 198.18.0.(10+i)/24,
                       joined by a veth pair to the bridge `fadenbr0` (198.18.0.1) in the root

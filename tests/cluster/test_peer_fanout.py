@@ -1,4 +1,4 @@
-"""Fan-out of an image to every machine of a cluster through the reference backend (issue 14):
+"""Fan-out of an image to every machine of a cluster through the reference backend:
 machines that finished serve the next ones. A 4-machine rig, real engines and agents."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Images from peer machines (issue 14 part 2), in the rig with real engines and agents.
+"""Images from peer machines, in the rig with real engines and agents.
 
 A multi-layer image (~180 MB of random data in three layers: a `docker import`ed base, two
 `docker commit` steps) is made on machine 1 only and is on no registry (the machines reach
@@ -272,7 +272,7 @@ def test_kill_of_the_serving_agent_mid_transfer_completes_from_another_source(ri
     assert image_id(receiver, APP) == app_id
     failed = result_of(done)["failed_sources"]
     # wherever the kill cut the stream (a size line, the data, a CRLF; an EOF or a reset), a
-    # killed holder reads the one way (issue 45): a stream that broke, never "malformed"
+    # killed holder reads the one way: a stream that broke, never "malformed"
     assert len(failed) == 1 and holder.address in failed[0], failed
     assert re.search(rf"the stream from peer {re.escape(holder.address)}:\d+ broke after \d+ bytes", failed[0]), failed
 

@@ -1,4 +1,4 @@
-"""The cluster rig itself (issue 14 part 1): machines that reach each other and nothing
+"""The cluster rig itself: machines that reach each other and nothing
 else, their own engines and agents, and a teardown that leaves nothing behind."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Traffic between machines (issue 15), in the cluster rig with real agents, engines and
+"""Traffic between machines, in the cluster rig with real agents, engines and
 the reference backend: known TCP traffic is reported per peer within 2 %, a delay on one
 link shows in that pair's RTT only, a fake InfiniBand tree gives counters x4, rates and
 the NCCL fall-back warning, and an old agent (the base commit's build) is named by the
@@ -17,9 +17,9 @@ import pytest
 
 from faden_agent import protocol
 from tests.cluster.conftest import require_rig
-from tests.cluster.oldagent import old_agent_tree  # noqa: F401 - a fixture
 from tests.cluster.rig import Rig
 from tests.support.agentproc import wait_for
+from tests.support.oldagent import old_agent_tree  # noqa: F401 - a fixture
 
 pytestmark = [pytest.mark.cluster, pytest.mark.docker]
 

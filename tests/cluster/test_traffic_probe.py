@@ -1,4 +1,4 @@
-"""Active probes between machines (issue 15), in the cluster rig with real agents, engines
+"""Active probes between machines, in the cluster rig with real agents, engines
 and the reference backend: traffic.probe's throughput under `tc tbf rate 200mbit`, its RTT
 behind a 20 ms delay on one link (that pair only), a peer that is down (its entry has a
 reason, the others are measured), byte and time bounds, and the admin view's probe round
@@ -17,8 +17,8 @@ import pytest
 from faden_agent import protocol
 from faden_agent.devbackend.fanout import mint_ticket
 from tests.cluster.conftest import require_rig
-from tests.cluster.oldagent import old_agent_tree  # noqa: F401 - a fixture
 from tests.cluster.rig import Machine, Rig
+from tests.support.oldagent import old_agent_tree  # noqa: F401 - a fixture
 
 pytestmark = [pytest.mark.cluster, pytest.mark.docker]
 

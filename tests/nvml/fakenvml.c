@@ -14,6 +14,7 @@
  *   gpu.<i>.hang_ms.<function>, gpu.<i>.error.<function>; gpu.<i>.fail_all: every call on that
  *   GPU (getting its handle too) returns that code, as a GPU fallen off the bus answers
  *   NVML_ERROR_UNKNOWN (999). An absent field: NOT_SUPPORTED.
+ *   GPM and MIG devices: gpm.c (included at the end).
  *   A lost GPU registered in an event set ends that set's waits with GPU_IS_LOST.
  * The file is stat'ed once per call (a real driver's ioctl), not once per key read.
  */
@@ -502,12 +503,6 @@ nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned *current, unsign
     return NVML_SUCCESS;
 }
 
-nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned *count) {
-    DEVICE_ENTER("nvmlDeviceGetMaxMigDeviceCount", device)
-    *count = 0; /* MIG instances are tested against the Python imitation */
-    return NVML_SUCCESS;
-}
-
 typedef struct {
     unsigned pid;
     unsigned long long usedGpuMemory;
@@ -871,3 +866,5 @@ nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsi
         sleep_ms(10);
     }
 }
+
+#include "gpm.c"

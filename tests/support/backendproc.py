@@ -1,4 +1,4 @@
-"""The reference backend as a real subprocess, for end-to-end tests (issue 3).
+"""The reference backend as a real subprocess, for end-to-end tests.
 
 API (import what you need; fixtures must be imported into the test module to be used):
 

@@ -3,7 +3,7 @@ refuse as a bind source."""
 
 from __future__ import annotations
 
-# On an ordinary host these hand a root container the machine (issue 40): dockerd's
+# On an ordinary host these hand a root container the machine: dockerd's
 # containerd, the system bus, systemd, the agent's own binary, every device, other logs.
 HOST_PATHS = (
     "/run/docker",

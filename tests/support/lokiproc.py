@@ -232,6 +232,17 @@ def real_loki(request, tmp_path_factory):
     loki.stop()
 
 
+@pytest.fixture(scope="session")
+def loki_3(tmp_path_factory):
+    """One real Loki 3.4.6 for the whole session (Loki's own limits): tests that need one
+    Loki, not both versions, keep apart by their agent_id. Use it with
+    `from tests.support.lokiproc import loki_3  # noqa: F401`."""
+    loki = LokiProcess("3.4.6", tmp_path_factory.mktemp("loki-3") / "data")
+    loki.start()
+    yield loki
+    loki.stop()
+
+
 def count(loki: LokiProcess, selector: str, since: str = "2h") -> int:
     """How many entries Loki holds for `selector` (one cheap metric query, not a read)."""
     result = loki._get("/loki/api/v1/query", query=f"sum(count_over_time({selector}[{since}]))", time=time.time_ns())[

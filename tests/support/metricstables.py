@@ -35,7 +35,21 @@ def gpu_section(with_health: bool) -> dict:
         "pci_bus_id": "00000000:17:00.0",
         "name": "NVIDIA H100 80GB HBM3",
         "memory_total": 80 * 2**30,
-        "usage": {"memory_used": 2**30, "memory_free": 79 * 2**30, "utilization_gpu": 37, "temperature_c": 61},
+        "usage": {
+            **{"memory_used": 2**30, "memory_free": 79 * 2**30, "utilization_gpu": 37, "temperature_c": 61},
+            **{"sm_active": 61.5, "sm_occupancy": 30.0, "tensor_active": 12.5, "dram_active": 44.0},  # GPM's
+        },
+        "gpm": {"available": True, "reason": None},
+        "mig": {
+            "enabled": True,
+            "pending": False,
+            "devices": [
+                {
+                    **{"slot": 0, "uuid": "MIG-0000-a", "memory_total": 10 * 2**30, "gpu_instance_id": 3},
+                    "usage": {"sm_active": 20.0, "sm_occupancy": 5.0, "tensor_active": 1.0, "dram_active": 2.5},
+                }
+            ],
+        },
     }
     section = {"available": True, "devices": [device, {"index": 1, "state": "error", "error": "GPU is lost"}]}
     if with_health:

@@ -1,4 +1,4 @@
-"""A newcomer's Debian 12 in a container (issue 21): the README's first command, run verbatim.
+"""A newcomer's Debian 12 in a container: the README's first command, run verbatim.
 
 readme_first_command()  -> the first command line of README.md's opening sh block
 python_image()          -> tests/infra/build-python-image.sh's tag (debootstrap minbase +

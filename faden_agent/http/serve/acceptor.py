@@ -20,9 +20,12 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from faden_agent.http.serve.conn import RECV, Conn
+
+if TYPE_CHECKING:
+    from faden_agent.protocol.status import ConnectionFigures
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +118,7 @@ class Acceptor:
         self.dropped = dict.fromkeys(DROP_REASONS, 0)
         self.lock = threading.Lock()
 
-    def figures(self) -> dict[str, Any]:
+    def figures(self) -> ConnectionFigures:
         return {
             "accepted": self.accepted,
             "waiting": len(self.waiting),
@@ -270,8 +273,8 @@ class Acceptor:
                 conn.close()
                 continue
             self._make_room(conn.address[0])
-            waiting = Waiting(conn, time.monotonic() + (self.keepalive_s if keep else LINGER_S), handshaking=False)
-            waiting.draining = not keep
+            deadline = time.monotonic() + (self.keepalive_s if keep else LINGER_S)
+            waiting = Waiting(conn, deadline, handshaking=False, draining=not keep)
             self._watch(waiting)
             self._progress(waiting)  # TLS may hold decrypted bytes the selector cannot see
 

@@ -15,10 +15,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
-from typing import Any
+from typing import TYPE_CHECKING
 
 from faden_agent.http.serve.acceptor import Acceptor
 from faden_agent.http.serve.conn import Conn
+
+if TYPE_CHECKING:
+    from faden_agent.protocol.status import HttpServerStatus
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +114,7 @@ class BoundedServer:
         except OSError:
             pass
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> HttpServerStatus:
         return {
             **self.acceptor.figures(),
             "workers": len(self.threads),

@@ -153,13 +153,18 @@ def endpoint(figures: tuple[Any, ...]) -> Iterator[Family]:
         yield family
 
 
+def ended_counts(executor: dict[str, Any]) -> Iterator[tuple[str, str, str, float]]:
+    """(kind, state, reason, commands) of the executor's ended counts (kind -> state -> reason)."""
+    for kind, states in as_dict(as_dict(executor.get("commands")).get("ended")).items():
+        for state, reasons in as_dict(states).items():
+            for reason, count in as_dict(reasons).items():
+                yield label(kind), label(state), label(reason), number(count) or 0.0
+
+
 def commands_ended(statuses: dict[str, dict[str, Any]]) -> Family:
-    """Keyed "kind state reason" by the executor's timeline."""
     family = new("commands_ended")
-    for key, count in as_dict(as_dict(statuses["executor"].get("commands")).get("ended")).items():
-        parts = key.split(" ")
-        if len(parts) == 3:
-            family.add_metric(parts, number(count) or 0.0)
+    for kind, state, reason, count in ended_counts(statuses["executor"]):
+        family.add_metric([kind, state, reason], count)
     return family
 
 
@@ -181,10 +186,9 @@ def peer_transfers(statuses: dict[str, dict[str, Any]]) -> Family:
     family = new("peer_transfers")
     if (count := number(statuses["peer"].get("transfers_served"))) is not None:
         family.add_metric(["served", "ok"], count)
-    for key, count in as_dict(as_dict(statuses["executor"].get("commands")).get("ended")).items():
-        kind, _, outcome = key.partition(" ")
+    for kind, _state, reason, count in ended_counts(statuses["executor"]):
         if kind == "image.fetch":
-            family.add_metric(["fetched", outcome.split(" ")[-1]], number(count) or 0.0)
+            family.add_metric(["fetched", reason], count)
     return family
 
 

@@ -58,10 +58,13 @@ class EventWatcher:
         stop_event: threading.Event,
         known_gpus: Callable[[], dict[str, dict[str, Any]]] | None = None,
         fault_window_s: float = 300.0,
+        ask_capture: Callable[[str, dict[str, Any], dict[str, Any] | None], Any] | None = None,
     ) -> None:
-        """known_gpus(): the inventory's GPU evidence (death_cause.py); None: no causes."""
+        """known_gpus(): the inventory's GPU evidence (death_cause.py); None: no causes.
+        ask_capture: the `capture` of a hardware death (capture_request.py); None: no captures."""
         self.ops = ops
         self.known_gpus = known_gpus
+        self.ask_capture = ask_capture
         self.fault_window_s = fault_window_s
         self.reports = reports
         self.meta = reports.outbox
@@ -161,6 +164,9 @@ class EventWatcher:
             self.stop_event.wait(max(0.0, min(SETTLE_S, settled_at - time.time())))
             errors = lambda: last_error_lines(api, container_id)  # noqa: E731 - read only when needed
             data.update(cause(data, attrs, errors, self.known_gpus(), self.fault_window_s))
+            capture = self.ask_capture(record_id, data, attrs) if self.ask_capture else None
+            if capture is not None:
+                data["capture"] = capture
         self.reports.put(protocol.EVENT, data, record_id=record_id)
 
     def _remember(self, container_id: str, destroyed: bool, covered: int) -> None:

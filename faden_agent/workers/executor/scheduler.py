@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from faden_agent.protocol.status import QueueCounts
     from faden_agent.workers.executor.kinds import CommandKind
 
 log = logging.getLogger(__name__)
@@ -89,7 +90,7 @@ class Scheduler:
         with self._lock:
             return list(self._jobs.values())
 
-    def counts(self) -> dict[str, int]:
+    def counts(self) -> QueueCounts:
         with self._lock:
             running = sum(1 for j in self._jobs.values() if j.running)
             return {"running": running, "queued": len(self._jobs) - running}

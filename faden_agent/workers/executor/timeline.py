@@ -19,18 +19,14 @@ def known_kind(kind: str) -> str:
     return kind if kind in KINDS else "other"
 
 
-def _count(counts: dict[str, int], key: str) -> None:
-    counts[key] = counts.get(key, 0) + 1
-
-
 class Timeline:
     def __init__(self, reports: Reports, journal: Journal):
         self.reports = reports
         self.journal = journal
         self.unreported = False  # a terminal record could not be put (full disk): report_unreported soon
-        # For /metrics: "kind" -> received, "kind state reason" -> ended (both bounded sets)
+        # For /metrics, by bounded words: kind -> received; kind -> state -> reason -> ended
         self.received_counts: dict[str, int] = {}
-        self.ended_counts: dict[str, int] = {}
+        self.ended_counts: dict[str, dict[str, dict[str, int]]] = {}
 
     def _put(self, command_id: str, state: str, step: int, **fields: Any) -> None:
         data = protocol.timeline_data(command_id, state, **fields)
@@ -38,7 +34,7 @@ class Timeline:
 
     def received(self, command_id: str, kind: str, seq: int | None) -> None:
         self._put(command_id, protocol.RECEIVED, 0, kind=kind, seq=seq)
-        _count(self.received_counts, known_kind(kind))
+        self.received_counts[known_kind(kind)] = self.received_counts.get(known_kind(kind), 0) + 1
 
     def started(self, command_id: str, attempt: int) -> None:
         self._put(command_id, protocol.STARTED, attempt - 1, attempt=attempt)
@@ -52,8 +48,9 @@ class Timeline:
         if not self.journal.finish(command_id, data):
             return False
         entry = self.journal.get(command_id)
+        reasons = self.ended_counts.setdefault(known_kind(entry.kind if entry else ""), {}).setdefault(state, {})
         known_reason = reason if reason in protocol.REASONS else "other"
-        _count(self.ended_counts, f"{known_kind(entry.kind if entry else '')} {state} {known_reason}")
+        reasons[known_reason] = reasons.get(known_reason, 0) + 1
         testhooks.kill_between("done", "outbox")
         self._put_terminal(command_id, data)
         return True

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import sqlite3
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import zmq
@@ -18,15 +19,19 @@ from faden_agent.disk.files import quarantine_record_id
 from faden_agent.ipc import Channel, Message
 from faden_agent.workers.base import Worker
 from faden_agent.workers.executor.adoption import adopt
+from faden_agent.workers.executor.capture_request import ask_capture
 from faden_agent.workers.executor.commands import KINDS, Commands
 from faden_agent.workers.executor.death_cause import known_gpus
 from faden_agent.workers.executor.docker_ops import DockerOps
 from faden_agent.workers.executor.events import EventWatcher
 from faden_agent.workers.executor.host_policy import PolicyDenied, policy_or_refusal
 from faden_agent.workers.executor.journal import QUEUED, RUNNING, Entry, Journal
-from faden_agent.workers.executor.scheduler import Job, Scheduler
+from faden_agent.workers.executor.scheduler import Job
 from faden_agent.workers.executor.specs import SpecError
 from faden_agent.workers.executor.timeline import Timeline
+
+if TYPE_CHECKING:
+    from faden_agent.protocol.status import CommandAck, ExecutorStatus
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +47,7 @@ class ExecutorWorker(Worker):
     def tick_interval_s(self) -> float:  # type: ignore[override]  # read like the base's class attribute
         """Deadline checks four times a second while commands run; idle, with the loop's
         "alive" message (every WORKER_LIVENESS_SEC, 3 s; at least a second), so an idle
-        executor does not wake more often (issue 16: it woke every second, 3 s apart beats)."""
+        executor wakes no more often than it says it is alive."""
         return 0.25 if self.scheduler.jobs() else max(1.0, self.config.worker_liveness_sec)
 
     def setup(self) -> None:
@@ -59,8 +64,7 @@ class ExecutorWorker(Worker):
             log.error("host policy: %s; every container.run is refused until it is fixed", self.policy.broken)
         self.ops = DockerOps(self.config)
         self.frame = Commands(self.config, self.ops, self.journal, self.timeline, self.policy)
-        self.scheduler = Scheduler(self.frame.execute, self.config.max_concurrent_pulls)
-        self.frame.scheduler = self.scheduler
+        self.scheduler = self.frame.scheduler
         self.engine_ok: bool | None = None
         self.events = EventWatcher(
             self.ops,
@@ -69,6 +73,7 @@ class ExecutorWorker(Worker):
             self.stop_event,
             lambda: known_gpus(self.config.runtime_dir, self.config.state_dir),
             self.config.workload_fault_window_sec,
+            functools.partial(ask_capture, self.config.runtime_dir) if self.config.stall_capture else None,
         )
         self.events.start(self.start_thread)
         self.start_thread("adoption", adopt, self.ops, self.journal, self.reports, self.stop_event, finite=True)
@@ -139,15 +144,19 @@ class ExecutorWorker(Worker):
                 "journal: %d done command(s) past retention deleted, %d spec(s) reduced to a hash", deleted, hashed
             )
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> ExecutorStatus:
         engine = {None: "unknown", True: "ok", False: "unreachable"}[self.engine_ok]
         timeline = self.timeline
-        counts = {
-            "received": timeline.received_counts,
-            "ended": timeline.ended_counts,
-            "peer_bytes_fetched": self.frame.peer_bytes_fetched,
+        return {
+            **self.scheduler.counts(),
+            "docker": engine,
+            "events": self.events.connected,
+            "commands": {
+                "received": timeline.received_counts,
+                "ended": timeline.ended_counts,
+                "peer_bytes_fetched": self.frame.peer_bytes_fetched,
+            },
         }
-        return {**self.scheduler.counts(), "docker": engine, "events": self.events.connected, "commands": counts}
 
     def teardown(self) -> None:
         # Running commands stay "running" in the journal; the next start resumes them (and,
@@ -159,7 +168,7 @@ class ExecutorWorker(Worker):
 
     # --- inputs
 
-    def accept(self, body: Any) -> dict[str, Any]:
+    def accept(self, body: Any) -> CommandAck:
         """Journal the command, then own it: ack accepted unless it cannot be journaled."""
         problem = protocol.command_problem(body)
         if problem is not None:  # the downlink hands over none of these; a direct sender might

@@ -42,7 +42,7 @@ def probe_docker(client: docker.DockerClient) -> dict[str, Any]:
 
 
 def images(api: docker.APIClient) -> list[dict[str, Any]]:
-    """Each image with what a backend needs to choose a peer holder (issue 14): id, tags,
+    """Each image with what a backend needs to choose a peer holder: id, tags,
     repo digests, size and its layers (RootFS diff ids, base first)."""
     found = []
     for image in api.images():

@@ -13,6 +13,10 @@ GiB = 1024**3
 THRESHOLDS: dict[str, float] = {
     "utilization_gpu": 10,  # percentage points
     "utilization_memory": 10,
+    "sm_active": 10,  # GPM's activity figures (gpu/gpm.py), percentage points
+    "sm_occupancy": 10,
+    "tensor_active": 10,
+    "dram_active": 10,
     "temperature_c": 5,
     "power_draw_w": 50,
     "memory_used": GiB,

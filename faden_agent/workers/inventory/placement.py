@@ -4,10 +4,13 @@ out: the backend has the inventory's `labels` and `topology` sections themselves
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from faden_agent.protocol.status import Placement
 
 
-def placement(sections: dict[str, Any] | None) -> dict[str, Any]:
+def placement(sections: dict[str, Any] | None) -> Placement:
     """Where the machine stands, for `faden-agent status` (ps only: the backend has the
     inventory's `labels` and `topology`): the labels, and the topology in a few figures."""
     sections = sections or {}

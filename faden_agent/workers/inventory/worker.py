@@ -8,7 +8,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import zmq
 
@@ -46,7 +46,11 @@ from faden_agent.workers.inventory.placement import placement
 from faden_agent.workers.inventory.record import UNCHANGED, HeldFile, RecordEmitter, full_record_id
 from faden_agent.workers.inventory.traffic.report import TrafficReporter
 from faden_agent.workers.inventory.wire_form import wire_form
+from faden_agent.workers.inventory.workloads.progress import STALLED
 from faden_agent.workers.inventory.workloads.watcher import FILTERS, WorkloadWatcher
+
+if TYPE_CHECKING:
+    from faden_agent.protocol.status import InventoryStatus, KernelLinesStatus
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +60,11 @@ HELLO_POLL_MIN_S = 1.0  # a resumed chain looks for the backend's hello after 1 
 
 
 class InventoryReporter:
-    """One cycle: collect, decide full or unchanged, hand it to the outbox."""
+    """One cycle: collect, decide full or unchanged, hand it to the outbox. `evidence` (GPU
+    evidence kept across restarts) and `kernel` (the kernel's lines, their cursor saved with
+    the evidence) come restored, with the `gpu_changes` they hold; `conditions` (node
+    conditions, kept across restarts) read the traffic thread's `ports_sample` and the
+    kernel lines' `kernel_view` each round."""
 
     def __init__(
         self,
@@ -65,6 +73,12 @@ class InventoryReporter:
         emitter: RecordEmitter | None = None,
         disk_watch: DiskWatch | None = None,
         accepts: Callable[[], BackendAccepts] = BackendAccepts,
+        gpu_changes: HealthChanges | None = None,
+        evidence: gpu_evidence.Evidence | None = None,
+        kernel: KernelLines | None = None,
+        conditions: NodeConditions | None = None,
+        ports_sample: Callable[[], dict[str, Any] | None] = lambda: None,
+        kernel_view: Callable[[], KernelView | None] = lambda: None,
     ):
         self.collector = collector
         self.reports = reports
@@ -74,14 +88,14 @@ class InventoryReporter:
         self.cycles = 0
         self.sent: dict[str, int] = {}  # records handed to the outbox, by type
         self.last: dict[str, Any] | None = None
-        self.gpu_changes = HealthChanges()
+        self.gpu_changes = gpu_changes or HealthChanges()
         self.sections: dict[str, Any] | None = None  # the last collected, for gauges (ps, /metrics)
-        self.evidence: gpu_evidence.Evidence | None = None  # GPU evidence kept across restarts
-        self.kernel: KernelLines | None = None  # its cursor is saved with the evidence
+        self.evidence = evidence
+        self.kernel = kernel
         self.forgotten: list[dict[str, Any]] = []  # gpu.forgotten events the door queued
-        self.conditions: NodeConditions | None = None  # node conditions (conditions/), kept across restarts
-        self.ports_sample: Callable[[], dict[str, Any] | None] = lambda: None  # the traffic thread's last
-        self.kernel_view: Callable[[], KernelView | None] = lambda: None  # the kernel lines' conditions
+        self.conditions = conditions
+        self.ports_sample = ports_sample
+        self.kernel_view = kernel_view
         self._events_problem: str | None = None  # why the conditions' events wait, last logged
 
     def assess_conditions(self, sections: dict[str, Any]) -> None:
@@ -193,16 +207,23 @@ class InventoryWorker(Worker):
             watch_problems=self.gpu_watcher.problems,
         )
         self.collector = Collector(self.config, xids=xids, gpu_notes=self.notes)
+        self._kernel_started = False
+        changes, evidence, kernel = self._restore_gpu_evidence()
         self.reporter = InventoryReporter(
             self.collector,
             self.reports,
             RecordEmitter(usage_refresh_s=self.config.inventory_usage_sec, kept=HeldFile(self.config.state_dir)),
             DiskWatch(self.config),
             lambda: backend_accepts.read(self.config.state_dir),
+            changes,
+            evidence,
+            kernel,
+            self._restore_conditions(kernel),
+            lambda: self.traffic.last_sample,  # the traffic thread's (_start_traffic, before the first round)
+            self._kernel_view,
         )
-        self._kernel_started = False
-        self._restore_gpu_evidence()
-        self._restore_conditions()
+        self._captures: Any = None  # capture/triggers.py, made at the first capture
+        self._captures_made = threading.Lock()  # by the workloads thread or the main loop, once
         self.watchers: list[DockerChangeWatcher | GpuErrorWatcher] = [
             DockerChangeWatcher(self.config.docker_host, self._changed.set, self.stop_event),
             self.gpu_watcher,
@@ -227,6 +248,8 @@ class InventoryWorker(Worker):
                 answer: dict[str, Any] = dict(self._forget(body))
             elif message.type == door.GPU_EVIDENCE:
                 answer = dict(self._evidence(body))
+            elif message.type == door.CAPTURE:
+                answer = dict(self._capture(body))
             else:
                 answer = {
                     "message": f"unknown request {protocol.quote(message.type, 60)}; this door answers {door.KINDS}"
@@ -255,6 +278,13 @@ class InventoryWorker(Worker):
             gpus = {uuid: gpus[uuid] for uuid in wanted[:64] if isinstance(uuid, str) and uuid in gpus}
         return {"gpus": gpus}
 
+    def _capture(self, body: dict[str, Any]) -> door.CaptureAnswer:
+        """A serving container died of a hardware cause (the executor): the event's `capture`,
+        answered at once; the capture follows (capture/triggers.py)."""
+        if not self.config.stall_capture:
+            return {"capture": {"id": None, "reason": "captures are off (STALL_CAPTURE)"}}
+        return {"capture": self._capture_triggers().died(body)}
+
     # --- the kernel's lines and the GPU evidence
 
     def _start_kernel_lines(self) -> None:
@@ -270,15 +300,16 @@ class InventoryWorker(Worker):
         kernel = self.reporter.kernel
         return kernel.problem if kernel is not None and self._kernel_started else None
 
-    def _restore_gpu_evidence(self) -> None:
-        """What an earlier run saw of the GPUs: Xids, verdicts, GPUs seen, baselines."""
-        evidence = self.reporter.evidence = gpu_evidence.Evidence(self.config.state_dir)
+    def _restore_gpu_evidence(self) -> tuple[HealthChanges, gpu_evidence.Evidence, KernelLines]:
+        """What an earlier run saw of the GPUs (Xids, verdicts, GPUs seen, baselines): the
+        health changes and the evidence restored, and the kernel's lines from their cursor."""
+        evidence = gpu_evidence.Evidence(self.config.state_dir)
         if evidence.quarantined:
             self.reports.put(protocol.EVENT, evidence.quarantined, record_id=quarantine_record_id(evidence.quarantined))
-        changes = self.reporter.gpu_changes
+        changes = HealthChanges()
         gpu_evidence.restore(evidence, self.collector.gpu, changes.verdicts, changes.changes)
         xids = self.collector.gpu.health.xids
-        kernel = self.reporter.kernel = KernelLines(
+        kernel = KernelLines(
             self.stop_event,
             xids.holds.boot_id,
             evidence.kernel_cursor,
@@ -288,20 +319,19 @@ class InventoryWorker(Worker):
         )
         self.kernel_xids = KernelXids(xids, self.collector.gpu.uuid_of_bus, self._changed.set)
         kernel.add(self.kernel_xids)
+        return changes, evidence, kernel
 
-    def _restore_conditions(self) -> None:
-        """The node conditions as an earlier run left them: states, the rules' memories."""
+    def _restore_conditions(self, kernel: KernelLines) -> NodeConditions:
+        """The node conditions as an earlier run left them (states, the rules' memories), and
+        the kernel lines' consumer of theirs from the lines that held."""
         store = ConditionStore(self.config.state_dir)
         if store.quarantined:
             self.reports.put(protocol.EVENT, store.quarantined, record_id=quarantine_record_id(store.quarantined))
-        self.reporter.conditions = NodeConditions(store)
-        kernel = self.reporter.kernel
-        assert kernel is not None  # _restore_gpu_evidence made it
         self.kernel_conditions = KernelConditions(
             kernel.boot_id, evaluate.kernel_holds(self.config), self._changed.set, store.memory.get("kernel")
         )
         kernel.add(self.kernel_conditions)
-        self.reporter.kernel_view = self._kernel_view
+        return NodeConditions(store)
 
     def _kernel_view(self) -> KernelView | None:
         """The kernel lines' conditions where the lines are read (once a GPU was ever seen: kept
@@ -320,7 +350,6 @@ class InventoryWorker(Worker):
             self.reports.put_latest,
             lambda data, record_id: self.reports.put(protocol.EVENT, data, record_id=record_id),
         )
-        self.reporter.ports_sample = lambda: self.traffic.last_sample
         if self.traffic.open_listener():
             # finite: when the notifications fail, the records say so and sampling goes on
             self.start_thread("inventory-tcp-closed", self.traffic.listen, self.stop_event, finite=True)
@@ -339,12 +368,57 @@ class InventoryWorker(Worker):
 
         self.workloads = WorkloadWatcher(
             list_containers,
-            lambda data, record_id: self.reports.put(protocol.EVENT, data, record_id=record_id),
+            self._workload_event,
             self.config.workload_scrape_sec,
             self.config.workload_stall_sec,
             self.config.advertise_host or self.config.host,
         )
         self.start_thread("inventory-workloads", self.workloads.run, self.stop_event)
+
+    def _put_event(self, data: dict[str, Any], record_id: str) -> None:
+        self.reports.put(protocol.EVENT, data, record_id=record_id)
+
+    def _workload_event(self, data: dict[str, Any], record_id: str) -> None:
+        """A stall goes out once its capture is down (STALL_CAPTURE), the rest at once."""
+        if data["type"] == STALLED and self.config.stall_capture:
+            self._capture_triggers().stalled(data, record_id, self._put_event)
+        else:
+            self._put_event(data, record_id)
+
+    def _capture_triggers(self) -> Any:
+        """Evidence at a stall (capture/): imported at the first capture, never at idle."""
+        with self._captures_made:
+            if self._captures is None:
+                self._captures = self._make_capture_triggers()
+            return self._captures
+
+    def _make_capture_triggers(self) -> Any:
+        from faden_agent.workers.inventory.capture.capturer import Capturer
+        from faden_agent.workers.inventory.capture.triggers import Triggers
+
+        capturer = Capturer(
+            self.config.state_dir,
+            self.config.stall_capture_max_bytes,
+            self.config.workload_fault_window_sec,
+            self.config.docker_host,
+            self._refresh,
+            lambda: self.reporter.sections or {},
+            self.start_thread,
+        )
+        return Triggers(capturer)
+
+    def _refresh(self) -> Callable[[float], tuple[dict[str, Any], bool]]:
+        """Asks the collection loop for a full round now; the waiter returns its sections (or,
+        past the deadline, the last ones) and whether they are the new ones."""
+        before = self.reporter.sections
+        self._changed.set()
+
+        def collected(deadline: float) -> tuple[dict[str, Any], bool]:
+            while self.reporter.sections is before and time.monotonic() < deadline and not self.stop_event.is_set():
+                self.stop_event.wait(0.1)
+            return self.reporter.sections or {}, self.reporter.sections is not before
+
+        return collected
 
     def _collect_loop(self) -> None:
         """A full round every INVENTORY_INTERVAL_SEC and at once after a change; between them
@@ -370,9 +444,9 @@ class InventoryWorker(Worker):
                 self._changed.clear()
                 next_full = 0.0
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> InventoryStatus:
         last = self.reporter.last
-        return {
+        status: InventoryStatus = {
             "cycles": self.reporter.cycles,
             # counts and the form in use, not the last record's type: a string that flips
             # every round would make every heartbeat carry the whole detail
@@ -392,8 +466,11 @@ class InventoryWorker(Worker):
             "placement": placement(self.reporter.sections),
             "workloads": self.workloads.status(),
         }
+        if self._captures is not None:
+            status["captures"] = self._captures.capturer.status()
+        return status
 
-    def _kernel_status(self) -> dict[str, Any] | None:
+    def _kernel_status(self) -> KernelLinesStatus | None:
         """The kernel line source and the Xid lines it brought (ps, tests)."""
         kernel = self.reporter.kernel
         if kernel is None or not self._kernel_started:
@@ -402,7 +479,8 @@ class InventoryWorker(Worker):
             **kernel.status(),
             "gpu_lines": self.kernel_xids.read,
             "unplaced": self.kernel_xids.unplaced,
-            **self.kernel_conditions.status(),
+            "condition_lines": self.kernel_conditions.read,
+            "cgroup_oom_kills": self.kernel_conditions.cgroup_oom_kills,
         }
 
     def teardown(self) -> None:

@@ -10,7 +10,7 @@ from faden_agent.protocol import MAX_LOG_PUSH_BYTES
 from faden_agent.workers.logs.backlog import Backlog
 from faden_agent.workers.logs.entry import Entry
 
-MAX_BATCH_BYTES = MAX_LOG_PUSH_BYTES  # uncompressed (the size budget, protocol.py); well under Loki's push limits
+MAX_BATCH_BYTES = MAX_LOG_PUSH_BYTES  # uncompressed (the size budget, protocol/); well under Loki's push limits
 # How long an idle collector waits before the shipper looks at `stopping` again; the stop
 # closes the backlog first (teardown), which wakes it at once, so this only paces idle wakeups.
 POLL_S = 5.0

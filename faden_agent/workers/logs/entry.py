@@ -13,7 +13,7 @@ from typing import Any
 
 from faden_agent.protocol import MAX_LOG_LINE_BYTES
 
-# Longest line shipped, in UTF-8 bytes (the size budget, protocol.py). Loki's default
+# Longest line shipped, in UTF-8 bytes (the size budget, protocol/__init__.py). Loki's default
 # max_line_size is 256 KB and it rejects (400) longer lines; we cut well below that, keep
 # the head and say how much was cut.
 MAX_LINE_BYTES = MAX_LOG_LINE_BYTES

@@ -2,7 +2,7 @@
 goes into structured metadata instead.
 
 System logs: {job, host, agent_id, container="node-<agent id>", level}. Container logs add
-cluster, workload, source="container", stream; Ray files source="ray-serve"|"ray", file=<kind>.
+cluster, workload, source="container"|"capture", stream; Ray files source="ray-serve"|"ray", file=<kind>.
 """
 
 from __future__ import annotations
@@ -88,6 +88,11 @@ class LabelMaker:
             )
             for level in LINE_LEVELS
         }
+
+    def capture(self, name: str, cluster: str | None, workload: str | None) -> Labels:
+        """A capture's labels (sources/captures.py): its container's, source="capture", a warning."""
+        where = {"container": name, "cluster": cluster, "workload": workload}
+        return _labels(**self.base, **where, source="capture", level="warning")
 
     def ray_file(self, container: str, filename: str, core: bool = False) -> dict[str, Labels]:
         """A Ray file's label sets, one per line level: Serve's (core False) or Ray's own."""

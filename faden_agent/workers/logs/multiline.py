@@ -81,11 +81,7 @@ class Joiner:
             if len(group.lines) >= self.max_lines or group.bytes + size > self.max_bytes:
                 self.cuts += 1
                 out.append(self._close())
-                self.group = self._start(
-                    group.process, group.header, True, group.level, CONTINUED + text, ts_ns, position
-                )
-                self.group.awaiting_exception = group.awaiting_exception
-                self.group.traceback_seen = group.traceback_seen
+                self.group = self._continued(group, text, ts_ns, position)
             else:
                 group.lines.append(text)
                 group.bytes += size
@@ -142,6 +138,25 @@ class Joiner:
     @staticmethod
     def _start(process: str, header: str, prefixed: bool, level: str, text: str, ts_ns: int, position: Any) -> _Group:
         return _Group(process, header, prefixed, level, ts_ns, position, position, [text], _size(text))
+
+    @staticmethod
+    def _continued(cut: _Group, text: str, ts_ns: int, position: Any) -> _Group:
+        """The group that goes on after `cut` reached its bound: its process, header, level and
+        traceback state, its text marked CONTINUED."""
+        text = CONTINUED + text
+        return _Group(
+            cut.process,
+            cut.header,
+            True,
+            cut.level,
+            ts_ns,
+            position,
+            position,
+            [text],
+            _size(text),
+            cut.awaiting_exception,
+            cut.traceback_seen,
+        )
 
     def _close(self) -> Joined:
         group = self.group

@@ -8,6 +8,7 @@ import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from faden_agent.config import Config
 from faden_agent.workers.logs.backlog import Backlog
@@ -16,6 +17,9 @@ from faden_agent.workers.logs.loki.client import MAX_PUSHES_IN_FLIGHT, Outcome, 
 from faden_agent.workers.logs.loki.destinations import DirectLoki, make_target
 from faden_agent.workers.logs.positions import Positions
 from faden_agent.workers.logs.report import report_event
+
+if TYPE_CHECKING:
+    from faden_agent.protocol.status import ShippedCounts, ShipperStatus
 
 REPORT_INTERVAL_S = 60.0
 log = logging.getLogger(__name__)
@@ -138,7 +142,7 @@ class Shipper:
         with self._done:
             return sum(len(p.batch) for p in self._in_flight)
 
-    def source_counts(self) -> dict[str, dict[str, int]]:
+    def source_counts(self) -> dict[str, ShippedCounts]:
         """Per source kind: lines Loki stored (lines_shipped) and refused for good (lines_refused)."""
         with self._done:
             return {
@@ -146,7 +150,7 @@ class Shipper:
                 for kind, (accepted, rejected, dropped) in self.totals.sources.items()
             }
 
-    def status(self) -> dict[str, object]:
+    def status(self) -> ShipperStatus:
         return {
             "target": str(self.target),
             "lines_shipped": self.totals.accepted,

@@ -1,5 +1,5 @@
 """The log shipper worker. Its loop: "alive" to the supervisor and a quick health check of each reader.
-Its inputs: journald, managed containers' logs, Ray log files (one reader thread each);
+Its inputs: journald, managed containers' logs, Ray log files, captures (one reader thread each);
 the executor's `drain` questions and the stream worker's `flush` (a shutdown) on its REP socket.
 Its output: Loki pushes from one shipping thread; losses reported as events via Reports.
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any
+from typing import TYPE_CHECKING
 
 import zmq
 
@@ -21,10 +21,14 @@ from faden_agent.workers.logs.positions import Positions
 from faden_agent.workers.logs.report import report_event
 from faden_agent.workers.logs.shipper import Shipper
 from faden_agent.workers.logs.sources import Shared, Source
+from faden_agent.workers.logs.sources.captures import CapturesSource
 from faden_agent.workers.logs.sources.containers.source import ContainersSource
 from faden_agent.workers.logs.sources.journald.source import JournaldSource
 from faden_agent.workers.logs.sources.managed import ManagedNames
 from faden_agent.workers.logs.sources.ray.source import RaySource
+
+if TYPE_CHECKING:
+    from faden_agent.protocol.status import LogSourceStatus, LogsStatus, ShippedCounts
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +36,7 @@ log = logging.getLogger(__name__)
 class LogsWorker(Worker):
     name = "logs"
     # The readers' checks are about minutes (journalctl silent for 5 min): an idle loop wakes
-    # every 5 s for them, not every second (issue 16).
+    # every 5 s for them, not every second.
     tick_interval_s = 5.0
 
     def setup(self) -> None:
@@ -46,7 +50,12 @@ class LogsWorker(Worker):
         managed = ManagedNames()  # listed by the containers source; the Ray source's retention reads it
         shared = Shared(self.config, self.backlog, self.positions, labels, self.stop_event, self.start_thread)
         self.containers = ContainersSource(shared, managed)
-        self.sources: list[Source] = [JournaldSource(shared), self.containers, RaySource(shared, managed)]
+        self.sources: list[Source] = [
+            JournaldSource(shared),
+            self.containers,
+            RaySource(shared, managed),
+            CapturesSource(shared),
+        ]
         self.start_thread("logs-shipper", self.shipper.run)
         for source in self.sources:
             source.start()
@@ -76,7 +85,7 @@ class LogsWorker(Worker):
         for source in self.sources:
             source.check()
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> LogsStatus:
         return {
             **self.shipper.status(),
             "backlog_lines": len(self.backlog),
@@ -85,17 +94,12 @@ class LogsWorker(Worker):
             "sources": self.source_status(),
         }
 
-    def source_status(self) -> dict[str, dict[str, Any]]:
+    def source_status(self) -> dict[str, LogSourceStatus]:
         """Each source's own status and its account: lines_read = lines_shipped +
         lines_refused + lines_lost + what is still in the backlog or in flight."""
         counts = self.shipper.source_counts()
-        return {
-            source.kind: {
-                **source.status(),
-                **counts.get(source.kind, {"lines_shipped": 0, "lines_refused": 0}),
-            }
-            for source in self.sources
-        }
+        none: ShippedCounts = {"lines_shipped": 0, "lines_refused": 0}
+        return {source.kind: {**source.status(), **counts.get(source.kind, none)} for source in self.sources}
 
     def teardown(self) -> None:
         self.backlog.close()
@@ -108,8 +112,8 @@ class LogsWorker(Worker):
 def lower_priority(increment: int) -> None:
     """Adds `increment` to this thread's nice value, before the worker starts its threads and
     journalctl (they inherit it). Shipping is bulk work: on a busy machine a log flood then
-    yields the CPU to the stream worker's heartbeats and the executor (issue 13: one beat of a
-    200,000-line flood came 68-127 ms late at nice 0 on 2 cores, none over 11 ms at 10)."""
+    yields the CPU to the stream worker's heartbeats and the executor (the beats' lateness
+    under a flood, at nice 0 and 10: docs/logs.md)."""
     if increment <= 0:
         return
     try:

@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from faden_agent.common.dockerclient import make_client
 from faden_agent.transfers.server import PeerServer
 from faden_agent.transfers.tickets import TicketBox
 from faden_agent.workers.base import Worker
+
+if TYPE_CHECKING:
+    from faden_agent.protocol.status import PeerStatus
 
 log = logging.getLogger(__name__)
 
@@ -71,14 +74,14 @@ class PeerWorker(Worker):
         else:
             self.tick_error = None
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> PeerStatus:
         server = self.server
-        listening = {
+        listening: PeerStatus = {
             "listening": server is not None,
             "port": self.config.peer_port,
             "error": self.error or self.tick_error,
         }
-        return {**listening, **(server.status() if server else {})}
+        return {**listening, **server.status()} if server is not None else listening
 
     def teardown(self) -> None:
         if self.server is not None:

@@ -8,7 +8,7 @@ journal. The cursor resets when `hello` shows a new epoch or a backend behind it
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -23,6 +23,9 @@ from faden_agent.protocol.link import LinkState
 from faden_agent.workers.stream.expected import expectations
 from faden_agent.workers.stream.link import Link, LinkThread, RejoinNeeded
 from faden_agent.workers.stream.rotation import adopt_credential
+
+if TYPE_CHECKING:
+    from faden_agent.protocol.status import CommandAck, CommandHandOff
 
 log = logging.getLogger(__name__)
 
@@ -186,8 +189,9 @@ class Downlink(LinkThread):
                 self.epoch or "-",
             )
 
-    def hand_off(self, command: dict[str, Any]) -> dict[str, Any] | None:
-        """Send the command to the executor until it acks: the ack's body; None only when stopping."""
+    def hand_off(self, command: CommandHandOff) -> CommandAck | None:
+        """Send the command to the executor until it acks: the ack (what the caller reads of
+        it); None only when stopping."""
         warned = False
         while not self.stop_event.is_set():
             try:
@@ -209,7 +213,8 @@ class Downlink(LinkThread):
                     reply.body.get("accepted"),
                     reply.body.get("duplicate"),
                 )
-                return reply.body
+                accepted, duplicate = bool(reply.body.get("accepted")), bool(reply.body.get("duplicate"))
+                return {"id": command["id"], "accepted": accepted, "duplicate": duplicate}
             if not warned:
                 log.warning(
                     "downlink: the executor did not ack command %s within %.0fs; retrying",
@@ -231,14 +236,20 @@ def stored_cursor(value: str | None) -> int:
     return max(cursor, 0)
 
 
-def parse_command(message: dict[str, Any]) -> dict[str, Any]:
+def parse_command(message: dict[str, Any]) -> CommandHandOff:
     """The executor's hand-off body; ValueError (one line) when a required field is missing
     or mistyped (protocol.command_problem, which the executor asks too)."""
     problem = protocol.command_problem(message)
     if problem is not None:
         raise ValueError(problem)
     command_id, seq, kind, deadline = message["id"], message["seq"], message["kind"], message.get("deadline")
-    command = {"id": command_id, "seq": seq, "kind": kind, "spec": message.get("spec"), "deadline": deadline}
+    command: CommandHandOff = {
+        "id": command_id,
+        "seq": seq,
+        "kind": kind,
+        "spec": message.get("spec"),
+        "deadline": deadline,
+    }
     size = message.get("too_large")  # the reader's measure of a line over its cap (backend.DownlinkStream)
     if type(size) is not int:
         size = len(orjson.dumps(command))

@@ -4,9 +4,12 @@ Bounded and type-checked: a hostile `hello` can put nothing big or odd in the st
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from faden_agent import __version__, protocol
+
+if TYPE_CHECKING:
+    from faden_agent.protocol.status import LinkCounters
 
 MAX_TEXT = 64
 MAX_CAPABILITIES = 64
@@ -16,9 +19,9 @@ def _text(value: Any) -> str | None:
     return value[:MAX_TEXT] if isinstance(value, str) and value.isprintable() and value else None
 
 
-def expectations(expected: Any) -> dict[str, Any]:
+def expectations(expected: Any) -> LinkCounters:
     """The link status fields: running_version, expected_version, missing_capabilities."""
-    out: dict[str, Any] = {"running_version": __version__, "expected_version": None, "missing_capabilities": []}
+    out: LinkCounters = {"running_version": __version__, "expected_version": None, "missing_capabilities": []}
     if not isinstance(expected, dict):
         return out
     out["expected_version"] = _text(expected.get("version"))

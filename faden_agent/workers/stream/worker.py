@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 import zmq
 
@@ -22,6 +22,9 @@ from faden_agent.workers.stream.link import Gate, Link
 from faden_agent.workers.stream.shutdown import report_shutdown
 from faden_agent.workers.stream.uplink import Uplink
 
+if TYPE_CHECKING:
+    from faden_agent.protocol.status import OutboxFigures, StreamStatus
+
 log = logging.getLogger(__name__)
 
 
@@ -32,8 +35,9 @@ class StreamWorker(Worker):
         self.pokes = Channel.bind(zmq.PULL, self.endpoints.reports_ready)
         self.link_status = LinkStatus(self.config.backend_url, status_path(self.config.state_dir))
         self.gate = Gate(self.stop_event, MaintenanceHold(self.config.runtime_dir))
+        self.outbox: Outbox | None = None  # opened once this machine is a member (start_link)
         self.uplink: Uplink | None = None
-        self.outbox_figures: dict[str, float] = {}  # depth and oldest record's age, for /metrics
+        self.outbox_figures: OutboxFigures | None = None  # depth and oldest record's age, for /metrics
         self.shutdown: str | None = None  # "reporting", then "ready": the machine goes down
         self.start_thread("membership", self.start_link, finite=True)
 
@@ -47,12 +51,10 @@ class StreamWorker(Worker):
         self.link_status.set_node(membership.node_id)
         # Opened here, not in setup: on a full disk a new outbox waits for space on this
         # thread while the worker's loop goes on telling the supervisor it is alive.
-        self.outbox = retry_when_full(
+        outbox = self.outbox = retry_when_full(
             lambda: Outbox(self.config.state_dir), self.config.state_dir / OUTBOX_FILE, self.stop_event
         )
-        shared = Link(
-            self.config, membership, self.outbox, self.link_status, self.gate, self.stop_event, self.endpoints
-        )
+        shared = Link(self.config, membership, outbox, self.link_status, self.gate, self.stop_event, self.endpoints)
         backend_accepts.forget(self.config.state_dir)  # until this run's first hello says
         self.uplink = Uplink(shared)
         for part in (Downlink(shared), self.uplink, HeartbeatSender(shared)):
@@ -75,19 +77,19 @@ class StreamWorker(Worker):
 
     def report_shutdown(self, until_mono: float) -> None:
         poke = self.uplink.poke if self.uplink is not None else lambda: None
-        report_shutdown(self.config, getattr(self, "outbox", None), poke, until_mono, self.stop_event)
+        report_shutdown(self.config, self.outbox, poke, until_mono, self.stop_event)
         self.link_status.note(shutting_down=True)  # the heartbeats after this one say so
         self.shutdown = "ready"
         self.alive_now()  # the supervisor waits for this status to release the inhibitor
 
-    def status(self) -> dict[str, Any]:
-        status: dict[str, Any] = {"link": self.link_status.snapshot()}
-        outbox = getattr(self, "outbox", None)
+    def status(self) -> StreamStatus:
+        status: StreamStatus = {"link": self.link_status.snapshot()}
+        outbox = self.outbox
         records = outbox.count(wait_s=0) if outbox is not None else None  # never waits
         if outbox is not None and records is not None:  # a busy outbox: the figures of last time
             oldest = outbox.oldest_ts() if records else None
             self.outbox_figures = {"records": records, "oldest_age_s": time.time() - oldest if oldest else 0.0}
-        if self.outbox_figures:
+        if self.outbox_figures is not None:
             status["outbox"] = self.outbox_figures
         if self.shutdown is not None:
             status["shutdown"] = self.shutdown

@@ -1,4 +1,4 @@
-"""A corrupt outbox, command journal and log positions at start (issue 12): the agent runs,
+"""A corrupt outbox, command journal and log positions at start: the agent runs,
 reports each quarantine to the backend, and accepts commands. Real agent, real backend."""
 
 from __future__ import annotations

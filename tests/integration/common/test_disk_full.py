@@ -1,4 +1,4 @@
-"""A full disk is a state, not a crash (issue 12). The state directory is a small real
+"""A full disk is a state, not a crash. The state directory is a small real
 tmpfs, filled while the agent runs, receives commands and ships logs; then freed."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 21: `faden-agent admin send ... --follow` / `admin command ID --follow` against the
+"""`faden-agent admin send ... --follow` / `admin command ID --follow` against the
 real reference backend and a real agent pulling from the test registry: a pull's bar reaches
 100 % and the view ends with `succeeded`; a failed pull ends with its reason and message.
 The CLI runs in a pseudo-terminal (the live bars a person sees) and into a pipe (plain lines)."""

@@ -1,6 +1,6 @@
-"""The reference backend under unauthenticated enroll heads that never finish their bodies
-(issue 40): each holds a worker a few seconds at most, so the backend answers again soon
-after (it answered 503 to everything for a minute)."""
+"""The reference backend under unauthenticated enroll heads that never finish their bodies:
+each holds a worker a few seconds at most, so the backend answers others again within
+seconds, not 503 to everything while the heads hang."""
 
 from __future__ import annotations
 

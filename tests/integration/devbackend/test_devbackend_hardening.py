@@ -1,7 +1,7 @@
-"""The reference backend against hostile requests (issue 11), a real dev-backend process on
-loopback, raw sockets for what requests would never send. Before: Content-Length -1 made it
-read to EOF (everything the client sent, in memory), a gzip bomb was inflated whole
-(hundreds of MiB), and `--admin-token ""` opened the admin API to anyone."""
+"""The reference backend against hostile requests, a real dev-backend process on
+loopback, raw sockets for what requests would never send: a Content-Length of -1 is
+refused, not read to EOF (everything the client sent, in memory), a gzip bomb is not
+inflated past its bound, and `--admin-token ""` does not open the admin API to anyone."""
 
 from __future__ import annotations
 

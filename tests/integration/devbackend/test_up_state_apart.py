@@ -1,7 +1,7 @@
 """`faden-agent up` as root, the way the README's first command runs it (no state path, no
 runtime folder set), enrolls a state file of its own under the embedded backend's data folder,
 never the system agent's /var/lib/faden-agent/state.json: a real install afterwards enrolls
-with its own backend (before: "state file ... belongs to backend http://127.0.0.1:8000").
+with its own backend, not refused with "state file ... belongs to backend http://127.0.0.1:8000".
 A private mount namespace puts a folder of the test's at /var/lib (and /run/faden-agent-up)."""
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from tests.conftest import TEST_IMAGE
 from tests.support.agentproc import AgentProcess, wait_for
 from tests.support.backendproc import BackendProcess, agent_env_for, backend  # noqa: F401 - fixture
 from tests.support.executorproc import prefix, remove_containers  # noqa: F401 - fixture
-from tests.support.lokiproc import LokiProcess
+from tests.support.lokiproc import loki_3  # noqa: F401
 
 # Each prints numbered lines to stdout and to /c/<name> (what Loki must hold); `polite` ends
 # on SIGTERM after a last line, `stubborn` ignores it.
@@ -29,14 +29,6 @@ LOOP = 'i=0; while true; do i=$((i+1)); echo "$N line $i"; echo "$N line $i" >> 
 POLITE = 'trap "echo $N bye; echo $N bye >> /c/$N; exit 0" TERM; ' + LOOP
 STUBBORN = 'trap "" TERM; ' + LOOP
 DRAIN_DEADLINE_S = 8.0
-
-
-@pytest.fixture(scope="module")
-def loki(tmp_path_factory):
-    process = LokiProcess("3.4.6", tmp_path_factory.mktemp("loki") / "data")
-    process.start()
-    yield process
-    process.stop()
 
 
 def cli(env: dict[str, str], *args: str, timeout_s: float = 60) -> subprocess.CompletedProcess:
@@ -59,12 +51,12 @@ def drain_state(backend: BackendProcess, node_id: str) -> str | None:
 @pytest.mark.docker
 def test_a_drain_of_three_ends_in_its_deadline_with_every_line_and_the_stubborn_one_named(
     backend,  # noqa: F811
-    loki,
+    loki_3,  # noqa: F811
     docker_client,
     prefix,  # noqa: F811
     tmp_path,
 ):
-    agent, env = start_agent(backend, tmp_path / "agent", loki_url=loki.url, log_flush_interval_sec=0.2)
+    agent, env = start_agent(backend, tmp_path / "agent", loki_url=loki_3.url, log_flush_interval_sec=0.2)
     agent_id = env["FADEN_NODE_AGENT_AGENT_ID"]
     node = backend.wait_node(agent_id)
     printed = tmp_path / "printed"
@@ -96,7 +88,7 @@ def test_a_drain_of_three_ends_in_its_deadline_with_every_line_and_the_stubborn_
         assert [c.name for c in docker_client.containers.list(all=True, filters={"name": prefix})] == [other.name]
         assert other.name not in done.stdout
         for name in names:  # at once: each was removed only after Loki accepted its lines
-            got = set(loki.lines(f'{{agent_id="{agent_id}", container="{name}"}}'))
+            got = set(loki_3.lines(f'{{agent_id="{agent_id}", container="{name}"}}'))
             want = (printed / name).read_text().splitlines()
             missing = [line for line in want if line not in got]
             assert missing == [], (name, len(want), missing[-3:])

@@ -1,5 +1,5 @@
-"""Exact container lookup (issue 11), the real executor on the real engine. Before: a command
-naming `cafe` when no container is named so acted on whichever container's ID starts with
+"""Exact container lookup, the real executor on the real engine: a command naming `cafe`
+when no container is named so acts on none, not on whichever container's ID starts with
 `cafe` (the engine falls back to an ID prefix)."""
 
 from __future__ import annotations

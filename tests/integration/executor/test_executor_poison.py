@@ -1,4 +1,4 @@
-"""Poison commands end as commands, never as the executor (issue 11): the real supervisor
+"""Poison commands end as commands, never as the executor: the real supervisor
 with the real executor, bad commands over its real socket, real kill -9."""
 
 from __future__ import annotations
@@ -148,8 +148,8 @@ def test_fuzzed_specs_end_as_commands_on_the_real_executor(executor_factory, fuz
 
 
 def test_a_malformed_or_over_size_request_never_wedges_the_executor_socket(executor_factory, prefix):
-    """Before: a frame the envelope refused got no reply; the REP socket then took no other
-    request (every later command waited forever) while heartbeats said RUNNING."""
+    """A frame the envelope refuses gets an error reply: a REP socket left without one takes
+    no other request (every later command would wait forever) while heartbeats say RUNNING."""
     import zmq
 
     from faden_agent.ipc.envelope import MAX_MESSAGE_BYTES
@@ -171,9 +171,9 @@ def test_a_malformed_or_over_size_request_never_wedges_the_executor_socket(execu
 
 
 def test_hostile_ids_and_seqs_are_refused_by_the_executor_as_by_the_downlink(executor_factory, prefix):
-    """Before: the executor measured the id in characters (a 200-character id of 400 bytes
-    was journaled) and took True or 1.5 as 'no seq'; now it asks protocol.command_problem
-    like the downlink and refuses each with that one line, journaling nothing."""
+    """The executor asks protocol.command_problem as the downlink does (an id measured in
+    bytes, not characters; True or 1.5 is no seq) and refuses each with that one line,
+    journaling nothing."""
     from faden_agent.ipc import request
 
     agent, ex = executor_factory()

@@ -71,9 +71,9 @@ def test_cancel_a_running_pull(executor_factory, prefix, big_image):
 
 
 def test_an_idle_executor_meets_a_short_deadline(executor_factory, prefix):
-    """An idle executor checks deadlines only with its slow "alive" beat (here every 20 s).
-    Before: a command's first deadline check waited for that beat, so a 1 s deadline was
-    enforced up to 20 s late. Now a new job brings the check forward to 0.25 s."""
+    """An idle executor checks deadlines only with its slow "alive" beat (here every 20 s);
+    a new job brings the check forward to 0.25 s, so a 1 s deadline is not enforced up to
+    20 s late."""
     registry = SilentServer.tcp()  # a registry whose server hangs
     try:
         agent, ex = executor_factory(worker_liveness_sec=20, worker_hang_timeout_sec=120, docker_timeout_sec=30)

@@ -1,4 +1,4 @@
-"""Issue 21: the failures a newcomer meets first end with their own reason and what to do,
+"""The failures a newcomer meets first end with their own reason and what to do,
 each made for real: a registry name that does not resolve, a tag the test registry lacks,
 and an agent whose user may not use the Docker socket."""
 

@@ -1,4 +1,4 @@
-"""Reconciliation after an outage longer than dockerd's event memory (issue 19): the agent is
+"""Reconciliation after an outage longer than dockerd's event memory: the agent is
 SIGKILLed while its managed containers die, get OOM-killed and restart; then more events
 than dockerd keeps (256) push theirs out. The restarted agent reports the die, oom and
 restart as events marked `reconciled`, and ships the lines printed while it was down."""

@@ -1,5 +1,5 @@
 """The host policy in a real executor on the real engine: only allowed bind sources
-(every host path of issue 40 ends `policy_denied`, no container made), a Ray/vLLM-shaped
+(every hostile host path ends `policy_denied`, no container made), a Ray/vLLM-shaped
 container runs, a source re-pointed by a tenant before Docker mounts it is never mounted,
 and a bad policy file stops the agent with one line naming it."""
 

@@ -1,4 +1,4 @@
-"""Pull slots that a hostile registry cannot hold (issue 40): the size check before a pull
+"""Pull slots that a hostile registry cannot hold: the size check before a pull
 runs before a slot is taken, under one deadline for all its requests, given up when the
 command is cancelled; a token realm on another host must show a valid certificate."""
 

@@ -1,4 +1,4 @@
-"""Terminal records are never lost (issue 12): the executor is killed between marking a
+"""Terminal records are never lost: the executor is killed between marking a
 command done in its journal and writing the terminal record to the outbox."""
 
 from __future__ import annotations

@@ -330,7 +330,7 @@ def test_the_operator_sees_verdicts_and_events_with_admin_show(backend, tmp_path
 
 
 def test_metrics_name_every_gpu_by_uuid_with_its_verdict_and_xids(tmp_path, agent_factory):
-    # A real scrape: gpu_info names each GPU, every GPU series carries its UUID (issue 44),
+    # A real scrape: gpu_info names each GPU, every GPU series carries its UUID,
     # the verdict and the Xid counter follow an Xid.
     gpus = GpuState(tmp_path / "nvml", count=2)
     agent, state_dir, first = start(tmp_path, agent_factory, gpus)

@@ -81,7 +81,7 @@ def test_images_appear_and_disappear(docker_client, unique):
     # manifest's digest on the containerd store (the one its own RepoDigests name)
     named_by_manifest = any(d.endswith("@" + entry["id"]) for d in entry["digests"])
     assert named_by_manifest is (ENGINE_UNDER_TEST == "29"), entry
-    # the layer list a backend compares to choose a peer holder (issue 14)
+    # the layer list a backend compares to choose a peer holder
     assert entry["layers"] == test_image.attrs["RootFS"]["Layers"] and entry["layers"]
     assert all(layer.startswith("sha256:") for layer in entry["layers"])
     docker_client.images.remove(reference)
@@ -146,10 +146,9 @@ def test_the_watcher_calls_back_on_a_managed_container(docker_client, unique):
 
 
 def test_the_first_record_names_the_engines_own_data_root(tmp_path):
-    """A private engine whose data root is not /var/lib/docker. Before: the disks probe ran
-    beside the first Docker probe and measured the default root, so the second round found
-    the real one and sent a second full record a minute after start (every start, on every
-    machine whose engine has its own data root)."""
+    """A private engine whose data root is not /var/lib/docker: the first record's disks
+    already measure the engine's own root (a disks probe beside the first Docker probe
+    would measure the default one, and the second round send a second full record)."""
     short = Path(tempfile.mkdtemp(prefix="fx-pe-"))  # a Unix socket path has 108 bytes at most
     try:
         with PrivateEngine(short / "engine") as engine:

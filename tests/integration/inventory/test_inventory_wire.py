@@ -1,5 +1,5 @@
-"""Inventory between a real agent (C-level NVML, tests/nvml) and the real reference backend
-(issue 41): a change goes as a changes record the backend applies; a backend restored from an
+"""Inventory between a real agent (C-level NVML, tests/nvml) and the real reference backend:
+a change goes as a changes record the backend applies; a backend restored from an
 older copy of its store falls behind, asks with `inventory.full` and holds the machine again
 once the full record arrives."""
 

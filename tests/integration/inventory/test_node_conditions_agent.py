@@ -151,9 +151,9 @@ def test_infiniband_ports_and_data_links_from_sysfs(backend, tmp_path):  # noqa:
         sysfs.set_port(1, state="1: DOWN", phys_state="2: Polling")  # the cable pulled
         sysfs.link(1, "down")
         wait_for(lambda: value_of(agent, GAUGE, condition=names.INFINIBAND_PORT_DOWN) == 1, 30, 0.2, "port down")
-        assert held(agent)[names.INFINIBAND_PORT_DOWN] == (
-            "mlx5_1 port 1 down (Polling); 1 InfiniBand ports active, 2 expected"
-        )
+        # the two files are written one after the other: a sample between them reads `LinkUp`
+        down = "mlx5_1 port 1 down (Polling); 1 InfiniBand ports active, 2 expected"
+        wait_for(lambda: held(agent).get(names.INFINIBAND_PORT_DOWN) == down, 10, 0.2, "the port's reason")
         wait_for(lambda: names.NETWORK_LINK_DOWN in held(agent), 30, 0.2, "the link down")
         assert held(agent)[names.NETWORK_LINK_DOWN] == "link not up: ibp97s0 down"
         sysfs.set_port(1, rate="200 Gb/sec (4X HDR)")  # back, at half its rate

@@ -1,4 +1,4 @@
-"""Every line a managed container printed reaches Loki (issue 19), with the real engine and
+"""Every line a managed container printed reaches Loki, with the real engine and
 the real agent: a container that lives 50 ms, a crash loop under a restart policy, a
 container removed by container.remove right after it exits, and a log driver that cannot
 be read back. Figures (lines delivered/printed, duplicates, exit-to-Loki time) are printed."""

@@ -1,4 +1,4 @@
-"""Idle log readers wait in the kernel, not in timed polls (issue 16): the container source
+"""Idle log readers wait in the kernel, not in timed polls: the container source
 blocks on its inbox until a Docker event, a drain request, the stream's end or a stop (it
 polled every 0.2 s: 5 wakeups a second on every machine)."""
 

@@ -17,7 +17,7 @@ from tests.support.lokireceiver import LokiReceiver
 
 SESSIONS, FILES, CHAIN, SUBDIRS = 1000, 10, 500, 10_000
 SETTLE_S, WINDOW_S = 5.0, 20.0
-CPU_BOUND = 0.05  # of one core, over the window (before the fix: 60-80 %)
+CPU_BOUND = 0.05  # of one core, over the window (a reader that re-walks the tree takes 60-80 %)
 
 
 def hostile_tree(container: Path) -> None:

@@ -1,4 +1,4 @@
-"""The peer port over https (issue 14): ADVERTISE_SCHEME=https serves with the operator's
+"""The peer port over https: ADVERTISE_SCHEME=https serves with the operator's
 certificate and key (the peer worker's PeerServer against the real engine)."""
 
 from __future__ import annotations

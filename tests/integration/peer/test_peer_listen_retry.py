@@ -1,4 +1,4 @@
-"""The peer worker's listening socket (issue 14): a port that cannot be bound is retried every
+"""The peer worker's listening socket: a port that cannot be bound is retried every
 tick and reported, a setting no retry can fix is reported and left alone; the real
 supervisor with only the peer worker, its status read over the real control socket."""
 

@@ -1,4 +1,4 @@
-"""The peer worker starts on demand (issue 16, supervisor/peer_demand.py): not at all on a
+"""The peer worker starts on demand (supervisor/peer_demand.py): not at all on a
 machine that serves no peers; at once, and listening before the command is answered, when
 the backend asks it to serve; when the backend puts the machine in a cluster. Once started
 it is a worker like the others: a crash restarts it."""

@@ -1,4 +1,4 @@
-"""Active probes over the peer port (issue 15), on loopback against the real PeerServer: the
+"""Active probes over the peer port, on loopback against the real PeerServer: the
 prober (transfers/probe_client.py) measures round trips and both directions within its bounds,
 tickets are the image endpoints' one-time tickets, and the answering side caps what a
 hostile prober can make it send or swallow (transfers/probe.py)."""

@@ -1,4 +1,4 @@
-"""Peer transfers of every `docker save` shape between real engines (issue 37 items 3, 6):
+"""Peer transfers of every `docker save` shape between real engines:
 the 20.10 engine's own shape, the containerd store's of a real Engine 29 (gzip'd layers;
 index.json to a manifest or to a nested index; the image named by that digest), and the
 25-28 classic store's layout (made by tests/support/imageshapes.py: no engine here writes it).

@@ -1,4 +1,4 @@
-"""`faden-agent doctor` against a healthy node and a broken one (issue 7).
+"""`faden-agent doctor` against a healthy node and a broken one.
 
 Healthy: a TLS backend with a private CA, an enrolled agent, the real Docker engine.
 Broken: the wrong CA, a Docker address with no engine behind it (not a stopped shared

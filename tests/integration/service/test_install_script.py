@@ -4,14 +4,13 @@ that are small shell scripts noting every `start` (a service action) they are as
 The same script with the real systemd and real builds: tests/integration/service/test_systemd_e2e.py.
 
 - truncated at every line boundary (a download cut short), it changes nothing: no file in
-  the install directory changes, no service is (re)started (before: cut after its `mv`
-  line, it installed the new build, never started it, and exited 0);
+  the install directory changes, no service is (re)started (cut after its `mv` line, it
+  would install the new build, never start it, and exit 0);
 - https only unless FADEN_AGENT_ALLOW_HTTP=1; FADEN_NODE_AGENT_CA_BUNDLE reaches curl;
 - a new build that does not get connected is rolled back, and the installer says so;
 - with the real curl: an endless server writes no more than the size it announced (the
-  installer stops it, before: 6.3 GiB in 20 s), or than the fixed cap when it announces none,
-  and a stalled one ends with a clear message (before: it waited forever); each time the old
-  build is untouched;
+  installer stops it), or than the fixed cap when it announces none, and a stalled one ends
+  with a clear message instead of a wait without end; each time the old build is untouched;
 - the upgrade guide's offline folder (the builds and their .sha256, nothing else) served by
   the real reference backend installs, and the installer says which version the backend
   expects (GET /api/agent/v1/expected-version) and when the server's build is another one;

@@ -1,4 +1,4 @@
-"""Issue 21: the README's first command on a fresh Debian 12 whose only Python is the system's.
+"""The README's first command on a fresh Debian 12 whose only Python is the system's.
 
 The container is a debootstrap minbase with python3 and python3-venv only (no pip in the
 system Python, PEP 668's EXTERNALLY-MANAGED in place), an ordinary user `newcomer`, the

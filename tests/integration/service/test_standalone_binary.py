@@ -60,8 +60,11 @@ def test_the_binary_bundles_exactly_the_lock_files_versions(binary, tmp_path):
         name = re.search(r"^Name: (.+)$", metadata, re.M).group(1).strip()
         bundled[normalized(name)] = re.search(r"^Version: (.+)$", metadata, re.M).group(1).strip()
     locked = locked_versions(REPO / "packaging/requirements.lock")
-    assert {"docker", "requests", "pyzmq", "nvidia-ml-py"} <= set(locked)
+    assert {"docker", "requests", "pyzmq", "nvidia-ml-py", "py-spy"} <= set(locked)
     assert bundled == locked
+    py_spy = cache / build / "_internal" / "py-spy"  # the binary of py-spy's wheel, where the agent looks
+    done = subprocess.run([str(py_spy), "--version"], capture_output=True, text=True, timeout=30)
+    assert done.stdout.strip() == f"py-spy {locked['py-spy']}", done.stderr
 
 
 def test_first_start_unpacks_once_into_a_private_cache_later_starts_reuse_it(binary, tmp_path):

@@ -1,4 +1,4 @@
-"""The agent under a real systemd keeps the host's conventions (issue 44): its errors at
+"""The agent under a real systemd keeps the host's conventions: its errors at
 priority err in the journal and level="error" in Loki; the hardened unit (NotifyAccess=main,
 a system-call deny list, a reduced capability set...) still lets it reach Docker, the
 journal, NVML (tests/nvml's library) and Ray's directories; a bad setting is not restarted;
@@ -34,7 +34,7 @@ from tests.support.systemdinstall import (  # noqa: F401  (fixtures)
 
 pytestmark = [pytest.mark.docker, pytest.mark.systemd]
 
-EXPOSURE_BEFORE = 6.6  # `systemd-analyze security` of the unit before issue 44
+EXPOSURE_BEFORE = 6.6  # `systemd-analyze security` of the unit before its hardening: the bar to stay under
 UNREACHABLE_METRICS = "192.0.2.1:9"  # TEST-NET-1: cannot be bound, the agent logs an error and runs on
 DROP_IN_DIR = "/etc/systemd/system/faden-agent.service.d"
 

@@ -1,4 +1,4 @@
-"""The agent as operators meet it: the install line, a real systemd, no Python (issue 7).
+"""The agent as operators meet it: the install line, a real systemd, no Python.
 
 A systemd container (tests/infra/build-systemd-image.sh; host network, the host's Docker
 socket, no Python inside) runs the console's install line against the reference backend on

@@ -1,4 +1,4 @@
-"""`systemd-analyze verify` on the rendered unit, system and user flavour (issue 7).
+"""`systemd-analyze verify` on the rendered unit, system and user flavour.
 
 verify exits 0 even for unknown keys or bad values (it only warns), so any output about
 the unit counts as a failure. A deliberately broken unit proves the check can fail.

@@ -1,8 +1,8 @@
-"""The backend goes back in time (issue 12, item 4): the reference backend is stopped, its
+"""The backend goes back in time: the reference backend is stopped, its
 database is put back from a copy taken earlier (what `faden restore` does) and started.
 
 - an agent enrolled before the copy holds a cursor from the lost future; the backend's new
-  epoch makes it start over, so commands sent afterwards run (before: dropped silently,
+  epoch makes it start over, so commands sent afterwards run (not dropped as
   `seq <= cursor`);
 - an agent enrolled after the copy is unknown to the restored backend: its credential is
   rejected; started again with a new token (the install line run again) it re-enrolls as

@@ -1,9 +1,9 @@
-"""The real agent's stream worker on a downlink written with each framing (issue 11): commands
+"""The real agent's stream worker on a downlink written with each framing: commands
 arrive while the connection stays open, an over-size command is rejected once (too_large),
 a command on a 12 MiB line is named by the line's beginning and rejected too_large without the
 line being held, and the stream worker's peak RSS stays under
-PEAK_RSS_BOUND_MIB. Before: a Content-Length or close-delimited answer was read whole before
-its first line was looked at: commands arrived only when the connection closed."""
+PEAK_RSS_BOUND_MIB: a Content-Length or close-delimited answer is read line by line, not
+whole before its first line is looked at (then commands would arrive only at its close)."""
 
 from __future__ import annotations
 

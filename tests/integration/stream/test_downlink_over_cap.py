@@ -1,5 +1,5 @@
 """A command on a downlink line over the stream cap (MAX_STREAM_LINE_BYTES, 1,040 KiB) gets a
-terminal state like any command too big (issue 11's gap): the real reference backend
+terminal state like any command too big: the real reference backend
 queues it and streams it, the real agent reads only the line's first bytes, names the
 command by them and ends it rejected/too_large; the command after it runs."""
 

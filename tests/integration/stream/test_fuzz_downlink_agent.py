@@ -1,4 +1,4 @@
-"""A real agent on a downlink full of garbage (issue 8, fuzzing): a small backend in the test
+"""A real agent on a downlink full of garbage (fuzzing): a small backend in the test
 (stdlib HTTP on 127.0.0.1) speaks docs/protocol.md for enroll, uplink and the stream, but
 the stream carries a seeded list of nasty lines among valid commands. The stream worker must
 not crash-loop, heartbeats must keep arriving, and every valid command must still reach the

@@ -1,4 +1,4 @@
-"""Rotation a clone cannot win (issue 40): a copy of the machine's credential that polls the
+"""Rotation a clone cannot win: a copy of the machine's credential that polls the
 stream through a rotation, reading and confirming the new credential at once, never ends up
 holding the node; the real machine says `credential_rejected` with what to do."""
 

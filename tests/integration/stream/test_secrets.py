@@ -1,9 +1,8 @@
-"""Secrets of issue 12, item 7, with the real agent, the real reference backend, a Loki push
+"""Secrets kept secret, with the real agent, the real reference backend, a Loki push
 receiver and a real journal file:
 
 - a Loki URL with user:password is not in `config`, the agent's log, `ps --json`, nor in
-  the heartbeats the backend received (before: printed, logged, and sent in every
-  heartbeat through the log worker's status);
+  the heartbeats the backend received (the log worker's status shows the target redacted);
 - the enrollment token is in no process's environment (supervisor, workers, the
   journalctl child) and leaves the service's environment file once spent;
 - no core dumps: RLIMIT_CORE is 0 in every process of the agent.

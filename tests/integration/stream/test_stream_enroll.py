@@ -1,4 +1,4 @@
-"""Enrollment against the real reference backend with the real agent (issue 3)."""
+"""Enrollment against the real reference backend with the real agent."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The stream under faults, real processes end to end: backend restart, maintenance,
-stalled streams, kill -9 of the stream worker, a SIGSTOPped executor (issue 3)."""
+stalled streams, kill -9 of the stream worker, a SIGSTOPped executor."""
 
 from __future__ import annotations
 

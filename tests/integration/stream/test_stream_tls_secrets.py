@@ -1,5 +1,5 @@
 """TLS verification against a private CA, and secrets kept out of logs, ps, titles and
-command lines (issue 3). The CA and server certificate: tests/support/privateca.py."""
+command lines. The CA and server certificate: tests/support/privateca.py."""
 
 from __future__ import annotations
 

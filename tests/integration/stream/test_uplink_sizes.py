@@ -1,7 +1,7 @@
-"""One record the backend will not take never blocks the uplink (issue 11): the real agent on
+"""One record the backend will not take never blocks the uplink: the real agent on
 the real reference backend, whose body limit is lowered (fault switch max_body_bytes) so it
-answers 413 on demand. Before: the batch holding the record got 413 and was retried forever;
-nothing after it was delivered."""
+answers 413 on demand: the record is set aside, not retried forever with its batch, and
+what comes after it is delivered."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Restart latency path (issue 16): the first failure of a worker restarts it at once, a
+"""Restart latency path: the first failure of a worker restarts it at once, a
 repeated one still backs off (the delays the supervisor logs are its policy's decisions,
 not timings)."""
 

@@ -1,4 +1,4 @@
-"""One agent per state directory (issue 12): a second `faden-agent run` refuses clearly and
+"""One agent per state directory: a second `faden-agent run` refuses clearly and
 the first one is untouched."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The supervisor with real processes and real signals (issue 2)."""
+"""The supervisor with real processes and real signals."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The systemd watchdog is fed only while the agent is useful (issue 12, docs/service.md):
+"""The systemd watchdog is fed only while the agent is useful (docs/service.md):
 a required worker that stays FATAL stops the feeding; an optional one does not. A real
 supervisor talks to a real AF_UNIX datagram socket, as systemd listens."""
 

@@ -1,4 +1,4 @@
-"""Threads supervised like processes, with the real agent and the reference backend (issue 12)."""
+"""Threads supervised like processes, with the real agent and the reference backend."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Corrupt files are moved aside, recreated and reported (issue 12): outbox, command
+"""Corrupt files are moved aside, recreated and reported: outbox, command
 journal, log positions."""
 
 from __future__ import annotations

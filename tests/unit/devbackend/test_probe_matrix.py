@@ -1,4 +1,4 @@
-"""The probe matrix in the reference backend (issue 15): the latest traffic.probe entry per
+"""The probe matrix in the reference backend: the latest traffic.probe entry per
 pair from the commands' timeline records, each direction's newest measurement in the admin
 view (a probe measures both), reasons shown, old agents named; and the probe rounds'
 schedule (every pair once, no machine twice in a round)."""

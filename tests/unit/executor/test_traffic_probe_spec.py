@@ -1,4 +1,4 @@
-"""traffic.probe / traffic.serve specs (issue 15): defaults, hard caps, and hostile values
+"""traffic.probe / traffic.serve specs: defaults, hard caps, and hostile values
 refused with one line naming the key (never quoting a ticket)."""
 
 from __future__ import annotations

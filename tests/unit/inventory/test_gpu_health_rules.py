@@ -1,4 +1,4 @@
-"""The verdict table (gpu_rules), the Xid log and the health_changed events, as data: the
+"""The verdict table (gpu/rules.py), the Xid log and the health_changed events, as data: the
 NVML side of GPU health is tested through the C library in tests/integration/inventory/test_gpu_health.py."""
 
 from __future__ import annotations

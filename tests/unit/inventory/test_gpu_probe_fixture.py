@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.nvml.gpm import with_gpm
 from tests.nvml.state import GpuState
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -42,9 +43,11 @@ def test_the_probe_records_values_and_call_times_and_its_fixture_replays(tmp_pat
     sick["nvlink"]["1"].update(crc_flit=12, replay=2)
     sick["pcie"].update(replay=4, gen=3)
     sick["fabric"].update(state=2)
+    with_gpm(state.gpus[0], sm_active=61.5, sm_occupancy=30, tensor_active=12.5, dram_active=44)
     state.write()
     recorded = run_probe(state, "--fixture", str(tmp_path / "fixtures"))
     inventory = recorded["inventory"]
+    assert inventory["devices"][0]["usage"]["sm_active"] == 61.5  # GPM's, recorded (its second round)
     assert inventory["devices"][1]["health"]["reasons"] == [
         "row remap pending: reset needed",
         "fabric not ready: in_progress",

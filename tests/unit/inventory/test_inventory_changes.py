@@ -1,4 +1,4 @@
-"""Changes records and gauges by threshold and age (issue 41): the reference backend's store,
+"""Changes records and gauges by threshold and age: the reference backend's store,
 fed 1,000 random changes, holds what a full record of the same moment says; a receiver that
 fell behind asks for a full record; gauges go when they moved past their threshold or aged;
 a backend of the previous version gets the previous records; NVLink links go compact."""

@@ -18,6 +18,7 @@ import pynvml
 
 from faden_agent.workers.inventory.gpu import probe as gpu
 from faden_agent.workers.inventory.gpu.events import GpuErrorWatcher
+from faden_agent.workers.inventory.gpu.gpm import NO_BINDINGS
 from faden_agent.workers.inventory.gpu.probe import (
     REASON_NO_DRIVER,
     REASON_NO_GPU,
@@ -221,6 +222,7 @@ def test_two_gpus_report_every_field():
             "power_draw_w": 123.5,
             "ecc_corrected_volatile": 5,
         },
+        "gpm": {"available": False, "reason": NO_BINDINGS},  # the imitation has no GPM functions
     }
     assert first["processes"][0]["name"]  # pid 1 exists here, psutil names it
     # Not supported on this board: null, not an error.
@@ -252,8 +254,8 @@ def test_mig_enabled_lists_its_instances():
         "enabled": True,
         "pending": True,
         "devices": [
-            {"slot": 0, "uuid": "MIG-1111", "memory_total": 10 * GiB},
-            {"slot": 1, "uuid": "MIG-2222", "memory_total": 20 * GiB},
+            {"slot": 0, "uuid": "MIG-1111", "memory_total": 10 * GiB, "gpu_instance_id": None},
+            {"slot": 1, "uuid": "MIG-2222", "memory_total": 20 * GiB, "gpu_instance_id": None},
         ],
     }
 
@@ -305,7 +307,7 @@ print(watcher.thread.is_alive(), "pynvml" in sys.modules)
 
 def test_without_the_nvml_library_pynvml_is_never_imported():
     # A fresh interpreter on this GPU-less machine: the probe and the event watcher give up
-    # on the missing library before importing the 2.4 MiB of bindings (issue 16).
+    # on the missing library before importing the 2.4 MiB of bindings.
     out = subprocess.run(
         [sys.executable, "-c", NO_BINDINGS_WITHOUT_LIBRARY], capture_output=True, text=True, check=True, timeout=60
     )

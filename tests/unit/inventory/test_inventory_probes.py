@@ -60,8 +60,8 @@ def test_an_exception_is_an_error_result_with_its_message():
 
 
 def test_an_error_is_one_bounded_line():
-    """Before: the whole text of the exception went into every inventory record (a Docker
-    error quoting a 1 MiB answer, or a traceback-like text over many lines)."""
+    """A probe's error is one bounded line in the record, not the whole text of the
+    exception (a Docker error quoting a 1 MiB answer, or a traceback-like text over many lines)."""
 
     def verbose():
         raise RuntimeError("first line of " + "x" * 1_000_000 + "\nsecond line\nthird")

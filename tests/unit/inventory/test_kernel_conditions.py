@@ -72,7 +72,7 @@ def test_each_kernel_condition_from_its_line_with_the_reason_that_names_the_culp
         " CPU_SrcID#0_Ha#0_Chan#1_DIMM#0 (channel:1 s",
         names.OOM_KILL: "out of memory: the kernel killed vllm (pid 1234)",
     }
-    assert taker.status() == {"condition_lines": 5, "cgroup_oom_kills": 0}
+    assert (taker.read, taker.cgroup_oom_kills) == (5, 0)
 
 
 def test_a_hold_in_seconds_ends_by_itself_a_boot_hold_only_with_a_new_boot():
@@ -119,7 +119,7 @@ def test_a_cgroups_own_oom_kill_is_its_containers_no_node_condition():
         )
     )
     assert signals(taker, clock.now)[names.OOM_KILL] == Signal(False)
-    assert taker.status() == {"condition_lines": 0, "cgroup_oom_kills": 2} and changed == []
+    assert (taker.read, taker.cgroup_oom_kills) == (0, 2) and changed == []
 
 
 def test_an_old_line_asks_for_no_round_and_never_replaces_a_newer_one():

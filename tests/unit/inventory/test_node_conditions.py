@@ -276,19 +276,19 @@ def test_an_event_the_outbox_refuses_waits_and_the_record_still_goes(tmp_path):
     collector = Collector(config)
     collector.probes = [p for p in collector.probes if p.name in ("host", "disks")]
     reports = RefusingReports()
-    reporter = InventoryReporter(collector, reports)  # type: ignore[arg-type]
-    reporter.conditions = NodeConditions(ConditionStore(config.state_dir))
+    conditions = NodeConditions(ConditionStore(config.state_dir))
+    reporter = InventoryReporter(collector, reports, conditions=conditions)  # type: ignore[arg-type]
     assert reporter.report()["conditions"][names.CLOCK_UNSYNCHRONISED]["active"] is False
 
     clock_file.write_text("status: 64\nmaxerror: 16000000\n")
     reports.refuse = True
     record = reporter.report()
     assert record is not None and ("inventory", record) in reports.records  # the record went
-    assert [e["condition"] for e in reporter.conditions.pending] == [names.CLOCK_UNSYNCHRONISED]
+    assert [e["condition"] for e in conditions.pending] == [names.CLOCK_UNSYNCHRONISED]
     assert not [r for r in reports.records if r[0] == "event"]
 
     reports.refuse = False
     reporter.report()
     (event,) = [data for kind, data in reports.records if kind == "event"]
     assert (event["condition"], event["active"], event["old"]) == (names.CLOCK_UNSYNCHRONISED, True, False)
-    assert not reporter.conditions.pending
+    assert not conditions.pending

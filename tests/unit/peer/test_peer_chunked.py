@@ -1,6 +1,6 @@
 """The peer wire's chunked reader over a real TCP connection: a peer that goes away at any
 point of a chunk is a stream that broke (after how many bytes); only bytes that break the
-framing are a malformed chunk (issue 45)."""
+framing are a malformed chunk."""
 
 from __future__ import annotations
 

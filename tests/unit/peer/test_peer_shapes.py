@@ -1,4 +1,4 @@
-"""The receiver's check of every `docker save` shape (issue 37): 20.10's, the OCI layout of
+"""The receiver's check of every `docker save` shape: 20.10's, the OCI layout of
 Engines 25-28 with the classic store, and the containerd store's (gzip'd layers; index.json
 to a manifest or to a nested index). Each shape passes whole, passes without the layers the
 receiver holds, names no image, and meets the same bounds (entries, headers, bytes,

@@ -57,8 +57,8 @@ def test_expired_tickets_are_refused_and_forgotten(tmp_path):
     ],
 )
 def test_a_corrupt_ticket_file_is_a_refusal_in_one_line_and_spent(tmp_path, content):
-    """Before: a cut or garbled file raised JSONDecodeError/TypeError out of take (the peer
-    server's handler thread ended without an answer to the receiver)."""
+    """A cut or garbled file is a refusal with one line, not JSONDecodeError/TypeError out of
+    take (the peer server's handler thread would end without an answer to the receiver)."""
     box = TicketBox(tmp_path)
     box.add(ticket_hash("c" * 32), Ticket("sha256:" + "a" * 64, None, time.time() + 60))
     (box.path / ticket_hash("c" * 32)).write_bytes(content)
@@ -70,8 +70,8 @@ def test_a_corrupt_ticket_file_is_a_refusal_in_one_line_and_spent(tmp_path, cont
 
 
 def test_expire_removes_old_corrupt_tickets_and_partial_writes(tmp_path):
-    """Before: expire skipped a file it could not read as a ticket, and never looked at a
-    partial `.new` write a crash left: both stayed in the runtime directory for good."""
+    """expire removes, once old, a file it cannot read as a ticket and a partial `.new` write
+    a crash left: neither stays in the runtime directory for good."""
     box = TicketBox(tmp_path)
     box.add(ticket_hash("g" * 32), Ticket("sha256:" + "a" * 64, None, time.time() + 3600))
     live = box.path / ticket_hash("g" * 32)

@@ -1,5 +1,5 @@
 """The peer worker's tick out of file descriptors (a connection flood holds them all): the
-round is refused with a reason and the worker goes on (issue 40). A real EMFILE: the child
+round is refused with a reason and the worker goes on. A real EMFILE: the child
 process lowers its own descriptor limit to what it has open."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""The downlink read incrementally whatever the framing (issue 11): a real client on a real
-socket, the server holding the connection open. Before: an answer with Content-Length or
-none (close-delimited) was read whole before its first line was looked at, so commands
-arrived only when the connection closed, and memory grew with the answer."""
+"""The downlink read incrementally whatever the framing: a real client on a real
+socket, the server holding the connection open: an answer with Content-Length or none
+(close-delimited) is not read whole before its first line is looked at (then commands would
+arrive only when the connection closed, and memory would grow with the answer)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The supervisor takes the C heap's small free chunks before it forks (issue 16, heap.py): a
+"""The supervisor takes the C heap's small free chunks before it forks (heap.py): a
 worker's first mallocs then go to fresh pages instead of into the supervisor's, which a
 write copies. Read back through glibc's own malloc_info, in a fresh interpreter."""
 

@@ -1,4 +1,4 @@
-"""The supervisor marks its objects immortal before forking (issue 16, immortal.py): a
+"""The supervisor marks its objects immortal before forking (immortal.py): a
 forked child that calls the supervisor's functions then copies almost none of the pages
 they live on. Measured in a real fork, by the child's own Private_Dirty, on a CPython 3.12
 or 3.13 (the test runner's, or one found on the machine); on other interpreters the marking

@@ -1,6 +1,6 @@
 """A worker's last message before os._exit (its "thread_died") must reach the supervisor:
 ZeroMQ sends from a thread of its own, and os._exit drops what that thread still holds
-(measured with a plain send, as the workers did before: 8 of 50 such messages lost)."""
+(with a plain send, 8 of 50 such messages were lost)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What the supervisor imports before it forks is in every worker (issue 16): `faden-agent
+"""What the supervisor imports before it forks is in every worker: `faden-agent
 run` loads no command-line library, and requests loads without a charset guesser."""
 
 from __future__ import annotations

@@ -54,7 +54,10 @@ def every_figure_table() -> dict:
             "queued": 2,
             "commands": {
                 "received": {"container.run": 3},
-                "ended": {"container.run succeeded none": 2, "image.fetch failed peer_unreachable": 1},
+                "ended": {
+                    "container.run": {"succeeded": {"none": 2}},
+                    "image.fetch": {"failed": {"peer_unreachable": 1}},
+                },
                 "peer_bytes_fetched": 77,
             },
         },

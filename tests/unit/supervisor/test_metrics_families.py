@@ -23,6 +23,11 @@ def test_gpu_health_verdicts_are_read_when_the_inventory_carries_them():
     assert value(samples, "faden_agent_gpu_health", gpu="1", verdict="failed") == 1
     assert value(samples, "faden_agent_node_gpu_health", verdict="failed") == 1
     assert value(samples, "faden_agent_gpu_utilization_ratio", gpu="0") == pytest.approx(0.37)
+    for name, figure in {"sm_active": 0.615, "sm_occupancy": 0.3, "tensor_active": 0.125, "dram_active": 0.44}.items():
+        assert value(samples, f"faden_agent_gpu_{name}_ratio", gpu="0", uuid="GPU-0000-a") == pytest.approx(figure)
+    mig = {"gpu": "0", "uuid": "GPU-0000-a", "gpu_instance": "3", "mig_uuid": "MIG-0000-a"}
+    assert value(samples, "faden_agent_gpu_mig_dram_active_ratio", **mig) == pytest.approx(0.025)
+    assert value(samples, "faden_agent_gpu_mig_sm_active_ratio", **mig) == pytest.approx(0.2)
     assert value(samples, "faden_agent_gpu_memory_size_bytes", gpu="0") == 80 * 2**30
     # the old name, kept for one release
     assert value(samples, "faden_agent_gpu_memory_total_bytes", gpu="0") == 80 * 2**30
@@ -81,7 +86,10 @@ def test_wrong_types_in_a_status_leave_the_figure_out_not_the_scrape():
 def test_commands_by_kind_state_and_reason_and_fetch_outcomes():
     counts = {
         "received": {"image.fetch": 2, "other": 1},
-        "ended": {"image.fetch succeeded ok": 1, "image.fetch failed timeout": 1, "other rejected unknown_kind": 1},
+        "ended": {
+            "image.fetch": {"succeeded": {"ok": 1}, "failed": {"timeout": 1}},
+            "other": {"rejected": {"unknown_kind": 1}},
+        },
         "peer_bytes_fetched": 1234,
     }
     table = {"workers": [{"name": "executor", "state": "RUNNING", "status": {"commands": counts, "running": 0}}]}

@@ -1,4 +1,4 @@
-"""/metrics scraped in a loop by a local process (issue 40): scrapes within RENDER_EVERY_S
+"""/metrics scraped in a loop by a local process: scrapes within RENDER_EVERY_S
 get the last body; the supervisor reads its table once for them, per format."""
 
 from __future__ import annotations

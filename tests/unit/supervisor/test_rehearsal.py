@@ -1,6 +1,6 @@
 """The supervisor rehearses the workers' first HTTP, Docker and SQLite calls before it forks
-(issue 16: the pages those first calls write are then written once, in the supervisor,
-instead of copied into every worker). It touches nothing outside the process, leaves no
+(the pages those first calls write are then written once, in the supervisor, instead of
+copied into every worker). It touches nothing outside the process, leaves no
 thread, socket file or folder behind, and a step that cannot run is skipped."""
 
 from __future__ import annotations

@@ -13,7 +13,6 @@ from faden_agent.workers.executor.scheduler import Job
 
 
 def command_cancel(commands: Commands, job: Job) -> dict[str, Any]:
-    assert commands.scheduler is not None
     target_id = job.spec["command_id"]
     target = commands.scheduler.find(target_id)
     if target is None:

@@ -19,13 +19,15 @@ log = logging.getLogger(__name__)
 
 
 class Commands:
+    """The frame, and the scheduler that runs it: what a kind's handler is given."""
+
     def __init__(self, config: Config, ops: DockerOps, journal: Journal, timeline: Timeline, policy: HostPolicy):
         self.config = config
         self.policy = policy  # judged again right before Docker acts (container.py)
         self.ops = ops
         self.journal = journal
         self.timeline = timeline
-        self.scheduler: Scheduler | None = None  # set by the worker (the scheduler calls execute)
+        self.scheduler = Scheduler(self.execute, config.max_concurrent_pulls)
         # For /metrics: image bytes that arrived from peers, whichever kind fetched them
         self.peer_bytes_fetched = 0
         self._counting = threading.Lock()  # scheduler threads fetch side by side

@@ -99,7 +99,7 @@ def size_bytes(key: str, value: Any) -> int:
 
 
 MAX_IMAGE_BYTES = 1 << 44  # 16 TiB: above any image; a bound on the number, not a setting
-# Peers to fetch the image from when the registry fails or lacks it (issue 14).
+# Peers to fetch the image from when the registry fails or lacks it.
 PEER_OPTIONS = {"peers": (peers, None), "image_id": (image_id, None), "size_bytes": (size_bytes, None)}
 
 
@@ -115,7 +115,7 @@ def image_pull(commands: Commands, job: Job) -> dict[str, Any]:
 
 
 def pull_or_fetch(commands: Commands, job: Job) -> dict[str, Any]:
-    """The registry first; the spec's peers when it fails or lacks the image (issue 14)."""
+    """The registry first; the spec's peers when it fails or lacks the image."""
     try:
         return _pull(commands, job, job.spec["image"], job.spec.get("auth"))
     except CommandFailed as failure:
@@ -127,7 +127,6 @@ def pull_or_fetch(commands: Commands, job: Job) -> dict[str, Any]:
 
 
 def _pull(commands: Commands, job: Job, image: str, auth: dict[str, str] | None) -> dict[str, Any]:
-    assert commands.scheduler is not None
     slots = commands.scheduler.pull_slots
     # Before a slot is taken: a registry that drips its answers holds its own pull, not the slots
     check_pull_space(commands, job, image, auth)
@@ -177,7 +176,6 @@ def image_remove(commands: Commands, job: Job) -> dict[str, Any]:
 
 
 def image_prune(commands: Commands, job: Job) -> dict[str, Any]:
-    assert commands.scheduler is not None
     # The images of commands queued or running now (a pull about to be run) stay too.
     wanted = [j.spec["image"] for j in commands.scheduler.jobs() if j is not job and j.spec.get("image")]
     with translated("pruning images"):

@@ -104,9 +104,6 @@ class KernelConditions:
         with self._lock:
             return KernelView({name: dict(entry) for name, entry in self._seen.items()}, self.boot_id, problem)
 
-    def status(self) -> dict[str, int]:
-        return {"condition_lines": self.read, "cgroup_oom_kills": self.cgroup_oom_kills}
-
 
 def restored(kept: Any, boot_id: str | None) -> dict[str, dict[str, Any]]:
     """The kept entries that are this boot's and well formed (the file is the agent's, but a

@@ -11,12 +11,15 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from faden_agent.workers.inventory.gpu.health import LOST_CODES
 from faden_agent.workers.inventory.gpu.probe import TracedNvml, load_pynvml, nvml_text
 from faden_agent.workers.inventory.gpu.rules import DEGRADED
 from faden_agent.workers.inventory.gpu.xids import ERROR_EVENTS, XidLog, handle_key
+
+if TYPE_CHECKING:
+    from faden_agent.protocol.status import GpuEventsStatus
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +64,7 @@ class GpuErrorWatcher:
     def stop(self) -> None:
         self.stop_event.set()
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> GpuEventsStatus:
         """Which GPUs are watched and which are not (why); a call that hangs."""
         return {
             "watching": sorted(self.watched),

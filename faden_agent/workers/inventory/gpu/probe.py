@@ -34,7 +34,7 @@ IDENTITY_CALLS = ("nvmlDeviceGetUUID", "nvmlDeviceGetPciInfo", "nvmlDeviceGetNam
 def load_pynvml() -> tuple[Any, str | None]:
     """(the pynvml module, None), or (None, why not). pynvml is imported only where the NVML
     library opens: its bindings are 2.4 MiB of objects that a machine without the NVIDIA
-    driver would carry in its inventory worker for nothing (issue 16)."""
+    driver would carry in its inventory worker for nothing."""
     try:
         ctypes.CDLL(NVML_LIBRARY)
     except OSError:
@@ -104,6 +104,7 @@ class GpuProbe:
         self.replaced: list[dict[str, Any]] = []  # GPUs a new uuid replaced at their bus id, not yet reported
         self._reading: int | None = None  # the GPU index being read, for a hung call
         self.lock = threading.Lock()  # a round, or a change of `seen` from another thread (forget)
+        self.gpm: Any = None  # gpu/gpm.py's sampler, made where a GPU is read
 
     # --- the probe
 
@@ -240,6 +241,8 @@ class GpuProbe:
             self._forget_on(exc)
             return unavailable(f"NVML error: {exc}")
         system["devices"] = [self._device(index) for index in range(count)]
+        if self.gpm is not None:
+            self.gpm.retain(nvml, {str(d.get("uuid")) for d in system["devices"]})
         return system
 
     def _init(self, nvml: Any) -> str | None:
@@ -303,6 +306,7 @@ class GpuProbe:
             device["ecc"] = ecc["facts"] if ecc else None
             device["processes"] = self._processes(handle)
             device["usage"] = self._usage(handle, memory, ecc)
+            device["gpm"] = self._gpm().read(nvml, handle, device)
             temperature = device["usage"]["temperature_c"]
             device["health"] = self.health.read(nvml, handle, device["uuid"], self._optional, temperature)
         except nvml.NVMLError as exc:
@@ -395,14 +399,24 @@ class GpuProbe:
                     if exc.value == nvml.NVML_ERROR_NOT_FOUND:
                         continue  # an empty slot
                     raise
+                instance_id = getattr(nvml, "nvmlDeviceGetGpuInstanceId", None)
                 mig["devices"].append(
                     {
                         "slot": slot,
                         "uuid": nvml_text(nvml.nvmlDeviceGetUUID(child)),
                         "memory_total": nvml.nvmlDeviceGetMemoryInfo(child).total,
+                        "gpu_instance_id": self._optional(instance_id, child) if instance_id else None,
                     }
                 )
         return mig
+
+    def _gpm(self) -> Any:
+        """GPM's sampler (gpu/gpm.py), imported where a GPU is read, never on a machine without."""
+        if self.gpm is None:
+            from faden_agent.workers.inventory.gpu.gpm import GpmSampler
+
+            self.gpm = GpmSampler()
+        return self.gpm
 
     def _ecc(self, handle: Any) -> dict[str, Any] | None:
         nvml = self.nvml

@@ -15,9 +15,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from faden_agent.workers.inventory.kernel import journald, kmsg
+
+if TYPE_CHECKING:
+    from faden_agent.protocol.status import KernelSourceStatus
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +71,7 @@ class KernelLines:
     def add(self, consumer: KernelConsumer) -> None:
         self.consumers.append(consumer)
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> KernelSourceStatus:
         return {
             "source": self.source,
             "problem": self.problem,

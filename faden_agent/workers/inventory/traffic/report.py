@@ -285,7 +285,7 @@ def changed(before: dict[str, Any] | None, now: dict[str, Any]) -> bool:
 def _notes(record: dict[str, Any]) -> set[str]:
     """The blind spots, their counts left out: a note coming or going is a change, its count
     moving is not (every container started or stopped changes the count of network
-    namespaces: a record each, issue 41)."""
+    namespaces: a record each)."""
     return {re.sub(r"\d+", "N", note) for note in record["not_measured"]}
 
 

@@ -9,11 +9,14 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from faden_agent import protocol
 from faden_agent.workers.inventory.workloads.progress import Progress
 from faden_agent.workers.inventory.workloads.scrape import ScrapeFailed, scrape
+
+if TYPE_CHECKING:
+    from faden_agent.protocol.status import WorkloadGauges, WorkloadsStatus, WorkloadStatus
 
 log = logging.getLogger(__name__)
 
@@ -154,17 +157,23 @@ class WorkloadWatcher:
             log.warning("metrics of %s: %s (%s)", entry["name"], reason, message)
         entry.update(scrape=reason, message=message[:300])
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> WorkloadsStatus:
         """For the worker's status: each container's scrape outcome and whether it is stalled."""
-        containers = {
+        containers: dict[str, WorkloadStatus] = {
             entry["name"]: {
-                k: entry.get(k) for k in ("cluster", "workload", "scrape", "message", "engine", "stalled", "endpoint")
+                "cluster": entry.get("cluster"),
+                "workload": entry.get("workload"),
+                "scrape": entry.get("scrape"),
+                "message": entry.get("message"),
+                "engine": entry.get("engine"),
+                "stalled": entry.get("stalled"),
+                "endpoint": entry.get("endpoint"),
             }
             for entry in self.state.values()
         }
         return {"rounds": self.rounds, "list_error": self.list_error, "containers": containers}
 
-    def gauges(self) -> list[dict[str, Any]]:
+    def gauges(self) -> list[WorkloadGauges]:
         """Per container, for /metrics: the scrape's outcome (a bounded word) and stalled or not."""
         return [
             {"container": entry["name"][:128], "scrape": entry.get("scrape"), "stalled": bool(entry.get("stalled"))}

@@ -128,8 +128,13 @@ class Outcome:
     accepted: int = 0  # lines in 2xx-answered pushes
     rejected: int = 0  # lines in pushes Loki refused in part (400 naming lines) or single lines refused whole
     dropped: int = 0  # single lines answered 413
-    # source kind -> [accepted, rejected, dropped] (set by Pusher.push: one stream is one source)
+    # source kind -> [accepted, rejected, dropped] (Pusher.push: one stream is one source)
     sources: dict[str, list[int]] = field(default_factory=dict)
+
+    def of_source(self, kind: str) -> Outcome:
+        """The same counts, all of the source `kind`."""
+        counts = [self.accepted, self.rejected, self.dropped]
+        return Outcome(self.accepted, self.rejected, self.dropped, {kind: counts})
 
     def __iadd__(self, other: Outcome) -> Outcome:
         self.accepted += other.accepted
@@ -185,8 +190,7 @@ class Pusher:
             result = self._push_stream(part, with_metadata)
             if result is None:
                 return None
-            result.sources = {source_kind(part[0].source): [result.accepted, result.rejected, result.dropped]}
-            outcome += result
+            outcome += result.of_source(source_kind(part[0].source))
         return outcome
 
     def _push_stream(self, entries: list[Entry], with_metadata: bool | None) -> Outcome | None:

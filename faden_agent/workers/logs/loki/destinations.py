@@ -83,7 +83,7 @@ class DirectLoki:
         return redact_url(self.url) or ""
 
     def send(self, payload: bytes, content_type: str = JSON) -> Answer:
-        """POST a push body: JSON (gzipped here) or lokiproto's snappy-compressed protobuf."""
+        """POST a push body: JSON (gzipped here) or proto.py's snappy-compressed protobuf."""
         headers = self._headers[content_type]
         body = gzip.compress(payload, compresslevel=GZIP_LEVEL) if content_type == JSON else payload
         if self.session is not None:

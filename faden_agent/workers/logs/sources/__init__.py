@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from faden_agent.common.errorline import error_line
 from faden_agent.config import Config
@@ -19,6 +20,9 @@ from faden_agent.workers.logs.backlog import Backlog
 from faden_agent.workers.logs.labels import LabelMaker
 from faden_agent.workers.logs.positions import Positions
 from faden_agent.workers.logs.report import report_event
+
+if TYPE_CHECKING:
+    from faden_agent.protocol.status import SourceStatus
 
 # With no stored position a source starts this far back, not at the start of history.
 FIRST_START_WINDOW_S = 3600
@@ -39,8 +43,9 @@ class Kind:
 JOURNALD = Kind("journal", "journal")
 CONTAINERS = Kind("containers", "container")  # keys "container:<id>:<stream>"
 RAY = Kind("ray-serve", "file")  # keys "file:<device>:<inode>"
+CAPTURES = Kind("captures", "capture")  # keys "capture:<id>" (node/captures.py)
 # The source (kind) of an entry's position key: what the shipper's counts are kept per.
-KIND_OF_KEY = {kind.key_prefix: kind.name for kind in (JOURNALD, CONTAINERS, RAY)}
+KIND_OF_KEY = {kind.key_prefix: kind.name for kind in (JOURNALD, CONTAINERS, RAY, CAPTURES)}
 
 
 def source_kind(key: str) -> str:
@@ -138,5 +143,5 @@ class Source:
     def stop(self) -> None:
         """Release what the reader holds (child processes, connections); must not block."""
 
-    def status(self) -> dict[str, object]:
+    def status(self) -> SourceStatus:
         return {"lines_read": self.lines_read, "lines_lost": self.lines_lost, "last_error": self.last_error}

@@ -11,6 +11,7 @@ import queue
 import threading
 import time
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from faden_agent import protocol
 from faden_agent.common.dockerclient import make_client
@@ -20,6 +21,9 @@ from faden_agent.workers.logs.report import report_event
 from faden_agent.workers.logs.sources import CONTAINERS, FIRST_START_WINDOW_S, ROTATED_BEFORE_READ, Shared, Source
 from faden_agent.workers.logs.sources.managed import ManagedNames
 from faden_agent.workers.logs.stamps import parse_rfc3339_ns
+
+if TYPE_CHECKING:
+    from faden_agent.protocol.status import SourceStatus
 
 RESCAN_S = 60.0  # a full listing besides the events: a safety net for an event lost on a reconnect
 ENDED, STOP = "faden:ended", "faden:stop"  # inbox markers: the event stream ended, the source stops
@@ -251,8 +255,7 @@ class ContainersSource(Source):
             follower = self.followers.get(key)
             if follower is None or not follower.is_alive():
                 self.followers[key] = follower = ContainerFollower(self, container, stream, key)
-                # Not critical: a follower ends with its container; the next event or listing starts another.
-                follower.thread = self.start_thread(follower.name, follower.run, critical=False)
+                follower.start()
 
     def forget(self, container_id: str) -> None:
         self.managed.removed(container_id)
@@ -327,7 +330,7 @@ class ContainersSource(Source):
             return accepted - 1  # the accepted line itself again: an exact duplicate at worst
         return (int(time.time()) - FIRST_START_WINDOW_S) * 1_000_000_000
 
-    def status(self) -> dict[str, object]:
+    def status(self) -> SourceStatus:
         return {
             **super().status(),
             "followers": sum(f.is_alive() for f in list(self.followers.values())),
@@ -354,6 +357,11 @@ class ContainerFollower:
         self.labels = source.labels.container(
             container.name, labels.get(protocol.LABEL_CLUSTER), labels.get(protocol.LABEL_WORKLOAD), stream
         )
+
+    def start(self) -> None:
+        """Read on a thread of its own; not critical: a follower ends with its container, and
+        the next event or listing starts another."""
+        self.thread = self.source.start_thread(self.name, self.run, critical=False)
 
     def is_alive(self) -> bool:
         return self.thread is not None and self.thread.is_alive()

@@ -8,7 +8,7 @@ import re
 import subprocess
 import tempfile
 import time
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 import orjson
 
@@ -18,6 +18,9 @@ from faden_agent.workers.logs.labels import DEFAULT_LEVEL, LEVELS, level_from_pr
 from faden_agent.workers.logs.sources import FIRST_START_WINDOW_S, JOURNALD, ROTATED_BEFORE_READ, Shared, Source
 from faden_agent.workers.logs.sources.journald.export import ExportParser, Record, Shaped, text_fields
 from faden_agent.workers.logs.sources.journald.seqnums import SeqnumGaps
+
+if TYPE_CHECKING:
+    from faden_agent.protocol.status import SourceStatus
 
 POSITION_KEY = JOURNALD.key_prefix  # one key: the cursor
 # One journalctl JSON line, read in at most this much (a 64 KiB binary MESSAGE is about
@@ -271,7 +274,7 @@ class JournaldSource(Source):
             proc.stdout.close()
 
     def export_entry(self, record: Record | Shaped) -> Entry | None:
-        """An Entry from one export record (journal_export.py), the same as to_entry would
+        """An Entry from one export record (journald/export.py), the same as to_entry would
         make of the entry's JSON; None without a cursor (nothing to resume after)."""
         if isinstance(record, tuple):
             return self._shaped_entry(record)
@@ -307,7 +310,7 @@ class JournaldSource(Source):
         """export_entry of the usual entry: its labels and metadata are looked up by the
         fields around MESSAGE (the same for every line of a process), not built per line."""
         cursor, realtime, before, message, after = shaped
-        ts_ns = int(realtime) * 1000  # digits only (journal_export's expression)
+        ts_ns = int(realtime) * 1000  # digits only (export.py's expression)
         if ts_ns >= 2**63:  # outside Loki's nanosecond range: Loki would refuse the line
             ts_ns = self._last_ts_ns
         self._last_ts_ns = ts_ns
@@ -392,5 +395,5 @@ class JournaldSource(Source):
         if proc is not None and proc.poll() is None:
             proc.kill()
 
-    def status(self) -> dict[str, object]:
+    def status(self) -> SourceStatus:
         return {**super().status(), "restarts": self.restarts, "entries_cut": self.entries_cut}

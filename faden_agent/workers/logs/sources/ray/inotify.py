@@ -112,6 +112,11 @@ class TreeWatch:
 
     def __init__(self, max_dirs: int):
         self.max_dirs = max_dirs
+        self.inotify: Inotify | None = None  # until start(): nothing watched, status None
+        self.started = False
+        self._forget()
+
+    def _forget(self) -> None:
         self.dirs: dict[int, tuple[str, ...]] = {}  # wd -> the directory's parts ((): the root)
         self.by_container: dict[str, set[int]] = {}  # container -> its directory watches
         self.files: set[int] = set()
@@ -119,17 +124,25 @@ class TreeWatch:
         self.dirty: set[tuple[str, ...]] = set()  # directories that changed since the last take_dirty
         self.full = False  # events were lost (or a watched directory went): list everything
         self.problem: str | None = None
+
+    def start(self) -> None:
+        """Watch afresh (each run of the reader): what an earlier run watched and saw is
+        dropped, and a new inotify instance takes the watches."""
+        self.close()
+        self._forget()
+        self.started = True
         try:
-            self.inotify: Inotify | None = Inotify()
+            self.inotify = Inotify()
         except OSError as exc:
-            self.inotify = None
             self.problem = f"inotify unavailable ({exc.strerror or exc})"
 
     @property
     def polling(self) -> bool:
         return self.inotify is None or self.problem is not None
 
-    def status(self) -> str:
+    def status(self) -> str | None:
+        if not self.started:
+            return None
         if self.problem:
             return f"polling: {self.problem}"
         if self.unwatched:

@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from typing import TYPE_CHECKING
 
 from faden_agent.config import Config
 from faden_agent.workers.logs.report import report_event
 from faden_agent.workers.logs.sources.ray.mount import safe_name
+
+if TYPE_CHECKING:
+    from faden_agent.protocol.status import RefusalsStatus
 
 MAX_REFUSED_TRACKED = 10_000  # refused entries remembered (to report each once); beyond: counted as overflow
 MAX_REFUSED_EVENTS_PER_CONTAINER = 20  # events per container; the counters go on counting
@@ -52,7 +56,7 @@ class Refusals:
                 record_id=f"logs-refused:{digest}",
             )
 
-    def status(self) -> dict[str, object]:
+    def status(self) -> RefusalsStatus:
         return {
             "refused": dict(self.refused),
             "refused_total": sum(n for reason, n in self.refused.items() if reason != "overflow"),

@@ -13,15 +13,21 @@ import shutil
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
+from faden_agent.config import Config
 from faden_agent.workers.logs.report import report_event
 from faden_agent.workers.logs.sources.ray import mount
 from faden_agent.workers.logs.sources.ray.mount import Refused
 
+if TYPE_CHECKING:
+    from faden_agent.protocol.status import RetentionStatus
+
 ORPHAN_GRACE_S = 60.0  # a directory without a container for this long belongs to a removed one
-MAX_COUNT_BYTES = 64 * 1024 * 1024  # read at most this much to count unshipped lines (then: at least)
 MAX_SIZE_ENTRIES = 100_000  # entries summed per container directory (then: at least that size)
 log = logging.getLogger(__name__)
+Parts = tuple[str, ...]  # a path below the Ray log directory, by name
+Listing = Callable[[int, Parts], list[os.DirEntry]]  # the tree's listing of an open directory, bounded
 
 
 def bytes_below(name: str, parent_fd: int) -> int | None:
@@ -52,9 +58,23 @@ def tree_bytes(dir_fd: int) -> int:
 
 
 class Retention:
-    def __init__(self, source, live_containers: Callable[[], set[str] | None] | None):
-        self.source = source
-        self.live_containers = live_containers  # names of existing managed containers; None: unknown
+    """What it is given: the tree's `listing`, the tails' `shipped` (a container's lines all
+    accepted) and `release` (its files no longer tailed: the lines left unaccepted, and whether
+    at least that many), and the names of the existing managed containers (None: unknown)."""
+
+    def __init__(
+        self,
+        config: Config,
+        listing: Listing,
+        shipped: Callable[[str], bool],
+        release: Callable[[Parts], tuple[int, bool]],
+        live_containers: Callable[[], set[str] | None] | None,
+    ):
+        self.config = config
+        self.listing = listing
+        self.shipped = shipped
+        self.release = release
+        self.live_containers = live_containers
         self.orphan_since: dict[str, float] = {}
         self.removed_names: set[str] = set()  # told removed (Docker's destroy): no grace to wait
         self.lock = threading.Lock()
@@ -64,7 +84,7 @@ class Retention:
         self.lines_lost = 0
 
     def check(self, root_fd: int) -> None:
-        names = [e.name for e in self.source.listing(root_fd, ()) if e.is_dir(follow_symlinks=False)]
+        names = [e.name for e in self.listing(root_fd, ()) if e.is_dir(follow_symlinks=False)]
         live = self.live_containers() if self.live_containers is not None else None
         now = time.monotonic()
         with self.lock:
@@ -74,7 +94,7 @@ class Retention:
             for name in removed & self.orphan_since.keys():
                 self.orphan_since[name] = min(self.orphan_since[name], now - ORPHAN_GRACE_S)
             for name, since in list(self.orphan_since.items()):
-                forced = now - since >= self.source.config.ray_log_retention_sec
+                forced = now - since >= self.config.ray_log_retention_sec
                 if now - since >= ORPHAN_GRACE_S and (forced or self.shipped(name)):
                     self.remove(root_fd, name, (name,), "unshipped_at_retention")
                     self.orphan_since.pop(name, None)
@@ -89,21 +109,9 @@ class Retention:
             self.removed_names.add(name)
             self.wanted = True
 
-    def shipped(self, container: str) -> bool:
-        """Every line of the container's files read, joined and accepted by Loki."""
-        for tail in self.source.tails.values():
-            if tail.container != container:
-                continue
-            if not tail.at_eof or tail.pending or tail.joiner.deadline is not None:
-                return False
-            stored = self.source.positions.get(tail.key)
-            if not isinstance(stored, dict) or stored.get("offset") != tail.offset:
-                return False
-        return True
-
     def cap(self, root_fd: int, name: str) -> None:
         """Oldest sessions go while the container's directory is over its cap."""
-        limit = self.source.config.ray_log_max_bytes
+        limit = self.config.ray_log_max_bytes
         try:
             container_fd, _ = mount.open_dir(name, root_fd, None)
         except (OSError, Refused):
@@ -114,7 +122,7 @@ class Retention:
                 return
             sessions = sorted(
                 e.name
-                for e in self.source.listing(container_fd, (name,))
+                for e in self.listing(container_fd, (name,))
                 if e.name.startswith("session_") and e.is_dir(follow_symlinks=False)
             )
             for session in sessions[:-1]:  # never the newest: Ray writes there
@@ -131,24 +139,7 @@ class Retention:
 
     def remove(self, parent_fd: int, name: str, parts: tuple[str, ...], reason: str) -> None:
         """Close what is tailed below parts, count what was not shipped, delete the tree."""
-        lost, at_least, budget = 0, False, MAX_COUNT_BYTES
-        for ident, tail in list(self.source.tails.items()):
-            if tail.parts[: len(parts)] != parts:
-                continue
-            stored = self.source.positions.get(tail.key)
-            start = stored.get("offset", 0) if isinstance(stored, dict) else 0
-            end = os.fstat(tail.fd).st_size
-            want = max(0, min(end - start, budget))
-            budget -= want
-            at_least |= end - start > want
-            while want > 0:  # 1 MiB at a time: the count costs no memory
-                chunk = os.pread(tail.fd, min(want, 1024 * 1024), start)
-                if not chunk:
-                    break
-                lost += chunk.count(b"\n")
-                start += len(chunk)
-                want -= len(chunk)
-            self.source.forget_tail(ident)
+        lost, at_least = self.release(parts)
         try:
             shutil.rmtree(name, dir_fd=parent_fd)
         except OSError as exc:
@@ -159,7 +150,7 @@ class Retention:
         if lost:
             self.lines_lost += lost
             report_event(
-                self.source.config,
+                self.config,
                 {
                     "type": "logs.lines_lost",
                     "source": f"ray:{mount.safe_name(parts[0])}",
@@ -171,7 +162,7 @@ class Retention:
                 },
             )
 
-    def status(self) -> dict[str, int]:
+    def status(self) -> RetentionStatus:
         return {
             "removed_containers": self.removed,
             "removed_sessions": self.sessions_removed,

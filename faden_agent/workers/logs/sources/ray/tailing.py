@@ -9,34 +9,62 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import threading
 import time
+from collections.abc import Callable
+from typing import Protocol
 
+from faden_agent.workers.logs.backlog import Backlog
 from faden_agent.workers.logs.entry import MAX_LINE_BYTES, Entry, clean_line
 from faden_agent.workers.logs.multiline import Joined
-from faden_agent.workers.logs.sources import ROTATED_BEFORE_READ, Shared, Source
+from faden_agent.workers.logs.positions import Positions
+from faden_agent.workers.logs.sources import ROTATED_BEFORE_READ
 from faden_agent.workers.logs.sources.ray import mount
-from faden_agent.workers.logs.sources.ray.fileends import FileEnds
-from faden_agent.workers.logs.sources.ray.inotify import TreeWatch
+from faden_agent.workers.logs.sources.ray.fileends import FileEnds, position_key
 from faden_agent.workers.logs.sources.ray.tail import ReadBudget, Tail, parse_ray_ts_ns
 
 POLL_S = 0.5  # at most one round this often; the poll interval where inotify cannot serve
 READ_CHUNK = 256 * 1024
 READ_RATE_BYTES = 4 * 1024 * 1024  # per container and second (one second's worth may be saved up)
 MAX_OPEN_PER_CONTAINER = 128  # files tailed at once per container (Ray's own: ~3 per worker process)
+MAX_COUNT_BYTES = 64 * 1024 * 1024  # read at most this much to count unshipped lines (then: at least)
 log = logging.getLogger(__name__)
+Ident = tuple[int, int]  # a file's (device, inode)
 
 
-class RayTails(Source):
-    def __init__(self, shared: Shared) -> None:
-        super().__init__(shared)
-        self.tails: dict[tuple[int, int], Tail] = {}
+class Losses(Protocol):
+    """The source's account of lines gone before they were read (Source.lost)."""
+
+    def __call__(self, count: int, reason: str, at_least: bool = False) -> None: ...
+
+
+class RayTails:
+    """The files tailed, each container's read budget and the ends of rotated-away files.
+    Every line taken counts through `line_read`, every loss through `lost` (the source's
+    account); a file no longer tailed gives up its watch through `unwatch_file`."""
+
+    def __init__(
+        self,
+        backlog: Backlog,
+        positions: Positions,
+        stop_event: threading.Event,
+        line_read: Callable[[], None],
+        lost: Losses,
+        unwatch_file: Callable[[int | None], None],
+    ) -> None:
+        self.backlog = backlog
+        self.positions = positions
+        self.stop_event = stop_event
+        self.line_read = line_read
+        self.lost = lost
+        self.unwatch_file = unwatch_file
+        self.tails: dict[Ident, Tail] = {}
         # Files read to their end (or skipped): ident -> (mtime then, last seen in a scan).
-        self.finished: dict[tuple[int, int], tuple[int, float]] = {}
+        self.finished: dict[Ident, tuple[int, float]] = {}
         self.budget = ReadBudget(READ_RATE_BYTES)
-        self.watch: TreeWatch | None = None  # the tree's watches (tree.py): a tailed file's too
-        self.ends = FileEnds(self.positions)
+        self.ends = FileEnds(positions)
         # Files closed for room, read to the offset given: their end should they turn up rotated unchanged.
-        self.closed_ends: dict[tuple[int, int], int] = {}
+        self.closed_ends: dict[Ident, int] = {}
         self.rotations = 0
         self.truncations = 0
         self.nul_bytes_skipped = 0
@@ -95,8 +123,7 @@ class RayTails(Source):
             self.ends.record(tail.key, tail.put_offset if tail.read_all else os.fstat(tail.fd).st_size)
         elif tail.read_all:
             self.closed_ends[tail.ident] = tail.put_offset
-        if self.watch is not None:
-            self.watch.unwatch_file(tail.wd)
+        self.unwatch_file(tail.wd)
         os.close(tail.fd)
         del self.tails[tail.ident]
 
@@ -211,7 +238,7 @@ class RayTails(Source):
             if not self.put(tail, joined):
                 return False
         tail.offset, tail.ts_ns = offset, ts_ns
-        self.lines_read += 1
+        self.line_read()
         return True
 
     def put(self, tail: Tail, joined: Joined) -> bool:
@@ -235,13 +262,61 @@ class RayTails(Source):
         deadlines = [d for tail in self.tails.values() if (d := tail.joiner.deadline) is not None]
         return min(deadlines) if deadlines else None
 
-    def forget_tail(self, ident: tuple[int, int]) -> None:
-        """Stop tailing a file that is about to be deleted, and forget its position."""
-        tail = self.tails.pop(ident)
-        if self.watch is not None:
-            self.watch.unwatch_file(tail.wd)
-        os.close(tail.fd)
-        self.positions.forget(tail.key)
+    def shipped(self, container: str) -> bool:
+        """Every line of the container's files read, joined and accepted by Loki."""
+        for tail in self.tails.values():
+            if tail.container != container:
+                continue
+            if not tail.at_eof or tail.pending or tail.joiner.deadline is not None:
+                return False
+            stored = self.positions.get(tail.key)
+            if not isinstance(stored, dict) or stored.get("offset") != tail.offset:
+                return False
+        return True
+
+    def release(self, parts: tuple[str, ...]) -> tuple[int, bool]:
+        """Stop tailing the files below `parts` (their tree is about to be deleted) and forget
+        their positions: (lines not yet accepted, whether only at least that many: past
+        MAX_COUNT_BYTES they are not counted)."""
+        lost, at_least, budget = 0, False, MAX_COUNT_BYTES
+        for ident, tail in list(self.tails.items()):
+            if tail.parts[: len(parts)] != parts:
+                continue
+            stored = self.positions.get(tail.key)
+            start = stored.get("offset", 0) if isinstance(stored, dict) else 0
+            end = os.fstat(tail.fd).st_size
+            want = max(0, min(end - start, budget))
+            budget -= want
+            at_least |= end - start > want
+            while want > 0:  # 1 MiB at a time: the count costs no memory
+                chunk = os.pread(tail.fd, min(want, 1024 * 1024), start)
+                if not chunk:
+                    break
+                lost += chunk.count(b"\n")
+                start += len(chunk)
+                want -= len(chunk)
+            del self.tails[ident]
+            self.unwatch_file(tail.wd)
+            os.close(tail.fd)
+            self.positions.forget(tail.key)
+        return lost, at_least
+
+    def seen(self, idents: set[Ident]) -> None:
+        """The files a listing found: those finished are seen now."""
+        now = time.monotonic()
+        for ident in idents & self.finished.keys():
+            self.finished[ident] = (self.finished[ident][0], now)
+
+    def forget_unseen(self, after_s: float) -> None:
+        """Finished files no listing found for `after_s`: forgotten, and their positions with
+        them once complete."""
+        now = time.monotonic()
+        kept = {i: seen for i, seen in self.finished.items() if now - seen[1] < after_s}
+        for ident in self.finished.keys() - kept.keys():
+            self.closed_ends.pop(ident, None)
+            if ident not in self.tails:
+                self.ends.forget_complete(position_key(ident))
+        self.finished = kept
 
     def close_all(self) -> None:
         for tail in list(self.tails.values()):

@@ -13,15 +13,19 @@ import re
 import time
 from collections.abc import Iterator
 
+from faden_agent.config import Config
+from faden_agent.workers.logs.labels import LabelMaker
 from faden_agent.workers.logs.multiline import Joiner
+from faden_agent.workers.logs.positions import Positions
 from faden_agent.workers.logs.report import report_event
-from faden_agent.workers.logs.sources import FIRST_START_WINDOW_S, ROTATED_BEFORE_READ, Shared
+from faden_agent.workers.logs.sources import FIRST_START_WINDOW_S, ROTATED_BEFORE_READ
 from faden_agent.workers.logs.sources.ray import mount
 from faden_agent.workers.logs.sources.ray.fileends import KEY_PREFIX, position_key
+from faden_agent.workers.logs.sources.ray.inotify import TreeWatch
 from faden_agent.workers.logs.sources.ray.mount import Refused, safe_name
 from faden_agent.workers.logs.sources.ray.refusals import Refusals
 from faden_agent.workers.logs.sources.ray.tail import Tail, rotation_of
-from faden_agent.workers.logs.sources.ray.tailing import RayTails
+from faden_agent.workers.logs.sources.ray.tailing import Losses, RayTails
 
 FORGET_AFTER_S = 300.0  # a finished file unseen by full listings this long is forgotten
 # Listing is paid from the container's read budget: a directory opened and each entry listed.
@@ -43,10 +47,26 @@ def open_own_dir(path: str | os.PathLike[str]) -> int | None:
         return None
 
 
-class RayTree(RayTails):
-    def __init__(self, shared: Shared) -> None:
-        super().__init__(shared)
-        self.refusals = Refusals(self.config)
+class RayTree:
+    """The Ray log directory as found: what was listed, what is watched (`watch`), what was
+    refused; new files are opened into `tailing` at their stored position."""
+
+    def __init__(
+        self,
+        config: Config,
+        positions: Positions,
+        labels: LabelMaker,
+        tailing: RayTails,
+        watch: TreeWatch,
+        lost: Losses,
+    ) -> None:
+        self.config = config
+        self.positions = positions
+        self.labels = labels
+        self.tailing = tailing
+        self.watch = watch
+        self.lost = lost
+        self.refusals = Refusals(config)
         self.root_watched = False  # the Ray log directory (or its parent) is watched
         self.full_at = 0.0  # the last full listing (monotonic)
         self.known_dirs: set[tuple[str, ...]] = set()  # directories listed (a change lists one again)
@@ -58,7 +78,7 @@ class RayTree(RayTails):
 
     def rooms(self, dirs: set[tuple[str, ...]]) -> set[str]:
         """The containers of `dirs` that have room for another file."""
-        return {container for container in {parts[0] for parts in dirs} if self.has_room(container)}
+        return {container for container in {parts[0] for parts in dirs} if self.tailing.has_room(container)}
 
     def relist_now(self) -> set[tuple[str, ...]]:
         """The directories with files left unopened whose container has room now: listed
@@ -68,10 +88,20 @@ class RayTree(RayTails):
         self.relist -= now
         return now
 
+    def to_list(self, changed: set[Parts] | None, full: bool) -> set[Parts] | None:
+        """The directories to list this round: those that `changed` (None: all), those a debt
+        held back and those with files left unopened whose container has room now; with
+        `full`, all of them (None)."""
+        if changed is not None:
+            changed |= self.deferred | self.relist_now()
+        self.deferred = set()
+        if full:
+            changed, self.relist = None, set()
+        return changed
+
     def open_root(self, full: bool) -> int | None:
         """The agent's own directory (not container-controlled); None until it exists, and
         then its parent is watched for its creation."""
-        assert self.watch is not None
         if full:
             self.watch.begin_listing()
             self.full_at = time.monotonic()
@@ -101,30 +131,23 @@ class RayTree(RayTails):
         present: set = set()
         listed: set[tuple[str, ...]] = set()
         for _ in range(10):
-            known = len(self.tails) + len(self.finished)
+            known = len(self.tailing.tails) + len(self.tailing.finished)
             present = set()
             for parts, logs_fd, device, core in self.log_dirs(root_fd, dirty, listed):
                 present |= self.open_log_files(parts, logs_fd, device, first, core)
-            if len(self.tails) + len(self.finished) == known:
+            if len(self.tailing.tails) + len(self.tailing.finished) == known:
                 break
         self.known_dirs = listed if dirty is None else self.known_dirs | listed
-        now = time.monotonic()
-        for ident in present & self.finished.keys():
-            self.finished[ident] = (self.finished[ident][0], now)
+        self.tailing.seen(present)
         if dirty is None:
             # Forget finished files only after a while unseen by full listings: a rename during
             # one can hide a file from it, and forgetting it then would read it twice.
-            kept = {i: seen for i, seen in self.finished.items() if now - seen[1] < FORGET_AFTER_S}
-            for ident in self.finished.keys() - kept.keys():
-                self.closed_ends.pop(ident, None)
-                if ident not in self.tails:
-                    self.ends.forget_complete(position_key(ident))
-            self.finished = kept
+            self.tailing.forget_unseen(FORGET_AFTER_S)
         if first:
             keys = {position_key(ident) for ident in present}
             gone = [key for key in self.positions.keys(KEY_PREFIX) if key not in keys]
-            lost = sum(self.ends.gone(key) for key in gone)  # each position forgotten: its file is gone
-            self.ends.forget_orphans()
+            lost = sum(self.tailing.ends.gone(key) for key in gone)  # each position forgotten: its file is gone
+            self.tailing.ends.forget_orphans()
             if lost:  # how many lines each held past its position, nobody can say now
                 self.lost(lost, ROTATED_BEFORE_READ, at_least=True)
         self.scans["full" if dirty is None else "partial"] += 1
@@ -148,7 +171,6 @@ class RayTree(RayTails):
         if dirty is not None and not dirty:
             return
         prefixes = None if dirty is None else {d[:i] for d in dirty for i in range(len(d) + 1)}
-        assert self.watch is not None
         listed.add(())
         for name in self.children(root_fd, (), dirty, prefixes):
             if not _CONTAINER_NAME.match(name):
@@ -161,7 +183,7 @@ class RayTree(RayTails):
             except Refused as refused:
                 self.refusals.refuse((name,), refused.reason)
                 continue
-            if dirty is not None and not self.budget.take(name, 0, peek=True):
+            if dirty is not None and not self.tailing.budget.take(name, 0, peek=True):
                 os.close(container_fd)  # in debt for listing: its changes wait until it is paid
                 self.deferred |= {parts for parts in dirty if parts[:1] == (name,)}
                 continue
@@ -197,9 +219,8 @@ class RayTree(RayTails):
                     self.refusals.refuse(here, refused.reason)
                     return
                 self.dirs_opened += 1
-                self.budget.charge(parts[0], LIST_DIR_COST)
+                self.tailing.budget.charge(parts[0], LIST_DIR_COST)
                 fds.append(fd)
-                assert self.watch is not None
                 self.watch.watch_dir(fd, here)
                 listed.add(here)
                 if depth and (dirty is None or here in dirty or here not in self.known_dirs):
@@ -218,7 +239,7 @@ class RayTree(RayTails):
         except OSError as exc:
             log.warning("logs: cannot list %s (%s)", self.relpath(parts), exc)
         if parts:  # below the agent's own directory: the container pays
-            self.budget.charge(parts[0], LIST_DIR_COST + LIST_ENTRY_COST * len(found))
+            self.tailing.budget.charge(parts[0], LIST_DIR_COST + LIST_ENTRY_COST * len(found))
         return sorted(found, key=lambda e: e.name)
 
     def open_log_files(self, parts: Parts, dir_fd: int, device: int, first: bool, core: bool) -> set[tuple[int, int]]:
@@ -246,11 +267,12 @@ class RayTree(RayTails):
         self, parts: tuple[str, ...], serve_fd: int, device: int, first: bool, group: str, core: bool, rotated: bool
     ) -> tuple[int, int] | None:
         container = parts[0]
-        if self.at_bound(container):
+        if self.tailing.at_bound(container):
             known = mount.identity_at(serve_fd, (parts[-1],))
-            if known in self.tails or (known in self.finished and not self.changed(known, serve_fd, parts)):
+            tailing = self.tailing
+            if known in tailing.tails or (known in tailing.finished and not self.changed(known, serve_fd, parts)):
                 return known
-            if not self.close_idle(container):
+            if not self.tailing.close_idle(container):
                 self.refusals.refuse(parts, "too_many_files")
                 self.relist.add(parts[:-1])  # tried again once a file of it was read to its end
                 return known
@@ -263,28 +285,28 @@ class RayTree(RayTails):
             return None
         ident = (st.st_dev, st.st_ino)
         key = position_key(ident)
-        if ident in self.tails or self.finished.get(ident, (None,))[0] == st.st_mtime_ns:
+        if ident in self.tailing.tails or self.tailing.finished.get(ident, (None,))[0] == st.st_mtime_ns:
             os.close(fd)
-            if rotated and ident in self.closed_ends:  # closed for room, then rotated unwritten
-                self.ends.record(key, self.closed_ends.pop(ident))
+            if rotated and ident in self.tailing.closed_ends:  # closed for room, then rotated unwritten
+                self.tailing.ends.record(key, self.tailing.closed_ends.pop(ident))
             return ident
-        self.closed_ends.pop(ident, None)  # written since it was closed
+        self.tailing.closed_ends.pop(ident, None)  # written since it was closed
         path = self.relpath(parts)
         # A file closed while idle (or read to its end after a rotation) resumes where it was.
-        stored = self.positions.get(key) if first or ident in self.finished else None
+        stored = self.positions.get(key) if first or ident in self.tailing.finished else None
         if isinstance(stored, dict) and stored.get("path", path) != path and not rotated:
             stored = None  # the inode now names another file
-        if not rotated and self.ends.known(key):  # a rotated-away file's inode, reused by a live one
-            if not self.ends.complete(key):
+        if not rotated and self.tailing.ends.known(key):  # a rotated-away file's inode, reused by a live one
+            if not self.tailing.ends.complete(key):
                 self.lost(1, ROTATED_BEFORE_READ, at_least=True)
-            self.ends.drop(key)
+            self.tailing.ends.drop(key)
             stored = None
         # A rotated file without a position is older than the agent's first start, unless
         # written after the agent's last save: then it rotated while the agent was stopped.
         saved_ns = self.positions.loaded_mtime_ns
         if first and rotated and stored is None and (saved_ns is None or st.st_mtime_ns <= saved_ns):
             os.close(fd)
-            self.finished[ident] = (st.st_mtime_ns, time.monotonic())  # rotated before we started
+            self.tailing.finished[ident] = (st.st_mtime_ns, time.monotonic())  # rotated before we started
             return ident
         resume = self.stored_position(key, stored, parts) if stored is not None else None
         if resume is not None:
@@ -293,9 +315,9 @@ class RayTree(RayTails):
             old = first and st.st_mtime < time.time() - FIRST_START_WINDOW_S
             offset, ts_ns = (st.st_size if old else 0), st.st_mtime_ns
             self.positions.initialize(key, {"offset": offset, "ts": ts_ns, "path": path}, replace=True)
-            self.ends.drop(key)  # a reused inode's
+            self.tailing.ends.drop(key)  # a reused inode's
         filename = parts[-1]
-        self.tails[ident] = Tail(
+        self.tailing.tails[ident] = Tail(
             parts=parts,
             path=path,
             fd=fd,
@@ -306,7 +328,7 @@ class RayTree(RayTails):
             joiner=Joiner(self.config.log_multiline, self.config.log_multiline_wait_sec),
             group=group,
             metadata={"filename": safe_name(group), "session": safe_name(parts[1])},
-            wd=self.watch.watch_file(fd) if self.watch is not None else None,
+            wd=self.watch.watch_file(fd),
             final=rotated,
             put_offset=offset,
         )
@@ -318,7 +340,7 @@ class RayTree(RayTails):
             st = os.stat(parts[-1], dir_fd=dir_fd, follow_symlinks=False)
         except OSError:
             return False
-        return (st.st_dev, st.st_ino) == ident and st.st_mtime_ns != self.finished[ident][0]
+        return (st.st_dev, st.st_ino) == ident and st.st_mtime_ns != self.tailing.finished[ident][0]
 
     def stored_position(self, key: str, stored: object, parts: tuple[str, ...]) -> tuple[int, int] | None:
         """(offset, timestamp or 0) of a stored position; None, once reported and forgotten,

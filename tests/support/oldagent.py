@@ -1,4 +1,4 @@
-"""The agent as it was before traffic existed, for the rig's mixed-version tests: fixture
+"""An agent without the traffic view, for the cluster rig's mixed-version tests: fixture
 `old_agent_tree`, a real old build (`git archive` of OLD_AGENT_COMMIT), not a pretend one."""
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ OLD_AGENT_COMMIT = "6cfffa880e3ed048a63b25ed98fcf799a61bff7d"  # before traffic 
 
 @pytest.fixture(scope="module")
 def old_agent_tree(tmp_path_factory) -> Path:
-    """The agent as it was before this feature: a real old build, not a pretend one."""
+    """The tree of OLD_AGENT_COMMIT's faden_agent/ (it knows no traffic kinds), extracted once
+    per module."""
     tree = tmp_path_factory.mktemp("old-agent")
     archive = subprocess.run(
         ["git", "-C", str(REPO), "archive", OLD_AGENT_COMMIT, "faden_agent"], capture_output=True, check=True
