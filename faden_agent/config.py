@@ -504,6 +504,18 @@ class Config:
         "The systemctl asked for the fabric manager's unit (`nvidia-fabricmanager`) on NVSwitch machines;"
         " tests point it at a stand-in",
     )
+    dcgmi: str = setting(
+        "dcgmi",
+        _text,
+        "DCGM's command line, for `gpu.check` (its diagnostic `dcgmi diag`); where it is not found the check is"
+        " NVML's own ([docs/commands.md](docs/commands.md#gpucheck)); tests point it at a stand-in",
+    )
+    nvidia_smi: str = setting(
+        "nvidia-smi",
+        _text,
+        "The nvidia-smi that resets a GPU for `gpu.reset` ([docs/commands.md](docs/commands.md#gpureset));"
+        " tests point it at a stand-in",
+    )
     workload_scrape_sec: float = setting(
         "15",
         _seconds,

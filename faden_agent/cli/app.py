@@ -266,16 +266,21 @@ def up(
         fail(str(exc))
 
 
-def _host_request(action: str, deadline: str | None, wait: str | None, **fields: str) -> None:
+def _host_request(action: str, deadline: str | None, wait: str | None, bound: str | None = None, **fields: Any) -> None:
+    """`bound`: a check's time limit (the wait's base, sent as time_limit_s)."""
     from faden_agent.cli import hostrequest as hr
 
     config = load_installed()
-    from faden_agent.common.durations import BadDuration
+    from faden_agent import protocol
+    from faden_agent.common.durations import BadDuration, parse_duration
 
     try:
-        deadline_s, wait_s = hr.durations_asked(action, deadline, wait)
+        bound_s = parse_duration(bound, "--time-limit", protocol.MAX_DRAIN_DEADLINE_S) if bound is not None else None
+        deadline_s, wait_s = hr.durations_asked(action, deadline, wait, bound_s)
     except BadDuration as exc:
         fail(str(exc), 2)
+    if bound_s is not None:
+        fields["time_limit_s"] = bound_s
     if (problem := hr.state_problem(config)) is not None:
         fail(*problem)
     try:
@@ -330,7 +335,9 @@ def uncordon(wait: str | None = typer.Option(None, "--wait", help=WAIT_HELP)) ->
     _host_request("uncordon", None, wait)
 
 
-gpu_app = typer.Typer(help="The machine's GPUs, through the backend (docs/commands.md, gpu.forget).")
+gpu_app = typer.Typer(
+    help="The machine's GPUs, through the backend (docs/commands.md: gpu.forget, gpu.check, gpu.reset)."
+)
 app.add_typer(gpu_app, name="gpu")
 
 
@@ -342,9 +349,63 @@ def gpu_forget(
     """Acknowledge a GPU removed from this machine for good: it is no longer reported missing
     (the node's verdict no longer failed for it) and its evidence is dropped. Refused while the
     GPU is still there. Exit codes as `cordon`."""
-    if not uuid.startswith("GPU-") or len(uuid) > 96 or not uuid.isprintable():
-        fail(f"{uuid[:60]!r} is no GPU uuid (GPU-...): `faden-agent status` or the inventory's gpu.missing name it", 2)
+    _need_uuid(uuid, "the inventory's gpu.missing names it")
     _host_request("gpu.forget", None, wait, uuid=uuid)
+
+
+def _need_uuid(uuid: str, where: str) -> None:
+    if not uuid.startswith("GPU-") or len(uuid) > 96 or not uuid.isprintable():
+        fail(f"{uuid[:60]!r} is no GPU uuid (GPU-...): {where}", 2)
+
+
+CHECK_TIME_LIMITS_S = {1: 120, 2: 900, 3: 3600, 4: 14400}  # the agent's defaults (commands/gpu.py)
+
+
+@gpu_app.command("check")
+def gpu_check(
+    gpu: list[str] = typer.Option([], "--gpu", help="A GPU's uuid (repeat it for more); default: every GPU."),
+    level: int = typer.Option(1, "--level", min=1, max=4, help="DCGM's diagnostic level: 1 (seconds) to 4 (hours)."),
+    time_limit: str | None = typer.Option(
+        None, "--time-limit", help="Bound of the check (e.g. 90s, 30m); default by level: 2m, 15m, 1h, 4h."
+    ),
+    allow_busy: bool = typer.Option(
+        False, "--allow-busy", help="Check GPUs that run work too (a failure there is never read as a fault)."
+    ),
+    wait: str | None = typer.Option(
+        None, "--wait", help="How long to wait for the answer; default the time limit + 60s."
+    ),
+) -> None:
+    """Ask the backend to check this machine's GPUs: DCGM's diagnostic (`dcgmi diag -r LEVEL`)
+    where DCGM is installed, else NVML's own checks. A GPU that runs work is refused unless
+    --allow-busy. Prints each GPU's outcome and every test that did not pass. Exit codes as
+    `cordon`; 1 also when a GPU failed a test (check_failed)."""
+    for uuid in gpu:
+        _need_uuid(uuid, "the inventory's gpu.devices[].uuid names them")
+    if time_limit is None:
+        time_limit = f"{CHECK_TIME_LIMITS_S[level]}s"
+    fields: dict[str, Any] = {"level": level, "allow_busy": allow_busy}
+    if gpu:
+        fields["gpus"] = gpu
+    _host_request("gpu.check", None, wait, time_limit, **fields)
+
+
+@gpu_app.command("reset")
+def gpu_reset(
+    uuid: str = typer.Argument(..., help="The uuid of the GPU to reset (GPU-...)."),
+    stop_containers: bool = typer.Option(
+        False, "--stop-containers", help="Stop the containers using this GPU first (only those; not restarted after)."
+    ),
+    deadline: str | None = typer.Option(None, "--deadline", help="Bound of the whole reset (e.g. 5m); default 10m."),
+    wait: str | None = typer.Option(
+        None, "--wait", help="How long to wait for the answer; default the deadline + 60s."
+    ),
+) -> None:
+    """Ask the backend to reset one GPU (`nvidia-smi --gpu-reset`) and check it after; the other
+    GPUs keep serving. Refused while containers use it, unless --stop-containers (each stopped with
+    its grace, its last lines shipped; the backend decides whether to start them again). Exit
+    codes as `cordon`; 1 with the reason (gpu_in_use, reset_blocked, reset_failed, ...) and the next remedy."""
+    _need_uuid(uuid, "the inventory's gpu.devices[].uuid names it")
+    _host_request("gpu.reset", deadline, wait, uuid=uuid, stop_containers=stop_containers)
 
 
 # The reference backend and its admin client (faden_agent/devbackend; typer only at import).

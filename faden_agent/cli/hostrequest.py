@@ -1,4 +1,4 @@
-"""`faden-agent cordon|drain|uncordon|gpu forget`: a host request put in the agent's outbox (the
+"""`faden-agent cordon|drain|uncordon|gpu forget|check|reset`: a host request put in the agent's outbox (the
 stream worker sends it over its own link), then the backend's answer awaited: the command it
 sends, its progress and outcome as the executor records them (node/drainstate.py).
 Exit codes: EXIT_DONE, EXIT_FAILED (the answer's reason), EXIT_NOT_ENROLLED, EXIT_PENDING.
@@ -27,6 +27,8 @@ POLL_S = 0.2
 ANSWER_SLACK_S = 60.0  # a drain's answer may come this long after its deadline (link, queue, removals)
 QUICK_WAIT_S = 30.0  # cordon and uncordon: how long the CLI waits for the backend by default
 DRAIN_DEADLINE_S = 300.0
+# the agent's defaults (commands/node.py, commands/gpu.py): a check's is its level 1 time limit
+DEFAULT_DEADLINES = {"drain": DRAIN_DEADLINE_S, "gpu.check": 120.0, "gpu.reset": 600.0}
 WAIT_MAX_S = protocol.MAX_DRAIN_DEADLINE_S + ANSWER_SLACK_S  # nobody waits for an answer longer
 
 
@@ -34,15 +36,19 @@ class RequestNotQueued(Exception):
     pass
 
 
-def durations_asked(action: str, deadline: str | None, wait: str | None) -> tuple[float | None, float]:
-    """(the drain's deadline, how long to wait for the answer) from the command line, bounded
-    (durations.parse_duration); BadDuration names the option and the value."""
+def durations_asked(
+    action: str, deadline: str | None, wait: str | None, bound_s: float | None = None
+) -> tuple[float | None, float]:
+    """(the drain's or reset's deadline, how long to wait for the answer) from the command line,
+    bounded (durations.parse_duration); `bound_s`: a check's time limit, the wait's base without a
+    deadline. BadDuration names the option and the value."""
     deadline_s = parse_duration(deadline, "--deadline", protocol.MAX_DRAIN_DEADLINE_S) if deadline else None
-    wait_s = parse_duration(wait, "--wait", WAIT_MAX_S) if wait is not None else default_wait(action, deadline_s)
+    base = deadline_s or bound_s
+    wait_s = parse_duration(wait, "--wait", WAIT_MAX_S) if wait is not None else default_wait(action, base)
     return deadline_s, wait_s
 
 
-def send_request(config: Config, action: str, deadline_s: float | None, wait_s: float, **fields: str) -> str:
+def send_request(config: Config, action: str, deadline_s: float | None, wait_s: float, **fields: Any) -> str:
     """Put the host request (with the action's own `fields`: gpu.forget's uuid) in the outbox
     (durable; the stream worker is woken); its id."""
     from faden_agent.backend.producer import Reports
@@ -111,12 +117,24 @@ def outcome_lines(answer: dict[str, Any]) -> tuple[int, list[str]]:
     if answer.get("state") != protocol.SUCCEEDED:
         return EXIT_FAILED, [f"failed ({answer.get('reason')}): {answer.get('message')}"]
     lines = [str(answer.get("message"))]
-    result = answer.get("result")
-    containers = result.get("containers") if isinstance(result, dict) else None
-    for name, outcome in sorted(containers.items() if isinstance(containers, dict) else []):
+    result = _object(answer, "result")
+    for name, outcome in sorted({**_object(result, "containers"), **_object(result, "stopped")}.items()):
         outcome = outcome if isinstance(outcome, dict) else {}
         lines.append(f"  {name}: {outcome.get('how')} (exit code {outcome.get('exit_code')})")
+    checked = _object(result, "check") or result  # a reset's check, or a check itself
+    for gpu_uuid, gpu in _object(checked, "gpus").items():
+        gpu = gpu if isinstance(gpu, dict) else {}
+        lines.append(f"  GPU {gpu.get('index')} ({gpu_uuid}): {gpu.get('outcome')}")
+        listed = gpu.get("tests")
+        tests = listed if isinstance(listed, list) else []
+        for test in (t for t in tests if isinstance(t, dict) and t.get("result") != "pass"):
+            lines.append(f"    {test.get('name')}: {test.get('result')}: {test.get('detail')}")
     return EXIT_DONE, lines
+
+
+def _object(data: dict[str, Any], key: str) -> dict[str, Any]:
+    value = data.get(key)
+    return value if isinstance(value, dict) else {}
 
 
 def state_problem(config: Config) -> tuple[str, int] | None:
@@ -138,4 +156,8 @@ def state_problem(config: Config) -> tuple[str, int] | None:
 
 
 def default_wait(action: str, deadline_s: float | None) -> float:
-    return (deadline_s or DRAIN_DEADLINE_S) + ANSWER_SLACK_S if action == "drain" else QUICK_WAIT_S
+    """How long the CLI waits for the answer: a drain's or reset's deadline (a check's time
+    limit) and the slack; cordon and uncordon are quick."""
+    if action in DEFAULT_DEADLINES:
+        return (deadline_s or DEFAULT_DEADLINES[action]) + ANSWER_SLACK_S
+    return QUICK_WAIT_S

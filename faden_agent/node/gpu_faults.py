@@ -81,6 +81,7 @@ def _check(data: Any, now: float) -> None:
         for n, link in enumerate(links):
             _int(link, f"{where}: links_up[{n}]", 0, 63)
         _reset(gpu.get("last_reset"), f"{where}: last_reset", now)
+        _last_check(gpu.get("last_check"), f"{where}: last_check", now)
     for name in ("switches", "unplaced"):
         logs = data.get(name, {})
         if not isinstance(logs, dict) or len(logs) > MAX_GPUS:
@@ -129,6 +130,26 @@ def _reset(reset: Any, where: str, now: float) -> None:
     _time(reset.get("at"), f"{where}.at", now)
     _text(reset.get("sign"), f"{where}.sign")
     _text(reset.get("boot"), f"{where}.boot", optional=True, limit=64)
+
+
+def _last_check(check: Any, where: str, now: float) -> None:
+    if check is None:
+        return
+    if not isinstance(check, dict):
+        raise Unusable(f"{where} is not an object")
+    _time(check.get("at"), f"{where}.at", now)
+    _text(check.get("tool"), f"{where}.tool", limit=16)
+    _int(check.get("level"), f"{where}.level", 0, 4)
+    _text(check.get("outcome"), f"{where}.outcome", limit=16)
+    _text(check.get("boot"), f"{where}.boot", optional=True, limit=64)
+    if type(check.get("counted")) is not bool:
+        raise Unusable(f"{where}.counted is not true or false")
+    for name in ("failed", "warned"):
+        tests = check.get(name, [])
+        if not isinstance(tests, list) or len(tests) > MAX_ENTRIES:
+            raise Unusable(f"{where}.{name} is not a list of at most {MAX_ENTRIES}")
+        for n, test in enumerate(tests):
+            _text(test, f"{where}.{name}[{n}]")
 
 
 def _mapping(value: Any, where: str, check_value: Any) -> None:

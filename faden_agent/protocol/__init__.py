@@ -25,7 +25,7 @@ CORDONED = "cordoned"  # nothing new is placed here; what runs stays
 DRAINING = "draining"  # cordoned, and the managed containers are being stopped
 DRAINED = "drained"  # cordoned, and the drain ended
 DRAIN_STATES = (SCHEDULABLE, CORDONED, DRAINING, DRAINED)
-HOST_ACTIONS = ("cordon", "drain", "uncordon", "gpu.forget")  # what a host request may ask
+HOST_ACTIONS = ("cordon", "drain", "uncordon", "gpu.forget", "gpu.check", "gpu.reset")  # what a host request may ask
 MAX_DRAIN_DEADLINE_S = 86400.0  # the longest drain a host request may ask for
 SHUTTING_DOWN_EVENT = "node.shutting_down"  # the machine is going down (logind PrepareForShutdown)
 
@@ -183,7 +183,12 @@ REASONS = (
     # gpu.* commands, answered through the inventory worker's door
     "gpu_present",  # gpu.forget of a GPU NVML still counts
     "inventory_unavailable",  # the inventory worker did not answer
-    "busy",  # what the command needs is held by another call (a GPU probe in a hung NVML call)
+    "busy",  # what the command needs is held by another call (a GPU probe in a hung NVML call, a check running)
+    "gpu_in_use",  # gpu.check/gpu.reset of a GPU that runs work: the containers and processes named
+    "check_failed",  # gpu.check (or the check after gpu.reset) found a GPU failing a test
+    "check_error",  # the check could not run (dcgmi failed): not a GPU fault
+    "reset_blocked",  # gpu.reset refused before trying: what blocks it (peers, persistence mode) named
+    "reset_failed",  # not reset, or NVML did not read it after: the tool's words, the next remedy
 )
 
 # Capabilities this build reports to the backend: declared in capabilities.py.
@@ -193,6 +198,8 @@ PEER_IMAGES_CAPABILITY = _capabilities.PEER_IMAGES_CAPABILITY
 PROBE_CAPABILITY = _capabilities.PROBE_CAPABILITY
 DRAIN_CAPABILITY = _capabilities.DRAIN_CAPABILITY
 GPU_FORGET_CAPABILITY = _capabilities.GPU_FORGET_CAPABILITY
+GPU_CHECK_CAPABILITY = _capabilities.GPU_CHECK_CAPABILITY
+GPU_RESET_CAPABILITY = _capabilities.GPU_RESET_CAPABILITY
 
 
 def timeline_data(command_id: str, state: str, **fields: object) -> dict[str, object]:

@@ -35,6 +35,8 @@ PEER_IMAGES_CAPABILITY = "images.peer"
 PROBE_CAPABILITY = "traffic.probe"
 DRAIN_CAPABILITY = "drain"
 GPU_FORGET_CAPABILITY = "gpu.forget"
+GPU_CHECK_CAPABILITY = "gpu.check"
+GPU_RESET_CAPABILITY = "gpu.reset"
 
 
 @dataclass(frozen=True)
@@ -159,6 +161,22 @@ DECLARED = (
         "30c6ce2, 2026-12-03",
         "acknowledges a GPU removed for good, also as a host request (`faden-agent gpu forget`): no longer missing",
         kinds={"gpu.forget": ("uuid", "request_id", "deadline_s")},
+    ),
+    Capability(
+        GPU_CHECK_CAPABILITY,
+        "0.1.0",
+        "ea37c48, 2026-12-03",
+        "checks GPUs by DCGM's diagnostic, else NVML's own checks, also as a host request (`faden-agent gpu check`);"
+        " a busy GPU refused unless `allow_busy`, and then never failed",
+        kinds={"gpu.check": ("gpus", "level", "time_limit_s", "allow_busy", "request_id", "deadline_s")},
+    ),
+    Capability(
+        GPU_RESET_CAPABILITY,
+        "0.1.0",
+        "ea37c48, 2026-12-03",
+        "resets one GPU (`nvidia-smi --gpu-reset`), stopping only the containers on it when asked, then checks it;"
+        " also as a host request (`faden-agent gpu reset UUID`)",
+        kinds={"gpu.reset": ("gpu", "stop_containers", "request_id", "deadline_s")},
     ),
     Capability(
         "node.conditions",

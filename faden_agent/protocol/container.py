@@ -38,8 +38,11 @@ def gpu_assignment(host_config: dict[str, Any], env: list[str]) -> dict[str, Any
     """GPUs given to the container: Docker device requests (`--gpus`), else the NVIDIA
     runtime's NVIDIA_VISIBLE_DEVICES. None: no GPU. Only that one variable is read from
     the environment (others may hold secrets)."""
-    for request in host_config.get("DeviceRequests") or ():
-        capabilities = [c for group in request.get("Capabilities") or () for c in group]
+    requests = host_config.get("DeviceRequests")
+    for request in requests if isinstance(requests, list) else ():
+        if not isinstance(request, dict):
+            continue
+        capabilities = [c for group in request.get("Capabilities") or () if isinstance(group, list) for c in group]
         if request.get("Driver") == "nvidia" or "gpu" in capabilities:
             ids = request.get("DeviceIDs") or []
             count = request.get("Count")

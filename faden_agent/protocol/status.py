@@ -207,6 +207,14 @@ class GpuEventsStatus(TypedDict):
     unwatched: dict[str, str]  # index -> why not
     hung: str | None  # the NVML call past its bound
     error: str | None
+    let_go: bool  # NVML let go for a reset (gpu.reset)
+
+
+class GpuRemedyStatus(TypedDict):
+    """The check or reset running now (workers/inventory/gpu/remedies.py)."""
+
+    kind: str  # gpu.check, gpu.reset
+    job: str
 
 
 class WorkloadStatus(TypedDict):
@@ -264,6 +272,7 @@ class InventoryStatus(TypedDict):
     kernel_lines: KernelLinesStatus | None
     gpu_events: GpuEventsStatus
     conditions: dict[str, str | None]  # the active node conditions and their reasons
+    gpu_remedy: GpuRemedyStatus | None
     gauges: InventoryGauges
     placement: Placement  # ps only: heartbeats leave it out (stream/heartbeat.py)
     workloads: WorkloadsStatus

@@ -17,6 +17,9 @@
  *   GPM and MIG devices: gpm.c (included at the end).
  *   A lost GPU registered in an event set ends that set's waits with GPU_IS_LOST.
  * The file is stat'ed once per call (a real driver's ioctl), not once per key read.
+ * NVML's clients: while a process has NVML initialised (nvmlInit attaches every GPU, so it
+ * holds them all, as a real client does) the file <state>.clients/<pid> exists; the stand-in
+ * nvidia-smi refuses a reset while a live client holds the GPUs.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -25,7 +28,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/types.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -330,6 +335,24 @@ static int index_of(nvmlDevice_t device) {
 
 /* ---- library and system */
 
+static pthread_mutex_t client_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* <state>.clients/<pid>: this process holds NVML (and so every GPU) while the file exists. */
+static void mark_client(int holding) {
+    const char *state = getenv("FADEN_FAKE_NVML_STATE");
+    char path[4096];
+    if (!state || snprintf(path, sizeof path, "%s.clients", state) >= (int)sizeof path - 16) return;
+    mkdir(path, 0755);
+    size_t end = strlen(path);
+    snprintf(path + end, sizeof path - end, "/%ld", (long)getpid());
+    if (holding) {
+        int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+        if (fd >= 0) close(fd);
+    } else {
+        unlink(path);
+    }
+}
+
 nvmlReturn_t nvmlInitWithFlags(unsigned flags) {
     (void)flags;
     if (!reload()) return NVML_ERROR_UNKNOWN;
@@ -337,16 +360,23 @@ nvmlReturn_t nvmlInitWithFlags(unsigned flags) {
     if (number("hang_ms.nvmlInitWithFlags", &value)) sleep_ms(value);
     if (number("init_error", &value)) return (nvmlReturn_t)value;
     for (unsigned i = 0; i < MAX_GPUS; i++) devices[i].index = i;
-    __atomic_add_fetch(&initialized, 1, __ATOMIC_SEQ_CST);
+    pthread_mutex_lock(&client_lock);
+    if (__atomic_add_fetch(&initialized, 1, __ATOMIC_SEQ_CST) == 1) mark_client(1);
+    pthread_mutex_unlock(&client_lock);
     return NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlInit_v2(void) { return nvmlInitWithFlags(0); }
 
 nvmlReturn_t nvmlShutdown(void) {
-    if (__atomic_load_n(&initialized, __ATOMIC_SEQ_CST) <= 0) return NVML_ERROR_UNINITIALIZED;
-    __atomic_sub_fetch(&initialized, 1, __ATOMIC_SEQ_CST);
-    return NVML_SUCCESS;
+    pthread_mutex_lock(&client_lock);
+    nvmlReturn_t r = NVML_ERROR_UNINITIALIZED;
+    if (__atomic_load_n(&initialized, __ATOMIC_SEQ_CST) > 0) {
+        if (__atomic_sub_fetch(&initialized, 1, __ATOMIC_SEQ_CST) == 0) mark_client(0);
+        r = NVML_SUCCESS;
+    }
+    pthread_mutex_unlock(&client_lock);
+    return r;
 }
 
 const char *nvmlErrorString(nvmlReturn_t result) {
@@ -460,6 +490,7 @@ UINT_FIELD(nvmlDeviceGetMaxPcieLinkGeneration, "pcie.gen_max")
 UINT_FIELD(nvmlDeviceGetCurrPcieLinkWidth, "pcie.width")
 UINT_FIELD(nvmlDeviceGetMaxPcieLinkWidth, "pcie.width_max")
 UINT_FIELD(nvmlDeviceGetRetiredPagesPendingStatus, "retired.pending")
+UINT_FIELD(nvmlDeviceGetMinorNumber, "minor")
 
 nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, int sensor, unsigned *temp) {
     DEVICE_ENTER("nvmlDeviceGetTemperature", device)

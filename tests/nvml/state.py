@@ -1,7 +1,8 @@
 """The C-level GPU for tests: builds tests/nvml/fakenvml.c into a libnvidia-ml.so.1 with the
 machine's compiler and writes the flat JSON state it answers from (replaced by a rename), and
-the host's fabric manager as the systemctl stand-in beside it reads it. `GpuState` holds both
-as dicts a test edits, then `write()`s; `env()` is what an agent needs to use them.
+the host's fabric manager, nvidia-smi and dcgmi as the stand-ins beside it read them. `GpuState`
+holds them as dicts a test edits, then `write()`s (`read_back()` after a stand-in changed the
+state); `env()` is what an agent needs to use them.
 """
 
 from __future__ import annotations
@@ -19,8 +20,12 @@ import pynvml
 
 SOURCE = Path(__file__).with_name("fakenvml.c")
 SYSTEMCTL = Path(__file__).with_name("systemctl")  # answers `systemctl show nvidia-fabricmanager`
+NVIDIA_SMI = Path(__file__).with_name("nvidia-smi")  # answers -pm and --gpu-reset
+DCGMI = Path(__file__).with_name("dcgmi")  # answers `dcgmi diag -r LEVEL -i IDS -j`
 STATE_VARIABLE = "FADEN_FAKE_NVML_STATE"
 SYSTEMCTL_VARIABLE = "FADEN_FAKE_SYSTEMCTL_STATE"
+SMI_VARIABLE = "FADEN_FAKE_SMI_STATE"
+DCGMI_VARIABLE = "FADEN_FAKE_DCGMI_STATE"
 GiB = 1024**3
 ALL_XID_EVENTS = (
     pynvml.nvmlEventTypeXidCriticalError | pynvml.nvmlEventTypeDoubleBitEccError | pynvml.nvmlEventTypeSingleBitEccError
@@ -50,6 +55,7 @@ def healthy_gpu(index: int) -> dict[str, Any]:
         "uuid": f"GPU-{index:08x}-fake",
         "name": "NVIDIA H100 80GB HBM3",
         "bus_id": f"00000000:{0x17 + index:02X}:00.0",
+        "minor": index,  # /dev/nvidia<minor>
         "memory_total": 80 * GiB,
         "memory_used": 2 * GiB,
         "cc_major": 9,
@@ -117,14 +123,23 @@ class GpuState:
             "version": self.top["driver_version"],
         }
         self.systemctl_path = directory / "systemctl-state"
+        self.smi: dict[str, Any] = {}  # the nvidia-smi stand-in's scenario (tests/nvml/nvidia-smi)
+        self.dcgmi: dict[str, Any] = {}  # the dcgmi stand-in's scenario (tests/nvml/dcgmi)
+        self.smi_path = directory / "smi-state.json"
+        self.dcgmi_path = directory / "dcgmi-state.json"
         self.write()
 
-    def env(self) -> dict[str, str]:
+    def env(self, dcgm: bool = False) -> dict[str, str]:
+        """With `dcgm`, DCGM is installed (the dcgmi stand-in); else the agent finds no dcgmi."""
         return {
             "LD_LIBRARY_PATH": str(self.library.parent),
             STATE_VARIABLE: str(self.path),
             "FADEN_NODE_AGENT_SYSTEMCTL": str(SYSTEMCTL),
             SYSTEMCTL_VARIABLE: str(self.systemctl_path),
+            "FADEN_NODE_AGENT_NVIDIA_SMI": str(NVIDIA_SMI),
+            SMI_VARIABLE: str(self.smi_path),
+            "FADEN_NODE_AGENT_DCGMI": str(DCGMI) if dcgm else str(self.directory / "no-dcgm" / "dcgmi"),
+            DCGMI_VARIABLE: str(self.dcgmi_path),
         }
 
     def flat(self) -> dict[str, int | str]:
@@ -141,6 +156,26 @@ class GpuState:
         manager = self.systemctl_path.with_suffix(".tmp")
         manager.write_text("".join(f"{key}={value}\n" for key, value in self.fabric_manager.items()))
         os.replace(manager, self.systemctl_path)
+        for scenario, path in ((self.smi, self.smi_path), (self.dcgmi, self.dcgmi_path)):
+            path.with_suffix(".tmp").write_text(json.dumps(scenario))
+            os.replace(path.with_suffix(".tmp"), path)
+
+    def read_back(self) -> None:
+        """Takes the state file as a stand-in left it (nvidia-smi's reset, its -pm) into `gpus`."""
+        flat = json.loads(self.path.read_text())
+        nested: dict[str, Any] = {}
+        for key, value in flat.items():
+            node = nested
+            *path, last = key.split(".")
+            for part in path:
+                node = node.setdefault(part, {})
+            node[last] = value
+        self.gpus = [nested["gpu"][str(i)] for i in range(len(self.gpus))]
+
+    def clients(self) -> list[int]:
+        """The pids the C library says hold NVML now (tests/nvml/fakenvml.c)."""
+        folder = Path(f"{self.path}.clients")
+        return sorted(int(p.name) for p in folder.iterdir()) if folder.exists() else []
 
     def load(self, state: dict[str, Any]) -> None:
         """Takes a recorded state (bench/gpu_probe.py --fixture: a real device's values)."""

@@ -1,8 +1,10 @@
 """A real agent on tests/nvml's C GPUs, and what it wrote to its outbox: the inventory records'
-gpu sections and the GPU events (tests/integration/inventory/test_gpu_*.py)."""
+gpu sections and the GPU events (tests/integration/inventory/test_gpu_*.py); a line of the
+kernel's log as /dev/kmsg gives it."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -39,3 +41,9 @@ def start(
     state_dir = tmp_path / "state"
     first = wait_for(lambda: newest_gpu(state_dir), 30, what="a first inventory record")
     return agent, state_dir, first
+
+
+def kmsg_record(seq: int, text: str) -> bytes:
+    """One record as /dev/kmsg reads it (priority 3, the sequence number, monotonic usec)."""
+    usec = int(time.clock_gettime(time.CLOCK_MONOTONIC) * 1e6)
+    return f"3,{seq},{usec},-;{text}\n SUBSYSTEM=pci\n".encode()

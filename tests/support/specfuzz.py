@@ -58,6 +58,8 @@ VALID = {
     "node.drain": {"containers": ["c1", "c2"], "stop": True, "remove": True, "request_id": "r-1", "deadline_s": 30},
     "node.undrain": {"request_id": "r-1"},
     "gpu.forget": {"uuid": "GPU-00000001-fake", "request_id": "r-2"},
+    "gpu.check": {"gpus": ["GPU-00000001-fake"], "level": 2, "time_limit_s": 60, "allow_busy": True},
+    "gpu.reset": {"gpu": "GPU-00000001-fake", "stop_containers": True, "deadline_s": 120},
 }
 assert set(VALID) == set(COMMAND_KINDS)
 # Nested places where one field can go wrong while the rest stays valid.

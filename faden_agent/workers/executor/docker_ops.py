@@ -226,6 +226,11 @@ class DockerOps:
                 return None
         return container if name in (container.name, container.id) else None
 
+    def running_containers(self) -> list:
+        """Every running container of the engine (managed or not), inspected."""
+        with translated("listing running containers"):
+            return self.client.containers.list()
+
     def managed_containers(self) -> list:
         with translated("listing managed containers"):
             return self.client.containers.list(all=True, filters=protocol.MANAGED_FILTER)

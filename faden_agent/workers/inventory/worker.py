@@ -40,6 +40,8 @@ from faden_agent.workers.inventory.gpu.events import GpuErrorWatcher
 from faden_agent.workers.inventory.gpu.holds import Holds, read_boot_id
 from faden_agent.workers.inventory.gpu.kernel_xids import KernelXids
 from faden_agent.workers.inventory.gpu.node_notes import NodeNotes
+from faden_agent.workers.inventory.gpu.remedies import Remedies
+from faden_agent.workers.inventory.gpu.remedy import Tools
 from faden_agent.workers.inventory.gpu.xids import XidLog
 from faden_agent.workers.inventory.kernel.lines import KernelLines
 from faden_agent.workers.inventory.placement import placement
@@ -50,7 +52,7 @@ from faden_agent.workers.inventory.workloads.progress import STALLED
 from faden_agent.workers.inventory.workloads.watcher import FILTERS, WorkloadWatcher
 
 if TYPE_CHECKING:
-    from faden_agent.protocol.status import InventoryStatus, KernelLinesStatus
+    from faden_agent.protocol.status import GpuRemedyStatus, InventoryStatus, KernelLinesStatus
 
 log = logging.getLogger(__name__)
 
@@ -224,6 +226,20 @@ class InventoryWorker(Worker):
         )
         self._captures: Any = None  # capture/triggers.py, made at the first capture
         self._captures_made = threading.Lock()  # by the workloads thread or the main loop, once
+        self.remedies = Remedies(
+            Tools(
+                probe=self.collector.gpu,
+                watcher=self.gpu_watcher,
+                section=lambda: self.collector.gpu.last_section,
+                fabric_manager=self.notes.fabric_manager,
+                dcgmi=self.config.dcgmi,
+                nvidia_smi=self.config.nvidia_smi,
+                on_change=self._changed.set,
+                remember_group=lambda pgid: None,  # Remedies notes it
+            ),
+            self.start_thread,
+            self.config.runtime_dir,
+        )
         self.watchers: list[DockerChangeWatcher | GpuErrorWatcher] = [
             DockerChangeWatcher(self.config.docker_host, self._changed.set, self.stop_event),
             self.gpu_watcher,
@@ -250,6 +266,15 @@ class InventoryWorker(Worker):
                 answer = dict(self._evidence(body))
             elif message.type == door.CAPTURE:
                 answer = dict(self._capture(body))
+            elif message.type == door.GPU_USERS:
+                answer = dict(self._users(body))
+            elif message.type in (door.GPU_CHECK, door.GPU_RESET):
+                answer = dict(self.remedies.start(message.type, body))
+            elif message.type == door.GPU_JOB:
+                since = body.get("since")
+                answer = dict(self.remedies.poll(str(body.get("job")), since if type(since) is int else 0))
+            elif message.type == door.GPU_CANCEL:
+                answer = dict(self.remedies.cancel(str(body.get("job"))))
             else:
                 answer = {
                     "message": f"unknown request {protocol.quote(message.type, 60)}; this door answers {door.KINDS}"
@@ -277,6 +302,20 @@ class InventoryWorker(Worker):
         if isinstance(wanted, list):
             gpus = {uuid: gpus[uuid] for uuid in wanted[:64] if isinstance(uuid, str) and uuid in gpus}
         return {"gpus": gpus}
+
+    def _users(self, body: dict[str, Any]) -> door.UsersAnswer:
+        """Each GPU of the last NVML read with the processes NVML listed on it."""
+        wanted = body.get("uuids")
+        gpus: dict[str, door.GpuUse] = {}
+        for uuid, device in self.remedies.tools.devices().items():
+            if isinstance(wanted, list) and uuid not in wanted:
+                continue
+            processes: list[door.GpuProcess] = [
+                {"pid": p.get("pid"), "name": p.get("name"), "container_id": p.get("container_id")}
+                for p in device.get("processes") or ()
+            ]
+            gpus[uuid] = {"index": device["index"], "pci_bus_id": device.get("pci_bus_id"), "processes": processes}
+        return {"gpus": gpus, "read": self.collector.gpu.last_section is not None}
 
     def _capture(self, body: dict[str, Any]) -> door.CaptureAnswer:
         """A serving container died of a hardware cause (the executor): the event's `capture`,
@@ -459,6 +498,7 @@ class InventoryWorker(Worker):
             "kernel_lines": self._kernel_status(),
             "gpu_events": self.gpu_watcher.status(),
             "conditions": self.reporter.conditions.active() if self.reporter.conditions else {},
+            "gpu_remedy": self._remedy_status(),
             "gauges": {
                 **gauges(self.reporter.sections, self.traffic.last_sample),
                 "workloads": self.workloads.gauges(),
@@ -469,6 +509,13 @@ class InventoryWorker(Worker):
         if self._captures is not None:
             status["captures"] = self._captures.capturer.status()
         return status
+
+    def _remedy_status(self) -> GpuRemedyStatus | None:
+        """The check or reset running now (ps, tests); None when none."""
+        job = self.remedies.current
+        if job is None or job.done:
+            return None
+        return {"kind": job.kind, "job": job.id}  # steady while it runs: no heartbeat detail per step
 
     def _kernel_status(self) -> KernelLinesStatus | None:
         """The kernel line source and the Xid lines it brought (ps, tests)."""
@@ -485,6 +532,7 @@ class InventoryWorker(Worker):
 
     def teardown(self) -> None:
         self._changed.set()
+        self.remedies.stop()
         for watcher in self.watchers:
             watcher.stop()
         if self.reporter.kernel is not None:

@@ -75,9 +75,9 @@ VERDICT_OF = {rule.name: rule.verdict for rule in gpu_rules.RULES}
 
 def test_every_rule_drives_its_verdict_and_event(tmp_path, agent_factory):
     # The table is the contract: every rule but those about a GPU NVML cannot read (lost,
-    # missing, hung) or of the whole fabric (sxid_fatal: the tests below) has a fault here,
-    # one GPU per rule.
-    assert set(FAULTS) | {"lost", "missing", "hung", "sxid_fatal"} == set(VERDICT_OF)
+    # missing, hung), of the whole fabric (sxid_fatal: the tests below) or of a check
+    # (check_failed, check_warned: test_gpu_check.py) has a fault here, one GPU per rule.
+    assert set(FAULTS) | {"lost", "missing", "hung", "sxid_fatal", "check_failed", "check_warned"} == set(VERDICT_OF)
     names = list(FAULTS)
     gpus = GpuState(tmp_path / "nvml", count=len(names))
     agent, state_dir, first = start(tmp_path, agent_factory, gpus, gpu_throttle_sec=1)
@@ -209,7 +209,14 @@ def test_a_lost_gpu_and_a_vanished_one_fail_alone(tmp_path, agent_factory):
     wait_for(
         lambda: (
             agent.workers()["inventory"]["status"].get("gpu_events")
-            == {"watching": [0, 2], "lost": [1], "unwatched": {"1": "GPU is lost"}, "hung": None, "error": None}
+            == {
+                "watching": [0, 2],
+                "lost": [1],
+                "unwatched": {"1": "GPU is lost"},
+                "hung": None,
+                "error": None,
+                "let_go": False,
+            }
         ),
         10,
         what="the event set without the lost GPU",

@@ -15,7 +15,7 @@ import pytest
 from faden_agent.node.gpu_faults import EVIDENCE_FILE
 from tests.nvml.state import GpuState
 from tests.support.agentproc import wait_for
-from tests.support.gpuagent import health_events, newest_gpu, start
+from tests.support.gpuagent import health_events, kmsg_record, newest_gpu, start
 from tests.support.journalfiles import JournalWriter
 from tests.support.kernellog import boot_file, kernel_line, kmsg_record
 

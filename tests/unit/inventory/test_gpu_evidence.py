@@ -51,6 +51,16 @@ def full_file() -> dict[str, Any]:
                 "reset_view": {"failing": None, "ecc_corrected_volatile": 5, "retired_pending": False},
                 "last_reset": {"at": NOW - 3600, "sign": "ecc_corrected_volatile went back from 5 to 0", "boot": BOOT},
                 "containers": {"c" * 64: NOW - 20},
+                "last_check": {
+                    "at": NOW - 60,
+                    "tool": "dcgm",
+                    "level": 2,
+                    "outcome": "fail",
+                    "counted": True,
+                    "failed": ["memory: Found 3 faulty memory elements on GPU 0"],
+                    "warned": [],
+                    "boot": BOOT,
+                },
             }
         },
         "switches": {"0000:c1:00": [{"event": "sxid_fatal", "code": 20034, "at": NOW - 5, "source": "kernel"}]},
@@ -97,6 +107,7 @@ def use(state_dir: Path) -> str:
     gpu_evidence.restore(evidence, probe, {}, {})
     for uuid in evidence.gpus:
         probe.health.stale(uuid, None, None)  # a verdict from what was restored
+        probe.health.check_facts(uuid)
     gpu_evidence.gather(probe, {}, {})
     return "accepted"
 
@@ -130,6 +141,9 @@ def test_every_field_at_every_hostile_value_breaks_no_reader(tmp_path):
         (("gpus", "GPU-a", "xid", 0, "at"), 1e308),  # would fail the GPU forever
         (("gpus", "GPU-a", "xid", 0, "code"), "48"),
         (("switches", "0000:c1:00", 0, "at"), 1e308),
+        (("gpus", "GPU-a", "last_check", "counted"), "yes"),
+        (("gpus", "GPU-a", "last_check", "at"), 1e308),  # a failed check that never ends
+        (("gpus", "GPU-a", "last_check", "failed"), "memory"),
     ],
 )
 def test_the_wrong_fields_of_the_attack_are_quarantined_naming_the_field(tmp_path, at, value):

@@ -75,6 +75,12 @@ def test_each_rule_example_is_what_its_rule_says():
         "nvlink_down": {"nvlink_down": [3]},
         "pcie_replays": {"pcie_rising": True},
         "pcie_width": {"pcie": {"width": 8, "width_max": 16}},
+        "check_failed": {
+            "check_failed": ["DCGM diagnostic level 2 failed: memory: Found 1 faulty memory elements on GPU 0"]
+        },
+        "check_warned": {
+            "check_warned": ["DCGM diagnostic level 2 warned: pcie: GPU 0 host-side PCIe replay violation"]
+        },
         "fabric_pending": {"fabric": {"state": "in_progress", "status": None}},
         "nvml_error": {"nvml_errors": ["Unknown Error"]},
     }

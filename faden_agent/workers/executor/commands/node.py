@@ -20,6 +20,7 @@ from faden_agent.workers.executor.commands.container import STOP_TIMEOUT_S, drai
 from faden_agent.workers.executor.commands.frame import Commands
 from faden_agent.workers.executor.docker_ops import CommandFailed
 from faden_agent.workers.executor.kinds import COMMON, CommandKind, register
+from faden_agent.workers.executor.log_handoff import hand_over_logs
 from faden_agent.workers.executor.scheduler import Job
 
 log = logging.getLogger(__name__)
@@ -81,23 +82,8 @@ def _drain(commands: Commands, job: Job) -> dict[str, Any]:
     drainstate.update(state_dir, state=protocol.DRAINING, command_id=job.id, request_id=request_id, containers=phases)
     total = max(0.0, job.remaining_s())
     graceful_until = job.deadline - min(HARD_STOP_RESERVE_S, HARD_STOP_SHARE * total)
-    progress = _Progress(commands, job, phases)
-    outcomes: dict[str, dict[str, Any]] = {}
-    threads = [
-        threading.Thread(
-            target=_drain_one,
-            args=(commands, job, c, graceful_until, progress, outcomes),
-            name=f"drain-{c.name}"[:15],
-            daemon=True,
-        )
-        for c in targets
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(max(0.0, job.remaining_s() - JOIN_SLACK_S))
-    for container in targets:  # a thread still stuck in an engine call at the deadline
-        outcomes.setdefault(container.name, {"how": "unfinished", "message": "the engine did not answer in time"})
+    progress = Progress(commands, job, phases)
+    outcomes = stop_each(commands, job, targets, graceful_until, job.deadline, progress, remove=spec["remove"])
     hard = sorted(n for n, o in outcomes.items() if o["how"] == "hard_stopped")
     failed = {n: o["message"] for n, o in outcomes.items() if o["how"] in ("failed", "unfinished")}
     current = drainstate.read(state_dir)
@@ -122,23 +108,59 @@ def _drain(commands: Commands, job: Job) -> dict[str, Any]:
 def _targets(commands: Commands, names: list[str] | None) -> tuple[list[Any], list[str]]:
     """This agent's managed containers (its agent-id label) and the adopted ones that the spec
     names, all of them by default; the names asked for that are not there."""
-    adopted = commands.journal.adopted_ids()
-    agent_id = commands.config.agent_id
-    found = {
-        c.name: c
-        for c in managed_containers(commands.ops, commands.journal)
-        if c.id in adopted or (c.labels or {}).get(protocol.LABEL_AGENT_ID) == agent_id
-    }
+    found = ours(commands)
     if names is None:
         return [found[n] for n in sorted(found)], []
     return [found[n] for n in names if n in found], [n for n in names if n not in found]
 
 
-class _Progress:
-    """Per-container phases: one timeline record and one drain-state write per change."""
+def stop_each(
+    commands: Commands,
+    job: Job,
+    targets: list[Any],
+    graceful_until: float,
+    until: float,
+    progress: Progress,
+    remove: bool,
+) -> dict[str, dict[str, Any]]:
+    """Stops the containers side by side, each with its own grace until `graceful_until`, then
+    hard; their last lines shipped; removed with `remove`. Each one's outcome by name; one still
+    in an engine call at `until` is `unfinished`."""
+    outcomes: dict[str, dict[str, Any]] = {}
+    threads = [
+        threading.Thread(
+            target=_stop_one,
+            args=(commands, job, c, graceful_until, until, progress, outcomes, remove),
+            name=f"stop-{c.name}"[:15],
+            daemon=True,
+        )
+        for c in targets
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(max(0.0, until - time.time() - JOIN_SLACK_S))
+    for container in targets:  # a thread still stuck in an engine call at the deadline
+        outcomes.setdefault(container.name, {"how": "unfinished", "message": "the engine did not answer in time"})
+    return outcomes
 
-    def __init__(self, commands: Commands, job: Job, phases: dict[str, str]):
-        self.commands, self.job = commands, job
+
+def ours(commands: Commands) -> dict[str, Any]:
+    """name -> container of this agent's managed containers (its agent-id label) and adopted ones."""
+    adopted = commands.journal.adopted_ids()
+    agent_id = commands.config.agent_id
+    return {
+        c.name: c
+        for c in managed_containers(commands.ops, commands.journal)
+        if c.id in adopted or (c.labels or {}).get(protocol.LABEL_AGENT_ID) == agent_id
+    }
+
+
+class Progress:
+    """Per-container phases: one timeline record (and, for a drain, one drain-state write) per change."""
+
+    def __init__(self, commands: Commands, job: Job, phases: dict[str, str], drain: bool = True):
+        self.commands, self.job, self.drain = commands, job, drain
         self._phases = dict(phases)
         self._lock = threading.Lock()
 
@@ -150,37 +172,43 @@ class _Progress:
         with self._lock:
             self._phases[name] = phase
             try:
-                drainstate.update(self.commands.config.state_dir, containers=dict(self._phases))
+                if self.drain:
+                    drainstate.update(self.commands.config.state_dir, containers=dict(self._phases))
                 self.commands.progress(self.job, phase=phase, container=name, **fields)
-            except Exception:  # noqa: BLE001 - progress is a courtesy; the drain goes on
-                log.exception("drain: could not report %s of %s", phase, name)
+            except Exception:  # noqa: BLE001 - progress is a courtesy; the stops go on
+                log.exception("could not report %s of %s", phase, name)
 
 
-def _drain_one(
+def _stop_one(
     commands: Commands,
     job: Job,
     container: Any,
     graceful_until: float,
-    progress: _Progress,
+    until: float,
+    progress: Progress,
     outcomes: dict[str, dict[str, Any]],
+    remove: bool,
 ) -> None:
     name = container.name
     try:
         outcome = _stop(commands, container, graceful_until)
         progress.note(name, "stopped" if outcome["how"] != "hard_stopped" else "hard_stopped", **outcome)
-        if job.spec["remove"]:
-            # What is left of the deadline, less the removal: a container killed at the end of the
-            # graceful part still has its last lines shipped (a fixed share left none of a short one).
-            logs_wait = max(0.0, min(LOGS_WAIT_MAX_S, job.remaining_s() - REMOVE_RESERVE_S))
+        # What is left of the deadline, less the removal: a container killed at the end of the
+        # graceful part still has its last lines shipped (a fixed share left none of a short one).
+        logs_wait = max(0.0, min(LOGS_WAIT_MAX_S, until - time.time() - REMOVE_RESERVE_S))
+        if remove:
             drain_and_remove(commands, container, force=True, timeout_s=0, logs_wait_s=logs_wait)
             outcome["removed"] = True
             progress.note(name, "removed")
+        else:
+            outcome["lines_shipped"] = hand_over_logs(commands.config, container, logs_wait)
+            progress.note(name, "lines_shipped" if outcome["lines_shipped"] else "lines_not_confirmed")
         outcomes[name] = outcome
     except CommandFailed as failure:
         outcomes[name] = {"how": "failed", "reason": failure.reason, "message": failure.message}
         progress.note(name, "failed", reason=failure.reason, message=failure.message)
-    except Exception as exc:  # noqa: BLE001 - one container's surprise must not end the drain
-        log.exception("drain: stopping %s failed", name)
+    except Exception as exc:  # noqa: BLE001 - one container's surprise must not end the others' stops
+        log.exception("stopping %s failed", name)
         outcomes[name] = {"how": "failed", "reason": "internal_error", "message": f"{type(exc).__name__}: {exc}"}
 
 

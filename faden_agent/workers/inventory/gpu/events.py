@@ -52,6 +52,8 @@ class GpuErrorWatcher:
         self._uuids: dict[int, str] = {}  # device handle -> UUID, for the events' device
         self.stop_event = stop_event
         self.thread: threading.Thread | None = None
+        self._letting_go = threading.Event()  # asked to let NVML go (a reset): set until retake()
+        self._let_go = threading.Event()  # NVML is let go: the set freed, nvmlShutdown called
 
     @property
     def watching(self) -> int:
@@ -64,6 +66,33 @@ class GpuErrorWatcher:
     def stop(self) -> None:
         self.stop_event.set()
 
+    def release(self, wait_s: float = 5.0) -> bool:
+        """Frees the event set and shuts NVML down until `retake()` (within one wait); True
+        once done, or when the watch does not run."""
+        self._letting_go.set()
+        thread = self.thread
+        if thread is None or not thread.is_alive():
+            return True
+        return self._let_go.wait(wait_s) or not thread.is_alive()
+
+    def retake(self) -> None:
+        self._letting_go.clear()
+
+    def _sleep(self, seconds: float) -> None:
+        """Until `seconds` passed, the worker stops or NVML is to be let go."""
+        until = time.monotonic() + seconds
+        while not self.stop_event.is_set() and not self._letting_go.is_set():
+            left = until - time.monotonic()
+            if left <= 0:
+                return
+            self.stop_event.wait(min(left, 0.2))
+
+    def _wait_while_let_go(self) -> None:
+        self._let_go.set()
+        while self._letting_go.is_set() and not self.stop_event.is_set():
+            self.stop_event.wait(0.1)
+        self._let_go.clear()
+
     def status(self) -> GpuEventsStatus:
         """Which GPUs are watched and which are not (why); a call that hangs."""
         return {
@@ -72,6 +101,7 @@ class GpuErrorWatcher:
             "unwatched": {str(index): why for index, why in sorted(self.unwatched.items())},
             "hung": self.hung(),
             "error": self.error,
+            "let_go": self._let_go.is_set(),
         }
 
     def hung(self) -> str | None:
@@ -104,13 +134,16 @@ class GpuErrorWatcher:
             self.nvml = TracedNvml(nvml)
         nvml = self.nvml
         while not self.stop_event.is_set():
+            if self._letting_go.is_set():
+                self._wait_while_let_go()
+                continue
             try:
                 nvml.nvmlInit()
             except nvml.NVMLError as exc:
                 log.debug("no GPU events: %s", exc)
                 return  # no library or no driver: nothing to watch
             try:
-                while not self.stop_event.is_set():
+                while not self.stop_event.is_set() and not self._letting_go.is_set():
                     outcome = self._watch(nvml)
                     if outcome == NOTHING:
                         return
@@ -118,14 +151,15 @@ class GpuErrorWatcher:
                         self.error = None
                     if outcome == LOST:  # registered again at once, without the lost GPU
                         self.on_change()
-                        self.stop_event.wait(min(RETRY_S, LOST_PAUSE_S * 2 ** min(self._failed_waits, 8)))
+                        self._sleep(min(RETRY_S, LOST_PAUSE_S * 2 ** min(self._failed_waits, 8)))
             except nvml.NVMLError as exc:
                 self.error = f"NVML: {exc}"
                 log.warning("GPU event watch failed (%s); a record follows, watching again in %.0f s", exc, RETRY_S)
                 self.on_change()  # the failure itself is news
             finally:
                 self._shutdown(nvml)
-            self.stop_event.wait(RETRY_S)
+            if not self._letting_go.is_set():
+                self._sleep(RETRY_S)
 
     def _watch(self, nvml: Any) -> str:
         """Wait for events until stopped (STOPPED), a GPU is lost, a wait fails or a GPU left
@@ -139,11 +173,11 @@ class GpuErrorWatcher:
             if not self.watched:
                 if not self.unwatched:
                     return NOTHING
-                self.stop_event.wait(RETRY_S)
+                self._sleep(RETRY_S)
                 return RETRY
             built = time.monotonic()
             wait = getattr(nvml, "nvmlEventSetWait_v2", None) or nvml.nvmlEventSetWait
-            while not self.stop_event.is_set():
+            while not self.stop_event.is_set() and not self._letting_go.is_set():
                 try:
                     data = wait(event_set, WAIT_MS)
                 except nvml.NVMLError as exc:

@@ -100,6 +100,7 @@ class HealthReader:
         self.rising_s = rising_s
         self.clock = clock
         self._tracks: dict[str, _Track] = {}
+        self.checks: dict[str, dict[str, Any]] = {}  # uuid -> its last check (gpu.check, gpu.reset)
 
     # --- a GPU NVML answers for
 
@@ -160,6 +161,7 @@ class HealthReader:
             "recovery_action": recovery,
             "temperature_limits": _some(dict(track.thresholds)),
             "last_reset": self.holds.last_reset(uuid),
+            "last_check": self.checks.get(uuid),
         }
         clock_events = self._clock_events(mask, track, now)
         facts.update(
@@ -181,6 +183,7 @@ class HealthReader:
             pcie_rising=self._pcie_rate(track, values["pcie_replay"], now),
             nvlink_rising=[n for n in NVLINK_COUNTERS if self._rising(track, f"nvlink_{n}", values, now)],
             temperature={"gpu": temperature, "memory": values["memory_temperature"], **track.thresholds},
+            **self.check_facts(uuid),
         )
         health["verdict"], health["reasons"] = gpu_rules.verdict(facts)
         track.facts = facts
@@ -359,6 +362,30 @@ class HealthReader:
         track.facts = {**track.facts, "sxid_fatal": faults}
         health["verdict"], health["reasons"] = gpu_rules.verdict(track.facts)
 
+    # --- checks (gpu.check, the check after gpu.reset)
+
+    def note_check(self, uuid: str, check: dict[str, Any]) -> None:
+        """The GPU's last check (checks.py's form); its facts count from the next read."""
+        self.checks[uuid] = check
+        track = self._tracks.get(uuid)
+        if track is not None and track.facts:
+            track.facts = {**track.facts, **self.check_facts(uuid)}
+
+    def check_facts(self, uuid: str) -> dict[str, list[str]]:
+        """check_failed / check_warned: the failed and warned tests of the GPU's last DCGM
+        diagnostic, while it counts: run on an idle GPU, in this boot, no reset seen after it."""
+        check = self.checks.get(uuid)
+        if not check or check.get("tool") != "dcgm" or not check.get("counted"):
+            return {"check_failed": [], "check_warned": []}
+        reset = self.holds.last_reset(uuid)
+        if (reset and reset["at"] >= check["at"]) or self.holds.rebooted_since(check):
+            return {"check_failed": [], "check_warned": []}
+        said = f"DCGM diagnostic level {check['level']}"
+        return {
+            "check_failed": [f"{said} failed: {t}" for t in check.get("failed") or ()],
+            "check_warned": [f"{said} warned: {t}" for t in check.get("warned") or ()],
+        }
+
     # --- what an earlier run saw (gpu/evidence.py)
 
     def baselines(self) -> dict[str, dict[str, Any]]:
@@ -369,6 +396,7 @@ class HealthReader:
                 "links_up": sorted(t.links_up),
                 "reset_view": dict(t.view),
                 "last_reset": self.holds.last_reset(uuid),
+                "last_check": self.checks.get(uuid),
             }
             for uuid, t in list(self._tracks.items())  # also read by the door's thread: a copy first
         }
@@ -381,9 +409,12 @@ class HealthReader:
         track.links_up = set(saved.get("links_up") or ())
         track.view = dict(saved.get("reset_view") or {})
         self.holds.restore(uuid, saved.get("last_reset"))
+        if isinstance(saved.get("last_check"), dict):
+            self.checks[uuid] = dict(saved["last_check"])
 
     def forget(self, uuid: str) -> None:
         self._tracks.pop(uuid, None)
+        self.checks.pop(uuid, None)
         self.holds.forget(uuid)
         self.xids.forget(uuid)
 

@@ -58,12 +58,14 @@ class Holds:
         self._resets: dict[str, dict[str, Any]] = {}  # uuid -> {"at", "sign", "boot"}
 
     def reset_seen(self, uuid: str, sign: str, at: float | None = None) -> None:
+        """A reset of the GPU at `at` (now by default); an older one than the last kept is not
+        (NVML's view of a reset the agent did itself is seen after it, dated before it)."""
+        at = round(self.clock() if at is None else at, 3)
         with self._lock:
-            self._resets[uuid] = {
-                "at": round(self.clock() if at is None else at, 3),
-                "sign": sign,
-                "boot": self.boot_id,
-            }
+            kept = self._resets.get(uuid)
+            if kept is not None and kept["at"] > at and kept.get("boot") == self.boot_id:
+                return
+            self._resets[uuid] = {"at": at, "sign": sign, "boot": self.boot_id}
 
     def last_reset(self, uuid: str | None) -> dict[str, Any] | None:
         with self._lock:

@@ -19,7 +19,7 @@ from faden_agent.workers.inventory.gpu.containers import container_of_pid
 from faden_agent.workers.inventory.gpu.evidence import seen_at
 from faden_agent.workers.inventory.gpu.health import HealthReader, node_health
 from faden_agent.workers.inventory.gpu.kernel_xids import bus_key
-from faden_agent.workers.inventory.gpu.rules import OK, XIDS, xid_reason
+from faden_agent.workers.inventory.gpu.rules import DEGRADED, OK, XIDS, xid_reason
 
 REASON_NO_PYNVML = "pynvml (nvidia-ml-py) not installed"
 REASON_NO_LIBRARY = "NVML library not found"
@@ -104,6 +104,8 @@ class GpuProbe:
         self.replaced: list[dict[str, Any]] = []  # GPUs a new uuid replaced at their bus id, not yet reported
         self._reading: int | None = None  # the GPU index being read, for a hung call
         self.lock = threading.Lock()  # a round, or a change of `seen` from another thread (forget)
+        self.released: str | None = None  # why NVML is let go (a reset): rounds read nothing meanwhile
+        self.last_section: dict[str, Any] | None = None  # the last round that read NVML
         self.gpm: Any = None  # gpu/gpm.py's sampler, made where a GPU is read
 
     # --- the probe
@@ -113,6 +115,8 @@ class GpuProbe:
             return self._round()
 
     def _round(self) -> dict[str, Any]:
+        if self.released is not None:
+            return self._unread()
         system = self._read()
         devices = system["devices"]
         missing = self._missing(devices)
@@ -133,7 +137,73 @@ class GpuProbe:
             system["unplaced_xids"] = unplaced
         notes = [*unplaced_notes(unplaced, self.health), *(self.notes(system) if self.notes else ())]
         system["health"] = node_health(devices, missing, problem, notes)
+        self.last_section = system
         return system
+
+    # --- NVML let go for a reset (nvmlInit attaches every GPU: a client holds them all)
+
+    def release(self, why: str, wait_s: float = 2.0) -> str | None:
+        """Shuts NVML down for this probe until `retake()`; rounds meanwhile judge the last read
+        again. None when done; else why not (a round holds the probe in a call)."""
+        if not self.lock.acquire(timeout=wait_s):
+            return f"the GPU probe is in a round ({self.hung_call()})"
+        try:
+            self.released = why
+            if self._initialized and self.nvml is not None:
+                if self.gpm is not None:
+                    self.gpm.retain(self.nvml, set())  # its samples are NVML's: freed before it goes
+                try:
+                    self.nvml.nvmlShutdown()
+                except self.nvml.NVMLError:
+                    pass
+                self._initialized = False
+        finally:
+            self.lock.release()
+        return None
+
+    def retake(self) -> None:
+        with self.lock:
+            self.released = None
+
+    def _unread(self) -> dict[str, Any]:
+        """The section while NVML is let go: the last read, each GPU judged again with the Xids
+        logged since (the kernel's lines go on), the release a node reason."""
+        section = copy.deepcopy(self.last_section) if self.last_section else unavailable("NVML let go")
+        devices = section.get("devices") or []
+        for device in devices:
+            device["health"] = self.health.stale(device.get("uuid"), device.get("health"), None)
+        note = [(DEGRADED, f"NVML let go for {self.released}: GPUs read again after it")]
+        section["health"] = node_health(devices, section.get("missing") or [], None, note)
+        return section
+
+    def read_one(self, uuid: str, wait_s: float = 30.0) -> dict[str, Any]:
+        """A fresh full read of one GPU, as a round reads it (its NVML minor number added);
+        {"state": "error", "error": ...} when NVML cannot read it, or a round holds the probe
+        longer than `wait_s` (a hung call)."""
+        if not self.lock.acquire(timeout=wait_s):
+            return {"state": "error", "error": f"the GPU probe is in a round ({self.hung_call()})"}
+        try:
+            seen = self.seen.get(uuid)
+            if seen is None:
+                return {"state": "error", "error": f"no GPU {uuid} was ever seen here"}
+            if self.nvml is None or self.released is not None:
+                return {"state": "error", "index": seen["index"], "error": "NVML is let go"}
+            reason = self._init(self.nvml)
+            if reason:
+                return {"state": "error", "index": seen["index"], "error": reason}
+            device = self._device(seen["index"])
+            if device.get("uuid") != uuid:
+                return {**device, "state": "error", "error": device.get("error") or f"GPU {seen['index']} is another"}
+            device["minor_number"] = self._optional_quiet(self.nvml.nvmlDeviceGetMinorNumber, device["index"])
+            return device
+        finally:
+            self.lock.release()
+
+    def _optional_quiet(self, fn: Callable[..., Any], index: int) -> Any:
+        try:
+            return self._optional(fn, self.nvml.nvmlDeviceGetHandleByIndex(index))
+        except self.nvml.NVMLError:
+            return None
 
     def call_age(self) -> float | None:
         """How long the NVML call in flight has run (Probe's per-call bound reads it)."""

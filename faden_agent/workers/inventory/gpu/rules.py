@@ -205,6 +205,14 @@ RULES: tuple[Rule, ...] = (
         "fabric registration failed: Unknown Error",
     ),
     Rule(
+        "check_failed",
+        FAILED,
+        "DCGM's diagnostic (`gpu.check`, or the check after `gpu.reset`) failed a test on this GPU while it ran no "
+        "work, until a later check passes, the GPU is reset or the machine reboots",
+        _listed("check_failed", "{}"),
+        "DCGM diagnostic level 2 failed: memory: Found 1 faulty memory elements on GPU 0",
+    ),
+    Rule(
         "xid_degrading",
         DEGRADED,
         _xid_list(XID_DEGRADED),
@@ -303,6 +311,13 @@ RULES: tuple[Rule, ...] = (
         f"more than {PCIE_REPLAYS_PER_MINUTE} PCIe replays within a minute (DCGM's rate), seen within GPU_RISING_SEC",
         _flag("pcie_rising", f"PCIe replays over {PCIE_REPLAYS_PER_MINUTE} a minute"),
         f"PCIe replays over {PCIE_REPLAYS_PER_MINUTE} a minute",
+    ),
+    Rule(
+        "check_warned",
+        DEGRADED,
+        "DCGM's diagnostic warned on this GPU while it ran no work (as `check_failed` ends)",
+        _listed("check_warned", "{}"),
+        "DCGM diagnostic level 2 warned: pcie: GPU 0 host-side PCIe replay violation",
     ),
     Rule("pcie_width", DEGRADED, "PCIe link narrower than its maximum width", _pcie_width, "PCIe link x8 of x16"),
     Rule(
