@@ -1,8 +1,10 @@
 """GPU health read cost: CPU per round of 8 GPUs with the health read vs the plain read, and
 with GPM's activity figures (gpu/gpm.py: two samples a GPU a round) vs GPUs without GPM;
-the kernel line source's idle CPU (its journalctl and thread, over --idle-s seconds).
+the kernel line source's idle CPU (its journalctl and thread, over --idle-s seconds), and
+each consumer's CPU per kernel line (the Xid reader, the node conditions' reader).
 
-    python3 bench/gpu_health_bench.py [--gpus 8] [--rounds 200] [--idle-s 10] [--json OUT.json]
+    python3 bench/gpu_health_bench.py [--gpus 8] [--rounds 200] [--idle-s 10] [--lines 20000]
+                                      [--json OUT.json]
 
 Same run, real pynvml, the tests' C libnvidia-ml.so.1 (built with cc); this thread's CPU.
 """
@@ -23,12 +25,15 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.output import emit
+from faden_agent.config import load_config
+from faden_agent.workers.inventory.conditions.evaluate import kernel_holds
+from faden_agent.workers.inventory.conditions.kernel import KernelConditions
 from faden_agent.workers.inventory.gpu.health import HealthReader
 from faden_agent.workers.inventory.gpu.holds import read_boot_id
 from faden_agent.workers.inventory.gpu.kernel_xids import KernelXids
 from faden_agent.workers.inventory.gpu.probe import GpuProbe
 from faden_agent.workers.inventory.gpu.xids import XidLog
-from faden_agent.workers.inventory.kernel.lines import KernelLines
+from faden_agent.workers.inventory.kernel.lines import JOURNALD, KernelLine, KernelLines
 from tests.nvml.gpm import with_gpm
 from tests.nvml.state import GpuState, load_in_process
 from tests.support.journalfiles import JournalWriter
@@ -168,6 +173,7 @@ def kernel_log_idle(idle_s: float) -> dict[str, Any]:
         source = KernelLines(threading.Event(), journal.boot_id, journal_directory=journal.directory)
         reader = KernelXids(XidLog(), lambda key: "GPU-a", lambda: None)
         source.add(reader)
+        source.add(conditions_reader(journal.boot_id))
         thread = threading.Thread(target=source.run, daemon=True)
         started = time.monotonic()
         thread.start()
@@ -192,14 +198,54 @@ def kernel_log_idle(idle_s: float) -> dict[str, Any]:
     }
 
 
+def conditions_reader(boot_id: str | None) -> KernelConditions:
+    holds = kernel_holds(load_config({"FADEN_NODE_AGENT_STATE_PATH": "/nonexistent/state.json"}))
+    return KernelConditions(boot_id, holds, lambda: None)
+
+
+# a kernel log as a busy GPU machine writes it: most lines carry nothing for either consumer
+KERNEL_MIX = (
+    "usb 1-1: new high-speed USB device number 2 using xhci_hcd",
+    "eth0: renamed from veth1a2b3c4",
+    "docker0: port 3(veth9f8e7d6) entered forwarding state",
+    "EXT4-fs (nvme0n1p2): mounted filesystem with ordered data mode. Quota mode: none.",
+    'audit: type=1400 audit(1700000000.000:42): apparmor="STATUS" operation="profile_load"',
+    "nvidia-nvlink: Nvlink Core is being initialized, major device number 239",
+    "NVRM: Xid (PCI:0000:17:00): 13, pid=1234, name=python3, Graphics Exception: ESR 0x405840=0x0",
+    "INFO: task python3:4242 blocked for more than 120 seconds.",
+    "Memory cgroup out of memory: Killed process 9306 (tail) total-vm:34288kB, anon-rss:32128kB",
+    "mce: [Hardware Error]: Machine check events logged",
+)
+
+
+def consumer_cpu_per_line(lines: int) -> dict[str, Any]:
+    """Thread CPU per kernel line handed to each consumer, over `lines` lines of KERNEL_MIX."""
+    mix = [KernelLine(KERNEL_MIX[n % len(KERNEL_MIX)], time.time(), None, JOURNALD, 3) for n in range(lines)]
+    out: dict[str, Any] = {"kernel_lines_handed": lines}
+    for name, consumer in (
+        ("xids", KernelXids(XidLog(), lambda key: "GPU-a", lambda: None, container_of=lambda pid: None)),
+        ("node_conditions", conditions_reader(None)),
+    ):
+        best = float("inf")
+        for _ in range(3):
+            started = time.thread_time()
+            for line in mix:
+                consumer.take(line)
+            best = min(best, time.thread_time() - started)
+        out[f"consumer_{name}_cpu_us_per_line"] = round(best * 1e6 / lines, 2)
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--idle-s", type=float, default=10.0)
+    parser.add_argument("--lines", type=int, default=20000)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    emit({**measure(args.gpus, args.rounds), **kernel_log_idle(args.idle_s)}, args.json)
+    figures = {**measure(args.gpus, args.rounds), **kernel_log_idle(args.idle_s)}
+    emit({**figures, **consumer_cpu_per_line(args.lines)}, args.json)
     return 0
 
 

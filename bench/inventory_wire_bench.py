@@ -3,9 +3,11 @@
 bench/counting_proxy.py; idle (GPU gauges moving like a serving GPU's: utilisation and power
 change every round) and with a managed container started and removed every minute.
 
-    sudo python3 bench/inventory_wire_bench.py [--gpus 1 8 16] [--window 600] [--events-window 300]
+    sudo python3 bench/inventory_wire_bench.py [--gpus 1 8 16] [--rdma 8] [--window 600] [--events-window 300]
 
 It runs in a network namespace of its own with 10 NICs (veth pairs) (--host-network: not).
+With --rdma N the machine also has N RDMA NICs (InfiniBand, one beside each GPU under its PCIe
+switch) in a sysfs tree of its own (tests/support/fakesysfs.py): topology and node conditions.
 
 Prints up bytes/s by path and record kind, and the bytes each container start or removal
 adds over the idle rate. Every figure is a rate over its window: a shorter window gives the
@@ -35,6 +37,7 @@ from bench.counting_proxy import CountingProxy
 from bench.footprint_bench import metered_agent
 from faden_agent import protocol
 from tests.nvml.state import GiB, GpuState
+from tests.support.fakesysfs import FakeSysfs
 from tests.support.privateengine import PrivateEngine
 
 LINKS = 18
@@ -45,7 +48,8 @@ IMAGE = executor_bench.IMAGE
 
 def serving_gpus(directory: Path, count: int) -> GpuState:
     state = GpuState(directory, count=count)
-    for gpu in state.gpus:
+    for k, gpu in enumerate(state.gpus):
+        gpu["fabric"] = {"state": 3, "status": 0, "clique": 1 + k // 8, "cluster_uuid": f"{k // 8:032x}"}
         gpu["nvlink"] = {
             "links": LINKS,
             **{str(n): {"active": 1, "replay": 0, "recovery": 0, "crc_flit": 0, "crc_data": 0} for n in range(LINKS)},
@@ -139,16 +143,21 @@ def stored_records(root: Path, since: float) -> dict[str, Any]:
     return out
 
 
-def measure(gpus: int, idle_s: float, events_s: float, root: Path) -> dict[str, Any]:
+def measure(gpus: int, idle_s: float, events_s: float, root: Path, rdma: int = 0) -> dict[str, Any]:
     state = serving_gpus(root / "nvml", gpus)
     stop = threading.Event()
     mover = threading.Thread(target=move_gauges, args=(state, stop, random.Random(gpus)), daemon=True)
-    result: dict[str, Any] = {"gpus": gpus, "links": LINKS}
-    with metered_agent(root, state.env()) as rig:
+    result: dict[str, Any] = {"gpus": gpus, "links": LINKS, "rdma": rdma}
+    env = state.env()
+    if rdma:
+        env["FADEN_NODE_AGENT_SYSFS_ROOT"] = str(FakeSysfs(root / "sys", gpus=gpus, nics=rdma).root)
+    with metered_agent(root, env) as rig:
         try:
             mover.start()
             view = rig.backend.inventory(rig.node)["inventory"]
             result["full_record_bytes"] = len(json.dumps(view, separators=(",", ":")))
+            for section in ("topology", "conditions", "labels"):
+                result[f"{section}_bytes"] = len(json.dumps(view.get(section), separators=(",", ":")))
             since = time.time()
             result["idle"] = window(rig.proxy, idle_s)
             result["idle"]["records"] = stored_records(root, since)
@@ -189,6 +198,7 @@ def main() -> int:
     parser.add_argument("--events-window", type=float, default=300.0, help="seconds of container churn (0: none)")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--nics", type=int, default=10, help="NICs of its own network namespace (veth pairs)")
+    parser.add_argument("--rdma", type=int, default=0, help="RDMA NICs in a sysfs tree of its own (0: none)")
     parser.add_argument("--host-network", action="store_true", help="on the machine's own interfaces instead")
     args = parser.parse_args()
     if not args.host_network:
@@ -196,10 +206,12 @@ def main() -> int:
     results = []
     for count in args.gpus:
         with tempfile.TemporaryDirectory(prefix="fxwire-") as tmp:
-            result = measure(count, args.window, args.events_window, Path(tmp))
+            result = measure(count, args.window, args.events_window, Path(tmp), args.rdma)
         results.append(result)
         idle, churn = result["idle"], result.get("container_every_minute")
-        line = f"{count:3d} GPUs x {LINKS} links: idle {idle['up_bytes_per_s']:.1f} B/s over {idle['seconds']:.0f} s"
+        line = f"{count:3d} GPUs x {LINKS} links, {args.rdma} RDMA NICs: idle {idle['up_bytes_per_s']:.1f} B/s"
+        line += f" over {idle['seconds']:.0f} s (full record {result['full_record_bytes']} B, topology"
+        line += f" {result['topology_bytes']} B, conditions {result['conditions_bytes']} B)"
         if churn:
             line += f"; churn {churn['up_bytes_per_s']:.1f} B/s, {churn['bytes_per_event_over_idle']} B per event"
         print(line, flush=True)

@@ -218,6 +218,79 @@ def _path_list(raw: str) -> tuple[Path, ...]:
     return tuple(_expanded(p) for p in raw.split(":") if p.strip())
 
 
+MAX_LABELS = 32
+MAX_LABEL_CHARS = 63
+_LABEL_KEY = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._/-]{0,61}[A-Za-z0-9])?")
+_LABEL_VALUE = re.compile(r"([A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?)?")
+
+
+def node_labels(raw: str) -> tuple[tuple[str, str], ...]:
+    """`key=value,...` -> ((key, value), ...) sorted by key; ValueError naming the first bad pair."""
+    pairs: dict[str, str] = {}
+    for item in (part.strip() for part in raw.split(",")):
+        if not item:
+            continue
+        key, sep, value = (half.strip() for half in item.partition("="))
+        shown = redact_text(repr(item[:80]))
+        if not sep:
+            raise ValueError(f"key=value pairs separated by commas: {shown} has no =")
+        if not _LABEL_KEY.fullmatch(key):
+            raise ValueError(
+                f"a label key of 1-{MAX_LABEL_CHARS} letters, digits and . _ / - (alphanumeric at both ends): {shown}"
+            )
+        if not _LABEL_VALUE.fullmatch(value):
+            raise ValueError(
+                f"a label value of at most {MAX_LABEL_CHARS} letters, digits and . _ - (alphanumeric at both ends):"
+                f" {shown}"
+            )
+        if key in pairs:
+            raise ValueError(f"each key once: {key!r} is given twice")
+        pairs[key] = value
+        if len(pairs) > MAX_LABELS:
+            raise ValueError(f"at most {MAX_LABELS} labels")
+    return tuple(sorted(pairs.items()))
+
+
+_INTERFACE = re.compile(r"[A-Za-z0-9_.:@-]{1,15}")  # the kernel's IFNAMSIZ less the NUL
+
+
+def _interfaces(raw: str) -> tuple[str, ...]:
+    names = tuple(name.strip() for name in raw.split(",") if name.strip())
+    bad = next((name for name in names if not _INTERFACE.fullmatch(name) or name in (".", "..")), None)
+    if bad is not None:
+        raise ValueError(f"interface names separated by commas (1-15 characters, no / or space): {bad[:40]!r}")
+    if len(names) > 64:
+        raise ValueError("at most 64 interface names")
+    return names
+
+
+def _auto_count(raw: str) -> int | None:
+    """`auto` (None) or a whole number >= 0."""
+    if raw.strip().lower() == "auto":
+        return None
+    return _int_between(raw, 0, 4096, "auto or a whole number >= 0")
+
+
+def _auto_number(raw: str) -> float | None:
+    """`auto` (None) or a number >= 0."""
+    if raw.strip().lower() == "auto":
+        return None
+    try:
+        return _non_negative_number(raw)
+    except ValueError:
+        raise ValueError("auto or a number >= 0") from None
+
+
+def _hold(raw: str) -> float | None:
+    """`boot` (None: until the next boot) or a duration."""
+    if raw.strip().lower() == "boot":
+        return None
+    try:
+        return _seconds(raw)
+    except ValueError:
+        raise ValueError("boot or a positive number of seconds (e.g. 90, 90s, 5m, 1h)") from None
+
+
 # --- defaults that depend on the machine
 
 
@@ -482,7 +555,82 @@ class Config:
     sysfs_root: Path = setting(
         "/sys",
         _path,
-        "Where sysfs is mounted (InfiniBand/RoCE counters under class/infiniband); tests point it at a fake tree",
+        "Where sysfs is mounted (InfiniBand/RoCE ports under class/infiniband, the PCI tree, NIC links);"
+        " tests point it at a fake tree",
+    )
+    labels: tuple[tuple[str, str], ...] = setting(
+        "",
+        node_labels,
+        "Operator labels of this machine, `key=value,...` (at most 32; keys and values of at most 63 letters,"
+        " digits and `. _ -`, keys also `/`), sent at enrollment and in the inventory"
+        " ([docs/protocol.md](docs/protocol.md#labels-and-topology))",
+    )
+    data_nics: tuple[str, ...] = setting(
+        "",
+        _interfaces,
+        "Interfaces whose link must be up (comma-separated): the `network_link_down` condition;"
+        " unset: the network interfaces of the RDMA devices, once seen up"
+        " ([docs/inventory.md](docs/inventory.md#node-conditions))",
+    )
+    ib_min_ports: int | None = setting(
+        "auto",
+        _auto_count,
+        "InfiniBand ports that must be active (`infiniband_port_down`); `auto`: gpud's table by GPU model on a"
+        " machine of 8 or more GPUs (8 for H100, H200, B200, GB200; 1 for A100), else no count; `0`: no count",
+    )
+    ib_min_rate_gbps: float | None = setting(
+        "auto",
+        _auto_number,
+        "Rate an active InfiniBand port must reach (`infiniband_rate_low`); `auto`: gpud's table by GPU model on a"
+        " machine of 8 or more GPUs (400 for H100, H200, B200, GB200; 200 for A100), else none; `0`: none",
+    )
+    ib_rising_sec: float = setting(
+        "600",
+        _seconds,
+        "How long a rise of an InfiniBand port's link-down or error counter keeps `infiniband_errors_rising`",
+    )
+    clock_max_error_sec: float = setting(
+        "16",
+        _seconds,
+        "The kernel's clock counts as synchronised while its maximum error is below this (timedatectl's rule:"
+        " 16 s); above it the `clock_unsynchronised` condition",
+    )
+    clock_status_file: Path | None = setting(
+        None,
+        _optional_path,
+        "Read the kernel's clock status from this file (`adjtimex --print`'s `name: value` lines) instead of"
+        " adjtimex(2); tests point it at a file they write",
+    )
+    kernel_hung_task_hold_sec: float | None = setting(
+        "boot",
+        _hold,
+        "How long a kernel line of a hung task (`blocked for more than N seconds`) keeps `kernel_hung_task`;"
+        " `boot`: until the next boot (node-problem-detector's `KernelDeadlock`)"
+        " ([docs/inventory.md](docs/inventory.md#node-conditions))",
+    )
+    kernel_lockup_hold_sec: float | None = setting(
+        "3600",
+        _hold,
+        "How long a soft or hard lockup line keeps `kernel_lockup` (node-problem-detector's temporary problems:"
+        " a Kubernetes event, kept 1 h); `boot`: until the next boot",
+    )
+    hardware_error_uncorrected_hold_sec: float | None = setting(
+        "boot",
+        _hold,
+        "How long an uncorrected machine check or EDAC `UE` line keeps `hardware_error_uncorrected`; `boot`: until"
+        " the next boot (the remedy of a reboot-class Xid)",
+    )
+    hardware_error_corrected_hold_sec: float | None = setting(
+        "3600",
+        _hold,
+        "How long a corrected machine check or EDAC `CE` line keeps `hardware_error_corrected`"
+        " (node-problem-detector's `CE memory read error`, a temporary problem: 1 h); `boot`: until the next boot",
+    )
+    oom_kill_hold_sec: float | None = setting(
+        "3600",
+        _hold,
+        "How long the kernel's OOM killer acting for the whole machine keeps `oom_kill` (node-problem-detector's"
+        " `OOMKilling`, a temporary problem: 1 h); `boot`: until the next boot",
     )
     reconnect_min_sec: float = setting("2", _seconds, "Smallest reconnect delay")
     reconnect_max_sec: float = setting("30", _seconds, "Largest reconnect delay")
@@ -695,6 +843,10 @@ class Config:
                 value = redact_url(value)  # https://user:key@logs... shows as https://<redacted>@logs...
             elif isinstance(value, Path):
                 value = str(value)
+            elif var.parse is node_labels:
+                value = ",".join(f"{key}={label}" for key, label in value)
+            elif var.parse is _interfaces:
+                value = ",".join(value)
             elif isinstance(value, tuple):
                 value = ":".join(str(v) for v in value)
             out[env_name(var.field)] = value

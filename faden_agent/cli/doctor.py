@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from faden_agent.cli.doctor_conditions import condition_lines
 from faden_agent.cli.doctor_gpus import gpu_lines
 from faden_agent.common.dockerclient import engine_url, engine_version, image_store, make_client
 from faden_agent.common.errorline import error_line
@@ -99,6 +100,7 @@ class Doctor:
         self.step(self.disk_state)
         self.step(self.disk_docker, docker_info)
         self.step(self.disk_ray_logs)
+        self.step(self.conditions, docker_info)
         self.step(self.service)
         self.step(self.shutdown_inhibitor)
         self.step(self.metrics_endpoint)
@@ -432,6 +434,12 @@ class Doctor:
         if not Path(root).exists():
             return Check("disk (docker)", WARN, f"Docker's data root {root} is not visible from here")
         return _disk_check("disk (docker)", Path(root), self.config)
+
+    def conditions(self, docker_info: dict[str, Any] | None) -> None:
+        """One line per node condition (doctor_conditions.py)."""
+        root = (docker_info or {}).get("DockerRootDir")
+        for name, status, detail, hint in condition_lines(self.config, root, self.timeout_s):
+            self.checks.append(Check(name, status, detail, hint))
 
     def shutdown_inhibitor(self) -> Check:
         """Whether logind answers on the system bus (the supervisor's delay inhibitor)."""

@@ -33,6 +33,9 @@ def collect_status(config: Config) -> dict[str, Any]:
         "expected_version": None,  # what the backend said it expects; None: it did not say
         "missing_capabilities": [],  # what the backend expects and this build lacks
         "drain": drainstate.heartbeat_view(config.state_dir),  # schedulable, cordoned, draining, drained
+        "labels": dict(config.labels),
+        "topology": None,  # the running inventory's summary (workers/inventory/placement.py)
+        "conditions": None,  # the running inventory's active node conditions: {name: reason}
     }
     try:
         membership = load_membership(config.state_path)
@@ -48,7 +51,15 @@ def collect_status(config: Config) -> dict[str, Any]:
             )
             if membership.backend_url != config.backend_url:
                 out["state_error"] = f"state file belongs to backend {membership.backend_url}"
-    link, source, out["disk_full"] = _live_link(config)
+    table = control.ps(config.runtime_dir)
+    link, source, out["disk_full"] = _live_link(table)
+    inventory = _worker_status(table, "inventory")
+    if inventory is not None:
+        found = inventory.get("placement")
+        placement: dict[str, Any] = found if isinstance(found, dict) else {}
+        out["labels"] = placement.get("labels", out["labels"])
+        out["topology"] = {k: v for k, v in placement.items() if k != "labels"} or None
+        out["conditions"] = inventory.get("conditions") if isinstance(inventory.get("conditions"), dict) else None
     if link is None:
         link, source = read_link_status(config.state_dir), "status file"
     else:
@@ -70,9 +81,15 @@ def collect_status(config: Config) -> dict[str, Any]:
     return out
 
 
-def _live_link(config: Config) -> tuple[dict[str, Any] | None, str | None, dict[str, Any] | None]:
+def _worker_status(table: dict[str, Any] | None, name: str) -> dict[str, Any] | None:
+    for worker in (table or {}).get("workers", []):
+        if isinstance(worker, dict) and worker.get("name") == name and isinstance(worker.get("status"), dict):
+            return worker["status"]
+    return None
+
+
+def _live_link(table: dict[str, Any] | None) -> tuple[dict[str, Any] | None, str | None, dict[str, Any] | None]:
     """(link, where it came from, disk_full of the first worker that cannot write)."""
-    table = control.ps(config.runtime_dir)
     if table is None:
         return None, None, None
     workers = [w for w in table.get("workers", []) if isinstance(w, dict)]
@@ -132,6 +149,7 @@ def format_status(status: dict[str, Any]) -> str:
     if status.get("disk_full"):
         full = status["disk_full"]
         lines.append(f"disk_full:     cannot write {full['path']} since {_when(full.get('since'))}; writes are retried")
+    lines += standing_lines(status)
     if status.get("service") is not None:  # added by `faden-agent status` (faden_agent/service)
         lines.append(f"service:       {format_service(status['service'])}")
     return "\n".join(lines)
@@ -147,3 +165,25 @@ def format_service(service: dict[str, Any]) -> str:
         f"{service['scope']} service {service['active']} ({service['sub']}), {service['enabled']}, "
         f"{service['restarts']} restarts{pid}"
     )
+
+
+def standing_lines(status: dict[str, Any]) -> list[str]:
+    """Labels, the found topology and the node conditions that hold (the last two from the running agent)."""
+    labels = status.get("labels") or {}
+    lines = [f"labels:        {','.join(f'{k}={v}' for k, v in sorted(labels.items())) or '-'}"]
+    topology = status.get("topology")
+    if topology:
+        words = [f"{topology.get('gpus', 0)} GPUs"]
+        if topology.get("nvlink_cliques"):
+            words[0] += " in NVLink clique " + ",".join(map(str, topology["nvlink_cliques"]))
+        words.append(f"{topology.get('rdma_devices', 0)} RDMA devices")
+        if topology.get("ib_subnets"):
+            words.append("IB subnet " + ",".join(topology["ib_subnets"]))
+        words.append(f"{topology.get('gpudirect_pairs', 0)} GPUDirect pairs")
+        lines.append(f"topology:      {', '.join(words)}")
+    conditions = status.get("conditions")
+    if conditions is not None:
+        lines.append(f"conditions:    {'none' if not conditions else ''}")
+        lines[-1] = lines[-1].rstrip()
+        lines += [f"  {name}: {reason}" for name, reason in sorted(conditions.items())]
+    return lines

@@ -126,6 +126,30 @@ def admin_nodes(
             f"{node['node_id']:<18} {str(node['agent_id']):<20} {str(node['version']):<9} {age:>9} "
             f"{node['heartbeats']:>6} {str((node.get('drain') or {}).get('state', '-')):<11}  {workers}{revoked}"
         )
+        for line in standing_lines(node):
+            typer.echo(f"{'':<18} {line}")
+
+
+def standing_lines(node: dict[str, Any]) -> list[str]:
+    """Where a node stands: its labels, its topology in a few words, its conditions not ok."""
+    lines = []
+    labels = node.get("labels") or {}
+    if labels:
+        lines.append("labels: " + ",".join(f"{k}={v}" for k, v in sorted(labels.items())))
+    topology = node.get("topology") or {}
+    if topology.get("gpus") or topology.get("rdma"):
+        gpus = [g for g in topology.get("gpus") or [] if isinstance(g, dict)]
+        cliques = sorted({str(g["nvlink_clique"]) for g in gpus if g.get("nvlink_clique") is not None})
+        words = [f"{len(gpus)} GPUs" + (f" in NVLink clique {','.join(cliques)}" if cliques else "")]
+        words.append(f"{len(topology.get('rdma') or [])} RDMA devices")
+        if topology.get("ib_subnets"):
+            words.append("IB subnet " + ",".join(topology["ib_subnets"]))
+        words.append(f"{len(topology.get('gpudirect') or [])} GPUDirect pairs")
+        lines.append("topology: " + ", ".join(words))
+    for name, state in sorted((node.get("conditions") or {}).items()):
+        active = {True: "active", None: "unknown"}.get(state.get("active"), "?")
+        lines.append(f"condition {name} {active}: {state.get('reason')}")
+    return lines
 
 
 FollowOption = typer.Option(

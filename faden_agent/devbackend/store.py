@@ -531,15 +531,16 @@ class Store:
         with self._lock:
             rows = self._db.execute(
                 "SELECT node_id, revoked, enrolled_at, facts, last_seen_at, last_heartbeat_at, heartbeats, heartbeat,"
-                " inventory_at FROM nodes ORDER BY enrolled_at"
+                " inventory_at, inventory FROM nodes ORDER BY enrolled_at"
             ).fetchall()
             identities = {row[0]: self._fingerprints(row[0]) for row in rows}
             rotating = dict(self._db.execute("SELECT node_id, pending_credential_hash IS NOT NULL FROM nodes"))
             contested = dict(self._db.execute("SELECT node_id, contested_at FROM nodes"))
         out = []
-        for node_id, revoked, enrolled_at, facts, seen, hb_at, hb_count, heartbeat, inv_at in rows:
+        for node_id, revoked, enrolled_at, facts, seen, hb_at, hb_count, heartbeat, inv_at, inventory in rows:
             facts = _json(facts)
             heartbeat = _json(heartbeat) or {}
+            inventory = _json(inventory) or {}
             fingerprint, shared = identities[node_id]
             out.append(
                 {
@@ -562,6 +563,14 @@ class Store:
                     "drain": heartbeat.get("drain") or {"state": protocol.SCHEDULABLE},
                     "workers": heartbeat.get("workers"),
                     "inventory_at": inv_at,
+                    # where the machine stands: the inventory's, else what it said at enrollment
+                    "labels": inventory.get("labels", facts.get("labels")) or {},
+                    "topology": inventory.get("topology", facts.get("topology")),
+                    "conditions": {
+                        name: state
+                        for name, state in (inventory.get("conditions") or {}).items()
+                        if isinstance(state, dict) and state.get("active") is not False
+                    },
                     "fingerprint": fingerprint or facts.get("fingerprint"),
                     "shared_identity": shared or contested.get(node_id) is not None,
                     "identity_contested_at": contested.get(node_id),

@@ -5,12 +5,18 @@ with a timestamped name (quarantine) and reported, never silently overwritten.""
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import orjson
+
+log = logging.getLogger(__name__)
 
 
 def replace_file(path: Path, data: bytes, mode: int = 0o600, fsync: bool = True) -> None:
@@ -76,6 +82,59 @@ def quarantine_event(what: str, path: Path, moved_to: Path, error: str) -> dict[
 
 def quarantine_record_id(event: dict[str, Any]) -> str:
     return f"ev:quarantine:{Path(event['moved_to']).name}"
+
+
+class Unusable(Exception):
+    """A kept file is not one this agent wrote: its message names the culprit."""
+
+
+def read_kept(path: Path, max_bytes: int, problem: Callable[[Any], str | None]) -> Any:
+    """A JSON file the agent keeps in its state directory, checked by `problem`: None without a
+    file; Unusable (naming why) for a link, a FIFO, a file over `max_bytes`, not JSON or wrong."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise Unusable(f"cannot open it: {exc.strerror or exc}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise Unusable("not a regular file")
+        raw = os.read(fd, max_bytes + 1)
+    except OSError as exc:
+        raise Unusable(f"cannot read it: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    if len(raw) > max_bytes:
+        raise Unusable(f"over {max_bytes} bytes")
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise Unusable(f"not JSON: {str(exc)[:120]}") from None
+    found = problem(data)
+    if found is not None:
+        raise Unusable(found)
+    return data
+
+
+def load_kept(
+    path: Path, max_bytes: int, problem: Callable[[Any], str | None], what: str, read_only: bool = False
+) -> tuple[Any, dict[str, Any] | None]:
+    """read_kept for the file's owner: (its data or None, None); an unusable file is moved aside
+    and (None, the quarantine event) returned (left in place, no event, when `read_only`)."""
+    try:
+        return read_kept(path, max_bytes, problem), None
+    except Unusable as exc:
+        if read_only:
+            return None, None
+        try:
+            moved = quarantine(path)
+        except OSError as failure:
+            log.error("%s %s unusable (%s) and not moved aside: %s", what, path, exc, failure)
+            return None, None
+        event = quarantine_event(what, path, moved, str(exc))
+        log.error("%s", event["message"])
+        return None, event
 
 
 class PrivateDirError(OSError):

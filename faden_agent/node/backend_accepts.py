@@ -28,6 +28,7 @@ MAX_NAME = 64
 class BackendAccepts:
     accepts: frozenset[str] = frozenset()
     full_requested_at: float = 0.0  # when the backend last asked for a full inventory record
+    heard: bool = True  # False from the stream worker's start until this run's first `hello`
 
 
 def _path(state_dir: Path) -> Path:
@@ -39,7 +40,9 @@ def read(state_dir: Path) -> BackendAccepts:
         data = orjson.loads(_path(state_dir).read_bytes())
         names = frozenset(n for n in data["accepts"][:MAX_NAMES] if isinstance(n, str) and len(n) <= MAX_NAME)
         asked = data.get("full_requested_at")
-        return BackendAccepts(names, float(asked) if isinstance(asked, int | float) else 0.0)
+        return BackendAccepts(
+            names, float(asked) if isinstance(asked, int | float) else 0.0, data.get("heard", True) is not False
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return BackendAccepts()
 
@@ -50,7 +53,11 @@ def gzip_accepted(state_dir: Path) -> bool:
 
 
 def _write(state_dir: Path, accepts: BackendAccepts) -> None:
-    content = {"accepts": sorted(accepts.accepts), "full_requested_at": accepts.full_requested_at}
+    content = {
+        "accepts": sorted(accepts.accepts),
+        "full_requested_at": accepts.full_requested_at,
+        "heard": accepts.heard,
+    }
     try:
         replace_file_if_changed(_path(state_dir), orjson.dumps(content))
     except OSError as exc:  # e.g. disk full: the previous protocol still works
@@ -66,10 +73,10 @@ def heard_hello(state_dir: Path, accepts: Any) -> None:
 
 def forget(state_dir: Path) -> None:
     """At the stream worker's start: nothing is known of the backend until its `hello`."""
-    _write(state_dir, BackendAccepts(frozenset(), read(state_dir).full_requested_at))
+    _write(state_dir, BackendAccepts(frozenset(), read(state_dir).full_requested_at, heard=False))
 
 
 def full_requested(state_dir: Path, now: float | None = None) -> None:
     """A downlink `inventory.full`: the backend fell behind and wants a full record."""
     held = read(state_dir)
-    _write(state_dir, BackendAccepts(held.accepts, time.time() if now is None else now))
+    _write(state_dir, BackendAccepts(held.accepts, time.time() if now is None else now, held.heard))

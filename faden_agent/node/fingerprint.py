@@ -12,35 +12,22 @@ from pathlib import Path
 
 import orjson
 
+from faden_agent.node.sysfs import read_attr
+
 MACHINE_ID_FILES = ("/etc/machine-id", "/var/lib/dbus/machine-id")
 DMI_FIELDS = ("product_uuid", "product_serial", "board_serial", "chassis_serial", "sys_vendor", "product_name")
-MAX_FACT_BYTES = 256
 MAX_NICS = 64
-
-
-def _read(path: str | Path) -> str | None:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        value = os.read(fd, MAX_FACT_BYTES).decode("utf-8", "replace").strip()
-    except OSError:  # product_uuid and serials are readable by root only
-        return None
-    finally:
-        os.close(fd)
-    return value or None
 
 
 def machine_facts(sysfs_root: Path) -> dict[str, object]:
     """The facts hashed; absent ones left out (a container, a non-root run)."""
     facts: dict[str, object] = {}
-    machine_id = next(filter(None, map(_read, MACHINE_ID_FILES)), None)
+    machine_id = next(filter(None, map(read_attr, MACHINE_ID_FILES)), None)
     if machine_id:
         facts["machine_id"] = machine_id
     dmi = Path(sysfs_root) / "class" / "dmi" / "id"
     for field in DMI_FIELDS:
-        value = _read(dmi / field)
+        value = read_attr(dmi / field)
         if value:
             facts[field] = value
     net = Path(sysfs_root) / "class" / "net"
@@ -49,7 +36,7 @@ def machine_facts(sysfs_root: Path) -> dict[str, object]:
     except OSError:
         names = []
     # physical NICs only (a `device` link): veth, bridges and docker0 come and go
-    macs = sorted(filter(None, (_read(net / n / "address") for n in names if (net / n / "device").exists())))
+    macs = sorted(filter(None, (read_attr(net / n / "address") for n in names if (net / n / "device").exists())))
     if macs:
         facts["macs"] = macs
     return facts

@@ -7,13 +7,11 @@ the first wrong field). A file that fails is no evidence for a reader, never an 
 from __future__ import annotations
 
 import math
-import os
-import stat
 import time
 from pathlib import Path
 from typing import Any
 
-import orjson
+from faden_agent.disk.files import Unusable, read_kept
 
 EVIDENCE_FILE = "gpu-evidence.json"
 MAX_BYTES = 1 << 20  # 64 GPUs of 16 Xids and a few counters are about 100 KiB
@@ -26,36 +24,9 @@ FUTURE_SLACK_S = 86400.0  # a time further ahead than this is no time this machi
 MAX_COUNT = 1 << 63
 
 
-class Unusable(Exception):
-    """The evidence file is not one the inventory wrote: its message names the culprit."""
-
-
 def read_evidence(state_dir: Path) -> dict[str, Any] | None:
     """The checked evidence; None without a file; Unusable (naming why) for any other file."""
-    path = Path(state_dir) / EVIDENCE_FILE
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise Unusable(f"cannot open it: {exc.strerror or exc}") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise Unusable("not a regular file")
-        raw = os.read(fd, MAX_BYTES + 1)
-    except OSError as exc:
-        raise Unusable(f"cannot read it: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
-    if len(raw) > MAX_BYTES:
-        raise Unusable(f"over {MAX_BYTES} bytes")
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise Unusable(f"not JSON: {str(exc)[:120]}") from None
-    found = problem(data)
-    if found is not None:
-        raise Unusable(found)
+    data: dict[str, Any] | None = read_kept(Path(state_dir) / EVIDENCE_FILE, MAX_BYTES, problem)
     return data
 
 

@@ -178,6 +178,21 @@ DECLARED = (
         " also as a host request (`faden-agent gpu reset UUID`)",
         kinds={"gpu.reset": ("gpu", "stop_containers", "request_id", "deadline_s")},
     ),
+    Capability(
+        "node.conditions",
+        "0.1.0",
+        "f486680, 2026-12-03",
+        "reports node conditions (the inventory's `conditions`, `node.condition_changed` events): read-only file"
+        " systems, InfiniBand ports, data links, the clock, NVIDIA's persistence daemon and fabric manager, the"
+        " kernel's lines (hung tasks, lockups, hardware errors, OOM kills)",
+    ),
+    Capability(
+        "node.placement",
+        "0.1.0",
+        "f486680, 2026-12-03",
+        "sends the operator's labels and its topology (NUMA, PCIe switches, InfiniBand subnets and GUIDs, NVLink"
+        " cliques, GPUDirect pairs) at enrollment and in the inventory",
+    ),
 )
 
 CAPABILITIES = FIRST_RELEASE_CAPABILITIES + tuple(c.name for c in DECLARED)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from faden_agent.protocol.conditions import NODE_CONDITIONS
 from faden_agent.protocol.link import LINK_STATES
 
 PREFIX = "faden_agent_"
@@ -512,6 +513,17 @@ METRICS: tuple[Metric, ...] = (
         field="workloads[].scrape",
         states=SCRAPE_OUTCOMES,
         doc="1 for the outcome of the last scrape of its metrics port: " + ", ".join(SCRAPE_OUTCOMES),
+    ),
+    Metric(
+        "node_condition",
+        "gauge",
+        "1 while the node condition holds, 0 while it does not",
+        ("condition",),
+        source="inventory.gauges",
+        field="conditions.*.active",
+        doc="1 while the node condition holds, 0 while it does not, per condition the inventory checks here"
+        " (" + ", ".join(NODE_CONDITIONS) + "; none while unknown: see"
+        " [inventory.md](inventory.md#node-conditions))",
     ),
     Metric(
         "disk_free_bytes",

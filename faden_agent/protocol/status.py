@@ -168,11 +168,16 @@ class WorkloadGauges(TypedDict):
     stalled: bool
 
 
+class ConditionGauge(TypedDict):
+    active: int  # 1 active, 0 inactive (an unknown condition is left out)
+
+
 class MachineGauges(TypedDict):
     containers_gpu: list[ContainerGpuGauges]
     gpu: GpuGauges
     disks: list[DiskGauges]
     peers: list[PeerGauges]
+    conditions: dict[str, ConditionGauge]  # by node condition (protocol/conditions.py)
 
 
 class InventoryGauges(MachineGauges):
@@ -192,6 +197,8 @@ class KernelSourceStatus(TypedDict):
 class KernelLinesStatus(KernelSourceStatus):
     gpu_lines: int  # the Xid (and SXid) lines among them
     unplaced: int  # Xid lines whose bus id is no GPU this agent has seen
+    condition_lines: int  # lines that named a node condition
+    cgroup_oom_kills: int  # the OOM killer inside one cgroup: its container's event, no node condition
 
 
 class GpuEventsStatus(TypedDict):
@@ -242,6 +249,18 @@ class CapturesStatus(TypedDict):
     last: CaptureLast | None
 
 
+class Placement(TypedDict):
+    """Where the machine stands, in a few figures (workers/inventory/placement.py)."""
+
+    labels: dict[str, str]
+    ib_subnets: list[str]
+    gpus: int
+    nvlink_cliques: list[int]
+    fabric_clusters: list[str]
+    rdma_devices: int
+    gpudirect_pairs: int
+
+
 class InventoryStatus(TypedDict):
     cycles: int
     records: dict[str, int]  # records handed to the outbox, by type
@@ -252,8 +271,10 @@ class InventoryStatus(TypedDict):
     traffic_records: int
     kernel_lines: KernelLinesStatus | None
     gpu_events: GpuEventsStatus
+    conditions: dict[str, str | None]  # the active node conditions and their reasons
     gpu_remedy: GpuRemedyStatus | None
     gauges: InventoryGauges
+    placement: Placement  # ps only: heartbeats leave it out (stream/heartbeat.py)
     workloads: WorkloadsStatus
     captures: NotRequired[CapturesStatus]
 

@@ -703,6 +703,30 @@ nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_t device, unsigned link,
     return NVML_SUCCESS;
 }
 
+/* ---- the fabric cluster a GPU belongs to (topology): gpu.<i>.fabric.cluster_uuid, 32 hex
+ * digits (dashes allowed, as a UUID is written); absent or malformed: all zero, as a GPU the
+ * fabric manager named no cluster for */
+
+static void fabric_cluster_uuid(unsigned gpu, unsigned char out[16]) {
+    char key[NAME_LEN], text[64];
+    unsigned char bytes[16];
+    memset(out, 0, 16);
+    snprintf(key, sizeof key, "gpu.%u.fabric.cluster_uuid", gpu);
+    if (copy_text(key, text, sizeof text) != NVML_SUCCESS) return;
+    int n = 0;
+    for (const char *p = text; *p; p++) {
+        if (*p == '-') continue;
+        int hi = *p, lo = p[1];
+        if (!lo || n >= 16) return;
+        unsigned value;
+        char pair[3] = {(char)hi, (char)lo, 0};
+        if (sscanf(pair, "%2x", &value) != 1 || !strchr("0123456789abcdefABCDEF", hi) || !strchr("0123456789abcdefABCDEF", lo)) return;
+        bytes[n++] = (unsigned char)value;
+        p++;
+    }
+    if (n == 16) memcpy(out, bytes, 16);
+}
+
 typedef struct {
     unsigned char clusterUuid[16];
     nvmlReturn_t status;
@@ -720,6 +744,7 @@ nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t device, nvmlGpuFabricInfo_t
     info->state = (unsigned)state;
     info->status = (nvmlReturn_t)status;
     info->cliqueId = (unsigned)clique;
+    fabric_cluster_uuid((unsigned)gpu, info->clusterUuid);
     return NVML_SUCCESS;
 }
 

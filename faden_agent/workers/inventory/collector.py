@@ -8,6 +8,7 @@ from typing import Any
 from faden_agent.common.dockerclient import make_client
 from faden_agent.config import Config
 from faden_agent.disk.disklow import low_threshold
+from faden_agent.node.topology import topology
 from faden_agent.workers.inventory import docker_probe
 from faden_agent.workers.inventory.disks import probe_disks
 from faden_agent.workers.inventory.gpu.containers import add_container_gpu_use
@@ -54,6 +55,7 @@ class Collector:
     ):
         """Each probe is bounded by INVENTORY_PROBE_TIMEOUT_SEC; the GPU probe's every NVML call
         by it (a round of a few hundred calls: GPU_ROUND_CALLS times it in all)."""
+        self.config = config
         timeout = timeout_s or config.inventory_probe_timeout_sec
         self.last_good: dict[str, Any] = {}
         health = HealthReader(xids, config.gpu_throttle_sec, config.gpu_rising_sec, config.gpu_xid_hold_sec)
@@ -97,6 +99,8 @@ class Collector:
         gpu = results.get("gpu")  # absent where a caller runs only some probes
         if gpu is not None and gpu.status == OVERRUN:  # a hung NVML call is a verdict, not just stale data
             sections["gpu"] = self.gpu.hung(self.last_good.get("gpu"))
+        sections["labels"] = dict(self.config.labels)
+        sections["topology"] = topology(self.config.sysfs_root, nvml_gpus(sections.get("gpu")))
         return sections
 
     def gpu_round(self) -> dict[str, Any] | None:
@@ -110,3 +114,26 @@ class Collector:
 
     def overrun(self) -> list[str]:
         return [p.name for p in self.probes if p.overrun()]
+
+
+def nvml_gpus(gpu: Any) -> list[dict[str, Any]] | None:
+    """What NVML said of each GPU, for the topology; None without NVML (sysfs finds them)."""
+    if not isinstance(gpu, dict) or not gpu.get("available"):
+        return None
+    out = []
+    for device in gpu.get("devices") or []:
+        if not isinstance(device, dict):
+            continue
+        fabric = (device.get("health") or {}).get("fabric") or {}
+        if fabric.get("state") != "completed" or fabric.get("status"):
+            fabric = {}  # NVML names a clique and a cluster only once the GPU's registration completed
+        out.append(
+            {
+                "index": device.get("index"),
+                "uuid": device.get("uuid"),
+                "pci_bus_id": device.get("pci_bus_id"),
+                "nvlink_clique": fabric.get("clique_id"),
+                "fabric_cluster": fabric.get("cluster_uuid"),
+            }
+        )
+    return out

@@ -1,8 +1,8 @@
 """The inventory's figures for the supervisor's /metrics, carried in its liveness status.
 
 gauges() reduces the last collected sections and traffic sample to a few numbers per GPU,
-watched path and peer; bounded (MAX_ITEMS each), labels only from bounded sets. A figure
-not measured is left out, never None: the heartbeat's change key sees only non-numbers.
+watched path, peer and node condition; bounded (MAX_ITEMS each), labels only from bounded
+sets. A figure not measured is left out, never None: the heartbeat's change key sees only non-numbers.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from faden_agent.protocol.metrics import GPU_VERDICTS
 
 if TYPE_CHECKING:
     from faden_agent.protocol.status import (
+        ConditionGauge,
         ContainerGpuGauges,
         DiskGauges,
         GpuDeviceGauges,
@@ -196,6 +197,15 @@ def container_gpu_gauges(docker: Any) -> list[ContainerGpuGauges]:
     return out[:MAX_ITEMS]
 
 
+def condition_gauges(conditions: Any) -> dict[str, ConditionGauge]:
+    """1 per active node condition, 0 per inactive one; an unknown one is left out."""
+    out: dict[str, ConditionGauge] = {}
+    for name, state in (conditions if isinstance(conditions, dict) else {}).items():
+        if isinstance(state, dict) and state.get("active") in (True, False):
+            out[str(name)] = {"active": int(state["active"])}
+    return dict(list(out.items())[:MAX_ITEMS])
+
+
 def gauges(sections: dict[str, Any] | None, traffic: dict[str, Any] | None) -> MachineGauges:
     sections = sections or {}
     return {
@@ -203,4 +213,5 @@ def gauges(sections: dict[str, Any] | None, traffic: dict[str, Any] | None) -> M
         "gpu": gpu_gauges(sections.get("gpu")),
         "disks": disk_gauges(sections.get("disks")),
         "peers": peer_gauges(traffic),
+        "conditions": condition_gauges(sections.get("conditions")),
     }

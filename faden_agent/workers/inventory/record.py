@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
+import orjson
+
+from faden_agent.disk.files import replace_file
 from faden_agent.protocol.inventory import (
     CHANGES,
     FULL,
@@ -22,6 +27,9 @@ from faden_agent.workers.inventory.probes import OK, ProbeResult
 SCHEMA_VERSION = 2  # 2: NVLink links in the compact form (wire_form.py)
 SECTIONS = ("host", "disks", "network", "docker", "gpu")
 FULL_REFRESH_S = 3600.0
+HELD_FILE = "inventory-held.json"
+MAX_HELD_BYTES = 4 * 1024 * 1024
+log = logging.getLogger(__name__)
 
 
 def usage_shape(value: Any, keep: Callable[[tuple[Any, ...], str, Any], bool] | None = None, path: tuple = ()) -> Any:
@@ -148,9 +156,12 @@ class RecordEmitter:
     """Decides full, changes or unchanged, and which gauges go; remembers only what was
     actually handed to the outbox. `changes` (the backend accepts changes records and
     partial gauges) is set each round from what the backend said; without it, the previous
-    protocol: a full record on every change, an unchanged one with every gauge."""
+    protocol: a full record on every change, an unchanged one with every gauge. With `kept`
+    (HeldFile), what the receiver holds survives a restart: the chain goes on after it."""
 
-    def __init__(self, full_refresh_s: float = FULL_REFRESH_S, usage_refresh_s: float = 0.0):
+    def __init__(
+        self, full_refresh_s: float = FULL_REFRESH_S, usage_refresh_s: float = 0.0, kept: HeldFile | None = None
+    ):
         self.full_refresh_s = full_refresh_s
         self.usage_refresh_s = usage_refresh_s  # also the gauge age
         self.changes = False
@@ -161,9 +172,18 @@ class RecordEmitter:
         self._held: dict[str, Any] | None = None  # the content the receiver holds after our last record
         self._built: dict[str, Any] | None = None
         self._gauges: dict[tuple[Any, ...], tuple[Any, float]] = {}  # (path, name) -> (value sent, when)
+        self.kept = kept
+        self.heard = True  # the backend's `accepts` are known in this run (set each round)
+        earlier = kept.load() if kept is not None else None
+        self._resumed = earlier is not None  # the chain of an earlier run, nothing sent yet in this one
+        if earlier is not None:
+            self._held, self.last_hash, self.last_full_at = earlier
 
     def build(self, sections: dict[str, Any], now: float | None = None) -> dict[str, Any] | None:
-        """The record to send, or None: unchanged, and no gauge is due."""
+        """The record to send, or None: unchanged, and no gauge is due; or an earlier run's chain
+        waits for this run's first `hello` (whether the backend still takes changes records)."""
+        if self.waiting():
+            return None
         now = time.time() if now is None else now
         self._built = sections
         digest = content_hash(sections)
@@ -189,10 +209,15 @@ class RecordEmitter:
             return {**record, USAGE: gauges} if gauges else record
         return {**head, "type": UNCHANGED, USAGE: gauges} if gauges else None
 
+    def waiting(self) -> bool:
+        """An earlier run's chain waits for this run's first `hello` (see build)."""
+        return self._resumed and not self.heard
+
     def _gauge_due(self, sent: tuple[Any, float] | None, name: str, value: Any, now: float) -> bool:
         return sent is None or now - sent[1] >= self.usage_refresh_s or moved(name, sent[0], value)
 
     def sent(self, data: dict[str, Any]) -> None:
+        self._resumed = False
         now = data["collected_at"]
         self.last_hash = data["hash"]
         self._last_sent_at = now
@@ -204,6 +229,8 @@ class RecordEmitter:
             self._note_gauges(gauges_in(self._held), now)
         elif data["type"] == CHANGES and self._built is not None:
             self._held = self._built  # the receiver's content now hashes as ours
+        if data["type"] != UNCHANGED and self.kept is not None and self._held is not None:
+            self.kept.save(self._held, data["hash"], self.last_full_at)
         for path, value in data.get("set") or ():
             self._note_gauges(gauges_in(value, tuple(path)), now)
         for path, start, removed, items in data.get("splice") or ():
@@ -215,6 +242,51 @@ class RecordEmitter:
     def _note_gauges(self, gauges: Iterator[tuple[tuple[Any, ...], Any]], now: float) -> None:
         for key, value in gauges:
             self._gauges[key] = (value, now)
+
+
+class HeldFile:
+    """What the receiver holds after the last durable record (inventory-held.json in the state
+    directory: content, hash, when the last full record went), replaced atomically after each
+    full or changes record is in the outbox. A file that does not hash to its own `hash` is not
+    used (a full record follows: nothing is lost); one that cannot be written is tried again."""
+
+    def __init__(self, state_dir: Path):
+        self.path = Path(state_dir) / HELD_FILE
+        self.problem: str | None = None  # the last write's failure, until one succeeds
+
+    def load(self) -> tuple[dict[str, Any], str, float | None] | None:
+        try:
+            with open(self.path, "rb") as fh:
+                raw = fh.read(MAX_HELD_BYTES + 1)
+            data = orjson.loads(raw) if len(raw) <= MAX_HELD_BYTES else None
+        except (OSError, orjson.JSONDecodeError):
+            return None
+        if not isinstance(data, dict) or data.get("version") != 1 or not isinstance(data.get("held"), dict):
+            return None
+        full_at = data.get("last_full_at")
+        if content_hash(data["held"]) != data.get("hash") or not isinstance(full_at, int | float | None):
+            return None
+        return data["held"], data["hash"], full_at
+
+    def save(self, held: dict[str, Any], digest: str, last_full_at: float | None) -> None:
+        body = orjson.dumps({"version": 1, "hash": digest, "last_full_at": last_full_at, "held": held})
+        if len(body) > MAX_HELD_BYTES:
+            self.forget()  # a record this big starts a new chain at the next start
+            return
+        try:
+            replace_file(self.path, body, fsync=False)  # a file lost with a crash means one full record
+        except OSError as exc:
+            if self.problem is None:
+                log.warning("inventory chain not kept (%s): a restart sends a full record", exc.strerror or exc)
+            self.problem = exc.strerror or str(exc)
+            return
+        self.problem = None
+
+    def forget(self) -> None:
+        try:
+            self.path.unlink()
+        except OSError:
+            pass
 
 
 def spliced(

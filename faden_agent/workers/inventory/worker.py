@@ -14,16 +14,23 @@ import zmq
 
 from faden_agent import protocol
 from faden_agent.backend.producer import Reports
+from faden_agent.common.backoff import Backoff
 from faden_agent.common.dockerclient import make_client
+from faden_agent.common.errorline import error_line
 from faden_agent.disk.files import quarantine_record_id
 from faden_agent.ipc import Channel, Message
 from faden_agent.ipc import inventory_door as door
 from faden_agent.node import backend_accepts
 from faden_agent.node.backend_accepts import BackendAccepts
+from faden_agent.protocol.conditions import event_record_id as condition_record_id
 from faden_agent.protocol.inventory import ACCEPTS_CHANGES
 from faden_agent.workers.base import Worker
 from faden_agent.workers.inventory.changes import DockerChangeWatcher
 from faden_agent.workers.inventory.collector import Collector
+from faden_agent.workers.inventory.conditions import evaluate
+from faden_agent.workers.inventory.conditions.kernel import KernelConditions, KernelView
+from faden_agent.workers.inventory.conditions.store import ConditionStore
+from faden_agent.workers.inventory.conditions.tracker import NodeConditions
 from faden_agent.workers.inventory.disk_events import DiskWatch
 from faden_agent.workers.inventory.disk_events import record_id as disk_record_id
 from faden_agent.workers.inventory.gauges import gauges
@@ -37,7 +44,8 @@ from faden_agent.workers.inventory.gpu.remedies import Remedies
 from faden_agent.workers.inventory.gpu.remedy import Tools
 from faden_agent.workers.inventory.gpu.xids import XidLog
 from faden_agent.workers.inventory.kernel.lines import KernelLines
-from faden_agent.workers.inventory.record import UNCHANGED, RecordEmitter, full_record_id
+from faden_agent.workers.inventory.placement import placement
+from faden_agent.workers.inventory.record import UNCHANGED, HeldFile, RecordEmitter, full_record_id
 from faden_agent.workers.inventory.traffic.report import TrafficReporter
 from faden_agent.workers.inventory.wire_form import wire_form
 from faden_agent.workers.inventory.workloads.progress import STALLED
@@ -50,12 +58,15 @@ log = logging.getLogger(__name__)
 
 SCRAPE_LIST_TIMEOUT_S = 30  # listing the containers to scrape; a stuck engine delays only that thread
 SETTLE_S = 1.0  # a burst of events (create, start, ...) becomes one record
+HELLO_POLL_MIN_S = 1.0  # a resumed chain looks for the backend's hello after 1 s, 2 s, ... the interval
 
 
 class InventoryReporter:
     """One cycle: collect, decide full or unchanged, hand it to the outbox. `evidence` (GPU
     evidence kept across restarts) and `kernel` (the kernel's lines, their cursor saved with
-    the evidence) come restored, with the `gpu_changes` they hold."""
+    the evidence) come restored, with the `gpu_changes` they hold; `conditions` (node
+    conditions, kept across restarts) read the traffic thread's `ports_sample` and the
+    kernel lines' `kernel_view` each round."""
 
     def __init__(
         self,
@@ -67,6 +78,9 @@ class InventoryReporter:
         gpu_changes: HealthChanges | None = None,
         evidence: gpu_evidence.Evidence | None = None,
         kernel: KernelLines | None = None,
+        conditions: NodeConditions | None = None,
+        ports_sample: Callable[[], dict[str, Any] | None] = lambda: None,
+        kernel_view: Callable[[], KernelView | None] = lambda: None,
     ):
         self.collector = collector
         self.reports = reports
@@ -81,9 +95,38 @@ class InventoryReporter:
         self.evidence = evidence
         self.kernel = kernel
         self.forgotten: list[dict[str, Any]] = []  # gpu.forgotten events the door queued
+        self.conditions = conditions
+        self.ports_sample = ports_sample
+        self.kernel_view = kernel_view
+        self._events_problem: str | None = None  # why the conditions' events wait, last logged
+
+    def assess_conditions(self, sections: dict[str, Any]) -> None:
+        """This round's node conditions into `sections`; their events to the outbox, in order
+        (an event the outbox refuses, a read-only state directory, waits for the next round)."""
+        assert self.conditions is not None
+        try:
+            config, ports, kernel = self.collector.config, self.ports_sample(), self.kernel_view()
+            signals = evaluate.signals(config, sections, ports, self.conditions, kernel=kernel)
+            self.conditions.update(signals, time.time())
+        except Exception:  # a rule that fails leaves the conditions as they were, never the record
+            log.exception("node conditions not assessed this round")
+        sections["conditions"] = self.conditions.section()
+        try:
+            self.conditions.deliver(
+                lambda event: self.reports.put(protocol.EVENT, dict(event), record_id=condition_record_id(event))
+            )
+        except Exception as exc:  # noqa: BLE001 - the events wait in order for the next round
+            problem = error_line(exc)
+            if problem != self._events_problem:  # one line per distinct problem, not one per round
+                log.warning("node condition events wait in memory (%d): %s", len(self.conditions.pending), problem)
+            self._events_problem = problem
+        else:
+            self._events_problem = None
 
     def report(self) -> dict[str, Any] | None:
         """The record handed to the outbox; None when nothing was due (record.py)."""
+        # the kernel lines' position before the conditions read their lines: a restart reads none lost
+        cursor = self.kernel_cursor()
         sections = self.sections = self.collector.collect()
         if self.disk_watch is not None:
             for event in self.disk_watch.update(sections.get("disks") or []):
@@ -98,10 +141,13 @@ class InventoryReporter:
             self.reports.put(protocol.EVENT, forgotten, record_id=event_id(forgotten))
         for event in self.gpu_changes.events(sections.get("gpu"), now):
             self.reports.put(protocol.EVENT, event, record_id=event_id(event))
+        if self.conditions is not None:
+            self.assess_conditions(sections)
         if self.evidence is not None:  # after the events: a restart never repeats one
-            self.evidence.save(self.gathered())
+            self.evidence.save(self.gathered(cursor))
         heard = self.accepts()
         self.emitter.changes = ACCEPTS_CHANGES in heard.accepts
+        self.emitter.heard = heard.heard
         if heard.full_requested_at > (self.emitter.last_full_at or 0.0):
             self.emitter.full_wanted = True
         data = self.emitter.build(wire_form(sections))
@@ -117,9 +163,12 @@ class InventoryReporter:
         self.last = data
         return data
 
-    def gathered(self) -> dict[str, Any]:
-        """The GPU evidence as it is in memory (gpu-evidence.json's content)."""
-        cursor = self.kernel.cursor if self.kernel else None
+    def kernel_cursor(self) -> str | None:
+        return self.kernel.cursor if self.kernel else None
+
+    def gathered(self, cursor: str | None) -> dict[str, Any]:
+        """The GPU evidence as it is in memory (gpu-evidence.json's content), with the kernel
+        lines' position `cursor`."""
         return gpu_evidence.gather(self.collector.gpu, self.gpu_changes.verdicts, self.gpu_changes.changes, cursor)
 
     def gpu_moved(self) -> bool:
@@ -161,13 +210,19 @@ class InventoryWorker(Worker):
         )
         self.collector = Collector(self.config, xids=xids, gpu_notes=self.notes)
         self._kernel_started = False
+        changes, evidence, kernel = self._restore_gpu_evidence()
         self.reporter = InventoryReporter(
             self.collector,
             self.reports,
-            RecordEmitter(usage_refresh_s=self.config.inventory_usage_sec),
+            RecordEmitter(usage_refresh_s=self.config.inventory_usage_sec, kept=HeldFile(self.config.state_dir)),
             DiskWatch(self.config),
             lambda: backend_accepts.read(self.config.state_dir),
-            *self._restore_gpu_evidence(),
+            changes,
+            evidence,
+            kernel,
+            self._restore_conditions(kernel),
+            lambda: self.traffic.last_sample,  # the traffic thread's (_start_traffic, before the first round)
+            self._kernel_view,
         )
         self._captures: Any = None  # capture/triggers.py, made at the first capture
         self._captures_made = threading.Lock()  # by the workloads thread or the main loop, once
@@ -189,10 +244,10 @@ class InventoryWorker(Worker):
             DockerChangeWatcher(self.config.docker_host, self._changed.set, self.stop_event),
             self.gpu_watcher,
         ]
+        self._start_traffic()  # first: the collector's first round finds its sample of the RDMA ports
         self.start_thread("inventory-collect", self._collect_loop)
         for watcher in self.watchers:
             watcher.start(self.start_thread)
-        self._start_traffic()
         self._start_workloads()
 
     # --- the door (ipc/inventory_door.py)
@@ -242,7 +297,7 @@ class InventoryWorker(Worker):
         return {"outcome": outcome, "message": message}  # type: ignore[typeddict-item]
 
     def _evidence(self, body: dict[str, Any]) -> door.EvidenceAnswer:
-        gpus = self.reporter.gathered()["gpus"]
+        gpus = self.reporter.gathered(self.reporter.kernel_cursor())["gpus"]
         wanted = body.get("uuids")
         if isinstance(wanted, list):
             gpus = {uuid: gpus[uuid] for uuid in wanted[:64] if isinstance(uuid, str) and uuid in gpus}
@@ -304,6 +359,26 @@ class InventoryWorker(Worker):
         self.kernel_xids = KernelXids(xids, self.collector.gpu.uuid_of_bus, self._changed.set)
         kernel.add(self.kernel_xids)
         return changes, evidence, kernel
+
+    def _restore_conditions(self, kernel: KernelLines) -> NodeConditions:
+        """The node conditions as an earlier run left them (states, the rules' memories), and
+        the kernel lines' consumer of theirs from the lines that held."""
+        store = ConditionStore(self.config.state_dir)
+        if store.quarantined:
+            self.reports.put(protocol.EVENT, store.quarantined, record_id=quarantine_record_id(store.quarantined))
+        self.kernel_conditions = KernelConditions(
+            kernel.boot_id, evaluate.kernel_holds(self.config), self._changed.set, store.memory.get("kernel")
+        )
+        kernel.add(self.kernel_conditions)
+        return NodeConditions(store)
+
+    def _kernel_view(self) -> KernelView | None:
+        """The kernel lines' conditions where the lines are read (once a GPU was ever seen: kept
+        across restarts, so a restart's first round holds them as the last run did)."""
+        kernel = self.reporter.kernel
+        if kernel is None or not (self._kernel_started or self.collector.gpu.seen):
+            return None
+        return self.kernel_conditions.view(kernel.problem if self._kernel_started else None)
 
     def _start_traffic(self) -> None:
         """Traffic to peer machines, NICs, RDMA ports (traffic/report.py): a sampling thread,
@@ -386,9 +461,11 @@ class InventoryWorker(Worker):
 
     def _collect_loop(self) -> None:
         """A full round every INVENTORY_INTERVAL_SEC and at once after a change; between them
-        the GPU probe alone every heartbeat interval, a full round when a verdict moved."""
+        the GPU probe alone every heartbeat interval, a full round when a verdict moved. An
+        earlier run's chain waits for the backend's hello: rounds come soon, then less often."""
         gpu_every = min(self.config.heartbeat_interval_sec, self.config.inventory_interval_sec)
         next_full = 0.0
+        hello_wait = Backoff(HELLO_POLL_MIN_S, self.config.inventory_interval_sec, jitter=0.0)
         while not self.stop_event.is_set():
             try:
                 if time.monotonic() >= next_full or self.reporter.gpu_moved():
@@ -396,6 +473,8 @@ class InventoryWorker(Worker):
                     data = self.reporter.report()
                     if data is not None:
                         log.debug("inventory %s record %s", data["type"], data["hash"])
+                    if self.reporter.emitter.waiting():
+                        next_full = time.monotonic() + hello_wait.next_delay()
             except Exception:  # e.g. the outbox disk is full: try again next time
                 log.exception("inventory cycle failed")
             self._start_kernel_lines()
@@ -418,11 +497,13 @@ class InventoryWorker(Worker):
             "traffic_records": self.traffic.sent,
             "kernel_lines": self._kernel_status(),
             "gpu_events": self.gpu_watcher.status(),
+            "conditions": self.reporter.conditions.active() if self.reporter.conditions else {},
             "gpu_remedy": self._remedy_status(),
             "gauges": {
                 **gauges(self.reporter.sections, self.traffic.last_sample),
                 "workloads": self.workloads.gauges(),
             },
+            "placement": placement(self.reporter.sections),
             "workloads": self.workloads.status(),
         }
         if self._captures is not None:
@@ -441,7 +522,13 @@ class InventoryWorker(Worker):
         kernel = self.reporter.kernel
         if kernel is None or not self._kernel_started:
             return None
-        return {**kernel.status(), "gpu_lines": self.kernel_xids.read, "unplaced": self.kernel_xids.unplaced}
+        return {
+            **kernel.status(),
+            "gpu_lines": self.kernel_xids.read,
+            "unplaced": self.kernel_xids.unplaced,
+            "condition_lines": self.kernel_conditions.read,
+            "cgroup_oom_kills": self.kernel_conditions.cgroup_oom_kills,
+        }
 
     def teardown(self) -> None:
         self._changed.set()

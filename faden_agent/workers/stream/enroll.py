@@ -36,7 +36,10 @@ ADOPT_ASK_TIMEOUT_S = 5.0
 
 
 def enrollment_facts(config: Config) -> dict[str, object]:
-    """What the backend learns about this machine at enrollment (never the token)."""
+    """What the backend learns about this machine at enrollment (never the token): with its
+    labels and its topology as sysfs shows it (NVLink cliques come with the first inventory)."""
+    from faden_agent.node.topology import topology  # once per enrollment: not in an idle worker
+
     uname = platform.uname()
     return {
         "agent_id": config.agent_id,
@@ -47,6 +50,8 @@ def enrollment_facts(config: Config) -> dict[str, object]:
         "protocol": protocol.PROTOCOL_VERSION,
         "capabilities": list(protocol.CAPABILITIES),
         "fingerprint": fingerprint(config.sysfs_root),
+        "labels": dict(config.labels),
+        "topology": topology(config.sysfs_root),
         "platform": {
             "system": uname.system,
             "release": uname.release,

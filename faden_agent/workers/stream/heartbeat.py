@@ -36,6 +36,11 @@ WORKER_FIELDS = (
     "status",
 )
 WORKER_STATE_FIELDS = ("name", "state", "pid", "restarts", "last_exit")  # numbers here are states too
+# Parts of a worker's status for this machine only, which the backend has from other records:
+# `gauges`, the figures /metrics reads (per GPU, disk, peer: 8.7 KB of a detail beat for 8 GPUs;
+# the inventory and traffic records carry them), `placement`, `faden-agent status`'s summary of
+# the inventory's labels and topology.
+LOCAL_ONLY = ("gauges", "placement")
 
 
 class HeartbeatSender(LinkThread):
@@ -165,13 +170,11 @@ def change_key(detail: dict[str, Any]) -> Any:
 
 
 def _row(worker: dict[str, Any]) -> dict[str, Any]:
-    """A worker's row as the backend gets it: its status without `gauges`, the figures the
-    supervisor's /metrics reads (per GPU, disk, peer: 8.7 KB of a detail beat for 8 GPUs;
-    the backend has them from the inventory and traffic records)."""
+    """A worker's row as the backend gets it: its status without the LOCAL_ONLY parts."""
     row = {k: worker.get(k) for k in WORKER_FIELDS}
     status = row.get("status")
-    if isinstance(status, dict) and "gauges" in status:
-        row["status"] = {k: v for k, v in status.items() if k != "gauges"}
+    if isinstance(status, dict) and any(key in status for key in LOCAL_ONLY):
+        row["status"] = {k: v for k, v in status.items() if k not in LOCAL_ONLY}
     return row
 
 

@@ -26,6 +26,7 @@ from tests.support.agentproc import AgentProcess, wait_for
 from tests.support.backendproc import agent_env_for, backend  # noqa: F401 - the fixture
 from tests.support.gpuagent import health_events, newest_gpu, records, start
 from tests.support.journalfiles import JournalWriter
+from tests.support.kernellog import kernel_line
 from tests.support.metricsclient import get, promtool_check
 
 pytestmark = pytest.mark.docker
@@ -89,7 +90,7 @@ def test_every_rule_drives_its_verdict_and_event(tmp_path, agent_factory):
         "link_errors": {"replay": [0, 0], "recovery": [0, 0], "crc_flit": [0, 0], "crc_data": [0, 0]},
         "errors": {"replay": 0, "recovery": 0, "crc_flit": 0, "crc_data": 0},
     }
-    assert healthy["fabric"] == {"state": "completed", "status": None, "clique_id": 1}
+    assert healthy["fabric"] == {"state": "completed", "status": None, "clique_id": 1, "cluster_uuid": None}
     assert healthy["remapped_rows"] == {"correctable": 0, "uncorrectable": 0, "pending": False, "failure": False}
     assert healthy["persistence_mode"] is True and healthy["recovery_action"] == "none"
     assert health_events(state_dir) == []
@@ -413,10 +414,6 @@ def test_a_corrupt_evidence_file_is_moved_aside_and_reported(tmp_path, agent_fac
     assert list(state_dir.glob("gpu-evidence.json.corrupt-*"))
 
 
-def kernel_line(writer, text):
-    writer.append([writer.entry(text, 3, _TRANSPORT="kernel", SYSLOG_IDENTIFIER="kernel")])
-
-
 def test_the_kernels_xid_lines_are_verdicts_even_those_written_while_the_agent_was_down(tmp_path, agent_factory):
     # Real journal files (systemd-journal-remote): the inventory worker follows their kernel
     # transport after a cursor kept in gpu-evidence.json.
@@ -465,12 +462,17 @@ def test_an_inventory_worker_killed_during_a_fault_keeps_the_verdict_and_says_it
     evidence = state_dir / "gpu-evidence.json"
     wait_for(lambda: b'"verdict":"failed"' in evidence.read_bytes(), 10, what="the verdict kept on disk")
 
-    def full_records():
-        return [r for r in records(state_dir, protocol.INVENTORY) if r["type"] == "full"]
+    def held_gpu(since: float) -> dict | None:
+        """The gpu section the receiver holds after the first inventory record collected after
+        `since`: a new worker goes on with the chain (record.HeldFile), full or unchanged."""
+        rows = records(state_dir, protocol.INVENTORY)
+        full = {r["hash"]: r for r in rows if r["type"] == "full"}
+        new = [r for r in rows if r["collected_at"] > since]
+        return full[new[0]["hash"]]["gpu"] if new else None
 
-    full_before = len(full_records())  # a new worker's first record is a full one
+    killed_at = time.time()
     os.kill(agent.workers()["inventory"]["pid"], signal.SIGKILL)
     wait_for(lambda: agent.workers()["inventory"]["restarts"] == 1, 30, what="the inventory worker restarted")
-    gpu = wait_for(lambda: full_records()[full_before:] and newest_gpu(state_dir), 30, what="the new worker's record")
+    gpu = wait_for(lambda: held_gpu(killed_at), 30, what="the new worker's record")
     assert gpu["devices"][1]["health"]["reasons"] == ["GPU is lost"]
     assert [(e["index"], e["new"]) for e in health_events(state_dir)] == [(1, "failed")]  # not said twice

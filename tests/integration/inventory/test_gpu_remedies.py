@@ -7,7 +7,6 @@ from the boot's start."""
 from __future__ import annotations
 
 import time
-import uuid
 from pathlib import Path
 
 import orjson
@@ -18,17 +17,12 @@ from tests.nvml.state import GpuState
 from tests.support.agentproc import wait_for
 from tests.support.gpuagent import health_events, kmsg_record, newest_gpu, start
 from tests.support.journalfiles import JournalWriter
+from tests.support.kernellog import boot_file, kernel_line, kmsg_record
 
 pytestmark = pytest.mark.docker
 
 XID_48 = "Xid 48: double-bit ECC error (reset needed)"
 XID_79 = "Xid 79: GPU has fallen off the bus (reboot needed)"
-
-
-def boot_file(tmp_path: Path, boot: str) -> Path:
-    path = tmp_path / "boot_id"
-    path.write_text(str(uuid.UUID(boot)) + "\n")
-    return path
 
 
 def events_of(state_dir: Path, index: int) -> list[dict]:
@@ -139,10 +133,6 @@ def test_without_a_journal_the_kernel_lines_come_from_kmsg_and_without_both_it_i
     again = agent_factory(agent.env).start()  # after its position: no line read twice
     wait_for(lambda: cycles(again) >= 3, 30, what="three rounds of the new run")
     assert [x["code"] for x in newest_gpu(state_dir)["devices"][1]["health"]["xid"]] == [79]
-
-
-def kernel_line(writer: JournalWriter, text: str) -> None:
-    writer.append([writer.entry(text, 3, _TRANSPORT="kernel", SYSLOG_IDENTIFIER="kernel")])
 
 
 def test_a_bad_journal_position_reads_from_the_boot_s_start(tmp_path, agent_factory):

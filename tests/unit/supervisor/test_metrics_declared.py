@@ -30,7 +30,8 @@ OWN |= {"metrics_answer_budget"}
 def every_figure_table() -> dict:
     """A table with a figure for every family (the inventory's part made by its real producer)."""
     traffic = {"peers": [{"node_id": "n1", "sent_bytes": 5, "received_bytes": 6, "rtt_ms": 2}]}
-    inventory = gauges({"gpu": gpu_section(True)}, traffic)
+    conditions = {"clock_unsynchronised": {"active": True, "reason": "not synchronised", "since": 1.0}}
+    inventory = gauges({"gpu": gpu_section(True), "conditions": conditions}, traffic)
     inventory["gpu"]["devices"][0]["power_draw_w"] = 350.0
     inventory["disks"] = [{"path": "/", "role": "root", "free": 10, "total": 20}]
     inventory["workloads"] = [{"container": "c1", "stalled": True, "scrape": "ok"}]

@@ -13,8 +13,8 @@ from typing import Any
 
 import orjson
 
-from faden_agent.disk.files import quarantine, quarantine_event, replace_file
-from faden_agent.node.gpu_faults import EVIDENCE_FILE, MAX_GPUS, VERSION, Unusable, read_evidence
+from faden_agent.disk.files import load_kept, replace_file
+from faden_agent.node.gpu_faults import EVIDENCE_FILE, MAX_BYTES, MAX_GPUS, VERSION, problem
 from faden_agent.workers.inventory.gpu.xids import SWITCH, UNPLACED
 
 SEEN_GRAIN_S = 60  # "last seen" to the minute: a quiet GPU does not rewrite the file each round
@@ -40,19 +40,7 @@ class Evidence:
         return self.data.get("kernel_cursor")
 
     def _load(self) -> None:
-        try:
-            data = read_evidence(self.path.parent)
-        except Unusable as exc:
-            if self.read_only:
-                return
-            try:
-                moved = quarantine(self.path)
-            except OSError as failure:
-                log.error("GPU evidence %s unusable (%s) and not moved aside: %s", self.path, exc, failure)
-                return
-            self.quarantined = quarantine_event("GPU evidence", self.path, moved, str(exc))
-            log.error("%s", self.quarantined["message"])
-            return
+        data, self.quarantined = load_kept(self.path, MAX_BYTES, problem, "GPU evidence", self.read_only)
         if data is not None:
             self.data = data
 

@@ -288,7 +288,13 @@ class HealthReader:
         status = None
         if state == "completed" and info.status != 0:
             status = str(nvml.NVMLError(info.status))
-        return {"state": state, "status": status, "clique_id": info.cliqueId}
+        cluster = bytes(info.clusterUuid).hex()
+        return {
+            "state": state,
+            "status": status,
+            "clique_id": info.cliqueId,
+            "cluster_uuid": cluster if cluster.strip("0") else None,  # all zero: no cluster named
+        }
 
     def _clock_events(self, mask: int | None, track: _Track, now: float) -> dict[str, float]:
         """Each active clock event and for how long it has been active (seconds)."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from faden_agent.node.sysfs import read_attr, read_int
+
 DATA_UNIT = 4  # IB data counters count 32-bit words
 DATA = {"tx_bytes": "port_xmit_data", "rx_bytes": "port_rcv_data"}
 OTHER = {
@@ -14,23 +16,11 @@ OTHER = {
     "tx_discards": "port_xmit_discards",
     "symbol_errors": "symbol_error",
     "link_downed": "link_downed",
+    "link_error_recovery": "link_error_recovery",
+    "link_integrity_errors": "local_link_integrity_errors",
+    "buffer_overrun_errors": "excessive_buffer_overrun_errors",
 }
 CONGESTION = ("np_cnp_sent", "rp_cnp_handled", "np_ecn_marked_roce_packets", "out_of_sequence", "packet_seq_err")
-
-
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text().strip()
-    except (OSError, UnicodeDecodeError):
-        return None
-
-
-def _number(path: Path) -> int | None:
-    text = _read(path)
-    try:
-        return int(text) if text is not None else None
-    except ValueError:
-        return None
 
 
 def read_ports(sysfs_root: Path) -> list[dict[str, Any]] | None:
@@ -46,26 +36,28 @@ def read_ports(sysfs_root: Path) -> list[dict[str, Any]] | None:
 
 
 def _read_port(device: str, port: Path) -> dict[str, Any]:
-    state = _read(port / "state")  # "4: ACTIVE"
+    state = read_attr(port / "state")  # "4: ACTIVE"
+    phys_state = read_attr(port / "phys_state")  # "5: LinkUp"
     entry: dict[str, Any] = {
         "device": device,
         "port": port.name,
-        "link_layer": _read(port / "link_layer"),  # InfiniBand, or Ethernet for RoCE
+        "link_layer": read_attr(port / "link_layer"),  # InfiniBand, or Ethernet for RoCE
         "state": state.split(":", 1)[-1].strip() if state else None,
-        "rate": _read(port / "rate"),
+        "phys_state": phys_state.split(":", 1)[-1].strip() if phys_state else None,
+        "rate": read_attr(port / "rate"),
     }
     counters: dict[str, int] = {}
     for name, file in DATA.items():
-        value = _number(port / "counters_ext" / f"{file}_64")
+        value = read_int(port / "counters_ext" / f"{file}_64")
         if value is None:
-            value = _number(port / "counters" / file)
+            value = read_int(port / "counters" / file)
         if value is not None:
             counters[name] = value * DATA_UNIT
     for name, file in OTHER.items():
-        value = _number(port / "counters" / file)
+        value = read_int(port / "counters" / file)
         if value is not None:
             counters[name] = value
-    congestion = {name: v for name in CONGESTION if (v := _number(port / "hw_counters" / name)) is not None}
+    congestion = {name: v for name in CONGESTION if (v := read_int(port / "hw_counters" / name)) is not None}
     if "tx_bytes" not in counters or "rx_bytes" not in counters:
         entry["counters"] = None
         entry["note"] = "no readable data counters: traffic on this port is not measured"
