@@ -39,8 +39,12 @@ if ! ip link show "$bridge" >/dev/null 2>&1; then
 fi
 mkdir -p "$dir"/ctrd-root "$dir"/ctrd-state "$dir"/data "$dir"/exec
 dir=$(cd "$dir" && pwd)
+# containerd's config as Docker's containerd.io package ships it: the CRI plugin off. With it
+# on, each containerd binds the machine-wide /var/run/nri/nri.sock, and a second engine on the
+# machine (one per xdist worker) fails "address already in use".
+printf 'version = 3\ndisabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.nri.v1.nri"]\n' >"$dir/containerd.toml"
 export PATH="$bin:$PATH"   # dockerd finds containerd-shim-runc-v2 through containerd
-"$bin/containerd" --root "$dir/ctrd-root" --state "$dir/ctrd-state" --address "$dir/containerd.sock" \
+"$bin/containerd" --config "$dir/containerd.toml" --root "$dir/ctrd-root" --state "$dir/ctrd-state" --address "$dir/containerd.sock" \
   >"$dir/containerd.log" 2>&1 &
 ctrd=$!
 for _ in $(seq 100); do [ -S "$dir/containerd.sock" ] && break; sleep 0.1; done
