@@ -96,6 +96,20 @@ class AgentProcess:
         table = self.ps()
         return {w["name"]: w for w in table["workers"]} if table else {}
 
+    def row_sent_after(self, worker: str, since_mono: float, timeout_s: float = 10.0) -> dict[str, Any]:
+        """The worker's `ps` row once its status is from an "alive" message sent after `since_mono`
+        (time.monotonic() here: CLOCK_MONOTONIC is one clock for the machine). `ps` shows the last
+        message, up to WORKER_LIVENESS_SEC older than what the worker wrote since (a record, a file)."""
+
+        def sent_after() -> dict[str, Any] | None:
+            asked = time.monotonic()  # the supervisor's now, when it answers, is later still
+            row = self.workers().get(worker) or {}
+            age = row.get("alive_age_s")
+            # sent = its now - age >= asked - age, the age rounded to the millisecond
+            return row if age is not None and asked - age - 0.001 > since_mono else None
+
+        return wait_for(sent_after, timeout_s, what=f"a status of {worker} sent after the time given")
+
     def wait_all_running(self, timeout_s: float = 60.0) -> dict[str, dict[str, Any]]:
         def all_running() -> dict | None:
             if self.proc is not None and self.proc.poll() is not None:

@@ -1,11 +1,11 @@
 """A real agent on tests/nvml's C GPUs and stand-in nvidia-smi and dcgmi, enrolled at the real
-reference backend, for the gpu.check and gpu.reset tests: start it, send a command and read its
-outcome and progress, run the host CLI, tie a container to GPUs (NVIDIA_VISIBLE_DEVICES, and its
-process in NVML's list) as the NVIDIA runtime and a CUDA program would."""
+reference backend, for the gpu.check and gpu.reset tests: always on a Docker engine of the test's
+own (the `own_engine` fixture), so every container that uses its GPUs is the test's; send a command
+and read its outcome and progress, run the host CLI, tie a container to GPUs (NVIDIA_VISIBLE_DEVICES,
+and its process in NVML's list) as the NVIDIA runtime and a CUDA program would."""
 
 from __future__ import annotations
 
-import contextlib
 import shutil
 import subprocess
 import sys
@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import docker
+import pytest
 
 from faden_agent import protocol
+from tests.conftest import TEST_IMAGE
 from tests.nvml.state import GpuState
 from tests.support.agentproc import AgentProcess, wait_for
 from tests.support.backendproc import BackendProcess, agent_env_for
@@ -24,11 +26,12 @@ from tests.support.privateengine import PrivateEngine
 
 
 def start_agent(
-    backend: BackendProcess, root: Path, gpus: GpuState, dcgm: bool = False, **settings: Any
+    backend: BackendProcess, root: Path, gpus: GpuState, engine: PrivateEngine, dcgm: bool = False, **settings: Any
 ) -> tuple[AgentProcess, dict[str, str], str]:
-    """The agent (inventory rounds every second), its environment and node id, once its GPUs are in."""
+    """The agent (inventory rounds every second) on `engine`, its environment and node id, once its GPUs are in."""
     root.mkdir(parents=True, exist_ok=True)
-    env = agent_env_for(backend, root, inventory_interval_sec=1, inventory_usage_sec=1, **settings)
+    settings = {"inventory_interval_sec": 1, "inventory_usage_sec": 1, **settings, "docker_host": engine.host}
+    env = agent_env_for(backend, root, **settings)
     env.update(gpus.env(dcgm=dcgm))
     agent = AgentProcess(env, root / "agent.log").start()
     node_id = backend.wait_node(env["FADEN_NODE_AGENT_AGENT_ID"])["node_id"]
@@ -91,14 +94,16 @@ def computes_on(gpus: GpuState, index: int, pid: int) -> None:
     gpus.write()
 
 
-@contextlib.contextmanager
-def own_engine(image: str) -> Iterator[tuple[PrivateEngine, Any]]:
-    """A dockerd of the test's own holding `image`, and a client of it: other tests' containers
-    given GPUs on the shared engine would use these GPUs too. Under a short path (a Unix socket
-    has 108 bytes at most)."""
+@pytest.fixture
+def own_engine() -> Iterator[tuple[PrivateEngine, Any]]:
+    """(engine, a client of it): a dockerd of the test's own holding TEST_IMAGE. gpu.check and
+    gpu.reset count every running container of their engine given a GPU as a user of it; on the
+    shared engine, other tests' containers given GPUs by index or `all` would use this test's GPUs
+    too (every GpuState numbers its GPUs from 0, with the same uuids). Under a short path (a Unix
+    socket has 108 bytes at most)."""
     root = Path(tempfile.mkdtemp(prefix="fx-gpu-"))
     try:
-        with PrivateEngine(root / "engine", image) as engine:
+        with PrivateEngine(root / "engine", TEST_IMAGE) as engine:
             client = docker.DockerClient(base_url=engine.host, timeout=60)
             try:
                 yield engine, client

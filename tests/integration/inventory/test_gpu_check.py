@@ -1,4 +1,5 @@
-"""gpu.check in a real agent at the real reference backend, on tests/nvml's C GPUs: without DCGM
+"""gpu.check in a real agent at the real reference backend, on tests/nvml's C GPUs and a Docker
+engine of the test's own (no other test's container uses its GPUs there): without DCGM
 the NVML checks (each test in the timeline, a narrow PCIe link failed), with DCGM's diagnostic by
 the stand-in dcgmi (tests/nvml/dcgmi: its 4.x and 3.x JSON) a memory fault fails its GPU's verdict
 until a passing check; from the host CLI too; a GPU that runs work refused, and with allow_busy
@@ -25,7 +26,7 @@ from tests.support.gpuremedy import (
     health,
     on_gpus,
     outcome,
-    own_engine,
+    own_engine,  # noqa: F401 - the fixture
     run,
     start_agent,
     steps,
@@ -36,11 +37,11 @@ pytestmark = pytest.mark.docker
 FAULTY = "Found 3 faulty memory elements on GPU 1"
 
 
-def test_without_dcgm_the_nvml_checks_run_each_test_in_the_timeline(backend, tmp_path):  # noqa: F811
+def test_without_dcgm_the_nvml_checks_run_each_test_in_the_timeline(backend, own_engine, tmp_path):  # noqa: F811
     gpus = GpuState(tmp_path / "nvml", count=2)
     gpus.gpus[1]["pcie"]["width"] = 8  # a link trained down to x8 of x16
     gpus.write()
-    agent, env, node_id = start_agent(backend, tmp_path / "agent", gpus)
+    agent, env, node_id = start_agent(backend, tmp_path / "agent", gpus, own_engine[0])
     try:
         assert {protocol.GPU_CHECK_CAPABILITY, protocol.GPU_RESET_CAPABILITY} <= set(
             backend.admin.node(node_id)["capabilities"]
@@ -70,12 +71,12 @@ def test_without_dcgm_the_nvml_checks_run_each_test_in_the_timeline(backend, tmp
         agent.stop()
 
 
-def test_dcgm_s_diagnostic_fails_a_gpu_until_a_check_passes_in_both_json_forms(backend, tmp_path):  # noqa: F811
+def test_dcgm_s_diagnostic_fails_a_gpu_until_a_check_passes_in_both_json_forms(backend, own_engine, tmp_path):  # noqa: F811
     gpus = GpuState(tmp_path / "nvml", count=2)
     calls = tmp_path / "dcgmi-calls"
     gpus.dcgmi = {"fail": {"1": {"test": "memory", "error_id": 52, "warning": FAULTY}}, "log": str(calls)}
     gpus.write()
-    agent, env, node_id = start_agent(backend, tmp_path / "agent", gpus, dcgm=True)
+    agent, env, node_id = start_agent(backend, tmp_path / "agent", gpus, own_engine[0], dcgm=True)
     try:
         command = run(backend, node_id, "gpu.check", {"gpus": "all", "level": 2})
         end = outcome(command)
@@ -112,46 +113,45 @@ def test_dcgm_s_diagnostic_fails_a_gpu_until_a_check_passes_in_both_json_forms(b
         agent.stop()
 
 
-def test_a_busy_gpu_is_refused_and_with_allow_busy_checked_without_a_false_fault(backend, tmp_path):  # noqa: F811
+def test_a_busy_gpu_is_refused_and_with_allow_busy_checked_without_a_false_fault(backend, own_engine, tmp_path):  # noqa: F811
     gpus = GpuState(tmp_path / "nvml", count=3)
-    # an engine of its own: other tests' containers given GPUs on the shared one would use these GPUs too
-    with own_engine(TEST_IMAGE) as (engine, client):
-        agent, env, node_id = start_agent(backend, tmp_path / "agent", gpus, dcgm=True, docker_host=engine.host)
-        name = "serving-on-gpu0"
-        serving = on_gpus(client, TEST_IMAGE, name, "0", "exec sleep 600")
-        outsider = subprocess.Popen(["sleep", "600"])  # a CUDA program run on the host, outside any container
-        try:
-            serving.reload()
-            computes_on(gpus, 0, serving.attrs["State"]["Pid"])
-            gpus.gpus[2]["compute"] = {"count": 1, "0": {"pid": outsider.pid, "used": 1 << 30}}
-            gpus.write()
-            uuid0, uuid2 = gpus.gpus[0]["uuid"], gpus.gpus[2]["uuid"]
-            wait_for(lambda: _listed(backend, node_id, 2, outsider.pid), 20, what="the outsider in NVML's list")
-            refused = outcome(run(backend, node_id, "gpu.check", {"gpus": "all", "level": 2}))
-            assert (refused["state"], refused["reason"]) == ("failed", "gpu_in_use"), refused
-            assert f"GPU 0 ({uuid0}) runs work: {name} (device ids)" in refused["message"]
-            assert f"GPU 2 ({uuid2}) runs work: pid {outsider.pid} (sleep)" in refused["message"]
+    engine, client = own_engine
+    agent, env, node_id = start_agent(backend, tmp_path / "agent", gpus, engine, dcgm=True)
+    name = "serving-on-gpu0"
+    serving = on_gpus(client, TEST_IMAGE, name, "0", "exec sleep 600")
+    outsider = subprocess.Popen(["sleep", "600"])  # a CUDA program run on the host, outside any container
+    try:
+        serving.reload()
+        computes_on(gpus, 0, serving.attrs["State"]["Pid"])
+        gpus.gpus[2]["compute"] = {"count": 1, "0": {"pid": outsider.pid, "used": 1 << 30}}
+        gpus.write()
+        uuid0, uuid2 = gpus.gpus[0]["uuid"], gpus.gpus[2]["uuid"]
+        wait_for(lambda: _listed(backend, node_id, 2, outsider.pid), 20, what="the outsider in NVML's list")
+        refused = outcome(run(backend, node_id, "gpu.check", {"gpus": "all", "level": 2}))
+        assert (refused["state"], refused["reason"]) == ("failed", "gpu_in_use"), refused
+        assert f"GPU 0 ({uuid0}) runs work: {name} (device ids)" in refused["message"]
+        assert f"GPU 2 ({uuid2}) runs work: pid {outsider.pid} (sleep)" in refused["message"]
 
-            command = run(backend, node_id, "gpu.check", {"gpus": "all", "level": 2, "allow_busy": True})
-            end = outcome(command)
-            assert end["state"] == "succeeded", end
-            judged = end["result"]["gpus"]
-            # the work holds the memory DCGM wanted (DCGM_FR_MEMORY_ALLOC): busy, not a fault
-            assert (judged[uuid0]["outcome"], judged[uuid0]["counted"]) == ("inconclusive", False)
-            assert judged[uuid0]["busy_with"] == [f"{name} (device ids)"]
-            (memory,) = [t for t in judged[uuid0]["tests"] if t["name"] == "memory"]
-            assert (memory["result"], memory["error_ids"], memory["busy"]) == ("fail", [56], True)
-            assert judged[gpus.gpus[1]["uuid"]]["outcome"] == "pass"
-            time.sleep(3)  # three rounds: the verdicts stay ok
-            for index in (0, 1, 2):
-                assert health(backend, node_id, index)["verdict"] == "ok", health(backend, node_id, index)
-            assert health(backend, node_id, 0)["last_check"]["counted"] is False
-            serving.reload()
-            assert serving.status == "running"  # a check stops nothing
-        finally:
-            outsider.kill()
-            outsider.wait()
-            agent.stop()
+        command = run(backend, node_id, "gpu.check", {"gpus": "all", "level": 2, "allow_busy": True})
+        end = outcome(command)
+        assert end["state"] == "succeeded", end
+        judged = end["result"]["gpus"]
+        # the work holds the memory DCGM wanted (DCGM_FR_MEMORY_ALLOC): busy, not a fault
+        assert (judged[uuid0]["outcome"], judged[uuid0]["counted"]) == ("inconclusive", False)
+        assert judged[uuid0]["busy_with"] == [f"{name} (device ids)"]
+        (memory,) = [t for t in judged[uuid0]["tests"] if t["name"] == "memory"]
+        assert (memory["result"], memory["error_ids"], memory["busy"]) == ("fail", [56], True)
+        assert judged[gpus.gpus[1]["uuid"]]["outcome"] == "pass"
+        time.sleep(3)  # three rounds: the verdicts stay ok
+        for index in (0, 1, 2):
+            assert health(backend, node_id, index)["verdict"] == "ok", health(backend, node_id, index)
+        assert health(backend, node_id, 0)["last_check"]["counted"] is False
+        serving.reload()
+        assert serving.status == "running"  # a check stops nothing
+    finally:
+        outsider.kill()
+        outsider.wait()
+        agent.stop()
 
 
 def _listed(backend, node_id: str, index: int, pid: int) -> bool:  # noqa: F811
@@ -161,13 +161,14 @@ def _listed(backend, node_id: str, index: int, pid: int) -> bool:  # noqa: F811
 
 def test_a_diagnostic_past_its_time_limit_is_ended_with_its_processes_and_dcgm_busy_is_no_fault(
     backend,  # noqa: F811
+    own_engine,  # noqa: F811
     tmp_path,
 ):
     gpus = GpuState(tmp_path / "nvml", count=1)
     pids = tmp_path / "dcgmi-pids"
     gpus.dcgmi = {"hang_s": 600, "pids": str(pids)}
     gpus.write()
-    agent, env, node_id = start_agent(backend, tmp_path / "agent", gpus, dcgm=True)
+    agent, env, node_id = start_agent(backend, tmp_path / "agent", gpus, own_engine[0], dcgm=True)
     try:
         started = time.monotonic()
         end = outcome(run(backend, node_id, "gpu.check", {"level": 1, "time_limit_s": 3}))

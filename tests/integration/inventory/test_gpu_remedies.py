@@ -109,7 +109,8 @@ def test_without_a_journal_the_kernel_lines_come_from_kmsg_and_without_both_it_i
 
     kmsg.write_bytes(kmsg_record(1, "NVRM: loading NVIDIA UNIX x86_64 Kernel Module"))
     wait_for(lambda: newest_gpu(state_dir)["health"]["verdict"] == "ok", 30, what="the kmsg file taken (10 s retry)")
-    status = agent.workers()["inventory"]["status"]["kernel_lines"]
+    # a status sent after that record: ps's last one may be older than the round that found kmsg
+    status = agent.row_sent_after("inventory", time.monotonic())["status"]["kernel_lines"]
     assert (status["source"], status["problem"]) == ("kmsg", None)
     with open(kmsg, "ab") as fh:
         fh.write(kmsg_record(2, "NVRM: Xid (PCI:0000:18:00): 79, pid=4242, name=python3, GPU has fallen off the bus."))
@@ -159,6 +160,6 @@ def test_a_bad_journal_position_reads_from_the_boot_s_start(tmp_path, agent_fact
         # every line of the boot read again (the log keeps a line once) and the one written meanwhile
         wait_for(lambda read=read: len(kernel_48s()) == read, 20, what=f"the lines read after {bad[:20]!r}")
         assert XID_48 in newest_gpu(state_dir)["devices"][0]["health"]["reasons"]
-        status = agent.workers()["inventory"]["status"]["kernel_lines"]
+        status = agent.row_sent_after("inventory", time.monotonic())["status"]["kernel_lines"]
         assert status["source"] == "journald" and "boot's start" in status["note"]
         agent.stop()

@@ -28,7 +28,7 @@ from tests.support.gpuremedy import (
     health,
     on_gpus,
     outcome,
-    own_engine,
+    own_engine,  # noqa: F401 - the fixture
     run,
     start_agent,
     steps,
@@ -49,7 +49,9 @@ def calls(path: Path) -> list[list[str]]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def test_a_reset_refused_while_used_then_done_stopping_only_that_gpu_s_container(backend, real_loki, tmp_path):  # noqa: F811
+def test_a_reset_refused_while_used_then_done_stopping_only_that_gpu_s_container(
+    backend, real_loki, own_engine, tmp_path
+):  # noqa: F811
     gpus = GpuState(tmp_path / "nvml", count=3)
     uuid1, bus1 = gpus.gpus[1]["uuid"], gpus.gpus[1]["bus_id"]
     gpus.gpus[1]["ecc"]["corrected"]["volatile"] = 0  # nothing NVML would show of a reset: the agent knows it
@@ -62,108 +64,106 @@ def test_a_reset_refused_while_used_then_done_stopping_only_that_gpu_s_container
     no_journal.mkdir()
     printed = tmp_path / "printed"
     printed.mkdir(mode=0o777)
-    with own_engine(TEST_IMAGE) as (engine, client):
-        agent, env, node_id = start_agent(
-            backend,
-            tmp_path / "agent",
-            gpus,
-            docker_host=engine.host,
-            loki_url=real_loki.url,
-            log_flush_interval_sec=0.2,
-            kmsg_path=kmsg,
-            journal_directory=no_journal,
+    engine, client = own_engine
+    agent, env, node_id = start_agent(
+        backend,
+        tmp_path / "agent",
+        gpus,
+        engine,
+        loki_url=real_loki.url,
+        log_flush_interval_sec=0.2,
+        kmsg_path=kmsg,
+        journal_directory=no_journal,
+    )
+    agent_id = env["FADEN_NODE_AGENT_AGENT_ID"]
+    ours = {protocol.LABEL_AGENT_ID: agent_id}
+    mounts = {str(printed): {"bind": "/c", "mode": "rw"}}
+    named = {}
+    try:
+        for name, gpu in (("on-gpu1", "1"), ("on-gpu0", "0"), ("on-gpu2", "2")):
+            named[name] = on_gpus(
+                client, TEST_IMAGE, name, gpu, POLITE, labels=ours, environment={"N": name}, volumes=mounts
+            )
+        wait_for(lambda: all((printed / n).exists() for n in named), 30, what="every container printing")
+        started = {n: c.attrs["State"]["StartedAt"] for n, c in ((n, client.containers.get(n)) for n in named)}
+        gpus.xid(1, 48)  # a double-bit ECC error: failed until the GPU is reset
+        wait_for(lambda: XID_48 in health(backend, node_id, 1).get("reasons", []), 20, what="GPU 1 failed")
+
+        refused = outcome(run(backend, node_id, "gpu.reset", {"gpu": uuid1}))
+        assert (refused["state"], refused["reason"]) == ("failed", "gpu_in_use"), refused
+        assert "is used by containers on-gpu1 (device ids)" in refused["message"]
+        assert calls(smi_calls) == []  # nothing was tried
+        assert all(client.containers.get(n).status == "running" for n in named)
+
+        beats_before = len(backend.heartbeats(node_id))
+        host = subprocess.Popen(
+            [sys.executable, "-m", "faden_agent", "gpu", "reset", uuid1, "--stop-containers", "--deadline", "90s"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
-        agent_id = env["FADEN_NODE_AGENT_AGENT_ID"]
-        ours = {protocol.LABEL_AGENT_ID: agent_id}
-        mounts = {str(printed): {"bind": "/c", "mode": "rw"}}
-        named = {}
-        try:
-            for name, gpu in (("on-gpu1", "1"), ("on-gpu0", "0"), ("on-gpu2", "2")):
-                named[name] = on_gpus(
-                    client, TEST_IMAGE, name, gpu, POLITE, labels=ours, environment={"N": name}, volumes=mounts
-                )
-            wait_for(lambda: all((printed / n).exists() for n in named), 30, what="every container printing")
-            started = {n: c.attrs["State"]["StartedAt"] for n, c in ((n, client.containers.get(n)) for n in named)}
-            gpus.xid(1, 48)  # a double-bit ECC error: failed until the GPU is reset
-            wait_for(lambda: XID_48 in health(backend, node_id, 1).get("reasons", []), 20, what="GPU 1 failed")
+        # while nvidia-smi resets GPU 1, GPU 2's Xid 94 comes through the kernel's log
+        wait_for(lambda: ["--gpu-reset", "-i", bus1] in calls(smi_calls), 60, what="the reset running")
+        inventory = lambda: agent.workers()["inventory"]["status"]  # noqa: E731
+        wait_for(lambda: inventory()["gpu_events"]["let_go"], 3, what="NVML let go (ps)")
+        with open(kmsg, "ab") as fh:
+            line = f"NVRM: Xid (PCI:{gpus.gpus[2]['bus_id'][4:-2].lower()}): 94, pid=77, name=python3, Contained"
+            fh.write(kmsg_record(2, line))
+        out, err = host.communicate(timeout=120)
+        assert host.returncode == 0, (out, err, agent.log_text()[-3000:])
+        print(out)
+        assert f"GPU 1 ({bus1}) reset; NVML read it again after" in out
+        assert "on-gpu1: exited (exit code 0)" in out and "on-gpu0" not in out and "on-gpu2" not in out
 
-            refused = outcome(run(backend, node_id, "gpu.reset", {"gpu": uuid1}))
-            assert (refused["state"], refused["reason"]) == ("failed", "gpu_in_use"), refused
-            assert "is used by containers on-gpu1 (device ids)" in refused["message"]
-            assert calls(smi_calls) == []  # nothing was tried
-            assert all(client.containers.get(n).status == "running" for n in named)
+        # only that GPU's container stopped, not removed, not restarted; its last lines in Loki
+        assert client.containers.get("on-gpu1").status == "exited"
+        for name in ("on-gpu0", "on-gpu2"):
+            container = client.containers.get(name)
+            assert (container.status, container.attrs["State"]["StartedAt"]) == ("running", started[name])
+        got = set(real_loki.lines(f'{{agent_id="{agent_id}", container="on-gpu1"}}'))
+        want = (printed / "on-gpu1").read_text().splitlines()
+        assert [line for line in want if line not in got] == [] and "on-gpu1 bye" in got
 
-            beats_before = len(backend.heartbeats(node_id))
-            host = subprocess.Popen(
-                [sys.executable, "-m", "faden_agent", "gpu", "reset", uuid1, "--stop-containers", "--deadline", "90s"],
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            # while nvidia-smi resets GPU 1, GPU 2's Xid 94 comes through the kernel's log
-            wait_for(lambda: ["--gpu-reset", "-i", bus1] in calls(smi_calls), 60, what="the reset running")
-            inventory = lambda: agent.workers()["inventory"]["status"]  # noqa: E731
-            wait_for(lambda: inventory()["gpu_events"]["let_go"], 3, what="NVML let go (ps)")
-            with open(kmsg, "ab") as fh:
-                line = f"NVRM: Xid (PCI:{gpus.gpus[2]['bus_id'][4:-2].lower()}): 94, pid=77, name=python3, Contained"
-                fh.write(kmsg_record(2, line))
-            out, err = host.communicate(timeout=120)
-            assert host.returncode == 0, (out, err, agent.log_text()[-3000:])
-            print(out)
-            assert f"GPU 1 ({bus1}) reset; NVML read it again after" in out
-            assert "on-gpu1: exited (exit code 0)" in out and "on-gpu0" not in out and "on-gpu2" not in out
+        # persistence mode off for the reset and on again; NVML let go around it and taken again
+        assert calls(smi_calls) == [["-pm", "0", "-i", bus1], ["--gpu-reset", "-i", bus1], ["-pm", "1", "-i", bus1]]
+        gpus.read_back()
+        assert gpus.gpus[1]["persistence"] == 1
+        inventory_pid = agent.workers()["inventory"]["pid"]
+        wait_for(lambda: inventory_pid in gpus.clients(), 10, what="NVML taken again")
 
-            # only that GPU's container stopped, not removed, not restarted; its last lines in Loki
-            assert client.containers.get("on-gpu1").status == "exited"
-            for name in ("on-gpu0", "on-gpu2"):
-                container = client.containers.get(name)
-                assert (container.status, container.attrs["State"]["StartedAt"]) == ("running", started[name])
-            got = set(real_loki.lines(f'{{agent_id="{agent_id}", container="on-gpu1"}}'))
-            want = (printed / "on-gpu1").read_text().splitlines()
-            assert [line for line in want if line not in got] == [] and "on-gpu1 bye" in got
+        command_id = f"host-{out.split('(request ', 1)[1].split(')', 1)[0]}"
+        command = backend.command(command_id)
+        phases = [r.get("phase") for r in steps(command)]
+        order = ["stopped", "lines_shipped", "persistence_off", "nvml_let_go", "resetting", "persistence_on"]
+        order += ["reset_done", "nvml_reads_again", "check_started", "test", "gpu_checked"]
+        assert [p for p in dict.fromkeys(phases) if p in order] == order, phases
+        window = [r["ts"] for r in steps(command) if r.get("phase") in ("resetting", "reset_done")]
+        assert window[1] - window[0] >= 3.5
 
-            # persistence mode off for the reset and on again; NVML let go around it and taken again
-            assert calls(smi_calls) == [["-pm", "0", "-i", bus1], ["--gpu-reset", "-i", bus1], ["-pm", "1", "-i", bus1]]
-            gpus.read_back()
-            assert gpus.gpus[1]["persistence"] == 1
-            inventory_pid = agent.workers()["inventory"]["pid"]
-            wait_for(lambda: inventory_pid in gpus.clients(), 10, what="NVML taken again")
+        # the hold ended by the agent's own reset and level-1 check: ok again
+        gpu1 = wait_for(lambda: health(backend, node_id, 1).get("verdict") == "ok" and health(backend, node_id, 1), 20)
+        assert gpu1["last_reset"]["sign"] == f"reset by the agent (gpu.reset {command_id}), level-1 check pass"
+        assert gpu1["last_check"]["tool"] == "nvml" and gpu1["last_check"]["outcome"] == "pass"
 
-            command_id = f"host-{out.split('(request ', 1)[1].split(')', 1)[0]}"
-            command = backend.command(command_id)
-            phases = [r.get("phase") for r in steps(command)]
-            order = ["stopped", "lines_shipped", "persistence_off", "nvml_let_go", "resetting", "persistence_on"]
-            order += ["reset_done", "nvml_reads_again", "check_started", "test", "gpu_checked"]
-            assert [p for p in dict.fromkeys(phases) if p in order] == order, phases
-            window = [r["ts"] for r in steps(command) if r.get("phase") in ("resetting", "reset_done")]
-            assert window[1] - window[0] >= 3.5
-
-            # the hold ended by the agent's own reset and level-1 check: ok again
-            gpu1 = wait_for(
-                lambda: health(backend, node_id, 1).get("verdict") == "ok" and health(backend, node_id, 1), 20
-            )
-            assert gpu1["last_reset"]["sign"] == f"reset by the agent (gpu.reset {command_id}), level-1 check pass"
-            assert gpu1["last_check"]["tool"] == "nvml" and gpu1["last_check"]["outcome"] == "pass"
-
-            # the other GPUs went on: GPU 2's event during the reset, heartbeats throughout
-            events = [r["data"] for r in backend.events(node_id) if r["data"].get("type") == "gpu.health_changed"]
-            (degraded,) = [e for e in events if e["index"] == 2]
-            assert degraded["new"] == "degraded" and window[0] <= degraded["at"] <= window[1], (degraded, window)
-            beats = [h["ts"] for h in backend.heartbeats(node_id)[beats_before:]]
-            assert len([t for t in beats if window[0] <= t <= window[1]]) >= 2, (beats, window)
-            assert devices(backend, node_id)[0]["health"]["verdict"] == "ok"
-        finally:
-            agent.stop()
+        # the other GPUs went on: GPU 2's event during the reset, heartbeats throughout
+        events = [r["data"] for r in backend.events(node_id) if r["data"].get("type") == "gpu.health_changed"]
+        (degraded,) = [e for e in events if e["index"] == 2]
+        assert degraded["new"] == "degraded" and window[0] <= degraded["at"] <= window[1], (degraded, window)
+        beats = [h["ts"] for h in backend.heartbeats(node_id)[beats_before:]]
+        assert len([t for t in beats if window[0] <= t <= window[1]]) >= 2, (beats, window)
+        assert devices(backend, node_id)[0]["health"]["verdict"] == "ok"
+    finally:
+        agent.stop()
 
 
-def test_failing_resets_say_their_cause_and_the_next_remedy(backend, tmp_path):  # noqa: F811
+def test_failing_resets_say_their_cause_and_the_next_remedy(backend, own_engine, tmp_path):  # noqa: F811
     gpus = GpuState(tmp_path / "nvml", count=3)
     gpus.gpus[2]["cc_major"] = 8  # an Ampere GPU on an NVSwitch fabric whose fabric manager is stopped
     gpus.fabric_manager["ActiveState"], gpus.fabric_manager["SubState"] = "inactive", "dead"
     gpus.smi = {"primary": gpus.gpus[0]["bus_id"]}
     gpus.write()
-    agent, env, node_id = start_agent(backend, tmp_path / "agent", gpus)
+    agent, env, node_id = start_agent(backend, tmp_path / "agent", gpus, own_engine[0])
     uuids = [g["uuid"] for g in gpus.gpus]
     try:
         end = outcome(run(backend, node_id, "gpu.reset", {"gpu": uuids[0]}))
@@ -209,12 +209,12 @@ def test_failing_resets_say_their_cause_and_the_next_remedy(backend, tmp_path): 
         agent.stop()
 
 
-def test_a_reset_that_hangs_is_ended_with_its_process_group(backend, tmp_path):  # noqa: F811
+def test_a_reset_that_hangs_is_ended_with_its_process_group(backend, own_engine, tmp_path):  # noqa: F811
     gpus = GpuState(tmp_path / "nvml", count=2)
     gpus.gpus[0]["persistence"] = 0
     gpus.smi = {"hang_s": 600}
     gpus.write()
-    agent, env, node_id = start_agent(backend, tmp_path / "agent", gpus)
+    agent, env, node_id = start_agent(backend, tmp_path / "agent", gpus, own_engine[0])
     try:
         started = time.monotonic()
         end = outcome(run(backend, node_id, "gpu.reset", {"gpu": gpus.gpus[0]["uuid"], "deadline_s": 45}, timeout_s=60))
