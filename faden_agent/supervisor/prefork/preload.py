@@ -36,6 +36,7 @@ SHARED_MODULES = (
     "faden_agent.node.gpu_faults",
     "faden_agent.node.journalctl",
     "faden_agent.node.membership",
+    "faden_agent.node.sysfs",
     "faden_agent.node.xid_catalogue",
     "faden_agent.protocol.container",
     "faden_agent.protocol.inventory",
