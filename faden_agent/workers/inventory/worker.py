@@ -127,7 +127,7 @@ class InventoryReporter:
         """The record handed to the outbox; None when nothing was due (record.py)."""
         # the kernel lines' position before the conditions read their lines: a restart reads none lost
         cursor = self.kernel_cursor()
-        sections = self.sections = self.collector.collect()
+        sections = self.collector.collect()
         if self.disk_watch is not None:
             for event in self.disk_watch.update(sections.get("disks") or []):
                 self.reports.put(protocol.EVENT, event, record_id=disk_record_id(event))
@@ -143,6 +143,8 @@ class InventoryReporter:
             self.reports.put(protocol.EVENT, event, record_id=event_id(event))
         if self.conditions is not None:
             self.assess_conditions(sections)
+        # published whole: the status (ps, /metrics) never reads a round without its conditions
+        self.sections = sections
         if self.evidence is not None:  # after the events: a restart never repeats one
             self.evidence.save(self.gathered(cursor))
         heard = self.accepts()
