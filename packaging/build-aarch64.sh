@@ -9,8 +9,8 @@
 #
 # build.sh installs the lock files (packaging/requirements.lock, build-tools.lock: every
 # wheel's hash, aarch64's included), so both architectures bundle the same versions. Its
-# virtual environment and pip's cache are kept in /var/tmp between builds (installing under
-# emulation is slow).
+# virtual environment, pip's cache and the PyInstaller bundle are kept in /var/tmp between
+# builds (installing and bundling under emulation are slow).
 # pip trusts this machine's CA bundle (a TLS-inspecting proxy's CA, where there is one).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -20,13 +20,14 @@ dist="${FADEN_AGENT_DIST:-$repo/dist}"
 mkdir -p "$dist"
 dist=$(cd "$dist" && pwd)
 cache="${FADEN_AGENT_ARM64_CACHE:-/var/tmp/faden-arm64-build}"
-mkdir -p "$cache/pip" "$cache/venv"
+mkdir -p "$cache/pip" "$cache/venv" "$cache/bundle"
 
 image=$(bash tests/infra/build-arm64-image.sh)
 
 # The sources travel as a copy (pip and PyInstaller write next to them); dist/ is shared.
 docker run --rm --network host \
   -v "$repo:/src:ro" -v "$dist:/out" -v "$cache/pip:/root/.cache/pip" -v "$cache/venv:/opt/venv" \
+  -v "$cache/bundle:/opt/bundle" -e FADEN_AGENT_BUILD_BUNDLE=/opt/bundle/faden-agent \
   -v /etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro \
   -e PIP_CERT=/etc/ssl/certs/ca-certificates.crt \
   -e FADEN_AGENT_BUILD_VERSION="${FADEN_AGENT_BUILD_VERSION:-}" -e FADEN_AGENT_REBUILD="${FADEN_AGENT_REBUILD:-0}" \

@@ -40,11 +40,13 @@ mkdir -p "$dist"
 exec 9>"$dist/.$name.lock"
 flock 9
 
-# Fingerprint of everything that goes into the binary: skip the build when unchanged.
+# Fingerprint of everything that goes into the binary: skip the build when unchanged. The
+# sources' part alone names the PyInstaller bundle, which another version reuses (below).
 locks="packaging/requirements.lock packaging/build-tools.lock"
-fingerprint=$( { echo "$version"; "$PYTHON" --version; \
+sources=$( { "$PYTHON" --version; \
   find faden_agent packaging/entry.py packaging/build.sh packaging/launcher.sh pyproject.toml $locks -name '*.py' -o -name '*.sh' -o -name '*.toml' -o -name '*.lock' \
   | LC_ALL=C sort | xargs sha256sum; } | sha256sum | cut -d' ' -f1)
+fingerprint=$(printf '%s %s\n' "$version" "$sources" | sha256sum | cut -d' ' -f1)
 stamp="$dist/.$name.fingerprint"
 if [ "${FADEN_AGENT_REBUILD:-0}" != 1 ] && [ -x "$dist/$name" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$fingerprint" ]; then
   echo "build.sh: $dist/$name is up to date ($version)"
@@ -77,9 +79,16 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/faden-build.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 # The version is stamped by a runtime hook (runs before the CLI is imported), so a build
 # with another version needs no edit of the sources.
-cat >"$work/stamp_version.py" <<PY
+# The hook reads the version from a file beside the bundled interpreter, so the bundle itself
+# is the same for every version of the same sources.
+cat >"$work/stamp_version.py" <<'PY'
+import os
+import sys
+
 import faden_agent
-faden_agent.__version__ = "$version"
+
+with open(os.path.join(sys._MEIPASS, "faden-agent-version"), encoding="ascii") as stamp:
+    faden_agent.__version__ = stamp.read().strip()
 PY
 
 # Workers are imported by name after fork ("module:Class"), so PyInstaller cannot see them:
@@ -89,24 +98,42 @@ PY
 EXCLUDES="tkinter _tkinter pytest _pytest hypothesis numpy pandas scipy cryptography paramiko nacl bcrypt
   yaml IPython jedi matplotlib PIL setuptools pkg_resources
   pip curses _curses readline lib2to3 pydoc_data unittest xmlrpc cffi pycparser"
-# A onedir build (no per-start unpacking: the bootloader runs Python in its own process),
-# shipped as one file by packaging/launcher.sh: why in docs/packaging.md.
-"$PYTHON" -m PyInstaller --noconfirm --clean --onedir --log-level WARN \
-  --name faden-agent --distpath "$work/dist" --workpath "$work/build" --specpath "$work" \
-  --runtime-hook "$work/stamp_version.py" \
-  --collect-submodules faden_agent \
-  --collect-submodules zmq.backend.cython \
-  --collect-data faden_agent \
-  --collect-submodules docker \
-  --hidden-import pynvml \
-  --hidden-import cramjam \
-  --hidden-import psutil \
-  --hidden-import setproctitle \
-  --add-binary "$venv/bin/py-spy:." \
-  --paths "$repo" \
-  $(printf -- '--copy-metadata %s ' $bundled) \
-  $(printf -- '--exclude-module %s ' $EXCLUDES) \
-  packaging/entry.py
+# The bundle of these sources, kept between builds (a build of another version, the upgrade
+# test's, takes seconds instead of a PyInstaller run); made and read under a lock of its own.
+bundle="${FADEN_AGENT_BUILD_BUNDLE:-$repo/build/bundle-$arch-$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')}"
+mkdir -p "$(dirname "$bundle")"
+exec 7>"$bundle.lock"
+flock 7
+if [ "$(cat "$bundle/.sources" 2>/dev/null)" = "$sources" ] && [ -d "$bundle/faden-agent" ]; then
+  mkdir -p "$work/dist"
+  cp -a "$bundle/faden-agent" "$work/dist/faden-agent"
+  echo "build.sh: reusing the bundle of these sources ($bundle)"
+else
+  # A onedir build (no per-start unpacking: the bootloader runs Python in its own process),
+  # shipped as one file by packaging/launcher.sh: why in docs/packaging.md.
+  "$PYTHON" -m PyInstaller --noconfirm --clean --onedir --log-level WARN \
+    --name faden-agent --distpath "$work/dist" --workpath "$work/build" --specpath "$work" \
+    --runtime-hook "$work/stamp_version.py" \
+    --collect-submodules faden_agent \
+    --collect-submodules zmq.backend.cython \
+    --collect-data faden_agent \
+    --collect-submodules docker \
+    --hidden-import pynvml \
+    --hidden-import cramjam \
+    --hidden-import psutil \
+    --hidden-import setproctitle \
+    --add-binary "$venv/bin/py-spy:." \
+    --paths "$repo" \
+    $(printf -- '--copy-metadata %s ' $bundled) \
+    $(printf -- '--exclude-module %s ' $EXCLUDES) \
+    packaging/entry.py
+  rm -rf "$bundle.tmp" && mkdir -p "$bundle.tmp"
+  cp -a "$work/dist/faden-agent" "$bundle.tmp/faden-agent"
+  echo "$sources" >"$bundle.tmp/.sources"
+  rm -rf "$bundle" && mv "$bundle.tmp" "$bundle"
+fi
+flock -u 7
+printf '%s\n' "$version" >"$work/dist/faden-agent/_internal/faden-agent-version"
 
 # py-spy (the stacks of a stalled engine, workers/inventory/capture/pyspy.py) is a static binary
 # from its wheel, run beside the agent: it must be there and run on this architecture.

@@ -7,7 +7,7 @@
         after the test.
 
 Rig tests carry the `cluster` marker: one rig at a time per host (fixed addresses), so
-.ci/run runs them in its serial part.
+.ci/run runs them one after another in a chain beside its parallel part.
 """
 
 from __future__ import annotations

@@ -7,13 +7,15 @@ The pump (a subprocess: `python3 -m tests.cluster.delayline PUMP_ARGS`) moves ev
 between fdnh<i> and fdnd<i> over AF_PACKET sockets and holds the frames machine i sends
 (to one IPv4 address only, when given) for the delay: the same effect on RTT as
 `tc qdisc add dev eth0 root netem delay D` in the machine. Checksum and segmentation
-offloads are switched off on the path (ethtool), so the frames it copies are complete
-and no larger than the MTU. Meant for RTT tests, not for throughput.
+offloads are switched off on the path and on every sender (ethtool: Rig._delay_line), so
+the frames it copies are complete and no larger than the MTU; one larger still is dropped, as
+a link drops it. Meant for RTT tests, not for throughput.
 """
 
 from __future__ import annotations
 
 import collections
+import errno
 import select
 import signal
 import socket
@@ -96,14 +98,24 @@ def pump(machine_side: str, bridge_side: str, delay_ms: float, to: str | None) -
                 if address[2] == PACKET_OUTGOING:
                     continue  # our own send, seen again on the way out
                 if sock is outer:
-                    inner.send(frame)
+                    _forward(inner, frame)
                 elif _delayed(frame, target):
                     held.append((time.monotonic() + delay, frame))
                 else:
-                    outer.send(frame)
+                    _forward(outer, frame)
         now = time.monotonic()
         while held and held[0][0] <= now:
-            outer.send(held.popleft()[1])
+            _forward(outer, held.popleft()[1])
+
+
+def _forward(sock: socket.socket, frame: bytes) -> None:
+    """Send one frame; one larger than the link's MTU is dropped, as a link drops it."""
+    try:
+        sock.send(frame)
+    except OSError as exc:
+        if exc.errno != errno.EMSGSIZE:
+            raise
+        print(f"delay line: dropped a {len(frame)}-byte frame (over the MTU)", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -305,11 +305,18 @@ class Rig:
             line.remove()
 
     def _delay_line(self, machine: Machine, delay_ms: float, to: str | None) -> None:
-        from tests.cluster.delayline import DelayLine
+        from tests.cluster.delayline import OFFLOADS, DelayLine
 
         old = self._delay_lines.pop(machine.index, None)
         if old is not None:
             old.remove()
+        # The pump copies frames as the sender handed them over: a peer's or the host's
+        # segmentation offload would give it frames larger than the MTU (EMSGSIZE on resend).
+        # Off on every sender for the rest of this rig's life (one test).
+        run(["ethtool", "-K", BRIDGE, *OFFLOADS])
+        for other in self.machines:
+            other.run("ethtool", "-K", "eth0", *OFFLOADS)
+            run(["ethtool", "-K", other.host_veth, *OFFLOADS])
         self._delay_lines[machine.index] = DelayLine(machine, BRIDGE, delay_ms, to).insert()
 
     def link(self, index: int, up: bool) -> None:

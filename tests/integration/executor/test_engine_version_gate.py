@@ -32,18 +32,19 @@ def gate(host_docker_client):
 
 def test_one_client_meets_a_refusal_mid_run_and_sends_that_request_again(gate):
     client = make_client(gate.host, timeout_s=30)
-    client.containers.list(limit=1)
+    # sparse: one request, no inspect of a container another test may remove meanwhile
+    client.containers.list(limit=1, sparse=True)
     assert engine_version(client).api_in_use == "1.43"  # a version in between: Docker 24's
     gate.speak("1.44", "1.52")  # upgraded underneath, the connection kept
-    client.containers.list(limit=1)  # refused once, negotiated, sent again: no error here
+    client.containers.list(limit=1, sparse=True)  # refused once, negotiated, sent again: no error here
     assert gate.refused == ["1.43"]
     assert engine_version(client).api_in_use == CLIENT_MAX_API
     gate.speak("1.24", "1.40")  # and down again
-    client.containers.list(limit=1)
+    client.containers.list(limit=1, sparse=True)
     assert gate.refused == ["1.43", CLIENT_MAX_API] and engine_version(client).api_in_use == "1.40"
     gate.speak("1.24", "1.39")  # no device requests: nothing to negotiate
     with pytest.raises(EngineTooOld, match=r"API 1\.39 at most.*upgrade the engine"):
-        client.containers.list(limit=1)
+        client.containers.list(limit=1, sparse=True)
 
 
 def test_the_agent_runs_its_next_command_after_the_engine_changed_its_range(executor_factory, prefix, gate):

@@ -27,26 +27,32 @@ def docker_time_s(value: str) -> float:
 
 
 def test_a_container_that_prints_3_lines_and_exits_within_50_ms(agent, loki, docker_client, prefix):
-    name = f"{prefix}-blink"
+    # A loaded engine may take longer than the premise allows to start and reap one: up to
+    # three such containers, every one's lines checked, at least one of them short-lived.
+    lived: list[float] = []
     try:
-        container = docker_client.containers.run(
-            TEST_IMAGE, ["sh", "-c", "echo one; echo two; echo three"], name=name, labels=managed(), detach=True
-        )
-        container.wait(timeout=30)
-        state = docker_client.api.inspect_container(name)["State"]
-        lived_s = docker_time_s(state["FinishedAt"]) - docker_time_s(state["StartedAt"])
-        loki.wait_for(lambda e: len([x for x in e if x.labels.get("container") == name]) >= 3, 30)
-        arrived = time.time()
-        time.sleep(1)  # nothing more may come
-        got = lines_of(loki, name)
+        for attempt in range(3):
+            name = f"{prefix}-blink{attempt}"
+            container = docker_client.containers.run(
+                TEST_IMAGE, ["sh", "-c", "echo one; echo two; echo three"], name=name, labels=managed(), detach=True
+            )
+            container.wait(timeout=30)
+            state = docker_client.api.inspect_container(name)["State"]
+            lived.append(docker_time_s(state["FinishedAt"]) - docker_time_s(state["StartedAt"]))
+            loki.wait_for(lambda e, name=name: len([x for x in e if x.labels.get("container") == name]) >= 3, 30)
+            arrived = time.time()
+            time.sleep(1)  # nothing more may come
+            got = lines_of(loki, name)
+            print(
+                f"50 ms container: lived {lived[-1] * 1000:.0f} ms; {len(got)}/3 lines delivered; "
+                f"last line at the receiver {arrived - docker_time_s(state['FinishedAt']):.2f} s after exit"
+            )
+            assert got == ["one", "two", "three"], name
+            if lived[-1] < 0.5:
+                break
     finally:
         remove_containers(docker_client, prefix)
-    print(
-        f"50 ms container: lived {lived_s * 1000:.0f} ms; {len(got)}/3 lines delivered; "
-        f"last line at the receiver {arrived - docker_time_s(state['FinishedAt']):.2f} s after exit"
-    )
-    assert lived_s < 0.5
-    assert got == ["one", "two", "three"]
+    assert min(lived) < 0.5, lived
 
 
 def test_a_crash_looping_container_is_followed_across_20_restarts(agent, loki, docker_client, prefix, tmp_path):

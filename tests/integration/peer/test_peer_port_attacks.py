@@ -109,10 +109,15 @@ def test_half_open_connections_and_unfinished_bodies_leave_an_honest_receiver_se
     assert row["pid"] == pid and row["state"] == "RUNNING"  # closing them all at once is no hang either
 
 
-def begin_handshake(port: int) -> tuple[socket.socket, ssl.SSLObject]:
-    """A connection that sends a real ClientHello and then nothing more."""
+def client_context() -> ssl.SSLContext:
+    """One for all the attack's connections: loading the CA store costs tens of ms each time."""
     context = ssl.create_default_context()
     context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    return context
+
+
+def begin_handshake(port: int, context: ssl.SSLContext) -> tuple[socket.socket, ssl.SSLObject]:
+    """A connection that sends a real ClientHello and then nothing more."""
     tls = context.wrap_bio(ssl.MemoryBIO(), outgoing := ssl.MemoryBIO())
     with contextlib.suppress(ssl.SSLWantReadError):
         tls.do_handshake()
@@ -132,8 +137,11 @@ def test_one_idle_tls_connection_delays_no_one(agent_on_backend, tmp_path, many_
     idle = socket.create_connection(("127.0.0.1", port), timeout=10)  # no ClientHello, ever
     half = socket.create_connection(("127.0.0.1", port), timeout=10)
     half.sendall(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03")  # a ClientHello that never ends
-    started_handshakes = [begin_handshake(port) for _ in range(1_000)]  # the server's half is done, then nothing
-    time.sleep(1.0)
+    context = client_context()
+    # the server's half is done, then nothing
+    started_handshakes = [begin_handshake(port, context) for _ in range(1_000)]
+    # every connection accepted, its server half sent: the handshakes are under way, not queued
+    wait_for(lambda: agent.workers()["peer"]["status"]["connections"]["accepted"] >= 1_002, 60, what="the flood")
     try:
         started = time.monotonic()
         answer = requests.post(

@@ -14,6 +14,7 @@ from faden_agent import protocol
 from faden_agent.backend.outbox import Outbox
 from faden_agent.backend.producer import Reports
 from faden_agent.config import load_config
+from faden_agent.workers.stream.downlink import HANDOFF_TIMEOUT_S
 from tests.support.agentproc import agent_status, pid_alive, wait_for
 from tests.support.backendproc import agent_on_backend, backend  # noqa: F401
 
@@ -122,10 +123,11 @@ def test_heartbeats_keep_their_interval_while_the_executor_is_stopped(backend, a
         time.sleep(5)
         beats = [b["received_at"] for b in backend.heartbeats(node["node_id"]) if b["received_at"] >= stopped_at]
         gaps = [b - a for a, b in itertools.pairwise(beats)]
-        # A heartbeat held up by the hand-off would leave a 5 s hole; the bound leaves room
-        # for a loaded CI machine (the measured jitter is in bench/stream_bench.py).
+        # A heartbeat held up by the hand-off would leave a hole of at least its timeout (5 s);
+        # the bound leaves room for a loaded CI machine, where a 2.5 s gap was seen once (the
+        # measured jitter is in bench/stream_bench.py).
         assert len(beats) >= 6, beats
-        assert max(gaps) < interval * 4, gaps
+        assert max(gaps) < HANDOFF_TIMEOUT_S * 0.8, gaps
         assert statistics.median(gaps) < interval * 1.6, gaps
         assert backend.command(command_id)["state"] == "queued"
     finally:

@@ -111,8 +111,14 @@ def test_the_set_aside_rows_are_bounded(tmp_path, monkeypatch):
     box.close()
 
 
+# No NaN: SQLite stores a NaN as NULL, which the body's NOT NULL refuses, so no row can hold one.
+BODIES = st.one_of(
+    st.binary(max_size=200), st.text(max_size=200), st.integers(-(2**63), 2**63 - 1), st.floats(allow_nan=False)
+)
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(body=st.one_of(st.binary(max_size=200), st.text(max_size=200), st.integers(-(2**63), 2**63 - 1), st.floats()))
+@given(body=BODIES)
 def test_any_stored_body_comes_out_as_a_record_or_is_set_aside(tmp_path_factory, body):
     path = tmp_path_factory.mktemp("box")
     box = Outbox(path)
