@@ -9,8 +9,12 @@ each system library, the heaps), a worker's anonymous pages by origin (inherited
 since the fork, its own), the modules it loaded after the fork; per module, the bytes of
 Python objects its import leaves by itself (tracemalloc, self as -X importtime counts time).
 --objects (a run of its own) names the supervisor's objects on each worker's copied pages.
+--gpus N: the machine has N healthy GPUs (tests/nvml's C library with NVML's ABI, loaded by
+the real bindings), as an operator's GPU node has: NVML loaded, its event watch and the
+kernel lines read.
 
-    python3 bench/footprint_account.py [--against 3e3435d|none] [--now COMMIT] [--python 3.11] [--objects] [--json PATH]
+    python3 bench/footprint_account.py [--against 3e3435d|none] [--now COMMIT] [--python 3.11] [--gpus N]
+                                       [--objects] [--json PATH]
 """
 
 from __future__ import annotations
@@ -129,15 +133,26 @@ def run_from(python: str, source: Path) -> list[str]:
     return [python, "-c", code, str(source)]
 
 
-def account_tree(root: Path, python: str, source: Path, objects: bool = False) -> dict[str, Any]:
-    """The account of one idle tree: the agent and its backend both from `source`; with
-    `objects`, what the supervisor's objects on each worker's copied pages are (a run of its
-    own: listing them changes the supervisor's heap)."""
+def gpu_env(root: Path, gpus: int) -> dict[str, str]:
+    """The environment of an agent on a machine with `gpus` healthy GPUs (none: {})."""
+    if not gpus:
+        return {}
+    from tests.nvml.state import GpuState  # imports pynvml: only where GPUs are asked for
+
+    return GpuState(root / "nvml", count=gpus).env()
+
+
+def account_tree(root: Path, python: str, source: Path, objects: bool = False, gpus: int = 0) -> dict[str, Any]:
+    """The account of one idle tree: the agent and its backend both from `source`, on a
+    machine with `gpus` GPUs; with `objects`, what the supervisor's objects on each worker's
+    copied pages are (a run of its own: listing them changes the supervisor's heap)."""
     dumps = root / "modules"
     dumps.mkdir()
     interpreters.compile_agent(python, source)
     argv = [python, str(PROBE), "run", str(dumps), str(source)] + (["--objects"] if objects else [])
-    with footprint_bench.metered_agent(root, agent_argv=argv, backend_runner=run_from(python, source)) as rig:
+    with footprint_bench.metered_agent(
+        root, extra_env=gpu_env(root, gpus), agent_argv=argv, backend_runner=run_from(python, source)
+    ) as rig:
         tree = footprint_bench.named_tree(rig.agent)
         memory = {name: footprint_bench.smaps_kib(pid) for name, pid in tree.items()}
         mappings = {name: smaps_groups(pid) for name, pid in tree.items()}
@@ -168,6 +183,7 @@ def account_tree(root: Path, python: str, source: Path, objects: bool = False) -
     return {
         **({"objects_on_copied_pages_kib": on_copied} if objects else {}),
         "python": version_of(python),
+        "gpus": gpus,
         "tree_pss_kib": sum(m["pss"] for m in memory.values()),
         "tree_private_kib": sum(m["private"] for m in memory.values()),
         "tree_pss_quiet_kib": sum(p.get("pss_quiet", 0) for p in pages.values()),
@@ -212,7 +228,8 @@ def report(result: dict[str, Any]) -> None:
         if not tree:
             continue
         print(
-            f"== {label}: CPython {tree['python']}, tree {tree['tree_pss_kib'] / 1024:.1f} MiB PSS, "
+            f"== {label}: CPython {tree['python']}, {tree.get('gpus', 0)} GPUs, "
+            f"tree {tree['tree_pss_kib'] / 1024:.1f} MiB PSS, "
             f"{tree['tree_pss_quiet_kib'] / 1024:.1f} MiB on a quiet machine"
         )
         for name, proc in tree["processes"].items():
@@ -247,6 +264,7 @@ def main() -> int:
     parser.add_argument("--against", default=ROUND_7, help="the older tree's commit, or 'none'")
     parser.add_argument("--now", help="the newer tree's commit (default: this working tree)")
     parser.add_argument("--python", help="the CPython version to run both trees on (default: the bench's)")
+    parser.add_argument("--gpus", type=int, default=0, help="GPUs the machine has (tests/nvml's C library)")
     parser.add_argument("--json", type=Path, default=Path("bench/results/account.json"))
     parser.add_argument(
         "--objects", action="store_true", help="only: what the supervisor's objects on each worker's copied pages are"
@@ -258,7 +276,9 @@ def main() -> int:
         root = Path(tmp)
         if args.objects:
             (root / "objects").mkdir()
-            copied = account_tree(root / "objects", python, REPO, objects=True)["objects_on_copied_pages_kib"]
+            copied = account_tree(root / "objects", python, REPO, objects=True, gpus=args.gpus)[
+                "objects_on_copied_pages_kib"
+            ]
             for name, kinds in copied.items():
                 total, loose = kinds.pop("(pages copied)"), kinds.pop("(no object listed)")
                 print(
@@ -268,13 +288,13 @@ def main() -> int:
             return 0
         (root / "now").mkdir()
         now_source = export_tree(args.now, root / "now-source") if args.now else REPO
-        result["now"] = account_tree(root / "now", python, now_source)
+        result["now"] = account_tree(root / "now", python, now_source, gpus=args.gpus)
         if args.now:
             result["now"]["commit"] = args.now
         if args.against != "none":
             old_source = export_tree(args.against, root / "old-source")
             (root / "old").mkdir()
-            result["against"] = account_tree(root / "old", python, old_source)
+            result["against"] = account_tree(root / "old", python, old_source, gpus=args.gpus)
             result["against"]["commit"] = args.against
             result["compare"] = compare(result["against"], result["now"])
     report(result)

@@ -55,6 +55,10 @@ def preload(targets: list[str], tls_verify: bool | str | None = None, skip: froz
     freezes the heap. A module or CA bundle that fails is left to its worker, which reports
     the failure. `skip` names the memory tricks (prefork.TRICKS) left out."""
     steps = StepClock()
+    if "arenas" not in skip:  # before any thread: each would get an arena of its own
+        from faden_agent.supervisor.prefork.arenas import one_malloc_arena
+
+        one_malloc_arena()
     skip_charset_guessers()
     for module in [t.partition(":")[0] for t in targets] + list(SHARED_MODULES):
         try:

@@ -490,9 +490,11 @@ class InventoryWorker(Worker):
         status: InventoryStatus = {
             "cycles": self.reporter.cycles,
             # counts and the form in use, not the last record's type: a string that flips
-            # every round would make every heartbeat carry the whole detail
+            # every round would make every heartbeat carry the whole detail. The form as the
+            # backend's hello set it, not as the last round saw it: a round that ran before the
+            # hello would flip it a round later, a detail beat in the idle minutes.
             "records": dict(self.reporter.sent),
-            "form": "changes" if self.reporter.emitter.changes else "full",
+            "form": "changes" if ACCEPTS_CHANGES in self.reporter.accepts().accepts else "full",
             "last_age_s": round(time.time() - last["collected_at"], 1) if last else None,
             "overrun": self.collector.overrun(),
             "traffic_samples": self.traffic.samples,

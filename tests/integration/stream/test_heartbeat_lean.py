@@ -88,6 +88,8 @@ def test_the_first_beat_waits_for_the_tree_and_the_next_ones_are_lean(backend, a
     # the first work's outcome, not the status a worker starts with
     assert rows["executor"]["status"]["docker"] != "unknown" and rows["executor"]["status"]["events"] is not None
     assert rows["inventory"]["status"]["records"]["full"] >= 1
+    # the form the backend's hello set: read a round later, it would flip (a detail beat) at 60 s
+    assert rows["inventory"]["status"]["form"] == "changes"
     assert "gauges" not in rows["inventory"]["status"]  # /metrics' figures stay home
     for beat in (b for b in beats[1:3] if "workers" in b):
         changed = detail_changes(first, beat)

@@ -54,6 +54,37 @@ def test_on_runs_the_tricks_and_off_runs_none():
     assert on["preloaded"] and off["preloaded"]
 
 
+ARENAS = """
+import re, sys, threading
+from faden_agent.supervisor.prefork import prepare_to_fork
+from faden_agent.supervisor.prefork.heap import _libc, malloc_info_xml
+prepare_to_fork([sys.argv[2]], None, tricks=sys.argv[1] == "on")
+held = []
+def allocate():
+    held.append(bytes(70_000))  # from glibc's malloc, in this thread
+threads = [threading.Thread(target=allocate) for _ in range(4)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+print(len(re.findall(rb'<heap nr=', malloc_info_xml(_libc()))))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
+def test_threads_of_a_tree_with_the_tricks_share_one_malloc_arena():
+    def arenas(mode: str) -> int:
+        environ = {**os.environ, "PYTHONPATH": str(REPO)}
+        out = subprocess.run(
+            [sys.executable, "-c", ARENAS, mode, TARGET], capture_output=True, text=True, timeout=120, env=environ
+        )
+        assert out.returncode == 0, out.stderr
+        return int(out.stdout.splitlines()[-1])
+
+    assert arenas("on") == 1
+    assert arenas("off") > 1  # each thread that allocated got one of its own
+
+
 def test_a_bench_leaves_out_one_trick_only_under_test_hooks(monkeypatch):
     monkeypatch.setenv("FADEN_TEST_HOOK_PREFORK_SKIP", "heap,nonsense")
     monkeypatch.delenv("FADEN_TEST_HOOKS", raising=False)
