@@ -154,7 +154,8 @@ def render_budget(figures: dict[str, Any]) -> str:
     """Per process of the idle tree: PSS on each interpreter measured, and idle CPU."""
     idle = figures.get("idle", {})
     versions = [v for v in GOALS if v in idle] + sorted(v for v in idle if v not in GOALS)
-    names = list(dict.fromkeys(n for v in versions for n in idle[v]["processes"]))
+    # sorted: the run that measured holds them in its own order, the file (sort_keys) in another
+    names = sorted({n for v in versions for n in idle[v]["processes"]})
     head = ["process", *(f"PSS {v}, MiB" for v in versions), "idle CPU, % of a core"]
     rows = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for name in names:
