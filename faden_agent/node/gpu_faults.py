@@ -105,6 +105,8 @@ def _log(entries: Any, where: str, now: float) -> None:
         _text(entry.get("boot"), f"{at}.boot", optional=True, limit=64)
         if "pid" in entry:
             _int(entry["pid"], f"{at}.pid", 0, 1 << 31)
+        if "seq" in entry:
+            _int(entry["seq"], f"{at}.seq", 0, MAX_COUNT)
         _text(entry.get("process"), f"{at}.process", optional=True, limit=64)
         _text(entry.get("container_id"), f"{at}.container_id", optional=True, limit=128)
 

@@ -64,7 +64,7 @@ def full_file() -> dict[str, Any]:
             }
         },
         "switches": {"0000:c1:00": [{"event": "sxid_fatal", "code": 20034, "at": NOW - 5, "source": "kernel"}]},
-        "unplaced": {"0000:c3:00": [entry(79, NOW - 30)]},
+        "unplaced": {"0000:c3:00": [entry(79, NOW - 30, seq=812)]},
     }
 
 
@@ -140,6 +140,7 @@ def test_every_field_at_every_hostile_value_breaks_no_reader(tmp_path):
         (("gpus", "GPU-a", "xid"), {"code": 48}),
         (("gpus", "GPU-a", "xid", 0, "at"), 1e308),  # would fail the GPU forever
         (("gpus", "GPU-a", "xid", 0, "code"), "48"),
+        (("unplaced", "0000:c3:00", 0, "seq"), -1),
         (("switches", "0000:c1:00", 0, "at"), 1e308),
         (("gpus", "GPU-a", "last_check", "counted"), "yes"),
         (("gpus", "GPU-a", "last_check", "at"), 1e308),  # a failed check that never ends

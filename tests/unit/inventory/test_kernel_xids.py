@@ -65,6 +65,35 @@ def test_one_xid_from_nvml_and_the_kernel_is_kept_once_and_a_reread_line_too():
     assert [(e["code"], e["source"]) for e in log.of("GPU-a")] == [(79, "nvml"), (48, "kernel")]
 
 
+def test_a_kmsg_line_read_again_by_a_new_run_is_kept_once_though_its_time_moved():
+    # a kmsg line's time is the boot's wall time as each run computes it, plus the line's offset:
+    # a run after a restart computes it a few microseconds (or, after a clock slew, more) apart
+    log = XidLog(keep=8)
+    boot = "b" * 32
+    assert log.add("GPU-a", "xid", 79, 1796000000.1234, source="kernel", boot=boot, seq=812) is True
+    assert log.add("GPU-a", "xid", 79, 1796000000.1251, source="kernel", boot=boot, seq=812) is False
+    # another record of that boot at (almost) that time is another line: a storm counts each
+    log.add("GPU-a", "xid", 79, 1796000000.1252, source="kernel", boot=boot, seq=813)
+    # the same number in the next boot is a new line (kmsg numbers its records from 0 each boot)
+    log.add("GPU-a", "xid", 79, 1796090000.0, source="kernel", boot="c" * 32, seq=812)
+    assert [(e["seq"], e["boot"][0]) for e in log.of("GPU-a")] == [(812, "b"), (813, "b"), (812, "c")]
+    assert log.totals("GPU-a") == {"79": 3}
+
+
+def test_a_kmsg_line_of_a_new_run_meets_the_line_an_earlier_run_kept():
+    text = "NVRM: Xid (PCI:0000:18:00): 48, pid=7, name=python3, DBE (0x1) (0x2)"
+    gpus = {(0, 0x18, 0): "GPU-a"}
+    first, again = XidLog(), XidLog()
+    KernelXids(first, gpus.get, lambda: None, lambda pid: None).take(
+        KernelLine(text, 1796000000.4, "b" * 32, "kmsg", 3, seq=77)
+    )
+    again.restore("GPU-a", first.of("GPU-a"))  # the evidence file, read at the new run's start
+    KernelXids(again, gpus.get, lambda: None, lambda pid: None).take(
+        KernelLine(text, 1796000000.405, "b" * 32, "kmsg", 3, seq=77)  # after the saved position's
+    )
+    assert [(e["code"], e["seq"], e["at"]) for e in again.of("GPU-a")] == [(48, 77, 1796000000.4)]
+
+
 def line(text: str, at: float = 1796000000.5) -> KernelLine:
     return KernelLine(text, at, "b" * 32, "journald", 3)
 

@@ -91,5 +91,5 @@ class KernelXids:
         pid = named.get("pid")
         if isinstance(pid, int) and pid > 0:
             named["container_id"] = self.container_of(pid)  # None once the process is gone
-        if self.xids.add(placed, kind, code, line.at, source="kernel", boot=line.boot_id, **named):
+        if self.xids.add(placed, kind, code, line.at, source="kernel", boot=line.boot_id, seq=line.seq, **named):
             self.on_change()

@@ -41,6 +41,14 @@ def counts(event: str, code: int) -> bool:
     return event != "xid" or code in gpu_rules.XID_FAILED or code in gpu_rules.XID_DEGRADED
 
 
+def _same_line(kept: dict[str, Any], new: dict[str, Any]) -> bool:
+    """`new` is `kept` read again: the same time, or the same kmsg record of the same boot
+    (a kmsg line's time is the boot's wall time, computed again by each run, plus its offset)."""
+    if kept["at"] == new["at"]:
+        return True
+    return "seq" in new and kept.get("seq") == new["seq"] and kept.get("boot") == new["boot"]
+
+
 def handle_key(handle: Any) -> int:
     """The same number for the same device handle, whichever thread got it."""
     try:
@@ -64,9 +72,10 @@ class XidLog:
         self, uuid: str, event: str, code: int, at: float, source: str = "nvml", boot: str | None = None, **named: Any
     ) -> bool:
         """Keeps the event (with `boot`, this boot's id by default, and what the line `named`:
-        pid, process, container_id); True when it can change the GPU's verdict and no event of
-        its kind and code still holds (a storm of one Xid wakes the probe once). The same Xid
-        from the other source, or the same line read again, is not kept twice."""
+        pid, process, container_id, a kmsg line's seq); True when it can change the GPU's verdict
+        and no event of its kind and code still holds (a storm of one Xid wakes the probe once).
+        The same Xid from the other source, or the same line read again (its time, or its kmsg
+        seq in its boot), is not kept twice."""
         at = round(at, 3)
         entry = {"event": event, "code": code, "at": at, "source": source, "boot": boot or self.holds.boot_id}
         entry.update({key: value for key, value in named.items() if value is not None})
@@ -75,7 +84,9 @@ class XidLog:
                 return False
             log = self._events.setdefault(uuid, collections.deque())
             same = [e for e in log if e["event"] == event and e["code"] == code]
-            if any(e["at"] == at or (e.get("source") != source and abs(at - e["at"]) <= SAME_XID_S) for e in same):
+            if any(
+                _same_line(e, entry) or (e.get("source") != source and abs(at - e["at"]) <= SAME_XID_S) for e in same
+            ):
                 return False
             repeated = any(self.holds.holds(uuid, e, at) for e in same)
             if len(log) >= self.keep:  # a storm of application Xids must not push out a fatal one

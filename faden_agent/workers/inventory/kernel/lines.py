@@ -35,6 +35,9 @@ class KernelLine:
     boot_id: str | None  # journald's form: 32 hex digits
     source: str  # JOURNALD or KMSG
     level: int | None  # syslog level, 0 (emerg) to 7 (debug)
+    # kmsg's record number, which names the line within its boot: its `at` is computed from
+    # the clocks at each read (a restart re-reads the lines after the saved position)
+    seq: int | None = None
 
 
 class KernelConsumer(Protocol):
@@ -160,7 +163,7 @@ class KernelLines:
                 continue
             if after is not None and record.seq <= after:
                 continue
-            self._hand(KernelLine(record.text, zero + record.usec / 1e6, self.boot_id, KMSG, record.level))
+            self._hand(KernelLine(record.text, zero + record.usec / 1e6, self.boot_id, KMSG, record.level, record.seq))
             self.cursor = f"{KMSG}:{self.boot_id or ''}:{record.seq}"
 
     def _kmsg_seq(self) -> int | None:
