@@ -11,7 +11,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import sysconfig
 import time
 from pathlib import Path
 from typing import Any
@@ -36,6 +35,8 @@ class DumpFailed(Exception):
 def binary() -> str | None:
     """The py-spy executable: bundled beside the standalone agent, in this interpreter's
     scripts directory (pip installs it there from its wheel), else on PATH."""
+    import sysconfig  # here: its paths read the build's configuration, 0.6 MiB of objects
+
     candidates = [
         Path(getattr(sys, "_MEIPASS", "/nonexistent")) / "py-spy",
         Path(sys.executable).parent / "py-spy",
