@@ -20,7 +20,7 @@ from faden_agent.common.errorline import error_line
 from faden_agent.disk.files import quarantine_record_id
 from faden_agent.ipc import Channel, Message
 from faden_agent.ipc import inventory_door as door
-from faden_agent.node import backend_accepts
+from faden_agent.node import backend_accepts, pci
 from faden_agent.node.backend_accepts import BackendAccepts
 from faden_agent.protocol.conditions import event_record_id as condition_record_id
 from faden_agent.protocol.inventory import ACCEPTS_CHANGES
@@ -212,6 +212,7 @@ class InventoryWorker(Worker):
         )
         self.collector = Collector(self.config, xids=xids, gpu_notes=self.notes)
         self._kernel_started = False
+        self._gpus_on_bus = False  # NVIDIA GPUs on the PCI bus, NVML's or not: for good once seen
         changes, evidence, kernel = self._restore_gpu_evidence()
         self.reporter = InventoryReporter(
             self.collector,
@@ -333,9 +334,21 @@ class InventoryWorker(Worker):
         machine without NVIDIA GPUs. The inventory worker reads them itself, not the log
         worker: the Xid log lives here, and Loki being down must not delay a verdict."""
         kernel = self.reporter.kernel
-        if kernel is not None and not self._kernel_started and self.collector.gpu.seen:
+        if kernel is not None and not self._kernel_started and self._gpu_machine():
             self._kernel_started = True
             self.start_thread("inventory-kernel-lines", kernel.run, finite=True)
+
+    def _gpu_machine(self) -> bool:
+        """NVIDIA GPUs are here: NVML ever saw one, or the last round's topology found one on
+        the PCI bus (a driver that did not load, an NVML that fails: the kernel's lines say why,
+        and the machine's own conditions are read all the same)."""
+        if self._gpus_on_bus or self.collector.gpu.seen:
+            return True
+        if self.reporter.sections is None:  # the first round (a restart's too): sysfs itself
+            self._gpus_on_bus = bool(pci.nvidia_gpus(self.config.sysfs_root))
+        else:
+            self._gpus_on_bus = bool((self.reporter.sections.get("topology") or {}).get("gpus"))
+        return self._gpus_on_bus
 
     def _kernel_problem(self) -> str | None:
         kernel = self.reporter.kernel
@@ -378,7 +391,7 @@ class InventoryWorker(Worker):
         """The kernel lines' conditions where the lines are read (once a GPU was ever seen: kept
         across restarts, so a restart's first round holds them as the last run did)."""
         kernel = self.reporter.kernel
-        if kernel is None or not (self._kernel_started or self.collector.gpu.seen):
+        if kernel is None or not (self._kernel_started or self._gpu_machine()):
             return None
         return self.kernel_conditions.view(kernel.problem if self._kernel_started else None)
 

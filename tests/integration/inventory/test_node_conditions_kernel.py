@@ -2,7 +2,8 @@
 real reference backend: lines of a hung task, a machine check and an OOM kill written to a real
 journal file (systemd-journal-remote) raise their conditions, a hold in seconds clears by
 itself, a boot hold survives a restart of the agent and ends with a new boot id; the /dev/kmsg
-fallback through a FIFO; a stopped fabric manager (the systemctl stand-in) on an NVSwitch fabric."""
+fallback through a FIFO; GPUs on the PCI bus that NVML cannot see; a stopped fabric manager (the
+systemctl stand-in) on an NVSwitch fabric."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from faden_agent.protocol import conditions as names
 from tests.nvml.state import GpuState
 from tests.support.agentproc import AgentProcess, wait_for
 from tests.support.backendproc import BackendProcess, agent_env_for, backend  # noqa: F401 - the fixture
+from tests.support.fakesysfs import FakeSysfs
 from tests.support.journalfiles import JournalWriter
 from tests.support.kernellog import boot_file, kernel_line, kmsg_record
 from tests.support.metricsclient import value_of
@@ -43,19 +45,27 @@ def kernel_status(agent: AgentProcess) -> dict:
     return worker_status(agent).get("kernel_lines") or {}
 
 
-def test_kernel_lines_in_the_journal_raise_their_conditions_and_each_hold_ends_as_set(backend, tmp_path):  # noqa: F811
+def journal_agent_env(
+    backend: BackendProcess, tmp_path, boot_id: str, **settings: object
+) -> tuple[JournalWriter, dict[str, str]]:
+    """A journal of boot `boot_id` with one harmless kernel line, and an agent's settings reading it."""
     journal = JournalWriter(tmp_path / "journal")
-    journal.boot_id = "c" * 32
+    journal.boot_id = boot_id
     kernel_line(journal, "usb 1-1: new high-speed USB device number 2 using xhci_hcd")
-    gpus = GpuState(tmp_path / "nvml", count=2)  # the kernel's lines are read where NVIDIA GPUs are
     env = agent_env_for(
         backend,
         tmp_path,
         inventory_interval_sec=1,
         journal_directory=journal.directory,
-        boot_id_file=boot_file(tmp_path, journal.boot_id),
-        oom_kill_hold_sec=4,
+        boot_id_file=boot_file(tmp_path, boot_id),
+        **settings,
     )
+    return journal, env
+
+
+def test_kernel_lines_in_the_journal_raise_their_conditions_and_each_hold_ends_as_set(backend, tmp_path):  # noqa: F811
+    journal, env = journal_agent_env(backend, tmp_path, "c" * 32, oom_kill_hold_sec=4)
+    gpus = GpuState(tmp_path / "nvml", count=2)  # the kernel's lines are read where NVIDIA GPUs are
     env.update(gpus.env())
     with running(env, tmp_path / "agent.log") as agent:
         node_id = backend.wait_node(env["FADEN_NODE_AGENT_AGENT_ID"])["node_id"]
@@ -145,6 +155,34 @@ def test_without_a_journal_kmsg_lines_through_a_fifo_raise_and_clear(backend, tm
             assert agent.workers()["inventory"]["restarts"] == 0
     finally:
         os.close(writer)
+
+
+@pytest.mark.parametrize("gpus_on_bus", [2, 0])
+def test_gpus_nvml_cannot_see_have_the_kernel_lines_read_and_a_machine_without_none(
+    backend,  # noqa: F811
+    tmp_path,
+    gpus_on_bus,
+):
+    # A GPU machine whose driver did not load: no NVML library (no fake one here), its GPUs on
+    # the PCI bus all the same (sysfs): the kernel's lines, which say why, and the machine's own
+    # conditions are read. A machine with no NVIDIA GPU on its bus starts no reader at all.
+    sysfs = FakeSysfs(tmp_path / "sysfs", gpus=gpus_on_bus, nics=0)
+    journal, env = journal_agent_env(backend, tmp_path, "d" * 32, sysfs_root=sysfs.root)
+    with running(env, tmp_path / "agent.log") as agent:
+        node_id = backend.wait_node(env["FADEN_NODE_AGENT_AGENT_ID"])["node_id"]
+        if not gpus_on_bus:
+            wait_for(lambda: (worker_status(agent).get("cycles") or 0) >= 3, 30, 0.2, "three rounds")
+            kernel_line(journal, HUNG)
+            wait_for(lambda: (worker_status(agent).get("cycles") or 0) >= 5, 30, 0.2, "two more rounds")
+            assert kernel_status(agent) == {} and names.KERNEL_HUNG_TASK not in held(agent)
+            assert backend.inventory(node_id)["inventory"]["topology"]["gpus"] == []
+            return
+        wait_for(lambda: kernel_status(agent).get("source") == "journald", 30, 0.2, "the kernel's lines read")
+        gpu = backend.inventory(node_id)["inventory"]["gpu"]
+        assert not gpu.get("available") and not gpu.get("devices")  # NVML saw none
+        kernel_line(journal, HUNG)
+        hung = wait_for(lambda: changes(backend, node_id, names.KERNEL_HUNG_TASK), 30, 0.2, "the hung task")
+        assert hung == [(False, True, "task python3:4242 blocked for more than 120 s")]
 
 
 def test_no_kernel_log_makes_the_kernel_conditions_unknown(backend, tmp_path):  # noqa: F811
