@@ -52,7 +52,10 @@ def agent_env(tmp_path: Path, **overrides: Any) -> dict[str, str]:
 
 
 def wait_for(
-    predicate: Callable[[], Any], timeout_s: float = 15.0, interval_s: float = 0.05, what: str = "condition"
+    predicate: Callable[[], Any],
+    timeout_s: float = 15.0,
+    interval_s: float = 0.05,
+    what: str | Callable[[], str] = "condition",  # a callable: said as things stand at the timeout
 ) -> Any:
     deadline = time.monotonic() + timeout_s
     while True:
@@ -60,7 +63,7 @@ def wait_for(
         if result:
             return result
         if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what() if callable(what) else what}")
         time.sleep(interval_s)
 
 

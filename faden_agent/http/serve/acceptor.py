@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ACCEPT_BATCH = 64  # connections taken per wake-up: the waiting ones are served in between
+BATCH_SHARE = 4  # nor more than this share of the waiting budget
 OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 PAUSE_S = 0.1  # accepting rests this long when not even the spare descriptor helps
 # A connection closed with unread bytes (a refused body) would be reset, and the client lose
@@ -154,15 +155,7 @@ class Acceptor:
         self.selector.register(self.wake_r, selectors.EVENT_READ, "wake")
         try:
             while not self.stopping:
-                for key, _ in self.selector.select(self._wait_s()):
-                    if key.data == "listener":
-                        self._accept()
-                    elif key.data == "wake":
-                        self._take_returned()
-                    else:
-                        self._progress(key.data)
-                self._expire()
-                self._resume()
+                self._round(self._wait_s())
         finally:
             for waiting in list(self.waiting.values()):
                 self._drop(waiting)
@@ -171,6 +164,23 @@ class Acceptor:
             self.wake_w.close()
             if self.spare is not None:
                 os.close(self.spare)
+
+    def _round(self, wait_s: float | None) -> None:
+        """One wake-up: what the waiting connections sent is read before new ones are taken,
+        so a connection accepted in the last batch has its head read before a flood's next
+        batch can make it the least recently active."""
+        listener_ready = False
+        for key, _ in self.selector.select(wait_s):
+            if key.data == "listener":
+                listener_ready = True
+            elif key.data == "wake":
+                self._take_returned()
+            else:
+                self._progress(key.data)
+        if listener_ready:
+            self._accept()
+        self._expire()
+        self._resume()
 
     def _wait_s(self) -> float | None:
         times = [self.deadlines[0][0]] if self.deadlines else []
@@ -186,7 +196,9 @@ class Acceptor:
 
     def _accept(self) -> None:
         self.budget = budget_for(self.max_waiting, self.reserved)  # the limit may have moved
-        for _ in range(ACCEPT_BATCH):
+        # a quarter of the budget at most: a connection taken now stays through three more
+        # batches, each followed by a read of what it sent, before it can be the one dropped
+        for _ in range(min(ACCEPT_BATCH, self.budget.total // BATCH_SHARE)):
             try:
                 sock, address = self.listener.accept()
             except BlockingIOError:

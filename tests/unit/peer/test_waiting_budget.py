@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import resource
+import selectors
 import socket
 import threading
 import time
@@ -14,7 +15,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from faden_agent.http.serve.acceptor import budget_for
+from faden_agent.http.serve.acceptor import Acceptor, budget_for
+from faden_agent.http.serve.conn import Conn
 from faden_agent.http.serve.server import BoundedHandler, BoundedServer, ServerLimits
 
 
@@ -136,3 +138,48 @@ def test_out_of_descriptors_an_idle_connection_gives_way_to_the_newest(server):
             os.close(fd)
     for sock in [*idle, honest]:
         sock.close()
+
+
+def test_a_flood_accepted_in_batches_cannot_push_out_a_connection_before_its_head_is_read():
+    """A connection that sends its head a moment after it is accepted, with a flood from ten
+    addresses queued behind it past the whole budget: one batch takes a quarter of the budget
+    (not the whole backlog, which would drop it unread), and the next wake-up reads its head
+    before it takes more."""
+    listener = socket.create_server(("127.0.0.1", 0), backlog=128)
+    handed: list[Conn] = []
+    acceptor = Acceptor(
+        listener,
+        None,
+        max_waiting=16,
+        reserved=0,
+        head_s=lambda line: 30.0,
+        first_line_s=30.0,
+        keepalive_s=5.0,
+        idle_s=5.0,
+        max_head=8192,
+        hand_off=handed.append,
+    )
+    port = listener.getsockname()[1]
+    honest = socket.create_connection(("127.0.0.1", port), timeout=5, source_address=("127.0.0.2", 0))
+    flood = [
+        socket.create_connection(("127.0.0.1", port), timeout=5, source_address=(f"127.0.0.{3 + n % 10}", 0))
+        for n in range(40)
+    ]
+    listener.setblocking(False)
+    acceptor.selector.register(listener, selectors.EVENT_READ, "listener")
+    try:
+        acceptor._accept()
+        assert (acceptor.budget.total, acceptor.accepted) == (16, 4)
+        assert "127.0.0.2" in acceptor.by_address  # taken, and not yet dropped
+        honest.sendall(REQUEST)
+        for _ in range(20):
+            acceptor._round(0.5)
+        assert [conn.address[0] for conn in handed] == ["127.0.0.2"]
+        assert acceptor.accepted == 41 and acceptor.dropped["budget"] == 41 - 16 - 1
+    finally:
+        for sock in [honest, *flood, *(conn.sock for conn in handed)]:
+            sock.close()
+        for waiting in list(acceptor.waiting.values()):
+            acceptor._drop(waiting)
+        acceptor.selector.close()
+        listener.close()
