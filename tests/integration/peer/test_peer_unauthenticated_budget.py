@@ -10,11 +10,11 @@ import errno
 import resource
 import socket
 import threading
+import time
 from collections import Counter
 
 import pytest
 
-from faden_agent.protocol.status import ConnectionFigures
 from tests.support.agentproc import wait_for
 from tests.support.backendproc import agent_on_backend, backend, free_port  # noqa: F401
 from tests.support.metricsclient import get
@@ -35,11 +35,6 @@ def hold(port: int, source: str, partial: bool, failures: Counter[str] | None = 
         if failures is not None:
             failures[errno.errorcode.get(exc.errno or 0, type(exc).__name__)] += 1
         return None
-
-
-def flood_seen(connections: ConnectionFigures) -> ConnectionFigures | None:
-    dropped = connections["dropped"]
-    return connections if dropped["address_budget"] + dropped["budget"] >= LIMIT else None
 
 
 @pytest.fixture
@@ -91,13 +86,12 @@ def test_twice_the_descriptor_limit_without_tickets_leaves_a_ticket_holder_serve
         wait_for(lambda: opened[0] > LIMIT, 30, what=lambda: f"{LIMIT} more connections (not opened: {failures})")
         results = [fetch(f"http://127.0.0.1:{port}", image_id, ticket) for ticket in tickets]
         during = opened[0]
+        served_at = time.monotonic()
     finally:
         stop.set()
         flooding.join(10)
-    # the worker's status is as of its last report: the figures of the flood come within a report
-    connections = wait_for(
-        lambda: flood_seen(agent.workers()["peer"]["status"]["connections"]), 15, what="the flood's drops reported"
-    )
+    # the status as of a report sent after the fetches, which came after the flood's first LIMIT
+    connections = agent.row_sent_after("peer", served_at)["status"]["connections"]
     scrape = get(agent)
     for sock in held:
         if sock is not None:
@@ -109,7 +103,9 @@ def test_twice_the_descriptor_limit_without_tickets_leaves_a_ticket_holder_serve
     assert all(size > 1 << 20 for _, _, size in results)  # each a whole busybox archive
     assert connections["budget"] == {"total": 86, "per_address": 21}
     assert connections["waiting"] <= 86
-    assert connections["dropped"]["budget"] > 0  # the eight other addresses, past the total
+    dropped = connections["dropped"]
+    assert dropped["address_budget"] + dropped["budget"] >= LIMIT
+    assert dropped["budget"] > 0  # the eight other addresses, past the total
     assert scrape.value("faden_agent_peer_unauthenticated_budget", scope="total") == 86
     assert scrape.value("faden_agent_peer_unauthenticated_budget", scope="per_address") == 21
     assert scrape.value("faden_agent_peer_connections_dropped_total", reason="address_budget") >= LIMIT // 2
