@@ -30,7 +30,8 @@ def test_a_journal_entry_with_a_32_mib_binary_message_keeps_the_worker_small(tmp
         journal.append([journal.entry(huge, 3)] + journal.lines(["after"]))
         got = loki.wait_for(lambda e: [x for x in system_lines(e) if text(x) == "after"] and system_lines(e), 120)
         peak = rss.stop()
-        status = agent.workers()["logs"]["status"]["sources"]["journal"]
+        # a report sent after "after" reached Loki: the cut, read before it, is counted there
+        status = agent.row_sent_after("logs", time.monotonic())["status"]["sources"]["journal"]
     print(f"log worker peak RSS, 32 MiB binary journal MESSAGE: {peak / 2**20:.1f} MiB")
     cut = [e for e in got if "journal entry of" in e.line]
     assert len(cut) == 1 and status["entries_cut"] == 1
@@ -69,7 +70,7 @@ def ship_container_output(tmp_path, loki, docker_client, script: str, last: str,
             mine = lambda e: [x for x in e if x.labels.get("container") == name]  # noqa: E731
             got = loki.wait_for(lambda e: [x for x in mine(e) if text(x) == last] and mine(e), timeout_s)
             peak = rss.stop()
-            return got, agent.workers()["logs"]["status"]["sources"]["containers"], peak
+            return got, agent.row_sent_after("logs", time.monotonic())["status"]["sources"]["containers"], peak
     finally:
         container.remove(force=True)
 
