@@ -40,6 +40,10 @@ log = logging.getLogger(__name__)
 class Worker:
     name = "worker"
     tick_interval_s = 1.0
+    # True while the status is not yet the outcome of the worker's first work (set by those
+    # that have one: the first inventory record, the engine's first answer); said in the
+    # status as `starting`, for which the first heartbeat waits (stream/heartbeat.py)
+    starting = False
 
     def __init__(self, config: Config, name: str | None = None):
         """`name`: the supervisor's name for it (its table, ps, metric labels); the class's by default."""
@@ -196,6 +200,8 @@ class Worker:
         disk_full = DISK.snapshot()
         if disk_full:
             status = {**status, "disk_full": disk_full}  # shown by ps --json, status and the node heartbeat
+        if self.starting:
+            status = {**status, "starting": True}
         # sent_mono: the supervisor reads these lazily and times hangs from when they were sent.
         body = {"name": self.name, "pid": os.getpid(), "status": status, "sent_mono": time.monotonic()}
         assert self._supervisor is not None

@@ -66,6 +66,7 @@ class ExecutorWorker(Worker):
         self.frame = Commands(self.config, self.ops, self.journal, self.timeline, self.policy)
         self.scheduler = self.frame.scheduler
         self.engine_ok: bool | None = None
+        self.starting = True  # until the engine's first answer
         self.events = EventWatcher(
             self.ops,
             self.reports,
@@ -356,4 +357,7 @@ class ExecutorWorker(Worker):
                 else:
                     log.warning("the Docker engine does not answer; commands fail until it is back")
                 self.engine_ok = ok
+            if self.starting:  # the engine's first answer (or its silence) is in the status now
+                self.starting = False
+                self.alive_now()
             self.stop_event.wait(ENGINE_PROBE_S)

@@ -196,6 +196,7 @@ class InventoryWorker(Worker):
     name = "inventory"
 
     def setup(self) -> None:
+        self.starting = True  # until the first round
         self.reports = Reports(self.config)
         # the boot id of this run (a new one ended every reboot-class hold), GPU_XID_HOLD_SEC
         holds = Holds(self.config.gpu_xid_hold_sec, read_boot_id(self.config.boot_id_file))
@@ -488,6 +489,9 @@ class InventoryWorker(Worker):
                     data = self.reporter.report()
                     if data is not None:
                         log.debug("inventory %s record %s", data["type"], data["hash"])
+                    if self.starting:  # the first round's outcome is in the status now
+                        self.starting = False
+                        self.alive_now()
                     if self.reporter.emitter.waiting():
                         next_full = time.monotonic() + hello_wait.next_delay()
             except Exception:  # e.g. the outbox disk is full: try again next time

@@ -72,7 +72,9 @@ class HeartbeatSender(LinkThread):
         last_key = None
         while (left := deadline - time.monotonic()) > 0:
             table = self.worker_table()
-            started = bool(table.get("workers")) and all(w.get("state") != "STARTING" for w in table["workers"])
+            started = bool(table.get("workers")) and all(
+                w.get("state") != "STARTING" and not (w.get("status") or {}).get("starting") for w in table["workers"]
+            )
             connected = self.link_status.connection == LinkState.CONNECTED
             key = change_key(self.detail(table)) if started and connected else None
             if key is not None and key == last_key:

@@ -9,8 +9,9 @@ import signal
 import time
 
 from faden_agent.workers.stream.heartbeat import detail_changes
-from tests.support.agentproc import wait_for
-from tests.support.backendproc import agent_on_backend, backend  # noqa: F401
+from tests.nvml.state import GpuState
+from tests.support.agentproc import AgentProcess, wait_for
+from tests.support.backendproc import agent_env_for, agent_on_backend, backend  # noqa: F401
 
 FULL_S = 4.0
 
@@ -97,6 +98,28 @@ def test_the_first_beat_waits_for_the_tree_and_the_next_ones_are_lean(backend, a
             beat["beat"],
             changed,
         )
+
+
+def test_the_first_beat_waits_for_a_slow_first_inventory_round(backend, tmp_path):
+    """An inventory whose first round takes about 2 s (each of four GPUs' temperature read
+    hangs 500 ms in tests/nvml's C library): its status says `starting` until the round is done,
+    and beat 0 waits for it, not for two still samples of a tree that has collected nothing."""
+    gpus = GpuState(tmp_path / "nvml", count=4)
+    gpus.top["hang_ms"] = {"nvmlDeviceGetTemperature": 500}
+    gpus.write()
+    env = agent_env_for(
+        backend, tmp_path / "agent", heartbeat_interval_sec=8, worker_liveness_sec=0.3, inventory_interval_sec=60
+    )
+    env.update(gpus.env())
+    agent = AgentProcess(env, tmp_path / "agent.log").start(wait_running=False)
+    try:
+        node = backend.wait_node(env["FADEN_NODE_AGENT_AGENT_ID"])
+        first = wait_for(lambda: backend.heartbeats(node["node_id"]), 30, what="beat 0")[0]["data"]
+        inventory = {w["name"]: w for w in first["workers"]}["inventory"]["status"]
+        assert inventory["cycles"] >= 1 and "starting" not in inventory, inventory
+        assert inventory["last_age_s"] is not None
+    finally:
+        agent.stop()
 
 
 def test_a_stopped_supervisor_neither_stalls_the_beats_nor_blanks_the_table(backend, agent_on_backend):
