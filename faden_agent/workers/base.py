@@ -41,7 +41,7 @@ class Worker:
     name = "worker"
     tick_interval_s = 1.0
     # True while the status is not yet the outcome of the worker's first work (set by those
-    # that have one: the first inventory record, the engine's first answer); said in the
+    # that have one: the inventory's first round, the engine's first answer); said in the
     # status as `starting`, for which the first heartbeat waits (stream/heartbeat.py)
     starting = False
 
