@@ -17,7 +17,7 @@ from faden_agent.workers.logs.labels import LabelMaker
 from faden_agent.workers.logs.positions import Positions
 from faden_agent.workers.logs.sources import Shared
 from faden_agent.workers.logs.sources.journald.export import ExportParser
-from faden_agent.workers.logs.sources.journald.source import JournaldSource
+from faden_agent.workers.logs.sources.journald.source import OUTPUT_FIELDS, JournaldSource
 from faden_agent.workers.threads import start_daemon
 from tests.support.journalfiles import JOURNAL_REMOTE, JournalWriter
 
@@ -52,12 +52,16 @@ def journal(tmp_path_factory):
     return writer
 
 
-@pytest.fixture
-def source(tmp_path):
-    config = load_config({}, loki_url="http://127.0.0.1:9", state_path=tmp_path / "state.json")
+def make_source(tmp_path, **settings) -> JournaldSource:
+    config = load_config({}, loki_url="http://127.0.0.1:9", state_path=tmp_path / "state.json", **settings)
     return JournaldSource(
         Shared(config, Backlog(), Positions(tmp_path), LabelMaker(config), threading.Event(), start_daemon)
     )
+
+
+@pytest.fixture
+def source(tmp_path):
+    return make_source(tmp_path)
 
 
 @pytest.mark.parametrize("piece", [1, 7, 100, 4096, 1 << 20])
@@ -146,3 +150,19 @@ def test_a_stored_cursor_of_another_type_starts_without_one(tmp_path, stored):
         Shared(config, Backlog(), Positions(tmp_path), LabelMaker(config), threading.Event(), start_daemon)
     )
     assert source.cursor is None
+
+
+@pytest.mark.parametrize("output", ["export", "json"])
+def test_the_boot_id_reaches_every_entry_though_the_source_does_not_ask_for_it(journal, tmp_path, output):
+    """journalctl writes _BOOT_ID into each entry's head whatever --output-fields names, and
+    each name it is given costs it CPU on every entry: the source's own command lines (the
+    export reader's and the JSON one's for an oversize entry) leave it out and still get it."""
+    assert "_BOOT_ID" not in OUTPUT_FIELDS.split(",")
+    source = make_source(tmp_path, journal_directory=journal.directory)
+    out = subprocess.run(source.argv(output, follow=False), capture_output=True, check=True).stdout
+    if output == "json":
+        entries = [source.to_entry(line) for line in out.splitlines()]
+    else:
+        entries = [source.export_entry(record) for record in ExportParser().feed(out)]
+    assert len(entries) == 1500
+    assert {entry.metadata["boot_id"] for entry in entries if entry is not None} == {journal.boot_id}

@@ -63,7 +63,8 @@ def _journal_files(place: Path) -> Iterator[Path]:
 
 def argv(directory: Path | None, boot_id: str | None, cursor: str | None) -> list[str]:
     options = ["--follow", "--all", "--output=json", "--no-pager", "--lines=all"]
-    options += ["--output-fields=MESSAGE,PRIORITY,_BOOT_ID", "_TRANSPORT=kernel"]
+    # _BOOT_ID is in every entry's head whatever is asked for (journald/source.py ALWAYS_WRITTEN)
+    options += ["--output-fields=MESSAGE,PRIORITY", "_TRANSPORT=kernel"]
     if boot_id:
         options.append(f"_BOOT_ID={boot_id}")  # a line of an earlier boot: the reboot was its remedy
     return journalctl_argv(options, directory, cursor if usable_cursor(cursor) else None, None)

@@ -47,9 +47,14 @@ METADATA_FIELDS = (
     ("transport", "_TRANSPORT"),
     ("boot_id", "_BOOT_ID"),
 )
-# Only what we ship (journalctl adds the cursor, timestamps and boot id itself): a huge field
-# we do not use never reaches us, and a real entry's twenty-odd other fields are not parsed.
-OUTPUT_FIELDS = ",".join(["MESSAGE", "PRIORITY", *(field for _, field in METADATA_FIELDS)])
+# Only what we ship: a huge field we do not use never reaches us, and a real entry's
+# twenty-odd other fields are not parsed. Not what journalctl writes into every entry's head
+# anyway (the cursor, timestamps, _BOOT_ID): it rebuilds the set of names for each entry, and
+# each name asked for costs about a ninth of its CPU (docs/benchmarks.md, round 9).
+ALWAYS_WRITTEN = frozenset({"_BOOT_ID"})
+OUTPUT_FIELDS = ",".join(
+    ["MESSAGE", "PRIORITY", *(field for _, field in METADATA_FIELDS if field not in ALWAYS_WRITTEN)]
+)
 _METADATA_KEYS = tuple(field.encode() for _, field in METADATA_FIELDS)
 READ_BYTES = 1024 * 1024  # one read of journalctl's pipe, parsed and queued as one block
 PIPE_BYTES = 1024 * 1024  # asked for (F_SETPIPE_SZ): journalctl writes on while we parse
