@@ -84,6 +84,20 @@ def test_429_is_retried_after_exactly_retry_after(receiver, tmp_path):
     assert receiver.statuses[429] >= 2 and len(receiver.entries()) == 10
 
 
+def test_a_push_retried_after_429_sends_the_bytes_of_its_first_try(receiver, tmp_path, monkeypatch):
+    """Loki's rate limit answers 429 to a flood: each retry sends what the first try encoded,
+    not a new encoding of the same lines (CPU the log worker would spend while held back)."""
+    pusher = pusher_for(receiver, tmp_path, mode="off")
+    encodings = []
+    encode = pusher.proto.encode
+    monkeypatch.setattr(pusher.proto, "encode", lambda *args: encodings.append(args) or encode(*args))
+    receiver.set_mode("throttle", retry_after=0.4)
+    threading.Timer(0.6, receiver.set_mode, ("ok",)).start()
+    outcome = pusher.push(entries(10))
+    assert outcome.accepted == 10 and 2 <= receiver.statuses[429] < RATE_LIMITED_SPLIT_AFTER
+    assert len(encodings) == 1 and [a.line for a in receiver.entries()] == [f"{i:010d}" for i in range(10)]
+
+
 def test_connection_errors_and_5xx_are_retried_until_loki_is_back(receiver, tmp_path):
     receiver.down()
     threading.Timer(0.8, lambda: (receiver.up(), receiver.set_mode("error", status=503))).start()

@@ -195,6 +195,7 @@ class Pusher:
 
     def _push_stream(self, entries: list[Entry], with_metadata: bool | None) -> Outcome | None:
         attempt = 0
+        encoded: tuple[bool, bool, bytes] | None = None  # a retry of the same form sends the same bytes
         while True:
             metadata = self.with_metadata if with_metadata is None else with_metadata
             metadata = metadata and any(entry.metadata for entry in entries)
@@ -203,7 +204,10 @@ class Pusher:
             # Protobuf where the target takes it; with metadata only once a JSON push with
             # metadata was stored there (Loki 2.8 drops protobuf metadata without a word).
             native = self.target.takes_protobuf and (not metadata or self.metadata_target == str(self.target))
-            payload = self.proto.encode([entries], metadata) if native else encode(entries, metadata)
+            if encoded is None or encoded[:2] != (native, metadata):
+                body = self.proto.encode([entries], metadata) if native else encode(entries, metadata)
+                encoded = (native, metadata, body)
+            payload = encoded[2]
             started = time.monotonic()
             if native:
                 answer = self.target.send(payload, lokiproto.CONTENT_TYPE)
