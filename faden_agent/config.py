@@ -382,7 +382,7 @@ _Class = TypeVar("_Class")
 @dataclass_transform(frozen_default=True, field_specifiers=(setting,))
 def _settings_class(cls: type[_Class]) -> type[_Class]:
     """A frozen dataclass whose setting() fields type checkers know to be required."""
-    return dataclass(frozen=True)(cls)
+    return dataclass(frozen=True, repr=False, eq=False)(cls)  # its own repr; compared by identity
 
 
 def env_name(field: str) -> str:

@@ -136,6 +136,25 @@ def test_the_supervisor_builds_it_only_where_something_speaks_https(backend, lok
     assert load_config(env).speaks_tls() is built
 
 
+def test_a_session_that_only_speaks_http_parses_no_bundle(https_server, counted):
+    """A backend or Loki on plain http: the worker's session never builds a context (16 ms of
+    CPU and 1.6 MiB of parsed certificates it would hold for nothing); its first https
+    request takes the shared one."""
+    url, ca = https_server
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hello)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        session = tls.session_for(ca)
+        plain = f"http://127.0.0.1:{server.server_address[1]}"
+        assert [session.get(plain, verify=ca, timeout=5).status_code for _ in range(2)] == [200, 200]
+        assert counted == {"tls": 0, "urllib3": 0} and ca not in tls._contexts
+        assert session.get(url, verify=ca, timeout=5).status_code == 200
+        assert counted == {"tls": 1, "urllib3": 0}
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_a_request_that_turns_verification_off_is_refused(https_server, counted):
     """The context is shared by every thread: a request must not switch it to CERT_NONE
     (or back) for the others. Said at once, as the programming error it is."""
