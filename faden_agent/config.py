@@ -785,8 +785,8 @@ class Config:
         _bool,
         "The memory tricks of the supervisor before it forks the workers (`faden_agent/supervisor/prefork/`)"
         " and of each worker once set up: `on` or `off`. Off runs none of them (no ctypes writes into the"
-        " interpreter's objects, no held heap chunks, no library pages handed back, glibc's malloc arenas at its"
-        " default) and costs about 15 MiB more"
+        " interpreter's objects, no held heap chunks or pool blocks, no library pages handed back, glibc's"
+        " malloc arenas at its default) and costs about 15 MiB more"
         " PSS over the idle tree on CPython 3.12, 4 MiB on 3.11 (`bench/footprint_bench.py --prefork`; each"
         " trick's share: `docs/design-notes.md`)",
     )

@@ -88,6 +88,12 @@ def preload(targets: list[str], tls_verify: bool | str | None = None, skip: froz
 
         page_out_cold_libraries()  # start-up's library pages back to the kernel (coldpages.py)
         steps.done("coldpages")
+    if "pools" not in skip:  # last: the steps before leave free blocks of their own
+        from faden_agent.supervisor.prefork.pools import fill_pool_holes
+
+        fill_pool_holes()  # a child's small objects go to pools of its own (pools.py)
+        gc.freeze()  # the holder too: no child's collection walks it
+        steps.done("pools")
     log.info("prepared to fork in %.3f CPU s: %s", time.process_time(), steps.text())
     if marked:
         log.debug("marked %d objects immortal before forking", marked)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 CHILD = """
 from faden_agent.supervisor.prefork import heap
 libc = heap._libc()
@@ -34,21 +36,22 @@ def test_fill_heap_holes_takes_the_small_free_chunks_between_live_ones():
 
 
 OUT_OF_DESCRIPTORS = """
-import os
-from faden_agent.supervisor.prefork import heap
+import os, sys
+from faden_agent.supervisor.prefork import heap, pools
 held = []
 try:
     while True:
         held.append(os.open("/dev/null", os.O_RDONLY))
 except OSError:
     pass
-print(heap.fill_heap_holes())
+print({"heap": heap.fill_heap_holes, "pools": pools.fill_pool_holes}[sys.argv[1]]())
 """
 
 
-def test_out_of_descriptors_the_fill_is_skipped_not_a_failure():
-    # Runs before every fork (a restart too): it must never be why a fork fails.
+@pytest.mark.parametrize("trick", ["heap", "pools"])
+def test_out_of_descriptors_the_fill_is_skipped_not_a_failure(trick):
+    # Each reads its allocator's state through a memory file: it must never be why a start fails.
     out = subprocess.run(
-        [sys.executable, "-c", OUT_OF_DESCRIPTORS], capture_output=True, text=True, check=True, timeout=60
+        [sys.executable, "-c", OUT_OF_DESCRIPTORS, trick], capture_output=True, text=True, check=True, timeout=60
     )
     assert out.stdout.split() == ["0"], out.stderr
