@@ -7,6 +7,8 @@ import functools
 import os
 import re
 
+from faden_agent.supervisor.prefork.memfile import written_by
+
 SMALL_CHUNK_LIMIT = 1024  # larger holes span whole pages, which malloc_trim gives back
 TCACHE_PER_SIZE = 7  # glibc's per-thread cache: taking one chunk of a bin moves up to 7 more there
 MAX_HELD = 50_000  # chunks held for good, however often workers restart
@@ -42,30 +44,22 @@ def small_holes(libc: ctypes.CDLL) -> dict[int, int]:
 
 
 def malloc_info_xml(libc: ctypes.CDLL) -> bytes:
-    """glibc's malloc_info, written to a memory file (nothing touches the disk); b"" when it
-    cannot be read, e.g. out of descriptors: the fill is an optimization, never a reason
-    for a fork to fail."""
-    try:
-        fd = os.memfd_create("malloc-info")
-    except OSError:
-        return b""
-    try:
+    """glibc's malloc_info (memfile.py); b"" when it cannot be read, e.g. out of descriptors:
+    the fill is an optimization, never a reason for a fork to fail."""
+
+    def write(fd: int) -> None:
         copy = os.dup(fd)
         stream = libc.fdopen(copy, b"w")
         if not stream:
             os.close(copy)
-            return b""
+            raise OSError("fdopen failed")
         libc.malloc_info(0, stream)
         libc.fclose(stream)  # closes the copy
-        os.lseek(fd, 0, os.SEEK_SET)
-        blocks = []
-        while block := os.read(fd, 65536):
-            blocks.append(block)
-        return b"".join(blocks)
+
+    try:
+        return written_by(write)
     except OSError:
         return b""
-    finally:
-        os.close(fd)
 
 
 def fill_heap_holes() -> int:

@@ -11,6 +11,8 @@ import re
 import sys
 from collections.abc import Callable
 
+from faden_agent.supervisor.prefork.memfile import written_by
+
 ALIGNMENT = 16  # pymalloc's size classes on 64-bit CPython 3.8+: 16, 32, ..., 512 bytes
 BYTES_HEAD = sys.getsizeof(b"")  # a bytes object of n > 0 bytes asks pymalloc for BYTES_HEAD + n
 MAX_HELD = 100_000  # blocks held for good: a bound on what a fill takes
@@ -54,22 +56,17 @@ def filler(size: int) -> Callable[[], object]:
     return functools.partial(bytes, size - BYTES_HEAD)  # the largest bytes object of the class
 
 
-def _stderr_of(write: object) -> bytes:
-    """What `write()` prints on the C-level stderr (file descriptor 2)."""
+def _stderr_of(write: Callable[[], None]) -> bytes:
+    """What `write()` prints on the C-level stderr (file descriptor 2), through memfile.py."""
     sys.stderr.flush()
-    memory = os.memfd_create("malloc-stats")
-    try:
+
+    def to(fd: int) -> None:
         saved = os.dup(2)
         try:
-            os.dup2(memory, 2)
-            write()  # type: ignore[operator]
+            os.dup2(fd, 2)
+            write()
         finally:
             os.dup2(saved, 2)
             os.close(saved)
-        os.lseek(memory, 0, os.SEEK_SET)
-        blocks = []
-        while block := os.read(memory, 65536):
-            blocks.append(block)
-        return b"".join(blocks)
-    finally:
-        os.close(memory)
+
+    return written_by(to)
