@@ -489,13 +489,13 @@ class InventoryWorker(Worker):
                     data = self.reporter.report()
                     if data is not None:
                         log.debug("inventory %s record %s", data["type"], data["hash"])
-                    if self.starting:  # the first round's outcome is in the status now
-                        self.starting = False
-                        self.alive_now()
                     if self.reporter.emitter.waiting():
                         next_full = time.monotonic() + hello_wait.next_delay()
             except Exception:  # e.g. the outbox disk is full: try again next time
                 log.exception("inventory cycle failed")
+            if self.starting:  # the first round's outcome, a failure too, is in the status now
+                self.starting = False
+                self.alive_now()
             self._start_kernel_lines()
             if self._changed.wait(max(0.0, min(gpu_every, next_full - time.monotonic()))):
                 self.stop_event.wait(SETTLE_S)
