@@ -47,9 +47,22 @@ def test_rename_rotation_while_reading_loses_no_line(tmp_path):
     logger.setLevel(logging.INFO)
     source, collector, stop = start_source(tmp_path, ray_dir)
     try:
-        total = 3000
+        total, written, held_rotations = 3000, 0, 0
+        roll_over = handler.doRollover
+
+        def roll_over_under_the_reader() -> None:
+            # The first 5 rotations wait until the reader has the file (all its lines but the
+            # last, which it may hold to join what follows): each one renames a file held open.
+            nonlocal held_rotations
+            if held_rotations < 5:
+                collector.wait(written - 1)
+                held_rotations += 1
+            roll_over()
+
+        handler.doRollover = roll_over_under_the_reader  # type: ignore[method-assign]
         for i in range(total):
             logger.info("request %05d done", i)
+            written += 1
             if i % 100 == 0:
                 time.sleep(0.02)  # let the reader interleave with the writer
         handler.close()
