@@ -69,6 +69,11 @@ def preload(targets: list[str], tls_verify: bool | str | None = None, skip: froz
     if tls_verify is not None:
         share_tls_context(tls_verify)
         steps.done("tls")
+    if "warmup" not in skip:  # before the heap is frozen: what the calls leave is shared too
+        from faden_agent.supervisor.prefork.warmup import warm_up
+
+        warm_up()  # the workers' first Docker calls, specialized once for all (warmup.py)
+        steps.done("warmup")
     gc.collect()
     marked = None
     if "immortal" not in skip:
