@@ -18,6 +18,7 @@ import pytest
 from faden_agent.http.serve.acceptor import Acceptor, budget_for
 from faden_agent.http.serve.conn import Conn
 from faden_agent.http.serve.server import BoundedHandler, BoundedServer, ServerLimits
+from tests.support.peerclose import closed_by_peer
 
 
 class Hello(BoundedHandler):
@@ -50,16 +51,6 @@ def connect(server: BoundedServer, source: str = "127.0.0.1") -> socket.socket:
     return socket.create_connection(server.server_address[:2], timeout=5, source_address=(source, 0))
 
 
-def closed(sock: socket.socket) -> bool:
-    sock.settimeout(2)
-    try:
-        return sock.recv(1) == b""
-    except ConnectionResetError:
-        return True
-    except TimeoutError:
-        return False
-
-
 def answered(sock: socket.socket) -> bool:
     sock.sendall(REQUEST)
     return sock.recv(4096).startswith(b"HTTP/1.1 200")
@@ -90,8 +81,8 @@ def test_one_address_holds_at_most_its_share_and_others_keep_theirs(server):
     flood = [connect(server, "127.0.0.3") for _ in range(30)]
     settle(server, 18)
     assert server.status()["waiting"] == 18  # 8 + that address's 10
-    assert all(closed(sock) for sock in flood[:20]) and not any(closed(sock) for sock in flood[20:21])
-    assert not any(closed(sock) for sock in others[:1])
+    assert all(closed_by_peer(sock) for sock in flood[:20]) and not any(closed_by_peer(sock) for sock in flood[20:21])
+    assert not any(closed_by_peer(sock) for sock in others[:1])
     assert all(answered(sock) for sock in others)  # the other address lost none
     assert server.status()["dropped"]["address_budget"] == 20
     for sock in others + flood:
@@ -105,7 +96,7 @@ def test_past_the_total_the_least_recently_active_goes_first(server):
     time.sleep(0.2)
     newest = connect(server, "127.0.1.1")
     settle(server, 40)
-    assert closed(socks[1]) and not closed(socks[2])
+    assert closed_by_peer(socks[1]) and not closed_by_peer(socks[2])
     socks[0].sendall(b"Host: x\r\nContent-Length: 0\r\n\r\n")
     assert socks[0].recv(4096).startswith(b"HTTP/1.1 200")
     assert answered(newest)
@@ -131,7 +122,7 @@ def test_out_of_descriptors_an_idle_connection_gives_way_to_the_newest(server):
         assert answered(honest)
         dropped = server.status()["dropped"]
         assert dropped["out_of_descriptors"] >= 1 and dropped["refused"] == 0, dropped
-        assert closed(idle[0])  # the oldest idle one
+        assert closed_by_peer(idle[0])  # the oldest idle one
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
         for fd in fillers:

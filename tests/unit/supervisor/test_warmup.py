@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from faden_agent.supervisor.prefork import warmup
+from tests.support.peerclose import closed_by_peer
 
 REPO = Path(__file__).resolve().parents[3]
 CHILD = """
@@ -29,7 +30,8 @@ from faden_agent.supervisor.prefork.warmup import warm_up
 HOT = [requests.sessions.Session.send, docker.api.client.APIClient.__init__]
 def rewritten():
     return [
-        sum(a.opname != b.opname for a, b in zip(dis.get_instructions(f.__code__, adaptive=True), dis.get_instructions(f.__code__)))
+        sum(a.opname != b.opname for a, b in zip(dis.get_instructions(f.__code__, adaptive=True),
+                                                 dis.get_instructions(f.__code__)))
         for f in HOT
     ]
 before = rewritten()
@@ -51,7 +53,7 @@ def test_the_calls_run_before_the_fork_and_leave_nothing(tmp_path):
     result = run_child(str(tmp_path))
     assert result["done"] is True
     # the request's and the client's bytecode was rewritten (specialized) here, before any fork
-    assert all(after > before + 10 for before, after in zip(result["before"], result["after"])), result
+    assert all(after > before + 10 for before, after in zip(result["before"], result["after"], strict=True)), result
     assert result["threads"] == 1 and result["left"] == []
 
 
@@ -96,7 +98,7 @@ def test_a_silent_or_endless_client_neither_holds_nor_grows_the_answerer(tmp_pat
                     sent += endless.send(b"x" * 4096)
             except OSError:
                 pass  # the answerer closed it
-            assert ended(endless), "a head over MAX_HEAD_BYTES ends the connection unanswered"
+            assert closed_by_peer(endless, 5), "a head over MAX_HEAD_BYTES ends the connection unanswered"
             polite = socket.socket(socket.AF_UNIX)
             polite.connect(path)
             polite.sendall(b"GET /_ping HTTP/1.1\r\n\r\n")
@@ -105,14 +107,5 @@ def test_a_silent_or_endless_client_neither_holds_nor_grows_the_answerer(tmp_pat
             started = time.monotonic()
         assert not answerer.thread.is_alive() and time.monotonic() - started < 1.0
         for conn in (silent, endless, polite):
-            assert ended(conn)  # every connection ended with the answerer
+            assert closed_by_peer(conn, 5)  # every connection ended with the answerer
             conn.close()
-
-
-def ended(conn: socket.socket) -> bool:
-    """Whether the other end closed (unread data it had makes that a reset)."""
-    conn.settimeout(5)
-    try:
-        return conn.recv(100) == b""
-    except ConnectionResetError:
-        return True
