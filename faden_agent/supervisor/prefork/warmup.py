@@ -23,7 +23,8 @@ log = logging.getLogger(__name__)
 # 3.12+ specializes an instruction at its second run (a client's set-up runs once a round);
 # 3.11 quickens a code object after 8 calls.
 ROUNDS = 2 if sys.version_info >= (3, 12) else 9
-TIMEOUT_S = 2.0  # each call, and the answerer's whole life
+TIMEOUT_S = 2.0  # each call, and each send of an answer
+LIFE_S = 10.0  # the answerer's longest life, however slow the machine or hung its client
 MAX_HEAD_BYTES = 16 << 10  # a request head of the warm-up's own client is under 1 KiB
 VERSION = b'{"Version": "warm-up", "ApiVersion": "1.44", "MinAPIVersion": "1.24"}'
 ANSWERS = (  # the path's end, the content type, the body
@@ -45,8 +46,8 @@ def answer(head: bytes) -> bytes:
 
 
 class Answerer:
-    """A Docker engine's few answers on a listening Unix socket, from one thread; stop() ends
-    it and every connection."""
+    """A Docker engine's few answers on a listening Unix socket, from one thread that ends,
+    with every connection, when the `with` block does."""
 
     def __init__(self, listener: socket.socket):
         self.listener = listener
@@ -54,7 +55,7 @@ class Answerer:
         self.thread = threading.Thread(target=self._serve, name="faden-warm-up", daemon=True)
 
     def _serve(self) -> None:
-        deadline = time.monotonic() + TIMEOUT_S
+        deadline = time.monotonic() + LIFE_S
         heads: dict[socket.socket, bytes] = {}
         with selectors.DefaultSelector() as selector:
             selector.register(self.listener, selectors.EVENT_READ)
@@ -62,7 +63,11 @@ class Answerer:
                 while not self.stopping.is_set() and time.monotonic() < deadline:
                     for key, _ in selector.select(timeout=0.01):
                         if key.fileobj is self.listener:
-                            conn, _ = self.listener.accept()
+                            try:
+                                conn, _ = self.listener.accept()
+                            except OSError:  # out of descriptors: the client's calls fail as well
+                                continue
+                            conn.settimeout(TIMEOUT_S)  # a client that reads nothing cannot hold the thread
                             selector.register(conn, selectors.EVENT_READ)
                             heads[conn] = b""
                         elif not self._read(key.fileobj, heads):  # type: ignore[arg-type]
@@ -75,15 +80,17 @@ class Answerer:
 
     @staticmethod
     def _read(conn: socket.socket, heads: dict[socket.socket, bytes]) -> bool:
-        """Answers the complete request heads read so far; False when the connection ends."""
-        data = conn.recv(MAX_HEAD_BYTES)
-        if not data:
+        """Answers the complete request heads read so far; False when the connection ends (or
+        failed, or sent a head over MAX_HEAD_BYTES)."""
+        try:
+            data = conn.recv(MAX_HEAD_BYTES)
+            heads[conn] += data
+            while b"\r\n\r\n" in heads[conn]:
+                head, _, heads[conn] = heads[conn].partition(b"\r\n\r\n")
+                conn.sendall(answer(head))
+        except OSError:  # reset, or a send past TIMEOUT_S
             return False
-        heads[conn] += data
-        while b"\r\n\r\n" in heads[conn]:
-            head, _, heads[conn] = heads[conn].partition(b"\r\n\r\n")
-            conn.sendall(answer(head))
-        return len(heads[conn]) < MAX_HEAD_BYTES
+        return bool(data) and len(heads[conn]) < MAX_HEAD_BYTES
 
     def __enter__(self) -> Answerer:
         self.thread.start()
@@ -91,7 +98,7 @@ class Answerer:
 
     def __exit__(self, *_: object) -> None:
         self.stopping.set()
-        self.thread.join(TIMEOUT_S)
+        self.thread.join(TIMEOUT_S + 1.0)  # past a send it may be in
 
 
 def rounds_of_docker_calls(socket_path: str, rounds: int = ROUNDS) -> None:

@@ -5,6 +5,7 @@ that cannot run is skipped, and a local client cannot hold or grow the answerer.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -109,3 +110,24 @@ def test_a_silent_or_endless_client_neither_holds_nor_grows_the_answerer(tmp_pat
         for conn in (silent, endless, polite):
             assert closed_by_peer(conn, 5)  # every connection ended with the answerer
             conn.close()
+
+
+def test_a_client_that_reads_no_answer_cannot_hold_the_answerer(tmp_path):
+    path = str(tmp_path / "engine.sock")
+    asked = 20_000  # 1.4 MB of answers, never read while it sends
+    with socket.socket(socket.AF_UNIX) as listener, socket.socket(socket.AF_UNIX) as greedy:
+        listener.bind(path)
+        listener.listen(8)
+        answerer = warmup.Answerer(listener)
+        with answerer:
+            greedy.connect(path)
+            greedy.settimeout(10)
+            with contextlib.suppress(OSError):  # the answerer may end it first
+                greedy.sendall(b"GET /_ping HTTP/1.1\r\n\r\n" * asked)
+        assert not answerer.thread.is_alive()  # its send gave up after TIMEOUT_S
+        received = 0
+        greedy.settimeout(5)  # a connection still open fails the test here (TimeoutError)
+        with contextlib.suppress(ConnectionResetError):
+            while chunk := greedy.recv(1 << 16):
+                received += len(chunk)
+        assert received < asked * len(warmup.answer(b"GET /_ping HTTP/1.1"))
