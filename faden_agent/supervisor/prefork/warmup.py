@@ -15,6 +15,7 @@ import sys
 import tempfile
 import threading
 import time
+from typing import cast
 
 from faden_agent.common.errorline import error_line
 
@@ -70,10 +71,10 @@ class Answerer:
                             conn.settimeout(TIMEOUT_S)  # a client that reads nothing cannot hold the thread
                             selector.register(conn, selectors.EVENT_READ)
                             heads[conn] = b""
-                        elif not self._read(key.fileobj, heads):  # type: ignore[arg-type]
-                            selector.unregister(key.fileobj)
-                            key.fileobj.close()  # type: ignore[union-attr]
-                            del heads[key.fileobj]  # type: ignore[arg-type]
+                        elif not self._read(conn := cast(socket.socket, key.fileobj), heads):
+                            selector.unregister(conn)
+                            conn.close()
+                            del heads[conn]
             finally:
                 for conn in heads:
                     conn.close()
@@ -103,8 +104,7 @@ class Answerer:
 
 def rounds_of_docker_calls(socket_path: str, rounds: int = ROUNDS) -> None:
     """The workers' first calls (the API version's negotiation, a ping, a list) through the
-    agent's own client, `rounds` clients in turn. /info and an event stream as well measured
-    nothing more (docs/design-notes.md)."""
+    agent's own client, `rounds` clients in turn."""
     from faden_agent.common.dockerclient import make_client
 
     for _ in range(rounds):
