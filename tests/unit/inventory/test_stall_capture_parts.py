@@ -17,7 +17,7 @@ import pytest
 from faden_agent.node import captures
 from faden_agent.workers.inventory.capture import document, pyspy
 from faden_agent.workers.inventory.capture.capturer import Capturer
-from faden_agent.workers.inventory.capture.stacks import busiest, namespace_tids, thread_ticks
+from faden_agent.workers.inventory.capture.stacks import busiest, frame_text, namespace_tids, thread_ticks
 from faden_agent.workers.inventory.capture.triggers import Triggers
 
 DENIED = """Error: Failed to get process executable name. Check that the process is running.
@@ -97,6 +97,76 @@ def test_native_frames_where_it_unwinds_python_frames_where_not(tmp_path, monkey
     with pytest.raises(pyspy.DumpFailed) as denied:  # no second try without --native: it would fail alike
         pyspy.dump(os.getpid(), 10.0)
     assert denied.value.reason == "cannot_attach"
+
+
+HOLDER = """
+import ctypes, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+if libc.ptrace(0x4206, int(sys.argv[1]), None, None) != 0:  # PTRACE_SEIZE: traced, not stopped
+    sys.exit(f"seize failed: errno {ctypes.get_errno()}")
+print("held", flush=True)
+time.sleep(float(sys.argv[2]))
+"""
+
+
+@pytest.fixture
+def sleeper():
+    target = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(0.01)"])
+    yield target
+    target.kill()
+    target.wait()
+
+
+def hold(pid: int, seconds: float) -> subprocess.Popen:
+    """A second tracer (ptrace's seize, as a debugger or another py-spy holds it) on `pid`."""
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(pid), str(seconds)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    return holder
+
+
+def test_a_target_another_tracer_holds_is_dumped_once_it_lets_go(sleeper):
+    holder = hold(sleeper.pid, 1.0)
+    assert pyspy.tracer(sleeper.pid) == holder.pid
+    started = time.monotonic()
+    (thread,) = pyspy.dump(sleeper.pid, 8.0)
+    assert time.monotonic() - started >= 0.5  # it waited for the holder
+    assert "<module> (<string>:2)" in [frame_text(frame) for frame in thread["frames"]], thread
+    holder.wait(5)
+    assert pyspy.tracer(sleeper.pid) is None
+
+
+def test_a_tracer_holding_past_the_deadline_is_named(sleeper):
+    holder = hold(sleeper.pid, 30.0)
+    try:
+        started = time.monotonic()
+        with pytest.raises(pyspy.DumpFailed) as held:
+            pyspy.dump(sleeper.pid, 1.5)
+        assert held.value.reason == "cannot_attach" and time.monotonic() - started < 3
+        assert "Failed to suspend process" in str(held.value)
+        named = f"; pid {holder.pid} ({Path(sys.executable).name[:15]}) traces it"  # its comm
+        assert str(held.value).endswith(named), str(held.value)
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_refused_at_attaching_with_no_tracer_it_tries_once_more_only(tmp_path, monkeypatch):
+    runs = tmp_path / "runs"
+    stand_in(
+        tmp_path,
+        monkeypatch,
+        f'echo run >> {runs}; echo "Error: Failed to get stack traces" >&2;'
+        ' printf "\\nCaused by:\\n    0: Failed to suspend process\\n    1: EPERM: Operation not permitted\\n" >&2;'
+        " exit 1\n",
+    )
+    with pytest.raises(pyspy.DumpFailed) as refused:
+        pyspy.dump(os.getpid(), 10.0, native=False)
+    assert refused.value.reason == "cannot_attach" and "traces it" not in str(refused.value)
+    assert (
+        str(refused.value)
+        == "py-spy: Error: Failed to get stack traces (Failed to suspend process; EPERM: Operation not permitted)"
+    )
+    assert runs.read_text().count("run") == 2
 
 
 def test_threads_of_this_process_map_and_the_busiest_is_the_one_with_cpu():

@@ -1,7 +1,8 @@
 """py-spy, run as a subprocess against one process: `py-spy dump --json` (with `--native`
 where it unwinds), bounded in time and output bytes, killed past either (and the target sent
-SIGCONT: a tracer killed mid-read must not leave it stopped); a failure is a DumpFailed with a
-bounded reason (no_py_spy, cannot_attach, not_python, timeout, too_large, failed)."""
+SIGCONT: a tracer killed mid-read must not leave it stopped); a target another tracer holds
+is tried again until the deadline; a failure is a DumpFailed with a bounded reason
+(no_py_spy, cannot_attach, not_python, timeout, too_large, failed)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,10 @@ MAX_ERROR_BYTES = 4 << 10
 # py-spy's words for a process it may not read, and for one that runs no Python.
 DENIED = ("Permission denied", "Operation not permitted", "os error 1)", "os error 13)")
 NOT_PYTHON = ("Failed to find python version", "Failed to find a python interpreter")
+# ptrace's EPERM at attaching: most often another tracer (a second py-spy, a debugger) holds it
+SUSPEND_FAILED = "Failed to suspend process"
+RETRY_PAUSE_S = 0.25
+MAX_TASKS = 4096  # threads looked at for a tracer
 
 
 class DumpFailed(Exception):
@@ -50,28 +55,71 @@ def binary() -> str | None:
 
 def dump(pid: int, timeout_s: float, native: bool = True) -> list[dict[str, Any]]:
     """py-spy's threads of `pid` (its JSON), native frames merged in when `native`; where
-    native unwinding fails, the Python frames alone (a `native_error` on the first thread)."""
+    native unwinding fails, the Python frames alone (a `native_error` on the first thread).
+    Refused at attaching, it tries again once, and on while a tracer holds a thread."""
     program = binary()
     if program is None:
         raise DumpFailed("no_py_spy", "py-spy is not installed (it comes with the agent's py-spy dependency)")
     deadline = time.monotonic() + timeout_s
     argv = [program, "dump", "--pid", str(int(pid)), "--json"]
-    try:
-        if native:
-            try:
-                return _parse(*run_bounded([*argv, "--native"], deadline))
-            except DumpFailed as exc:
-                if exc.reason != "failed":
-                    raise
-                threads = _parse(*run_bounded(argv, deadline))  # e.g. libunwind's UNW_EBADREG
-                if threads:
-                    threads[0]["native_error"] = str(exc)[:300]
-                return threads
+    refused = 0
+    while True:
+        try:
+            return _dump_once(argv, deadline, native)
+        except DumpFailed as exc:
+            if exc.reason in ("timeout", "too_large"):
+                resume(pid)
+                raise
+            if exc.reason != "cannot_attach" or SUSPEND_FAILED not in str(exc):
+                raise
+            holder = tracer(pid)
+            refused += 1
+            if (holder is None and refused > 1) or time.monotonic() + 2 * RETRY_PAUSE_S > deadline:
+                raise DumpFailed("cannot_attach", f"{exc}{held_by(holder)}"[:500]) from None
+            time.sleep(RETRY_PAUSE_S)
+
+
+def _dump_once(argv: list[str], deadline: float, native: bool) -> list[dict[str, Any]]:
+    if not native:
         return _parse(*run_bounded(argv, deadline))
+    try:
+        return _parse(*run_bounded([*argv, "--native"], deadline))
     except DumpFailed as exc:
-        if exc.reason in ("timeout", "too_large"):
-            resume(pid)
-        raise
+        if exc.reason != "failed":
+            raise
+        threads = _parse(*run_bounded(argv, deadline))  # e.g. libunwind's UNW_EBADREG
+        if threads:
+            threads[0]["native_error"] = str(exc)[:300]
+        return threads
+
+
+def tracer(pid: int, proc_root: str = "/proc") -> int | None:
+    """The pid tracing one of the process's threads (their TracerPid), None when none does."""
+    try:
+        tids = os.listdir(f"{proc_root}/{pid}/task")[:MAX_TASKS]
+    except OSError:
+        return None
+    for tid in tids:
+        try:
+            with open(f"{proc_root}/{pid}/task/{tid}/status", encoding="ascii", errors="replace") as fh:
+                line = next((line for line in fh if line.startswith("TracerPid:")), "TracerPid: 0")
+            holder = int(line.split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if holder:
+            return holder
+    return None
+
+
+def held_by(holder: int | None) -> str:
+    if holder is None:
+        return ""
+    try:
+        with open(f"/proc/{holder}/comm", encoding="utf-8", errors="replace") as fh:
+            name = fh.read(64).strip()
+    except OSError:
+        name = "gone"
+    return f"; pid {holder} ({name}) traces it"
 
 
 def resume(pid: int) -> None:
