@@ -110,6 +110,10 @@ class NegotiatingAPIClient(docker.APIClient):
         self._ready = False  # the SDK's __init__ reads _version: no request from there
         kwargs["version"] = UNNEGOTIATED_API
         super().__init__(*args, **kwargs)
+        if self.base_url.startswith("http+docker://"):
+            # A local engine (a Unix socket, a named pipe, ssh) takes no proxy and no .netrc
+            # login: unasked, requests reads both (the whole environment, ~/.netrc) per request.
+            self.trust_env = False
         self._ready = True
 
     @property

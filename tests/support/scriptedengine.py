@@ -1,7 +1,7 @@
 """A Docker engine's Unix socket whose /version answer the test scripts byte by byte (odd
 versions, an empty one, a drip-fed head or body, a huge answer); every other request gets an
 empty JSON list, as `GET /containers/json` of an engine without containers. It keeps the path
-of every request, so a test sees which API version was put into them."""
+and head of every request, so a test sees which API version was put into them."""
 
 from __future__ import annotations
 
@@ -46,6 +46,7 @@ class ScriptedEngine:
         self.path = path
         self.version = version
         self.paths: list[str] = []
+        self.heads: list[bytes] = []
         self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.server.bind(str(path))
         self.server.listen(16)
@@ -80,6 +81,7 @@ class ScriptedEngine:
                     buffer += data
                 request, buffer = buffer.split(b"\r\n\r\n", 1)
                 path = request.split(b" ", 2)[1].decode()
+                self.heads.append(request)
                 self.paths.append(path)
                 if path == "/version":
                     self.version(sock)

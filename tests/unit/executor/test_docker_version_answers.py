@@ -125,3 +125,17 @@ def test_the_sdks_version_cache_does_not_grow_with_what_engines_say(engine):
     print(f"compare_version cache: +{grown} entries over 60 engines")
     assert grown <= 12  # the six versions from 1.40 to ours, each beside the SDK's constants
     assert CLIENT_MAX_API.count(".") == 1
+
+
+def test_a_local_engine_gets_no_netrc_login_and_no_proxy(engine, tmp_path, monkeypatch):
+    netrc = tmp_path / "netrc"
+    netrc.write_text("machine localhost login agent password s3cret\n")
+    netrc.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(netrc))
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
+    scripted = engine(version_json("1.44"))
+    client = make_client(scripted.host, timeout_s=5)
+    assert client.containers.list() == []
+    assert scripted.paths == ["/version", "/v1.44/containers/json?limit=-1&all=0&size=0&trunc_cmd=0"]
+    assert not [h for h in scripted.heads if b"authorization" in h.lower()], scripted.heads
+    assert make_client("tcp://127.0.0.1:2375", timeout_s=5).api.trust_env  # a remote engine's proxy is kept
