@@ -102,6 +102,8 @@ def test_native_frames_where_it_unwinds_python_frames_where_not(tmp_path, monkey
 HOLDER = """
 import ctypes, sys, time
 libc = ctypes.CDLL(None, use_errno=True)
+if len(sys.argv) > 3:
+    libc.prctl(15, sys.argv[3].encode(), 0, 0, 0)  # PR_SET_NAME: the name it chose
 if libc.ptrace(0x4206, int(sys.argv[1]), None, None) != 0:  # PTRACE_SEIZE: traced, not stopped
     sys.exit(f"seize failed: errno {ctypes.get_errno()}")
 print("held", flush=True)
@@ -117,9 +119,10 @@ def sleeper():
     target.wait()
 
 
-def hold(pid: int, seconds: float) -> subprocess.Popen:
+def hold(pid: int, seconds: float, *name: str) -> subprocess.Popen:
     """A second tracer (ptrace's seize, as a debugger or another py-spy holds it) on `pid`."""
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(pid), str(seconds)], stdout=subprocess.PIPE, text=True)
+    argv = [sys.executable, "-c", HOLDER, str(pid), str(seconds), *name]
+    holder = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
     assert holder.stdout is not None and holder.stdout.readline() == "held\n"
     return holder
 
@@ -145,6 +148,17 @@ def test_a_tracer_holding_past_the_deadline_is_named(sleeper):
         assert "Failed to suspend process" in str(held.value)
         named = f"; pid {holder.pid} ({Path(sys.executable).name[:15]}) traces it"  # its comm
         assert str(held.value).endswith(named), str(held.value)
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_tracer_s_name_is_one_printable_line(sleeper):
+    holder = hold(sleeper.pid, 30.0, "evil\nname\x1b[2J")
+    try:
+        with pytest.raises(pyspy.DumpFailed) as held:
+            pyspy.dump(sleeper.pid, 1.0)
+        assert str(held.value).endswith(f"; pid {holder.pid} (evil?name?[2J) traces it"), str(held.value)
     finally:
         holder.kill()
         holder.wait()

@@ -112,11 +112,12 @@ def tracer(pid: int, proc_root: str = "/proc") -> int | None:
 
 
 def held_by(holder: int | None) -> str:
+    """The tracer as the reason names it; its name is whatever it set (one line, printable)."""
     if holder is None:
         return ""
     try:
         with open(f"/proc/{holder}/comm", encoding="utf-8", errors="replace") as fh:
-            name = fh.read(64).strip()
+            name = "".join(c if c.isprintable() else "?" for c in fh.read(64).removesuffix("\n"))
     except OSError:
         name = "gone"
     return f"; pid {holder} ({name}) traces it"
