@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,16 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from faden_agent.ipc import Endpoints, request
+from tests.support.ports import free_port  # noqa: F401 - the tests' servers import it from here
 
 # Kept from the test run's own environment: CI runs the supervisor's tests (and may run the
 # chaos run) a second time with FADEN_NODE_AGENT_PREFORK=off.
 PASSED_THROUGH = ("FADEN_NODE_AGENT_PREFORK",)
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
 
 
 def agent_env(tmp_path: Path, **overrides: Any) -> dict[str, str]:

@@ -17,7 +17,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -27,16 +26,11 @@ import pytest
 import requests
 
 from tests.support import testtools
+from tests.support.ports import free_port
 
 VERSIONS = ("2.8.0", "3.4.6")
 READY_TIMEOUT_S = 120.0
 QUERY_LIMIT = 5000  # Loki's default max_entries_limit_per_query
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def loki_config(version: str, port: int, data: Path, structured_metadata: bool = True) -> str:

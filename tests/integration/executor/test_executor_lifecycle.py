@@ -4,22 +4,15 @@ checked with `docker inspect`."""
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 
 from faden_agent import protocol
 from tests.conftest import TEST_IMAGE
 from tests.support.agentproc import wait_for
 from tests.support.executorproc import executor_factory, executor_pid, prefix  # noqa: F401
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.docker
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_run_with_options_then_stop_start_restart_remove(executor_factory, prefix, docker_client, tmp_path):

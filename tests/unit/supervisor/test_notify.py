@@ -24,6 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from faden_agent.supervisor.notify import SystemdNotifier
 from tests.support.agentproc import agent_env, wait_for
+from tests.support.ports import free_port
 
 
 @pytest.fixture
@@ -201,12 +202,6 @@ def test_ready_is_sent_while_a_worker_waits_for_demand(listener, tmp_path):
     env.update(NOTIFY_SOCKET=path)
     message = ready_message(sock, env, supervisor_code({"later": "faden_agent.workers.base:Worker"}, ("later",)))
     assert "STATUS=1 workers running; on demand: later" in message, message
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class Scraper(threading.Thread):
