@@ -23,17 +23,16 @@ def test_the_first_non_blank_line_bounded_or_the_type_name():
 
 def test_root_reads_the_innermost_cause_of_a_real_refused_connection():
     """requests wraps it three deep; the operator is told 'Connection refused'."""
-    probe = socket.socket()
-    probe.bind(("127.0.0.1", 0))
-    port = probe.getsockname()[1]
-    probe.close()  # nothing listens there now
-    try:
-        requests.get(f"http://127.0.0.1:{port}/", timeout=5)
-    except requests.ConnectionError as exc:
-        assert "Max retries" in str(exc)  # the outer text says little
-        assert error_line(exc, root=True) == "Connection refused"
-    else:
-        raise AssertionError("a closed port answered")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))  # held, never listening: refused, and no one else's
+        port = probe.getsockname()[1]
+        try:
+            requests.get(f"http://127.0.0.1:{port}/", timeout=5)
+        except requests.ConnectionError as exc:
+            assert "Max retries" in str(exc)  # the outer text says little
+            assert error_line(exc, root=True) == "Connection refused"
+        else:
+            raise AssertionError("a closed port answered")
 
 
 def test_root_survives_a_cycle_and_a_chain_without_text():
