@@ -6,13 +6,21 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import operator
 import sys
+import types
 
 # _Py_IMMORTAL_REFCNT of 64-bit CPython 3.12 and 3.13 (Include/object.h): the low 32 bits
 # set; Py_INCREF and Py_DECREF leave such an object alone.
 IMMORTAL_REFCNT = 0xFFFFFFFF
 LAYOUT_VERSIONS = ((3, 12), (3, 13))  # where ob_refcnt is a plain Py_ssize_t at offset 0
 ADDRESS_WORDS = 1 << 60  # 32-bit words: every address a 64-bit process can have (2^62 bytes)
+# What a code object holds: it shows the collector none of it (gc.get_referents gives nothing),
+# and a constant reachable only from there would stay mortal: every run of the code counts it,
+# so each worker copied the page it lies on (docs/benchmarks.md, round 12).
+CODE_PARTS = operator.attrgetter(
+    "co_consts", "co_names", "co_filename", "co_name", "co_qualname", "co_linetable", "co_exceptiontable"
+)
 
 
 def unsupported_reason() -> str | None:
@@ -34,10 +42,10 @@ def unsupported_reason() -> str | None:
 
 
 def immortalize_heap() -> int:
-    """Marks every object the collector tracks, every module and everything they reach
-    immortal; returns how many it marked (0 where unsupported_reason() says why not).
-    Call it with no other thread running Python code and before gc.freeze(), whose frozen
-    objects gc.get_objects() no longer lists."""
+    """Marks every object the collector tracks, every module and everything they reach (a
+    code object's constants and names too) immortal; returns how many it marked (0 where
+    unsupported_reason() says why not). Call it with no other thread running Python code and
+    before gc.freeze(), whose frozen objects gc.get_objects() no longer lists."""
     if unsupported_reason() is not None:
         return 0
     # The low 32 bits of each object's count, indexed by address / 4: one C-level store an
@@ -45,6 +53,7 @@ def immortalize_heap() -> int:
     counts = (ctypes.c_uint32 * ADDRESS_WORDS).from_address(0)
     refcount = sys.getrefcount
     referents = gc.get_referents
+    code = types.CodeType
     pending = gc.get_objects()
     pending.extend(sys.modules.values())
     marked = 0
@@ -57,4 +66,6 @@ def immortalize_heap() -> int:
                 keep(obj)
         marked += len(fresh)
         pending = referents(*fresh)
+        for parts in map(CODE_PARTS, [obj for obj in fresh if type(obj) is code]):
+            pending.extend(parts)
     return marked
