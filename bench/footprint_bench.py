@@ -203,11 +203,12 @@ def memory_by_python(
 
 
 def production_env(backend: BackendProcess, root: Path, **addresses: Any) -> dict[str, str]:
-    """The defaults of a production agent: only its addresses and files are the bench's."""
+    """The defaults of a production agent: only its addresses and files are the bench's; Python
+    as the systemd unit runs it."""
     env = agent_env_for(backend, root, **addresses)
     for name in PRODUCTION_DEFAULTS:
         env.pop(f"FADEN_NODE_AGENT_{name.upper()}", None)
-    return env
+    return interpreters.as_service(env)
 
 
 def start_idle(

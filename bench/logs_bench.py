@@ -233,6 +233,7 @@ def agent_into_loki(
     )
     for name in footprint_bench.PRODUCTION_DEFAULTS:
         env.pop(f"FADEN_NODE_AGENT_{name.upper()}", None)
+    env = interpreters.as_service(env)
     before = loki_state(loki)
     with cpu_group() as group:
         argv = in_group(group, [sys.executable, "-m", "faden_agent", "run"])

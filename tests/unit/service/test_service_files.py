@@ -75,6 +75,14 @@ def test_user_unit_drops_what_a_user_manager_cannot_do(tmp_path):
     assert d["NoNewPrivileges"] == ["yes"] and "SystemCallFilter" in d  # a user manager can filter
 
 
+@pytest.mark.parametrize("scope", ["system", "user"])
+def test_the_service_runs_python_at_level_2_with_its_bytecode_in_the_cache_directory(tmp_path, scope):
+    environment = directives(render_unit(paths_in(tmp_path, scope), ["/usr/local/bin/faden-agent"]))["Environment"]
+    assert "PYTHONOPTIMIZE=2" in environment  # -OO: docstrings and asserts out of the code it loads
+    # %C: /var/cache or ~/.cache, writable under ProtectSystem=yes and ProtectHome=read-only
+    assert "PYTHONPYCACHEPREFIX=%C/faden-agent/bytecode" in environment
+
+
 def test_exec_start_quotes_spaces_and_escapes_percent(tmp_path):
     d = directives(render_unit(paths_in(tmp_path), [sys.executable, "-m", "faden_agent"]))
     assert d["ExecStart"][0].endswith("-m faden_agent run")
