@@ -111,7 +111,9 @@ if [ "$(cat "$bundle/.sources" 2>/dev/null)" = "$sources" ] && [ -d "$bundle/fad
 else
   # A onedir build (no per-start unpacking: the bootloader runs Python in its own process),
   # shipped as one file by packaging/launcher.sh: why in docs/packaging.md.
-  "$PYTHON" -m PyInstaller --noconfirm --clean --onedir --log-level WARN \
+  # --optimize 2: the modules compiled as `python -OO` would (docstrings and asserts out: about
+  # 2 MiB less for the agent's tree, docs/service.md); the CLI's help is given as text.
+  "$PYTHON" -m PyInstaller --noconfirm --clean --onedir --log-level WARN --optimize 2 \
     --name faden-agent --distpath "$work/dist" --workpath "$work/build" --specpath "$work" \
     --runtime-hook "$work/stamp_version.py" \
     --collect-submodules faden_agent \

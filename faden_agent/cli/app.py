@@ -55,17 +55,15 @@ def _root(
     pass
 
 
-@app.command()
+@app.command(help="Run the agent in the foreground: the supervisor and its workers.")
 def run() -> None:
-    """Run the agent in the foreground: the supervisor and its workers."""
     from faden_agent.cli.launch import run_agent
 
     raise typer.Exit(run_agent())
 
 
-@app.command()
+@app.command(help="Show each worker: state, pid, uptime, restarts, last exit, liveness age, RSS, CPU.")
 def ps(as_json: bool = typer.Option(False, "--json", help="Print JSON for machines.")) -> None:
-    """Show each worker: state, pid, uptime, restarts, last exit, liveness age, RSS, CPU."""
     from faden_agent.ipc import control
 
     config = load()
@@ -122,9 +120,8 @@ def format_metrics(metrics: dict[str, Any]) -> str:
     return f"NOT SERVING: {metrics.get('error')}"
 
 
-@app.command("config")
+@app.command("config", help="Print the effective configuration, secrets redacted.")
 def show_config(as_json: bool = typer.Option(False, "--json", help="Print JSON for machines.")) -> None:
-    """Print the effective configuration, secrets redacted."""
     settings = load().redacted()
     if as_json:
         print_json(settings)
@@ -135,9 +132,8 @@ def show_config(as_json: bool = typer.Option(False, "--json", help="Print JSON f
         typer.echo(f"{key:<{width}}  {shown}")
 
 
-@app.command()
+@app.command(help="Enrolled or not, node id, backend, connection state, last contact, last error (no secrets).")
 def status(as_json: bool = typer.Option(False, "--json", help="Print JSON for machines.")) -> None:
-    """Enrolled or not, node id, backend, connection state, last contact, last error (no secrets)."""
     from faden_agent.cli.status import collect_status, format_status
     from faden_agent.service.manager import service_state
 
@@ -174,50 +170,45 @@ def _service_action(action: Any, *args: Any) -> None:
         typer.echo(line)
 
 
-@app.command()
+@app.command(
+    help="Install and start the systemd service with the current FADEN_NODE_AGENT_* settings (repeatable).\n\n"
+    "As root a system service, else a user service. The settings go to a 0600 environment file."
+)
 def start(
     restart_running: bool = typer.Option(
         False, "--restart", help="Restart the service if it already runs (after an upgrade)."
     ),
 ) -> None:
-    """Install and start the systemd service with the current FADEN_NODE_AGENT_* settings (repeatable).
-
-    As root a system service, else a user service. The settings go to a 0600 environment file.
-    """
     from faden_agent.service.manager import install_and_start
 
     _service_action(lambda: install_and_start(restart_running=restart_running))
 
 
-@app.command()
+@app.command(help="Stop the service (containers keep running).")
 def stop() -> None:
-    """Stop the service (containers keep running)."""
     from faden_agent.service.manager import stop as stop_service
 
     _service_action(stop_service)
 
 
-@app.command()
+@app.command(help="Restart the service (containers keep running).")
 def restart() -> None:
-    """Restart the service (containers keep running)."""
     from faden_agent.service.manager import restart as restart_service
 
     _service_action(restart_service)
 
 
-@app.command()
+@app.command(help="Stop and remove the service and its environment file; the state file stays unless --purge.")
 def uninstall(
     purge: bool = typer.Option(False, "--purge", help="Also remove the state (the node's identity)."),
 ) -> None:
-    """Stop and remove the service and its environment file; the state file stays unless --purge."""
     from faden_agent.service.manager import uninstall as uninstall_service
 
     _service_action(uninstall_service, purge)
 
 
-@app.command()
+@app.command(help="Check the backend, credential, state, Docker, GPUs, journald, logs, disks and the service.")
 def doctor(as_json: bool = typer.Option(False, "--json", help="Print JSON for machines.")) -> None:
-    """Check the backend, credential, state, Docker, GPUs, journald, logs, disks and the service."""
     from faden_agent.cli.doctor import FAIL, Doctor, report
 
     checks = Doctor(load_installed()).run()
@@ -229,7 +220,10 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="Print JSON for ma
     raise typer.Exit(1 if any(c.status == FAIL for c in checks) else 0)
 
 
-@app.command()
+@app.command(
+    help="Run in the foreground; with no FADEN_NODE_AGENT_BACKEND_URL, against the embedded reference backend.\n\n"
+    "That agent's state and runtime folders are its own (under the data directory), apart from a real install's."
+)
 def up(
     port: int = typer.Option(8000, "--port", help="Port of the embedded reference backend."),
     data: Path | None = typer.Option(
@@ -239,9 +233,6 @@ def up(
         False, "--print-env", help="Print the export lines a second shell needs to reach this agent, then exit."
     ),
 ) -> None:
-    """Run in the foreground; with no FADEN_NODE_AGENT_BACKEND_URL, against the embedded reference backend.
-
-    That agent's state and runtime folders are its own (under the data directory), apart from a real install's."""
     if os.environ.get("FADEN_NODE_AGENT_BACKEND_URL") and not print_env:
         run()
         return
@@ -305,33 +296,32 @@ def _host_request(action: str, deadline: str | None, wait: str | None, bound: st
 WAIT_HELP = "How long to wait for the backend's answer (e.g. 30s, 5m); default 30s, a drain: its deadline + 60s."
 
 
-@app.command()
+@app.command(
+    help="Ask the backend to place nothing new on this machine (running containers stay).\n\n"
+    "Exit 0 when cordoned, 1 when the backend's answer failed, 3 when not enrolled, 4 when no\n"
+    "answer came in time (the request stays queued and is sent when the link is back)."
+)
 def cordon(wait: str | None = typer.Option(None, "--wait", help=WAIT_HELP)) -> None:
-    """Ask the backend to place nothing new on this machine (running containers stay).
-
-    Exit 0 when cordoned, 1 when the backend's answer failed, 3 when not enrolled, 4 when no
-    answer came in time (the request stays queued and is sent when the link is back)."""
     _host_request("cordon", None, wait)
 
 
-@app.command()
+@app.command(
+    help="Ask the backend to drain this machine: cordon it, stop its managed containers (each with its\n"
+    "own grace; what still runs at the deadline is stopped hard), ship their last lines, remove them.\n\n"
+    "Exit 0 when drained, 1 when it failed (the reason is printed), 3 when not enrolled, 4 when no\n"
+    "answer came in time (the request then expires)."
+)
 def drain(
     deadline: str | None = typer.Option(
         None, "--deadline", help="Bound of the whole drain (e.g. 90s, 5m); default 5m."
     ),
     wait: str | None = typer.Option(None, "--wait", help=WAIT_HELP),
 ) -> None:
-    """Ask the backend to drain this machine: cordon it, stop its managed containers (each with its
-    own grace; what still runs at the deadline is stopped hard), ship their last lines, remove them.
-
-    Exit 0 when drained, 1 when it failed (the reason is printed), 3 when not enrolled, 4 when no
-    answer came in time (the request then expires)."""
     _host_request("drain", deadline, wait)
 
 
-@app.command()
+@app.command(help="Ask the backend to make this machine schedulable again. Exit codes as `cordon`.")
 def uncordon(wait: str | None = typer.Option(None, "--wait", help=WAIT_HELP)) -> None:
-    """Ask the backend to make this machine schedulable again. Exit codes as `cordon`."""
     _host_request("uncordon", None, wait)
 
 
@@ -341,14 +331,16 @@ gpu_app = typer.Typer(
 app.add_typer(gpu_app, name="gpu")
 
 
-@gpu_app.command("forget")
+@gpu_app.command(
+    "forget",
+    help="Acknowledge a GPU removed from this machine for good: it is no longer reported missing\n"
+    "(the node's verdict no longer failed for it) and its evidence is dropped. Refused while the\n"
+    "GPU is still there. Exit codes as `cordon`.",
+)
 def gpu_forget(
     uuid: str = typer.Argument(..., help="The uuid of the GPU removed for good (GPU-...), as `missing` lists it."),
     wait: str | None = typer.Option(None, "--wait", help=WAIT_HELP),
 ) -> None:
-    """Acknowledge a GPU removed from this machine for good: it is no longer reported missing
-    (the node's verdict no longer failed for it) and its evidence is dropped. Refused while the
-    GPU is still there. Exit codes as `cordon`."""
     _need_uuid(uuid, "the inventory's gpu.missing names it")
     _host_request("gpu.forget", None, wait, uuid=uuid)
 
@@ -361,7 +353,13 @@ def _need_uuid(uuid: str, where: str) -> None:
 CHECK_TIME_LIMITS_S = {1: 120, 2: 900, 3: 3600, 4: 14400}  # the agent's defaults (commands/gpu.py)
 
 
-@gpu_app.command("check")
+@gpu_app.command(
+    "check",
+    help="Ask the backend to check this machine's GPUs: DCGM's diagnostic (`dcgmi diag -r LEVEL`)\n"
+    "where DCGM is installed, else NVML's own checks. A GPU that runs work is refused unless\n"
+    "--allow-busy. Prints each GPU's outcome and every test that did not pass. Exit codes as\n"
+    "`cordon`; 1 also when a GPU failed a test (check_failed).",
+)
 def gpu_check(
     gpu: list[str] = typer.Option([], "--gpu", help="A GPU's uuid (repeat it for more); default: every GPU."),
     level: int = typer.Option(1, "--level", min=1, max=4, help="DCGM's diagnostic level: 1 (seconds) to 4 (hours)."),
@@ -375,10 +373,6 @@ def gpu_check(
         None, "--wait", help="How long to wait for the answer; default the time limit + 60s."
     ),
 ) -> None:
-    """Ask the backend to check this machine's GPUs: DCGM's diagnostic (`dcgmi diag -r LEVEL`)
-    where DCGM is installed, else NVML's own checks. A GPU that runs work is refused unless
-    --allow-busy. Prints each GPU's outcome and every test that did not pass. Exit codes as
-    `cordon`; 1 also when a GPU failed a test (check_failed)."""
     for uuid in gpu:
         _need_uuid(uuid, "the inventory's gpu.devices[].uuid names them")
     if time_limit is None:
@@ -389,7 +383,13 @@ def gpu_check(
     _host_request("gpu.check", None, wait, time_limit, **fields)
 
 
-@gpu_app.command("reset")
+@gpu_app.command(
+    "reset",
+    help="Ask the backend to reset one GPU (`nvidia-smi --gpu-reset`) and check it after; the other\n"
+    "GPUs keep serving. Refused while containers use it, unless --stop-containers (each stopped with\n"
+    "its grace, its last lines shipped; the backend decides whether to start them again). Exit\n"
+    "codes as `cordon`; 1 with the reason (gpu_in_use, reset_blocked, reset_failed, ...) and the next remedy.",
+)
 def gpu_reset(
     uuid: str = typer.Argument(..., help="The uuid of the GPU to reset (GPU-...)."),
     stop_containers: bool = typer.Option(
@@ -400,10 +400,6 @@ def gpu_reset(
         None, "--wait", help="How long to wait for the answer; default the deadline + 60s."
     ),
 ) -> None:
-    """Ask the backend to reset one GPU (`nvidia-smi --gpu-reset`) and check it after; the other
-    GPUs keep serving. Refused while containers use it, unless --stop-containers (each stopped with
-    its grace, its last lines shipped; the backend decides whether to start them again). Exit
-    codes as `cordon`; 1 with the reason (gpu_in_use, reset_blocked, reset_failed, ...) and the next remedy."""
     _need_uuid(uuid, "the inventory's gpu.devices[].uuid names it")
     _host_request("gpu.reset", deadline, wait, uuid=uuid, stop_containers=stop_containers)
 
@@ -411,7 +407,7 @@ def gpu_reset(
 # The reference backend and its admin client (faden_agent/devbackend; typer only at import).
 from faden_agent.devbackend.cli import admin_app, dev_backend  # noqa: E402
 
-app.command("dev-backend")(dev_backend)
+app.command("dev-backend", help="Run the reference backend (docs/protocol.md) in the foreground.")(dev_backend)
 app.add_typer(admin_app, name="admin")
 
 

@@ -49,7 +49,6 @@ def dev_backend(
     tls_cert: Path | None = typer.Option(None, "--tls-cert", help="Serve https with this PEM certificate (chain)."),
     tls_key: Path | None = typer.Option(None, "--tls-key", help="Private key of --tls-cert."),
 ) -> None:
-    """Run the reference backend (docs/protocol.md) in the foreground."""
     import logging
 
     from faden_agent.common.logsetup import configure_logging
@@ -95,20 +94,18 @@ def _run(call):
         raise typer.Exit(1) from None
 
 
-@admin_app.command("token")
+@admin_app.command("token", help="Mint a one-time enrollment token and print it.")
 def admin_token_cmd(url: str = UrlOption, admin_token: str = TokenOption, ca_bundle: Path | None = CaOption) -> None:
-    """Mint a one-time enrollment token and print it."""
     typer.echo(_run(lambda: _client(url, admin_token, ca_bundle).mint_token()))
 
 
-@admin_app.command("nodes")
+@admin_app.command("nodes", help="List enrolled nodes: id, agent, version, heartbeats, drain state, worker states.")
 def admin_nodes(
     url: str = UrlOption,
     admin_token: str = TokenOption,
     ca_bundle: Path | None = CaOption,
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """List enrolled nodes: id, agent, version, heartbeats, drain state, worker states."""
     import time
 
     nodes = _run(lambda: _client(url, admin_token, ca_bundle).nodes())
@@ -181,7 +178,9 @@ def _show_command(client: Any, command_id: str, follow: bool, as_json: bool) -> 
         raise typer.Exit(1)
 
 
-@admin_app.command("send")
+@admin_app.command(
+    "send", help="Queue a command for a node and print its id (with --follow, then its timeline as it happens)."
+)
 def admin_send(
     node_id: str,
     kind: str,
@@ -193,7 +192,6 @@ def admin_send(
     admin_token: str = TokenOption,
     ca_bundle: Path | None = CaOption,
 ) -> None:
-    """Queue a command for a node and print its id (with --follow, then its timeline as it happens)."""
     try:
         spec_value = orjson.loads(spec)
     except orjson.JSONDecodeError as exc:
@@ -206,7 +204,9 @@ def admin_send(
         _show_command(client, sent, follow, as_json)
 
 
-@admin_app.command("command")
+@admin_app.command(
+    "command", help="Show a command: state and timeline (JSON), or with --follow its timeline as it happens."
+)
 def admin_command(
     command_id: str,
     follow: bool = FollowOption,
@@ -215,11 +215,12 @@ def admin_command(
     admin_token: str = TokenOption,
     ca_bundle: Path | None = CaOption,
 ) -> None:
-    """Show a command: state and timeline (JSON), or with --follow its timeline as it happens."""
     _show_command(_client(url, admin_token, ca_bundle), command_id, follow, as_json)
 
 
-@admin_app.command("show")
+@admin_app.command(
+    "show", help="Show a node's events, inventory, heartbeats, timeline records or stored log lines (JSON)."
+)
 def admin_show(
     node_id: str,
     what: str = typer.Argument(..., help="events, inventory, heartbeats, timeline or logs"),
@@ -227,11 +228,12 @@ def admin_show(
     admin_token: str = TokenOption,
     ca_bundle: Path | None = CaOption,
 ) -> None:
-    """Show a node's events, inventory, heartbeats, timeline records or stored log lines (JSON)."""
     _echo_json(_run(lambda: _client(url, admin_token, ca_bundle).view(node_id, what)))
 
 
-@admin_app.command("cluster")
+@admin_app.command(
+    "cluster", help="Make exactly these nodes the cluster's machines; their agents are told their peers."
+)
 def admin_cluster(
     cluster: str,
     node_ids: list[str] = typer.Argument(..., help="The cluster's nodes (all of them)."),
@@ -239,11 +241,15 @@ def admin_cluster(
     admin_token: str = TokenOption,
     ca_bundle: Path | None = CaOption,
 ) -> None:
-    """Make exactly these nodes the cluster's machines; their agents are told their peers."""
     _echo_json(_run(lambda: _client(url, admin_token, ca_bundle).set_cluster(cluster, node_ids)))
 
 
-@admin_app.command("traffic")
+@admin_app.command(
+    "traffic",
+    help="The cluster's traffic matrix (machines x machines: rate, RTT, interface), naming the\n"
+    "machines whose agent lacks the traffic capability; below it the latest active probes\n"
+    "(throughput, RTT p50/p99 or why not), which --probe measures anew.",
+)
 def admin_traffic(
     cluster: str,
     url: str = UrlOption,
@@ -255,9 +261,6 @@ def admin_traffic(
     max_bytes: int | None = typer.Option(None, "--max-bytes", help="Probe: bytes per direction (default 256 MiB)."),
     wait: float = typer.Option(600.0, "--wait", help="Probe: give up waiting after this many seconds."),
 ) -> None:
-    """The cluster's traffic matrix (machines x machines: rate, RTT, interface), naming the
-    machines whose agent lacks the traffic capability; below it the latest active probes
-    (throughput, RTT p50/p99 or why not), which --probe measures anew."""
     from faden_agent.devbackend.traffic_view import render, wait_for_probes
 
     client = _client(url, admin_token, ca_bundle)
@@ -273,15 +276,14 @@ def admin_traffic(
         typer.echo(line)
 
 
-@admin_app.command("revoke")
+@admin_app.command("revoke", help="Remove a node: its credential is refused (403) from now on.")
 def admin_revoke(
     node_id: str, url: str = UrlOption, admin_token: str = TokenOption, ca_bundle: Path | None = CaOption
 ) -> None:
-    """Remove a node: its credential is refused (403) from now on."""
     _echo_json(_run(lambda: _client(url, admin_token, ca_bundle).revoke(node_id)))
 
 
-@admin_app.command("faults")
+@admin_app.command("faults", help="Switch fault modes for testing; with no option, show them.")
 def admin_faults(
     maintenance: int | None = typer.Option(
         None, "--maintenance", help="Answer 503 with this Retry-After (s); -1 ends it."
@@ -292,7 +294,6 @@ def admin_faults(
     admin_token: str = TokenOption,
     ca_bundle: Path | None = CaOption,
 ) -> None:
-    """Switch fault modes for testing; with no option, show them."""
     switches: dict[str, Any] = {}
     if maintenance is not None:
         switches["maintenance_retry_after"] = None if maintenance < 0 else maintenance
