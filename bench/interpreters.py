@@ -15,7 +15,6 @@ from pathlib import Path
 
 from tests.support.pythons import cpythons, version_of  # noqa: F401 - cpythons: the bench's entry
 from tests.support.serviceenv import as_service as env_as_service
-from tests.support.serviceenv import service_python_env
 
 REPO = Path(__file__).resolve().parents[1]
 VENVS = REPO / "bench" / ".venvs"
@@ -59,7 +58,7 @@ def compile_agent(python: str, source: Path = REPO) -> None:
     ).stdout.split()
     subprocess.run(
         [python, "-m", "compileall", "-q", "-x", NOT_IMPORTED, *paths, str(source / "faden_agent")],
-        env={**os.environ, **service_python_env(SERVICE_CACHE)},
+        env=as_service(dict(os.environ)),
         stdout=subprocess.DEVNULL,  # compileall names each library file it cannot compile
         check=False,  # a file of the interpreter's own that does not compile is not the agent's
     )
