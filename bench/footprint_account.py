@@ -20,6 +20,7 @@ kernel lines read.
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import os
 import signal
@@ -65,32 +66,61 @@ def import_costs(python: str, source: Path, names: list[str], unit: str) -> dict
     return json.loads(done.stdout)
 
 
-def copied_objects(supervisor: int, worker: int, objects: Path) -> dict[str, int]:
-    """{object type: KiB of the supervisor's objects (at its first fork) on the pages this
-    worker copied}: what the worker wrote to. A page holding no listed object counts under
-    "(no object listed)": allocator headers, C structures, freed blocks."""
+def copied_objects(supervisor: int, worker: int, objects: Path, others: list[int]) -> dict[str, dict[str, Any]]:
+    """What the worker wrote to on the pages it copied (its page's frame is neither the
+    supervisor's nor that of any of the `others`, the other workers: a page the supervisor
+    wrote after the fork is still shared by the workers): each copied page read in both processes
+    (/proc/PID/mem) and every 8-byte word that differs laid on the supervisor's objects (at its
+    first fork). {"on": {kind: KiB of objects on copied pages}, "written": {kind: KiB of pages
+    that kind wrote to, a page shared by the kinds on it}}. A word in no listed object counts
+    as "(no object listed)": allocator headers, C structures (a dict's key table), free blocks."""
     from bench.pages import ANONYMOUS, PAGE, page_table
 
     theirs, mine = page_table(supervisor), page_table(worker)
-    copied = {
+    elsewhere = [page_table(pid) for pid in others]
+    copied = sorted(
         page
         for page, (frame, group) in mine.items()
-        if group in ANONYMOUS and page in theirs and theirs[page][0] != frame
+        if group in ANONYMOUS
+        and page in theirs
+        and theirs[page][0] != frame
+        and not any(table.get(page, (0,))[0] == frame for table in elsewhere)
+    )
+    listed = sorted(
+        (int(address), max(int(size), 1), kind)
+        for address, size, kind in (line.split(" ", 2) for line in objects.read_text().splitlines())
+    )
+    starts = [address for address, _, _ in listed]
+    on: dict[str, int] = {}
+    written: dict[str, float] = {}
+    with open(f"/proc/{supervisor}/mem", "rb") as their_memory, open(f"/proc/{worker}/mem", "rb") as my_memory:
+        for page in copied:
+            try:
+                their_memory.seek(page * PAGE)
+                my_memory.seek(page * PAGE)
+                before, after = (
+                    memoryview(their_memory.read(PAGE)).cast("Q"),
+                    memoryview(my_memory.read(PAGE)).cast("Q"),
+                )
+            except OSError:  # unmapped since
+                continue
+            writers = set()
+            for word in (i for i in range(len(after)) if before[i] != after[i]):
+                address = page * PAGE + word * 8
+                index = bisect.bisect_right(starts, address) - 1
+                hit = index >= 0 and listed[index][0] + listed[index][1] > address
+                writers.add(listed[index][2] if hit else "(no object listed)")
+            first = bisect.bisect_left(starts, page * PAGE)
+            for address, size, kind in listed[max(first - 1, 0) : bisect.bisect_left(starts, (page + 1) * PAGE)]:
+                if address + size > page * PAGE:
+                    on[kind] = on.get(kind, 0) + size
+            for kind in writers or {"(nothing differs)"}:
+                written[kind] = written.get(kind, 0) + PAGE / len(writers or {0})
+    return {
+        "on": {kind: round(size / 1024) for kind, size in sorted(on.items(), key=lambda kv: -kv[1])},
+        "written": {kind: round(size / 1024) for kind, size in sorted(written.items(), key=lambda kv: -kv[1])},
+        "pages_copied_kib": {"all": len(copied) * PAGE // 1024},
     }
-    by_type: dict[str, int] = {}
-    covered: set[int] = set()
-    for line in objects.read_text().splitlines():
-        address, size, kind = line.split(" ", 2)
-        first, last = int(address) // PAGE, (int(address) + max(int(size), 1) - 1) // PAGE
-        for page in range(first, last + 1):
-            if page in copied:
-                by_type[kind] = by_type.get(kind, 0) + int(size)
-                covered.update(range(first, last + 1))
-                break
-    out = {kind: round(size / 1024) for kind, size in sorted(by_type.items(), key=lambda kv: -kv[1])}
-    out["(no object listed)"] = len(copied - covered) * PAGE // 1024
-    out["(pages copied)"] = len(copied) * PAGE // 1024
-    return out
 
 
 def feature_of(module: str) -> str:
@@ -160,10 +190,10 @@ def account_tree(root: Path, python: str, source: Path, objects: bool = False, g
         probes = probe_dumps(tree, dumps)
         if objects:
             listing = dumps / f"objects-{tree['supervisor']}.txt"
+            workers = {name: pid for name, pid in tree.items() if name != "supervisor" and "(child of" not in name}
             on_copied = {
-                name: copied_objects(tree["supervisor"], pid, listing)
-                for name, pid in tree.items()
-                if name != "supervisor" and "(child of" not in name
+                name: copied_objects(tree["supervisor"], pid, listing, [p for p in workers.values() if p != pid])
+                for name, pid in workers.items()
             }
     modules = {name: probe["modules"] for name, probe in probes.items()}
     every = [m for m in dict.fromkeys(m for names in modules.values() for m in names) if not m.endswith("__main__")]
@@ -280,11 +310,12 @@ def main() -> int:
                 "objects_on_copied_pages_kib"
             ]
             for name, kinds in copied.items():
-                total, loose = kinds.pop("(pages copied)"), kinds.pop("(no object listed)")
                 print(
-                    f"{name}: {total} KiB copied, {loose} KiB of it with no object listed; objects on them (KiB): "
-                    + ", ".join(f"{k} {v}" for k, v in list(kinds.items())[:12])
+                    f"{name}: {kinds['pages_copied_kib']['all']} KiB copied; written by (KiB of pages): "
+                    + ", ".join(f"{k} {v}" for k, v in list(kinds["written"].items())[:16])
                 )
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(copied, indent=1) + "\n")
             return 0
         (root / "now").mkdir()
         now_source = export_tree(args.now, root / "now-source") if args.now else REPO

@@ -17,7 +17,7 @@ The agent runs at its default intervals (heartbeat 15 s, inventory 60 s, worker 
 3 s, ...) and PEER_START=on_demand (no cluster: no peer worker), shipping a journal
 directory to a Loki receiver (not through the backend).
 Run: python3 bench/footprint_bench.py [--window 120] [--containers 20 --ray 5] [--runs 10]
-     python3 bench/footprint_bench.py --prefork  (only each prefork trick's share of the idle tree)
+     python3 bench/footprint_bench.py --prefork [--only TRICK --pairs N]  (each prefork trick's share of the idle tree)
 """
 
 from __future__ import annotations
@@ -518,20 +518,25 @@ def measure(
     return results
 
 
-def prefork_shares(root: Path, argv: list[str] | None = None) -> dict[str, Any]:
+def prefork_shares(
+    root: Path, argv: list[str] | None = None, only: str | None = None, pairs: int = 1
+) -> dict[str, Any]:
     """The idle tree's PSS with the prefork tricks on, off, and with each one left out (same
-    agent, same state, one start each): a trick's share is what leaving it out adds."""
+    agent, same state, one start each): a trick's share is what leaving it out adds. `only`:
+    on and without that trick, alternating `pairs` times, each the median of its starts."""
     from faden_agent.supervisor.prefork import TRICKS
 
+    tricks = (only,) if only else TRICKS
     journal = JournalWriter(root / "journal")
     journal.append([journal.entry("bench seed")])
     backend = BackendProcess(root / "backend", root / "backend.log").start()
-    variants = [("on", {}), ("off", {"FADEN_NODE_AGENT_PREFORK": "off"})]
+    variants = [("on", {})] + ([] if only else [("off", {"FADEN_NODE_AGENT_PREFORK": "off"})])
     variants += [
-        (f"without {name}", {"FADEN_TEST_HOOKS": "1", "FADEN_TEST_HOOK_PREFORK_SKIP": name}) for name in TRICKS
+        (f"without {name}", {"FADEN_TEST_HOOKS": "1", "FADEN_TEST_HOOK_PREFORK_SKIP": name}) for name in tricks
     ]
-    tree: dict[str, int] = {}
-    quiet: dict[str, int] = {}
+    variants *= pairs
+    trees: dict[str, list[int]] = {}
+    quiets: dict[str, list[int]] = {}
     try:
         with LokiReceiver() as loki:
             env = production_env(backend, root, loki_url=loki.url, journal_directory=journal.directory)
@@ -546,20 +551,26 @@ def prefork_shares(root: Path, argv: list[str] | None = None) -> dict[str, Any]:
                     wait_for(lambda seen=seen: backend.inventory(node).get("received_at") != seen, 90, 1.0, "inventory")
                     time.sleep(max(5.0, started + SETTLED_S - time.monotonic()))
                     figures = memory(agent, (backend.proc.pid,))
-                    tree[label] = figures["tree_pss_kib"]
-                    quiet[label] = figures["tree_pss_quiet_kib"]
+                    trees.setdefault(label, []).append(figures["tree_pss_kib"])
+                    quiets.setdefault(label, []).append(figures["tree_pss_quiet_kib"])
                 finally:
                     agent.stop()
                     agent.kill()
     finally:
         backend.stop()
+    tree = {label: int(statistics.median(values)) for label, values in trees.items()}
+    quiet = {label: int(statistics.median(values)) for label, values in quiets.items()}
     return {
+        **({"runs_quiet_kib": quiets} if pairs > 1 else {}),
         "tree_pss_kib": tree,
         "tree_pss_quiet_kib": quiet,
-        "share_kib": {name: tree[f"without {name}"] - tree["on"] for name in TRICKS},
-        "share_quiet_kib": {name: quiet[f"without {name}"] - quiet["on"] for name in TRICKS},
-        "off_costs_kib": tree["off"] - tree["on"],
-        "off_costs_quiet_kib": quiet["off"] - quiet["on"],
+        "share_kib": {name: tree[f"without {name}"] - tree["on"] for name in tricks},
+        "share_quiet_kib": {name: quiet[f"without {name}"] - quiet["on"] for name in tricks},
+        **(
+            {}
+            if only
+            else {"off_costs_kib": tree["off"] - tree["on"], "off_costs_quiet_kib": quiet["off"] - quiet["on"]}
+        ),
     }
 
 
@@ -683,6 +694,8 @@ def main() -> int:
     parser.add_argument("--binary", type=Path, help="also restart the same agent as this standalone binary")
     parser.add_argument("--prefork", action="store_true", help="only each prefork trick's share of the idle tree")
     parser.add_argument("--python", help="with --prefork: the CPython version to run the agent on (e.g. 3.11)")
+    parser.add_argument("--only", help="with --prefork: on and without this one trick only (an A/B)")
+    parser.add_argument("--pairs", type=int, default=1, help="with --prefork: starts of each variant, alternating")
     args = parser.parse_args()
     import tempfile
 
@@ -693,7 +706,7 @@ def main() -> int:
             argv = [interpreters.with_agent(python), "-m", "faden_agent", "run"] if python else None
             if argv:
                 interpreters.compile_agent(argv[0])
-            shares = prefork_shares(Path(tmp), argv)
+            shares = prefork_shares(Path(tmp), argv, args.only, args.pairs)
         print(json.dumps(shares, indent=2))
         return 0
 

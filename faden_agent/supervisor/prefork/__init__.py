@@ -10,7 +10,7 @@ from __future__ import annotations
 from faden_agent.common import testhooks
 from faden_agent.supervisor.prefork import preload
 
-TRICKS = ("arenas", "warmup", "immortal", "heap", "coldpages", "pools")
+TRICKS = ("arenas", "warmup", "versions", "immortal", "heap", "coldpages", "pools")
 
 
 def prepare_to_fork(targets: list[str], tls_verify: bool | str | None, tricks: bool) -> None:

@@ -74,6 +74,11 @@ def preload(targets: list[str], tls_verify: bool | str | None = None, skip: froz
 
         warm_up()  # the workers' first Docker calls, specialized once for all (warmup.py)
         steps.done("warmup")
+    if "versions" not in skip:  # before the walk: nothing it stamps is left mortal
+        from faden_agent.supervisor.prefork.versions import stamp_versions
+
+        stamp_versions()
+        steps.done("versions")
     gc.collect()
     marked = None
     if "immortal" not in skip:

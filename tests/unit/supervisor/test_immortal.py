@@ -24,18 +24,24 @@ MODULE = REPO / "faden_agent" / "supervisor" / "prefork" / "immortal.py"
 # function and reports what was marked, how many KiB of pages that copied, the count of the
 # object WATCHED names (looked up only then: a global would make it reachable) and CHECK (2:
 # the marked code still works).
-FORKED = """
+# Defines private_dirty_kib() and forks: the child's lines follow under `if pid == 0:`.
+FORK = """
+def private_dirty_kib():
+    return int(re.search(r"^Private_Dirty:\\s+(\\d+)", open("/proc/self/smaps_rollup").read(), re.M).group(1))
+read, write = os.pipe()
+pid = os.fork()
+"""
+FORKED = (
+    """
 import gc, importlib.util, os, re, sys, types
 spec = importlib.util.spec_from_file_location("immortal", sys.argv[1])
 immortal = importlib.util.module_from_spec(spec); spec.loader.exec_module(immortal)
 SETUP
 marked = immortal.immortalize_heap() if sys.argv[2] == "immortal" else 0
 gc.freeze()
-def private_dirty_kib():
-    return int(re.search(r"^Private_Dirty:\\s+(\\d+)", open("/proc/self/smaps_rollup").read(), re.M).group(1))
-read, write = os.pipe()
-pid = os.fork()
-if pid == 0:
+"""
+    + FORK
+    + """if pid == 0:
     before = private_dirty_kib()
     for function in functions:
         TOUCH
@@ -45,6 +51,7 @@ if pid == 0:
 os.waitpid(pid, 0)
 print(os.read(read, 200).decode())
 """
+)
 # 20,000 function objects; taking and dropping a reference to each (what reading a global or
 # calling one does) writes its count.
 REFERENCES = {
