@@ -8,7 +8,9 @@ quiet machine would read per mapping (bench/pages.py: libpython, each extension'
 each system library, the heaps), a worker's anonymous pages by origin (inherited, copied
 since the fork, its own), the modules it loaded after the fork; per module, the bytes of
 Python objects its import leaves by itself (tracemalloc, self as -X importtime counts time).
---objects (a run of its own) names the supervisor's objects on each worker's copied pages.
+--objects (a run of its own) names what each worker wrote on the pages only it holds: the
+supervisor's objects (code by function, classes by module, dicts' key tables, lists' items,
+sets' tables), else glibc's heap chunk (used or free, by size) or a pymalloc pool's header.
 --gpus N: the machine has N healthy GPUs (tests/nvml's C library with NVML's ABI, loaded by
 the real bindings), as an operator's GPU node has: NVML loaded, its event watch and the
 kernel lines read.
@@ -91,6 +93,8 @@ def copied_objects(supervisor: int, worker: int, objects: Path, others: list[int
         for address, size, kind in (line.split(" ", 2) for line in objects.read_text().splitlines())
     )
     starts = [address for address, _, _ in listed]
+    heap = heap_range(supervisor)
+    chunks = heap_chunks(supervisor, heap)
     on: dict[str, int] = {}
     written: dict[str, float] = {}
     with open(f"/proc/{supervisor}/mem", "rb") as their_memory, open(f"/proc/{worker}/mem", "rb") as my_memory:
@@ -109,7 +113,7 @@ def copied_objects(supervisor: int, worker: int, objects: Path, others: list[int
                 address = page * PAGE + word * 8
                 index = bisect.bisect_right(starts, address) - 1
                 hit = index >= 0 and listed[index][0] + listed[index][1] > address
-                writers.add(listed[index][2] if hit else "(no object listed)")
+                writers.add(listed[index][2] if hit else unlisted_place(address, heap, chunks))
             first = bisect.bisect_left(starts, page * PAGE)
             for address, size, kind in listed[max(first - 1, 0) : bisect.bisect_left(starts, (page + 1) * PAGE)]:
                 if address + size > page * PAGE:
@@ -121,6 +125,49 @@ def copied_objects(supervisor: int, worker: int, objects: Path, others: list[int
         "written": {kind: round(size / 1024) for kind, size in sorted(written.items(), key=lambda kv: -kv[1])},
         "pages_copied_kib": {"all": len(copied) * PAGE // 1024},
     }
+
+
+POOL = 16 << 10  # pymalloc's pools on 64-bit CPython 3.12: 16 KiB, aligned, a 48-byte header first
+
+
+def heap_range(pid: int) -> tuple[int, int]:
+    """glibc's main heap of a process: (start, end)."""
+    with open(f"/proc/{pid}/maps") as maps:
+        for line in maps:
+            if line.rstrip().endswith("[heap]"):
+                start, end = line.split()[0].split("-")
+                return int(start, 16), int(end, 16)
+    return 0, 0
+
+
+def heap_chunks(pid: int, heap: tuple[int, int]) -> list[tuple[int, int, bool]]:
+    """glibc's chunks of the main heap, walked from its start: (address, bytes, in use)."""
+    with open(f"/proc/{pid}/mem", "rb") as memory:
+        memory.seek(heap[0])
+        data = memory.read(heap[1] - heap[0])
+    chunks: list[tuple[int, int, bool]] = []
+    offset = 0
+    while offset + 16 <= len(data):
+        size = int.from_bytes(data[offset + 8 : offset + 16], "little") & ~7
+        if size < 16 or offset + size + 16 > len(data):
+            break
+        used = bool(int.from_bytes(data[offset + size + 8 : offset + size + 16], "little") & 1)
+        chunks.append((heap[0] + offset, size, used))
+        offset += size
+    return chunks
+
+
+def unlisted_place(address: int, heap: tuple[int, int], chunks: list[tuple[int, int, bool]]) -> str:
+    """Where a written word that lies in no listed object is: a used or free chunk of glibc's
+    heap (by size), or the header or a block of an (assumed) pymalloc pool elsewhere."""
+    if heap[0] <= address < heap[1]:
+        index = bisect.bisect_right(chunks, (address, 1 << 62, True)) - 1
+        if index < 0:
+            return "(no object listed: glibc heap)"
+        _, size, used = chunks[index]
+        band = next(f"<= {limit}" for limit in (64, 512, 4096, 65536, 1 << 62) if size <= limit)
+        return f"(no object listed: heap chunk {'used' if used else 'free'} {band if size < 65536 else size})"
+    return "(no object listed: pool header)" if address % POOL < 48 else "(no object listed: other anonymous)"
 
 
 def feature_of(module: str) -> str:
