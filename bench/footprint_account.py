@@ -10,7 +10,7 @@ since the fork, its own), the modules it loaded after the fork; per module, the 
 Python objects its import leaves by itself (tracemalloc, self as -X importtime counts time).
 --objects (a run of its own) names what each worker wrote on the pages only it holds: the
 supervisor's objects (code by function, classes by module, dicts' key tables, lists' items,
-sets' tables), else glibc's heap chunk (used or free, by size) or a pymalloc pool's header.
+sets' tables), else the worker's glibc heap chunk (used or free, by size) or a pool header.
 --gpus N: the machine has N healthy GPUs (tests/nvml's C library with NVML's ABI, loaded by
 the real bindings), as an operator's GPU node has: NVML loaded, its event watch and the
 kernel lines read.
@@ -93,8 +93,8 @@ def copied_objects(supervisor: int, worker: int, objects: Path, others: list[int
         for address, size, kind in (line.split(" ", 2) for line in objects.read_text().splitlines())
     )
     starts = [address for address, _, _ in listed]
-    heap = heap_range(supervisor)
-    chunks = heap_chunks(supervisor, heap)
+    heap = heap_range(worker)
+    chunks = heap_chunks(worker, heap)  # the worker's own layout: what it put on the pages it copied
     on: dict[str, int] = {}
     written: dict[str, float] = {}
     with open(f"/proc/{supervisor}/mem", "rb") as their_memory, open(f"/proc/{worker}/mem", "rb") as my_memory:
@@ -158,15 +158,17 @@ def heap_chunks(pid: int, heap: tuple[int, int]) -> list[tuple[int, int, bool]]:
 
 
 def unlisted_place(address: int, heap: tuple[int, int], chunks: list[tuple[int, int, bool]]) -> str:
-    """Where a written word that lies in no listed object is: a used or free chunk of glibc's
-    heap (by size), or the header or a block of an (assumed) pymalloc pool elsewhere."""
+    """Where a written word that lies in no listed object is: a used or free chunk of the
+    worker's glibc heap now (by size: most are the worker's own allocations placed in the
+    supervisor's free space, which cost no more than fresh pages), or the header or a block of
+    an (assumed) pymalloc pool elsewhere."""
     if heap[0] <= address < heap[1]:
         index = bisect.bisect_right(chunks, (address, 1 << 62, True)) - 1
         if index < 0:
             return "(no object listed: glibc heap)"
         _, size, used = chunks[index]
-        band = next(f"<= {limit}" for limit in (64, 512, 4096, 65536, 1 << 62) if size <= limit)
-        return f"(no object listed: heap chunk {'used' if used else 'free'} {band if size < 65536 else size})"
+        band = next((f"<= {limit}" for limit in (64, 512, 4096, 65536) if size <= limit), "over 65536")
+        return f"(no object listed: heap chunk {'used' if used else 'free'} {band})"
     return "(no object listed: pool header)" if address % POOL < 48 else "(no object listed: other anonymous)"
 
 
