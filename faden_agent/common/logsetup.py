@@ -63,7 +63,14 @@ def configure_logging(level: str, process_name: str) -> None:
         form(f"%(asctime)s {process_name}[%(process)d] %(levelname)s %(name)s: %(message)s")
     )
     root.addHandler(handler)
-    root.setLevel(level.upper())
+    set_level(root, logging.getLevelName(level.upper()))
     # The docker SDK and urllib3 log request URLs at debug; keep them quiet unless asked.
     for noisy in ("urllib3", "docker"):
-        logging.getLogger(noisy).setLevel(max(logging.INFO, root.level))
+        set_level(logging.getLogger(noisy), max(logging.INFO, root.level))
+
+
+def set_level(logger: logging.Logger, level: int | str) -> None:
+    """setLevel unless the logger has that level already: setLevel empties every logger's
+    level cache, which a forked worker would otherwise write into the supervisor's pages."""
+    if logger.level != level:
+        logger.setLevel(level)

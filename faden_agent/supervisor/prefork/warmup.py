@@ -1,7 +1,8 @@
 """The Docker calls every worker makes first (the SDK, requests, urllib3, http.client) run a few
 times before the supervisor forks, against an answerer of its own on a private socket: CPython
 rewrites bytecode as it runs, so a path first run after the fork copies its code pages into
-every worker. Nothing leaves the process; a warm-up that cannot run is skipped.
+every worker. Each logger's level cache is filled too. Nothing leaves the process; a warm-up
+that cannot run is skipped.
 """
 
 from __future__ import annotations
@@ -116,8 +117,20 @@ def rounds_of_docker_calls(socket_path: str, rounds: int = ROUNDS) -> None:
             client.close()
 
 
+def fill_level_caches() -> int:
+    """Asks every logger whether each standard level is enabled, filling its cache (a dict a
+    worker would otherwise write to at its first line of each level); how many loggers."""
+    loggers = [logging.getLogger()]
+    loggers += [lg for lg in logging.Logger.manager.loggerDict.values() if isinstance(lg, logging.Logger)]
+    for logger in loggers:
+        for level in (logging.DEBUG, logging.INFO, logging.WARNING, logging.ERROR, logging.CRITICAL):
+            logger.isEnabledFor(level)
+    return len(loggers)
+
+
 def warm_up() -> bool:
     """Runs the calls against a private answerer; False (logged at debug) where it could not."""
+    fill_level_caches()
     try:
         folder = tempfile.mkdtemp(prefix="faden-warm-up-")  # 0700: no other user reaches the socket
     except OSError as exc:
