@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import gc
 import importlib
+import importlib.machinery
+import importlib.util
 import logging
+import os
 import sys
 import time
+import types
 import warnings
 
 from faden_agent.common.errorline import error_line
@@ -47,6 +51,7 @@ SHARED_MODULES = (
 # needs the guess (what it reads is JSON or names its charset); without it requests decodes
 # such a body as UTF-8 (Response.apparent_encoding).
 CHARSET_GUESSERS = ("charset_normalizer", "chardet")
+HTTP2 = "urllib3.http2"
 
 
 def preload(targets: list[str], tls_verify: bool | str | None = None, skip: frozenset[str] = frozenset()) -> None:
@@ -141,12 +146,30 @@ def share_tls_context(verify: bool | str) -> None:
 
 
 def skip_charset_guessers() -> None:
-    """Makes requests load without a charset guesser (CHARSET_GUESSERS); a no-op once requests
-    is loaded."""
+    """Makes requests load without a charset guesser (CHARSET_GUESSERS), and urllib3 without its
+    HTTP/2 package's import of importlib.metadata; a no-op once requests is loaded."""
     if "requests" in sys.modules:
         return
+    skip_http2_metadata()
     for name in CHARSET_GUESSERS:
         sys.modules.setdefault(name, None)  # type: ignore[arg-type]  # None: the import fails, requests falls back
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Unable to find acceptable character detection")
         import requests  # noqa: F401 - loaded here, under the filter, for every worker
+
+
+def skip_http2_metadata() -> None:
+    """urllib3's `http2/__init__.py` imports importlib.metadata (10 modules, 0.34 MiB of objects,
+    3-4 ms) to check h2's version for an HTTP/2 opt-in the agent never makes; all urllib3 itself
+    imports of that package is its `probe` module. So the package is entered without running
+    its `__init__`: its submodules still load from its folder. A no-op once urllib3 is loaded."""
+    if "urllib3" in sys.modules or HTTP2 in sys.modules:
+        return
+    found = importlib.util.find_spec("urllib3")  # a top-level spec: nothing of urllib3 runs
+    if found is None or not found.submodule_search_locations:
+        return
+    folder = os.path.join(list(found.submodule_search_locations)[0], "http2")
+    package = types.ModuleType(HTTP2, "urllib3's HTTP/2 package, entered without its __init__ (preload.py)")
+    package.__spec__ = importlib.machinery.ModuleSpec(HTTP2, None, is_package=True)
+    package.__spec__.submodule_search_locations = package.__path__ = [folder]
+    sys.modules[HTTP2] = package

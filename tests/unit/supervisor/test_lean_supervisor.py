@@ -3,6 +3,7 @@ run` loads no command-line library, and requests loads without a charset guesser
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -60,3 +61,27 @@ print(response.text, "charset_normalizer" in sys.modules and sys.modules["charse
 def test_requests_loads_without_a_charset_guesser_and_reads_utf8():
     out = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.split() == ["grüße", "False"], out.stdout + out.stderr
+
+
+HTTP2_CHILD = """
+import json, sys, threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from faden_agent.supervisor.prefork.preload import skip_charset_guessers
+skip_charset_guessers()
+import docker, requests, urllib3.connection
+class Answer(BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.send_header("Content-Length", "2"); self.end_headers(); self.wfile.write(b"ok")
+    def log_message(self, *args):
+        pass
+server = HTTPServer(("127.0.0.1", 0), Answer)
+threading.Thread(target=server.serve_forever, daemon=True).start()
+reply = requests.get(f"http://127.0.0.1:{server.server_port}/", timeout=10)
+print(json.dumps({"metadata": "importlib.metadata" in sys.modules, "text": reply.text,
+                  "probe": callable(urllib3.connection.http2_probe.acquire_and_get)}))
+"""
+
+
+def test_urllib3_loads_without_importlib_metadata_and_still_works():
+    out = subprocess.run([sys.executable, "-c", HTTP2_CHILD], capture_output=True, text=True, check=True, timeout=60)
+    assert json.loads(out.stdout.splitlines()[-1]) == {"metadata": False, "text": "ok", "probe": True}, out.stderr
