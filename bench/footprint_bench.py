@@ -694,9 +694,13 @@ def main() -> int:
     parser.add_argument("--binary", type=Path, help="also restart the same agent as this standalone binary")
     parser.add_argument("--prefork", action="store_true", help="only each prefork trick's share of the idle tree")
     parser.add_argument("--python", help="with --prefork: the CPython version to run the agent on (e.g. 3.11)")
-    parser.add_argument("--only", help="with --prefork: on and without this one trick only (an A/B)")
+    from faden_agent.supervisor.prefork import TRICKS
+
+    parser.add_argument("--only", choices=TRICKS, help="with --prefork: on and without this one trick only (an A/B)")
     parser.add_argument("--pairs", type=int, default=1, help="with --prefork: starts of each variant, alternating")
     args = parser.parse_args()
+    if args.pairs < 1:
+        parser.error(f"--pairs must be 1 or more, not {args.pairs}")
     import tempfile
 
     interpreters.compile_agent(sys.executable)
