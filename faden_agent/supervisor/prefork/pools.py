@@ -1,11 +1,13 @@
-"""pymalloc's partly used pools before the supervisor forks (PSS of the whole tree): their free
-blocks are taken for good, so a worker's new small objects go to pools of its own instead of
-copying a shared page to write one object among the supervisor's.
+"""pymalloc's partly used pools before the supervisor forks (PSS of the whole tree): CPython's
+free lists are emptied into them, then their free blocks are taken for good, so a worker's new
+small objects go to pools of its own instead of copying a shared page to write one object among
+the supervisor's.
 """
 
 from __future__ import annotations
 
 import functools
+import gc
 import os
 import re
 import sys
@@ -35,7 +37,10 @@ def free_blocks() -> dict[int, int]:
 
 
 def fill_pool_holes() -> int:
-    """Takes the free blocks of every size class; returns how many it took."""
+    """Takes the free blocks of every size class; returns how many it took. First the free
+    lists (dead tuples, lists, dicts, floats kept for reuse, each on a shared page) go back to
+    their pools: a full collection empties them."""
+    gc.collect()
     taken = 0
     for size, count in free_blocks().items():
         make = filler(size)

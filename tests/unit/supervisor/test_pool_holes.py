@@ -27,6 +27,20 @@ taken = pools.fill_pool_holes()
 print(json.dumps({"before": before, "taken": taken, "after": planted()}))
 """
 
+# 2-tuples made at run time, every other one dropped: CPython keeps up to 2,000 in its tuple
+# free list, whose next 2-tuples would take exactly those blocks, between live ones (on the
+# supervisor's pages, in a worker)
+FREE_LISTED = """
+import json
+from faden_agent.supervisor.prefork import pools
+made = [(i, -i) for i in range(3000)]
+dropped = {id(pair) for pair in made[::2]}
+del made[::2]
+pools.fill_pool_holes()
+fresh = [(i, -i) for i in range(1500)]
+print(json.dumps(sum(id(pair) in dropped for pair in fresh)))
+"""
+
 
 def test_the_free_blocks_between_live_ones_are_taken():
     out = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, check=True, timeout=60)
@@ -43,3 +57,10 @@ def test_each_filler_takes_one_block_of_its_class(size):
     make = pools.filler(size)
     first, second = make(), make()
     assert first is not second and size - pools.ALIGNMENT < sys.getsizeof(first) <= size
+
+
+def test_the_free_lists_are_emptied_before_the_fill():
+    out = subprocess.run([sys.executable, "-c", FREE_LISTED], capture_output=True, text=True, check=True, timeout=60)
+    # without the emptying all 1,500 blocks are taken again; with it only the few of the fill's
+    # own tuples, dropped after it
+    assert json.loads(out.stdout) < 20
