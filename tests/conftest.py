@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import agentproc
 from tests.support.agentproc import AgentProcess, agent_env
 
 REGISTRY = os.environ.get("FADEN_TEST_REGISTRY", "127.0.0.1:5000")
@@ -43,6 +44,23 @@ LONG_FIRST = (
     "integration/inventory/test_stall_capture.py",
 )
 TESTS = Path(__file__).resolve().parent
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    agentproc.STARTED.clear()  # the agents of the test about to run, its fixtures' included
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """A failed test's report ends with the end of the log of each agent it started: what the
+    agent did while the test waited is what a failure seen once on a loaded machine needs."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call" and report.failed:
+        for agent in agentproc.STARTED:
+            tail = agent.log_text()[-agentproc.LOG_IN_REPORT_CHARS :]
+            report.sections.append((f"end of {agent.log_path.name} ({agent.log_path.parent.name})", tail))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

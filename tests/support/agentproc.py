@@ -61,6 +61,12 @@ def wait_for(
         time.sleep(interval_s)
 
 
+# The agents the running test started (its fixtures' too): a failed test's report ends with
+# each one's log (tests/conftest.py), what the agent did while the test waited.
+STARTED: list[AgentProcess] = []
+LOG_IN_REPORT_CHARS = 8000
+
+
 class AgentProcess:
     """One supervisor process (and its workers) started the way an operator starts it."""
 
@@ -73,6 +79,7 @@ class AgentProcess:
 
     def start(self, wait_running: bool = True, timeout_s: float = 60.0) -> AgentProcess:
         self._log = open(self.log_path, "ab")
+        STARTED.append(self)
         self.proc = subprocess.Popen(
             self.argv, env=self.env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
         )
