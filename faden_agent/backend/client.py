@@ -1,4 +1,4 @@
-"""The agent's HTTP client of the backend (docs/protocol.md): one requests Session per thread.
+"""The agent's HTTP client of the backend (docs/protocol.md), on http/client.py.
 
 Every request is bounded (REQUEST_TIMEOUT_SEC) and verifies TLS as configured; answers become
 typed exceptions (Maintenance, CredentialRejected, TokenRefused, RequestRejected, BackendUnavailable).
@@ -13,19 +13,17 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import orjson
-import requests
-import urllib3
 
 from faden_agent import __version__, protocol
 from faden_agent.common.backoff import MAX_RETRY_AFTER_S, parse_retry_after  # noqa: F401  (re-exported)
-from faden_agent.common.errorline import error_line
 from faden_agent.config import Config, loki_tenant
 from faden_agent.disk.files import replace_file
-from faden_agent.http.answerbody import AnswerTooLarge, AnswerUnread, read_body
+from faden_agent.http.answerbody import AnswerTooLarge, AnswerUnread
+from faden_agent.http.client import Answer, HttpClient, HttpFailure, Timeout, TlsFailure
 from faden_agent.http.jsonhead import HEAD_BYTES, leading_members
-from faden_agent.http.tls import session_for
 from faden_agent.protocol import MAX_STREAM_INFLATE_RATIO, MAX_STREAM_LINE_BYTES
 
 log = logging.getLogger(__name__)
@@ -82,10 +80,10 @@ DETAIL_BYTES = 64 << 10  # of a refusal, only its first line is shown
 UPLINK_GZIP_MIN = 512  # smaller bodies gain less than gzip's own 20 bytes and the header
 
 
-def _detail(reply: requests.Response, deadline_s: float) -> str:
+def _detail(reply: Answer, deadline_s: float) -> str:
     """The answer's explanation, on one line (it ends up in an error message)."""
     try:
-        raw = read_body(reply, DETAIL_BYTES, deadline_s)
+        raw = reply.read_all(DETAIL_BYTES, deadline_s)
     except AnswerUnread as exc:
         return f"({exc})"
     try:
@@ -133,53 +131,55 @@ class BackendClient:
         self.base_url = config.backend_url
         self.hold = MaintenanceHold(config.runtime_dir)
         self.timeout_s = config.request_timeout_sec if timeout_s is None else timeout_s
-        # Passed on every request: a Session-level verify loses to REQUESTS_CA_BUNDLE in the
-        # environment (requests merges the environment over the session), which would let a
-        # stray variable replace FADEN_NODE_AGENT_CA_BUNDLE or even VERIFY_TLS=false.
         self.verify = config.tls_verify()
-        self.session = session_for(self.verify)  # https shares the process's one TLS context (tls.py)
         if self.verify is False:
             _warn_unverified_once(self.base_url)
-        self.session.headers["User-Agent"] = f"faden-agent/{__version__}"
-        for default in ("Accept", "Connection"):  # */* and keep-alive are HTTP/1.1's own: 37 bytes a request
-            self.session.headers.pop(default, None)
+        # No Accept or Connection: */* and keep-alive are HTTP/1.1's own (37 bytes a request).
+        headers = {"User-Agent": f"faden-agent/{__version__}", "Accept-Encoding": "gzip, deflate"}
         if credential:
-            self.session.headers["Authorization"] = f"Bearer {credential}"
+            headers["Authorization"] = f"Bearer {credential}"
+        self.http = HttpClient(self.verify, headers)  # https shares the process's one TLS context (tls.py)
 
     def close(self) -> None:
-        self.session.close()
+        self.http.close()
 
     # ------------------------------------------------------------------ plumbing
 
     def _request(
-        self, method: str, path: str, *, timeout: Any = None, auth: bool = True, **kwargs: Any
-    ) -> requests.Response:
-        url = self.base_url + path
+        self,
+        method: str,
+        path: str,
+        *,
+        timeout: Timeout | None = None,
+        auth: bool = True,
+        body: bytes | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> Answer:
         held = self.hold.remaining()
         if held > 0:  # another thread or worker was told to wait: send nothing before then
             raise Maintenance(f"{method} {path}: not sent, the backend asked to wait {held:.1f}s more", 503, held)
+        where = path.split("?")[0]
         try:
-            # stream: the body is read within bounds (answerbody.py), never whole by requests
-            kwargs.setdefault("stream", True)
-            reply = self.session.request(method, url, timeout=timeout or self.timeout_s, verify=self.verify, **kwargs)
-        except requests.exceptions.SSLError as exc:
-            raise BackendUnavailable(
-                f"TLS verification of {self.base_url} failed: {error_line(exc, root=True)}"
-            ) from None
-        except requests.RequestException as exc:
-            raise BackendUnavailable(
-                f"{method} {path}: {exc.__class__.__name__}: {error_line(exc, root=True)}"
-            ) from None
-        if 200 <= reply.status_code < 300:
+            reply = self.http.request(
+                method, self.base_url + path, body=body, headers=headers, timeout=timeout or self.timeout_s
+            )
+        except TlsFailure as exc:
+            raise BackendUnavailable(f"TLS verification of {self.base_url} failed: {exc}") from None
+        except HttpFailure as exc:
+            raise BackendUnavailable(f"{method} {where}: {exc}") from None
+        if 200 <= reply.status < 300:
             return reply
-        if reply.status_code < 400:  # a redirect requests did not follow (no Location, 304, ...): not done
+        if reply.status < 400:  # redirects are not followed: the credential goes to the URL configured only
+            location = (reply.headers.get("Location") or "")[:200]
             reply.close()
-            raise ProtocolError(f"{method} {path}: unexpected HTTP {reply.status_code}")
-        self._raise_for(reply, method, path, auth)
+            raise ProtocolError(
+                f"{method} {where}: unexpected HTTP {reply.status}" + (f" (to {location})" if location else "")
+            )
+        self._raise_for(reply, method, where, auth)
         raise AssertionError("unreachable")
 
-    def _raise_for(self, reply: requests.Response, method: str, path: str, auth: bool) -> None:
-        status = reply.status_code
+    def _raise_for(self, reply: Answer, method: str, path: str, auth: bool) -> None:
+        status = reply.status
         detail = _detail(reply, self.timeout_s)
         reply.close()
         where = f"{method} {path}: HTTP {status}"
@@ -206,18 +206,17 @@ class BackendClient:
     def enroll(self, token: str, facts: dict[str, Any]) -> dict[str, Any]:
         """Spend the one-time token; returns {"node_id", "credential", ...}."""
         try:
-            reply = self._request(
+            body = self._json(
                 "POST",
                 protocol.ENROLL_PATH,
                 auth=False,
-                data=orjson.dumps({**facts, "token": token}),
+                body=orjson.dumps({**facts, "token": token}),
                 headers={"Content-Type": "application/json"},
             )
         except RequestRejected as exc:
             if exc.status in (401, 403):
                 raise TokenRefused(f"the backend refused the enrollment token ({exc.detail or exc.status})") from None
             raise
-        body = self._json(reply)
         if not isinstance(body.get("node_id"), str) or not isinstance(body.get("credential"), str):
             raise ProtocolError("enrollment answer lacks node_id or credential")
         return body
@@ -227,9 +226,7 @@ class BackendClient:
         read_timeout = stream_read_timeout(keepalive_sec)
         reply = self._request(
             "GET",
-            protocol.STREAM_PATH,
-            params={"after": after, "keepalive": f"{keepalive_sec:g}"},
-            stream=True,
+            f"{protocol.STREAM_PATH}?{urlencode({'after': after, 'keepalive': f'{keepalive_sec:g}'})}",
             timeout=(self.timeout_s, read_timeout),
             headers={"Accept-Encoding": "gzip, identity"},
         )  # what DownlinkStream inflates
@@ -243,7 +240,7 @@ class BackendClient:
         if gzip and len(data) >= UPLINK_GZIP_MIN:
             data = gzip_module.compress(data, compresslevel=6)
             headers["Content-Encoding"] = "gzip"
-        answer = self._json(self._request("POST", protocol.UPLINK_PATH, data=data, headers=headers))
+        answer = self._json("POST", protocol.UPLINK_PATH, body=data, headers=headers)
         acked, rejected = answer.get("acked"), answer.get("rejected") or []
         if not isinstance(acked, list) or not isinstance(rejected, list):
             raise ProtocolError("uplink answer lacks an 'acked' list")
@@ -251,7 +248,7 @@ class BackendClient:
 
     def log_target(self) -> dict[str, Any]:
         """Where the log shipper pushes: {"mode": "loki", "url": ...} or {"mode": "push", "path": ...}."""
-        body = self._json(self._request("GET", protocol.LOGS_TARGET_PATH))
+        body = self._json("GET", protocol.LOGS_TARGET_PATH)
         if body.get("mode") == "loki" and isinstance(body.get("url"), str):
             tenant = body.get("tenant")
             try:
@@ -270,25 +267,24 @@ class BackendClient:
         if gzip:
             body = gzip_module.compress(body, compresslevel=5)
             headers["Content-Encoding"] = "gzip"
-        self._body(self._request("POST", path, data=body, headers=headers))
+        self._body("POST", path, body=body, headers=headers)
 
-    def _json(self, reply: requests.Response) -> dict[str, Any]:
+    def _json(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
         try:
-            body = orjson.loads(self._body(reply))
+            body = orjson.loads(self._body(method, path, **kwargs))
         except orjson.JSONDecodeError:
-            raise ProtocolError(
-                f"answer to {reply.request.method} {reply.request.path_url.split('?')[0]} is not JSON"
-            ) from None
+            raise ProtocolError(f"answer to {method} {path.split('?')[0]} is not JSON") from None
         if not isinstance(body, dict):
             raise ProtocolError("answer is not a JSON object")
         return body
 
-    def _body(self, reply: requests.Response) -> bytes:
+    def _body(self, method: str, path: str, **kwargs: Any) -> bytes:
         """A 2xx answer's body, read to its end (the connection is kept for the next request)."""
-        where = f"answer to {reply.request.method} {(reply.request.path_url or '').split('?')[0]}"
+        reply = self._request(method, path, **kwargs)
+        where = f"answer to {method} {path.split('?')[0]}"
         try:
             with reply:
-                return read_body(reply, MAX_ANSWER_BYTES, self.timeout_s)
+                return reply.read_all(MAX_ANSWER_BYTES, self.timeout_s)
         except AnswerTooLarge as exc:
             raise ProtocolError(f"{where}: {exc}") from None
         except AnswerUnread as exc:
@@ -299,12 +295,11 @@ _unverified_warned = False
 
 
 def _warn_unverified_once(base_url: str) -> None:
-    """One clear line instead of urllib3's warning on every connection."""
+    """One clear line, once a process."""
     global _unverified_warned
     if _unverified_warned:
         return
     _unverified_warned = True
-    urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
     log.warning(
         "TLS verification of %s is OFF (FADEN_NODE_AGENT_VERIFY_TLS=false): anyone on the path "
         "can impersonate the backend",
@@ -333,23 +328,25 @@ class DownlinkStream:
     READ_BYTES = 64 * 1024
     MAX_SKIP_BYTES = 16 * MAX_STREAM_LINE
 
-    def __init__(self, reply: requests.Response):
+    def __init__(self, reply: Answer):
         self.reply = reply
         self.skipped_lines = 0
         self._decoded = 0
 
     def _chunks(self) -> Iterator[bytes]:
-        raw = self.reply.raw
-        encoding = self.reply.headers.get("Content-Encoding", "identity").strip().lower()
+        reply = self.reply
+        encoding = reply.headers.get("Content-Encoding", "identity").strip().lower()
         if encoding not in ("", "identity", "gzip", "x-gzip", "deflate"):
             raise ProtocolError(f"stream has an unknown Content-Encoding {encoding[:40]!r}")
         while True:
-            data = raw.read1(self.READ_BYTES, decode_content=True)  # urllib3 inflates at most READ_BYTES a call
+            data = reply.read1(self.READ_BYTES)  # inflates at most READ_BYTES a call
             if not data:
                 return
             self._decoded += len(data)
-            if self._decoded > MAX_STREAM_LINE and self._decoded > MAX_STREAM_INFLATE_RATIO * max(raw.tell(), 1):
-                raise ProtocolError(f"stream inflates {self._decoded} bytes from {raw.tell()}: refused as a gzip bomb")
+            if self._decoded > MAX_STREAM_LINE and self._decoded > MAX_STREAM_INFLATE_RATIO * max(reply.raw_bytes, 1):
+                raise ProtocolError(
+                    f"stream inflates {self._decoded} bytes from {reply.raw_bytes}: refused as a gzip bomb"
+                )
             yield data
 
     def _lines(self) -> Iterator[bytes]:
@@ -428,8 +425,8 @@ class DownlinkStream:
                 if not isinstance(message, dict) or not isinstance(message.get("type"), str):
                     raise ProtocolError(f"stream line has no type: {line[:80]!r}")
                 yield message
-        except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
-            raise BackendUnavailable(f"stream broke: {exc.__class__.__name__}: {error_line(exc, root=True)}") from None
+        except HttpFailure as exc:
+            raise BackendUnavailable(f"stream broke: {exc}") from None
         finally:
             self.reply.close()
         raise BackendUnavailable("stream ended by the backend")

@@ -1,5 +1,5 @@
 """The client TLS context: one per trust setting and process, shared by every connection
-the agent opens (requests' sessions through SharedContextAdapter, and its own sockets).
+the agent opens (http/client.py's and its own sockets).
 Trust: CA_BUNDLE when set, else the system's store (SSL_CERT_FILE/SSL_CERT_DIR, else the
 distributions' bundle), else certifi's.
 """
@@ -9,11 +9,6 @@ from __future__ import annotations
 import os
 import ssl
 import threading
-from typing import Any
-
-from requests.adapters import HTTPAdapter
-from requests.exceptions import SSLError
-from requests.utils import DEFAULT_CA_BUNDLE_PATH
 
 _contexts: dict[bool | str, ssl.SSLContext] = {}
 _lock = threading.Lock()
@@ -31,8 +26,8 @@ SYSTEM_DIRS = ("/etc/ssl/certs", "/etc/pki/tls/certs")
 
 
 def client_context(verify: bool | str) -> ssl.SSLContext:
-    """`verify` as Config.tls_verify() gives it: False (no checks), True (requests' CA
-    bundle), or the path of a CA bundle. Built once per value and process."""
+    """`verify` as Config.tls_verify() gives it: False (no checks), True (the system's
+    store, else certifi's), or the path of a CA bundle. Built once per value and process."""
     with _lock:
         context = _contexts.get(verify)
         if context is None:
@@ -48,7 +43,12 @@ def _build(verify: bool | str) -> ssl.SSLContext:
         return context
     if isinstance(verify, str):
         return ssl.create_default_context(cafile=verify)
-    cafile, capath = system_store() or (DEFAULT_CA_BUNDLE_PATH, None)
+    store = system_store()
+    if store is None:
+        import certifi  # the public roots, for a host with no store of its own
+
+        store = (certifi.where(), None)
+    cafile, capath = store
     return ssl.create_default_context(cafile=cafile, capath=capath)
 
 
@@ -81,54 +81,3 @@ def trust_words(verify: bool | str) -> str:
         return f"CA bundle {verify}"
     store = system_store()
     return f"the system's trust store ({store[0] or store[1]})" if store else "the public CA bundle (certifi)"
-
-
-class SharedContextAdapter(HTTPAdapter):
-    """requests' adapter that hands urllib3 the process's one context for `verify` and no
-    CA path, so a new connection neither builds a context nor parses the bundle again. The
-    context is taken at the first https request, not before: a session that only speaks
-    http (a backend or Loki on plain http) never parses a bundle (16 ms, 1.6 MiB a worker).
-    The session must pass the same `verify` with each request (BackendClient does: a
-    session's own verify loses to REQUESTS_CA_BUNDLE)."""
-
-    def __init__(self, verify: bool | str):
-        self._verify = verify
-        self._context: ssl.SSLContext | None = None
-        self._first_use = threading.Lock()
-        super().__init__()
-
-    def send(self, request: Any, *args: Any, **kwargs: Any) -> Any:
-        if self._context is None:
-            with self._first_use:
-                if self._context is None:
-                    try:
-                        context = client_context(self._verify)
-                    except ssl.SSLError as exc:  # as requests' own adapter says it; the next request tries again
-                        raise SSLError(exc, request=request) from exc
-                    self._context = context
-                    self.poolmanager.connection_pool_kw["ssl_context"] = context
-        return super().send(request, *args, **kwargs)
-
-    def proxy_manager_for(self, proxy: str, **proxy_kwargs: Any) -> Any:
-        return super().proxy_manager_for(proxy, ssl_context=self._context, **proxy_kwargs)
-
-    def cert_verify(self, conn: Any, url: str, verify: Any, cert: Any) -> None:
-        # requests puts REQUESTS_CA_BUNDLE / CURL_CA_BUNDLE from the environment in place of a
-        # request's verify=True: the agent's trust is its own setting, never a stray
-        # variable's. Only a request that turns verification off (or on) against the
-        # session's would change the shared context for every thread: refused.
-        if (verify is False) != (self._verify is False):
-            raise ValueError(f"this session verifies as {self._verify!r}; a request asked for {verify!r}")
-        super().cert_verify(conn, url, self._verify, cert)
-        conn.ca_certs = conn.ca_cert_dir = None  # the context holds them: urllib3 would load them again
-
-
-def session_for(verify: bool | str) -> Any:
-    """A requests Session whose https connections share the process's context for `verify`,
-    taken at its first https request. A CA bundle that cannot be loaded fails each https
-    request with the TLS error that names it, which is retried like any other failure."""
-    import requests
-
-    session = requests.Session()
-    session.mount("https://", SharedContextAdapter(verify))
-    return session

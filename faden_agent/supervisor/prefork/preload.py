@@ -137,7 +137,7 @@ class StepClock:
 def share_tls_context(verify: bool | str) -> None:
     """The one client TLS context (tls.py), built here so every worker shares its parsed
     certificate store (4.4 MiB for the public bundle) instead of building its own."""
-    from faden_agent.http.tls import client_context  # after skip_charset_guessers: it imports requests
+    from faden_agent.http.tls import client_context
 
     try:
         client_context(verify)

@@ -11,6 +11,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import psutil
 import pytest
 import requests
 
@@ -141,12 +142,13 @@ def test_a_good_backend_keeps_one_connection_for_every_request(tmp_path):
         config = config_for(url, tmp_path)
         credential = BackendClient(config).enroll(backend.store.mint_token(), {"agent_id": "a", "host": "h"})
         client = BackendClient(config, credential["credential"])
-        for _ in range(3):
-            assert client.post_reports([]) == ([], [])
-        client.log_target()
-        pools = client.session.get_adapter(url).poolmanager.pools
-        opened = [pools[key].num_connections for key in pools.keys()]
-        assert opened == [1]  # bodies read to their end: the connection went back each time
+        port = httpd.server_address[1]
+        ours = psutil.Process()
+        used: set[int] = set()  # the local ports of this process's connections to the backend
+        for call in [lambda: client.post_reports([])] * 3 + [client.log_target]:
+            call()
+            used |= {c.laddr.port for c in ours.net_connections("tcp") if c.raddr and c.raddr.port == port}
+        assert len(used) == 1  # bodies read to their end: the connection went back each time
     finally:
         httpd.shutdown()
         httpd.server_close()
@@ -154,10 +156,10 @@ def test_a_good_backend_keeps_one_connection_for_every_request(tmp_path):
 
 @pytest.mark.parametrize("hostile", [("endless", 400), ("bomb", 429)], indirect=True)
 def test_loki_behind_a_proxy_answering_endlessly_keeps_its_status(hostile, tmp_path, monkeypatch):
-    monkeypatch.setenv("HTTP_PROXY", hostile.url)  # every push goes through the proxy (requests)
+    monkeypatch.setenv("HTTP_PROXY", hostile.url)  # every push goes through the proxy (http/client.py)
     monkeypatch.setenv("NO_PROXY", "")
     target = DirectLoki("http://loki.invalid:3100", config_for("http://backend.invalid", tmp_path))
-    assert target.session is not None
+    assert target.proxied is not None
     answer = target.send(b'{"streams": []}')
     target.close()
     assert (answer.status, answer.detail) == (hostile.status, "(an answer over 65536 bytes)")

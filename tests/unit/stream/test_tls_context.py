@@ -1,5 +1,5 @@
 """One client TLS context per trust setting and process (faden_agent/http/tls.py): every new
-https connection of a session reuses it instead of building a context and parsing the CA
+https connection of http/client.py reuses it instead of building a context and parsing the CA
 bundle again (4.4 MiB per worker with the public bundle), and verification stays as strict.
 Against a real TLS server on loopback whose certificate a private CA signed."""
 
@@ -11,11 +11,10 @@ import ssl
 import threading
 
 import pytest
-import requests
-import urllib3.connection
 
 from faden_agent.config import load_config
 from faden_agent.http import tls
+from faden_agent.http.client import HttpClient, TlsFailure
 from faden_agent.supervisor.prefork import preload
 from tests.support.privateca import make_ca_and_server_cert
 
@@ -47,58 +46,58 @@ def https_server(tmp_path):
 
 @pytest.fixture
 def counted(monkeypatch):
-    """How many contexts tls.py and urllib3 build from now on."""
-    counts = {"tls": 0, "urllib3": 0}
+    """How many contexts tls.py and the ssl module build from now on."""
+    counts = {"tls": 0, "ssl": 0}
     monkeypatch.setattr(tls, "_contexts", {})
-    build, urllib3_build = tls._build, urllib3.connection.create_urllib3_context
+    build, ssl_build = tls._build, ssl.create_default_context
 
     def counting_build(verify):
         counts["tls"] += 1
         return build(verify)
 
-    def counting_urllib3(*args, **kwargs):
-        counts["urllib3"] += 1
-        return urllib3_build(*args, **kwargs)
+    def counting_ssl(*args, **kwargs):
+        counts["ssl"] += 1
+        return ssl_build(*args, **kwargs)
 
     monkeypatch.setattr(tls, "_build", counting_build)
-    monkeypatch.setattr(urllib3.connection, "create_urllib3_context", counting_urllib3)
+    monkeypatch.setattr(ssl, "create_default_context", counting_ssl)
     return counts
+
+
+def get(verify, url: str, client: HttpClient | None = None) -> tuple[int, bytes]:
+    """One GET through http/client.py: (status, body)."""
+    with (client or HttpClient(verify)).request("GET", url, timeout=5) as answer:
+        return answer.status, answer.read_all(1 << 20, 5)
 
 
 def test_new_connections_share_one_context(https_server, counted):
     url, ca = https_server
-    sessions = [tls.session_for(ca) for _ in range(3)]  # one per thread, as BackendClient has
-    for session in sessions:
+    clients = [HttpClient(ca) for _ in range(3)]  # one per thread, as BackendClient has
+    for client in clients:
         for _ in range(2):  # the server closes each connection: every request is a new handshake
-            reply = session.get(url, verify=ca, timeout=5)
-            assert reply.status_code == 200 and reply.text == "hello"
-    assert counted == {"tls": 1, "urllib3": 0}
-    # without the adapter, urllib3 builds (and loads the bundle into) a context per connection
-    with requests.Session() as plain:
-        for _ in range(2):
-            assert plain.get(url, verify=ca, timeout=5).status_code == 200
-    assert counted["urllib3"] == 2
+            assert get(ca, url, client) == (200, b"hello")
+    assert counted == {"tls": 1, "ssl": 1}
 
 
 def test_the_shared_context_still_verifies(https_server, counted, tmp_path):
     url, _ca = https_server
     (tmp_path / "other").mkdir()
     other_ca, _, _ = make_ca_and_server_cert(tmp_path / "other")
-    with pytest.raises(requests.exceptions.SSLError):
-        tls.session_for(str(other_ca)).get(url, verify=str(other_ca), timeout=5)  # signed by another CA
-    with pytest.raises(requests.exceptions.SSLError):
-        tls.session_for(True).get(url, verify=True, timeout=5)  # the public bundle does not know our CA
-    assert tls.session_for(False).get(url, verify=False, timeout=5).status_code == 200  # VERIFY_TLS=false
+    with pytest.raises(TlsFailure, match="certificate verify failed"):
+        get(str(other_ca), url)  # signed by another CA
+    with pytest.raises(TlsFailure):
+        get(True, url)  # the public bundle does not know our CA
+    assert get(False, url) == (200, b"hello")  # VERIFY_TLS=false
     wrong_name = url.replace("127.0.0.1", "localhost")  # the certificate names 127.0.0.1 only
-    with pytest.raises(requests.exceptions.SSLError):
-        tls.session_for(_ca).get(wrong_name, verify=_ca, timeout=5)
+    with pytest.raises(TlsFailure, match="match"):
+        get(_ca, wrong_name)
 
 
 def test_supervisor_builds_the_context_before_forking(https_server, counted):
     url, ca = https_server
     preload.share_tls_context(ca)
     assert counted["tls"] == 1 and ca in tls._contexts
-    assert tls.session_for(ca).get(url, verify=ca, timeout=5).status_code == 200
+    assert get(ca, url)[0] == 200
     assert counted["tls"] == 1
 
 
@@ -114,9 +113,10 @@ def test_a_bundle_that_is_no_pem_fails_each_request_with_a_reason(https_server, 
     url, _ca = https_server
     garbage = tmp_path / "garbage.pem"
     garbage.write_bytes(b"not a certificate\n")
-    session = tls.session_for(str(garbage))  # the session is made; its requests fail, naming TLS
-    with pytest.raises(requests.exceptions.SSLError):
-        session.get(url, verify=str(garbage), timeout=5)
+    client = HttpClient(str(garbage))  # the client is made; its requests fail, naming TLS
+    for _ in range(2):  # each one tries again
+        with pytest.raises(TlsFailure, match="the CA bundle cannot be loaded"):
+            get(str(garbage), url, client)
 
 
 @pytest.mark.parametrize(
@@ -136,48 +136,37 @@ def test_the_supervisor_builds_it_only_where_something_speaks_https(backend, lok
     assert load_config(env).speaks_tls() is built
 
 
-def test_a_session_that_only_speaks_http_parses_no_bundle(https_server, counted):
-    """A backend or Loki on plain http: the worker's session never builds a context (16 ms of
+def test_a_client_that_only_speaks_http_parses_no_bundle(https_server, counted):
+    """A backend or Loki on plain http: the worker's client never builds a context (16 ms of
     CPU and 1.6 MiB of parsed certificates it would hold for nothing); its first https
     request takes the shared one."""
     url, ca = https_server
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hello)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        session = tls.session_for(ca)
+        client = HttpClient(ca)
         plain = f"http://127.0.0.1:{server.server_address[1]}"
-        assert [session.get(plain, verify=ca, timeout=5).status_code for _ in range(2)] == [200, 200]
-        assert counted == {"tls": 0, "urllib3": 0} and ca not in tls._contexts
-        assert session.get(url, verify=ca, timeout=5).status_code == 200
-        assert counted == {"tls": 1, "urllib3": 0}
+        assert [get(ca, plain, client)[0] for _ in range(2)] == [200, 200]
+        assert counted == {"tls": 0, "ssl": 0} and ca not in tls._contexts
+        assert get(ca, url, client)[0] == 200
+        assert counted == {"tls": 1, "ssl": 1}
     finally:
         server.shutdown()
         server.server_close()
 
 
-def test_a_request_that_turns_verification_off_is_refused(https_server, counted):
-    """The context is shared by every thread: a request must not switch it to CERT_NONE
-    (or back) for the others. Said at once, as the programming error it is."""
-    url, ca = https_server
-    with pytest.raises(ValueError, match="verifies as"):
-        tls.session_for(ca).get(url, verify=False, timeout=5)
-    with pytest.raises(ValueError, match="verifies as"):
-        tls.session_for(False).get(url, verify=ca, timeout=5)
-    assert tls.session_for(ca).get(url, verify=ca, timeout=5).status_code == 200  # the context unharmed
-
-
 def test_requests_ca_variables_do_not_change_the_trust(https_server, counted, monkeypatch, tmp_path):
-    """requests puts REQUESTS_CA_BUNDLE in place of verify=True; the agent trusts what its own
+    """requests put REQUESTS_CA_BUNDLE in place of verify=True; the agent trusts what its own
     settings say (FADEN_NODE_AGENT_CA_BUNDLE), and the shared context takes no bundle in."""
     url, ca = https_server
     monkeypatch.setenv("REQUESTS_CA_BUNDLE", ca)  # would trust the server
     monkeypatch.setenv("CURL_CA_BUNDLE", ca)
-    with pytest.raises(requests.exceptions.SSLError):
-        tls.session_for(True).get(url, verify=True, timeout=5)
+    with pytest.raises(TlsFailure):
+        get(True, url)
     (tmp_path / "other").mkdir()
     other_ca, _, _ = make_ca_and_server_cert(tmp_path / "other")
     monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(other_ca))  # would not
-    assert tls.session_for(ca).get(url, verify=ca, timeout=5).status_code == 200
+    assert get(ca, url)[0] == 200
     assert tls.client_context(ca).cert_store_stats()["x509_ca"] == 1  # still the private CA alone
 
 
@@ -203,7 +192,7 @@ def test_a_ca_only_in_the_system_store_is_trusted_with_no_variable_set(
     url, _ca = https_server
     monkeypatch.setattr(tls, "SYSTEM_BUNDLES", ("/nonexistent/bundle.crt", str(system_store_with)))
     assert load_config({"FADEN_NODE_AGENT_BACKEND_URL": url, "FADEN_NODE_AGENT_HOST": "n"}).tls_verify() is True
-    assert tls.session_for(True).get(url, verify=True, timeout=5).text == "hello"
+    assert get(True, url) == (200, b"hello")
     assert tls.trust_words(True) == f"the system's trust store ({system_store_with})"
 
 
@@ -213,7 +202,7 @@ def test_ssl_cert_file_names_the_system_store_as_openssl_reads_it(
     url, _ca = https_server
     monkeypatch.setattr(tls, "SYSTEM_BUNDLES", ())
     monkeypatch.setenv("SSL_CERT_FILE", str(system_store_with))
-    assert tls.session_for(True).get(url, verify=True, timeout=5).text == "hello"
+    assert get(True, url) == (200, b"hello")
 
 
 def test_the_variable_overrides_the_system_store(https_server, counted, system_store_with, monkeypatch, tmp_path):
@@ -221,8 +210,8 @@ def test_the_variable_overrides_the_system_store(https_server, counted, system_s
     monkeypatch.setattr(tls, "SYSTEM_BUNDLES", (str(system_store_with),))
     (tmp_path / "other").mkdir()
     other_ca, _, _ = make_ca_and_server_cert(tmp_path / "other")
-    with pytest.raises(requests.exceptions.SSLError):  # CA_BUNDLE alone is trusted, not the store beside it
-        tls.session_for(str(other_ca)).get(url, verify=str(other_ca), timeout=5)
+    with pytest.raises(TlsFailure):  # CA_BUNDLE alone is trusted, not the store beside it
+        get(str(other_ca), url)
 
 
 def test_certifi_where_the_host_has_no_store(https_server, counted, monkeypatch, tmp_path, no_store_variables):
@@ -232,5 +221,5 @@ def test_certifi_where_the_host_has_no_store(https_server, counted, monkeypatch,
     assert tls.system_store() is None and tls.trust_words(True) == "the public CA bundle (certifi)"
     context = tls.client_context(True)
     assert context.cert_store_stats()["x509_ca"] > 50  # certifi's public roots
-    with pytest.raises(requests.exceptions.SSLError):
-        tls.session_for(True).get(url, verify=True, timeout=5)
+    with pytest.raises(TlsFailure):
+        get(True, url)

@@ -6,19 +6,18 @@ import base64
 import gzip
 import logging
 import threading
-import urllib.request
 from typing import NamedTuple
 from urllib.parse import unquote, urlsplit
-
-import requests
 
 from faden_agent import __version__, protocol
 from faden_agent.backend.client import BackendClient, BackendError, parse_retry_after
 from faden_agent.common.errorline import error_line
 from faden_agent.common.redact import redact_url
 from faden_agent.config import Config
-from faden_agent.http.answerbody import AnswerUnread, read_body
-from faden_agent.http.tls import client_context, session_for
+from faden_agent.http import proxies
+from faden_agent.http.answerbody import AnswerUnread
+from faden_agent.http.client import HttpClient, HttpFailure
+from faden_agent.http.tls import client_context
 from faden_agent.node.membership import MembershipError, load_membership
 from faden_agent.workers.logs.loki import proto as lokiproto
 from faden_agent.workers.logs.loki.keepalive import BadAnswer, KeepAliveConnection
@@ -44,7 +43,7 @@ class DirectLoki:
     push costs a fraction of what requests adds to each request (its per-request
     preparation and environment lookups were a third of the shipper's CPU at 100 lines a
     push) and a sixth of http.client's. When a proxy from the environment applies to Loki's
-    host, requests (which speaks proxies) is used instead."""
+    host, http/client.py (which speaks proxies) is used instead."""
 
     resolved = True  # set by the operator: nothing to ask
 
@@ -74,10 +73,14 @@ class DirectLoki:
         self._local = threading.local()
         self._open: set[KeepAliveConnection] = set()
         self._lock = threading.Lock()
-        proxied = (
-            self._host and urllib.request.getproxies().get(parts.scheme) and not urllib.request.proxy_bypass(self._host)
-        )
-        self.session = session_for(self.verify) if proxied else None
+        try:
+            proxied = (
+                bool(self._host)
+                and proxies.proxy_for(parts.scheme, self._host, self._port or (443 if self._https else 80)) is not None
+            )
+        except proxies.ProxyError:
+            proxied = True  # each push fails naming the setting
+        self.proxied = HttpClient(self.verify) if proxied else None
 
     def __str__(self) -> str:  # shown in status, heartbeats and logs: no user:key@
         return redact_url(self.url) or ""
@@ -86,7 +89,7 @@ class DirectLoki:
         """POST a push body: JSON (gzipped here) or proto.py's snappy-compressed protobuf."""
         headers = self._headers[content_type]
         body = gzip.compress(payload, compresslevel=GZIP_LEVEL) if content_type == JSON else payload
-        if self.session is not None:
+        if self.proxied is not None:
             return self._send_via_proxy(body, headers)
         for fresh in (False, True):
             conn, reused = self._connection(fresh)
@@ -121,28 +124,26 @@ class DirectLoki:
             self._open.discard(conn)
 
     def _send_via_proxy(self, body: bytes, headers: dict[str, str]) -> Answer:
-        assert self.session is not None
+        assert self.proxied is not None
         try:
-            reply = self.session.post(
-                self.url, data=body, headers=headers, timeout=self.timeout_s, verify=self.verify, stream=True
-            )
-        except requests.RequestException as exc:
-            return Answer(None, None, error_line(exc, 300, named=True))
+            reply = self.proxied.request("POST", self.url, body=body, headers=headers, timeout=self.timeout_s)
+        except HttpFailure as exc:
+            return Answer(None, None, str(exc)[:300])
         with reply:
             try:  # the status decides; the body is read (bounded) for its words and the connection
-                text = read_body(reply, MAX_ANSWER_BYTES, self.timeout_s)[:300].decode("utf-8", "replace")
+                text = reply.read_all(MAX_ANSWER_BYTES, self.timeout_s)[:300].decode("utf-8", "replace")
             except AnswerUnread as exc:
                 text = f"({exc})"
-            detail = "" if reply.ok else text.strip()
-            return Answer(reply.status_code, parse_retry_after(reply.headers.get("Retry-After")), detail)
+            detail = "" if 200 <= reply.status < 300 else text.strip()
+            return Answer(reply.status, parse_retry_after(reply.headers.get("Retry-After")), detail)
 
     def close(self) -> None:
         with self._lock:
             conns, self._open = self._open, set()
         for conn in conns:
             conn.close()
-        if self.session is not None:
-            self.session.close()
+        if self.proxied is not None:
+            self.proxied.close()
 
 
 class ThroughBackend:
