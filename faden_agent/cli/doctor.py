@@ -19,10 +19,11 @@ from urllib.parse import urlsplit
 
 from faden_agent.cli.doctor_conditions import condition_lines
 from faden_agent.cli.doctor_gpus import gpu_lines
-from faden_agent.common.dockerclient import engine_url, engine_version, image_store, make_client
 from faden_agent.common.errorline import error_line
 from faden_agent.config import Config, env_name, listen_host_port
 from faden_agent.disk.disklow import consumers, low_threshold
+from faden_agent.engine.address import engine_url
+from faden_agent.engine.client import EngineClient, image_store
 from faden_agent.http.tls import client_context, trust_words
 from faden_agent.workers.executor.gpu import GPU_ADVICE, GPU_DRIVER_MISMATCH, GPU_DRIVER_NOT_LOADED, GPU_LOST
 
@@ -288,13 +289,13 @@ class Doctor:
         """The line, and the engine's info when it answers."""
         base_url = engine_url(self.config.docker_host)
         try:
-            client = make_client(self.config.docker_host, timeout_s=self.timeout_s)
+            engine = EngineClient(self.config.docker_host, timeout_s=self.timeout_s)
             try:
-                info = client.info()
-                versions = engine_version(client)
+                info = engine.info()
+                versions = engine.engine_version()
             finally:
-                client.close()
-        except Exception as exc:  # noqa: BLE001 - the SDK raises many types for one cause
+                engine.close()
+        except Exception as exc:  # noqa: BLE001 - any failure: the engine's or the transport's
             return Check(
                 "docker",
                 FAIL,

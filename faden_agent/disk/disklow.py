@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from faden_agent import protocol
-from faden_agent.common.dockerclient import make_client
 from faden_agent.config import Config
+from faden_agent.engine.client import EngineClient
 
 MAX_ENTRIES = 200_000  # files counted under the Ray log directory before giving up
 
@@ -60,18 +60,21 @@ def consumers(config: Config) -> list[dict[str, Any]]:
 
 
 def _docker_consumers(config: Config) -> list[dict[str, Any]]:
-    client = make_client(config.docker_host, timeout_s=config.docker_timeout_sec)
+    engine = EngineClient(config.docker_host, timeout_s=config.docker_timeout_sec)
     try:
-        api = client.api
-        images = {"what": "images", "bytes": int(api.df().get("LayersSize") or 0), "path": api.info()["DockerRootDir"]}
+        images = {
+            "what": "images",
+            "bytes": int(engine.df().get("LayersSize") or 0),
+            "path": engine.info()["DockerRootDir"],
+        }
         logs = 0
-        for summary in api.containers(all=True, filters=protocol.MANAGED_FILTER):
-            log_path = api.inspect_container(summary["Id"]).get("LogPath")
+        for summary in engine.containers(all=True, filters=protocol.MANAGED_FILTER):
+            log_path = engine.inspect_container(summary["Id"]).get("LogPath")
             if log_path:
                 logs += sum(_size(p) for p in Path(log_path).parent.glob(Path(log_path).name + "*"))
         return [images, {"what": "container_logs", "bytes": logs}]
     finally:
-        client.close()
+        engine.close()
 
 
 def _size(path: Path) -> int:

@@ -6,6 +6,7 @@ Failures are HttpFailure (TlsFailure: the certificate), with no header or passwo
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import select
 import socket
@@ -31,9 +32,15 @@ class TlsFailure(HttpFailure):
     """The server's certificate was not trusted (or TLS could not be set up)."""
 
 
+class HttpTimeout(HttpFailure):
+    """No answer (or no more of it) within the read or connect bound."""
+
+
 def failure_from(exc: BaseException) -> HttpFailure:
     """The HttpFailure that says exc ('TypeName: text', the innermost cause's text)."""
-    kind = TlsFailure if isinstance(exc, ssl.SSLError) else HttpFailure
+    kind = HttpTimeout if isinstance(exc, TimeoutError) else HttpFailure
+    if isinstance(exc, ssl.SSLError):
+        kind = TlsFailure
     return kind(f"{type(exc).__name__}: {error_line(exc, root=True)}")
 
 
@@ -65,10 +72,11 @@ class Answer:
     """One answer: status, headers (case-insensitive), the body by read1(); closing it before
     its end drops the connection, reading it to its end gives the connection back."""
 
-    def __init__(self, response: http.client.HTTPResponse, done: Any):
+    def __init__(self, response: http.client.HTTPResponse, done: Any, sock: socket.socket | None = None):
         self.status = response.status
         self.headers = response.headers
         self._response = response
+        self._sock = sock  # for abort()
         self._done = done  # called with True (reusable) or False once, at the end or the close
         self.raw_bytes = 0  # body bytes as sent (before inflating)
         encoding = (response.getheader("Content-Encoding") or "").strip().lower()
@@ -114,6 +122,14 @@ class Answer:
     def close(self) -> None:
         if self._done is not None:
             self._finish(False)
+
+    def abort(self) -> None:
+        """From any thread: ends a read blocked on this answer (it then sees the body end)."""
+        if self._done is not None and self._sock is not None:  # not once its connection went back
+            try:
+                self._sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def __enter__(self) -> Answer:
         return self
@@ -173,18 +189,25 @@ def _dropped(conn: http.client.HTTPConnection) -> bool:
         return True
 
 
-Timeout = float | tuple[float, float]  # both bounds, or (connect, read)
+Timeout = float | tuple[float, float | None]  # both bounds, or (connect, read: None waits without end)
 
 
 class HttpClient:
     """Requests to any origin; `verify` as Config.tls_verify() gives it; `headers` go with
     every request (a request's own win); `unix_socket`: every request goes to that socket."""
 
-    def __init__(self, verify: bool | str = True, headers: dict[str, str] | None = None, unix_socket: str = ""):
+    def __init__(
+        self,
+        verify: bool | str = True,
+        headers: dict[str, str] | None = None,
+        unix_socket: str = "",
+        context: ssl.SSLContext | None = None,
+    ):
         self.verify = verify
+        self.context = context  # in place of tls.py's shared one (an engine's client certificate)
         self.headers = dict(headers or {})
         self.unix_socket = unix_socket
-        self._local = threading.local()
+        self._kept: dict[threading.Thread, dict[Any, Any]] = {}  # each thread's idle connections, by origin
         self._open: set[http.client.HTTPConnection] = set()
         self._lock = threading.Lock()
 
@@ -220,11 +243,12 @@ class HttpClient:
             sent["Proxy-Authorization"] = proxy.authorization
         try:
             conn.request(method, path, body, sent)
+            sock = conn.sock
             response = conn.getresponse()
         except (OSError, http.client.HTTPException) as exc:
             self._forget(conn)
-            raise failure_from(exc) from None
-        return Answer(response, lambda reusable: self._give_back(key, conn) if reusable else self._forget(conn))
+            raise failure_from(exc) from exc  # the cause: a PermissionError on a socket is told apart
+        return Answer(response, lambda reusable: self._give_back(key, conn) if reusable else self._forget(conn), sock)
 
     def _proxy(self, scheme: str, host: str, port: int) -> proxies.Proxy | None:
         try:
@@ -240,7 +264,7 @@ class HttpClient:
             conn = _Unix(self.unix_socket, connect_s)
         elif scheme == "https":
             try:
-                context = client_context(self.verify)
+                context = self.context or client_context(self.verify)
             except (OSError, ssl.SSLError) as exc:  # a CA bundle that cannot be loaded: the next request tries again
                 raise TlsFailure(f"the CA bundle cannot be loaded: {error_line(exc, root=True)}") from None
             if proxy is None:
@@ -258,9 +282,16 @@ class HttpClient:
         return conn
 
     def _connections(self) -> dict[Any, Any]:
-        kept = getattr(self._local, "kept", None)
-        if kept is None:
-            kept = self._local.kept = {}
+        """This thread's kept connections; a thread's first use closes those of threads that ended."""
+        me = threading.current_thread()
+        with self._lock:
+            kept = self._kept.get(me)
+            if kept is None:
+                for thread in [thread for thread in self._kept if not thread.is_alive()]:
+                    for conn in self._kept.pop(thread).values():
+                        conn.close()
+                        self._open.discard(conn)
+                kept = self._kept[me] = {}
         return kept
 
     def _take(self, key: Any) -> Any:
@@ -286,8 +317,17 @@ class HttpClient:
             self._open.discard(conn)
 
     def close(self) -> None:
-        """Close every connection of every thread (kept ones reopen on the next request)."""
+        """From any thread: closes every idle connection (a later request opens another) and
+        shuts down those an answer is being read from (its reader then sees the end and
+        closes it: closing it here would wait on the reader's lock)."""
         with self._lock:
-            conns, self._open = self._open, set()
-        for conn in conns:
+            idle = [conn for kept in self._kept.values() for conn in kept.values()]
+            busy = self._open.difference(idle)
+            for kept in self._kept.values():
+                kept.clear()
+            self._open = busy
+        for conn in idle:
             conn.close()
+        for conn in busy:
+            with contextlib.suppress(OSError, AttributeError):  # closed meanwhile by its reader
+                conn.sock.shutdown(socket.SHUT_RDWR)

@@ -16,7 +16,7 @@ import docker
 import orjson
 
 from faden_agent import protocol
-from faden_agent.common.dockerclient import image_store
+from faden_agent.engine.client import image_store
 from faden_agent.http.serve.server import BoundedHandler, BoundedServer, RouteLimits, ServerLimits
 from faden_agent.transfers import probe
 from faden_agent.transfers.archive import (

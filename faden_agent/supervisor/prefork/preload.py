@@ -24,13 +24,15 @@ log = logging.getLogger(__name__)
 
 # What two or more workers load, whichever of them starts first (a worker started on demand
 # imports its own module after its fork; tests/unit/supervisor/test_lean_imports.py holds the
-# list to that): the Docker SDK with requests, the outbox and its producers, the backend's
-# HTTP client and membership, and the small shared pieces.
+# list to that): the engine's and the backend's HTTP clients, the outbox and its producers,
+# membership, and the small shared pieces. Not the Docker SDK: only commands load it.
 SHARED_MODULES = (
-    "docker",
     "concurrent.futures",
-    "faden_agent.common.dockerclient",
-    "faden_agent.common.dockernegotiation",
+    "heapq",
+    "pwd",
+    "queue",
+    "subprocess",
+    "faden_agent.engine.containers",
     "faden_agent.common.wakeable",
     "faden_agent.backend.producer",
     "faden_agent.backend.client",
@@ -46,10 +48,10 @@ SHARED_MODULES = (
     "faden_agent.protocol.inventory",
     "faden_agent.protocol.link",
 )
-# requests guesses the charset of a body that names none with charset_normalizer, which
-# imports all of Python's ~100 codecs: 2.7 MiB of objects in every worker. The agent never
-# needs the guess (what it reads is JSON or names its charset); without it requests decodes
-# such a body as UTF-8 (Response.apparent_encoding).
+# requests (the Docker SDK's, loaded by the executor's first command) guesses the charset of a
+# body that names none with charset_normalizer, which imports all of Python's ~100 codecs: 2.7
+# MiB of objects. The agent never needs the guess (what it reads is JSON or names its charset);
+# without it requests decodes such a body as UTF-8 (Response.apparent_encoding).
 CHARSET_GUESSERS = ("charset_normalizer", "chardet")
 HTTP2 = "urllib3.http2"
 
@@ -146,16 +148,15 @@ def share_tls_context(verify: bool | str) -> None:
 
 
 def skip_charset_guessers() -> None:
-    """Makes requests load without a charset guesser (CHARSET_GUESSERS), and urllib3 without its
-    HTTP/2 package's import of importlib.metadata; a no-op once requests is loaded."""
+    """Makes requests, wherever it loads after this (in this process or a worker), load without
+    a charset guesser (CHARSET_GUESSERS) and without the warning that it has none, and urllib3
+    without its HTTP/2 package's import of importlib.metadata; a no-op once requests is loaded."""
     if "requests" in sys.modules:
         return
     skip_http2_metadata()
     for name in CHARSET_GUESSERS:
         sys.modules.setdefault(name, None)  # type: ignore[arg-type]  # None: the import fails, requests falls back
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Unable to find acceptable character detection")
-        import requests  # noqa: F401 - loaded here, under the filter, for every worker
+    warnings.filterwarnings("ignore", message="Unable to find acceptable character detection")
 
 
 def skip_http2_metadata() -> None:

@@ -1,5 +1,5 @@
-"""The Docker calls every worker makes first (the SDK, requests, urllib3, http.client) run a few
-times before the supervisor forks, against an answerer of its own on a private socket: CPython
+"""The Docker calls every worker makes first (engine/client.py, http/client.py, http.client) run a
+few times before the supervisor forks, against an answerer of its own on a private socket: CPython
 rewrites bytecode as it runs, so a path first run after the fork copies its code pages into
 every worker. Each logger's level cache is filled too. Nothing leaves the process; a warm-up
 that cannot run is skipped.
@@ -106,13 +106,14 @@ class Answerer:
 def rounds_of_docker_calls(socket_path: str, rounds: int = ROUNDS) -> None:
     """The workers' first calls (the API version's negotiation, a ping, a list) through the
     agent's own client, `rounds` clients in turn."""
-    from faden_agent.common.dockerclient import make_client
+    from faden_agent.engine import containers
+    from faden_agent.engine.client import EngineClient
 
     for _ in range(rounds):
-        client = make_client(f"unix://{socket_path}", timeout_s=TIMEOUT_S)
+        client = EngineClient(f"unix://{socket_path}", timeout_s=TIMEOUT_S)
         try:
             client.ping()
-            client.containers.list(all=True, filters={"label": ["warm-up"]})
+            containers.listed(client, all=True, filters={"label": "warm-up"})
         finally:
             client.close()
 

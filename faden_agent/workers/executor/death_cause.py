@@ -9,13 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from faden_agent.common.redact import redact_secrets, terminal_safe
 from faden_agent.ipc import inventory_door as door
 from faden_agent.node.gpu_faults import VERSION, problem, read_gpus
 from faden_agent.node.xid_catalogue import APPLICATION_EVENTS, FAILED, GPU_FAULT_EVENTS, XIDS
 from faden_agent.protocol.container import gpu_assignment
+
+if TYPE_CHECKING:
+    from faden_agent.engine.client import EngineClient
 
 ERROR_LINES = 5
 ERROR_LINE_BYTES = 300
@@ -130,10 +133,12 @@ def clean_lines(lines: list[str]) -> list[str]:
     return [line.encode()[:ERROR_LINE_BYTES].decode(errors="ignore") for line in cleaned if line][-ERROR_LINES:]
 
 
-def last_error_lines(api: Any, container_id: str) -> list[str]:
-    """The container's last stderr lines (bounded); [] when the engine cannot tell."""
+def last_error_lines(engine: EngineClient, container_id: str, attrs: dict[str, Any] | None) -> list[str]:
+    """The container's last stderr lines (bounded); [] when the engine cannot tell. `attrs`:
+    its inspect, which says whether it has a TTY (then its one stream is read)."""
+    tty = bool(((attrs or {}).get("Config") or {}).get("Tty"))
     try:
-        raw = api.logs(container_id, stdout=False, stderr=True, tail=ERROR_LINES)
+        raw = engine.logs(container_id, tty=tty, stdout=False, stderr=True, tail=ERROR_LINES).read_all(ERROR_READ_BYTES)
     except Exception:  # noqa: BLE001 - gone, or a log driver without reads: no lines
         return []
-    return raw[-ERROR_READ_BYTES:].decode(errors="replace").splitlines()[-ERROR_LINES:]
+    return raw.decode(errors="replace").splitlines()[-ERROR_LINES:]

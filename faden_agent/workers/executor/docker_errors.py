@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import errno
 
-from docker.utils import parse_repository_tag
-
 REGISTRY_UNREACHABLE = "registry_unreachable"
 IMAGE_NOT_FOUND = "image_not_found"
 DOCKER_PERMISSION = "docker_permission"
@@ -35,9 +33,21 @@ _BAD_MOUNT = "invalid mount config"
 _NOT_FOUND = ("manifest unknown", "not found", "does not exist", "no such image")
 
 
+def repository_and_tag(image: str) -> tuple[str, str | None]:
+    """(repository, tag or digest) of an image reference; None where it names neither (a
+    colon followed by a slash belongs to a registry's port: `host:5000/repo`)."""
+    if "@" in image:
+        repository, _, digest = image.rpartition("@")
+        return repository, digest
+    repository, colon, tag = image.rpartition(":")
+    if colon and "/" not in tag:
+        return repository, tag
+    return image, None
+
+
 def registry_of(image: str) -> str:
     """The registry host an image reference names (Docker Hub when none)."""
-    repo, _ = parse_repository_tag(image)
+    repo, _ = repository_and_tag(image)
     first = repo.split("/", 1)[0]
     if "/" in repo and ("." in first or ":" in first or first == "localhost"):
         return first

@@ -99,14 +99,14 @@ class EventWatcher:
         since = self.meta.get_meta(SINCE_KEY)
         until = f"{time.time():.9f}"
         replayed: dict[str, dict[str, list[int]]] = {}
-        api = self.ops.client.api
-        for event in api.events(since=since, until=until, decode=True, filters={"type": "container"}):
+        engine = self.ops.engine
+        for event in engine.events(since=since, until=until, filters={"type": "container"}):
             reported = self._handle(event, live=False)
             if reported is not None:
                 replayed.setdefault(reported[0], {}).setdefault(reported[1], []).append(reported[2])
         self._reconcile(replayed)
         self.meta.set_meta(SINCE_KEY, until)
-        stream = api.events(since=until, decode=True, filters={"type": "container"})
+        stream = engine.events(since=until, filters={"type": "container"})
         if not self.connected:
             log.info("following docker events since %s (replayed from %s)", until, since)
         self.connected = True
@@ -114,7 +114,7 @@ class EventWatcher:
             if self.stop_event.is_set():
                 return
             self._handle(event, live=True)
-        raise ConnectionError("the event stream ended")
+        raise ConnectionError(f"the event stream ended{f': {stream.broken}' if stream.broken else ''}")
 
     def _reconcile(self, replayed: dict[str, dict[str, list[int]]]) -> None:
         containers = {c.id: c for c in self.ops.managed_containers()}
@@ -154,15 +154,15 @@ class EventWatcher:
         once the lines of what killed it had SETTLE_S to arrive (a live one waits that long at
         most, replayed ones not at all)."""
         if wants_cause(data) and self.known_gpus is not None:
-            api = self.ops.client.api
+            engine = self.ops.engine
             container_id = data["container_id"]
             try:
-                attrs = api.inspect_container(container_id)
+                attrs = engine.inspect_container(container_id)
             except Exception:  # noqa: BLE001 - removed already: no GPUs known, the cause still told
                 attrs = None
             settled_at = float(data.get("time") or 0) + SETTLE_S
             self.stop_event.wait(max(0.0, min(SETTLE_S, settled_at - time.time())))
-            errors = lambda: last_error_lines(api, container_id)  # noqa: E731 - read only when needed
+            errors = lambda: last_error_lines(engine, container_id, attrs)  # noqa: E731 - read only when needed
             data.update(cause(data, attrs, errors, self.known_gpus(), self.fault_window_s))
             capture = self.ask_capture(record_id, data, attrs) if self.ask_capture else None
             if capture is not None:
@@ -175,7 +175,7 @@ class EventWatcher:
             self.seen.drop(container_id)
             return
         try:
-            attrs = self.ops.client.api.inspect_container(container_id)
+            attrs = self.ops.engine.inspect_container(container_id)
         except Exception:  # noqa: BLE001 - gone already (its destroy comes next) or the engine hiccups
             return
         self.seen.put(container_id, {**snapshot(attrs), "reconciled_as_of_ns": covered})

@@ -5,9 +5,10 @@ nvidia-container-cli print, each with the one thing to do (docs/commands.md)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from docker.types import DeviceRequest
+if TYPE_CHECKING:
+    from docker.types import DeviceRequest
 
 NVIDIA_DRIVER = "nvidia"
 GPU_CAPABILITIES = [["gpu"]]
@@ -51,6 +52,8 @@ GPU_ADVICE = {
 def device_requests(gpus: str | int | list[str] | None) -> list[DeviceRequest]:
     if gpus is None:
         return []
+    from docker.types import DeviceRequest  # what a create needs: the Docker SDK is loaded for it
+
     if gpus == "all":
         return [DeviceRequest(driver=NVIDIA_DRIVER, count=-1, capabilities=GPU_CAPABILITIES)]
     if isinstance(gpus, int):

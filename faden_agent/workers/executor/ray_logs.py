@@ -32,7 +32,7 @@ def owner_of(user: str | None) -> tuple[int, int]:
 def image_user(ops: Any, image: str) -> str | None:
     """The image's configured user (None when it cannot be read: the name default applies)."""
     try:
-        return ((ops.client.images.get(image).attrs.get("Config") or {}).get("User")) or ""
+        return ((ops.engine.inspect_image(image).get("Config") or {}).get("User")) or ""
     except Exception as exc:  # noqa: BLE001 - the directory still gets made, with the Ray default
         log.warning("cannot read the user of image %s (%s); assuming Ray's", image, error_line(exc))
         return None

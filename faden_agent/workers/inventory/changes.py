@@ -12,7 +12,8 @@ from typing import Any
 
 from faden_agent import protocol
 from faden_agent.common.backoff import Backoff
-from faden_agent.common.dockerclient import make_client
+from faden_agent.engine.client import EngineClient
+from faden_agent.engine.streams import EventStream
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,7 @@ class DockerChangeWatcher:
         self.docker_host = docker_host
         self.on_change = on_change
         self.stop_event = stop_event  # the worker's one stop event
-        self._stream: Any = None
+        self._stream: EventStream | None = None
         self.thread: threading.Thread | None = None
 
     def start(self, start_thread: Callable[..., threading.Thread]) -> None:
@@ -72,15 +73,19 @@ class DockerChangeWatcher:
         while not self.stop_event.is_set():
             client = None
             try:
-                client = make_client(self.docker_host, timeout_s=10)
-                self._stream = client.api.events(decode=True, filters={"type": ["container", "image"]})
+                client = EngineClient(self.docker_host, timeout_s=10)
+                self._stream = stream = client.events(filters={"type": ["container", "image"]})
+                if self.stop_event.is_set():
+                    break  # stop() came before there was a stream for it to close
                 retry.reset()
                 if connected_before:
                     self.on_change()  # events may have been missed while disconnected
                 connected_before = True
-                for event in self._stream:
+                for event in stream:
                     if is_change(event):
                         self.on_change()
+                if stream.broken and not self.stop_event.is_set():
+                    log.debug("docker events stream broke (%s); reconnecting with backoff", stream.broken)
             except Exception as exc:  # noqa: BLE001 - any engine failure: wait, reconnect
                 if not self.stop_event.is_set():
                     log.debug("docker events unavailable (%s); retrying with backoff", exc)

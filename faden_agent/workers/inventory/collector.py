@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from faden_agent.common.dockerclient import make_client
 from faden_agent.config import Config
 from faden_agent.disk.disklow import low_threshold
+from faden_agent.engine.client import EngineClient
 from faden_agent.node.topology import topology
 from faden_agent.workers.inventory import docker_probe
 from faden_agent.workers.inventory.disks import probe_disks
@@ -22,23 +22,27 @@ from faden_agent.workers.inventory.record import sections_from
 
 
 class DockerProbe:
-    """The engine probe with one reused client, made in the probe thread (making it
-    already talks to the engine) and made again after a failure."""
+    """The engine probe with one reused client (its negotiated version kept), made again
+    after a failure. Each round runs on a new thread and a connection belongs to the thread
+    that opened it, so the round's connection is closed when the round ends."""
 
     def __init__(self, docker_host: str | None):
         self.docker_host = docker_host
-        self._client = None
+        self._client: EngineClient | None = None
 
     def __call__(self) -> dict[str, Any]:
         try:
             if self._client is None:
-                self._client = make_client(self.docker_host, timeout_s=docker_probe.CLIENT_TIMEOUT_S)
+                self._client = EngineClient(self.docker_host, timeout_s=docker_probe.CLIENT_TIMEOUT_S)
             return docker_probe.probe_docker(self._client)
         except Exception:
             client, self._client = self._client, None
             if client is not None:
                 client.close()  # its connection may be the stuck one: do not keep it
             raise
+        finally:
+            if self._client is not None:
+                self._client.close()  # no later request comes from this thread
 
 
 GPU_ROUND_CALLS = 3  # the GPU round as a whole may take this many per-call bounds

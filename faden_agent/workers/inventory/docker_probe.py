@@ -7,10 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import docker
-
 from faden_agent import protocol
-from faden_agent.common.dockerclient import engine_version, image_store
+from faden_agent.engine.client import EngineClient, image_store
+from faden_agent.engine.errors import NotFound
 from faden_agent.protocol.container import describe
 
 # A stuck engine leaves the probe's thread blocked until this socket timeout; the probe's
@@ -18,12 +17,11 @@ from faden_agent.protocol.container import describe
 CLIENT_TIMEOUT_S = 60
 
 
-def probe_docker(client: docker.DockerClient) -> dict[str, Any]:
-    api = client.api
-    version = api.version()
-    info = api.info()
+def probe_docker(engine: EngineClient) -> dict[str, Any]:
+    version = engine.version()
+    info = engine.info()
     runtimes = sorted((info.get("Runtimes") or {}).keys())
-    negotiated = engine_version(client)
+    negotiated = engine.engine_version()
     return {
         "engine_version": version.get("Version"),
         "api_version": negotiated.api_in_use if negotiated else None,
@@ -36,16 +34,16 @@ def probe_docker(client: docker.DockerClient) -> dict[str, Any]:
         "runtimes": runtimes,
         "default_runtime": info.get("DefaultRuntime"),
         "nvidia_runtime": "nvidia" in runtimes,
-        "images": images(api),
-        "containers": managed_containers(api),
+        "images": images(engine),
+        "containers": managed_containers(engine),
     }
 
 
-def images(api: docker.APIClient) -> list[dict[str, Any]]:
+def images(engine: EngineClient) -> list[dict[str, Any]]:
     """Each image with what a backend needs to choose a peer holder: id, tags,
     repo digests, size and its layers (RootFS diff ids, base first)."""
     found = []
-    for image in api.images():
+    for image in engine.images():
         refs = [t for t in image.get("RepoTags") or () if t != "<none>:<none>"]
         found.append(
             {
@@ -54,26 +52,26 @@ def images(api: docker.APIClient) -> list[dict[str, Any]]:
                 "digests": sorted(d for d in image.get("RepoDigests") or () if not d.startswith("<none>")),
                 "size": image.get("Size"),
                 "created": image.get("Created"),
-                "layers": image_layers(api, image["Id"]),
+                "layers": image_layers(engine, image["Id"]),
             }
         )
     return sorted(found, key=lambda i: i["id"])
 
 
-def image_layers(api: docker.APIClient, image_id: str) -> list[str] | None:
+def image_layers(engine: EngineClient, image_id: str) -> list[str] | None:
     """The image's diff ids, base first; None when it went away between list and inspect."""
     try:
-        return list((api.inspect_image(image_id).get("RootFS") or {}).get("Layers") or ())
-    except docker.errors.NotFound:
+        return list((engine.inspect_image(image_id).get("RootFS") or {}).get("Layers") or ())
+    except NotFound:
         return None
 
 
-def managed_containers(api: docker.APIClient) -> list[dict[str, Any]]:
+def managed_containers(engine: EngineClient) -> list[dict[str, Any]]:
     found = []
-    for summary in api.containers(all=True, filters=protocol.MANAGED_FILTER):
+    for summary in engine.containers(all=True, filters=protocol.MANAGED_FILTER):
         try:
-            details = api.inspect_container(summary["Id"])
-        except docker.errors.NotFound:
+            details = engine.inspect_container(summary["Id"])
+        except NotFound:
             continue  # removed between the list and the inspect
         found.append(describe(details))
     return sorted(found, key=lambda c: c["name"])

@@ -15,9 +15,9 @@ import zmq
 from faden_agent import protocol
 from faden_agent.backend.producer import Reports
 from faden_agent.common.backoff import Backoff
-from faden_agent.common.dockerclient import make_client
 from faden_agent.common.errorline import error_line
 from faden_agent.disk.files import quarantine_record_id
+from faden_agent.engine.client import EngineClient
 from faden_agent.ipc import Channel, Message
 from faden_agent.ipc import inventory_door as door
 from faden_agent.node import backend_accepts, pci
@@ -414,12 +414,12 @@ class InventoryWorker(Worker):
         """Forward progress of the managed serving containers (workloads/watcher.py): here,
         not in the executor, whose threads may block only on dockerd; scraping is a periodic
         observation like the other probes, and its status reaches /metrics the same way."""
-        client: list[Any] = []
+        client: list[EngineClient] = []
 
         def list_containers() -> list[dict[str, Any]]:
             if not client:
-                client.append(make_client(self.config.docker_host, timeout_s=SCRAPE_LIST_TIMEOUT_S))
-            return client[0].api.containers(filters=FILTERS)
+                client.append(EngineClient(self.config.docker_host, timeout_s=SCRAPE_LIST_TIMEOUT_S))
+            return client[0].containers(filters=FILTERS)
 
         self.workloads = WorkloadWatcher(
             list_containers,

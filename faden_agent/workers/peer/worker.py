@@ -9,7 +9,7 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any
 
-from faden_agent.common.dockerclient import make_client
+from faden_agent.engine.sdk import make_client
 from faden_agent.transfers.server import PeerServer
 from faden_agent.transfers.tickets import TicketBox
 from faden_agent.workers.base import Worker

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from faden_agent.common.dockerclient import engine_version, make_client
-from faden_agent.common.dockernegotiation import CLIENT_MAX_API
+from faden_agent.engine.sdk import engine_version, make_client
+from faden_agent.engine.versions import CLIENT_MAX_API
 from tests.conftest import TEST_IMAGE, require
 from tests.support.engine29 import Engine29, missing_piece
 from tests.support.executorproc import executor_factory, prefix  # noqa: F401

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from faden_agent.common.dockerclient import engine_version, make_client
-from faden_agent.common.dockernegotiation import CLIENT_MAX_API, FAILURE_KEPT_S, EngineTooOld
+from faden_agent.engine.errors import EngineTooOld
+from faden_agent.engine.sdk import engine_version, make_client
+from faden_agent.engine.versions import CLIENT_MAX_API, FAILURE_KEPT_S
 from tests.conftest import TEST_IMAGE
 from tests.support.executorproc import executor_factory, prefix  # noqa: F401
 from tests.support.versiongate import VersionGate

@@ -15,8 +15,8 @@ import docker
 import pytest
 
 from faden_agent import protocol
-from faden_agent.common.dockernegotiation import CLIENT_MAX_API
 from faden_agent.config import load_config
+from faden_agent.engine.versions import CLIENT_MAX_API
 from faden_agent.workers.inventory.changes import DockerChangeWatcher, is_change
 from faden_agent.workers.inventory.collector import Collector, DockerProbe
 from faden_agent.workers.inventory.record import content_hash
@@ -63,6 +63,18 @@ def test_engine_facts(docker_client):
     assert section["storage_driver"] == info["Driver"] and section["data_root"] == info["DockerRootDir"]
     assert section["runtimes"] == sorted(info["Runtimes"])
     assert section["nvidia_runtime"] is ("nvidia" in info["Runtimes"])
+
+
+def test_the_probe_keeps_its_version_but_no_connection_between_rounds(docker_client):
+    """Each round runs on a new thread, and a connection belongs to the thread that opened it:
+    one left open would stay open for good, one more each round."""
+    probe = DockerProbe(None)
+    for _ in range(3):
+        thread = threading.Thread(target=probe)
+        thread.start()
+        thread.join(60)
+    assert probe._client is not None and probe._client.engine is not None
+    assert not probe._client.http._open
 
 
 def test_images_appear_and_disappear(docker_client, unique):

@@ -16,7 +16,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from faden_agent.common.dockernegotiation import CLIENT_MAX_API
+from faden_agent.engine.versions import CLIENT_MAX_API
 from faden_agent.workers.executor.gpu import GPU_ADVICE
 from tests.conftest import ENGINE_UNDER_TEST
 from tests.nvml.state import GpuState

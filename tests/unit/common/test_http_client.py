@@ -195,3 +195,51 @@ def test_a_proxy_setting_it_cannot_use_is_named_without_its_password(monkeypatch
     with pytest.raises(HttpFailure, match="only http:// proxies") as failed:
         HttpClient().request("GET", "https://backend.example/", timeout=1)
     assert "s3cret" not in str(failed.value)
+
+
+def test_the_connections_of_threads_that_ended_are_closed_at_a_new_threads_first_request(scripted):
+    client = HttpClient()
+
+    def one_request() -> None:
+        with client.request("GET", scripted.url, timeout=5) as answer:
+            answer.read_all(10, 5)
+
+    for _ in range(5):  # a thread a round, as the inventory's probe has
+        worker = threading.Thread(target=one_request)
+        worker.start()
+        worker.join()
+        assert len(client._open) == 1  # the ended thread's kept connection went with the next one's start
+
+
+def test_a_close_from_another_thread_ends_a_read_blocked_on_a_quiet_answer():
+    server = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+
+    def serve() -> None:  # a head, then a body that never comes (a followed log of a quiet container)
+        conn, _ = server.accept()
+        held.append(conn)
+        conn.recv(4096)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+
+    threading.Thread(target=serve, daemon=True).start()
+    client = HttpClient()
+    answer = client.request("GET", f"http://127.0.0.1:{server.getsockname()[1]}/", timeout=(5, None))
+    outcome: list[object] = []
+
+    def read() -> None:
+        try:
+            outcome.append(answer.read1())
+        except HttpFailure as exc:
+            outcome.append(exc)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    time.sleep(0.3)
+    started = time.monotonic()
+    client.close()
+    reader.join(5)
+    assert time.monotonic() - started < 2 and not reader.is_alive() and len(outcome) == 1
+    assert not client._open  # the reader closed what the close shut down
+    server.close()
+    for conn in held:
+        conn.close()

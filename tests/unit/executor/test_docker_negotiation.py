@@ -7,13 +7,10 @@ from __future__ import annotations
 import pytest
 import requests
 
-from faden_agent.common.dockerclient import make_client
-from faden_agent.common.dockernegotiation import (
-    CLIENT_MAX_API,
-    EngineTooOld,
-    choose_api_version,
-    is_version_refusal,
-)
+from faden_agent.engine.client import EngineClient
+from faden_agent.engine.errors import EngineTooOld, EngineUnreachable
+from faden_agent.engine.sdk import make_client
+from faden_agent.engine.versions import CLIENT_MAX_API, choose_api_version, is_version_refusal
 from tests.support.agentproc import wait_for
 from tests.support.silentserver import SilentServer
 
@@ -57,3 +54,14 @@ def test_making_a_client_sends_nothing_and_a_hung_engine_leaves_it_unnegotiated(
         client.api.containers()
     wait_for(lambda: len(engine.held) == 2, 5, what="two connections: /version, then the request")
     assert client.api.engine is None  # asked again once the bounded wait has passed
+
+
+def test_the_engine_client_too_sends_nothing_when_made_and_waits_once_on_a_hung_engine(tmp_path):
+    engine = SilentServer.unix(tmp_path / "hung.sock")
+    client = EngineClient(f"unix://{tmp_path}/hung.sock", timeout_s=0.5)
+    assert engine.peers == []
+    assert client.engine_version() is None and client.engine is None
+    with pytest.raises(EngineUnreachable) as hung:
+        client.containers()
+    assert hung.value.timed_out
+    wait_for(lambda: len(engine.held) == 2, 5, what="two connections: /version, then the request")

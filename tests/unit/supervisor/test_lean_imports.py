@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from faden_agent.supervisor.prefork import preload
 from faden_agent.workers import WORKERS
 
 # The supervisor's real start up to its first fork (Supervisor.prepare: locks, runtime
@@ -70,7 +71,9 @@ def unshared(tmp_path_factory) -> dict:
 
 
 def loaded(modules: list[str], *prefixes: str) -> list[str]:
-    return [m for m in modules if m.startswith(prefixes)]
+    """Those of `prefixes`; not preload's stand-in for urllib3's HTTP/2 package (an empty module
+    made ready for the SDK's requests, wherever they load)."""
+    return [m for m in modules if m.startswith(prefixes) and m != preload.HTTP2]
 
 
 def test_the_supervisor_holds_its_workers_modules_and_nothing_only_asked_for(prepared):
@@ -84,7 +87,7 @@ def test_the_supervisor_holds_its_workers_modules_and_nothing_only_asked_for(pre
     assert loaded(held, "_sysconfigdata") == []  # the build's configuration: 0.6 MiB of objects
     assert loaded(held, "faden_agent.ipc.dbusconn", "faden_agent.supervisor.logind") == []  # no bus here
     assert loaded(held, "http.server", "socketserver", "faden_agent.transfers.fetch") == []
-    assert "docker" in held and "requests" in held  # the workers' shared SDK
+    assert loaded(held, "docker", "requests", "urllib3", "faden_agent.engine.sdk") == []  # the commands' SDK
 
 
 def test_what_two_workers_load_the_supervisor_has_loaded_before(unshared):
@@ -99,10 +102,14 @@ def test_what_two_workers_load_the_supervisor_has_loaded_before(unshared):
 @pytest.mark.parametrize(
     ("worker", "occasional"),
     [
-        # peer transfers, a pull's size check and prune: loaded by their first command
+        # the Docker SDK, peer transfers, a pull's size check and prune: loaded by their first command
         (
             "executor",
             (
+                "docker",
+                "requests",
+                "urllib3",
+                "faden_agent.engine.sdk",
                 "faden_agent.transfers.fetch",
                 "faden_agent.transfers.server",
                 "faden_agent.transfers.probe_client",
@@ -111,7 +118,8 @@ def test_what_two_workers_load_the_supervisor_has_loaded_before(unshared):
                 "http.server",
             ),
         ),
-        ("inventory", ("pynvml",)),  # where the NVML library opens
+        ("inventory", ("pynvml", "docker", "requests", "urllib3")),  # where the NVML library opens
+        ("logs", ("docker", "requests", "urllib3")),
         ("stream", ("faden_agent.service.manager", "getpass")),  # the service's manager: the CLI's
     ],
 )

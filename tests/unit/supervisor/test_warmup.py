@@ -22,13 +22,11 @@ from tests.support.peerclose import closed_by_peer
 REPO = Path(__file__).resolve().parents[3]
 CHILD = """
 import dis, json, os, tempfile, threading
-from faden_agent.supervisor.prefork import preload
-preload.skip_charset_guessers()
-import docker, requests.adapters, requests.sessions
-import faden_agent.common.dockerclient, faden_agent.common.dockernegotiation
+from faden_agent.engine.versions import Negotiation
+from faden_agent.http.client import HttpClient
 from faden_agent.supervisor.prefork.warmup import warm_up
-# a request's path, and a client's set-up (run once a round: rewritten from the second on)
-HOT = [requests.sessions.Session.send, docker.api.client.APIClient.__init__]
+# a request's path, and a client's negotiation (run once a round: rewritten from the second on)
+HOT = [HttpClient.request, Negotiation.negotiate]
 def rewritten():
     return [
         sum(a.opname != b.opname for a, b in zip(dis.get_instructions(f.__code__, adaptive=True),

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from faden_agent.common.dockerclient import make_client
 from faden_agent.common.errorline import error_line
+from faden_agent.engine import containers
+from faden_agent.engine.client import EngineClient
 from faden_agent.node import captures
 from faden_agent.protocol.capture import CaptureSummary
 from faden_agent.protocol.status import CaptureLast, CapturesStatus
@@ -32,6 +33,7 @@ STACKS_S = 12.0  # of it, the stacks (py-spy)
 GPU_WAIT_S = 15.0  # of it, until the collection asked for at its start is there
 LOG_LINES = 100
 LOG_LINE_CHARS = 1000
+LOG_BYTES = 4 << 20  # of the log's tail, at most this much is read: 100 long lines fit many times over
 
 # Asks the collection loop for a round now; the waiter returns (sections, fresh) by a deadline.
 Refresh = Callable[[], Callable[[float], tuple[dict[str, Any], bool]]]
@@ -164,15 +166,18 @@ class Capturer:
             return {"lines": [], "error": "the capture's time ran out before them"}
         client = None
         try:
-            client = make_client(self.docker_host, timeout_s=left)
-            raw = client.api.logs(container_id, stdout=True, stderr=True, tail=LOG_LINES, timestamps=True)
+            client = EngineClient(self.docker_host, timeout_s=left)
+            container = containers.get(client, container_id)  # its Config.Tty: is the log framed?
+            stream = container.logs(stdout=True, stderr=True, tail=LOG_LINES, timestamps=True)
+            raw = stream.read_all(LOG_BYTES)
         except Exception as exc:  # noqa: BLE001 - gone, or a log driver without reads
             return {"lines": [], "error": error_line(exc, 300, named=True)}
         finally:
             if client is not None:
                 client.close()
-        text = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
-        return {"lines": [line[:LOG_LINE_CHARS] for line in text.splitlines()[-LOG_LINES:]], "error": None}
+        text = raw.decode(errors="replace")
+        lines = [line[:LOG_LINE_CHARS] for line in text.splitlines()[-LOG_LINES:]]
+        return {"lines": lines, "error": f"the log was cut: {stream.broken}" if stream.broken else None}
 
     def brief_now(self, capture_id: str, container_id: str, named: list[dict[str, Any]]) -> CaptureSummary:
         """A summary before the capture runs (a death: no process left to dump), from the

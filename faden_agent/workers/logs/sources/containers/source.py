@@ -10,11 +10,13 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from faden_agent import protocol
-from faden_agent.common.dockerclient import make_client
+from faden_agent.engine import containers as engine_containers
+from faden_agent.engine.client import EngineClient
+from faden_agent.engine.errors import ApiError, NotFound
 from faden_agent.workers.logs.entry import MAX_LINE_BYTES, Entry, clean_line
 from faden_agent.workers.logs.multiline import Joined, Joiner
 from faden_agent.workers.logs.report import report_event
@@ -86,9 +88,15 @@ def without_partial_stamp(chunk: bytes) -> bytes:
     return chunk
 
 
-def docker_client(config):
-    # One client shared by the event reader and every follower thread: a pool of 64.
-    return make_client(config.docker_host, timeout_s=max(30.0, config.request_timeout_sec), max_pool_size=64)
+def close_stream(chunks: Iterable[bytes]) -> None:
+    """Close a LogStream (from any thread: it ends a blocked read); a plain iterable has nothing to close."""
+    if (close := getattr(chunks, "close", None)) is not None:
+        close()
+
+
+def engine_client(config) -> EngineClient:
+    # One client shared by the event reader and every follower thread (a connection each).
+    return EngineClient(config.docker_host, timeout_s=max(30.0, config.request_timeout_sec))
 
 
 def position_key(container_id: str, stream: str) -> str:
@@ -114,19 +122,20 @@ class ContainersSource(Source):
         self.events_seen = 0
         self.held = threading.Event()  # a follower holds a joined entry: the flusher has work
         self.flusher: threading.Thread | None = None
+        # Made at the first follow() and kept: followers go on reading through it after a
+        # follow() ends, and its close() would wait behind their reads (http/client.py).
+        self.client: EngineClient | None = None
 
     def follow(self) -> None:
         if self.flusher is None or not self.flusher.is_alive():
             self.flusher = self.start_thread("logs-multiline", self.send_held)
-        client = docker_client(self.config)
+        if self.client is None:
+            self.client = engine_client(self.config)
+        client = self.client
         events = None
         try:
             since = time.time()  # events from here on; the listing below covers what exists already
-            events = client.api.events(
-                since=f"{since:.9f}",
-                decode=True,
-                filters={"type": "container", **protocol.MANAGED_FILTER},
-            )
+            events = client.events(since=f"{since:.9f}", filters={"type": "container", **protocol.MANAGED_FILTER})
             reader = self.start_thread("logs-docker-events", self.read_events, events, critical=False)
             self.refresh(client)
             self.last_error = ""
@@ -148,7 +157,6 @@ class ContainersSource(Source):
         finally:
             if events is not None:
                 events.close()
-            client.close()
 
     def send_held(self) -> None:
         """Sends each follower's held entry once the wait bound passed since its last line;
@@ -173,6 +181,8 @@ class ContainersSource(Source):
     def stop(self) -> None:
         self._nudge(STOP)
         self.held.set()
+        for follower in list(self.followers.values()):
+            follower.close()  # a quiet container's followed log would hold its thread (and the join)
 
     def _nudge(self, what: str) -> None:
         try:
@@ -202,17 +212,16 @@ class ContainersSource(Source):
         except queue.Full:
             pass
 
-    def on_event(self, client, action: str, container_id: str) -> None:
-        import docker.errors
-
+    def on_event(self, client: EngineClient, action: str, container_id: str) -> None:
         if action == "destroy":
             self.forget(container_id)
             return
         if action not in FOLLOW_ACTIONS:
             return
+        container: engine_containers.Container | None
         try:
-            container = client.containers.get(container_id)
-        except docker.errors.NotFound:
+            container = engine_containers.get(client, container_id)
+        except NotFound:
             container = None
         if container is None or (container.labels or {}).get(protocol.LABEL_MANAGED) != "true":
             if action == "want":  # asked to drain what we do not follow (adopted, gone): nothing to wait for
@@ -225,10 +234,10 @@ class ContainersSource(Source):
                 if follower is not None:
                     follower.wake.set()
 
-    def refresh(self, client) -> None:
+    def refresh(self, client: EngineClient) -> None:
         """The full listing: at start, and now and then in case an event was lost."""
-        containers = client.containers.list(
-            all=True, filters=protocol.MANAGED_FILTER, ignore_removed=True
+        containers = engine_containers.listed(
+            client, all=True, filters=protocol.MANAGED_FILTER, ignore_removed=True
         )  # removed while listing: skip it
         present = {position_key(c.id, stream) for c in containers for stream in STREAMS}
         self.managed.listed({c.id: c.name for c in containers})
@@ -351,6 +360,7 @@ class ContainerFollower:
         self.wake = threading.Event()  # set on the container's start event: read again at once
         self.idle = False  # read to the end of a stopped container's log; waiting for a restart
         self.read_started_at: str | None = None  # StartedAt of the run it read (or reads) to the end
+        self.reading: Iterable[bytes] | None = None  # the log being read, for close()
         self.lock = threading.Lock()  # the joiner: this follower's reader and the flusher
         self.joiner = Joiner(source.config.log_multiline, source.config.log_multiline_wait_sec)
         labels = container.labels or {}
@@ -367,8 +377,6 @@ class ContainerFollower:
         return self.thread is not None and self.thread.is_alive()
 
     def run(self) -> None:
-        import docker.errors
-
         stop = self.source.stop_event
         try:
             while not stop.is_set():
@@ -385,12 +393,12 @@ class ContainerFollower:
                     if state.get("Running") or state.get("StartedAt") != started_at:
                         self.idle = False
                         break
-        except docker.errors.NotFound:
+        except NotFound:
             return  # removed; its remaining lines went with it
-        except docker.errors.APIError as exc:
+        except ApiError as exc:
             if exc.status_code == 409:  # "dead or marked for removal": gone in a moment
                 return
-            if "does not support reading" in str(exc):
+            if "does not support reading" in exc.explanation:
                 self.source.report_unreadable(self.container, "its log driver does not support reading")
                 return
             log.warning("logs: following %s %s stopped (%s); resuming shortly", self.container.name, self.stream, exc)
@@ -424,10 +432,17 @@ class ContainerFollower:
         state = self.container.attrs.get("State", {})
         return state.get("Status") in ENDED_STATES and state.get("StartedAt") == self.read_started_at
 
-    def read_from(self, after_ns: int, follow: bool) -> Iterator[bytes]:
+    def close(self) -> None:
+        """From the source's stop: ends its read of the log, or its wait for a restart (it then
+        sees the stop)."""
+        reading = self.reading
+        if reading is not None:
+            close_stream(reading)
+        self.wake.set()
+
+    def read_from(self, after_ns: int, follow: bool) -> Iterable[bytes]:
         """The log's frames from the second holding `after_ns` (`since` has 1 s resolution)."""
         return self.container.logs(
-            stream=True,
             follow=follow,
             timestamps=True,
             since=max(1, after_ns // 1_000_000_000),
@@ -435,19 +450,25 @@ class ContainerFollower:
             stderr=self.stream == "stderr",
         )
 
-    def feed(self, chunks: Iterator[bytes]) -> bool:
+    def feed(self, chunks: Iterable[bytes]) -> bool:
         """Ship every line of `chunks`; False when the backlog closed."""
         lines = LineCutter(MAX_LINE_BYTES + STAMP_BYTES)
         continued = False
-        for chunk in chunks:
-            if continued:
-                chunk = without_partial_stamp(chunk)
-            # Without a TTY each chunk is one log message (one multiplexed frame); Docker cuts a
-            # line into 16 KiB partial messages, each with its own timestamp prefix.
-            continued = not chunk.endswith(b"\n")
-            for line, cut in lines.feed(chunk):
-                if not self.ship(line, cut):
-                    return False
+        self.reading = chunks
+        if self.source.stop_event.is_set():  # stop() may have looked before it was set
+            close_stream(chunks)
+        try:
+            for chunk in chunks:
+                if continued:
+                    chunk = without_partial_stamp(chunk)
+                # Without a TTY each chunk is one log message (one multiplexed frame); Docker cuts a
+                # line into 16 KiB partial messages, each with its own timestamp prefix.
+                continued = not chunk.endswith(b"\n")
+                for line, cut in lines.feed(chunk):
+                    if not self.ship(line, cut):
+                        return False
+        finally:
+            self.reading = None
         rest = lines.rest()
         return rest is None or self.ship(*rest)
 
@@ -466,16 +487,13 @@ class ContainerFollower:
         if last_ns is None:
             return False
         chunks = self.container.logs(
-            stream=True, follow=False, timestamps=True, stdout=self.stream == "stdout", stderr=self.stream == "stderr"
+            follow=False, timestamps=True, stdout=self.stream == "stdout", stderr=self.stream == "stderr"
         )
-        try:
-            for chunk in chunks:
-                oldest = parse_rfc3339_ns(chunk.partition(b" ")[0])
-                return oldest is not None and oldest > last_ns
-            return False
-        finally:
-            if (close := getattr(chunks, "close", None)) is not None:  # the SDK's stream: its connection
-                close()
+        for chunk in chunks:
+            close_stream(chunks)  # the rest is not read: its connection goes
+            oldest = parse_rfc3339_ns(chunk.partition(b" ")[0])
+            return oldest is not None and oldest > last_ns
+        return False
 
     def ship(self, line: bytes, cut: int = 0) -> bool:
         stamp, _, text = line.partition(b" ")
