@@ -33,6 +33,27 @@ CAPPED_LOG_DRIVERS = ("json-file", "local")  # the drivers that take max-size an
 LOGS_TAIL_BYTES = 64 << 10  # of a failed container's last lines, for its message
 
 
+_sdk_lock = threading.Lock()
+_sdk_loaded = threading.Event()
+
+
+def load_sdk() -> None:
+    """Loads the Docker SDK (with requests) whole, once, under a lock, before any command code
+    imports a part of it: two threads importing it at once meet its modules half made (an
+    ImportError "most likely due to a circular import")."""
+    if _sdk_loaded.is_set():
+        return
+    with _sdk_lock:
+        import docker.auth  # noqa: F401 - the parts the commands import by name
+        import docker.types  # noqa: F401
+        import docker.utils.json_stream  # noqa: F401
+        import requests  # noqa: F401
+
+        import faden_agent.engine.sdk  # noqa: F401
+
+        _sdk_loaded.set()
+
+
 class CommandFailed(Failure):
     def __init__(self, reason: str, message: str, **result: Any):
         super().__init__(reason, message)
@@ -56,8 +77,9 @@ def translated(what: str, not_found: str = "not_found", image: str | None = None
 
 
 def _failure(what: str, exc: Exception, not_found: str, image: str | None) -> CommandFailed | None:
-    sdk_errors = sys.modules.get("docker.errors")  # not loaded: no SDK error can have been raised
-    transport = sys.modules.get("requests.exceptions")
+    # The SDK not loaded (or loading on another thread): no SDK error can have been raised.
+    sdk_errors = sys.modules["docker.errors"] if _sdk_loaded.is_set() else None
+    transport = sys.modules["requests.exceptions"] if _sdk_loaded.is_set() else None
     timed_out = isinstance(exc, TimeoutError) or (isinstance(exc, EngineUnreachable) and exc.timed_out)
     if timed_out or (transport is not None and isinstance(exc, transport.Timeout)):
         return CommandFailed("timeout", f"{what}: the Docker engine did not answer in time ({type(exc).__name__})")
@@ -158,6 +180,7 @@ class DockerOps:
         """The Docker SDK's client of this thread, for what changes the engine (loaded at first use)."""
         client = getattr(self._local, "client", None)
         if client is None:
+            load_sdk()
             with translated("connecting to the Docker engine"):
                 from faden_agent.engine.sdk import make_client
 
@@ -192,6 +215,7 @@ class DockerOps:
         """Pull with progress at most once a second. The request goes through the SDK's
         low-level helpers because `APIClient.pull` sets no read timeout and hides the
         response, which we need to bound a hung engine and to abort on cancel."""
+        load_sdk()
         import docker.auth
         import requests
         from docker.utils.json_stream import json_stream
@@ -281,6 +305,7 @@ class DockerOps:
         return binds
 
     def create(self, spec: dict[str, Any], labels: dict[str, str], extra_mounts: list[dict[str, Any]]) -> Container:
+        load_sdk()
         from docker.types import Mount, Ulimit
 
         kwargs: dict[str, Any] = {

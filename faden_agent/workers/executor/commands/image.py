@@ -21,7 +21,7 @@ from faden_agent.protocol import quote
 from faden_agent.transfers.tickets import Ticket, TicketBox
 from faden_agent.workers.executor import specs
 from faden_agent.workers.executor.commands.frame import Commands
-from faden_agent.workers.executor.docker_ops import CommandFailed, translated
+from faden_agent.workers.executor.docker_ops import CommandFailed, load_sdk, translated
 from faden_agent.workers.executor.kinds import COMMON, CommandKind, register
 from faden_agent.workers.executor.peer_start import ask_to_serve
 from faden_agent.workers.executor.scheduler import Job
@@ -148,6 +148,7 @@ def check_pull_space(commands: Commands, job: Job, image: str, auth: dict[str, s
     factor = commands.config.pull_space_factor
     if factor <= 0:
         return
+    load_sdk()
     from faden_agent.workers.executor.pull_size import missing_bytes  # loaded by the first pull
 
     api = commands.ops.client.api
@@ -176,6 +177,7 @@ def image_remove(commands: Commands, job: Job) -> dict[str, Any]:
 def image_prune(commands: Commands, job: Job) -> dict[str, Any]:
     # The images of commands queued or running now (a pull about to be run) stay too.
     wanted = [j.spec["image"] for j in commands.scheduler.jobs() if j is not job and j.spec.get("image")]
+    load_sdk()
     from faden_agent.workers.executor.prune import prune  # loaded by the first prune
 
     with translated("pruning images"):
@@ -219,6 +221,7 @@ def fetch_from_peers(
     if image_id is None:
         raise CommandFailed("invalid_spec", "peers were given without image_id (the image they must deliver)")
     # loaded by the first fetch: an idle executor holds no peer transfer code
+    load_sdk()
     from faden_agent.transfers.fetch import PeerFailure, Transfer, check_space, local_image, tag_image
     from faden_agent.transfers.server import byte_limit
 
@@ -275,6 +278,7 @@ def image_relay(commands: Commands, job: Job) -> dict[str, Any]:
     """The holder's side of a relay through the backend (peers that cannot reach each other):
     wait for the receiver's request there, then upload the same stream the peer port sends.
     Runs in an executor scheduler thread (the peer worker only listens)."""
+    load_sdk()
     import requests
 
     from faden_agent.transfers.server import holder_stream
