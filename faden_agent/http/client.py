@@ -245,7 +245,7 @@ class HttpClient:
             conn.request(method, path, body, sent)
             sock = conn.sock
             response = conn.getresponse()
-        except (OSError, http.client.HTTPException) as exc:
+        except (OSError, http.client.HTTPException, ValueError) as exc:  # ValueError: a header http.client refuses
             self._forget(conn)
             raise failure_from(exc) from exc  # the cause: a PermissionError on a socket is told apart
         return Answer(response, lambda reusable: self._give_back(key, conn) if reusable else self._forget(conn), sock)

@@ -243,3 +243,12 @@ def test_a_close_from_another_thread_ends_a_read_blocked_on_a_quiet_answer():
     server.close()
     for conn in held:
         conn.close()
+
+
+def test_a_header_value_that_would_split_the_request_fails_that_request_only(scripted):
+    client = HttpClient()
+    with pytest.raises(HttpFailure, match="ValueError"):
+        client.request("GET", scripted.url, headers={"X-Scope-OrgID": "a\r\nX-Evil: 1"}, timeout=5)
+    assert scripted.requests == [] and not client._open
+    with client.request("GET", scripted.url, timeout=5) as answer:
+        assert answer.status == 200
