@@ -11,12 +11,10 @@ import threading
 import time
 from collections import deque
 from collections.abc import Sequence
-from itertools import repeat
-from operator import attrgetter, itemgetter
+from operator import attrgetter
 
 from faden_agent.workers.logs.entry import Entry
 
-_ENTRY = itemgetter(1)  # of a backlog item (put time, entry)
 _SIZE = attrgetter("size")
 
 # Caps on what waits in memory besides the batch in flight (see docs/logs.md, memory bound).
@@ -24,11 +22,25 @@ MAX_LINES = 10_000
 MAX_BYTES = 4 * 1024 * 1024
 
 
+class _Run:
+    """Entries put together: how many of them are still held, and when they were put."""
+
+    __slots__ = ("count", "put_at")
+
+    def __init__(self, count: int, put_at: float):
+        self.count = count
+        self.put_at = put_at
+
+
 class Backlog:
     def __init__(self, max_lines: int = MAX_LINES, max_bytes: int = MAX_BYTES):
         self.max_lines = max_lines
         self.max_bytes = max_bytes
-        self._items: deque[tuple[float, Entry]] = deque()
+        self._items: deque[Entry] = deque()
+        # When the entries were put, one run per put, oldest first. The linger reads the oldest
+        # entry's time; a (time, entry) pair per line was one more object per line to allocate,
+        # to hand to the shipper's thread and to free there.
+        self._runs: deque[_Run] = deque()
         self._bytes = 0
         self._cond = threading.Condition()
         self.closed = False
@@ -68,7 +80,8 @@ class Backlog:
                 if len(part) > 1 and self._bytes + size >= self.max_bytes:
                     part = entries[kept : kept + 1]
                     size = part[0].size
-                self._items.extend(zip(repeat(now), part))
+                self._items.extend(part)
+                self._runs.append(_Run(len(part), now))
                 self._bytes += size
                 kept += len(part)
                 if (
@@ -111,7 +124,7 @@ class Backlog:
 
     def _take(self, max_lines: int, max_bytes: int, linger_s: float, poll_s: float) -> list[Entry]:
         """take() once an entry is there (the lock held): linger, then cut."""
-        deadline = self._items[0][0] + linger_s
+        deadline = self._runs[0].put_at + linger_s
         self._want_lines, self._want_bytes = min(max_lines, self.max_lines), max_bytes
         try:
             while (
@@ -130,20 +143,31 @@ class Backlog:
             self._want_lines, self._want_bytes = 1, self.max_bytes
         # Up to max_lines at C speed, then give back what passes max_bytes (rare: lines are small).
         popleft = self._items.popleft
-        pairs = [popleft() for _ in range(min(max_lines, len(self._items)))]
-        taken = list(map(_ENTRY, pairs))
+        taken = [popleft() for _ in range(min(max_lines, len(self._items)))]
         size = sum(map(_SIZE, taken))
         if size > max_bytes:
             size, keep = 0, 0
             while size < max_bytes:  # the entry that reaches max_bytes is taken too, as ever
                 size += taken[keep].size
                 keep += 1
-            self._items.extendleft(reversed(pairs[keep:]))
+            self._items.extendleft(reversed(taken[keep:]))
             del taken[keep:]
         self._bytes -= size
+        self._forget_runs(len(taken))
         if self._putters:
             self._cond.notify_all()  # room again for blocked readers
         return taken
+
+    def _forget_runs(self, taken: int) -> None:
+        """The runs of the `taken` oldest entries, no longer held (a few runs a batch)."""
+        runs = self._runs
+        while taken:
+            run = runs[0]
+            if run.count > taken:
+                run.count -= taken
+                return
+            taken -= run.count
+            runs.popleft()
 
     def close(self) -> None:
         with self._cond:

@@ -6,6 +6,7 @@ Its output: Loki pushes from one shipping thread; losses reported as events via 
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 from typing import TYPE_CHECKING
@@ -31,6 +32,12 @@ if TYPE_CHECKING:
     from faden_agent.protocol.status import LogSourceStatus, LogsStatus, ShippedCounts
 
 log = logging.getLogger(__name__)
+# The collector's young generation, counted in tracked objects alive (net of those freed):
+# well above what a flood keeps alive in the pipeline (a full backlog, 10,000 lines, and the
+# block being parsed: about 14,000 objects, tests/unit/logs/test_logs_collector.py; the
+# pushes in flight besides), so its lines are freed unwalked instead of walked and promoted
+# while they wait (8-12% of the worker's CPU at the default 700: docs/benchmarks.md, round 17).
+YOUNG_GENERATION = 50_000
 
 
 class LogsWorker(Worker):
@@ -41,6 +48,7 @@ class LogsWorker(Worker):
 
     def setup(self) -> None:
         lower_priority(self.config.log_nice)
+        gc.set_threshold(YOUNG_GENERATION, *gc.get_threshold()[1:])
         self.backlog = Backlog()
         self.positions = Positions(self.config.state_dir)
         if self.positions.quarantined:
