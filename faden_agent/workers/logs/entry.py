@@ -8,7 +8,7 @@ the source position that may be stored once Loki has accepted it.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from faden_agent.protocol import MAX_LOG_LINE_BYTES
@@ -22,7 +22,7 @@ TRUNCATION_MARKER = " [faden-agent: truncated {cut} bytes]"
 Labels = tuple[tuple[str, str], ...]  # sorted (name, value) pairs: hashable, one per stream
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Entry:
     stream: Labels
     ts_ns: int
@@ -30,13 +30,27 @@ class Entry:
     metadata: dict[str, str] | None
     source: str  # the position key, e.g. "journal", "container:<id>:stdout", "file:<dev>:<ino>"
     position: Any  # what positions.py stores for `source` once this entry is accepted
-    size: int = field(default=0)  # bytes counted against the batch and backlog caps
+    size: int  # bytes counted against the batch and backlog caps
 
-    def __post_init__(self) -> None:
-        if not self.size:
-            self.size = (
-                len(self.line) + 64 + (sum(len(k) + len(v) for k, v in self.metadata.items()) if self.metadata else 0)
-            )
+    # By hand: the generated one called __post_init__ for the size, a second call for every
+    # line of a flood, whose source (journald) knows the size already.
+    def __init__(
+        self,
+        stream: Labels,
+        ts_ns: int,
+        line: str,
+        metadata: dict[str, str] | None,
+        source: str,
+        position: Any,
+        size: int = 0,
+    ) -> None:
+        self.stream = stream
+        self.ts_ns = ts_ns
+        self.line = line
+        self.metadata = metadata
+        self.source = source
+        self.position = position
+        self.size = size or len(line) + 64 + (sum(len(k) + len(v) for k, v in metadata.items()) if metadata else 0)
 
     def with_detail(self) -> str:
         """The line for a Loki that takes no structured metadata: the metadata kept after a

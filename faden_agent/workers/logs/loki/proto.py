@@ -66,27 +66,32 @@ class ProtoEncoder:
         last_seconds, head, fixed = -1, b"", 0
         last_metadata, extra = None, b""
         for e in entries:
-            seconds = e.ts_ns // 1_000_000_000
+            seconds, n = divmod(e.ts_ns, 1_000_000_000)
             if seconds != last_seconds:  # the Timestamp up to its nanos: the same for a run of lines
                 last_seconds, encoded = seconds, varint(seconds)
                 head = b"\x0a" + _SMALL[len(encoded) + 7] + b"\x08" + encoded + b"\x10"
                 fixed = len(head) + 6  # + the 5 nanos bytes + the line's tag
-            n = e.ts_ns - seconds * 1_000_000_000
-            if e.metadata is last_metadata:  # the usual case: a run of lines of one process
-                line = e.line.encode("utf-8", "surrogatepass")
-            elif e.metadata is None or with_metadata:
-                line = e.line.encode("utf-8", "surrogatepass")
-                last_metadata, extra = e.metadata, metadata_of(e.metadata) if e.metadata is not None else b""
+            metadata = e.metadata
+            if metadata is last_metadata or metadata is None or with_metadata:
+                text = e.line
+                if metadata is not last_metadata:  # a run of lines of one process shares it
+                    last_metadata, extra = metadata, metadata_of(metadata) if metadata is not None else b""
             else:
-                line = e.with_detail().encode("utf-8", "surrogatepass")
-                extra = b""
-            size = varint(len(line))
+                text, extra = e.with_detail(), b""
+            try:  # strict first: naming the handler costs every line a lookup
+                line = text.encode()
+            except UnicodeEncodeError:
+                line = text.encode("utf-8", "surrogatepass")
             # One EntryAdapter as its pieces (joined once per push); the nanos as a 5-byte
-            # varint (a longer form of a small value is valid protobuf): no loop per line.
+            # varint (a longer form of a small value is valid protobuf): no loop per line, and
+            # the usual one- and two-byte lengths without a call.
+            length = len(line)
+            size = _SMALL[length] if length < 128 else varint(length)
+            whole = fixed + len(size) + length + len(extra)
             add(
                 (
                     b"\x12",
-                    varint(fixed + len(size) + len(line) + len(extra)),
+                    bytes((whole & 127 | 128, whole >> 7)) if 127 < whole < 16384 else varint(whole),
                     head,
                     bytes((n & 127 | 128, n >> 7 & 127 | 128, n >> 14 & 127 | 128, n >> 21 & 127 | 128, n >> 28)),
                     b"\x12",
