@@ -7,14 +7,12 @@ all and fails on the first bad one with one line naming the variable, the value 
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 import socket
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar, dataclass_transform
+from typing import Any, NamedTuple, TypeVar, dataclass_transform
 from urllib.parse import urlsplit
 
 from faden_agent.common.durations import MAX_DURATION_S, BadDuration, parse_duration
@@ -340,8 +338,7 @@ def route_address(url: str) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
-class Variable:
+class Variable(NamedTuple):
     field: str
     default: str | None  # None: computed (see _computed_defaults) or unset
     parse: Callable[[str], Any]
@@ -349,9 +346,6 @@ class Variable:
     secret: bool = False
     old_fields: tuple[str, ...] = ()  # earlier names, still read when the variable is unset
     default_words: str = ""  # a computed default in words, or a reading of the declared one ("64 GiB")
-
-
-_SETTING = "faden_agent.setting"
 
 
 def setting(
@@ -363,17 +357,9 @@ def setting(
     old_fields: tuple[str, ...] = (),
     default_words: str = "",
 ) -> Any:
-    """A Config field read from its variable: the Variable, less the name the field gives it.
-    No dataclass default: load_config fills every field."""
-    variable = {
-        "default": env_default,
-        "parse": parse,
-        "help": help,
-        "secret": secret,
-        "old_fields": old_fields,
-        "default_words": default_words,
-    }
-    return dataclasses.field(metadata={_SETTING: variable})
+    """A Config field read from its variable: its Variable, the field's name filled in by
+    _settings_class. No default of the class's: load_config fills every field."""
+    return Variable("", env_default, parse, help, secret, old_fields, default_words)
 
 
 _Class = TypeVar("_Class")
@@ -381,8 +367,42 @@ _Class = TypeVar("_Class")
 
 @dataclass_transform(frozen_default=True, field_specifiers=(setting,))
 def _settings_class(cls: type[_Class]) -> type[_Class]:
-    """A frozen dataclass whose setting() fields type checkers know to be required."""
-    return dataclass(frozen=True, repr=False, eq=False)(cls)  # its own repr; compared by identity
+    """A frozen class of the fields `cls` annotates, in order, each given by keyword (type
+    checkers know setting() fields as required): a setting()'s Variable goes to its
+    _variables, another value is the field's default. Not a dataclass: generating one's
+    methods was a hundredth of the agent's start (docs/benchmarks.md, round 18)."""
+    names = tuple(vars(cls).get("__annotations__", {}))
+    variables: list[Variable] = []
+    defaults: dict[str, Any] = {}
+    for name in names:
+        if name not in vars(cls):
+            continue
+        value = vars(cls)[name]
+        if isinstance(value, Variable):
+            variables.append(value._replace(field=name))
+        else:
+            defaults[name] = value
+        delattr(cls, name)  # an instance's own value is the only one
+    known = frozenset(names)
+
+    def __init__(self: Any, **values: Any) -> None:
+        missing = [name for name in names if name not in values and name not in defaults]
+        unknown = sorted(values.keys() - known)
+        if missing or unknown:
+            raise TypeError(f"{cls.__name__}() missing {missing}, unknown {unknown}")
+        self.__dict__.update(defaults)
+        self.__dict__.update(values)
+
+    cls.__init__ = __init__  # type: ignore[method-assign]
+    cls.__setattr__ = _frozen  # type: ignore[method-assign]
+    cls.__delattr__ = _frozen  # type: ignore[method-assign]
+    cls._field_names = names  # type: ignore[attr-defined]
+    cls._variables = tuple(variables)  # type: ignore[attr-defined]
+    return cls
+
+
+def _frozen(self: object, name: str, *value: Any) -> None:
+    raise AttributeError(f"cannot change {type(self).__name__}.{name}: it is frozen")
 
 
 def env_name(field: str) -> str:
@@ -854,9 +874,7 @@ class Config:
         return out
 
 
-VARIABLES: tuple[Variable, ...] = tuple(
-    Variable(f.name, **f.metadata[_SETTING]) for f in dataclasses.fields(Config) if _SETTING in f.metadata
-)
+VARIABLES: tuple[Variable, ...] = vars(Config)["_variables"]
 
 
 def _computed_defaults(values: dict[str, Any]) -> None:
@@ -916,4 +934,4 @@ def load_config(environ: Mapping[str, str] | None = None, **overrides: Any) -> C
 
 
 def config_fields() -> list[str]:
-    return [f.name for f in dataclasses.fields(Config)]
+    return list(vars(Config)["_field_names"])

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import socket
 import subprocess
@@ -11,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from faden_agent.config import ConfigError, load_config, route_address
+from faden_agent.config import Config, ConfigError, config_fields, load_config, route_address
 
 TOKEN = "tok-SECRET-0123456789"
 
@@ -143,8 +142,20 @@ def test_token_file_is_read(tmp_path):
 
 def test_config_is_immutable():
     config = load()
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(AttributeError, match="it is frozen"):
         config.agent_id = "other"  # type: ignore[misc]
+    with pytest.raises(AttributeError, match="it is frozen"):
+        del config.agent_id
+    assert config.agent_id != "other"
+
+
+def test_config_takes_every_field_and_no_other():
+    fields = {name: getattr(load(), name) for name in config_fields()}
+    assert Config(**fields).backend_url == fields["backend_url"]
+    with pytest.raises(TypeError, match=r"missing \['backend_url'\], unknown \[\]"):
+        Config(**{name: value for name, value in fields.items() if name != "backend_url"})
+    with pytest.raises(TypeError, match=r"unknown \['no_such_field'\]"):
+        Config(**fields, no_such_field=1)
 
 
 def run_cli(*args, **env):
