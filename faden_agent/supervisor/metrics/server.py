@@ -10,7 +10,6 @@ import errno
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 MAX_CONNECTIONS = 32
 MAX_HEAD_BYTES = 8192
@@ -27,14 +26,24 @@ Handler = Callable[[str, str, dict[str, str]], tuple[int, str, bytes]]
 REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 431: "Too Large", 503: "Busy"}
 
 
-@dataclass
 class Connection:
-    sock: socket.socket
-    deadline: float
-    inbox: bytearray = field(default_factory=bytearray)
-    outbox: memoryview | bytes = b""
-    sent: int = 0
-    watched: bool = False  # one answered within its first wake-up never reaches the poller
+    __slots__ = ("sock", "deadline", "inbox", "outbox", "sent", "watched")
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        deadline: float,
+        inbox: bytearray | None = None,
+        outbox: memoryview | bytes = b"",
+        sent: int = 0,
+        watched: bool = False,
+    ) -> None:
+        self.sock = sock
+        self.deadline = deadline
+        self.inbox: bytearray = bytearray() if inbox is None else inbox
+        self.outbox = outbox
+        self.sent = sent
+        self.watched = watched  # one answered within its first wake-up never reaches the poller
 
 
 class HttpServer:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -55,17 +54,30 @@ CREATE TABLE IF NOT EXISTS expired (
 """
 
 
-@dataclass
 class Entry:
-    id: str
-    seq: int | None
-    kind: str
-    spec: Any
-    deadline: float | None
-    state: str
-    attempt: int
-    outcome: dict[str, Any] | None
-    received_at: float
+    __slots__ = ("id", "seq", "kind", "spec", "deadline", "state", "attempt", "outcome", "received_at")
+
+    def __init__(
+        self,
+        id: str,
+        seq: int | None,
+        kind: str,
+        spec: Any,
+        deadline: float | None,
+        state: str,
+        attempt: int,
+        outcome: dict[str, Any] | None,
+        received_at: float,
+    ) -> None:
+        self.id = id
+        self.seq = seq
+        self.kind = kind
+        self.spec = spec
+        self.deadline = deadline
+        self.state = state
+        self.attempt = attempt
+        self.outcome = outcome
+        self.received_at = received_at
 
 
 def id_hash(command_id: str) -> int:

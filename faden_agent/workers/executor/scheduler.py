@@ -12,7 +12,6 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -24,20 +23,47 @@ log = logging.getLogger(__name__)
 MAX_THREADS = 32
 
 
-@dataclass
 class Job:
-    id: str
-    kind: str
-    spec: dict[str, Any]
-    deadline: float  # epoch seconds
-    key: str  # jobs with the same key run one after another, in arrival order
-    definition: CommandKind | None = None  # its registered CommandKind: handler, cancellable
-    attempt: int = 0
-    steps: int = 0  # progress records sent in this attempt
-    running: bool = False
-    stop_reason: str | None = None  # "cancelled" or "timeout" once the job must stop
-    _aborts: list[Callable[[], None]] = field(default_factory=list)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    __slots__ = (
+        "id",
+        "kind",
+        "spec",
+        "deadline",
+        "key",
+        "definition",
+        "attempt",
+        "steps",
+        "running",
+        "stop_reason",
+        "_aborts",
+        "_lock",
+    )
+
+    def __init__(
+        self,
+        id: str,
+        kind: str,
+        spec: dict[str, Any],
+        deadline: float,
+        key: str,
+        definition: CommandKind | None = None,
+        attempt: int = 0,
+        steps: int = 0,
+        running: bool = False,
+        stop_reason: str | None = None,
+    ) -> None:
+        self.id = id
+        self.kind = kind
+        self.spec = spec
+        self.deadline = deadline  # epoch seconds
+        self.key = key  # jobs with the same key run one after another, in arrival order
+        self.definition = definition  # its registered CommandKind: handler, cancellable
+        self.attempt = attempt
+        self.steps = steps  # progress records sent in this attempt
+        self.running = running
+        self.stop_reason = stop_reason  # "cancelled" or "timeout" once the job must stop
+        self._aborts: list[Callable[[], None]] = []
+        self._lock = threading.Lock()
 
     def should_stop(self) -> bool:
         return self.stop_reason is not None

@@ -9,7 +9,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from faden_agent.common.errorline import error_line
@@ -19,14 +18,24 @@ ERROR = "error"
 OVERRUN = "overrun"
 
 
-@dataclass
 class ProbeResult:
-    name: str
-    status: str  # ok | error | overrun
-    data: Any = None
-    error: str | None = None
-    duration_s: float = 0.0
-    since: float | None = None  # overrun: wall time the stuck call started
+    __slots__ = ("name", "status", "data", "error", "duration_s", "since")
+
+    def __init__(
+        self,
+        name: str,
+        status: str,
+        data: Any = None,
+        error: str | None = None,
+        duration_s: float = 0.0,
+        since: float | None = None,
+    ) -> None:
+        self.name = name
+        self.status = status  # ok | error | overrun
+        self.data = data
+        self.error = error
+        self.duration_s = duration_s
+        self.since = since  # overrun: wall time the stuck call started
 
     def summary(self, timeout_s: float) -> dict[str, Any]:
         """The record's probes.<name> entry; the duration is a gauge (under "usage")."""
@@ -40,14 +49,24 @@ class ProbeResult:
         return entry
 
 
-@dataclass
 class _Call:
-    started_wall: float
-    started_mono: float
-    done: threading.Event = field(default_factory=threading.Event)
-    finished_mono: float = 0.0
-    result: Any = None
-    error: str | None = None
+    __slots__ = ("started_wall", "started_mono", "done", "finished_mono", "result", "error")
+
+    def __init__(
+        self,
+        started_wall: float,
+        started_mono: float,
+        done: threading.Event | None = None,
+        finished_mono: float = 0.0,
+        result: Any = None,
+        error: str | None = None,
+    ) -> None:
+        self.started_wall = started_wall
+        self.started_mono = started_mono
+        self.done: threading.Event = threading.Event() if done is None else done
+        self.finished_mono = finished_mono
+        self.result = result
+        self.error = error
 
 
 class Probe:

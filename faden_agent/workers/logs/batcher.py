@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
 
@@ -17,10 +16,12 @@ POLL_S = 5.0
 _SOURCE, _POSITION, _SIZE = attrgetter("source"), attrgetter("position"), attrgetter("size")
 
 
-@dataclass
 class Batch:
-    entries: list[Entry] = field(default_factory=list)
-    bytes: int = 0
+    __slots__ = ("entries", "bytes")
+
+    def __init__(self, entries: list[Entry] | None = None, bytes: int = 0) -> None:
+        self.entries: list[Entry] = [] if entries is None else entries
+        self.bytes = bytes
 
     def positions(self) -> dict[str, Any]:
         """The newest position of every source in the batch: what acceptance lets us store."""

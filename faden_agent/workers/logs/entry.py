@@ -8,7 +8,6 @@ the source position that may be stored once Loki has accepted it.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any
 
 from faden_agent.protocol import MAX_LOG_LINE_BYTES
@@ -22,8 +21,9 @@ TRUNCATION_MARKER = " [faden-agent: truncated {cut} bytes]"
 Labels = tuple[tuple[str, str], ...]  # sorted (name, value) pairs: hashable, one per stream
 
 
-@dataclass(slots=True, init=False)
 class Entry:
+    __slots__ = ("stream", "ts_ns", "line", "metadata", "source", "position", "size")
+
     stream: Labels
     ts_ns: int
     line: str

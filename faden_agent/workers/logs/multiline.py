@@ -7,7 +7,6 @@ piece starts with CONTINUED.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from faden_agent.workers.logs.entry import MAX_LINE_BYTES
@@ -20,29 +19,58 @@ CONTINUED = "[faden-agent: continues the entry before] "
 SEVERE = frozenset({"warning", "error", "crit", "alert", "emerg"})
 
 
-@dataclass(slots=True)
 class Joined:
-    text: str
-    ts_ns: int  # the head's
-    level: str
-    first_position: Any  # where the head was read: a resume point that reads the entry again whole
-    last_position: Any  # after its last line
-    lines: int
+    __slots__ = ("text", "ts_ns", "level", "first_position", "last_position", "lines")
+
+    def __init__(self, text: str, ts_ns: int, level: str, first_position: Any, last_position: Any, lines: int) -> None:
+        self.text = text
+        self.ts_ns = ts_ns  # the head's
+        self.level = level
+        self.first_position = first_position  # where the head was read: a resume point that reads the entry again whole
+        self.last_position = last_position  # after its last line
+        self.lines = lines
 
 
-@dataclass(slots=True)
 class _Group:
-    process: str
-    header: str
-    prefixed: bool
-    level: str
-    ts_ns: int
-    first_position: Any
-    last_position: Any
-    lines: list[str] = field(default_factory=list)
-    bytes: int = 0
-    awaiting_exception: bool = False  # a traceback's frames seen, its "ValueError: ..." line not yet
-    traceback_seen: bool = False
+    __slots__ = (
+        "process",
+        "header",
+        "prefixed",
+        "level",
+        "ts_ns",
+        "first_position",
+        "last_position",
+        "lines",
+        "bytes",
+        "awaiting_exception",
+        "traceback_seen",
+    )
+
+    def __init__(
+        self,
+        process: str,
+        header: str,
+        prefixed: bool,
+        level: str,
+        ts_ns: int,
+        first_position: Any,
+        last_position: Any,
+        lines: list[str] | None = None,
+        bytes: int = 0,
+        awaiting_exception: bool = False,
+        traceback_seen: bool = False,
+    ) -> None:
+        self.process = process
+        self.header = header
+        self.prefixed = prefixed
+        self.level = level
+        self.ts_ns = ts_ns
+        self.first_position = first_position
+        self.last_position = last_position
+        self.lines: list[str] = [] if lines is None else lines
+        self.bytes = bytes
+        self.awaiting_exception = awaiting_exception  # a traceback's frames seen, its "ValueError: ..." line not yet
+        self.traceback_seen = traceback_seen
 
 
 def _size(text: str) -> int:

@@ -7,7 +7,6 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from faden_agent.config import Config
@@ -25,11 +24,13 @@ REPORT_INTERVAL_S = 60.0
 log = logging.getLogger(__name__)
 
 
-@dataclass
 class _Pending:
-    batch: Batch
-    done: bool = False
-    outcome: Outcome | None = None  # None when done: given up because the worker stops
+    __slots__ = ("batch", "done", "outcome")
+
+    def __init__(self, batch: Batch, done: bool = False, outcome: Outcome | None = None) -> None:
+        self.batch = batch
+        self.done = done
+        self.outcome = outcome  # None when done: given up because the worker stops
 
 
 class Shipper:

@@ -154,7 +154,8 @@ def test_persistence_mode_a_killed_reset_left_off_is_turned_on_at_the_next_start
         started[-1].start()
         return started[-1]
 
-    given = {**tools().__dict__, "nvidia_smi": str(NVIDIA_SMI)}
+    base = tools()
+    given = {**{name: getattr(base, name) for name in Tools.__slots__}, "nvidia_smi": str(NVIDIA_SMI)}
     for key, value in gpus.env().items():
         monkeypatch.setenv(key, value)  # what nvidia-smi is started with
     remedies = Remedies(Tools(**given), start_thread, tmp_path)

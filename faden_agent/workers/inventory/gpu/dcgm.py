@@ -7,7 +7,6 @@ a fault; DCGM's own "resource is in use" (another diagnostic runs) is `inconclus
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -28,12 +27,20 @@ def command(dcgmi: str, level: int, indices: list[int]) -> list[str]:
     return [dcgmi, "diag", "-r", str(level), "-i", ",".join(str(i) for i in indices), "-j"]
 
 
-@dataclass
 class Report:
-    tests: dict[int, list[dict[str, Any]]] = field(default_factory=dict)  # GPU index -> its tests
-    general: list[dict[str, Any]] = field(default_factory=list)  # results not tied to one GPU
-    runtime_error: str | None = None
-    version: str | None = None
+    __slots__ = ("tests", "general", "runtime_error", "version")
+
+    def __init__(
+        self,
+        tests: dict[int, list[dict[str, Any]]] | None = None,
+        general: list[dict[str, Any]] | None = None,
+        runtime_error: str | None = None,
+        version: str | None = None,
+    ) -> None:
+        self.tests: dict[int, list[dict[str, Any]]] = {} if tests is None else tests  # GPU index -> its tests
+        self.general: list[dict[str, Any]] = [] if general is None else general  # results not tied to one GPU
+        self.runtime_error = runtime_error
+        self.version = version
 
 
 class Unreadable(ValueError):

@@ -9,7 +9,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 MAX_STEPS = 2000  # a job's steps kept for the executor to read (each test of 64 GPUs fits)
@@ -48,18 +47,43 @@ class Job:
         return self.end is not None
 
 
-@dataclass
 class Tools:
-    probe: Any  # probe.GpuProbe
-    watcher: Any  # events.GpuErrorWatcher
-    section: Callable[[], dict[str, Any] | None]  # the last gpu section the inventory collected
-    fabric_manager: Callable[[str | None], Any]  # node_notes.NodeNotes.fabric_manager
-    dcgmi: str
-    nvidia_smi: str
-    on_change: Callable[[], None]  # a record now (a verdict may have moved)
-    remember_group: Callable[[int], None]  # a program's process group, ended at the next start if left
-    remember_persistence: Callable[[str | None], None] = lambda bus: None  # a bus id whose persistence is off
-    proc_root: str = "/proc"
+    __slots__ = (
+        "probe",
+        "watcher",
+        "section",
+        "fabric_manager",
+        "dcgmi",
+        "nvidia_smi",
+        "on_change",
+        "remember_group",
+        "remember_persistence",
+        "proc_root",
+    )
+
+    def __init__(
+        self,
+        probe: Any,
+        watcher: Any,
+        section: Callable[[], dict[str, Any] | None],
+        fabric_manager: Callable[[str | None], Any],
+        dcgmi: str,
+        nvidia_smi: str,
+        on_change: Callable[[], None],
+        remember_group: Callable[[int], None],
+        remember_persistence: Callable[[str | None], None] = lambda bus: None,
+        proc_root: str = "/proc",
+    ) -> None:
+        self.probe = probe  # probe.GpuProbe
+        self.watcher = watcher  # events.GpuErrorWatcher
+        self.section = section  # the last gpu section the inventory collected
+        self.fabric_manager = fabric_manager  # node_notes.NodeNotes.fabric_manager
+        self.dcgmi = dcgmi
+        self.nvidia_smi = nvidia_smi
+        self.on_change = on_change  # a record now (a verdict may have moved)
+        self.remember_group = remember_group  # a program's process group, ended at the next start if left
+        self.remember_persistence = remember_persistence  # a bus id whose persistence is off
+        self.proc_root = proc_root
 
     def devices(self) -> dict[str, dict[str, Any]]:
         """uuid -> the device as the last section has it (present GPUs that NVML named)."""

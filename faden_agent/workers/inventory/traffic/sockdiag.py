@@ -8,7 +8,6 @@ import os
 import socket
 import struct
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 
 from faden_agent.common.wakeable import Wakeable
 
@@ -52,20 +51,49 @@ _TCPI = {
 RECV_BUFFER = 1 << 20
 
 
-@dataclass
 class TcpSocket:
-    cookie: int
-    state: int
-    local: str
-    remote: str
-    bytes_acked: int
-    bytes_received: int
-    rtt_us: int | None
-    min_rtt_us: int | None
-    bytes_sent: int | None
-    bytes_retrans: int | None
-    segs_out: int | None
-    total_retrans: int | None
+    __slots__ = (
+        "cookie",
+        "state",
+        "local",
+        "remote",
+        "bytes_acked",
+        "bytes_received",
+        "rtt_us",
+        "min_rtt_us",
+        "bytes_sent",
+        "bytes_retrans",
+        "segs_out",
+        "total_retrans",
+    )
+
+    def __init__(
+        self,
+        cookie: int,
+        state: int,
+        local: str,
+        remote: str,
+        bytes_acked: int,
+        bytes_received: int,
+        rtt_us: int | None,
+        min_rtt_us: int | None,
+        bytes_sent: int | None,
+        bytes_retrans: int | None,
+        segs_out: int | None,
+        total_retrans: int | None,
+    ) -> None:
+        self.cookie = cookie
+        self.state = state
+        self.local = local
+        self.remote = remote
+        self.bytes_acked = bytes_acked
+        self.bytes_received = bytes_received
+        self.rtt_us = rtt_us
+        self.min_rtt_us = min_rtt_us
+        self.bytes_sent = bytes_sent
+        self.bytes_retrans = bytes_retrans
+        self.segs_out = segs_out
+        self.total_retrans = total_retrans
 
 
 class SockDiagError(OSError):

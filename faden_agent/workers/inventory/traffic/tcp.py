@@ -5,37 +5,50 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 
 from faden_agent.workers.inventory.traffic.sockdiag import TcpSocket
 
 FORGET_DESTROYED_S = 60.0  # a dump older than this cannot hold a socket destroyed before it
 
 
-@dataclass
 class PeerTotals:
-    sent: int = 0
-    received: int = 0
-    sent_all: int = 0  # bytes_sent (retransmits included) and bytes_retrans, for the ratio
-    retrans: int = 0
+    __slots__ = ("sent", "received", "sent_all", "retrans")
+
+    def __init__(self, sent: int = 0, received: int = 0, sent_all: int = 0, retrans: int = 0) -> None:
+        self.sent = sent
+        self.received = received
+        self.sent_all = sent_all  # bytes_sent (retransmits included) and bytes_retrans, for the ratio
+        self.retrans = retrans
 
 
-@dataclass
 class _Seen:
-    peer: str
-    sent: int
-    received: int
-    sent_all: int
-    retrans: int
+    __slots__ = ("peer", "sent", "received", "sent_all", "retrans")
+
+    def __init__(self, peer: str, sent: int, received: int, sent_all: int, retrans: int) -> None:
+        self.peer = peer
+        self.sent = sent
+        self.received = received
+        self.sent_all = sent_all
+        self.retrans = retrans
 
 
-@dataclass
 class PeerView:
-    totals: PeerTotals
-    connections: int = 0
-    rtt_us: list[int] = field(default_factory=list)
-    min_rtt_us: list[int] = field(default_factory=list)
-    local_bytes: dict[str, int] = field(default_factory=dict)  # local address -> bytes, for the interface
+    __slots__ = ("totals", "connections", "rtt_us", "min_rtt_us", "local_bytes")
+
+    def __init__(
+        self,
+        totals: PeerTotals,
+        connections: int = 0,
+        rtt_us: list[int] | None = None,
+        min_rtt_us: list[int] | None = None,
+        local_bytes: dict[str, int] | None = None,
+    ) -> None:
+        self.totals = totals
+        self.connections = connections
+        self.rtt_us: list[int] = [] if rtt_us is None else rtt_us
+        self.min_rtt_us: list[int] = [] if min_rtt_us is None else min_rtt_us
+        # local address -> bytes, for the interface
+        self.local_bytes: dict[str, int] = {} if local_bytes is None else local_bytes
 
 
 class TcpAccounting:

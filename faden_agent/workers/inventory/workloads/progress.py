@@ -5,7 +5,6 @@ counter that went backwards (the engine restarted) counts as moving."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from faden_agent.workers.inventory.workloads.promtext import BUSY, PROGRESS
@@ -22,14 +21,24 @@ def reading(samples: dict[str, float]) -> dict[str, Any]:
     return {"engine": engine, "in_flight": sum(busy.values()), "busy": busy, "counters": counters}
 
 
-@dataclass
 class Progress:
-    stall_s: float
-    counters: dict[str, float] | None = None
-    moved_at: float = 0.0  # when a counter last moved, or the container was last idle
-    stalled_since: float | None = None
-    idle: bool = True
-    last: dict[str, Any] = field(default_factory=dict)
+    __slots__ = ("stall_s", "counters", "moved_at", "stalled_since", "idle", "last")
+
+    def __init__(
+        self,
+        stall_s: float,
+        counters: dict[str, float] | None = None,
+        moved_at: float = 0.0,
+        stalled_since: float | None = None,
+        idle: bool = True,
+        last: dict[str, Any] | None = None,
+    ) -> None:
+        self.stall_s = stall_s
+        self.counters = counters
+        self.moved_at = moved_at  # when a counter last moved, or the container was last idle
+        self.stalled_since = stalled_since
+        self.idle = idle
+        self.last: dict[str, Any] = {} if last is None else last
 
     def update(self, samples: dict[str, float], now: float) -> tuple[str, dict[str, Any]] | None:
         """(event type, its details) when the container's state changes, else None."""

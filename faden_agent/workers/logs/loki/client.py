@@ -11,7 +11,6 @@ import logging
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from operator import attrgetter
 
 import orjson
@@ -123,13 +122,18 @@ def by_stream(entries: list[Entry]) -> list[list[Entry]]:
 _STREAM = attrgetter("stream")
 
 
-@dataclass
 class Outcome:
-    accepted: int = 0  # lines in 2xx-answered pushes
-    rejected: int = 0  # lines in pushes Loki refused in part (400 naming lines) or single lines refused whole
-    dropped: int = 0  # single lines answered 413
-    # source kind -> [accepted, rejected, dropped] (Pusher.push: one stream is one source)
-    sources: dict[str, list[int]] = field(default_factory=dict)
+    __slots__ = ("accepted", "rejected", "dropped", "sources")
+
+    def __init__(
+        self, accepted: int = 0, rejected: int = 0, dropped: int = 0, sources: dict[str, list[int]] | None = None
+    ) -> None:
+        self.accepted = accepted  # lines in 2xx-answered pushes
+        # lines in pushes Loki refused in part (400 naming lines) or single lines refused whole
+        self.rejected = rejected
+        self.dropped = dropped  # single lines answered 413
+        # source kind -> [accepted, rejected, dropped] (Pusher.push: one stream is one source)
+        self.sources: dict[str, list[int]] = {} if sources is None else sources
 
     def of_source(self, kind: str) -> Outcome:
         """The same counts, all of the source `kind`."""

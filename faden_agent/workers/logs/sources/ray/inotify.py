@@ -8,7 +8,6 @@ import ctypes
 import errno
 import os
 import struct
-from dataclasses import dataclass, field
 
 from faden_agent.common.wakeable import Wakeable
 
@@ -46,11 +45,13 @@ def _check(result: int) -> int:
     return result
 
 
-@dataclass
 class Changes:
-    wds: set[int] = field(default_factory=set)  # watches that saw an event
-    gone: set[int] = field(default_factory=set)  # watches the kernel removed (IN_IGNORED)
-    overflow: bool = False  # the kernel's queue overflowed: events were lost
+    __slots__ = ("wds", "gone", "overflow")
+
+    def __init__(self, wds: set[int] | None = None, gone: set[int] | None = None, overflow: bool = False) -> None:
+        self.wds: set[int] = set() if wds is None else wds  # watches that saw an event
+        self.gone: set[int] = set() if gone is None else gone  # watches the kernel removed (IN_IGNORED)
+        self.overflow = overflow  # the kernel's queue overflowed: events were lost
 
 
 class Inotify:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import calendar
 import re
 import time
-from dataclasses import dataclass, field
 
 from faden_agent.workers.logs.entry import Labels
 from faden_agent.workers.logs.labels import core_file_kind
@@ -81,26 +80,67 @@ class ReadBudget:
         self.left[key] = (left + unused, at)
 
 
-@dataclass
 class Tail:
-    parts: tuple[str, ...]  # container, session, "logs", "serve", file name (relative to the root)
-    path: str
-    fd: int
-    ident: tuple[int, int]
-    offset: int
-    ts_ns: int
-    metadata: dict[str, str]
-    labels_by_level: dict[str, Labels]
-    joiner: Joiner
-    group: str  # the live file's name: its rotation group
-    pending: bytes = field(default=b"")
-    at_eof: bool = False
-    wd: int | None = None  # its inotify watch
-    final: bool = False  # rotated away: takes no more writes
-    put_offset: int = 0  # where its position stands once all put into the backlog is accepted
-    seen_size: int = 0  # its size when last looked at (looked_at): a truncation below it took unread lines
-    looked_at: float = 0.0
-    opened_at: float = field(default_factory=time.monotonic)
+    __slots__ = (
+        "parts",
+        "path",
+        "fd",
+        "ident",
+        "offset",
+        "ts_ns",
+        "metadata",
+        "labels_by_level",
+        "joiner",
+        "group",
+        "pending",
+        "at_eof",
+        "wd",
+        "final",
+        "put_offset",
+        "seen_size",
+        "looked_at",
+        "opened_at",
+    )
+
+    def __init__(
+        self,
+        parts: tuple[str, ...],
+        path: str,
+        fd: int,
+        ident: tuple[int, int],
+        offset: int,
+        ts_ns: int,
+        metadata: dict[str, str],
+        labels_by_level: dict[str, Labels],
+        joiner: Joiner,
+        group: str,
+        pending: bytes = b"",
+        at_eof: bool = False,
+        wd: int | None = None,
+        final: bool = False,
+        put_offset: int = 0,
+        seen_size: int = 0,
+        looked_at: float = 0.0,
+        opened_at: float | None = None,
+    ) -> None:
+        self.parts = parts  # container, session, "logs", "serve", file name (relative to the root)
+        self.path = path
+        self.fd = fd
+        self.ident = ident
+        self.offset = offset
+        self.ts_ns = ts_ns
+        self.metadata = metadata
+        self.labels_by_level = labels_by_level
+        self.joiner = joiner
+        self.group = group  # the live file's name: its rotation group
+        self.pending = pending
+        self.at_eof = at_eof
+        self.wd = wd  # its inotify watch
+        self.final = final  # rotated away: takes no more writes
+        self.put_offset = put_offset  # where its position stands once all put into the backlog is accepted
+        self.seen_size = seen_size  # its size when last looked at (looked_at): a truncation below it took unread lines
+        self.looked_at = looked_at
+        self.opened_at: float = time.monotonic() if opened_at is None else opened_at
 
     @property
     def key(self) -> str:
