@@ -14,15 +14,14 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 MAX_OUTPUT = 1 << 20  # stdout and stderr together; the rest is read and dropped
 TERM_GRACE_S = 3.0  # after SIGTERM to the group, before SIGKILL
 READ_SLICE_S = 0.2  # how often a stop is looked at while the program runs
 
 
-@dataclass(frozen=True)
-class Ran:
+class Ran(NamedTuple):
     argv: tuple[str, ...]
     exit_code: int | None  # None: it did not start, or was ended
     output: str  # stdout and stderr as they interleaved, at most MAX_OUTPUT bytes

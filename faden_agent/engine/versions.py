@@ -10,8 +10,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from faden_agent.engine.errors import EngineTooOld, EngineVersionError
 
@@ -29,8 +28,7 @@ _ENGINE_VERSION = re.compile(r"[0-9A-Za-z][0-9A-Za-z.+~_-]{0,63}")
 _REFUSAL = re.compile(r"client version \S+ is too (old|new)", re.IGNORECASE)
 
 
-@dataclass(frozen=True)
-class EngineVersion:
+class EngineVersion(NamedTuple):
     """What /version said (canonical), and the API version this client speaks with that engine."""
 
     version: str

@@ -6,8 +6,8 @@ directory's mode is what keeps other local users from reaching the executor.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from faden_agent.disk.files import ensure_private_dir
 
@@ -17,8 +17,7 @@ def ensure_runtime_dir(path: Path) -> Path:
     return ensure_private_dir(path, "runtime directory")
 
 
-@dataclass(frozen=True)
-class Endpoints:
+class Endpoints(NamedTuple):
     """The ipc:// address of every socket, derived from the runtime directory."""
 
     runtime_dir: Path

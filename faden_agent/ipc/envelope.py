@@ -6,8 +6,7 @@ Version first so a newer peer can be refused with a clear reason instead of misr
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -21,11 +20,20 @@ class EnvelopeError(ValueError):
     pass
 
 
-@dataclass(frozen=True)
-class Message:
+class _Message(NamedTuple):
     type: str
-    body: Any = None
-    ts: float = field(default_factory=time.time)
+    body: Any
+    ts: float
+
+
+class Message(_Message):
+    """One received message, immutable; `ts` the sender's time, now when not given. A tuple:
+    orjson refuses it, so only its fields go to the wire (encode)."""
+
+    __slots__ = ()
+
+    def __new__(cls, type: str, body: Any = None, ts: float | None = None) -> Message:
+        return super().__new__(cls, type, body, time.time() if ts is None else ts)
 
 
 def encode(msg_type: str, body: Any = None) -> bytes:

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -24,8 +23,7 @@ MAX_NAMES = 64
 MAX_NAME = 64
 
 
-@dataclass(frozen=True)
-class BackendAccepts:
+class BackendAccepts(NamedTuple):
     accepts: frozenset[str] = frozenset()
     full_requested_at: float = 0.0  # when the backend last asked for a full inventory record
     heard: bool = True  # False from the stream worker's start until this run's first `hello`

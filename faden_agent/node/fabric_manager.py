@@ -11,8 +11,8 @@ import re
 import select
 import subprocess
 import time
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 UNIT = "nvidia-fabricmanager"
 TIMEOUT_S = 5.0
@@ -21,8 +21,7 @@ VERSION = re.compile(r"\b(\d{2,4}\.\d{1,4}(?:\.\d{1,4})?)\b")
 PROPERTIES = ("LoadState", "ActiveState", "SubState", "ExecStart")
 
 
-@dataclass(frozen=True)
-class FabricManager:
+class FabricManager(NamedTuple):
     active: bool | None  # None: unknown (no systemctl, no answer)
     state: str  # "active (running)", "inactive (dead)", "not-found", or why it is unknown
     version: str | None

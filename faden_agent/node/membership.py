@@ -9,8 +9,8 @@ import os
 import secrets
 import tempfile
 import time
-from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import NamedTuple
 
 import orjson
 
@@ -23,8 +23,7 @@ class MembershipError(RuntimeError):
     """The membership (state) file cannot be used; str() is the one-line message for the operator."""
 
 
-@dataclass(frozen=True)
-class Membership:
+class Membership(NamedTuple):
     backend_url: str
     node_id: str
     credential: str
@@ -39,7 +38,8 @@ class Membership:
     def __repr__(self) -> str:  # keep the credential out of any accidental log line
         return f"Membership(node_id={self.node_id!r}, backend_url={self.backend_url!r}, agent_id={self.agent_id!r})"
 
-    __str__ = __repr__
+    def __str__(self) -> str:  # a NamedTuple body takes no alias (`__str__ = __repr__`)
+        return self.__repr__()
 
 
 def load_membership(path: Path) -> Membership | None:
@@ -92,7 +92,7 @@ def write_membership(path: Path, membership: Membership) -> None:
     """Write a new state file atomically; refuses to replace an existing one."""
     path = Path(path)
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    data = orjson.dumps({"version": MEMBERSHIP_VERSION, **asdict(membership)}, option=orjson.OPT_INDENT_2)
+    data = orjson.dumps({"version": MEMBERSHIP_VERSION, **membership._asdict()}, option=orjson.OPT_INDENT_2)
     fd, tmp = tempfile.mkstemp(prefix=".state-", dir=path.parent)  # mkstemp creates it 0600
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -111,8 +111,8 @@ def write_membership(path: Path, membership: Membership) -> None:
 def rotate_credential(path: Path, membership: Membership, credential: str) -> Membership:
     """The same membership with the backend's new credential, written over the state file
     atomically (0600, fsync of file and directory): a death leaves the old file or the new."""
-    rotated = replace(membership, credential=credential)
-    data = orjson.dumps({"version": MEMBERSHIP_VERSION, **asdict(rotated)}, option=orjson.OPT_INDENT_2)
+    rotated = membership._replace(credential=credential)
+    data = orjson.dumps({"version": MEMBERSHIP_VERSION, **rotated._asdict()}, option=orjson.OPT_INDENT_2)
     replace_file(Path(path), data, 0o600)
     _fsync_dir(Path(path).parent)
     return rotated

@@ -6,7 +6,7 @@ what ends its hold (the remedy) and what it says of a death. Read by the GPU ver
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 OK = "ok"
 DEGRADED = "degraded"
@@ -28,8 +28,7 @@ HOLD_ENDS = {
 }
 
 
-@dataclass(frozen=True)
-class Xid:
+class Xid(NamedTuple):
     meaning: str
     nvidia: str  # NVIDIA's Xid catalogue, "Resolution Bucket (Immediate Action)"
     verdict: str

@@ -6,7 +6,9 @@ and `python -m faden_agent.cli.capabilities_table --write docs/protocol.md` rend
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import NamedTuple
 
 # The first release: 0.1.0 as first built (commit 6cfffa8, 2026-11-30). Any agent takes these.
 FIRST_RELEASE = "0.1.0 (6cfffa8, 2026-11-30)"
@@ -39,14 +41,17 @@ GPU_CHECK_CAPABILITY = "gpu.check"
 GPU_RESET_CAPABILITY = "gpu.reset"
 
 
-@dataclass(frozen=True)
-class Capability:
+# No kind or key (read only: one mapping shared by every capability that brought none).
+NOTHING: Mapping[str, tuple[str, ...]] = MappingProxyType({})
+
+
+class Capability(NamedTuple):
     name: str
     since: str  # the agent version (faden_agent.__version__) of the commit that brought it
     commit: str  # that commit and its day: the version was not raised between them
     means: str  # docs/protocol.md's words: what an agent that reports it does or takes
-    kinds: dict[str, tuple[str, ...]] = field(default_factory=dict)  # new kinds, with the keys they came with
-    keys: dict[str, tuple[str, ...]] = field(default_factory=dict)  # new keys of kinds older than it
+    kinds: Mapping[str, tuple[str, ...]] = NOTHING  # new kinds, with the keys they came with
+    keys: Mapping[str, tuple[str, ...]] = NOTHING  # new keys of kinds older than it
 
 
 DECLARED = (

@@ -8,8 +8,7 @@ into the full record it names (`base`) and must then hash to its `hash`; an unch
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -130,8 +129,7 @@ def apply_changes(held: dict[str, Any], data: dict[str, Any]) -> dict[str, Any] 
     return changed
 
 
-@dataclass(frozen=True)
-class Received:
+class Received(NamedTuple):
     held: dict[str, Any] | None  # what the receiver holds now (None: nothing changed)
     behind: bool  # the record did not fit: the receiver should ask for a full record
 

@@ -6,7 +6,7 @@ are a list here, never read out of a sentence."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from faden_agent.protocol.conditions import NODE_CONDITIONS
 from faden_agent.protocol.link import LINK_STATES
@@ -27,8 +27,7 @@ GPM = {
 GPM_DOC = ", between two GPU probe rounds, where the GPU has GPM ([inventory.md](inventory.md#gpu-activity-gpm))"
 
 
-@dataclass(frozen=True)
-class Metric:
+class Metric(NamedTuple):
     """One family. `field` is a dotted path into the status of `source` (a worker's name, or
     `inventory.gauges`): `a.b` a number; `a.*.b` one sample per key of `a`, the key its last
     label; `a[].b` one sample per item of the list `a`, the leading labels read from the item's

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from faden_agent.common.backoff import ceiling
 
 
-@dataclass(frozen=True)
-class RestartPolicy:
+class RestartPolicy(NamedTuple):
     backoff_min_s: float
     backoff_max_s: float
     max_restarts: int

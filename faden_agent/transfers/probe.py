@@ -7,8 +7,7 @@ import math
 import socket
 import struct
 import time
-from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 from faden_agent import protocol
 
@@ -29,8 +28,7 @@ NOTSENT_LOWAT = 256 << 10
 MAX_SESSIONS = 4
 
 
-@dataclass(frozen=True)
-class Limits:
+class Limits(NamedTuple):
     bytes: int = 1 << 30  # per direction and session
     seconds: float = 30.0  # per direction and session
     echoes: int = 10_000

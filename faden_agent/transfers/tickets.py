@@ -7,8 +7,8 @@ import hashlib
 import os
 import stat
 import time
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import orjson
 
@@ -31,8 +31,7 @@ class TicketRefused(Failure):
 PROBE_GRANT = "traffic.probe"
 
 
-@dataclass(frozen=True)
-class Ticket:
+class Ticket(NamedTuple):
     image_id: str  # what it grants: an image id, or PROBE_GRANT
     receiver: str | None  # the receiver's address; None: any
     expires_at: float  # wall clock

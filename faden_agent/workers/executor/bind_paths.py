@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 MAX_LINKS = 40  # symlinks followed in one walk (the kernel's own bound)
 SHM = "/dev/shm"  # what ipc_mode host gives a container: the host's, writable
@@ -22,8 +22,7 @@ class PathRefused(ValueError):
         self.rule = rule
 
 
-@dataclass(frozen=True)
-class Bind:
+class Bind(NamedTuple):
     """A host path a container mounts (its source resolved) and whether it may write there."""
 
     container: str

@@ -6,14 +6,12 @@ lists outside any container. A container counts as using a GPU when any of these
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from faden_agent.protocol.container import gpu_assignment
 
 
-@dataclass(frozen=True)
-class User:
+class User(NamedTuple):
     name: str
     id: str
     how: str  # "device ids", "every GPU", "NVML lists its processes"

@@ -10,9 +10,9 @@ from __future__ import annotations
 import fnmatch
 import os
 import stat
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -42,14 +42,13 @@ class PolicyFileError(ValueError):
     """A policy file that cannot be used; str() names the file."""
 
 
-@dataclass(frozen=True)
-class HostPolicy:
+class HostPolicy(NamedTuple):
     protected_paths: tuple[str, ...] = PROTECTED_PATHS
     allow_bind: tuple[str, ...] = ALLOW_BIND
     own_bind: tuple[str, ...] = ()  # the agent's Ray log directory: always allowed
     capabilities: tuple[str, ...] = CAPABILITIES
     devices: tuple[str, ...] = DEVICES
-    switches: dict[str, bool] = field(default_factory=lambda: dict(SWITCHES))
+    switches: Mapping[str, bool] = MappingProxyType(dict(SWITCHES))  # read only: shared by the defaults
     broken: str | None = None  # why the policy file is unusable: every container is refused
 
     def admit(self, spec: dict[str, Any], binds: Sequence[Bind] | None = None) -> dict[str, Any]:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from faden_agent.workers.executor import specs
 from faden_agent.workers.executor.specs import Check
@@ -17,14 +17,15 @@ if TYPE_CHECKING:
 DEFAULT_DEADLINE_S = 120.0
 # Optional keys every kind that may take long accepts.
 COMMON = {"deadline_s": (specs.seconds, None)}
+# No optional key (read only: one mapping shared by every kind that names none).
+NO_OPTIONAL: Mapping[str, tuple[Check, Any]] = MappingProxyType({})
 
 
-@dataclass(frozen=True)
-class CommandKind:
+class CommandKind(NamedTuple):
     name: str
     handler: Callable[[Commands, Job], dict[str, Any]]  # (commands, job) -> result, or raises
     required: Mapping[str, Check]
-    optional: Mapping[str, tuple[Check, Any]] = field(default_factory=dict)
+    optional: Mapping[str, tuple[Check, Any]] = NO_OPTIONAL
     deadline_s: float = DEFAULT_DEADLINE_S
     queue_key: Callable[[dict[str, Any]], str] | None = None  # None: inline, in the worker loop
     cancellable: bool = False

@@ -8,7 +8,7 @@ only when the line is one). Nothing here raises on any input.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import orjson
 
@@ -58,8 +58,7 @@ TRACEBACK_STARTS = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Shape:
+class Shape(NamedTuple):
     process: str  # the "(name pid=N) " prefix, "" when none
     prefixed: bool  # the line opens with a timestamp or a level: the head of an entry
     level: str  # one of labels.LEVELS, or UNKNOWN

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from faden_agent.backend.client import BackendError, CredentialRejected, Maintenance, MaintenanceHold, TokenRefused
 from faden_agent.backend.outbox import Outbox
@@ -67,8 +67,7 @@ def wait_after(error: BackendError, backoff: Backoff, slow_s: float) -> tuple[Li
     return LinkState.BACKOFF, backoff.next_delay(error.retry_after)
 
 
-@dataclass(frozen=True)
-class Link:
+class Link(NamedTuple):
     """The membership and the shared parts every link thread works with."""
 
     config: Config

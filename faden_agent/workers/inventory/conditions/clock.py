@@ -7,15 +7,14 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 STA_UNSYNC = 0x0040
 MAX_FILE = 4096
 
 
-@dataclass(frozen=True)
-class ClockStatus:
+class ClockStatus(NamedTuple):
     status: int
     maxerror_us: int
 

@@ -9,8 +9,7 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from faden_agent.protocol import conditions as names
 from faden_agent.workers.inventory.conditions import kernel_lines as kinds
@@ -19,8 +18,7 @@ from faden_agent.workers.inventory.kernel.lines import KernelLine
 MAX_REASON = 200
 
 
-@dataclass(frozen=True)
-class KernelView:
+class KernelView(NamedTuple):
     """What the kernel's lines said, for one round: condition -> {"at", "boot", "reason"} of its
     last line; this boot's id; why no kernel line can be read now (None: they can)."""
 

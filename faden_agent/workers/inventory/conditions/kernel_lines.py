@@ -6,7 +6,9 @@ and every field taken from it to MAX_FIELD: a hostile line costs one bounded mat
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import NamedTuple
 
 MAX_LINE = 1024
 MAX_FIELD = 64
@@ -21,10 +23,9 @@ OOM_KILL = "oom_kill"
 KINDS = (HUNG_TASK, SOFT_LOCKUP, HARD_LOCKUP, MACHINE_CHECK, MEMORY_CORRECTED, MEMORY_UNCORRECTED, OOM_KILL)
 
 
-@dataclass(frozen=True)
-class KernelSignal:
+class KernelSignal(NamedTuple):
     kind: str  # one of KINDS
-    detail: dict[str, str | int] = field(default_factory=dict)  # fields of the line, bounded
+    detail: Mapping[str, str | int] = MappingProxyType({})  # fields of the line, bounded; read only
 
 
 # (kind, pattern): the first that matches wins. Written after the kernel's own format strings

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from faden_agent.protocol import conditions as names
 from faden_agent.workers.inventory.conditions.clock import ClockStatus
@@ -35,8 +34,7 @@ REMOUNTED_ROLES = ("configured",)  # DISK_PATHS: a fault once seen writable (a s
 _RATE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*Gb/sec")
 
 
-@dataclass(frozen=True)
-class IbLimits:
+class IbLimits(NamedTuple):
     min_ports: int  # InfiniBand ports that must be active (0: no count)
     min_rate_gbps: float  # an active InfiniBand port's least rate (0: none)
     rising_s: float

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from faden_agent.protocol.conditions import CONDITION_CHANGED, ConditionChanged, ConditionState
 from faden_agent.workers.inventory.conditions.store import ConditionStore
@@ -17,8 +16,7 @@ MAX_PENDING = 64
 MAX_REASON = 300
 
 
-@dataclass(frozen=True)
-class Signal:
+class Signal(NamedTuple):
     """What a rule found this round: active (True), not (False) or cannot tell (None), and why."""
 
     active: bool | None

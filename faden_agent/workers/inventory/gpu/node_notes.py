@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import asdict
 from typing import Any
 
 from faden_agent.node.fabric_manager import FabricManager, check
@@ -42,7 +41,7 @@ class NodeNotes:
             notes.append((DEGRADED, f"{kernel}: GPU faults of the kernel log not seen"))
         if on_fabric(section):
             manager = self.fabric_manager(section.get("driver_version"))
-            section["fabric_manager"] = asdict(manager)
+            section["fabric_manager"] = manager._asdict()
             if manager.problem:
                 notes.append((FAILED if manager.active is not None else DEGRADED, manager.problem))
         return notes

@@ -8,8 +8,7 @@ keep the table's order. The agent only reports: the backend decides what a verdi
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from faden_agent.node.xid_catalogue import (
     CLOCK,
@@ -35,8 +34,7 @@ RETIRED_PAGES_LIMIT = 64  # the most pages NVIDIA's driver retires on one GPU: n
 PCIE_REPLAYS_PER_MINUTE = 8  # DCGM's PCIe health watch: more replays than this in a minute
 
 
-@dataclass(frozen=True)
-class Rule:
+class Rule(NamedTuple):
     name: str
     verdict: str
     when: str  # the signal, as the docs say it

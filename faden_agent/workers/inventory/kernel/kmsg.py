@@ -12,8 +12,8 @@ import select
 import stat
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 READ_BYTES = 16 << 10  # more than a record may hold (the kernel refuses a smaller read: EINVAL)
 MAX_PENDING = 64 << 10  # an unterminated line longer than this is dropped
@@ -21,8 +21,7 @@ POLL_S = 1.0  # a wait for more: the stop event is looked at this often; a regul
 KERNEL_FACILITY_PRIOS = 8  # prio = facility << 3 | level: facility 0 is the kernel's
 
 
-@dataclass(frozen=True)
-class KmsgRecord:
+class KmsgRecord(NamedTuple):
     level: int
     seq: int
     usec: int  # since boot (the kernel's monotonic clock)

@@ -13,9 +13,8 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from faden_agent.workers.inventory.kernel import journald, kmsg
 
@@ -28,8 +27,7 @@ RESTART_S = 10.0  # a source ended: read again (or look for one) after this
 JOURNALD, KMSG = "journald", "kmsg"
 
 
-@dataclass(frozen=True)
-class KernelLine:
+class KernelLine(NamedTuple):
     text: str
     at: float  # wall time (seconds)
     boot_id: str | None  # journald's form: 32 hex digits

@@ -11,8 +11,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from faden_agent.common.errorline import error_line
 from faden_agent.config import Config
@@ -31,8 +30,7 @@ ROTATED_BEFORE_READ = "rotated_before_read"  # a loss reason: gone (vacuumed, ro
 LOSS_REPORT_S = 60.0  # losses found more often are summed into one event per reason this often
 
 
-@dataclass(frozen=True)
-class Kind:
+class Kind(NamedTuple):
     """A source's wire kind (its status, counts and loss events say `source: <name>`) and the
     prefix of its stored position keys: both stay as they are, stated here only."""
 
@@ -55,8 +53,7 @@ def source_kind(key: str) -> str:
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class Shared:
+class Shared(NamedTuple):
     """What the worker gives every source: the settings, the backlog it feeds, the positions it
     resumes from, the label maker, the worker's stop event and its thread starter."""
 
