@@ -86,7 +86,10 @@ def preload(targets: list[str], tls_verify: bool | str | None = None, skip: froz
 
         stamp_versions()
         steps.done("versions")
-    gc.collect()
+    # A young collection frees the cycles the steps above left (the warm-up's clients and
+    # threads, ~50 objects); the automatic ones freed those of the imports. A full one found
+    # no more and cost 6-7 ms of the start (docs/benchmarks.md, round 19).
+    gc.collect(1)
     marked = None
     if "immortal" not in skip:
         from faden_agent.supervisor.prefork.immortal import immortalize_heap

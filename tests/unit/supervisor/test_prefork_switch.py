@@ -22,6 +22,11 @@ TARGET = "faden_agent.workers.logs.worker:LogsWorker"
 PREPARE = """
 import gc, json, sys
 def probe(): pass
+def frozen_garbage():  # cycles nothing reaches that the freeze kept for good (counted, not freed)
+    gc.unfreeze()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    gc.collect()
+    return [type(o).__name__ for o in gc.garbage]
 from faden_agent.supervisor.prefork import prepare_to_fork
 from faden_agent.supervisor.prefork.preload import SHARED_MODULES
 prepare_to_fork([sys.argv[2]], None, tricks=sys.argv[1] == "on")
@@ -31,7 +36,7 @@ print(json.dumps({"held": len(heap._held) if heap else 0, "refcount": sys.getref
                                    if m.startswith(("faden_agent.supervisor.prefork.", "faden_agent.common.cold"))),
                   "shared": all(m in sys.modules for m in SHARED_MODULES),
                   "preloaded": sys.argv[2].partition(":")[0] in sys.modules,
-                  "frozen": gc.get_freeze_count()}))
+                  "frozen": gc.get_freeze_count(), "garbage": frozen_garbage()}))
 """
 
 
@@ -52,6 +57,13 @@ def test_on_runs_the_tricks_and_off_runs_none():
     assert off["held"] == 0 and off["refcount"] < 10 and not set(TRICKS) & set(off["tricks"]), off["tricks"]
     assert on["shared"] and off["shared"] and on["frozen"] > 0 and off["frozen"] > 0
     assert on["preloaded"] and off["preloaded"]
+
+
+def test_the_start_freezes_no_cycle_for_good():
+    """The warm-up's clients and threads are cycles; frozen, they would stay for the life of
+    every process. Immortal objects never read as garbage, so the walk is left out here."""
+    hooks = {"FADEN_TEST_HOOKS": "1", "FADEN_TEST_HOOK_PREFORK_SKIP": "immortal"}
+    assert prepare("on", **hooks)["garbage"] == []
 
 
 ARENAS = """
