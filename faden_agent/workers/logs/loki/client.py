@@ -39,12 +39,12 @@ RATE_LIMITED_MIN_S = 0.5
 RATE_LIMITED_SPLIT_AFTER = 4
 # Loki's own wording (2.8 and 3.x) of a 400 about single lines, at the start of its answer;
 # a decode error quotes our body, so the match is anchored to Loki's sentence, not anywhere.
-PER_LINE_REFUSAL = re.compile(
-    r"(entry for stream '.*' has timestamp too (old|new)"
+# This and the expressions below read a refusal only: text, compiled by `re` at first use.
+PER_LINE_REFUSAL = (
+    r"(?s)(entry for stream '.*' has timestamp too (old|new)"
     r"|Max entry size '\d+' bytes exceeded"
     r"|entry with timestamp .* ignored, reason: 'entry (out of order|too far behind)"
-    r"|.*total ignored: \d+ out of \d+)",
-    re.DOTALL,
+    r"|.*total ignored: \d+ out of \d+)"
 )
 log = logging.getLogger(__name__)
 
@@ -69,10 +69,10 @@ def _values(entries: list[Entry], with_metadata: bool) -> list[tuple]:
 
 
 # Numbers of at most 18 digits: a longer run is no count Loki writes (and int() of one is slow).
-_TOTAL_IGNORED = re.compile(r"total ignored: (\d{1,18}) out of \d")
-_OLDEST_ACCEPTABLE = re.compile(r"oldest acceptable timestamp is: (\S+?Z)")
-_TOO_NEW = re.compile(r"has timestamp too new: (\S+?Z)")
-_MAX_ENTRY_SIZE = re.compile(r"Max entry size '(\d{1,18})' bytes exceeded")
+_TOTAL_IGNORED = r"total ignored: (\d{1,18}) out of \d"
+_OLDEST_ACCEPTABLE = r"oldest acceptable timestamp is: (\S+?Z)"
+_TOO_NEW = r"has timestamp too new: (\S+?Z)"
+_MAX_ENTRY_SIZE = r"Max entry size '(\d{1,18})' bytes exceeded"
 
 
 def refused_count(detail: str, entries: list[Entry]) -> int:
@@ -81,14 +81,14 @@ def refused_count(detail: str, entries: list[Entry]) -> int:
     least as new as the too-new one it quotes, longer than the entry size). Loki quotes times
     to the second, so this counts the lines surely refused: at least one, at most the batch;
     the whole batch when the words give no measure."""
-    if (ignored := _TOTAL_IGNORED.search(detail)) is not None:
+    if (ignored := re.search(_TOTAL_IGNORED, detail)) is not None:
         return max(1, min(int(ignored[1]), len(entries)))
     measures = []
     if (oldest_ns := _quoted_time_ns(_OLDEST_ACCEPTABLE, detail)) is not None:
         measures.append(lambda e: e.ts_ns < oldest_ns)
     if (newest_ns := _quoted_time_ns(_TOO_NEW, detail)) is not None:
         measures.append(lambda e: e.ts_ns >= newest_ns)
-    if (size := _MAX_ENTRY_SIZE.search(detail)) is not None:
+    if (size := re.search(_MAX_ENTRY_SIZE, detail)) is not None:
         limit = int(size[1])
         measures.append(lambda e: len(e.line) > limit // 4 and len(e.line.encode("utf-8", "surrogatepass")) > limit)
     if not measures:
@@ -97,15 +97,15 @@ def refused_count(detail: str, entries: list[Entry]) -> int:
     return max(1, min(refused, len(entries)))
 
 
-def _quoted_time_ns(pattern: re.Pattern, detail: str) -> int | None:
+def _quoted_time_ns(pattern: str, detail: str) -> int | None:
     """The time Loki quotes where `pattern` finds it (RFC 3339, to the second); None: no time."""
-    found = pattern.search(detail)
+    found = re.search(pattern, detail)
     return None if found is None else parse_rfc3339_ns(found[1].encode())
 
 
 def names_single_lines(detail: str) -> bool:
     """Whether a 400's text is Loki's answer about single lines (the rest was stored)."""
-    return PER_LINE_REFUSAL.match(detail) is not None
+    return re.match(PER_LINE_REFUSAL, detail) is not None
 
 
 def by_stream(entries: list[Entry]) -> list[list[Entry]]:
