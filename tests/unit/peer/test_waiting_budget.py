@@ -125,7 +125,7 @@ from tests.unit.peer.test_waiting_budget import answered, connect, serving, sett
 server, _ = serving()
 idle = [connect(server, "127.0.0.2") for _ in range(6)] + [connect(server, "127.0.0.3") for _ in range(6)]
 settle(server, 12)
-soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+_, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 top = max(int(fd) for fd in os.listdir("/proc/self/fd"))
 fillers = []  # every free number below the top taken: the next descriptor is top + 1
 while not fillers or fillers[-1] < top:
